@@ -1,0 +1,44 @@
+# Compile settings shared by every Simba target: C++20, warnings (as errors
+# when SIMBA_WERROR), and the sanitizers chosen by SIMBA_SANITIZE. Applied per
+# target; the global CMAKE_CXX_FLAGS are never touched.
+
+if(SIMBA_SANITIZE STREQUAL "")
+  set(_simba_sanitize_flags "")
+elseif(SIMBA_SANITIZE STREQUAL "address,undefined" OR SIMBA_SANITIZE STREQUAL "thread")
+  set(_simba_sanitize_flags -fsanitize=${SIMBA_SANITIZE} -fno-omit-frame-pointer)
+  if(SIMBA_SANITIZE STREQUAL "address,undefined")
+    list(APPEND _simba_sanitize_flags -fno-sanitize-recover=undefined)
+  endif()
+else()
+  message(FATAL_ERROR "SIMBA_SANITIZE must be '', 'address,undefined' or 'thread', not '${SIMBA_SANITIZE}'")
+endif()
+
+function(simba_target_settings target)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow
+    -Wnon-virtual-dtor -Wold-style-cast -Wcast-align -Woverloaded-virtual
+    -Wnull-dereference -Wimplicit-fallthrough)
+  if(SIMBA_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(_simba_sanitize_flags)
+    target_compile_options(${target} PRIVATE ${_simba_sanitize_flags})
+    target_link_options(${target} PUBLIC ${_simba_sanitize_flags})
+  endif()
+endfunction()
+
+# simba_add_test(NAME name SOURCES ... LIBS ... LABELS ...)
+# One gtest binary; every TEST becomes its own ctest test carrying LABELS.
+function(simba_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  simba_target_settings(${T_NAME})
+  target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  gtest_discover_tests(${T_NAME}
+    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    DISCOVERY_TIMEOUT 60)
+endfunction()

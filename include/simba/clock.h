@@ -1,0 +1,77 @@
+// File: simba/clock.h
+//
+// The time source of the core, injected so that tests can drive time.
+//
+// Core code never calls std::chrono::steady_clock or sleeps directly: it asks
+// a `Clock` for the time and waits through it. Production uses
+// `Clock::Steady()`; tests use `ManualClock`, whose time moves only when the
+// test calls `Advance()`, so lease arithmetic, renewal and jitter can be
+// tested without sleeping.
+//
+// Clock time is monotonic local time. Lease expiry at the store is judged by
+// the store's own clock (see MutexOwner); the two are never compared
+// directly, only durations measured on each.
+//
+// Example (a test):
+//   auto clock = std::make_shared<simba::ManualClock>();
+//   simba::FactoryOptions options;
+//   options.clock = clock;
+//   ...
+//   clock->Advance(std::chrono::seconds(10));  // renewals due now run
+//
+// Thread safety: all methods are safe to call from any thread.
+
+#ifndef SIMBA_CLOCK_H_
+#define SIMBA_CLOCK_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+namespace simba {
+
+class Clock {
+ public:
+  using Duration = std::chrono::nanoseconds;
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  virtual ~Clock() = default;
+
+  // The current monotonic time.
+  virtual TimePoint Now() const = 0;
+
+  // Blocks on `cv` (whose mutex `lock` holds) until it is notified, or until
+  // this clock's time may have reached `deadline`. May return spuriously:
+  // callers re-check their condition and the time in a loop.
+  virtual void WaitUntil(std::condition_variable& cv,
+                         std::unique_lock<std::mutex>& lock,
+                         TimePoint deadline) const = 0;
+
+  // The process-wide real monotonic clock (std::chrono::steady_clock).
+  static std::shared_ptr<Clock> Steady();
+};
+
+// A clock for tests: time starts at an arbitrary point and moves only through
+// Advance(). Waiters notice an Advance() within about a millisecond of real
+// time (they poll the virtual time; no test sleeps in virtual time).
+class ManualClock final : public Clock {
+ public:
+  ManualClock();
+
+  TimePoint Now() const override;
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 TimePoint deadline) const override;
+
+  // Moves time forward by `d` (negative durations are ignored: the clock is
+  // monotonic).
+  void Advance(Duration d);
+
+ private:
+  mutable std::mutex mu_;
+  TimePoint now_;
+};
+
+}  // namespace simba
+
+#endif  // SIMBA_CLOCK_H_

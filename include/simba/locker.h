@@ -1,0 +1,101 @@
+// File: simba/locker.h
+//
+// A blocking, RAII distributed lock over one mutex (JVM Simba's SimbaLocker),
+// which, unlike SimbaLocker, tells its holder when the lease is lost.
+//
+//   acquire()           wait until held (or cancelled through a stop token)
+//   acquire(timeout)    wait at most `timeout`: kDeadlineExceeded otherwise
+//   try_acquire()       one attempt: true if held, false if somebody else has it
+//   release()           give the lock back (idempotent); the destructor calls it
+//   is_held()           held at the store and the local lease deadline not passed
+//   fencing_token()     the acquisition's token, to pass to protected resources
+//   lost_token()        a std::stop_token that is stopped when the lease is lost
+//
+// While held, the lease is renewed in the background. If it is lost anyway
+// (store unreachable past the lease deadline, the store names another owner),
+// is_held() turns false at once, lost_token() is stopped, `on_lost` runs
+// (on a callback thread), and the Locker stops contending; call release()
+// or acquire() again.
+//
+// Example:
+//   auto locker = simba::Locker::create(*factory, "nightly-report").value();
+//   if (simba::Status s = locker->acquire(std::chrono::seconds(30)); !s.ok()) {
+//     return s;  // kDeadlineExceeded: somebody else is running it
+//   }
+//   RunReport(locker->fencing_token(), locker->lost_token());
+//   // ~Locker releases.
+//
+// Thread safety: acquire/try_acquire/release are meant for one thread at a
+// time (a second concurrent acquire gets kFailedPrecondition); is_held,
+// fencing_token and lost_token may be called from any thread.
+
+#ifndef SIMBA_LOCKER_H_
+#define SIMBA_LOCKER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+
+#include "simba/contend_service.h"
+#include "simba/status.h"
+
+namespace simba {
+
+struct LockerOptions {
+  // Lease settings. Default: the factory's ContendOptions.
+  std::optional<ContendOptions> contend;
+  // The id this locker holds the mutex under. Default: a fresh HOST id.
+  std::string contender_id;
+  // Runs when a held lease is lost (not on release()). Default: nothing.
+  std::function<void()> on_lost;
+};
+
+class Locker {
+ public:
+  // Errors: kInvalidArgument for a mutex name or contender id the store cannot
+  // hold, bad options, or a factory not made by MutexContendServiceFactory.
+  static Result<std::unique_ptr<Locker>> create(MutexContendServiceFactory& factory,
+                                                std::string mutex, LockerOptions options = {});
+  ~Locker();
+  Locker(const Locker&) = delete;
+  Locker& operator=(const Locker&) = delete;
+
+  // Blocks until held. kCancelled if `cancel` is stopped first;
+  // kFailedPrecondition if already held or acquiring.
+  Status acquire(std::stop_token cancel = {});
+  // Blocks at most `timeout` (>= 0). kDeadlineExceeded naming the mutex and
+  // the timeout when it runs out; kCancelled; kFailedPrecondition.
+  Status acquire(std::chrono::milliseconds timeout, std::stop_token cancel = {});
+  // One attempt at the store. true: held; false: another owner holds it.
+  // A store error is returned as the error.
+  Result<bool> try_acquire();
+  // Releases the mutex at the store. OK when not held (idempotent). Returns
+  // the store's error if the release failed (the lease then expires).
+  Status release();
+
+  bool is_held() const;
+  // The token of the current acquisition; 0 when not held.
+  std::uint64_t fencing_token() const;
+  // Stopped when the lease of the current acquisition is lost. A fresh token
+  // comes with every acquisition.
+  std::stop_token lost_token() const;
+
+  const std::string& mutex() const;
+  const std::string& contender_id() const;
+
+ private:
+  struct State;
+  Locker(std::shared_ptr<State> state, std::unique_ptr<MutexContendService> service);
+  Status AcquireUntil(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
+
+  std::shared_ptr<State> state_;
+  std::unique_ptr<MutexContendService> service_;
+};
+
+}  // namespace simba
+
+#endif  // SIMBA_LOCKER_H_

@@ -1,0 +1,224 @@
+// The in-process reference store. Exact by construction (one mutex guards
+// every decision), push-capable, and driven by an injected clock so the core
+// can be tested on virtual time.
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "simba/backends/memory.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+// One named store, shared by every MemoryBackend opened with its name.
+class MemoryStore {
+ public:
+  explicit MemoryStore(std::shared_ptr<Clock> clock)
+      : clock_(std::move(clock)),
+        origin_local_(clock_->Now()),
+        // Store time looks like epoch milliseconds, like other stores', but
+        // advances with the injected clock.
+        origin_epoch_(duration_cast<milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())) {}
+
+  StoreTime Now() const {
+    return origin_epoch_ + duration_cast<milliseconds>(clock_->Now() - origin_local_);
+  }
+
+  OwnerRecord AcquireOrRenew(const AcquireRequest& request) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const StoreTime now = Now();
+    Row& row = rows_[std::string(request.mutex)];
+    const bool free = row.owner.owner_id.empty() || row.owner.transition_at < now;
+    const bool mine = !free && row.owner.owner_id == request.contender_id;
+    if (free || mine) {
+      if (free) {
+        row.owner.owner_id = std::string(request.contender_id);
+        row.owner.fencing_token = ++row.fence;
+      }
+      row.owner.acquired_at = now;
+      row.owner.ttl_at = now + request.ttl;
+      row.owner.transition_at = now + request.ttl + request.transition;
+    }
+    return OwnerRecord{Visible(row.owner, now), now};
+  }
+
+  bool Release(std::string_view mutex, std::string_view contender_id,
+               std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rows_.find(mutex);
+    if (it == rows_.end() || it->second.owner.owner_id != contender_id) return false;
+    it->second.owner = MutexOwner::None();
+    auto subs = subscribers_.find(mutex);
+    if (subs != subscribers_.end()) {
+      for (auto& [id, listener] : subs->second) to_notify->push_back(listener);
+    }
+    return true;
+  }
+
+  OwnerRecord Read(std::string_view mutex) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const StoreTime now = Now();
+    auto it = rows_.find(mutex);
+    if (it == rows_.end()) return OwnerRecord{MutexOwner::None(), now};
+    return OwnerRecord{Visible(it->second.owner, now), now};
+  }
+
+  std::vector<ListedMutex> List() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const StoreTime now = Now();
+    std::vector<ListedMutex> out;
+    out.reserve(rows_.size());
+    for (const auto& [name, row] : rows_) {
+      out.push_back(ListedMutex{name, OwnerRecord{Visible(row.owner, now), now}});
+    }
+    return out;
+  }
+
+  std::uint64_t Subscribe(std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::uint64_t id = next_subscription_++;
+    subscribers_[std::string(mutex)].emplace(id, std::move(listener));
+    return id;
+  }
+
+  void Unsubscribe(const std::string& mutex, std::uint64_t id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = subscribers_.find(mutex);
+    if (it == subscribers_.end()) return;
+    it->second.erase(id);
+    if (it->second.empty()) subscribers_.erase(it);
+  }
+
+ private:
+  struct Row {
+    MutexOwner owner;
+    std::uint64_t fence = 0;  // the last token handed out for this mutex
+  };
+
+  // An expired lease reads as "no owner", as it would from a store that
+  // expires keys.
+  static MutexOwner Visible(const MutexOwner& owner, StoreTime now) {
+    if (owner.owner_id.empty() || owner.transition_at < now) return MutexOwner::None();
+    return owner;
+  }
+
+  const std::shared_ptr<Clock> clock_;
+  const Clock::TimePoint origin_local_;
+  const StoreTime origin_epoch_;
+  mutable std::mutex mu_;
+  std::map<std::string, Row, std::less<>> rows_;
+  std::map<std::string, std::map<std::uint64_t, std::function<void(const MutexEvent&)>>,
+           std::less<>>
+      subscribers_;
+  std::uint64_t next_subscription_ = 1;
+};
+
+// Named stores live as long as some backend uses them.
+std::shared_ptr<MemoryStore> FindOrCreateStore(const std::string& name,
+                                               const std::shared_ptr<Clock>& clock) {
+  static std::mutex mu;
+  static auto* stores = new std::unordered_map<std::string, std::weak_ptr<MemoryStore>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& weak = (*stores)[name];
+  if (auto store = weak.lock()) return store;
+  auto store = std::make_shared<MemoryStore>(clock);
+  weak = store;
+  return store;
+}
+
+class MemorySubscription final : public Subscription {
+ public:
+  MemorySubscription(std::shared_ptr<MemoryStore> store, std::string mutex, std::uint64_t id)
+      : store_(std::move(store)), mutex_(std::move(mutex)), id_(id) {}
+  ~MemorySubscription() override { store_->Unsubscribe(mutex_, id_); }
+
+ private:
+  std::shared_ptr<MemoryStore> store_;
+  std::string mutex_;
+  std::uint64_t id_;
+};
+
+class MemoryBackend final : public Backend {
+ public:
+  explicit MemoryBackend(std::shared_ptr<MemoryStore> store) : store_(std::move(store)) {
+    capabilities_.push_release = true;
+    capabilities_.cross_process = false;
+    capabilities_.fencing_source = "per-mutex counter in process memory";
+    capabilities_.max_mutex_length = 255;
+    capabilities_.max_contender_id_length = 128;
+  }
+
+  std::string_view scheme() const override { return "memory"; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline) override {
+    return store_->AcquireOrRenew(request);
+  }
+
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline) override {
+    std::vector<std::function<void(const MutexEvent&)>> to_notify;
+    const bool released = store_->Release(mutex, contender_id, &to_notify);
+    // Listeners run outside the store's lock: they may call back into it.
+    const MutexEvent event{MutexEvent::Kind::kReleased, std::string(mutex),
+                           std::string(contender_id)};
+    for (auto& listener : to_notify) listener(event);
+    return released;
+  }
+
+  Result<OwnerRecord> read(std::string_view mutex, Deadline) override {
+    return store_->Read(mutex);
+  }
+
+  Result<std::vector<ListedMutex>> list(Deadline) override { return store_->List(); }
+
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override {
+    const std::uint64_t id = store_->Subscribe(mutex, std::move(listener));
+    return std::unique_ptr<Subscription>(
+        std::make_unique<MemorySubscription>(store_, std::string(mutex), id));
+  }
+
+ private:
+  std::shared_ptr<MemoryStore> store_;
+  Capabilities capabilities_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewMemoryBackend(MemoryOptions options) {
+  if (options.name.empty()) {
+    return InvalidArgumentError("memory: the store name must not be empty (memory://NAME)");
+  }
+  auto clock = options.clock ? options.clock : Clock::Steady();
+  return std::shared_ptr<Backend>(
+      std::make_shared<MemoryBackend>(FindOrCreateStore(options.name, clock)));
+}
+
+Result<MemoryOptions> MemoryOptionsFromUri(const Uri& uri) {
+  if (uri.scheme != "memory") {
+    return InvalidArgumentError("memory: expected a memory:// URI, got '" + uri.ToString() + "'");
+  }
+  if (uri.user || uri.password) {
+    return InvalidArgumentError("memory: a memory:// URI takes no user or password");
+  }
+  if (uri.hosts.size() != 1 || uri.hosts[0].host.empty()) {
+    return InvalidArgumentError("memory: expected memory://NAME, got '" + uri.ToString() + "'");
+  }
+  if (uri.hosts[0].port) return InvalidArgumentError("memory: memory://NAME takes no port");
+  if (!uri.path.empty() && uri.path != "/") {
+    return InvalidArgumentError("memory: memory://NAME takes no path (got '" + uri.path + "')");
+  }
+  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({}));
+  MemoryOptions options;
+  options.name = uri.hosts[0].host;
+  return options;
+}
+
+}  // namespace simba

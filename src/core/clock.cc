@@ -1,0 +1,48 @@
+#include "simba/clock.h"
+
+namespace simba {
+namespace {
+
+class SteadyClock final : public Clock {
+ public:
+  TimePoint Now() const override { return std::chrono::steady_clock::now(); }
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 TimePoint deadline) const override {
+    cv.wait_until(lock, deadline);
+  }
+};
+
+// How often a waiter on a ManualClock re-reads the virtual time. Polling keeps
+// the clock free of waiter registration (and of its lost-wakeup and lifetime
+// traps); the cost is a millisecond of real latency after each Advance().
+constexpr auto kManualClockPoll = std::chrono::milliseconds(1);
+
+}  // namespace
+
+std::shared_ptr<Clock> Clock::Steady() {
+  static const std::shared_ptr<Clock> kSteady = std::make_shared<SteadyClock>();
+  return kSteady;
+}
+
+// Start far from the steady clock's epoch so that "now - 1h" is still a valid
+// time point in tests.
+ManualClock::ManualClock() : now_(TimePoint() + std::chrono::hours(24 * 365)) {}
+
+Clock::TimePoint ManualClock::Now() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return now_;
+}
+
+void ManualClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                            TimePoint deadline) const {
+  if (Now() >= deadline) return;
+  cv.wait_for(lock, kManualClockPoll);
+}
+
+void ManualClock::Advance(Duration d) {
+  if (d <= Duration::zero()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  now_ += d;
+}
+
+}  // namespace simba

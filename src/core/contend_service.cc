@@ -1,0 +1,349 @@
+#include <algorithm>
+#include <utility>
+
+#include "core/log.h"
+#include "core/service_core.h"
+
+namespace simba::internal {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+// Renewal retries inside the transition window: often enough to get several
+// tries in before the lease deadline, never busier than every 10 ms.
+constexpr milliseconds kMinRenewRetry{10};
+constexpr milliseconds kMaxRenewRetry{1000};
+// A contender's retry after a store error starts here and doubles up to ttl.
+constexpr milliseconds kFirstErrorRetry{100};
+// Upper bound of the safety margin taken off the local lease deadline.
+constexpr milliseconds kMaxLeaseMargin{200};
+
+}  // namespace
+
+ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
+                         std::shared_ptr<MutexContender> contender, ContendOptions options,
+                         milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
+                         std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
+                         ServiceHooks hooks)
+    : mode_(mode),
+      retriever_(std::move(retriever)),
+      contender_(std::move(contender)),
+      mutex_(retriever_->mutex()),
+      contender_id_(contender_ ? contender_->contender_id() : std::string()),
+      options_(options),
+      poll_interval_(poll_interval),
+      runtime_(std::move(runtime)),
+      clock_(runtime_->clock()),
+      backend_(std::move(backend)),
+      random_(std::move(random)),
+      period_(contender_id_, random_),
+      strand_(runtime_->MakeStrand()),
+      hooks_(std::move(hooks)) {}
+
+Status ServiceCore::Start() {
+  Generation gen;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ != ServiceStatus::kInitial) {
+      return FailedPreconditionError("cannot start the service of mutex '" + mutex_ +
+                                     "' from state " + std::string(ServiceStatusName(status_)) +
+                                     "; expected INITIAL");
+    }
+    if (runtime_->closed()) {
+      return FailedPreconditionError("cannot start the service of mutex '" + mutex_ +
+                                     "': its factory was destroyed");
+    }
+    status_ = ServiceStatus::kStarting;
+    gen = ++generation_;
+    state_ = MutexState::None();
+    lease_deadline_ = {};
+    failures_ = 0;
+    rerun_ = false;
+  }
+  std::unique_ptr<Subscription> subscription;
+  if (backend_->capabilities().push_release) {
+    std::weak_ptr<ServiceCore> weak = weak_from_this();
+    auto sub = backend_->subscribe(mutex_, [weak, gen](const MutexEvent& event) {
+      if (auto self = weak.lock()) self->OnEvent(gen, event);
+    });
+    if (!sub.ok() && sub.status().code() != StatusCode::kUnimplemented) {
+      std::lock_guard<std::mutex> lock(mu_);
+      status_ = ServiceStatus::kInitial;
+      return sub.status().WithContext("subscribing to mutex '" + mutex_ + "'");
+    }
+    if (sub.ok()) subscription = std::move(*sub);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  subscription_ = std::move(subscription);
+  status_ = ServiceStatus::kRunning;
+  ScheduleAttemptLocked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
+  return OkStatus();
+}
+
+Status ServiceCore::Stop() {
+  std::unique_ptr<Subscription> subscription;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (status_ != ServiceStatus::kRunning) {
+      return FailedPreconditionError("cannot stop the service of mutex '" + mutex_ +
+                                     "' from state " + std::string(ServiceStatusName(status_)) +
+                                     "; expected RUNNING");
+    }
+    status_ = ServiceStatus::kStopping;
+    ++generation_;
+    runtime_->Cancel(attempt_timer_);
+    runtime_->Cancel(deadline_timer_);
+    attempt_timer_ = deadline_timer_ = 0;
+    subscription = std::move(subscription_);
+  }
+  // Unsubscribing may wait for the backend; never under our lock.
+  subscription.reset();
+  Status result;
+  if (mode_ == Mode::kContend) {
+    // Release unconditionally: an attempt still in flight may have acquired
+    // the mutex at the store without our knowing yet. (If it lands after this
+    // release, RunAttempt releases it again: the compensating release.)
+    auto released = backend_->release(mutex_, contender_id_, StoreDeadline());
+    if (!released.ok()) {
+      result = released.status().WithContext("releasing mutex '" + mutex_ + "' on stop");
+      SIMBA_LOG(kWarn, result << " (the lease will expire at the store)");
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ApplyLocked(MutexOwner::None());
+    status_ = ServiceStatus::kInitial;
+  }
+  // stop() returns after the final on_released has run, unless it is being
+  // called from one of this service's callbacks (waiting would deadlock).
+  if (!strand_->RunningInThisThread()) strand_->Drain();
+  return result;
+}
+
+ServiceStatus ServiceCore::status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+MutexState ServiceCore::mutex_state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+bool ServiceCore::has_owner() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_.after.has_owner(EstimatedStoreNowLocked(clock_->Now()));
+}
+
+bool ServiceCore::is_owner() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return IsOwnerLocked(clock_->Now());
+}
+
+bool ServiceCore::is_in_ttl() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto now = clock_->Now();
+  return IsOwnerLocked(now) && state_.after.is_in_ttl(EstimatedStoreNowLocked(now));
+}
+
+std::uint64_t ServiceCore::fencing_token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return IsOwnerLocked(clock_->Now()) ? state_.after.fencing_token : 0;
+}
+
+std::optional<Clock::TimePoint> ServiceCore::lease_deadline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!IsOwnerLocked(clock_->Now())) return std::nullopt;
+  return lease_deadline_;
+}
+
+bool ServiceCore::IsOwnerLocked(Clock::TimePoint now) const {
+  return mode_ == Mode::kContend && status_ == ServiceStatus::kRunning &&
+         state_.after.is_owner(contender_id_) && now < lease_deadline_;
+}
+
+StoreTime ServiceCore::EstimatedStoreNowLocked(Clock::TimePoint now) const {
+  return anchor_store_ + duration_cast<milliseconds>(now - anchor_local_);
+}
+
+Deadline ServiceCore::StoreDeadline() const {
+  // Store calls talk to real servers, so their deadline is on the real clock
+  // even when the service's own clock is a test clock.
+  return std::chrono::steady_clock::now() + options_.operation_timeout;
+}
+
+void ServiceCore::ScheduleAttemptLocked(milliseconds delay) {
+  if (status_ != ServiceStatus::kRunning) return;
+  runtime_->Cancel(attempt_timer_);
+  const Generation gen = generation_;
+  std::weak_ptr<ServiceCore> weak = weak_from_this();
+  attempt_timer_ = runtime_->ScheduleAt(clock_->Now() + std::max(delay, milliseconds(0)),
+                                        [weak, gen] {
+                                          if (auto self = weak.lock()) self->OnAttemptTimer(gen);
+                                        });
+}
+
+void ServiceCore::OnAttemptTimer(Generation gen) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
+    attempt_timer_ = 0;
+    if (in_flight_) {
+      rerun_ = true;
+      return;
+    }
+    in_flight_ = true;
+  }
+  std::weak_ptr<ServiceCore> weak = weak_from_this();
+  if (!runtime_->PostIo([weak, gen] {
+        if (auto self = weak.lock()) self->RunAttempt(gen);
+      })) {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = false;
+  }
+}
+
+void ServiceCore::RunAttempt(Generation gen) {
+  // The lease is measured from when the request left, so the local deadline
+  // can only be earlier than the store's.
+  const Clock::TimePoint sent = clock_->Now();
+  Result<OwnerRecord> reply =
+      mode_ == Mode::kContend
+          ? backend_->acquire_or_renew(
+                AcquireRequest{mutex_, contender_id_, options_.ttl, options_.transition},
+                StoreDeadline())
+          : backend_->read(mutex_, StoreDeadline());
+  bool compensate = false;
+  bool current = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    in_flight_ = false;
+    if (gen != generation_) {
+      // A result from a finished lifecycle: never applied. If it made us the
+      // owner and no newer lifecycle is running (which would own that lease
+      // itself), give the mutex back.
+      compensate = mode_ == Mode::kContend && reply.ok() &&
+                   reply->owner.is_owner(contender_id_) &&
+                   status_ != ServiceStatus::kRunning;
+      // A newer lifecycle whose first attempt found this one in flight is
+      // waiting for it to finish.
+      if (status_ == ServiceStatus::kRunning && rerun_) {
+        rerun_ = false;
+        ScheduleAttemptLocked(milliseconds(0));
+      }
+    } else if (status_ == ServiceStatus::kRunning) {
+      current = true;
+      const Clock::TimePoint now = clock_->Now();
+      milliseconds next;
+      if (reply.ok()) {
+        failures_ = 0;
+        anchor_store_ = reply->store_now;
+        anchor_local_ = now;
+        const MutexOwner& owner = reply->owner;
+        if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
+          // What the store granted, measured from when we asked, minus a
+          // small margin so a late timer or a slightly fast store clock
+          // cannot leave us believing in a lease the store already ended.
+          const milliseconds granted = owner.transition_at - reply->store_now;
+          const milliseconds margin = std::min(granted / 20, kMaxLeaseMargin);
+          const Clock::TimePoint deadline =
+              sent + duration_cast<Clock::Duration>(granted - margin);
+          if (deadline <= now) {
+            // The reply took longer than the lease it grants: it cannot be
+            // trusted locally. Drop ownership now and ask again at once.
+            if (state_.after.is_owner(contender_id_)) ApplyLocked(MutexOwner::None());
+            next = milliseconds(0);
+          } else {
+            lease_deadline_ = deadline;
+            runtime_->Cancel(deadline_timer_);
+            std::weak_ptr<ServiceCore> weak = weak_from_this();
+            deadline_timer_ = runtime_->ScheduleAt(deadline, [weak, gen] {
+              if (auto self = weak.lock()) self->OnLeaseDeadline(gen);
+            });
+            ApplyLocked(owner);
+            next = period_.ensure_next_delay(owner, reply->store_now);
+          }
+        } else {
+          ApplyLocked(owner);
+          next = period_.ensure_next_delay(owner, reply->store_now);
+          if (mode_ == Mode::kRetrieve) next = std::min(next, poll_interval_);
+        }
+      } else {
+        ++failures_;
+        next = FailureDelayLocked(now);
+        if (failures_ == 1 || failures_ % 10 == 0) {
+          SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': store call failed (" << failures_
+                                     << " in a row): " << reply.status());
+        }
+      }
+      if (rerun_) {
+        rerun_ = false;
+        if (!IsOwnerLocked(now)) next = milliseconds(0);
+      }
+      ScheduleAttemptLocked(next);
+    }
+  }
+  if (compensate) {
+    auto released = backend_->release(mutex_, contender_id_, StoreDeadline());
+    if (!released.ok()) {
+      SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': compensating release after stop failed: "
+                                 << released.status());
+    }
+  }
+  if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status());
+}
+
+milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now) {
+  if (IsOwnerLocked(now)) {
+    // Keep retrying the renewal inside what is left of the lease (JVM Simba
+    // retried once per ttl, i.e. usually after the lease had ended).
+    const auto left = duration_cast<milliseconds>(lease_deadline_ - now);
+    return std::clamp(left / 4, kMinRenewRetry, kMaxRenewRetry);
+  }
+  const int shift = std::min(failures_ - 1, 16);
+  const milliseconds backoff = std::min<milliseconds>(options_.ttl, kFirstErrorRetry * (1LL << shift));
+  return backoff + milliseconds(random_->Uniform(0, 100));
+}
+
+void ServiceCore::OnLeaseDeadline(Generation gen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
+  deadline_timer_ = 0;
+  if (!state_.after.is_owner(contender_id_) || clock_->Now() < lease_deadline_) return;
+  SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': lease lost (no successful renewal before its "
+                             << "deadline); revoking locally");
+  ApplyLocked(MutexOwner::None());
+  if (in_flight_) {
+    rerun_ = true;
+  } else {
+    ScheduleAttemptLocked(milliseconds(0));
+  }
+}
+
+void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
+  if (mode_ == Mode::kContend) {
+    // Only a release is news to a contender; the owner itself ignores it.
+    if (event.kind != MutexEvent::Kind::kReleased || IsOwnerLocked(clock_->Now())) return;
+  }
+  if (in_flight_) {
+    rerun_ = true;
+  } else {
+    ScheduleAttemptLocked(milliseconds(0));
+  }
+}
+
+void ServiceCore::ApplyLocked(const MutexOwner& owner) {
+  MutexState state{state_.after, owner};
+  state_ = state;
+  if (mode_ == Mode::kContend && !owner.is_owner(contender_id_)) {
+    runtime_->Cancel(deadline_timer_);
+    deadline_timer_ = 0;
+  }
+  // Callbacks run on the strand: in order, one at a time, outside our lock.
+  strand_->Post([retriever = retriever_, state] { retriever->on_owner(state); });
+}
+
+}  // namespace simba::internal

@@ -1,0 +1,121 @@
+// The threads a factory owns and shares among all of its services, so that
+// threads do not grow with mutexes:
+//   * one timer thread, waiting on the injected Clock, that runs short tasks
+//     (decide, then hand work off) when they fall due;
+//   * an I/O pool that runs store calls (which may block up to their deadline);
+//   * a callback pool on which Strands run user callbacks, one at a time per
+//     service, in order.
+// Nothing here runs a task while holding one of its own locks.
+#ifndef SIMBA_CORE_RUNTIME_H_
+#define SIMBA_CORE_RUNTIME_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "simba/clock.h"
+
+namespace simba::internal {
+
+using Task = std::function<void()>;
+
+// A fixed set of threads draining one FIFO queue.
+class ThreadPool {
+ public:
+  ThreadPool(std::string name, int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Queues `task`; returns false (and drops it) after Shutdown().
+  bool Post(Task task);
+  // Runs what is queued, then joins the threads. Idempotent.
+  void Shutdown();
+  bool closed() const;
+
+ private:
+  void Work();
+
+  const std::string name_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool closed_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Runs posted tasks one at a time, in order, on a ThreadPool.
+class Strand : public std::enable_shared_from_this<Strand> {
+ public:
+  explicit Strand(std::shared_ptr<ThreadPool> pool);
+
+  void Post(Task task);
+  // True when called from inside a task of this strand.
+  bool RunningInThisThread() const;
+  // Blocks until every task posted so far has run (returns at once if the pool
+  // is closed). Must not be called from inside a task of this strand.
+  void Drain();
+
+ private:
+  void Run();
+
+  std::shared_ptr<ThreadPool> pool_;
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::deque<Task> queue_;
+  bool scheduled_ = false;
+  std::thread::id running_thread_;
+};
+
+class Runtime {
+ public:
+  using TimerId = std::uint64_t;
+
+  Runtime(std::shared_ptr<Clock> clock, int io_threads, int callback_threads);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  const std::shared_ptr<Clock>& clock() const { return clock_; }
+
+  // Runs `task` on the timer thread once clock()->Now() >= when. Returns 0
+  // (and drops the task) after Shutdown().
+  TimerId ScheduleAt(Clock::TimePoint when, Task task);
+  // Forgets a timer that has not run yet; a no-op otherwise.
+  void Cancel(TimerId id);
+
+  bool PostIo(Task task) { return io_->Post(std::move(task)); }
+  std::shared_ptr<Strand> MakeStrand() { return std::make_shared<Strand>(callbacks_); }
+
+  // Stops the timer thread (pending timers are dropped), then drains and joins
+  // the pools. Idempotent.
+  void Shutdown();
+  bool closed() const;
+
+ private:
+  void TimerLoop();
+
+  const std::shared_ptr<Clock> clock_;
+  std::shared_ptr<ThreadPool> io_;
+  std::shared_ptr<ThreadPool> callbacks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool closed_ = false;
+  TimerId next_id_ = 1;
+  std::map<std::pair<Clock::TimePoint, TimerId>, Task> timers_;
+  std::unordered_map<TimerId, Clock::TimePoint> due_;
+  std::thread timer_thread_;
+};
+
+}  // namespace simba::internal
+
+#endif  // SIMBA_CORE_RUNTIME_H_

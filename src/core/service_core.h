@@ -1,0 +1,141 @@
+// The contend/retrieval loop, once for every backend: Simba's lifecycle and
+// notification rules plus the lease deadline, renewal retries and push
+// wake-ups. The public service classes are thin handles over a ServiceCore,
+// which timer and I/O tasks reach through weak pointers so a late task
+// never touches a destroyed service.
+#ifndef SIMBA_CORE_SERVICE_CORE_H_
+#define SIMBA_CORE_SERVICE_CORE_H_
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/runtime.h"
+#include "simba/backend.h"
+#include "simba/contend_period.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+
+namespace simba::internal {
+
+// Internal observation points (used by Locker and by tests).
+struct ServiceHooks {
+  // After each contend/read attempt has been decided and applied, on the I/O
+  // thread, outside every lock. `status` is the store call's outcome.
+  std::function<void(const Status& status)> attempt_done;
+};
+
+class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
+ public:
+  enum class Mode { kContend, kRetrieve };
+
+  ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
+              std::shared_ptr<MutexContender> contender, ContendOptions options,
+              std::chrono::milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
+              std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
+              ServiceHooks hooks);
+
+  Status Start();
+  Status Stop();
+
+  ServiceStatus status() const;
+  const std::string& mutex() const { return mutex_; }
+  const std::string& contender_id() const { return contender_id_; }
+  MutexState mutex_state() const;
+  bool has_owner() const;
+  bool is_owner() const;
+  bool is_in_ttl() const;
+  std::uint64_t fencing_token() const;
+  std::optional<Clock::TimePoint> lease_deadline() const;
+
+ private:
+  using Generation = std::uint64_t;
+
+  void ScheduleAttemptLocked(std::chrono::milliseconds delay);
+  void OnAttemptTimer(Generation gen);
+  void RunAttempt(Generation gen);
+  void OnLeaseDeadline(Generation gen);
+  void OnEvent(Generation gen, const MutexEvent& event);
+  // Records `owner` as the new "after" state and queues the callback.
+  void ApplyLocked(const MutexOwner& owner);
+  bool IsOwnerLocked(Clock::TimePoint now) const;
+  StoreTime EstimatedStoreNowLocked(Clock::TimePoint now) const;
+  std::chrono::milliseconds FailureDelayLocked(Clock::TimePoint now);
+  Deadline StoreDeadline() const;
+
+  const Mode mode_;
+  const std::shared_ptr<MutexRetriever> retriever_;
+  const std::shared_ptr<MutexContender> contender_;  // null in kRetrieve mode
+  const std::string mutex_;
+  const std::string contender_id_;  // empty in kRetrieve mode
+  const ContendOptions options_;
+  const std::chrono::milliseconds poll_interval_;
+  const std::shared_ptr<Runtime> runtime_;
+  const std::shared_ptr<Clock> clock_;
+  const std::shared_ptr<Backend> backend_;
+  const std::shared_ptr<Random> random_;
+  const ContendPeriod period_;
+  const std::shared_ptr<Strand> strand_;
+  const ServiceHooks hooks_;
+
+  mutable std::mutex mu_;
+  ServiceStatus status_ = ServiceStatus::kInitial;
+  // Bumped by every start() and stop(): a result carrying an older value
+  // belongs to a finished lifecycle and is dropped.
+  Generation generation_ = 0;
+  MutexState state_;
+  // Local end of our lease (meaningful while state_.after is us).
+  Clock::TimePoint lease_deadline_{};
+  // The store's time at our last reply and when we received it, to estimate
+  // store time without comparing clocks.
+  StoreTime anchor_store_{0};
+  Clock::TimePoint anchor_local_{};
+  Runtime::TimerId attempt_timer_ = 0;
+  Runtime::TimerId deadline_timer_ = 0;
+  // One store call at a time per service; a wake-up that arrives meanwhile
+  // makes the next attempt immediate instead of starting a second one.
+  bool in_flight_ = false;
+  bool rerun_ = false;
+  int failures_ = 0;
+  std::unique_ptr<Subscription> subscription_;
+};
+
+// The factory's state, shared with Locker and Scheduler.
+class FactoryImpl final : public MutexContendServiceFactory {
+ public:
+  FactoryImpl(std::shared_ptr<Backend> backend, FactoryOptions options);
+  ~FactoryImpl() override;
+
+  Result<std::unique_ptr<MutexContendService>> create_contend_service(
+      std::shared_ptr<MutexContender> contender) override;
+  Result<std::unique_ptr<MutexContendService>> create_contend_service(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options) override;
+  Result<std::unique_ptr<MutexRetrievalService>> create_retrieval_service(
+      std::shared_ptr<MutexRetriever> retriever) override;
+  const std::shared_ptr<Backend>& backend() const override { return backend_; }
+  const std::shared_ptr<Clock>& clock() const override { return options_.clock; }
+  const ContendOptions& contend_options() const override { return options_.contend; }
+
+  // create_contend_service with internal hooks.
+  Result<std::unique_ptr<MutexContendService>> CreateContendService(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options,
+      ServiceHooks hooks);
+
+  static FactoryImpl* From(MutexContendServiceFactory& factory);
+
+ private:
+  void Track(const std::shared_ptr<ServiceCore>& core);
+
+  const std::shared_ptr<Backend> backend_;
+  FactoryOptions options_;
+  std::shared_ptr<Runtime> runtime_;
+  std::mutex mu_;
+  std::vector<std::weak_ptr<ServiceCore>> services_;
+};
+
+}  // namespace simba::internal
+
+#endif  // SIMBA_CORE_SERVICE_CORE_H_

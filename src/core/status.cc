@@ -1,0 +1,78 @@
+#include "simba/status.h"
+
+#include <cstdio>
+
+namespace simba {
+
+std::string_view StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk: return "OK";
+    case StatusCode::kCancelled: return "CANCELLED";
+    case StatusCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
+    case StatusCode::kNotFound: return "NOT_FOUND";
+    case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
+    case StatusCode::kAborted: return "ABORTED";
+    case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
+    case StatusCode::kInternal: return "INTERNAL";
+    case StatusCode::kUnavailable: return "UNAVAILABLE";
+  }
+  return "UNKNOWN";
+}
+
+Status::Status(StatusCode code, std::string message)
+    : code_(code), message_(code == StatusCode::kOk ? std::string() : std::move(message)) {}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  std::string out(StatusCodeName(code_));
+  out += ": ";
+  out += message_;
+  return out;
+}
+
+Status Status::WithContext(std::string_view context) const {
+  if (ok()) return *this;
+  std::string message(context);
+  message += ": ";
+  message += message_;
+  return Status(code_, std::move(message));
+}
+
+std::ostream& operator<<(std::ostream& os, const Status& status) {
+  return os << status.ToString();
+}
+
+Status CancelledError(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
+Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+Status DeadlineExceededError(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
+Status PermissionDeniedError(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
+Status FailedPreconditionError(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
+Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
+Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+
+bool IsRetryable(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kDeadlineExceeded:
+    case StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace internal {
+void DieBecauseOfStatus(const Status& status, const char* what) {
+  std::fprintf(stderr, "simba: %s called on an error: %s\n", what, status.ToString().c_str());
+  std::abort();
+}
+}  // namespace internal
+
+}  // namespace simba

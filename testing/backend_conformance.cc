@@ -1,0 +1,600 @@
+// The conformance suite's cases. See backend_conformance.h.
+#include "testing/backend_conformance.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "simba/locker.h"
+#include "simba/registry.h"
+#include "simba/scheduler.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_util.h"
+
+#ifndef SIMBA_TAKER_PATH
+#error "SIMBA_TAKER_PATH must name the simba-test-taker binary"
+#endif
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+std::string UniqueSuffix() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->name()) + "-" + std::to_string(getpid());
+  std::replace(name.begin(), name.end(), '/', '-');
+  return name;
+}
+
+class Fixture {
+ public:
+  explicit Fixture(const BackendTarget& target) : target_(target), uri_(target.uri(UniqueSuffix())) {}
+
+  const std::string& uri() const { return uri_; }
+  const ContendOptions& options() const { return target_.options; }
+
+  std::unique_ptr<MutexContendServiceFactory> Factory() {
+    FactoryOptions options;
+    options.contend = target_.options;
+    auto factory = MutexContendServiceFactory::open(uri_, options);
+    EXPECT_THAT(factory, IsOk()) << uri_;
+    return factory.ok() ? std::move(factory).value() : nullptr;
+  }
+
+  // A factory whose store calls go through a FaultInjectingBackend.
+  std::unique_ptr<MutexContendServiceFactory> FaultyFactory(
+      std::shared_ptr<FaultInjectingBackend>* faults, ContendOptions contend) {
+    auto backend = OpenBackend(uri_);
+    EXPECT_THAT(backend, IsOk()) << uri_;
+    if (!backend.ok()) return nullptr;
+    *faults = std::make_shared<FaultInjectingBackend>(*backend);
+    FactoryOptions options;
+    options.contend = contend;
+    auto factory = MutexContendServiceFactory::create(*faults, options);
+    EXPECT_THAT(factory, IsOk());
+    return factory.ok() ? std::move(factory).value() : nullptr;
+  }
+
+  // The longest a waiting contender needs to notice that a lease ended by
+  // expiry: the hard lease (ttl + transition) plus the largest jitter, with
+  // 2 s of slack for a loaded machine.
+  milliseconds ExpiryBound() const {
+    return options().ttl + options().transition + milliseconds(1000) + seconds(2);
+  }
+
+ private:
+  BackendTarget target_;
+  std::string uri_;
+};
+
+// Records callbacks of one contender into latches.
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); });
+  }
+};
+
+// ---- JVM Simba's five TCK cases ---------------------------------------------
+
+TEST_P(Conformance, Start) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Recorder rec;
+  auto service = factory->create_contend_service(rec.Contender("start")).value();
+  EXPECT_EQ(service->status(), ServiceStatus::kInitial);
+  SIMBA_ASSERT_OK(service->start());
+  EXPECT_TRUE(service->running());
+  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  EXPECT_TRUE(service->is_owner());
+  EXPECT_GT(service->fencing_token(), 0u);
+  EXPECT_EQ(service->after_owner().owner_id, service->contender_id());
+  SIMBA_ASSERT_OK(service->stop());
+  ASSERT_TRUE(rec.released.Wait(seconds(10)));
+  EXPECT_FALSE(service->is_owner());
+  EXPECT_EQ(service->status(), ServiceStatus::kInitial);
+}
+
+TEST_P(Conformance, Restart) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Latch acquired[2], released[2];
+  std::atomic<int> round{0};
+  auto contender = MakeContender(
+      "restart", [&](const MutexState&) { acquired[round.load()].Set(); },
+      [&](const MutexState&) { released[round.load()].Set(); });
+  auto service = factory->create_contend_service(contender).value();
+  for (int r = 0; r < 2; ++r) {
+    round = r;
+    SIMBA_ASSERT_OK(service->start());
+    ASSERT_TRUE(acquired[r].Wait(seconds(10))) << "round " << r;
+    EXPECT_TRUE(service->is_owner());
+    SIMBA_ASSERT_OK(service->stop());
+    ASSERT_TRUE(released[r].Wait(seconds(10))) << "round " << r;
+    EXPECT_FALSE(service->is_owner());
+  }
+  // Misuse is rejected, not ignored.
+  EXPECT_THAT(service->stop(), StatusIs(StatusCode::kFailedPrecondition));
+  SIMBA_ASSERT_OK(service->start());
+  EXPECT_THAT(service->start(), StatusIs(StatusCode::kFailedPrecondition));
+  SIMBA_ASSERT_OK(service->stop());
+}
+
+TEST_P(Conformance, Guard) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Recorder rec;
+  auto service = factory->create_contend_service(rec.Contender("guard")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  const std::uint64_t token = service->fencing_token();
+  // Longer than ttl (2 s): only renewals keep the lease.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_EQ(service->after_owner().owner_id, service->contender_id());
+  EXPECT_TRUE(service->is_owner());
+  EXPECT_EQ(service->fencing_token(), token) << "a renewal must keep the token";
+  EXPECT_FALSE(rec.released.IsSet());
+  SIMBA_ASSERT_OK(service->stop());
+  ASSERT_TRUE(rec.released.Wait(seconds(10)));
+  EXPECT_FALSE(service->is_owner());
+}
+
+TEST_P(Conformance, MultiContend) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  std::mutex mu;
+  std::string owner;
+  int counter = 0;
+  std::vector<std::string> violations;
+  std::vector<std::unique_ptr<MutexContendService>> services;
+  for (int i = 0; i < 10; ++i) {
+    auto c = MakeContender(
+        "multiContend",
+        [&](const MutexState& s) {
+          std::lock_guard<std::mutex> lock(mu);
+          owner = s.after.owner_id;
+          if (++counter != 1) violations.push_back("acquire by " + owner + " made counter " + std::to_string(counter));
+        },
+        [&](const MutexState& s) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (--counter != 0) violations.push_back("release by " + s.before.owner_id + " made counter " + std::to_string(counter));
+        });
+    services.push_back(factory->create_contend_service(c).value());
+    SIMBA_ASSERT_OK(services.back()->start());
+  }
+  std::this_thread::sleep_for(seconds(30));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_THAT(violations, ::testing::IsEmpty());
+    EXPECT_EQ(counter, 1);
+    int owners = 0;
+    for (const auto& s : services) {
+      const std::string seen = s->after_owner().owner_id;
+      if (!seen.empty()) EXPECT_EQ(seen, owner) << "a contender's view names another owner";
+      if (s->contender_id() == owner) ++owners;
+      if (s->is_owner()) EXPECT_EQ(s->contender_id(), owner);
+    }
+    EXPECT_EQ(owners, 1);
+  }
+  for (auto it = services.rbegin(); it != services.rend(); ++it) SIMBA_EXPECT_OK((*it)->stop());
+}
+
+TEST_P(Conformance, Schedule) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Latch ran;
+  std::atomic<std::uint64_t> token{0};
+  auto scheduler = Scheduler::create(*factory, "schedule",
+                                     ScheduleConfig::FixedDelay(milliseconds(0), seconds(1)),
+                                     [&](const WorkContext& ctx) {
+                                       token = ctx.fencing_token;
+                                       ran.Set();
+                                     })
+                       .value();
+  EXPECT_FALSE(scheduler->running());
+  SIMBA_ASSERT_OK(scheduler->start());
+  EXPECT_TRUE(scheduler->running());
+  EXPECT_TRUE(ran.Wait(seconds(5)));
+  EXPECT_GT(token.load(), 0u);
+  SIMBA_ASSERT_OK(scheduler->stop());
+  EXPECT_FALSE(scheduler->running());
+}
+
+// ---- fencing and hand-off ---------------------------------------------------
+
+TEST_P(Conformance, FencingTokensIncreaseAcrossHandovers) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  std::uint64_t previous = 0;
+  for (int i = 0; i < 5; ++i) {
+    Recorder rec;
+    auto service = factory->create_contend_service(rec.Contender("fencing")).value();
+    SIMBA_ASSERT_OK(service->start());
+    ASSERT_TRUE(rec.acquired.Wait(seconds(10))) << "handover " << i;
+    const std::uint64_t token = service->fencing_token();
+    EXPECT_GT(token, previous) << "handover " << i;
+    EXPECT_EQ(token, rec.token.load());
+    previous = token;
+    SIMBA_ASSERT_OK(service->stop());
+  }
+}
+
+TEST_P(Conformance, WaiterTakesOverAfterStop) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Recorder a, b;
+  auto sa = factory->create_contend_service(a.Contender("handover")).value();
+  auto sb = factory->create_contend_service(b.Contender("handover")).value();
+  SIMBA_ASSERT_OK(sa->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(sb->start());
+  // B has contended at least once and knows A holds the mutex.
+  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); },
+                         seconds(10)));
+  const auto stopped = std::chrono::steady_clock::now();
+  SIMBA_ASSERT_OK(sa->stop());
+  const bool push = factory->backend()->capabilities().push_release;
+  // Push stores wake the waiter at once; polling stores within one contend
+  // period of the waiter (the hard lease plus jitter).
+  const milliseconds bound = push ? seconds(1) : fx.ExpiryBound();
+  ASSERT_TRUE(b.acquired.Wait(bound)) << (push ? "push" : "polling") << " hand-off too slow";
+  const auto took = std::chrono::steady_clock::now() - stopped;
+  EXPECT_GT(b.token.load(), a.token.load());
+  EXPECT_TRUE(sb->is_owner());
+  RecordProperty("handoff_ms", std::to_string(std::chrono::duration_cast<milliseconds>(took).count()));
+  SIMBA_ASSERT_OK(sb->stop());
+}
+
+TEST_P(Conformance, RetrieverObservesOwnerWithoutContending) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Recorder a;
+  std::mutex mu;
+  std::vector<MutexState> seen;
+  auto retriever = MakeRetriever("observed", [&](const MutexState& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back(s);
+  });
+  auto observer = factory->create_retrieval_service(retriever).value();
+  auto owner = factory->create_contend_service(a.Contender("observed")).value();
+  SIMBA_ASSERT_OK(owner->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(observer->start());
+  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id == owner->contender_id(); },
+                         seconds(5)));
+  EXPECT_TRUE(observer->has_owner());
+  EXPECT_EQ(observer->after_owner().fencing_token, owner->fencing_token());
+  SIMBA_ASSERT_OK(owner->stop());
+  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
+  EXPECT_FALSE(observer->has_owner());
+  SIMBA_ASSERT_OK(observer->stop());
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(seen.empty());
+}
+
+// ---- losing a lease ---------------------------------------------------------
+
+TEST_P(Conformance, OwnerWhoseRenewalsFailIsReleasedBeforeAnotherAcquires) {
+  Fixture fx(GetParam());
+  std::shared_ptr<FaultInjectingBackend> faults;
+  auto faulty = fx.FaultyFactory(&faults, fx.options());
+  auto healthy = fx.Factory();
+  ASSERT_TRUE(faulty && healthy);
+  std::mutex mu;
+  std::vector<std::string> events;
+  std::atomic<bool> a_owned_when_b_acquired{false};
+  MutexContendService* a_service = nullptr;
+  auto a = MakeContender(
+      "failing-renewal",
+      [&](const MutexState&) {
+        std::lock_guard<std::mutex> lock(mu);
+        events.push_back("A acquired");
+      },
+      [&](const MutexState&) {
+        std::lock_guard<std::mutex> lock(mu);
+        events.push_back("A released");
+      });
+  Latch b_acquired;
+  auto b = MakeContender(
+      "failing-renewal",
+      [&](const MutexState&) {
+        if (a_service->is_owner()) a_owned_when_b_acquired = true;
+        std::lock_guard<std::mutex> lock(mu);
+        events.push_back("B acquired");
+        b_acquired.Set();
+      },
+      nullptr);
+  auto sa = faulty->create_contend_service(a).value();
+  a_service = sa.get();
+  auto sb = healthy->create_contend_service(b).value();
+  SIMBA_ASSERT_OK(sa->start());
+  ASSERT_TRUE(Eventually([&] { return sa->is_owner(); }, seconds(10)));
+  const std::uint64_t a_token = sa->fencing_token();
+  SIMBA_ASSERT_OK(sb->start());
+  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); },
+                         seconds(10)));
+  faults->set_mode(FaultInjectingBackend::Mode::kFail);
+  ASSERT_TRUE(b_acquired.Wait(fx.ExpiryBound()));
+  EXPECT_FALSE(a_owned_when_b_acquired.load()) << "A still believed it owned the mutex";
+  EXPECT_FALSE(sa->is_owner());
+  EXPECT_GT(sb->fencing_token(), a_token);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_THAT(events, ::testing::ElementsAre("A acquired", "A released", "B acquired"));
+  }
+  faults->set_mode(FaultInjectingBackend::Mode::kPass);
+  SIMBA_EXPECT_OK(sb->stop());
+  SIMBA_EXPECT_OK(sa->stop());
+}
+
+TEST_P(Conformance, HangingRenewalIsRevokedAtTheLeaseDeadline) {
+  Fixture fx(GetParam());
+  ContendOptions contend = fx.options();
+  // Store calls may hang far longer than the lease.
+  contend.operation_timeout = seconds(60);
+  std::shared_ptr<FaultInjectingBackend> faults;
+  auto factory = fx.FaultyFactory(&faults, contend);
+  ASSERT_TRUE(factory);
+  Recorder rec;
+  auto service = factory->create_contend_service(rec.Contender("hanging-renewal")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  const auto deadline = service->lease_deadline();
+  ASSERT_TRUE(deadline.has_value());
+  faults->set_mode(FaultInjectingBackend::Mode::kHang);
+  // The renewal at ttl hangs; the lease deadline (at most ttl + transition
+  // after the last renewal was sent) revokes ownership regardless.
+  ASSERT_TRUE(rec.released.Wait(contend.ttl + contend.transition + seconds(1)));
+  EXPECT_FALSE(service->is_owner());
+  EXPECT_EQ(service->fencing_token(), 0u);
+  faults->set_mode(FaultInjectingBackend::Mode::kPass);
+  SIMBA_EXPECT_OK(service->stop());
+}
+
+// ---- Locker ------------------------------------------------------------------
+
+TEST_P(Conformance, LockerExcludesTimesOutAndHandsOver) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  auto first = Locker::create(*factory, "locker").value();
+  auto second = Locker::create(*factory, "locker").value();
+  SIMBA_ASSERT_OK(first->acquire(seconds(10)));
+  EXPECT_TRUE(first->is_held());
+  const std::uint64_t first_token = first->fencing_token();
+  EXPECT_GT(first_token, 0u);
+  EXPECT_THAT(first->acquire(seconds(1)), StatusIs(StatusCode::kFailedPrecondition));
+
+  auto attempt = second->try_acquire();
+  SIMBA_ASSERT_OK(attempt);
+  EXPECT_FALSE(*attempt);
+  EXPECT_THAT(second->acquire(milliseconds(300)),
+              StatusIs(StatusCode::kDeadlineExceeded, ::testing::HasSubstr("locker")));
+  EXPECT_FALSE(second->is_held());
+
+  SIMBA_ASSERT_OK(first->release());
+  SIMBA_ASSERT_OK(first->release());  // idempotent
+  EXPECT_FALSE(first->is_held());
+  SIMBA_ASSERT_OK(second->acquire(seconds(10)));
+  EXPECT_TRUE(second->is_held());
+  EXPECT_GT(second->fencing_token(), first_token);
+}
+
+TEST_P(Conformance, LockerTellsItsHolderWhenTheLeaseIsLost) {
+  Fixture fx(GetParam());
+  std::shared_ptr<FaultInjectingBackend> faults;
+  auto factory = fx.FaultyFactory(&faults, fx.options());
+  ASSERT_TRUE(factory);
+  Latch lost;
+  LockerOptions options;
+  options.on_lost = [&] { lost.Set(); };
+  auto locker = Locker::create(*factory, "locker-lost", options).value();
+  SIMBA_ASSERT_OK(locker->acquire(seconds(10)));
+  std::stop_token token = locker->lost_token();
+  EXPECT_FALSE(token.stop_requested());
+  faults->set_mode(FaultInjectingBackend::Mode::kFail);
+  ASSERT_TRUE(lost.Wait(fx.options().ttl + fx.options().transition + seconds(1)));
+  EXPECT_TRUE(token.stop_requested());
+  EXPECT_FALSE(locker->is_held());
+  EXPECT_EQ(locker->fencing_token(), 0u);
+  faults->set_mode(FaultInjectingBackend::Mode::kPass);
+  SIMBA_EXPECT_OK(locker->release());
+}
+
+// ---- bad input -----------------------------------------------------------------
+
+TEST_P(Conformance, BadNamesAndOptionsAreClearErrors) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const std::size_t max = factory->backend()->capabilities().max_mutex_length;
+  auto with_mutex = [&](const std::string& mutex) {
+    return factory->create_contend_service(MakeContender(mutex, nullptr, nullptr)).status();
+  };
+  EXPECT_THAT(with_mutex(""), StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
+  EXPECT_THAT(with_mutex(std::string(max + 1, 'm')),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
+  SIMBA_EXPECT_OK(with_mutex(std::string(max, 'm')));
+  EXPECT_THAT(with_mutex("line\nbreak"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(with_mutex(std::string("nul\0byte", 8)), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(with_mutex("\xff\xfe"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(factory->create_contend_service(MakeContender("ok", nullptr, nullptr, "")).status(),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("contender_id")));
+  EXPECT_THAT(factory->create_contend_service(nullptr).status(),
+              StatusIs(StatusCode::kInvalidArgument));
+
+  auto with_options = [&](auto mutate) {
+    ContendOptions options = fx.options();
+    mutate(options);
+    return factory->create_contend_service(MakeContender("ok", nullptr, nullptr), options).status();
+  };
+  EXPECT_THAT(with_options([](ContendOptions& o) { o.ttl = milliseconds(0); }),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("ttl")));
+  EXPECT_THAT(with_options([](ContendOptions& o) { o.ttl = milliseconds(-5); }),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("ttl")));
+  EXPECT_THAT(with_options([](ContendOptions& o) { o.transition = milliseconds(-1); }),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("transition")));
+  EXPECT_THAT(with_options([](ContendOptions& o) { o.operation_timeout = milliseconds(0); }),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("operation_timeout")));
+  SIMBA_EXPECT_OK(with_options([](ContendOptions& o) { o.transition = milliseconds(0); }));
+
+  EXPECT_THAT(Locker::create(*factory, "").status(), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(Scheduler::create(*factory, "s", ScheduleConfig::FixedRate(milliseconds(0), milliseconds(0)),
+                                [](const WorkContext&) {})
+                  .status(),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("period")));
+}
+
+TEST_P(Conformance, BadUrisAreClearErrorsWithoutHanging) {
+  const BackendTarget& target = GetParam();
+  std::vector<BadUri> cases = target.bad_uris;
+  cases.push_back({"", StatusCode::kInvalidArgument});
+  cases.push_back({"no scheme here", StatusCode::kInvalidArgument});
+  cases.push_back({"nosuchstore://x", StatusCode::kUnimplemented});
+  for (const auto& c : cases) {
+    const auto started = std::chrono::steady_clock::now();
+    auto factory = MutexContendServiceFactory::open(c.uri);
+    EXPECT_THAT(factory, StatusIs(c.expected)) << c.uri;
+    EXPECT_FALSE(factory.status().message().empty()) << c.uri;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, Scaled(seconds(10))) << c.uri;
+  }
+  auto unknown = MutexContendServiceFactory::open("nosuchstore://x");
+  EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr(target.name));
+}
+
+// ---- scale -----------------------------------------------------------------------
+
+TEST_P(Conformance, ThousandServicesShareAFewThreads) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  constexpr int kServices = 1000;
+  std::atomic<int> releases{0};
+  std::vector<std::unique_ptr<MutexContendService>> services;
+  services.reserve(kServices);
+  for (int i = 0; i < kServices; ++i) {
+    auto c = MakeContender("threads-" + std::to_string(i), nullptr,
+                           [&](const MutexState&) { ++releases; });
+    services.push_back(factory->create_contend_service(c).value());
+    SIMBA_ASSERT_OK(services.back()->start());
+  }
+  auto all_owned = [&] {
+    return std::all_of(services.begin(), services.end(),
+                       [](const auto& s) { return s->is_owner(); });
+  };
+  ASSERT_TRUE(Eventually(all_owned, seconds(30)));
+  const int threads = CountThreads();
+  EXPECT_LT(threads, 16) << "threads must not grow with mutexes";
+  RecordProperty("threads", std::to_string(threads));
+  // Two full leases: every service renews at least twice.
+  std::this_thread::sleep_for(2 * (fx.options().ttl + fx.options().transition));
+  EXPECT_TRUE(all_owned());
+  EXPECT_EQ(releases.load(), 0) << "a lease was lost while the store was healthy";
+  EXPECT_LT(CountThreads(), 16);
+  for (auto& s : services) SIMBA_EXPECT_OK(s->stop());
+}
+
+// ---- other processes -----------------------------------------------------------
+
+std::vector<std::string> TakerArgs(const Fixture& fx, const std::string& mutex) {
+  return {SIMBA_TAKER_PATH,
+          "--store", fx.uri(),
+          "--mutex", mutex,
+          "--ttl-ms", std::to_string(fx.options().ttl.count()),
+          "--transition-ms", std::to_string(fx.options().transition.count())};
+}
+
+TEST_P(CrossProcessConformance, KilledOwnerIsReplacedWithinTheLease) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Subprocess taker(TakerArgs(fx, "killed-owner"));
+  ASSERT_TRUE(taker.started());
+  auto acquired = taker.WaitForLine("ACQUIRED", seconds(20));
+  ASSERT_TRUE(acquired.has_value()) << "the other process never acquired the mutex";
+  const std::uint64_t taker_token = std::stoull(acquired->substr(9));
+  Recorder rec;
+  auto service = factory->create_contend_service(rec.Contender("killed-owner")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(Eventually([&] { return !service->after_owner().owner_id.empty(); }, seconds(10)));
+  EXPECT_FALSE(rec.acquired.IsSet()) << "acquired while the other process held the mutex";
+  const auto killed = std::chrono::steady_clock::now();
+  taker.Signal(SIGKILL);
+  taker.Wait();
+  // ttl + transition + 2 s (jitter included).
+  ASSERT_TRUE(rec.acquired.Wait(fx.options().ttl + fx.options().transition + seconds(2)));
+  EXPECT_GT(rec.token.load(), taker_token);
+  RecordProperty("failover_ms", std::to_string(std::chrono::duration_cast<milliseconds>(
+                                                   std::chrono::steady_clock::now() - killed)
+                                                   .count()));
+  SIMBA_EXPECT_OK(service->stop());
+}
+
+TEST_P(CrossProcessConformance, PausedOwnerLearnsItLostTheLease) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  Subprocess taker(TakerArgs(fx, "paused-owner"));
+  ASSERT_TRUE(taker.started());
+  auto acquired = taker.WaitForLine("ACQUIRED", seconds(20));
+  ASSERT_TRUE(acquired.has_value());
+  const std::uint64_t taker_token = std::stoull(acquired->substr(9));
+  Recorder rec;
+  auto service = factory->create_contend_service(rec.Contender("paused-owner")).value();
+  SIMBA_ASSERT_OK(service->start());
+  // The classic GC pause: longer than the whole lease.
+  taker.Signal(SIGSTOP);
+  ASSERT_TRUE(rec.acquired.Wait(fx.options().ttl + fx.options().transition + seconds(2)));
+  EXPECT_GT(rec.token.load(), taker_token);
+  taker.Signal(SIGCONT);
+  std::vector<std::string> lines;
+  auto released = taker.WaitForLine("RELEASED", seconds(3), &lines);
+  EXPECT_TRUE(released.has_value()) << "the paused owner was not told it lost the lease";
+  // Let the taker sample is_owner() for a while after it resumed.
+  std::this_thread::sleep_for(milliseconds(500));
+  taker.Signal(SIGTERM);
+  while (auto line = taker.ReadLine(seconds(5))) lines.push_back(*line);
+  taker.Wait();
+  for (const auto& line : lines) {
+    EXPECT_EQ(line.rfind("VIOLATION", 0), std::string::npos) << line;
+    EXPECT_EQ(line.rfind("ACQUIRED", 0), std::string::npos)
+        << "the paused owner re-acquired while another held the mutex: " << line;
+  }
+  EXPECT_TRUE(service->is_owner());
+  SIMBA_EXPECT_OK(service->stop());
+}
+
+}  // namespace
+
+std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info) {
+  return info.param.name;
+}
+
+}  // namespace simba::testing
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CrossProcessConformance);

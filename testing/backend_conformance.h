@@ -1,0 +1,56 @@
+// The conformance suite (TCK): one set of behaviours every backend must show,
+// written once and instantiated per backend with one line:
+//
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, Conformance, ::testing::Values(SqliteTarget()),
+//                            simba::testing::TargetName);
+//
+// and, for stores that several processes can share:
+//
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, CrossProcessConformance, ...);
+//
+// It holds JVM Simba's five TCK cases with Simba's mutex names and timings
+// (start, restart, guard, multiContend, schedule) plus fencing, hand-off,
+// lease-loss, bad-input and scale cases. Every wait has a timeout, so a broken
+// backend fails instead of hanging.
+#ifndef SIMBA_TESTING_BACKEND_CONFORMANCE_H_
+#define SIMBA_TESTING_BACKEND_CONFORMANCE_H_
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "simba/contend_service.h"
+#include "simba/status.h"
+
+namespace simba::testing {
+
+struct BadUri {
+  std::string uri;
+  StatusCode expected;
+};
+
+// What a backend supplies to the suite.
+struct BackendTarget {
+  // ctest label and test name part: "memory", "sqlite", ...
+  std::string name;
+  // A URI for the store used by one test. `unique` differs per test, so a
+  // backend may give each test its own namespace; all calls with the same
+  // `unique` must reach the same store (also from another process).
+  std::function<std::string(const std::string& unique)> uri;
+  // URIs that must fail to open, with the code they must fail with.
+  std::vector<BadUri> bad_uris;
+  // Lease settings for the suite (JVM Simba's TCK uses ttl 2 s with a short
+  // transition).
+  ContendOptions options;
+};
+
+std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info);
+
+class Conformance : public ::testing::TestWithParam<BackendTarget> {};
+class CrossProcessConformance : public ::testing::TestWithParam<BackendTarget> {};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_BACKEND_CONFORMANCE_H_

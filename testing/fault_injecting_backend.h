@@ -1,0 +1,65 @@
+// A Backend decorator that injects failures, for tests (leveldb's
+// EnvWrapper idea): calls can fail with kUnavailable or hang until their
+// deadline (or until released), while everything else goes to the real store.
+#ifndef SIMBA_TESTING_FAULT_INJECTING_BACKEND_H_
+#define SIMBA_TESTING_FAULT_INJECTING_BACKEND_H_
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+#include "simba/backend.h"
+
+namespace simba::testing {
+
+class FaultInjectingBackend final : public Backend {
+ public:
+  enum class Mode {
+    kPass,  // forward every call
+    kFail,  // every call returns kUnavailable at once
+    kHang,  // every call blocks until its deadline (then kDeadlineExceeded)
+            // or until the mode changes (then it is forwarded)
+  };
+
+  explicit FaultInjectingBackend(std::shared_ptr<Backend> target);
+
+  void set_mode(Mode mode);
+  Mode mode() const;
+  // Calls made so far, by kind.
+  int acquire_calls() const { return acquire_calls_.load(); }
+  int release_calls() const { return release_calls_.load(); }
+
+  std::string_view scheme() const override { return target_->scheme(); }
+  const Capabilities& capabilities() const override { return target_->capabilities(); }
+  Status validate_mutex(std::string_view mutex) const override {
+    return target_->validate_mutex(mutex);
+  }
+  Status validate_contender_id(std::string_view id) const override {
+    return target_->validate_contender_id(id);
+  }
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override;
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline deadline) override;
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override {
+    return target_->subscribe(mutex, std::move(listener));
+  }
+
+ private:
+  // OK to forward, or the injected error.
+  Status Gate(Deadline deadline);
+
+  std::shared_ptr<Backend> target_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  Mode mode_ = Mode::kPass;
+  std::atomic<int> acquire_calls_{0};
+  std::atomic<int> release_calls_{0};
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_FAULT_INJECTING_BACKEND_H_

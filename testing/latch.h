@@ -1,0 +1,40 @@
+// A one-way event for tests: Set() once, Wait(timeout) from any thread.
+#ifndef SIMBA_TESTING_LATCH_H_
+#define SIMBA_TESTING_LATCH_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+
+#include "testing/test_util.h"
+
+namespace simba::testing {
+
+class Latch {
+ public:
+  void Set() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      set_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool IsSet() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return set_;
+  }
+  // True if Set() happens within `timeout` (scaled by SIMBA_TEST_TIME_SCALE).
+  bool Wait(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, Scaled(timeout), [this] { return set_; });
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_LATCH_H_

@@ -1,0 +1,44 @@
+// gtest helpers that name the status code a test expects (there is
+// deliberately no "expect not OK": a test says which error it wants).
+#ifndef SIMBA_TESTING_STATUS_MATCHERS_H_
+#define SIMBA_TESTING_STATUS_MATCHERS_H_
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "simba/status.h"
+
+namespace simba::testing {
+
+inline const Status& GetStatus(const Status& s) { return s; }
+template <typename T>
+Status GetStatus(const Result<T>& r) {
+  return r.status();
+}
+
+MATCHER(IsOk, "is OK") {
+  const Status s = ::simba::testing::GetStatus(arg);
+  if (!s.ok()) *result_listener << "which is " << s.ToString();
+  return s.ok();
+}
+
+MATCHER_P(StatusIs, code, "has code " + std::string(::simba::StatusCodeName(code))) {
+  const Status s = ::simba::testing::GetStatus(arg);
+  *result_listener << "which is " << s.ToString();
+  return s.code() == code;
+}
+
+MATCHER_P2(StatusIs, code, message_matcher,
+           "has code " + std::string(::simba::StatusCodeName(code))) {
+  const Status s = ::simba::testing::GetStatus(arg);
+  *result_listener << "which is " << s.ToString();
+  return s.code() == code &&
+         ::testing::Matches(message_matcher)(s.message());
+}
+
+}  // namespace simba::testing
+
+#define SIMBA_EXPECT_OK(expr) EXPECT_THAT((expr), ::simba::testing::IsOk())
+#define SIMBA_ASSERT_OK(expr) ASSERT_THAT((expr), ::simba::testing::IsOk())
+
+#endif  // SIMBA_TESTING_STATUS_MATCHERS_H_

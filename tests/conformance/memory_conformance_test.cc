@@ -1,0 +1,26 @@
+// The conformance suite on the in-process store (the reference backend).
+#include "testing/backend_conformance.h"
+
+namespace simba::testing {
+namespace {
+
+BackendTarget MemoryTarget() {
+  BackendTarget target;
+  target.name = "memory";
+  target.uri = [](const std::string& unique) { return "memory://" + unique; };
+  target.bad_uris = {
+      {"memory://", StatusCode::kInvalidArgument},
+      {"memory://name:1234", StatusCode::kInvalidArgument},
+      {"memory://name/path", StatusCode::kInvalidArgument},
+      {"memory://name?unknown=1", StatusCode::kInvalidArgument},
+  };
+  // JVM Simba's Redis TCK settings: ttl 2 s, transition 1 s.
+  target.options.ttl = std::chrono::seconds(2);
+  target.options.transition = std::chrono::seconds(1);
+  return target;
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, Conformance, ::testing::Values(MemoryTarget()), TargetName);
+
+}  // namespace
+}  // namespace simba::testing

@@ -1,0 +1,53 @@
+// The conformance suite on SQLite: every test gets its own database file in a
+// directory removed at exit; the cross-process cases open the same file from
+// a second process.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testing/backend_conformance.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+TempDir& Dir() {
+  static TempDir* dir = new TempDir();
+  return *dir;
+}
+
+// Remove the directory at exit (the static above is never destroyed, so do
+// it explicitly).
+struct DirCleanup {
+  ~DirCleanup() { delete &Dir(); }
+} cleanup;
+
+BackendTarget SqliteTarget() {
+  BackendTarget target;
+  target.name = "sqlite";
+  target.uri = [](const std::string& unique) {
+    return "sqlite://" + Dir().path() + "/" + unique + ".db";
+  };
+  const std::string read_only = Dir().path() + "/read-only";
+  ::mkdir(read_only.c_str(), 0555);
+  target.bad_uris = {
+      {"sqlite://", StatusCode::kInvalidArgument},
+      {"sqlite://" + Dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound},
+      // Root ignores permission bits, but nobody can create files in /proc.
+      {"sqlite:///proc/simba-conformance.db", StatusCode::kPermissionDenied},
+      {"sqlite://" + Dir().path() + "/x.db?unknown=1", StatusCode::kInvalidArgument},
+      {"sqlite://" + Dir().path() + "/x.db?busy_timeout=fast", StatusCode::kInvalidArgument},
+  };
+  if (::geteuid() != 0) {
+    target.bad_uris.push_back({"sqlite://" + read_only + "/x.db", StatusCode::kPermissionDenied});
+  }
+  target.options.ttl = std::chrono::seconds(2);
+  target.options.transition = std::chrono::seconds(1);
+  return target;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sqlite, Conformance, ::testing::Values(SqliteTarget()), TargetName);
+INSTANTIATE_TEST_SUITE_P(Sqlite, CrossProcessConformance, ::testing::Values(SqliteTarget()),
+                         TargetName);
+
+}  // namespace
+}  // namespace simba::testing

@@ -1,0 +1,103 @@
+// simba-test-taker: a contender in a process of its own, for the
+// cross-process conformance cases (DistributedLock's "taker" idea). It
+// contends for one mutex and reports on stdout, one line per event:
+//   ACQUIRED <token>   it became the owner
+//   RELEASED           it stopped being the owner (lease lost or stop)
+//   VIOLATION <text>   is_owner() was true after the lease deadline it had
+//                      itself reported: the local lease check is broken
+// It samples is_owner() every millisecond, so a pause (SIGSTOP) that outlives
+// the lease is caught the moment the process resumes. SIGTERM/SIGINT stop it
+// cleanly.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "simba/contend_service.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+void Emit(const std::string& line) {
+  // One write per line: the parent reads lines, and stdio buffering would
+  // hold them back.
+  const std::string out = line + "\n";
+  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
+  (void)ignored;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: simba-test-taker --store URI --mutex NAME [--ttl-ms N] [--transition-ms N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string store, mutex;
+  simba::ContendOptions options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--store") {
+      store = value;
+    } else if (flag == "--mutex") {
+      mutex = value;
+    } else if (flag == "--ttl-ms") {
+      options.ttl = std::chrono::milliseconds(std::atoll(value.c_str()));
+    } else if (flag == "--transition-ms") {
+      options.transition = std::chrono::milliseconds(std::atoll(value.c_str()));
+    } else {
+      return Usage();
+    }
+  }
+  if (store.empty() || mutex.empty()) return Usage();
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  simba::FactoryOptions factory_options;
+  factory_options.contend = options;
+  auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
+  if (!factory.ok()) {
+    std::fprintf(stderr, "taker: %s\n", factory.status().ToString().c_str());
+    return 3;
+  }
+  auto contender = simba::MakeContender(
+      mutex, [](const simba::MutexState& s) { Emit("ACQUIRED " + std::to_string(s.after.fencing_token)); },
+      [](const simba::MutexState&) { Emit("RELEASED"); });
+  auto service = (*factory)->create_contend_service(contender);
+  if (!service.ok()) {
+    std::fprintf(stderr, "taker: %s\n", service.status().ToString().c_str());
+    return 3;
+  }
+  if (auto s = (*service)->start(); !s.ok()) {
+    std::fprintf(stderr, "taker: %s\n", s.ToString().c_str());
+    return 3;
+  }
+  const auto clock = (*factory)->clock();
+  while (!g_stop) {
+    // Read the deadline after the ownership check: a renewal in between can
+    // only move it later, never make a true violation look fine.
+    const auto before = clock->Now();
+    const bool owner = (*service)->is_owner();
+    const auto deadline = (*service)->lease_deadline();
+    if (owner && deadline && before >= *deadline) {
+      Emit("VIOLATION is_owner() true after the lease deadline");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  (void)(*service)->stop();
+  return 0;
+}
