@@ -39,6 +39,17 @@ function(simba_add_test)
     set(T_TIMEOUT 120)
   endif()
   gtest_discover_tests(${T_NAME}
-    PROPERTIES LABELS "${T_LABELS}" TIMEOUT ${T_TIMEOUT}
+    TEST_LIST ${T_NAME}_TESTS
+    NO_PRETTY_VALUES
+    PROPERTIES TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
+  # Labels are set by a script of our own that ctest reads after the
+  # discovered tests: gtest_discover_tests splits list-valued PROPERTIES, so
+  # "unit;sqlite" would reach ctest as the label "unit" alone.
+  set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake)
+  file(WRITE ${labels_file}
+    "if(${T_NAME}_TESTS)\n"
+    "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()

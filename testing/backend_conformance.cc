@@ -191,9 +191,13 @@ TEST_P(Conformance, MultiContend) {
     int owners = 0;
     for (const auto& s : services) {
       const std::string seen = s->after_owner().owner_id;
-      if (!seen.empty()) EXPECT_EQ(seen, owner) << "a contender's view names another owner";
+      if (!seen.empty()) {
+        EXPECT_EQ(seen, owner) << "a contender's view names another owner";
+      }
       if (s->contender_id() == owner) ++owners;
-      if (s->is_owner()) EXPECT_EQ(s->contender_id(), owner);
+      if (s->is_owner()) {
+        EXPECT_EQ(s->contender_id(), owner);
+      }
     }
     EXPECT_EQ(owners, 1);
   }

@@ -47,6 +47,7 @@ struct BackendTarget {
 };
 
 std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info);
+inline void PrintTo(const BackendTarget& target, std::ostream* os) { *os << target.name; }
 
 class Conformance : public ::testing::TestWithParam<BackendTarget> {};
 class CrossProcessConformance : public ::testing::TestWithParam<BackendTarget> {};

@@ -24,8 +24,10 @@ class FaultInjectingBackend final : public Backend {
 
   explicit FaultInjectingBackend(std::shared_ptr<Backend> target);
 
+  // Applies `mode` to every call.
   void set_mode(Mode mode);
-  Mode mode() const;
+  // Applies `mode` to acquire_or_renew only; other calls keep their mode.
+  void set_acquire_mode(Mode mode);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
@@ -50,12 +52,13 @@ class FaultInjectingBackend final : public Backend {
 
  private:
   // OK to forward, or the injected error.
-  Status Gate(Deadline deadline);
+  Status Gate(Mode FaultInjectingBackend::*which, Deadline deadline);
 
   std::shared_ptr<Backend> target_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   Mode mode_ = Mode::kPass;
+  Mode acquire_mode_ = Mode::kPass;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};
 };

@@ -8,6 +8,15 @@
 
 #include "simba/status.h"
 
+namespace simba {
+// Readable failure messages: "UNAVAILABLE: ..." instead of a byte dump.
+inline void PrintTo(const Status& status, std::ostream* os) { *os << status.ToString(); }
+template <typename T>
+void PrintTo(const Result<T>& result, std::ostream* os) {
+  *os << (result.ok() ? std::string("OK (a value)") : result.status().ToString());
+}
+}  // namespace simba
+
 namespace simba::testing {
 
 inline const Status& GetStatus(const Status& s) { return s; }

@@ -144,7 +144,8 @@ struct FactoryOptions {
 class MutexContendServiceFactory {
  public:
   // Opens the store named by `uri` through the default registry (see
-  // registry.h) and makes a factory over it. Errors: kInvalidArgument for a
+  // registry.h) and makes a factory over it. Defined in simba::simba (the
+  // library with the built-in backends). Errors: kInvalidArgument for a
   // malformed URI, kUnimplemented for a scheme not compiled in (the message
   // lists those that are), kUnavailable / kPermissionDenied when the store
   // cannot be reached or opened.

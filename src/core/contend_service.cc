@@ -266,8 +266,10 @@ void ServiceCore::RunAttempt(Generation gen) {
           }
         } else {
           ApplyLocked(owner);
-          next = period_.ensure_next_delay(owner, reply->store_now);
-          if (mode_ == Mode::kRetrieve) next = std::min(next, poll_interval_);
+          // A retriever has no lease to time: it re-reads at its poll
+          // interval (and at once when the store pushes a change).
+          next = mode_ == Mode::kRetrieve ? poll_interval_
+                                          : period_.ensure_next_delay(owner, reply->store_now);
         }
       } else {
         ++failures_;

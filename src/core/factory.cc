@@ -1,7 +1,6 @@
 #include <algorithm>
 
 #include "core/service_core.h"
-#include "simba/registry.h"
 
 namespace simba {
 
@@ -185,12 +184,6 @@ Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::
   }
   return std::unique_ptr<MutexContendServiceFactory>(
       std::make_unique<internal::FactoryImpl>(std::move(backend), std::move(options)));
-}
-
-Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::open(
-    std::string_view uri, FactoryOptions options) {
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
-  return create(std::move(backend), std::move(options));
 }
 
 }  // namespace simba

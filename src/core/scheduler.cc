@@ -43,11 +43,13 @@ struct Scheduler::State {
   }
 
   void Loop(const std::stop_token& stop, MutexContendService* service) {
-    std::unique_lock<std::mutex> lock(mu);
+    // Registered before taking `mu`: if stop was already requested, the
+    // callback runs right here and needs the lock itself.
     std::stop_callback wake(stop, [this] {
       std::lock_guard<std::mutex> guard(mu);
       cv.notify_all();
     });
+    std::unique_lock<std::mutex> lock(mu);
     while (!stop.stop_requested()) {
       if (!leading) {
         cv.wait(lock, [&] { return stop.stop_requested() || leading; });

@@ -9,6 +9,12 @@
 // The database runs in WAL mode; writers take the write lock up front
 // (BEGIN IMMEDIATE) and wait for it up to the call's deadline, so contention
 // between processes shows up as waiting, never as "database is locked".
+// A call that waited until its deadline fails with kDeadlineExceeded; one
+// whose busy_timeout ran out first fails with kUnavailable. Readers (read,
+// list) never wait for writers.
+//
+// Names: mutex at most 66 bytes (Simba's varchar(66), so names port to the
+// MySQL backend and to JVM Simba), contender id at most 128 bytes.
 //
 // URI: sqlite:///abs/path.db or sqlite://relative/path.db, with query keys
 //   busy_timeout   longest wait for the file lock per call (default 5s;
@@ -36,17 +42,25 @@ struct SqliteOptions {
   // Path of the database file; created if missing (its directory must exist
   // and be writable). Must not be empty.
   std::string path;
-  // Longest wait for the file's write lock in one call. Default: 5 s.
+  // Longest wait for the file's write lock in one call (also the longest
+  // wait while opening). 0 means do not wait. Must not be negative.
+  // Default: 5 s.
   std::chrono::milliseconds busy_timeout{5000};
 };
 
 // Opens (creating if needed) the database and the simba_mutex table.
-// Errors: kInvalidArgument for an empty path; kNotFound when the directory
-// does not exist; kPermissionDenied when the file or directory is read-only;
-// kUnavailable for other failures to open. Every message names the path.
+// Errors: kInvalidArgument for an empty path, ":memory:", a path that is a
+// directory, a file that is not an SQLite database, or a negative
+// busy_timeout; kNotFound when the directory does not exist;
+// kPermissionDenied when the file or directory is read-only; kUnavailable
+// for other failures to open. Every message names the path (or, for a
+// missing directory, the directory).
 Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options);
 
-// sqlite:///abs/path.db or sqlite://rel/path.db?busy_timeout=2s.
+// sqlite:///abs/path.db or sqlite://rel/path.db?busy_timeout=2s (the host
+// part of the second form is the first segment of a relative path).
+// Errors (kInvalidArgument): another scheme, a user, password or port,
+// several hosts, no file path, an unknown query key, a bad busy_timeout.
 Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri);
 
 }  // namespace simba

@@ -1,0 +1,85 @@
+#include "simba/registry.h"
+
+#include <algorithm>
+#include <utility>
+
+// BackendRegistry::Default(), OpenBackend() and RegisterBuiltinBackends() are
+// in src/registry/builtin_backends.cc: they depend on the optional backends,
+// which link against simba_core, so they cannot live in simba_core itself.
+
+namespace simba {
+namespace {
+
+// The same rule as Uri::Parse applies, so that every registered scheme is
+// reachable by some URI.
+bool IsValidScheme(std::string_view scheme) {
+  const auto is_alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  if (scheme.empty() || !is_alpha(scheme.front())) return false;
+  return std::all_of(scheme.begin(), scheme.end(), [&](char c) {
+    return is_alpha(c) || (c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.';
+  });
+}
+
+}  // namespace
+
+Status BackendRegistry::Register(std::string scheme, Opener opener) {
+  if (!IsValidScheme(scheme)) {
+    return InvalidArgumentError("invalid store scheme '" + scheme +
+                                "': a scheme starts with a letter and has only letters, "
+                                "digits, '+', '-' and '.'");
+  }
+  std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](char c) {
+    return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  });
+  if (!opener) {
+    return InvalidArgumentError("no opener given for store scheme '" + scheme + "'");
+  }
+  const std::lock_guard<std::mutex> lock(mu_);
+  if (openers_.contains(scheme)) {
+    return AlreadyExistsError("store scheme '" + scheme + "' is registered already");
+  }
+  openers_.emplace(std::move(scheme), std::move(opener));
+  return OkStatus();
+}
+
+Result<std::shared_ptr<Backend>> BackendRegistry::Open(std::string_view text) const {
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
+  Opener opener;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = openers_.find(uri.scheme);
+    if (it != openers_.end()) opener = it->second;
+  }
+  if (!opener) {
+    // Schemes() takes the lock again; it is not held here.
+    const std::vector<std::string> schemes = Schemes();
+    std::string supported;
+    for (const std::string& scheme : schemes) {
+      if (!supported.empty()) supported += ", ";
+      supported += scheme;
+    }
+    return UnimplementedError("unknown store scheme '" + uri.scheme + "' in '" +
+                              uri.ToString() + "'; " +
+                              (schemes.empty() ? std::string("no store schemes are registered")
+                                               : "this build supports: " + supported));
+  }
+  // Called without the lock: opening may connect to a server and take a
+  // while, and an opener may itself use the registry.
+  Result<std::shared_ptr<Backend>> backend = opener(uri);
+  if (!backend.ok()) return backend.status().WithContext("opening " + uri.ToString());
+  if (*backend == nullptr) {
+    return InternalError("the opener for store scheme '" + uri.scheme +
+                         "' returned no backend for " + uri.ToString());
+  }
+  return backend;
+}
+
+std::vector<std::string> BackendRegistry::Schemes() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> schemes;
+  schemes.reserve(openers_.size());
+  for (const auto& entry : openers_) schemes.push_back(entry.first);
+  return schemes;
+}
+
+}  // namespace simba

@@ -1,0 +1,58 @@
+// The backends compiled into this build, and the process-wide registry that
+// holds them. This file belongs to the `simba` library, not simba_core: it
+// references every enabled backend library, and simba_core must not depend
+// on them (they depend on it).
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <utility>
+
+#include "simba/backends/memory.h"
+#include "simba/internal/backends_config.h"
+#include "simba/registry.h"
+
+#if SIMBA_HAVE_SQLITE
+#include "simba/backends/sqlite.h"
+#endif
+
+namespace simba {
+
+Status RegisterBuiltinBackends(BackendRegistry& registry) {
+  SIMBA_RETURN_IF_ERROR(
+      registry.Register("memory", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+        SIMBA_ASSIGN_OR_RETURN(MemoryOptions options, MemoryOptionsFromUri(uri));
+        return NewMemoryBackend(std::move(options));
+      }));
+#if SIMBA_HAVE_SQLITE
+  SIMBA_RETURN_IF_ERROR(
+      registry.Register("sqlite", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+        SIMBA_ASSIGN_OR_RETURN(SqliteOptions options, SqliteOptionsFromUri(uri));
+        return NewSqliteBackend(std::move(options));
+      }));
+#endif
+  return OkStatus();
+}
+
+BackendRegistry& BackendRegistry::Default() {
+  // Never destroyed, so a backend opened from another static's destructor at
+  // exit still finds it.
+  static BackendRegistry* const registry = [] {
+    auto* filled = new BackendRegistry();
+    if (const Status status = RegisterBuiltinBackends(*filled); !status.ok()) {
+      // Only a programming error gets here (a duplicate or malformed built-in
+      // scheme); there is no caller that could handle it.
+      std::fprintf(stderr, "simba: registering the built-in backends failed: %s\n",
+                   status.ToString().c_str());
+      std::abort();
+    }
+    return filled;
+  }();
+  return *registry;
+}
+
+Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri) {
+  return BackendRegistry::Default().Open(uri);
+}
+
+}  // namespace simba

@@ -1,0 +1,14 @@
+// MutexContendServiceFactory::open lives in the `simba` library, next to the
+// built-in registration it needs: simba_core must not depend on the backends.
+#include "simba/contend_service.h"
+#include "simba/registry.h"
+
+namespace simba {
+
+Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::open(
+    std::string_view uri, FactoryOptions options) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
+  return create(std::move(backend), std::move(options));
+}
+
+}  // namespace simba

@@ -1,0 +1,95 @@
+#include "simba/contend_period.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Returns `value` clamped into the requested range, so a test can pin the
+// jitter to either end.
+class FixedRandom final : public Random {
+ public:
+  explicit FixedRandom(std::int64_t value) : value_(value) {}
+  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
+    last_lo = lo;
+    last_hi = hi;
+    return std::clamp(value_, lo, hi - 1);
+  }
+  std::int64_t last_lo = 0, last_hi = 0;
+
+ private:
+  std::int64_t value_;
+};
+
+MutexOwner Owner(std::string id, std::int64_t ttl_at, std::int64_t transition_at) {
+  MutexOwner owner;
+  owner.owner_id = std::move(id);
+  owner.acquired_at = milliseconds(0);
+  owner.ttl_at = milliseconds(ttl_at);
+  owner.transition_at = milliseconds(transition_at);
+  owner.fencing_token = 1;
+  return owner;
+}
+
+// JVM Simba's ContendPeriod test numbers.
+TEST(ContendPeriodTest, OwnerRenewsWhenItsTtlEnds) {
+  ContendPeriod period("me", std::make_shared<FixedRandom>(0));
+  EXPECT_EQ(period.next_delay(Owner("me", 1400, 2000), milliseconds(1000)), milliseconds(400));
+}
+
+TEST(ContendPeriodTest, ContenderWaitsForTheTransitionEndWithJitter) {
+  for (std::int64_t pin : {-100000, 0, 100000}) {
+    auto random = std::make_shared<FixedRandom>(pin);
+    ContendPeriod period("me", random);
+    const auto delay = period.next_delay(Owner("other", 1400, 2000), milliseconds(1000));
+    EXPECT_GE(delay, milliseconds(800));
+    EXPECT_LT(delay, milliseconds(2000));
+    EXPECT_EQ(random->last_lo, ContendPeriod::kJitterMin);
+    EXPECT_EQ(random->last_hi, ContendPeriod::kJitterMax);
+  }
+  ContendPeriod lowest("me", std::make_shared<FixedRandom>(-100000));
+  EXPECT_EQ(lowest.next_delay(Owner("other", 1400, 2000), milliseconds(1000)), milliseconds(800));
+  ContendPeriod highest("me", std::make_shared<FixedRandom>(100000));
+  EXPECT_EQ(highest.next_delay(Owner("other", 1400, 2000), milliseconds(1000)), milliseconds(1999));
+}
+
+TEST(ContendPeriodTest, ZeroTransitionOnlyJittersForward) {
+  auto random = std::make_shared<FixedRandom>(-100000);
+  ContendPeriod period("me", random);
+  const auto delay = period.next_delay(Owner("other", 2000, 2000), milliseconds(1000));
+  EXPECT_EQ(delay, milliseconds(1000));
+  EXPECT_EQ(random->last_lo, 0);
+  EXPECT_EQ(random->last_hi, 1000);
+  ContendPeriod highest("me", std::make_shared<FixedRandom>(100000));
+  EXPECT_EQ(highest.next_delay(Owner("other", 2000, 2000), milliseconds(1000)), milliseconds(1999));
+}
+
+TEST(ContendPeriodTest, NoOwnerMeansTryNow) {
+  ContendPeriod period("me", std::make_shared<FixedRandom>(500));
+  // MutexOwner::None() has all times 0: the delay is negative, clamped to 0.
+  EXPECT_LT(period.next_delay(MutexOwner::None(), milliseconds(1000)), milliseconds(0));
+  EXPECT_EQ(period.ensure_next_delay(MutexOwner::None(), milliseconds(1000)), milliseconds(0));
+}
+
+TEST(ContendPeriodTest, EnsureNextDelayClampsAtZero) {
+  ContendPeriod period("me", std::make_shared<FixedRandom>(0));
+  EXPECT_EQ(period.ensure_next_delay(Owner("me", 900, 2000), milliseconds(1000)), milliseconds(0));
+  EXPECT_EQ(period.ensure_next_delay(Owner("me", 1400, 2000), milliseconds(1000)), milliseconds(400));
+}
+
+TEST(ContendPeriodTest, DefaultRandomStaysInRange) {
+  auto random = Random::Default();
+  for (int i = 0; i < 10000; ++i) {
+    const auto v = random->Uniform(-200, 1000);
+    ASSERT_GE(v, -200);
+    ASSERT_LT(v, 1000);
+  }
+}
+
+}  // namespace
+}  // namespace simba

@@ -1,0 +1,388 @@
+// The contend loop on virtual time: the memory backend and the factory share
+// a ManualClock, so lease expiry, renewal and jitter are driven by the test.
+// Waits for effects use real time (Eventually) because the loop runs on the
+// factory's threads.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "simba/backends/memory.h"
+#include "simba/contend_service.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/status_matchers.h"
+#include "testing/test_util.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::FaultInjectingBackend;
+using testing::Eventually;
+using Mode = FaultInjectingBackend::Mode;
+
+class FixedRandom final : public Random {
+ public:
+  explicit FixedRandom(std::int64_t value) : value_(value) {}
+  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
+    return std::clamp(value_, lo, hi - 1);
+  }
+
+ private:
+  std::int64_t value_;
+};
+
+// Records callbacks in order.
+class Events {
+ public:
+  void Add(std::string e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  std::vector<std::string> Get() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  int Count(const std::string& e) const {
+    auto all = Get();
+    return static_cast<int>(std::count(all.begin(), all.end(), e));
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> events_;
+};
+
+class ContendServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    store_ = NewMemoryBackend({std::string("unit-") + info->name(), clock_}).value();
+    a_faults_ = std::make_shared<FaultInjectingBackend>(store_);
+    a_factory_ = MakeFactory(a_faults_);
+    b_factory_ = MakeFactory(store_);
+  }
+
+  std::unique_ptr<MutexContendServiceFactory> MakeFactory(std::shared_ptr<Backend> backend) {
+    FactoryOptions options;
+    options.clock = clock_;
+    // Jitter pinned at +1 ms: deterministic, and never a retry at the very
+    // instant a lease ends (which the store still counts as held).
+    options.random = std::make_shared<FixedRandom>(1);
+    options.contend.ttl = seconds(10);
+    options.contend.transition = seconds(6);
+    options.contend.operation_timeout = seconds(30);
+    return MutexContendServiceFactory::create(std::move(backend), options).value();
+  }
+
+  std::shared_ptr<MutexContender> Contender(const std::string& name, Events* events) {
+    return MakeContender(
+        "m", [events, name](const MutexState&) { events->Add(name + " acquired"); },
+        [events, name](const MutexState&) { events->Add(name + " released"); });
+  }
+
+  std::string StoreOwner() {
+    return store_->read("m", std::chrono::steady_clock::now() + seconds(1))->owner.owner_id;
+  }
+
+  // Lets the factory's threads react to what the test just did, when the test
+  // wants to check that something did NOT happen.
+  static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<Backend> store_;
+  std::shared_ptr<FaultInjectingBackend> a_faults_;
+  std::unique_ptr<MutexContendServiceFactory> a_factory_;  // through a_faults_
+  std::unique_ptr<MutexContendServiceFactory> b_factory_;  // straight to the store
+  Events events_;
+};
+
+TEST_F(ContendServiceTest, AcquiresAtOnceAndRenewsExactlyAtTtl) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  EXPECT_EQ(a_faults_->acquire_calls(), 1);
+  const auto token = a->fencing_token();
+  const auto first_deadline = *a->lease_deadline();
+  // The deadline is the hard lease (16 s) from the send time, less the margin.
+  EXPECT_EQ(first_deadline, clock_->Now() + seconds(16) - milliseconds(200));
+
+  clock_->Advance(seconds(10) - milliseconds(1));
+  Settle();
+  EXPECT_EQ(a_faults_->acquire_calls(), 1) << "renewed before ttl";
+  clock_->Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > first_deadline; }, seconds(5)));
+  EXPECT_EQ(a->fencing_token(), token);
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  SIMBA_ASSERT_OK(a->stop());
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
+  EXPECT_EQ(StoreOwner(), "");
+}
+
+TEST_F(ContendServiceTest, StopHandsOverByPushWithoutWaitingForAPoll) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto b = b_factory_->create_contend_service(Contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
+  const auto a_token = a->fencing_token();
+  SIMBA_ASSERT_OK(a->stop());
+  // No clock movement at all: only the push can wake B.
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  EXPECT_GT(b->fencing_token(), a_token);
+  SIMBA_ASSERT_OK(b->stop());
+}
+
+TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto b = b_factory_->create_contend_service(Contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
+  // A dies silently (every call fails from now on, so it cannot renew).
+  a_faults_->set_mode(Mode::kFail);
+  clock_->Advance(seconds(16) - milliseconds(200));
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)))
+      << "A is revoked locally at its lease deadline";
+  EXPECT_FALSE(a->is_owner());
+  Settle();
+  EXPECT_FALSE(b->is_owner()) << "B must not acquire before the store's lease ends";
+  clock_->Advance(milliseconds(201));  // transition_at + 1 ms jitter
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released", "B acquired"));
+  a_faults_->set_mode(Mode::kPass);
+  SIMBA_ASSERT_OK(b->stop());
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, OwnerRetriesAFailedRenewalInsideTheTransitionWindow) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  const auto token = a->fencing_token();
+  a_faults_->set_acquire_mode(Mode::kFail);
+  clock_->Advance(seconds(10));  // renewal due: fails
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->Advance(seconds(1));  // first retry (a quarter of what is left, at most 1 s): fails
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
+  EXPECT_TRUE(a->is_owner()) << "still inside the lease";
+  a_faults_->set_acquire_mode(Mode::kPass);
+  clock_->Advance(seconds(1));  // next retry succeeds
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 4; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > clock_->Now() + seconds(15); }, seconds(5)));
+  // Well past where the first lease would have ended.
+  clock_->Advance(seconds(5));
+  EXPECT_TRUE(a->is_owner());
+  EXPECT_EQ(a->fencing_token(), token);
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStillHangs) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  a_faults_->set_acquire_mode(Mode::kHang);
+  clock_->Advance(seconds(10));
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->Advance(seconds(6) - milliseconds(201));
+  Settle();
+  EXPECT_TRUE(a->is_owner());
+  clock_->Advance(milliseconds(1));
+  EXPECT_FALSE(a->is_owner()) << "is_owner() checks the deadline itself";
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
+  EXPECT_EQ(a_faults_->acquire_calls(), 2) << "the renewal is still hanging";
+  a_faults_->set_acquire_mode(Mode::kPass);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  a_faults_->set_acquire_mode(Mode::kHang);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  // The store grants 16 s from when it runs the call; the call was sent 20 s
+  // earlier, so locally that lease may already be over.
+  clock_->Advance(seconds(20));
+  a_faults_->set_acquire_mode(Mode::kPass);
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReported) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  a_faults_->set_acquire_mode(Mode::kHang);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  SIMBA_ASSERT_OK(a->stop());
+  EXPECT_EQ(a_faults_->release_calls(), 1);
+  a_faults_->set_acquire_mode(Mode::kPass);  // the stale call now acquires...
+  // ...and the compensating release gives it back.
+  ASSERT_TRUE(Eventually([&] { return a_faults_->release_calls() == 2; }, seconds(5)));
+  EXPECT_EQ(StoreOwner(), "");
+  Settle();
+  EXPECT_THAT(events_.Get(), ::testing::IsEmpty());
+  EXPECT_FALSE(a->is_owner());
+}
+
+TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  a_faults_->set_acquire_mode(Mode::kHang);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  SIMBA_ASSERT_OK(a->stop());
+  SIMBA_ASSERT_OK(a->start());
+  Settle();
+  a_faults_->set_acquire_mode(Mode::kPass);
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  // The stale result was not compensated away: the new lifecycle owns it.
+  EXPECT_EQ(StoreOwner(), a->contender_id());
+  EXPECT_EQ(a_faults_->release_calls(), 1);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, StoreErrorsAreRetriedWithGrowingBackoff) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  a_faults_->set_mode(Mode::kFail);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  // 100 ms (+ jitter pinned at 1 ms), then 200 ms, then 400 ms.
+  clock_->Advance(milliseconds(100));
+  Settle();
+  EXPECT_EQ(a_faults_->acquire_calls(), 1);
+  clock_->Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->Advance(milliseconds(201));
+  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
+  clock_->Advance(milliseconds(300));
+  Settle();
+  EXPECT_EQ(a_faults_->acquire_calls(), 3);
+  a_faults_->set_mode(Mode::kPass);
+  clock_->Advance(milliseconds(101));
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, CallbacksMayCallBackIntoTheServiceEvenStop) {
+  std::unique_ptr<MutexContendService> service;
+  std::atomic<bool> was_owner{false};
+  std::atomic<bool> stop_ok{false};
+  auto contender = MakeContender(
+      "m",
+      [&](const MutexState&) {
+        was_owner = service->is_owner();
+        (void)service->mutex_state();
+        stop_ok = service->stop().ok();
+      },
+      [&](const MutexState&) { events_.Add("released"); });
+  service = a_factory_->create_contend_service(contender).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(Eventually([&] { return stop_ok.load(); }, seconds(5)));
+  EXPECT_TRUE(was_owner.load());
+  ASSERT_TRUE(Eventually([&] { return events_.Count("released") == 1; }, seconds(5)));
+  EXPECT_EQ(service->status(), ServiceStatus::kInitial);
+  EXPECT_EQ(StoreOwner(), "");
+}
+
+TEST_F(ContendServiceTest, CallbacksOfOneServiceNeverOverlapAndKeepTheirOrder) {
+  std::atomic<int> inside{0};
+  std::atomic<bool> overlapped{false};
+  auto enter = [&] {
+    if (inside.fetch_add(1) != 0) overlapped = true;
+    std::this_thread::sleep_for(milliseconds(50));
+    inside.fetch_sub(1);
+  };
+  auto contender = MakeContender(
+      "m", [&](const MutexState&) { enter(); events_.Add("acquired"); },
+      [&](const MutexState&) { enter(); events_.Add("released"); });
+  auto a = a_factory_->create_contend_service(contender).value();
+  for (int i = 0; i < 3; ++i) {
+    SIMBA_ASSERT_OK(a->start());
+    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+    SIMBA_ASSERT_OK(a->stop());  // returns after the callbacks ran
+  }
+  EXPECT_FALSE(overlapped.load());
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("acquired", "released", "acquired", "released",
+                                                    "acquired", "released"));
+}
+
+TEST_F(ContendServiceTest, LifecycleMisuseIsRejected) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  EXPECT_THAT(a->stop(), testing::StatusIs(StatusCode::kFailedPrecondition,
+                                           ::testing::HasSubstr("INITIAL")));
+  SIMBA_ASSERT_OK(a->start());
+  EXPECT_THAT(a->start(), testing::StatusIs(StatusCode::kFailedPrecondition,
+                                            ::testing::HasSubstr("RUNNING")));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, DestroyingTheFactoryStopsItsServices) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  a_factory_.reset();
+  EXPECT_EQ(a->status(), ServiceStatus::kInitial);
+  EXPECT_EQ(StoreOwner(), "");
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
+  EXPECT_THAT(a->start(), testing::StatusIs(StatusCode::kFailedPrecondition));
+}
+
+TEST_F(ContendServiceTest, DestroyingARunningServiceReleasesItsMutex) {
+  {
+    auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+    SIMBA_ASSERT_OK(a->start());
+    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  }
+  EXPECT_EQ(StoreOwner(), "");
+}
+
+TEST_F(ContendServiceTest, RetrieverFollowsTheOwner) {
+  std::vector<MutexState> seen;
+  std::mutex mu;
+  auto observer = b_factory_
+                      ->create_retrieval_service(MakeRetriever("m", [&](const MutexState& s) {
+                        std::lock_guard<std::mutex> lock(mu);
+                        seen.push_back(s);
+                      }))
+                      .value();
+  SIMBA_ASSERT_OK(observer->start());
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  // No push for acquisitions from the memory store: the poll interval (1 s).
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id == a->contender_id(); },
+                         seconds(5)));
+  EXPECT_TRUE(observer->has_owner());
+  SIMBA_ASSERT_OK(a->stop());
+  // Releases are pushed.
+  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
+  SIMBA_ASSERT_OK(observer->stop());
+  std::lock_guard<std::mutex> lock(mu);
+  ASSERT_GE(seen.size(), 3u);
+}
+
+TEST_F(ContendServiceTest, FactoryRejectsBadOptions) {
+  FactoryOptions options;
+  options.contend.ttl = milliseconds(0);
+  EXPECT_THAT(MutexContendServiceFactory::create(store_, options),
+              testing::StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("ttl")));
+  options = {};
+  options.io_threads = 0;
+  EXPECT_THAT(MutexContendServiceFactory::create(store_, options),
+              testing::StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(MutexContendServiceFactory::create(nullptr, {}),
+              testing::StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace simba

@@ -1,0 +1,153 @@
+// Locker on virtual time (memory store + ManualClock).
+#include "simba/locker.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "simba/backends/memory.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_util.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Eventually;
+using testing::FaultInjectingBackend;
+using testing::StatusIs;
+
+class LockerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    auto store = NewMemoryBackend({std::string("locker-") + info->name(), clock_}).value();
+    faults_ = std::make_shared<FaultInjectingBackend>(store);
+    FactoryOptions options;
+    options.clock = clock_;
+    options.contend.ttl = seconds(10);
+    options.contend.transition = seconds(6);
+    factory_ = MutexContendServiceFactory::create(faults_, options).value();
+    other_factory_ = MutexContendServiceFactory::create(store, options).value();
+  }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<FaultInjectingBackend> faults_;
+  std::unique_ptr<MutexContendServiceFactory> factory_;
+  std::unique_ptr<MutexContendServiceFactory> other_factory_;
+};
+
+TEST_F(LockerTest, AcquireHoldsAndTheDestructorReleases) {
+  {
+    auto locker = Locker::create(*factory_, "job").value();
+    EXPECT_FALSE(locker->is_held());
+    EXPECT_EQ(locker->fencing_token(), 0u);
+    SIMBA_ASSERT_OK(locker->acquire());
+    EXPECT_TRUE(locker->is_held());
+    EXPECT_GT(locker->fencing_token(), 0u);
+    EXPECT_FALSE(locker->lost_token().stop_requested());
+  }
+  auto again = Locker::create(*other_factory_, "job").value();
+  auto attempt = again->try_acquire();
+  SIMBA_ASSERT_OK(attempt);
+  EXPECT_TRUE(*attempt) << "the destructor released the mutex";
+}
+
+TEST_F(LockerTest, AcquireWithTimeoutGivesUpOnTheVirtualClock) {
+  auto holder = Locker::create(*other_factory_, "job").value();
+  SIMBA_ASSERT_OK(holder->acquire());
+  auto waiter = Locker::create(*factory_, "job").value();
+  auto result = std::async(std::launch::async, [&] { return waiter->acquire(seconds(5)); });
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "gave up before virtual time passed";
+  clock_->Advance(seconds(5));
+  ASSERT_EQ(result.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_THAT(result.get(), StatusIs(StatusCode::kDeadlineExceeded, ::testing::HasSubstr("5000ms")));
+  EXPECT_FALSE(waiter->is_held());
+  EXPECT_TRUE(holder->is_held());
+}
+
+TEST_F(LockerTest, WaitingAcquireSucceedsWhenTheHolderReleases) {
+  auto holder = Locker::create(*other_factory_, "job").value();
+  SIMBA_ASSERT_OK(holder->acquire());
+  const auto first = holder->fencing_token();
+  auto waiter = Locker::create(*factory_, "job").value();
+  auto result = std::async(std::launch::async, [&] { return waiter->acquire(); });
+  std::this_thread::sleep_for(milliseconds(30));
+  SIMBA_ASSERT_OK(holder->release());
+  ASSERT_EQ(result.wait_for(seconds(5)), std::future_status::ready);
+  SIMBA_ASSERT_OK(result.get());
+  EXPECT_TRUE(waiter->is_held());
+  EXPECT_GT(waiter->fencing_token(), first);
+}
+
+TEST_F(LockerTest, AcquireCanBeCancelled) {
+  auto holder = Locker::create(*other_factory_, "job").value();
+  SIMBA_ASSERT_OK(holder->acquire());
+  auto waiter = Locker::create(*factory_, "job").value();
+  std::stop_source cancel;
+  auto result = std::async(std::launch::async, [&] { return waiter->acquire(cancel.get_token()); });
+  std::this_thread::sleep_for(milliseconds(30));
+  cancel.request_stop();
+  ASSERT_EQ(result.wait_for(seconds(5)), std::future_status::ready);
+  EXPECT_THAT(result.get(), StatusIs(StatusCode::kCancelled));
+  EXPECT_FALSE(waiter->is_held());
+}
+
+TEST_F(LockerTest, TryAcquireIsOneAttempt) {
+  auto holder = Locker::create(*other_factory_, "job").value();
+  auto other = Locker::create(*factory_, "job").value();
+  auto first = holder->try_acquire();
+  SIMBA_ASSERT_OK(first);
+  EXPECT_TRUE(*first);
+  auto second = other->try_acquire();
+  SIMBA_ASSERT_OK(second);
+  EXPECT_FALSE(*second);
+  EXPECT_FALSE(other->is_held());
+  // A store error is reported, not mistaken for "busy".
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  EXPECT_THAT(other->try_acquire(), StatusIs(StatusCode::kUnavailable));
+}
+
+TEST_F(LockerTest, LostLeaseIsSignalledThreeWays) {
+  testing::Latch lost;
+  LockerOptions options;
+  options.on_lost = [&] { lost.Set(); };
+  auto locker = Locker::create(*factory_, "job", options).value();
+  SIMBA_ASSERT_OK(locker->acquire());
+  const std::stop_token token = locker->lost_token();
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  clock_->Advance(seconds(16));
+  EXPECT_FALSE(locker->is_held()) << "is_held() checks the lease deadline itself";
+  ASSERT_TRUE(lost.Wait(seconds(5)));
+  EXPECT_TRUE(token.stop_requested());
+  EXPECT_EQ(locker->fencing_token(), 0u);
+  // The locker stopped contending: it does not silently take the mutex back.
+  faults_->set_mode(FaultInjectingBackend::Mode::kPass);
+  auto other = Locker::create(*other_factory_, "job").value();
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] {
+    auto r = other->try_acquire();
+    return r.ok() && *r;
+  }, seconds(5)));
+  SIMBA_EXPECT_OK(locker->release());
+}
+
+TEST_F(LockerTest, DoubleAcquireIsAPreconditionError) {
+  auto locker = Locker::create(*factory_, "job").value();
+  SIMBA_ASSERT_OK(locker->acquire());
+  EXPECT_THAT(locker->acquire(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(locker->try_acquire(), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(locker->acquire(milliseconds(-1)), StatusIs(StatusCode::kInvalidArgument));
+  SIMBA_ASSERT_OK(locker->release());
+  SIMBA_ASSERT_OK(locker->acquire());  // reusable after release
+}
+
+}  // namespace
+}  // namespace simba

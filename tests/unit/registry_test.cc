@@ -1,0 +1,283 @@
+#include "simba/registry.h"
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "simba/internal/backends_config.h"
+
+namespace simba {
+
+template <typename T>
+void PrintTo(const Result<T>& result, std::ostream* os) {
+  if (result.ok()) {
+    *os << "a value";
+  } else {
+    *os << result.status();
+  }
+}
+
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+Status StatusOf(const Status& status) { return status; }
+template <typename T>
+Status StatusOf(const Result<T>& result) {
+  return result.status();
+}
+
+MATCHER_P2(StatusIs, code, message_matcher,
+           "has code " + std::string(StatusCodeName(code)) + " and a message that " +
+               ::testing::DescribeMatcher<std::string>(message_matcher)) {
+  const Status status = StatusOf(arg);
+  *result_listener << "whose status is " << status;
+  return status.code() == code &&
+         ::testing::ExplainMatchResult(message_matcher, status.message(), result_listener);
+}
+
+// Stands in for a store: the registry only hands it back, never calls it.
+class FakeBackend : public Backend {
+ public:
+  explicit FakeBackend(std::string scheme) : scheme_(std::move(scheme)) {}
+  std::string_view scheme() const override { return scheme_; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest&, Deadline) override {
+    return UnimplementedError("fake");
+  }
+  Result<bool> release(std::string_view, std::string_view, Deadline) override {
+    return UnimplementedError("fake");
+  }
+  Result<OwnerRecord> read(std::string_view, Deadline) override {
+    return UnimplementedError("fake");
+  }
+  Result<std::vector<ListedMutex>> list(Deadline) override { return UnimplementedError("fake"); }
+
+ private:
+  std::string scheme_;
+  Capabilities capabilities_;
+};
+
+BackendRegistry::Opener FakeOpener(std::string scheme) {
+  return [scheme](const Uri&) -> Result<std::shared_ptr<Backend>> {
+    return std::shared_ptr<Backend>(std::make_shared<FakeBackend>(scheme));
+  };
+}
+
+TEST(BackendRegistryTest, SchemesAreSortedAndLowerCased) {
+  BackendRegistry registry;
+  EXPECT_THAT(registry.Schemes(), ElementsAre());
+  ASSERT_TRUE(registry.Register("sqlite", FakeOpener("sqlite")).ok());
+  ASSERT_TRUE(registry.Register("Memory", FakeOpener("memory")).ok());
+  ASSERT_TRUE(registry.Register("etcd", FakeOpener("etcd")).ok());
+  EXPECT_THAT(registry.Schemes(), ElementsAre("etcd", "memory", "sqlite"));
+}
+
+TEST(BackendRegistryTest, DuplicateSchemeIsAlreadyExists) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register("memory", FakeOpener("first")).ok());
+  EXPECT_THAT(registry.Register("memory", FakeOpener("second")),
+              StatusIs(StatusCode::kAlreadyExists, HasSubstr("'memory' is registered already")));
+  EXPECT_THAT(registry.Register("MEMORY", FakeOpener("third")),
+              StatusIs(StatusCode::kAlreadyExists, HasSubstr("'memory'")));
+  // The first registration still wins.
+  const Result<std::shared_ptr<Backend>> backend = registry.Open("memory://x");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->scheme(), "first");
+}
+
+TEST(BackendRegistryTest, RejectsSchemesNoUriCouldName) {
+  BackendRegistry registry;
+  for (const std::string scheme : {"", "1db", "my db", "a:b", "x_y"}) {
+    EXPECT_THAT(registry.Register(scheme, FakeOpener("x")),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("invalid store scheme")))
+        << scheme;
+  }
+  EXPECT_THAT(registry.Register("a+b-c.d", FakeOpener("x")), StatusIs(StatusCode::kOk, ""));
+}
+
+TEST(BackendRegistryTest, RejectsAnEmptyOpener) {
+  BackendRegistry registry;
+  EXPECT_THAT(registry.Register("memory", nullptr),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("no opener")));
+  EXPECT_THAT(registry.Schemes(), ElementsAre());
+}
+
+TEST(BackendRegistryTest, OpenCallsTheOpenerWithTheParsedUri) {
+  BackendRegistry registry;
+  std::optional<Uri> seen;
+  ASSERT_TRUE(registry
+                  .Register("redis",
+                            [&seen](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+                              seen = uri;
+                              return std::shared_ptr<Backend>(
+                                  std::make_shared<FakeBackend>("redis"));
+                            })
+                  .ok());
+  const std::string text = "REDIS://u:pw@h1:6379,[::1]:6380/0?lease=10s";
+  const Result<std::shared_ptr<Backend>> backend = registry.Open(text);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_NE(*backend, nullptr);
+  EXPECT_EQ((*backend)->scheme(), "redis");
+  ASSERT_TRUE(seen.has_value());
+  const Result<Uri> expected = Uri::Parse(text);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  EXPECT_TRUE(*seen == *expected);
+  EXPECT_EQ(seen->scheme, "redis");
+  EXPECT_EQ(seen->password, "pw");  // the opener needs the real one
+}
+
+TEST(BackendRegistryTest, UnknownSchemeListsTheSupportedOnes) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register("sqlite", FakeOpener("sqlite")).ok());
+  ASSERT_TRUE(registry.Register("memory", FakeOpener("memory")).ok());
+  const Result<std::shared_ptr<Backend>> backend = registry.Open("foo://x");
+  EXPECT_THAT(backend, StatusIs(StatusCode::kUnimplemented,
+                                "unknown store scheme 'foo' in 'foo://x'; this build supports: "
+                                "memory, sqlite"));
+}
+
+TEST(BackendRegistryTest, UnknownSchemeInAnEmptyRegistry) {
+  BackendRegistry registry;
+  EXPECT_THAT(registry.Open("memory://x"),
+              StatusIs(StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("unknown store scheme 'memory'"),
+                             HasSubstr("no store schemes are registered"))));
+}
+
+TEST(BackendRegistryTest, UnknownSchemeMessageHidesThePassword) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register("memory", FakeOpener("memory")).ok());
+  EXPECT_THAT(registry.Open("rediss://u:Zq7s3cr3tPW@h:6379/0?password=Zq7s3cr3tPW"),
+              StatusIs(StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("'rediss://u:****@h:6379/0?password=****'"),
+                             Not(HasSubstr("s3cr3t")))));
+}
+
+TEST(BackendRegistryTest, MalformedUriIsInvalidArgumentAndSkipsTheOpener) {
+  BackendRegistry registry;
+  bool called = false;
+  ASSERT_TRUE(registry
+                  .Register("redis",
+                            [&called](const Uri&) -> Result<std::shared_ptr<Backend>> {
+                              called = true;
+                              return UnimplementedError("not reached");
+                            })
+                  .ok());
+  EXPECT_THAT(registry.Open("redis://:Zq7s3cr3tPW@h:99999"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("port '99999'"), Not(HasSubstr("s3cr3t")))));
+  EXPECT_THAT(registry.Open("redis:/h"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("missing \"://\"")));
+  EXPECT_FALSE(called);
+}
+
+TEST(BackendRegistryTest, OpenerErrorKeepsItsCodeAndNamesTheUri) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry
+                  .Register("redis",
+                            [](const Uri&) -> Result<std::shared_ptr<Backend>> {
+                              return UnavailableError("connection refused");
+                            })
+                  .ok());
+  EXPECT_THAT(registry.Open("redis://u:Zq7s3cr3tPW@h:6379"),
+              StatusIs(StatusCode::kUnavailable,
+                       "opening redis://u:****@h:6379: connection refused"));
+}
+
+TEST(BackendRegistryTest, OpenerReturningNullIsInternal) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry
+                  .Register("memory",
+                            [](const Uri&) -> Result<std::shared_ptr<Backend>> {
+                              return std::shared_ptr<Backend>();
+                            })
+                  .ok());
+  EXPECT_THAT(registry.Open("memory://x"),
+              StatusIs(StatusCode::kInternal, HasSubstr("returned no backend")));
+}
+
+// An opener may take long (it connects) or use the registry itself; Open must
+// not hold the registry's lock around it.
+TEST(BackendRegistryTest, OpenerMayUseTheRegistry) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry
+                  .Register("alias",
+                            [&registry](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+                              EXPECT_THAT(registry.Schemes(), Contains("alias"));
+                              return registry.Open("memory://" + uri.hosts.at(0).host);
+                            })
+                  .ok());
+  ASSERT_TRUE(registry.Register("memory", FakeOpener("memory")).ok());
+  const Result<std::shared_ptr<Backend>> backend = registry.Open("alias://x");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->scheme(), "memory");
+}
+
+TEST(BackendRegistryTest, ConcurrentRegisterAndOpen) {
+  BackendRegistry registry;
+  ASSERT_TRUE(registry.Register("memory", FakeOpener("memory")).ok());
+  std::atomic<int> opened{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&registry, &opened, t] {
+      for (int i = 0; i < 50; ++i) {
+        const std::string scheme = "s" + std::to_string(t) + "x" + std::to_string(i);
+        EXPECT_TRUE(registry.Register(scheme, FakeOpener(scheme)).ok());
+        if (registry.Open("memory://m").ok()) ++opened;
+        if (registry.Open(scheme + "://h").ok()) ++opened;
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(opened.load(), 4 * 50 * 2);
+  EXPECT_EQ(registry.Schemes().size(), 1u + 4 * 50);
+}
+
+// ---------------------------------------------------------------------------
+// The process-wide registry, with the real built-in backends.
+
+TEST(DefaultRegistryTest, HoldsTheBuiltinBackends) {
+  const std::vector<std::string> schemes = BackendRegistry::Default().Schemes();
+  EXPECT_THAT(schemes, Contains("memory"));
+#if SIMBA_HAVE_SQLITE
+  EXPECT_THAT(schemes, Contains("sqlite"));
+#else
+  EXPECT_THAT(schemes, Not(Contains("sqlite")));
+#endif
+  EXPECT_EQ(&BackendRegistry::Default(), &BackendRegistry::Default());
+}
+
+TEST(DefaultRegistryTest, RegisterBuiltinBackendsTwiceIsAlreadyExists) {
+  BackendRegistry registry;
+  ASSERT_TRUE(RegisterBuiltinBackends(registry).ok());
+  EXPECT_EQ(registry.Schemes(), BackendRegistry::Default().Schemes());
+  EXPECT_THAT(RegisterBuiltinBackends(registry),
+              StatusIs(StatusCode::kAlreadyExists, HasSubstr("'memory'")));
+}
+
+TEST(DefaultRegistryTest, OpenBackendOpensMemory) {
+  const Result<std::shared_ptr<Backend>> backend = OpenBackend("memory://registry_test");
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  EXPECT_EQ((*backend)->scheme(), "memory");
+}
+
+TEST(DefaultRegistryTest, OpenBackendUnknownSchemeListsMemory) {
+  EXPECT_THAT(OpenBackend("nosuchstore://h"),
+              StatusIs(StatusCode::kUnimplemented,
+                       AllOf(HasSubstr("unknown store scheme 'nosuchstore'"),
+                             HasSubstr("this build supports: "), HasSubstr("memory"))));
+}
+
+}  // namespace
+}  // namespace simba

@@ -1,0 +1,154 @@
+// Scheduler on virtual time (memory store + ManualClock).
+#include "simba/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "simba/backends/memory.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/status_matchers.h"
+#include "testing/test_util.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Eventually;
+using testing::FaultInjectingBackend;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    auto store = NewMemoryBackend({std::string("scheduler-") + info->name(), clock_}).value();
+    faults_ = std::make_shared<FaultInjectingBackend>(store);
+    FactoryOptions options;
+    options.clock = clock_;
+    options.contend.ttl = seconds(10);
+    options.contend.transition = seconds(6);
+    factory_ = MutexContendServiceFactory::create(faults_, options).value();
+  }
+
+  static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<FaultInjectingBackend> faults_;
+  std::unique_ptr<MutexContendServiceFactory> factory_;
+};
+
+TEST_F(SchedulerTest, FixedRateRunsAfterTheInitialDelayThenEveryPeriod) {
+  std::atomic<int> runs{0};
+  std::atomic<std::uint64_t> token{0};
+  auto scheduler = Scheduler::create(*factory_, "job", ScheduleConfig::FixedRate(seconds(2), seconds(3)),
+                                     [&](const WorkContext& ctx) {
+                                       token = ctx.fencing_token;
+                                       ++runs;
+                                     })
+                       .value();
+  SIMBA_ASSERT_OK(scheduler->start());
+  ASSERT_TRUE(Eventually([&] { return scheduler->is_leader(); }, seconds(5)));
+  Settle();
+  EXPECT_EQ(runs.load(), 0);
+  clock_->Advance(seconds(2));
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
+  EXPECT_GT(token.load(), 0u);
+  clock_->Advance(seconds(2));
+  Settle();
+  EXPECT_EQ(runs.load(), 1);
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 2; }, seconds(5)));
+  clock_->Advance(seconds(3));
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 3; }, seconds(5)));
+  SIMBA_ASSERT_OK(scheduler->stop());
+  EXPECT_FALSE(scheduler->running());
+  clock_->Advance(seconds(10));
+  Settle();
+  EXPECT_EQ(runs.load(), 3);
+}
+
+TEST_F(SchedulerTest, LosingLeadershipStopsTheRunAndTheSchedule) {
+  std::atomic<int> runs{0};
+  std::atomic<bool> saw_stop{false};
+  std::atomic<bool> in_run{false};
+  auto scheduler = Scheduler::create(*factory_, "job", ScheduleConfig::FixedDelay(seconds(0), seconds(1)),
+                                     [&](const WorkContext& ctx) {
+                                       ++runs;
+                                       in_run = true;
+                                       // A long run that honours its stop token.
+                                       while (!ctx.stop_token.stop_requested()) {
+                                         std::this_thread::sleep_for(milliseconds(1));
+                                       }
+                                       saw_stop = true;
+                                       in_run = false;
+                                     })
+                       .value();
+  SIMBA_ASSERT_OK(scheduler->start());
+  ASSERT_TRUE(Eventually([&] { return in_run.load(); }, seconds(5)));
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  clock_->Advance(seconds(16));
+  ASSERT_TRUE(Eventually([&] { return saw_stop.load(); }, seconds(5)));
+  EXPECT_FALSE(scheduler->is_leader());
+  const int after_loss = runs.load();
+  clock_->Advance(seconds(5));
+  Settle();
+  EXPECT_EQ(runs.load(), after_loss) << "work ran without leadership";
+  faults_->set_mode(FaultInjectingBackend::Mode::kPass);
+  SIMBA_ASSERT_OK(scheduler->stop());
+}
+
+TEST_F(SchedulerTest, FixedDelayCountsFromTheEndOfARun) {
+  std::atomic<int> runs{0};
+  auto scheduler = Scheduler::create(*factory_, "job", ScheduleConfig::FixedDelay(seconds(0), seconds(4)),
+                                     [&](const WorkContext&) {
+                                       ++runs;
+                                       // The run itself takes 3 s of virtual time.
+                                       clock_->Advance(seconds(3));
+                                     })
+                       .value();
+  SIMBA_ASSERT_OK(scheduler->start());
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
+  clock_->Advance(seconds(3));  // 3 s after the run ended: not yet
+  Settle();
+  EXPECT_EQ(runs.load(), 1);
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 2; }, seconds(5)));
+  SIMBA_ASSERT_OK(scheduler->stop());
+}
+
+TEST_F(SchedulerTest, WorkExceptionsDoNotStopTheSchedule) {
+  std::atomic<int> runs{0};
+  auto scheduler = Scheduler::create(*factory_, "job", ScheduleConfig::FixedRate(seconds(0), seconds(1)),
+                                     [&](const WorkContext&) {
+                                       ++runs;
+                                       throw std::runtime_error("boom");
+                                     })
+                       .value();
+  SIMBA_ASSERT_OK(scheduler->start());
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return runs.load() == 2; }, seconds(5)));
+  SIMBA_ASSERT_OK(scheduler->stop());
+}
+
+TEST_F(SchedulerTest, MisuseIsRejected) {
+  auto scheduler = Scheduler::create(*factory_, "job", ScheduleConfig::FixedRate(seconds(0), seconds(1)),
+                                     [](const WorkContext&) {})
+                       .value();
+  EXPECT_THAT(scheduler->stop(), testing::StatusIs(StatusCode::kFailedPrecondition));
+  SIMBA_ASSERT_OK(scheduler->start());
+  EXPECT_THAT(scheduler->start(), testing::StatusIs(StatusCode::kFailedPrecondition));
+  SIMBA_ASSERT_OK(scheduler->stop());
+  EXPECT_THAT(Scheduler::create(*factory_, "job", ScheduleConfig::FixedRate(seconds(-1), seconds(1)),
+                                [](const WorkContext&) {})
+                  .status(),
+              testing::StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("initial_delay")));
+  EXPECT_THAT(Scheduler::create(*factory_, "job", ScheduleConfig{}, nullptr).status(),
+              testing::StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("work")));
+}
+
+}  // namespace
+}  // namespace simba

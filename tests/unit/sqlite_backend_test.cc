@@ -1,0 +1,986 @@
+// Tests of the SQLite backend through the backend SPI, on real database files
+// in a fresh temporary directory per test. Lease expiry uses short real
+// sleeps (the database clock cannot be faked); everything else is exact.
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sqlite3.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/sqlite/sqlite_errors.h"
+#include "gtest/gtest.h"
+#include "simba/backend.h"
+#include "simba/backends/sqlite.h"
+#include "simba/status.h"
+#include "simba/uri.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+Deadline Soon(steady_clock::duration d = 10s) { return steady_clock::now() + d; }
+
+std::int64_t SystemNowMs() {
+  return std::chrono::duration_cast<milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Raw access to the same file, to look at what the backend stored and to
+// hold the write lock the way another process would.
+struct RawDb {
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                        nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << path;
+    }
+  }
+  ~RawDb() { sqlite3_close_v2(db); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  int Exec(const std::string& sql) {
+    char* error = nullptr;
+    const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+    if (error != nullptr) {
+      last_error = error;
+      sqlite3_free(error);
+    }
+    return rc;
+  }
+  // The rows of `sql`, each column as text joined with '|'.
+  std::vector<std::string> Query(const std::string& sql) {
+    std::vector<std::string> rows;
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "prepare failed: " << sqlite3_errmsg(db) << " for " << sql;
+      return rows;
+    }
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      std::string row;
+      for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+        if (i > 0) row += "|";
+        const unsigned char* text = sqlite3_column_text(stmt, i);
+        row += text == nullptr ? "NULL" : reinterpret_cast<const char*>(text);
+      }
+      rows.push_back(row);
+    }
+    sqlite3_finalize(stmt);
+    return rows;
+  }
+
+  sqlite3* db = nullptr;
+  std::string last_error;
+};
+
+class SqliteBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/simba-sqlite-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr) << "mkdtemp: " << errno;
+    dir_ = pattern;
+  }
+
+  void TearDown() override {
+    // Permission tests may have left read-only parts behind.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_, ec)) {
+      std::filesystem::permissions(entry.path(), std::filesystem::perms::owner_all,
+                                   std::filesystem::perm_options::add, ec);
+    }
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::string DbPath() const { return dir_ + "/simba.db"; }
+
+  std::shared_ptr<Backend> Open(SqliteOptions options) {
+    Result<std::shared_ptr<Backend>> backend = NewSqliteBackend(std::move(options));
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    return backend.ok() ? *backend : nullptr;
+  }
+  std::shared_ptr<Backend> Open() { return Open({.path = DbPath()}); }
+
+  static Result<OwnerRecord> Acquire(Backend& backend, std::string_view mutex,
+                                     std::string_view contender, milliseconds ttl = 10s,
+                                     milliseconds transition = 5s) {
+    return backend.acquire_or_renew(
+        {.mutex = mutex, .contender_id = contender, .ttl = ttl, .transition = transition},
+        Soon());
+  }
+
+  std::string dir_;
+};
+
+// ---- the protocol ------------------------------------------------------------------
+
+TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->scheme(), "sqlite");
+  const Capabilities& caps = backend->capabilities();
+  EXPECT_FALSE(caps.push_release);
+  EXPECT_TRUE(caps.cross_process);
+  EXPECT_EQ(caps.fencing_source, "row version at acquisition (simba_mutex.fencing_token)");
+  EXPECT_EQ(caps.max_mutex_length, 66u);
+  EXPECT_EQ(caps.max_contender_id_length, 128u);
+  EXPECT_EQ(backend->subscribe("m", [](const MutexEvent&) {}).status().code(),
+            StatusCode::kUnimplemented);
+}
+
+TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT name, type, \"notnull\", pk, dflt_value"
+                      " FROM pragma_table_info('simba_mutex') ORDER BY cid"),
+            (std::vector<std::string>{
+                "mutex|TEXT|0|1|NULL", "acquired_at|INTEGER|1|0|NULL",
+                "ttl_at|INTEGER|1|0|NULL", "transition_at|INTEGER|1|0|NULL",
+                "owner_id|TEXT|1|0|NULL", "version|INTEGER|1|0|NULL",
+                "fencing_token|INTEGER|1|0|0"}));
+  EXPECT_EQ(raw.Query("PRAGMA journal_mode"), std::vector<std::string>{"wal"});
+}
+
+TEST_F(SqliteBackendTest, AcquireFreeMutexMakesOwnerWithToken) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  const std::int64_t before = SystemNowMs();
+  auto record = Acquire(*backend, "orders", "alice", 10s, 5s);
+  const std::int64_t after = SystemNowMs();
+  ASSERT_TRUE(record.ok()) << record.status();
+  const MutexOwner& owner = record->owner;
+  EXPECT_EQ(owner.owner_id, "alice");
+  EXPECT_GE(owner.fencing_token, 1u);
+  EXPECT_EQ(owner.acquired_at, record->store_now);
+  EXPECT_EQ(owner.ttl_at, owner.acquired_at + 10s);
+  EXPECT_EQ(owner.transition_at, owner.ttl_at + 5s);
+  // The database clock is this host's clock.
+  EXPECT_GE(record->store_now.count(), before - 5);
+  EXPECT_LE(record->store_now.count(), after + 5);
+
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT owner_id, version, fencing_token, ttl_at - acquired_at,"
+                      " transition_at - ttl_at FROM simba_mutex WHERE mutex = 'orders'"),
+            std::vector<std::string>{"alice|1|1|10000|5000"});
+}
+
+TEST_F(SqliteBackendTest, RenewKeepsTokenAndExtendsTimes) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto first = Acquire(*backend, "m", "alice", 10s, 5s);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::this_thread::sleep_for(5ms);
+  auto second = Acquire(*backend, "m", "alice", 20s, 1s);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->owner.owner_id, "alice");
+  EXPECT_EQ(second->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_GT(second->owner.acquired_at, first->owner.acquired_at);
+  EXPECT_EQ(second->owner.acquired_at, second->store_now);
+  EXPECT_EQ(second->owner.ttl_at, second->owner.acquired_at + 20s);
+  EXPECT_EQ(second->owner.transition_at, second->owner.ttl_at + 1s);
+
+  // The version still counts the renewal (Simba's bookkeeping).
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT version, fencing_token FROM simba_mutex"),
+            std::vector<std::string>{"2|1"});
+}
+
+TEST_F(SqliteBackendTest, OtherContenderGetsCurrentOwnerBack) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->owner, alice->owner);
+  EXPECT_GE(bob->store_now, alice->store_now);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT version FROM simba_mutex"), std::vector<std::string>{"1"});
+}
+
+TEST_F(SqliteBackendTest, AfterReleaseAnotherAcquiresWithGreaterToken) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto released = backend->release("m", "alice", Soon());
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_TRUE(*released);
+
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->owner.owner_id, "bob");
+  EXPECT_GT(bob->owner.fencing_token, alice->owner.fencing_token);
+
+  // And alice coming back later gets a greater one still.
+  ASSERT_TRUE(*backend->release("m", "bob", Soon()));
+  auto again = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_GT(again->owner.fencing_token, bob->owner.fencing_token);
+}
+
+TEST_F(SqliteBackendTest, ReleaseKeepsTokenAndFreesRow) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
+                      " fencing_token FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||2|1"});
+}
+
+TEST_F(SqliteBackendTest, ExpiredLeaseLetsAnotherTakeOverWithGreaterToken) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice", 50ms, 50ms);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+
+  auto early = Acquire(*backend, "m", "bob", 50ms, 50ms);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->owner.owner_id, "alice");
+
+  std::this_thread::sleep_for(150ms);
+  auto bob = Acquire(*backend, "m", "bob", 10s, 5s);
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->owner.owner_id, "bob");
+  EXPECT_GT(bob->owner.fencing_token, alice->owner.fencing_token);
+  EXPECT_GT(bob->store_now, alice->owner.transition_at);
+
+  // alice's late renewal does not take it back, and cannot release it.
+  auto late = Acquire(*backend, "m", "alice", 50ms, 50ms);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->owner, bob->owner);
+  auto released = backend->release("m", "alice", Soon());
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_FALSE(*released);
+}
+
+TEST_F(SqliteBackendTest, OwnerRenewingAfterHardLeaseGetsNewToken) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto first = Acquire(*backend, "m", "alice", 50ms, 50ms);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::this_thread::sleep_for(150ms);
+  // The lease ended: this is a new acquisition, not a renewal.
+  auto second = Acquire(*backend, "m", "alice", 50ms, 50ms);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->owner.owner_id, "alice");
+  EXPECT_GT(second->owner.fencing_token, first->owner.fencing_token);
+}
+
+TEST_F(SqliteBackendTest, OwnerRenewsInsideTransitionWindow) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto first = Acquire(*backend, "m", "alice", 20ms, 10s);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::this_thread::sleep_for(60ms);  // past ttl_at, well before transition_at
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->owner, first->owner);
+  EXPECT_FALSE(bob->owner.is_in_ttl(bob->store_now));
+  auto renewed = Acquire(*backend, "m", "alice", 20ms, 10s);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->owner.owner_id, "alice");
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_TRUE(renewed->owner.is_in_ttl(renewed->store_now));
+}
+
+TEST_F(SqliteBackendTest, ReleaseByNonOwnerReturnsFalse) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto unknown = backend->release("never-used", "alice", Soon());
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_FALSE(*unknown);
+
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto bob = backend->release("m", "bob", Soon());
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_FALSE(*bob);
+  auto read = backend->read("m", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner, alice->owner);
+
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  auto twice = backend->release("m", "alice", Soon());
+  ASSERT_TRUE(twice.ok()) << twice.status();
+  EXPECT_FALSE(*twice);
+}
+
+TEST_F(SqliteBackendTest, ReadReportsOwnerOrNone) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto unknown = backend->read("m", Soon());
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(unknown->owner, MutexOwner::None());
+  EXPECT_GT(unknown->store_now.count(), 0);
+
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto read = backend->read("m", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner, alice->owner);
+  EXPECT_GE(read->store_now, alice->store_now);
+
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  auto freed = backend->read("m", Soon());
+  ASSERT_TRUE(freed.ok()) << freed.status();
+  EXPECT_EQ(freed->owner, MutexOwner::None());
+}
+
+TEST_F(SqliteBackendTest, ListsEveryRowSortedFreeOnesIncluded) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto empty = backend->list(Soon());
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->empty());
+
+  auto b = Acquire(*backend, "b", "bob");
+  auto c = Acquire(*backend, "c", "carol");
+  auto a = Acquire(*backend, "a", "alice");
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_TRUE(*backend->release("c", "carol", Soon()));
+
+  auto listed = backend->list(Soon());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 3u);
+  EXPECT_EQ((*listed)[0].mutex, "a");
+  EXPECT_EQ((*listed)[0].record.owner, a->owner);
+  EXPECT_EQ((*listed)[1].mutex, "b");
+  EXPECT_EQ((*listed)[1].record.owner, b->owner);
+  EXPECT_EQ((*listed)[2].mutex, "c");
+  EXPECT_EQ((*listed)[2].record.owner, MutexOwner::None());
+  for (const ListedMutex& m : *listed) {
+    EXPECT_EQ(m.record.store_now, (*listed)[0].record.store_now);
+    EXPECT_GE(m.record.store_now, a->store_now);
+  }
+}
+
+TEST_F(SqliteBackendTest, UnicodeNamesAndLimits) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  const std::string longest_mutex(66, 'm');
+  const std::string longest_id(128, 'c');
+  auto ok = Acquire(*backend, longest_mutex, longest_id);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->owner.owner_id, longest_id);
+
+  auto unicode = Acquire(*backend, "commandes-\xc3\xa9t\xc3\xa9", "\xe5\x8c\x97\xe4\xba\xac");
+  ASSERT_TRUE(unicode.ok()) << unicode.status();
+  auto read = backend->read("commandes-\xc3\xa9t\xc3\xa9", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner.owner_id, "\xe5\x8c\x97\xe4\xba\xac");
+}
+
+TEST_F(SqliteBackendTest, RejectsBadArguments) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  const std::string too_long_mutex(67, 'm');
+  const std::string too_long_id(129, 'c');
+  EXPECT_EQ(Acquire(*backend, "", "alice").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, too_long_mutex, "alice").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", "").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", too_long_id).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m\n", "alice").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", "alice", 0ms, 1s).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", "alice", -5ms, 1s).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", "alice", 1s, -1ms).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Acquire(*backend, "m", "alice", milliseconds::max(), 0ms).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->release("", "alice", Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->release("m", "", Soon()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->read(too_long_mutex, Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+  // A zero transition is allowed.
+  auto zero = Acquire(*backend, "m", "alice", 1s, 0ms);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->owner.transition_at, zero->owner.ttl_at);
+  // Nothing invalid reached the table.
+  auto listed = backend->list(Soon());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 1u);
+}
+
+TEST_F(SqliteBackendTest, PassedDeadlineIsDeadlineExceeded) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  const Deadline past = steady_clock::now() - 1ms;
+  EXPECT_EQ(backend->acquire_or_renew({"m", "alice", 1s, 1s}, past).status().code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(backend->release("m", "alice", past).status().code(),
+            StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(backend->read("m", past).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(backend->list(past).status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(SqliteBackendTest, StatePersistsAcrossReopenAndTokensKeepGrowing) {
+  std::uint64_t token = 0;
+  {
+    auto backend = Open();
+    ASSERT_NE(backend, nullptr);
+    auto alice = Acquire(*backend, "m", "alice");
+    ASSERT_TRUE(alice.ok()) << alice.status();
+    token = alice->owner.fencing_token;
+  }
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto read = backend->read("m", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner.owner_id, "alice");
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_GT(bob->owner.fencing_token, token);
+}
+
+TEST_F(SqliteBackendTest, AdoptsSimbaTableWithoutFencingColumn) {
+  {
+    // The table as JVM Simba's DDL would have it, with its free row.
+    RawDb raw(DbPath());
+    ASSERT_EQ(raw.Exec("CREATE TABLE simba_mutex (mutex TEXT PRIMARY KEY,"
+                       " acquired_at INTEGER NOT NULL, ttl_at INTEGER NOT NULL,"
+                       " transition_at INTEGER NOT NULL, owner_id TEXT NOT NULL,"
+                       " version INTEGER NOT NULL);"
+                       "INSERT INTO simba_mutex VALUES ('m', 0, 0, 0, '', 0)"),
+              SQLITE_OK)
+        << raw.last_error;
+  }
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto free = backend->read("m", Soon());
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_EQ(free->owner, MutexOwner::None());
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  EXPECT_EQ(alice->owner.fencing_token, 1u);
+}
+
+// ---- waiting for other connections ------------------------------------------------
+
+TEST_F(SqliteBackendTest, HeldWriteLockMeansWaitingThenDeadlineExceeded) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  RawDb other(DbPath());
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK) << other.last_error;
+
+  // Readers are not blocked by the writer (WAL).
+  auto read = backend->read("m", Soon(2s));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner.owner_id, "alice");
+  EXPECT_TRUE(backend->list(Soon(2s)).ok());
+
+  const auto start = steady_clock::now();
+  auto blocked = backend->acquire_or_renew({"m", "bob", 1s, 1s}, Soon(200ms));
+  const auto waited = steady_clock::now() - start;
+  EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status();
+  EXPECT_EQ(blocked.status().message().find("database is locked"), std::string::npos);
+  EXPECT_NE(blocked.status().message().find(DbPath()), std::string::npos);
+  EXPECT_GE(waited, 150ms);
+  EXPECT_LT(waited, 3s);
+
+  auto release = backend->release("m", "alice", Soon(100ms));
+  EXPECT_EQ(release.status().code(), StatusCode::kDeadlineExceeded) << release.status();
+
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK) << other.last_error;
+  EXPECT_TRUE(*backend->release("m", "alice", Soon()));
+}
+
+TEST_F(SqliteBackendTest, BusyTimeoutShorterThanDeadlineIsUnavailable) {
+  auto backend = Open({.path = DbPath(), .busy_timeout = 100ms});
+  ASSERT_NE(backend, nullptr);
+  RawDb other(DbPath());
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK) << other.last_error;
+  const auto start = steady_clock::now();
+  auto blocked = backend->acquire_or_renew({"m", "bob", 1s, 1s}, Soon(10s));
+  const auto waited = steady_clock::now() - start;
+  EXPECT_EQ(blocked.status().code(), StatusCode::kUnavailable) << blocked.status();
+  EXPECT_TRUE(IsRetryable(blocked.status()));
+  EXPECT_GE(waited, 80ms);
+  EXPECT_LT(waited, 3s);
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+}
+
+TEST_F(SqliteBackendTest, WaitsForWriteLockHeldBrieflyElsewhere) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  RawDb other(DbPath());
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK) << other.last_error;
+  std::thread releaser([&other] {
+    std::this_thread::sleep_for(150ms);
+    other.Exec("COMMIT");
+  });
+  const auto start = steady_clock::now();
+  auto record = backend->acquire_or_renew({"m", "bob", 1s, 1s}, Soon(5s));
+  const auto waited = steady_clock::now() - start;
+  releaser.join();
+  ASSERT_TRUE(record.ok()) << record.status();
+  EXPECT_EQ(record->owner.owner_id, "bob");
+  EXPECT_GE(waited, 100ms);
+}
+
+TEST_F(SqliteBackendTest, WaitingForBusyConnectionRespectsDeadline) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  RawDb other(DbPath());
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK) << other.last_error;
+  // One thread waits for the file lock, holding the backend's connection...
+  std::thread waiter([&backend] {
+    auto r = backend->acquire_or_renew({"m", "alice", 1s, 1s}, Soon(600ms));
+    EXPECT_EQ(r.status().code(), StatusCode::kDeadlineExceeded) << r.status();
+  });
+  std::this_thread::sleep_for(100ms);
+  // ...so a second call on the same backend waits for the connection, but
+  // only until its own deadline.
+  const auto start = steady_clock::now();
+  auto read = backend->read("m", Soon(100ms));
+  const auto waited = steady_clock::now() - start;
+  EXPECT_EQ(read.status().code(), StatusCode::kDeadlineExceeded) << read.status();
+  EXPECT_LT(waited, 400ms);
+  waiter.join();
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
+}
+
+// Contends for `mutex` `iterations` times: acquire, and when it got the
+// mutex, check that nobody else believes they hold it and that the token
+// grew, then release. Returns "" or what went wrong. `holder` and
+// `last_token` may live in memory shared between processes.
+std::string Contend(Backend& backend, const std::string& mutex, const std::string& id, int tag,
+                    int iterations, std::atomic<int>& holder,
+                    std::atomic<std::uint64_t>& last_token, int* acquisitions) {
+  for (int i = 0; i < iterations; ++i) {
+    auto record = backend.acquire_or_renew({mutex, id, 10s, 10s}, Soon(30s));
+    if (!record.ok()) {
+      return id + ": acquire #" + std::to_string(i) + ": " + record.status().ToString();
+    }
+    if (!record->owner.is_owner(id)) {
+      std::this_thread::yield();
+      continue;
+    }
+    int expected = 0;
+    if (!holder.compare_exchange_strong(expected, tag)) {
+      return id + ": owns the mutex while contender " + std::to_string(expected) + " does";
+    }
+    const std::uint64_t token = record->owner.fencing_token;
+    const std::uint64_t previous = last_token.exchange(token);
+    if (token <= previous) {
+      return id + ": token " + std::to_string(token) + " after " + std::to_string(previous);
+    }
+    ++*acquisitions;
+    holder.store(0);
+    auto released = backend.release(mutex, id, Soon(30s));
+    if (!released.ok()) {
+      return id + ": release #" + std::to_string(i) + ": " + released.status().ToString();
+    }
+    if (!*released) return id + ": release #" + std::to_string(i) + " returned false";
+  }
+  return "";
+}
+
+TEST_F(SqliteBackendTest, TwoBackendsOnOneFileInTwoThreadsNeverBothOwnNorFail) {
+  auto first = Open();
+  auto second = Open();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  std::atomic<int> holder{0};
+  std::atomic<std::uint64_t> last_token{0};
+  int acquired[2] = {0, 0};
+  std::string errors[2];
+  std::thread a([&] {
+    errors[0] = Contend(*first, "hammer", "alice", 1, 200, holder, last_token, &acquired[0]);
+  });
+  std::thread b([&] {
+    errors[1] = Contend(*second, "hammer", "bob", 2, 200, holder, last_token, &acquired[1]);
+  });
+  a.join();
+  b.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_GT(acquired[0] + acquired[1], 0);
+  auto read = first->read("hammer", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner, MutexOwner::None());
+}
+
+// Shared between a parent and its forked child.
+struct SharedState {
+  std::atomic<int> holder{0};
+  std::atomic<std::uint64_t> last_token{0};
+};
+
+TEST_F(SqliteBackendTest, ForkedProcessContendsWithoutErrors) {
+  static_assert(std::atomic<int>::is_always_lock_free &&
+                    std::atomic<std::uint64_t>::is_always_lock_free,
+                "cross-process atomics must be lock-free");
+  void* memory = ::mmap(nullptr, sizeof(SharedState), PROT_READ | PROT_WRITE,
+                        MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  auto* shared = new (memory) SharedState();
+  const std::string path = DbPath();
+
+  // Fork before this process opens the file: an SQLite connection must not
+  // cross a fork, and the child opens its own.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork failed: " << errno;
+  if (child == 0) {
+    // The child: no gtest here; report through the exit code and stderr.
+    int code = 0;
+    {
+      auto backend = NewSqliteBackend({.path = path});
+      if (!backend.ok()) {
+        std::fprintf(stderr, "child: open: %s\n", backend.status().ToString().c_str());
+        code = 2;
+      } else {
+        int acquisitions = 0;
+        const std::string error = Contend(**backend, "forked", "child", 2, 200, shared->holder,
+                                          shared->last_token, &acquisitions);
+        if (!error.empty()) {
+          std::fprintf(stderr, "child: %s\n", error.c_str());
+          code = 3;
+        }
+      }
+    }
+    std::fflush(stderr);
+    ::_exit(code);
+  }
+
+  std::string error;
+  int acquisitions = 0;
+  {
+    auto backend = Open({.path = path});
+    if (backend != nullptr) {
+      error = Contend(*backend, "forked", "parent", 1, 200, shared->holder, shared->last_token,
+                      &acquisitions);
+    }
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(error, "");
+  ASSERT_TRUE(WIFEXITED(status)) << "child did not exit normally: " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message on stderr";
+  EXPECT_GT(shared->last_token.load(), 0u);
+  shared->~SharedState();
+  ::munmap(memory, sizeof(SharedState));
+}
+
+// ---- opening: paths and URIs ------------------------------------------------------------
+
+TEST_F(SqliteBackendTest, EmptyPathIsInvalidArgument) {
+  auto backend = NewSqliteBackend({.path = ""});
+  EXPECT_EQ(backend.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend.status().message(), "sqlite: path must not be empty");
+}
+
+TEST_F(SqliteBackendTest, MissingDirectoryIsNotFound) {
+  auto backend = NewSqliteBackend({.path = dir_ + "/no/such/simba.db"});
+  EXPECT_EQ(backend.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(backend.status().message(),
+            "sqlite: directory '" + dir_ + "/no/such' does not exist");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/no"));
+}
+
+TEST_F(SqliteBackendTest, ParentThatIsAFileIsNotFound) {
+  std::ofstream(dir_ + "/plain") << "x";
+  auto backend = NewSqliteBackend({.path = dir_ + "/plain/simba.db"});
+  EXPECT_EQ(backend.status().code(), StatusCode::kNotFound) << backend.status();
+  EXPECT_NE(backend.status().message().find(dir_ + "/plain"), std::string::npos);
+  // Root cannot get around this one.
+  auto deeper = NewSqliteBackend({.path = dir_ + "/plain/sub/simba.db"});
+  EXPECT_EQ(deeper.status().code(), StatusCode::kNotFound) << deeper.status();
+}
+
+TEST_F(SqliteBackendTest, DirectoryAsPathIsInvalidArgument) {
+  auto backend = NewSqliteBackend({.path = dir_});
+  EXPECT_EQ(backend.status().code(), StatusCode::kInvalidArgument) << backend.status();
+  EXPECT_NE(backend.status().message().find(dir_), std::string::npos);
+  auto slash = NewSqliteBackend({.path = dir_ + "/"});
+  EXPECT_EQ(slash.status().code(), StatusCode::kInvalidArgument) << slash.status();
+}
+
+// Opens `path` as an unprivileged user would and returns the outcome.
+// Root ignores permission bits, so as root this runs in a forked child that
+// first drops to uid/gid 65534 ("nobody"). Sets `*skip` (and returns OK)
+// only if that is impossible, e.g. without CAP_SETUID.
+Status OpenUnprivileged(const std::string& path, std::string* skip) {
+  if (::geteuid() != 0) return NewSqliteBackend({.path = path}).status();
+  constexpr uid_t kNobody = 65534;
+  int fds[2];
+  if (::pipe(fds) != 0) {
+    *skip = "pipe() failed";
+    return OkStatus();
+  }
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    // No gtest here: the outcome goes back through the pipe as
+    // "<code> <message>", or "-" when privileges could not be dropped.
+    ::close(fds[0]);
+    std::string out = "-";
+    if (::setgroups(0, nullptr) == 0 && ::setgid(kNobody) == 0 && ::setuid(kNobody) == 0) {
+      const Status status = NewSqliteBackend({.path = path}).status();
+      out = std::to_string(static_cast<int>(status.code())) + " " + status.message();
+    }
+    [[maybe_unused]] const ssize_t written = ::write(fds[1], out.data(), out.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) {
+    out.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int wait_status = 0;
+  if (child < 0 || ::waitpid(child, &wait_status, 0) != child || out.empty() || out == "-") {
+    *skip = "running as root, which ignores permission bits, and could not drop to uid 65534";
+    return OkStatus();
+  }
+  const std::size_t space = out.find(' ');
+  return Status(static_cast<StatusCode>(std::stoi(out.substr(0, space))),
+                space == std::string::npos ? "" : out.substr(space + 1));
+}
+
+TEST_F(SqliteBackendTest, ReadOnlyDirectoryIsPermissionDenied) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);  // reachable for "nobody" too
+  const std::string ro = dir_ + "/ro";
+  ASSERT_EQ(::mkdir(ro.c_str(), 0555), 0);
+  ASSERT_EQ(::chmod(ro.c_str(), 0555), 0);  // whatever the umask
+  std::string skip;
+  const Status status = OpenUnprivileged(ro + "/simba.db", &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_EQ(status.code(), StatusCode::kPermissionDenied) << status;
+  EXPECT_NE(status.message().find(ro), std::string::npos) << status;
+  EXPECT_FALSE(std::filesystem::exists(ro + "/simba.db"));
+}
+
+TEST_F(SqliteBackendTest, ReadOnlyFileIsPermissionDenied) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0777), 0);  // only the file is read-only
+  ASSERT_NE(Open(), nullptr);                  // creates the file, then closes it
+  ASSERT_EQ(::chmod(DbPath().c_str(), 0444), 0);
+  std::string skip;
+  const Status status = OpenUnprivileged(DbPath(), &skip);
+  if (!skip.empty()) GTEST_SKIP() << skip;
+  EXPECT_EQ(status.code(), StatusCode::kPermissionDenied) << status;
+  EXPECT_NE(status.message().find(DbPath()), std::string::npos) << status;
+}
+
+TEST_F(SqliteBackendTest, UncreatableFileIsAClearError) {
+  // Nobody, root included, can create a file directly under /proc: a
+  // read-only place without relying on permission bits. As root the
+  // directory checks pass and open() fails with ENOENT (kNotFound);
+  // otherwise the directory is not writable (kPermissionDenied).
+  const std::string path = "/proc/simba-test.db";
+  auto backend = NewSqliteBackend({.path = path});
+  ASSERT_FALSE(backend.ok());
+  EXPECT_EQ(backend.status().code(),
+            ::geteuid() == 0 ? StatusCode::kNotFound : StatusCode::kPermissionDenied)
+      << backend.status();
+  EXPECT_NE(backend.status().message().find(path), std::string::npos) << backend.status();
+}
+
+TEST_F(SqliteBackendTest, FileThatIsNotADatabaseIsInvalidArgument) {
+  {
+    std::ofstream file(DbPath());
+    for (int i = 0; i < 100; ++i) file << "this is not an SQLite database\n";
+  }
+  auto backend = NewSqliteBackend({.path = DbPath()});
+  EXPECT_EQ(backend.status().code(), StatusCode::kInvalidArgument) << backend.status();
+  EXPECT_NE(backend.status().message().find(DbPath()), std::string::npos);
+}
+
+TEST_F(SqliteBackendTest, RejectsMemoryDatabaseAndNegativeBusyTimeout) {
+  EXPECT_EQ(NewSqliteBackend({.path = ":memory:"}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(NewSqliteBackend({.path = DbPath(), .busy_timeout = -1ms}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(SqliteBackendTest, RelativeAndFileColonPathsAreLiteralFiles) {
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(dir_);
+  {
+    auto plain = NewSqliteBackend({.path = "relative.db"});
+    EXPECT_TRUE(plain.ok()) << plain.status();
+    // Debian's SQLite reads "file:..." as a URI unless told otherwise.
+    auto colon = NewSqliteBackend({.path = "file:odd.db"});
+    EXPECT_TRUE(colon.ok()) << colon.status();
+  }
+  std::filesystem::current_path(cwd);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/relative.db"));
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/file:odd.db"));
+}
+
+Result<SqliteOptions> FromUri(std::string_view text) {
+  SIMBA_ASSIGN_OR_RETURN(Uri uri, Uri::Parse(text));
+  return SqliteOptionsFromUri(uri);
+}
+
+TEST(SqliteOptionsFromUriTest, AbsoluteAndRelativePaths) {
+  auto absolute = FromUri("sqlite:///abs/path.db");
+  ASSERT_TRUE(absolute.ok()) << absolute.status();
+  EXPECT_EQ(absolute->path, "/abs/path.db");
+  EXPECT_EQ(absolute->busy_timeout, 5000ms);
+
+  auto relative = FromUri("sqlite://rel/dir/x.db");
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_EQ(relative->path, "rel/dir/x.db");
+
+  auto bare = FromUri("sqlite://x.db");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_EQ(bare->path, "x.db");
+
+  // The same from hand-built values, independent of the parser.
+  Uri uri;
+  uri.scheme = "sqlite";
+  uri.hosts = {UriHost{"rel", std::nullopt}};
+  uri.path = "/dir/x.db";
+  auto built = SqliteOptionsFromUri(uri);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EXPECT_EQ(built->path, "rel/dir/x.db");
+}
+
+TEST(SqliteOptionsFromUriTest, BusyTimeout) {
+  auto two = FromUri("sqlite:///abs/path.db?busy_timeout=2s");
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->busy_timeout, 2000ms);
+  auto ms = FromUri("sqlite://rel.db?busy_timeout=250ms");
+  ASSERT_TRUE(ms.ok()) << ms.status();
+  EXPECT_EQ(ms->busy_timeout, 250ms);
+  EXPECT_EQ(FromUri("sqlite:///a.db?busy_timeout=10").status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(FromUri("sqlite:///a.db?busy_timeout=soon").status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(SqliteOptionsFromUriTest, RejectsWhatDoesNotApply) {
+  for (const char* text : {
+           "mysql:///abs/path.db",               // wrong scheme
+           "sqlite:///abs/path.db?timeout=2s",   // unknown key
+           "sqlite://user@rel/path.db",          // user
+           "sqlite://user:secret@rel/path.db",   // password
+           "sqlite://rel:5000/path.db",          // port
+           "sqlite://a,b/path.db",               // host list
+           "sqlite:///",                         // no file
+           "sqlite://rel/dir/",                  // a directory
+       }) {
+    auto options = FromUri(text);
+    EXPECT_EQ(options.status().code(), StatusCode::kInvalidArgument)
+        << text << " -> " << options.status();
+  }
+  Uri empty;
+  empty.scheme = "sqlite";
+  EXPECT_EQ(SqliteOptionsFromUri(empty).status().code(), StatusCode::kInvalidArgument);
+  Uri scheme;
+  scheme.scheme = "postgresql";
+  scheme.path = "/x.db";
+  auto wrong = SqliteOptionsFromUri(scheme);
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("postgresql"), std::string::npos);
+}
+
+// ---- error translation --------------------------------------------------------------------
+
+TEST(SqliteFailureToStatusTest, Table) {
+  struct Row {
+    int code;
+    int system_errno;
+    bool deadline_passed;
+    StatusCode expected;
+  };
+  const Row rows[] = {
+      {SQLITE_OK, 0, false, StatusCode::kOk},
+      {SQLITE_DONE, 0, false, StatusCode::kOk},
+      {SQLITE_BUSY, 0, false, StatusCode::kUnavailable},
+      {SQLITE_BUSY, 0, true, StatusCode::kDeadlineExceeded},
+      {SQLITE_BUSY_SNAPSHOT, 0, false, StatusCode::kUnavailable},
+      {SQLITE_BUSY_RECOVERY, 0, true, StatusCode::kDeadlineExceeded},
+      {SQLITE_LOCKED, 0, false, StatusCode::kUnavailable},
+      {SQLITE_LOCKED_SHAREDCACHE, 0, true, StatusCode::kDeadlineExceeded},
+      {SQLITE_READONLY, 0, false, StatusCode::kPermissionDenied},
+      {SQLITE_READONLY_CANTLOCK, 0, false, StatusCode::kPermissionDenied},
+      {SQLITE_READONLY_DIRECTORY, 0, false, StatusCode::kPermissionDenied},
+      {SQLITE_READONLY_DBMOVED, 0, false, StatusCode::kUnavailable},
+      {SQLITE_PERM, 0, false, StatusCode::kPermissionDenied},
+      {SQLITE_AUTH, 0, false, StatusCode::kPermissionDenied},
+      {SQLITE_CANTOPEN, EACCES, false, StatusCode::kPermissionDenied},
+      {SQLITE_CANTOPEN, EROFS, false, StatusCode::kPermissionDenied},
+      {SQLITE_CANTOPEN, EPERM, false, StatusCode::kPermissionDenied},
+      {SQLITE_CANTOPEN, ENOENT, false, StatusCode::kNotFound},
+      {SQLITE_CANTOPEN, ENOTDIR, false, StatusCode::kNotFound},
+      {SQLITE_CANTOPEN, EMFILE, false, StatusCode::kUnavailable},
+      {SQLITE_CANTOPEN, 0, false, StatusCode::kUnavailable},
+      {SQLITE_CANTOPEN_ISDIR, 0, false, StatusCode::kInvalidArgument},
+      {SQLITE_NOTADB, 0, false, StatusCode::kInvalidArgument},
+      {SQLITE_IOERR, EIO, false, StatusCode::kUnavailable},
+      {SQLITE_IOERR_WRITE, EROFS, false, StatusCode::kPermissionDenied},
+      {SQLITE_IOERR_FSYNC, 0, false, StatusCode::kUnavailable},
+      {SQLITE_FULL, ENOSPC, false, StatusCode::kUnavailable},
+      {SQLITE_NOMEM, 0, false, StatusCode::kUnavailable},
+      {SQLITE_PROTOCOL, 0, false, StatusCode::kUnavailable},
+      {SQLITE_SCHEMA, 0, false, StatusCode::kUnavailable},
+      {SQLITE_INTERRUPT, 0, false, StatusCode::kCancelled},
+      {SQLITE_INTERRUPT, 0, true, StatusCode::kDeadlineExceeded},
+      {SQLITE_CORRUPT, 0, false, StatusCode::kInternal},
+      {SQLITE_CORRUPT_INDEX, 0, false, StatusCode::kInternal},
+      {SQLITE_ERROR, 0, false, StatusCode::kInternal},
+      {SQLITE_MISUSE, 0, false, StatusCode::kInternal},
+      {SQLITE_CONSTRAINT_NOTNULL, 0, false, StatusCode::kInternal},
+      {SQLITE_RANGE, 0, false, StatusCode::kInternal},
+  };
+  for (const Row& row : rows) {
+    const Status status = internal::SqliteFailureToStatus(
+        {row.code, row.system_errno, "the sqlite message"}, row.deadline_passed,
+        "sqlite '/x.db': op");
+    EXPECT_EQ(status.code(), row.expected)
+        << "code " << row.code << " errno " << row.system_errno << " deadline "
+        << row.deadline_passed << " -> " << status;
+    if (!status.ok()) {
+      EXPECT_EQ(status.message().rfind("sqlite '/x.db': op: ", 0), 0u) << status;
+      // Contention is described in our words, never as "database is locked".
+      EXPECT_EQ(status.message().find("database is locked"), std::string::npos) << status;
+    }
+  }
+}
+
+TEST(SqliteFailureToStatusTest, MessageCarriesSqliteTextCodeAndErrno) {
+  const Status status = internal::SqliteFailureToStatus(
+      {SQLITE_CANTOPEN, ENOENT, "unable to open database file"}, false, "ctx");
+  EXPECT_NE(status.message().find("unable to open database file"), std::string::npos);
+  EXPECT_NE(status.message().find("sqlite code 14"), std::string::npos);
+  EXPECT_NE(status.message().find("errno 2"), std::string::npos);
+  // Without SQLite's message, its generic text for the code stands in.
+  const Status generic = internal::SqliteFailureToStatus({SQLITE_FULL, 0, ""}, false, "ctx");
+  EXPECT_NE(generic.message().find("database or disk is full"), std::string::npos) << generic;
+}
+
+}  // namespace
+}  // namespace simba
