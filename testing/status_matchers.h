@@ -38,11 +38,12 @@ MATCHER_P(StatusIs, code, "has code " + std::string(::simba::StatusCodeName(code
 }
 
 MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + std::string(::simba::StatusCodeName(code))) {
+           "has code " + std::string(::simba::StatusCodeName(code)) + " and a message that " +
+               ::testing::DescribeMatcher<std::string>(message_matcher)) {
   const Status s = ::simba::testing::GetStatus(arg);
-  *result_listener << "which is " << s.ToString();
+  *result_listener << "whose status is " << s.ToString();
   return s.code() == code &&
-         ::testing::Matches(message_matcher)(s.message());
+         ::testing::ExplainMatchResult(message_matcher, s.message(), result_listener);
 }
 
 }  // namespace simba::testing

@@ -91,6 +91,10 @@ class Locker {
   struct State;
   Locker(std::shared_ptr<State> state, std::unique_ptr<MutexContendService> service);
   Status AcquireUntil(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
+  // Checks the locker is idle and starts contending. Requires control_mu.
+  Status BeginAcquire();
+  // Records the acquisition. Requires mu.
+  void MarkHeldLocked();
 
   std::shared_ptr<State> state_;
   std::unique_ptr<MutexContendService> service_;

@@ -139,14 +139,12 @@ Status Locker::acquire(std::chrono::milliseconds timeout, std::stop_token cancel
   return AcquireUntil(timeout, cancel);
 }
 
-Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
-                            std::stop_token cancel) {
-  std::lock_guard<std::mutex> control(state_->control_mu);
-  const Clock::TimePoint start = state_->clock->Now();
+Status Locker::BeginAcquire() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->phase == State::Phase::kAcquiring || state_->phase == State::Phase::kHeld) {
-      return FailedPreconditionError("mutex '" + mutex() + "' is already held or being acquired by this locker");
+      return FailedPreconditionError("mutex '" + mutex() +
+                                     "' is already held or being acquired by this locker");
     }
   }
   // After a lost lease the service may still be running; start afresh.
@@ -154,6 +152,7 @@ Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kAcquiring;
+    state_->attempts_done = 0;
     ++state_->lifecycle;
   }
   if (Status s = service_->start(); !s.ok()) {
@@ -161,6 +160,14 @@ Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
     state_->phase = State::Phase::kIdle;
     return s;
   }
+  return OkStatus();
+}
+
+Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
+                            std::stop_token cancel) {
+  std::lock_guard<std::mutex> control(state_->control_mu);
+  const Clock::TimePoint start = state_->clock->Now();
+  SIMBA_RETURN_IF_ERROR(BeginAcquire());
   std::stop_callback wake(cancel, [this] {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->cv.notify_all();
@@ -169,9 +176,7 @@ Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
   Status failure;
   for (;;) {
     if (service_->is_owner()) {
-      state_->phase = State::Phase::kHeld;
-      state_->token = service_->fencing_token();
-      state_->lost_source = std::stop_source();
+      MarkHeldLocked();
       return OkStatus();
     }
     if (cancel.stop_requested()) {
@@ -197,22 +202,15 @@ Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
   return failure;
 }
 
+void Locker::MarkHeldLocked() {
+  state_->phase = State::Phase::kHeld;
+  state_->token = service_->fencing_token();
+  state_->lost_source = std::stop_source();
+}
+
 Result<bool> Locker::try_acquire() {
   std::lock_guard<std::mutex> control(state_->control_mu);
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    if (state_->phase == State::Phase::kAcquiring || state_->phase == State::Phase::kHeld) {
-      return FailedPreconditionError("mutex '" + mutex() + "' is already held or being acquired by this locker");
-    }
-  }
-  if (service_->running()) (void)service_->stop();
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->phase = State::Phase::kAcquiring;
-    state_->attempts_done = 0;
-    ++state_->lifecycle;
-  }
-  SIMBA_RETURN_IF_ERROR(service_->start());
+  SIMBA_RETURN_IF_ERROR(BeginAcquire());
   std::unique_lock<std::mutex> lock(state_->mu);
   // The first attempt ends within the store call's deadline (after the
   // initial delay); this bound only guards against a bug turning try_acquire
@@ -225,9 +223,7 @@ Result<bool> Locker::try_acquire() {
                                                       std::chrono::milliseconds(50)));
   }
   if (service_->is_owner()) {
-    state_->phase = State::Phase::kHeld;
-    state_->token = service_->fencing_token();
-    state_->lost_source = std::stop_source();
+    MarkHeldLocked();
     return true;
   }
   Status attempt = state_->attempts_done == 0

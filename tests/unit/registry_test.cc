@@ -10,18 +10,11 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/status_matchers.h"
 #include "simba/internal/backends_config.h"
 
 namespace simba {
 
-template <typename T>
-void PrintTo(const Result<T>& result, std::ostream* os) {
-  if (result.ok()) {
-    *os << "a value";
-  } else {
-    *os << result.status();
-  }
-}
 
 namespace {
 
@@ -31,20 +24,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-Status StatusOf(const Status& status) { return status; }
-template <typename T>
-Status StatusOf(const Result<T>& result) {
-  return result.status();
-}
-
-MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + std::string(StatusCodeName(code)) + " and a message that " +
-               ::testing::DescribeMatcher<std::string>(message_matcher)) {
-  const Status status = StatusOf(arg);
-  *result_listener << "whose status is " << status;
-  return status.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, status.message(), result_listener);
-}
+using ::simba::testing::StatusIs;
 
 // Stands in for a store: the registry only hands it back, never calls it.
 class FakeBackend : public Backend {

@@ -10,6 +10,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/status_matchers.h"
 
 namespace simba {
 
@@ -27,14 +28,6 @@ void PrintTo(const Uri& uri, std::ostream* os) {
   *os << "}}";
 }
 
-template <typename T>
-void PrintTo(const Result<T>& result, std::ostream* os) {
-  if (result.ok()) {
-    *os << "a value";
-  } else {
-    *os << result.status();
-  }
-}
 
 namespace {
 
@@ -43,20 +36,7 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-Status StatusOf(const Status& status) { return status; }
-template <typename T>
-Status StatusOf(const Result<T>& result) {
-  return result.status();
-}
-
-MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + std::string(StatusCodeName(code)) + " and a message that " +
-               ::testing::DescribeMatcher<std::string>(message_matcher)) {
-  const Status status = StatusOf(arg);
-  *result_listener << "whose status is " << status;
-  return status.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher, status.message(), result_listener);
-}
+using ::simba::testing::StatusIs;
 
 // ---------------------------------------------------------------------------
 // Valid URIs
