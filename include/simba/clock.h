@@ -28,6 +28,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 
 namespace simba {
 
@@ -67,9 +68,16 @@ class ManualClock final : public Clock {
   // monotonic).
   void Advance(Duration d);
 
+  // True while some thread waits on this clock for exactly `deadline`. Tests
+  // use it to advance time only once the code under test is waiting for the
+  // instant they mean to reach (advancing earlier would move the very
+  // deadline they are testing).
+  bool HasWaiterUntil(TimePoint deadline) const;
+
  private:
   mutable std::mutex mu_;
   TimePoint now_;
+  mutable std::multiset<TimePoint> waiting_;
 };
 
 }  // namespace simba

@@ -35,8 +35,20 @@ Clock::TimePoint ManualClock::Now() const {
 
 void ManualClock::WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
                             TimePoint deadline) const {
-  if (Now() >= deadline) return;
+  std::multiset<TimePoint>::iterator entry;
+  {
+    std::lock_guard<std::mutex> guard(mu_);
+    if (now_ >= deadline) return;
+    entry = waiting_.insert(deadline);
+  }
   cv.wait_for(lock, kManualClockPoll);
+  std::lock_guard<std::mutex> guard(mu_);
+  waiting_.erase(entry);
+}
+
+bool ManualClock::HasWaiterUntil(TimePoint deadline) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waiting_.count(deadline) > 0;
 }
 
 void ManualClock::Advance(Duration d) {

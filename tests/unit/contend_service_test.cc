@@ -93,6 +93,13 @@ class ContendServiceTest : public ::testing::Test {
   // wants to check that something did NOT happen.
   static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
 
+  // True once some thread waits for the virtual instant `from_now` ahead:
+  // advancing before that would move the very deadline being tested.
+  bool Waiting(Clock::Duration from_now) {
+    const auto at = clock_->Now() + from_now;
+    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
+  }
+
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::shared_ptr<Backend> store_;
   std::shared_ptr<FaultInjectingBackend> a_faults_;
@@ -105,12 +112,14 @@ TEST_F(ContendServiceTest, AcquiresAtOnceAndRenewsExactlyAtTtl) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
   EXPECT_EQ(a_faults_->acquire_calls(), 1);
   const auto token = a->fencing_token();
   const auto first_deadline = *a->lease_deadline();
   // The deadline is the hard lease (16 s) from the send time, less the margin.
   EXPECT_EQ(first_deadline, clock_->Now() + seconds(16) - milliseconds(200));
 
+  ASSERT_TRUE(Waiting(seconds(10)));
   clock_->Advance(seconds(10) - milliseconds(1));
   Settle();
   EXPECT_EQ(a_faults_->acquire_calls(), 1) << "renewed before ttl";
@@ -156,6 +165,8 @@ TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
   EXPECT_FALSE(b->is_owner()) << "B must not acquire before the store's lease ends";
   clock_->Advance(milliseconds(201));  // transition_at + 1 ms jitter
   ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  // Ownership is decided before its callback runs: wait for the callback.
+  ASSERT_TRUE(Eventually([&] { return events_.Count("B acquired") == 1; }, seconds(5)));
   EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released", "B acquired"));
   a_faults_->set_mode(Mode::kPass);
   SIMBA_ASSERT_OK(b->stop());
@@ -170,10 +181,13 @@ TEST_F(ContendServiceTest, OwnerRetriesAFailedRenewalInsideTheTransitionWindow) 
   a_faults_->set_acquire_mode(Mode::kFail);
   clock_->Advance(seconds(10));  // renewal due: fails
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
-  clock_->Advance(seconds(1));  // first retry (a quarter of what is left, at most 1 s): fails
+  // First retry: a quarter of what is left of the lease, at most 1 s.
+  ASSERT_TRUE(Waiting(seconds(1)));
+  clock_->Advance(seconds(1));
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
   EXPECT_TRUE(a->is_owner()) << "still inside the lease";
   a_faults_->set_acquire_mode(Mode::kPass);
+  ASSERT_TRUE(Waiting(seconds(1)));
   clock_->Advance(seconds(1));  // next retry succeeds
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 4; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > clock_->Now() + seconds(15); }, seconds(5)));
@@ -181,6 +195,7 @@ TEST_F(ContendServiceTest, OwnerRetriesAFailedRenewalInsideTheTransitionWindow) 
   clock_->Advance(seconds(5));
   EXPECT_TRUE(a->is_owner());
   EXPECT_EQ(a->fencing_token(), token);
+  Settle();
   EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -214,6 +229,8 @@ TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
   a_faults_->set_acquire_mode(Mode::kPass);
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
+  Settle();
   EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -254,15 +271,18 @@ TEST_F(ContendServiceTest, StoreErrorsAreRetriedWithGrowingBackoff) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   a_faults_->set_mode(Mode::kFail);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
   // 100 ms (+ jitter pinned at 1 ms), then 200 ms, then 400 ms.
+  ASSERT_TRUE(Waiting(milliseconds(101)));
+  EXPECT_EQ(a_faults_->acquire_calls(), 1);
   clock_->Advance(milliseconds(100));
   Settle();
   EXPECT_EQ(a_faults_->acquire_calls(), 1);
   clock_->Advance(milliseconds(1));
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Waiting(milliseconds(201)));
   clock_->Advance(milliseconds(201));
   ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
+  ASSERT_TRUE(Waiting(milliseconds(401)));
   clock_->Advance(milliseconds(300));
   Settle();
   EXPECT_EQ(a_faults_->acquire_calls(), 3);
@@ -359,6 +379,7 @@ TEST_F(ContendServiceTest, RetrieverFollowsTheOwner) {
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   // No push for acquisitions from the memory store: the poll interval (1 s).
+  ASSERT_TRUE(Waiting(seconds(1)));
   clock_->Advance(seconds(1));
   ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id == a->contender_id(); },
                          seconds(5)));

@@ -62,8 +62,10 @@ TEST_F(LockerTest, AcquireWithTimeoutGivesUpOnTheVirtualClock) {
   auto holder = Locker::create(*other_factory_, "job").value();
   SIMBA_ASSERT_OK(holder->acquire());
   auto waiter = Locker::create(*factory_, "job").value();
+  const auto give_up_at = clock_->Now() + seconds(5);
   auto result = std::async(std::launch::async, [&] { return waiter->acquire(seconds(5)); });
-  std::this_thread::sleep_for(milliseconds(30));
+  // Advance only once the waiter waits for its own deadline.
+  ASSERT_TRUE(Eventually([&] { return clock_->HasWaiterUntil(give_up_at); }, seconds(5)));
   EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
       << "gave up before virtual time passed";
   clock_->Advance(seconds(5));

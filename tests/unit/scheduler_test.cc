@@ -35,6 +35,13 @@ class SchedulerTest : public ::testing::Test {
 
   static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
 
+  // True once the worker (or a timer) waits for the virtual instant
+  // `from_now` ahead; advancing earlier would move that instant.
+  bool Waiting(Clock::Duration from_now) {
+    const auto at = clock_->Now() + from_now;
+    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
+  }
+
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
   std::shared_ptr<FaultInjectingBackend> faults_;
   std::unique_ptr<MutexContendServiceFactory> factory_;
@@ -51,16 +58,18 @@ TEST_F(SchedulerTest, FixedRateRunsAfterTheInitialDelayThenEveryPeriod) {
                        .value();
   SIMBA_ASSERT_OK(scheduler->start());
   ASSERT_TRUE(Eventually([&] { return scheduler->is_leader(); }, seconds(5)));
-  Settle();
+  ASSERT_TRUE(Waiting(seconds(2)));
   EXPECT_EQ(runs.load(), 0);
   clock_->Advance(seconds(2));
   ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
   EXPECT_GT(token.load(), 0u);
+  ASSERT_TRUE(Waiting(seconds(3)));
   clock_->Advance(seconds(2));
   Settle();
   EXPECT_EQ(runs.load(), 1);
   clock_->Advance(seconds(1));
   ASSERT_TRUE(Eventually([&] { return runs.load() == 2; }, seconds(5)));
+  ASSERT_TRUE(Waiting(seconds(3)));
   clock_->Advance(seconds(3));
   ASSERT_TRUE(Eventually([&] { return runs.load() == 3; }, seconds(5)));
   SIMBA_ASSERT_OK(scheduler->stop());
@@ -111,6 +120,7 @@ TEST_F(SchedulerTest, FixedDelayCountsFromTheEndOfARun) {
                        .value();
   SIMBA_ASSERT_OK(scheduler->start());
   ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
+  ASSERT_TRUE(Waiting(seconds(4)));
   clock_->Advance(seconds(3));  // 3 s after the run ended: not yet
   Settle();
   EXPECT_EQ(runs.load(), 1);
@@ -129,6 +139,7 @@ TEST_F(SchedulerTest, WorkExceptionsDoNotStopTheSchedule) {
                        .value();
   SIMBA_ASSERT_OK(scheduler->start());
   ASSERT_TRUE(Eventually([&] { return runs.load() == 1; }, seconds(5)));
+  ASSERT_TRUE(Waiting(seconds(1)));
   clock_->Advance(seconds(1));
   ASSERT_TRUE(Eventually([&] { return runs.load() == 2; }, seconds(5)));
   SIMBA_ASSERT_OK(scheduler->stop());
