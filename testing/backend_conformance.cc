@@ -380,6 +380,43 @@ TEST_P(Conformance, HangingRenewalIsRevokedAtTheLeaseDeadline) {
   SIMBA_EXPECT_OK(service->stop());
 }
 
+TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  auto& backend = *factory->backend();
+
+  // A free (even unknown) mutex: nothing to release, the floor still rises.
+  auto unknown = backend.force_release("forced-free", deadline());
+  SIMBA_ASSERT_OK(unknown);
+  EXPECT_FALSE(unknown->previous.has_owner_id());
+  EXPECT_GT(unknown->fencing_floor, 0u);
+
+  Recorder a;
+  auto sa = factory->create_contend_service(a.Contender("forced")).value();
+  SIMBA_ASSERT_OK(sa->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  const std::uint64_t a_token = sa->fencing_token();
+  auto forced = backend.force_release("forced", deadline());
+  SIMBA_ASSERT_OK(forced);
+  EXPECT_EQ(forced->previous.owner_id, sa->contender_id());
+  EXPECT_EQ(forced->previous.fencing_token, a_token);
+  EXPECT_GT(forced->fencing_floor, a_token);
+  // The old holder learns at its next renewal (at ttl): it lost that
+  // acquisition, whether it then wins the mutex again or not.
+  ASSERT_TRUE(a.released.Wait(fx.options().ttl + seconds(2)));
+  // Every later acquisition is above the floor.
+  Recorder b;
+  auto sb = factory->create_contend_service(b.Contender("forced")).value();
+  SIMBA_ASSERT_OK(sb->start());
+  ASSERT_TRUE(Eventually([&] { return sa->is_owner() || sb->is_owner(); }, fx.ExpiryBound()));
+  EXPECT_GT(std::max(sa->fencing_token(), sb->fencing_token()), forced->fencing_floor);
+  SIMBA_EXPECT_OK(sb->stop());
+  SIMBA_EXPECT_OK(sa->stop());
+  EXPECT_THAT(backend.force_release("", deadline()), StatusIs(StatusCode::kInvalidArgument));
+}
+
 // ---- Locker ------------------------------------------------------------------
 
 TEST_P(Conformance, LockerExcludesTimesOutAndHandsOver) {

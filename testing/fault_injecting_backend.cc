@@ -48,6 +48,12 @@ Result<bool> FaultInjectingBackend::release(std::string_view mutex, std::string_
   return target_->release(mutex, contender_id, deadline);
 }
 
+Result<ForcedRelease> FaultInjectingBackend::force_release(std::string_view mutex,
+                                                           Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  return target_->force_release(mutex, deadline);
+}
+
 Result<OwnerRecord> FaultInjectingBackend::read(std::string_view mutex, Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->read(mutex, deadline);

@@ -43,6 +43,7 @@ class FaultInjectingBackend final : public Backend {
   Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override;
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
                        Deadline deadline) override;
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
   Result<std::unique_ptr<Subscription>> subscribe(

@@ -24,6 +24,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -70,6 +71,17 @@ struct AcquireRequest {
   std::string_view contender_id;
   std::chrono::milliseconds ttl;
   std::chrono::milliseconds transition;
+};
+
+// What an operator's forced release did.
+struct ForcedRelease {
+  // The owner that was removed (MutexOwner::None() if the mutex was free).
+  MutexOwner previous;
+  // Every later acquisition of the mutex gets a token greater than this
+  // (and this is greater than previous.fencing_token): tell the protected
+  // resource, and it can reject the old holder's writes at once.
+  std::uint64_t fencing_floor = 0;
+  StoreTime store_now{0};
 };
 
 // A push notification about one mutex.
@@ -121,6 +133,12 @@ class Backend {
   virtual Result<bool> release(std::string_view mutex,
                                std::string_view contender_id,
                                Deadline deadline) = 0;
+
+  // An operator's release of a stuck lease: frees the mutex whoever owns it
+  // and bumps its fencing counter, so the next owner's token exceeds
+  // `fencing_floor` and every token the old holder was given. Push-capable
+  // stores notify waiters. The old holder learns at its next renewal.
+  virtual Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) = 0;
 
   // The current owner (MutexOwner::None() for an unknown or free mutex).
   virtual Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) = 0;

@@ -38,6 +38,9 @@ class FakeBackend : public Backend {
   Result<bool> release(std::string_view, std::string_view, Deadline) override {
     return UnimplementedError("fake");
   }
+  Result<ForcedRelease> force_release(std::string_view, Deadline) override {
+    return UnimplementedError("fake");
+  }
   Result<OwnerRecord> read(std::string_view, Deadline) override {
     return UnimplementedError("fake");
   }

@@ -61,6 +61,24 @@ class MemoryStore {
     return true;
   }
 
+  ForcedRelease ForceRelease(std::string_view mutex,
+                             std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const StoreTime now = Now();
+    Row& row = rows_[std::string(mutex)];
+    ForcedRelease result;
+    result.previous = Visible(row.owner, now);
+    result.store_now = now;
+    // Burn a token: the next owner's token exceeds every one handed out.
+    result.fencing_floor = ++row.fence;
+    row.owner = MutexOwner::None();
+    auto subs = subscribers_.find(mutex);
+    if (subs != subscribers_.end()) {
+      for (auto& [id, listener] : subs->second) to_notify->push_back(listener);
+    }
+    return result;
+  }
+
   OwnerRecord Read(std::string_view mutex) const {
     std::lock_guard<std::mutex> lock(mu_);
     const StoreTime now = Now();
@@ -170,6 +188,16 @@ class MemoryBackend final : public Backend {
                            std::string(contender_id)};
     for (auto& listener : to_notify) listener(event);
     return released;
+  }
+
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    std::vector<std::function<void(const MutexEvent&)>> to_notify;
+    ForcedRelease result = store_->ForceRelease(mutex, &to_notify);
+    const MutexEvent event{MutexEvent::Kind::kReleased, std::string(mutex),
+                           result.previous.owner_id};
+    for (auto& listener : to_notify) listener(event);
+    return result;
   }
 
   Result<OwnerRecord> read(std::string_view mutex, Deadline) override {

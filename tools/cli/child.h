@@ -1,0 +1,51 @@
+// A child command run in a process group of its own, so that it (and its own
+// children, e.g. a shell pipeline) can be signalled as one.
+#ifndef SIMBA_TOOLS_CLI_CHILD_H_
+#define SIMBA_TOOLS_CLI_CHILD_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "simba/status.h"
+
+namespace simba::cli {
+
+class Child {
+ public:
+  // Starts `command` (looked up in PATH) with the current environment plus
+  // `env`. kNotFound when it does not exist, kPermissionDenied when it cannot
+  // be executed.
+  static Result<Child> Start(const std::vector<std::string>& command,
+                             const std::map<std::string, std::string>& env);
+
+  pid_t pid() const { return pid_; }
+  // Sends `signal` to the child's process group.
+  void Signal(int signal) const;
+  // The child's exit status (as a shell reports it: the code, or 128 + N when
+  // killed by signal N) once it has exited; nullopt while it runs.
+  std::optional<int> Poll();
+
+ private:
+  explicit Child(pid_t pid) : pid_(pid) {}
+  pid_t pid_;
+  std::optional<int> status_;
+};
+
+// Stops `child`: SIGTERM to its group, then SIGKILL after `kill_after`.
+// Returns its exit status.
+int StopChild(Child& child, std::chrono::milliseconds kill_after);
+
+// Signals to simba that the CLI forwards or reacts to (SIGINT, SIGTERM,
+// SIGHUP): installs handlers; TakeSignal() returns the last one received
+// (0 if none) and clears it.
+void InstallSignalHandlers();
+int TakeSignal();
+
+}  // namespace simba::cli
+
+#endif  // SIMBA_TOOLS_CLI_CHILD_H_

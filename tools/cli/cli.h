@@ -1,0 +1,74 @@
+// Shared pieces of the `simba` command line: exit codes, the parsed command
+// line, and the commands. docs/cli.md is the user-facing contract.
+#ifndef SIMBA_TOOLS_CLI_CLI_H_
+#define SIMBA_TOOLS_CLI_CLI_H_
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "simba/status.h"
+
+namespace simba::cli {
+
+// Exit codes (docs/cli.md). 64, 69 and 75 follow sysexits.h.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitUsage = 64;
+inline constexpr int kExitUnavailable = 69;
+inline constexpr int kExitNotAcquired = 75;
+inline constexpr int kExitLeaseLost = 76;
+inline constexpr int kExitCannotExecute = 126;
+inline constexpr int kExitNotFound = 127;
+
+// A command line after the command name, split into flags, positional
+// arguments and the child command (everything after "--").
+struct Args {
+  std::map<std::string, std::string> values;  // --flag value / --flag=value
+  std::map<std::string, bool> switches;       // --flag
+  std::vector<std::string> positional;
+  std::vector<std::string> command;
+  bool has_command = false;  // "--" was given
+
+  bool Has(const std::string& flag) const {
+    return values.count(flag) > 0 || switches.count(flag) > 0;
+  }
+  std::optional<std::string> Value(const std::string& flag) const;
+  // The duration value of `flag`, or `fallback` when absent. Errors name the
+  // flag.
+  Result<std::chrono::milliseconds> Duration(const std::string& flag,
+                                             std::chrono::milliseconds fallback) const;
+};
+
+struct FlagSpec {
+  std::vector<std::string> with_value;  // e.g. "--store"
+  std::vector<std::string> switches;    // e.g. "--json"
+  bool positional = false;              // accepts positional arguments
+  bool command = false;                 // accepts "-- CMD ..."
+};
+
+// Parses `argv` (after the command name) against `spec`. kInvalidArgument
+// names the unknown flag or the flag missing its value.
+Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec);
+
+// Prints "simba: <message>" to stderr.
+void PrintError(const std::string& message);
+// The exit code for a status from opening or using a store.
+int ExitCodeFor(const Status& status);
+// The store URI: --store, else $SIMBA_STORE. kInvalidArgument when neither.
+Result<std::string> StoreUri(const Args& args);
+// "1.5s", "250ms", "2m3s"-like text for humans.
+std::string Human(std::chrono::milliseconds d);
+
+int RunCommand(const std::vector<std::string>& argv);
+int ElectCommand(const std::vector<std::string>& argv);
+int StatusCommand(const std::vector<std::string>& argv);
+int ReleaseCommand(const std::vector<std::string>& argv);
+
+// Help texts, one per command (nullptr for an unknown command).
+const char* HelpFor(const std::string& command);
+
+}  // namespace simba::cli
+
+#endif  // SIMBA_TOOLS_CLI_CLI_H_

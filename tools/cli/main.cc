@@ -1,0 +1,150 @@
+// simba: run a command under a distributed lock, or as the elected leader.
+// The user-facing contract is docs/cli.md.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tools/cli/cli.h"
+
+#ifndef SIMBA_VERSION
+#define SIMBA_VERSION "0.1.0"
+#endif
+
+namespace simba::cli {
+
+const char* HelpFor(const std::string& command) {
+  if (command == "run") {
+    return R"(usage: simba run --store URI --mutex NAME [options] -- CMD [ARGS...]
+
+Acquire the mutex, run CMD while the lease is renewed, then release it.
+CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and SIMBA_FENCING_TOKEN in its
+environment. If the lease is lost, CMD's process group gets SIGTERM (then
+SIGKILL after --kill-after) and simba exits with 76.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --mutex NAME        the mutex to hold
+  --ttl D             renew the lease this often (default 10s)
+  --transition D      grace after ttl for a late renewal (default 6s)
+  --wait              wait as long as it takes (the default)
+  --no-wait           one attempt; exit 75 if another process holds it
+  --timeout D         wait at most D; exit 75 if not acquired by then
+  --kill-after D      SIGKILL this long after SIGTERM (default 10s)
+  --verbose           report waiting, acquisition and release on stderr
+Durations carry a unit: 500ms, 10s, 2m, 1h.
+
+exit codes: CMD's own; 64 usage; 69 store unavailable; 75 not acquired;
+            76 lease lost; 126 cannot execute CMD; 127 CMD not found
+
+example:
+  simba run --store sqlite:///var/lib/app/simba.db --mutex nightly-report \
+      --timeout 30s -- ./report.sh --date today
+)";
+  }
+  if (command == "elect") {
+    return R"(usage: simba elect --store URI --mutex NAME [options] -- CMD [ARGS...]
+
+Stay in the election while simba runs: start CMD whenever this process becomes
+the leader, stop it (SIGTERM, then SIGKILL after --kill-after) when leadership
+is lost, start it again when re-elected. If CMD exits by itself while leading,
+simba gives up leadership and exits with CMD's status. SIGINT/SIGTERM stop CMD,
+release leadership and exit 0.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --mutex NAME        the election's mutex
+  --ttl D             renew the lease this often (default 10s)
+  --transition D      grace after ttl for a late renewal (default 6s)
+  --kill-after D      SIGKILL this long after SIGTERM (default 10s)
+  --verbose           report leadership changes on stderr
+
+example:
+  simba elect --store sqlite:///var/lib/app/simba.db --mutex scheduler-leader \
+      -- ./scheduler --serve
+)";
+  }
+  if (command == "status") {
+    return R"(usage: simba status --store URI [MUTEX...] [--json]
+
+Show each mutex's owner, when it was acquired, when its ttl and its lease end,
+and its fencing token. With no MUTEX, every mutex the store has a record of.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --json              one JSON object instead of a table
+
+example:
+  simba status --store sqlite:///var/lib/app/simba.db nightly-report --json
+)";
+  }
+  if (command == "release") {
+    return R"(usage: simba release --store URI --mutex NAME --force
+
+An operator's release of a stuck lease: frees the mutex whoever holds it and
+bumps its fencing counter, so later owners get greater tokens and the old
+holder's writes can be rejected. The old holder learns at its next renewal.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --mutex NAME        the mutex to free
+  --force             required: this takes the mutex away from its holder
+
+example:
+  simba release --store sqlite:///var/lib/app/simba.db --mutex nightly-report --force
+)";
+  }
+  if (command.empty()) {
+    return R"(usage: simba COMMAND [options]
+
+Distributed mutual exclusion from the command line.
+
+commands:
+  run       run a command while holding a mutex (like flock, across machines)
+  elect     run a command whenever this process is the elected leader
+  status    show the owners, leases and fencing tokens of mutexes
+  release   force-release a stuck mutex (operators)
+  help      show help for a command
+
+Stores: memory://NAME (one process), sqlite:///path/to/file.db
+'simba COMMAND --help' shows a command's options and an example.
+)";
+  }
+  return nullptr;
+}
+
+}  // namespace simba::cli
+
+int main(int argc, char** argv) {
+  using namespace simba::cli;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(HelpFor(""), stderr);
+    return kExitUsage;
+  }
+  const std::string command = args.front();
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (command == "--help" || command == "-h") {
+    std::fputs(HelpFor(""), stdout);
+    return kExitOk;
+  }
+  if (command == "--version") {
+    std::printf("simba %s\n", SIMBA_VERSION);
+    return kExitOk;
+  }
+  if (command == "help") {
+    const char* help = HelpFor(rest.empty() ? "" : rest.front());
+    if (help == nullptr) {
+      PrintError("unknown command '" + rest.front() + "' (see 'simba --help')");
+      return kExitUsage;
+    }
+    std::fputs(help, stdout);
+    return kExitOk;
+  }
+  if (command == "run") return RunCommand(rest);
+  if (command == "elect") return ElectCommand(rest);
+  if (command == "status") return StatusCommand(rest);
+  if (command == "release") return ReleaseCommand(rest);
+  PrintError("unknown command '" + command + "' (see 'simba --help')");
+  return kExitUsage;
+}

@@ -1,0 +1,193 @@
+// simba status and simba release --force (docs/cli.md).
+#include <algorithm>
+#include <cstdio>
+
+#include "simba/registry.h"
+#include "tools/cli/cli.h"
+
+namespace simba::cli {
+namespace {
+
+using std::chrono::milliseconds;
+
+Deadline In(milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string Pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+// Opens the store named by --store/$SIMBA_STORE, or prints why not.
+Result<std::shared_ptr<Backend>> OpenStore(const Args& args, const char* command) {
+  auto uri = StoreUri(args);
+  if (!uri.ok()) {
+    return Status(uri.status().code(),
+                  uri.status().message() + " (see 'simba " + command + " --help')");
+  }
+  return OpenBackend(*uri);
+}
+
+}  // namespace
+
+int StatusCommand(const std::vector<std::string>& argv) {
+  FlagSpec spec;
+  spec.with_value = {"--store"};
+  spec.switches = {"--json"};
+  spec.positional = true;
+  auto parsed = ParseArgs(argv, spec);
+  if (!parsed.ok()) {
+    PrintError(parsed.status().message() + " (see 'simba status --help')");
+    return kExitUsage;
+  }
+  const Args& args = *parsed;
+  if (args.Has("--help")) {
+    std::fputs(HelpFor("status"), stdout);
+    return kExitOk;
+  }
+  auto backend = OpenStore(args, "status");
+  if (!backend.ok()) {
+    PrintError(backend.status().message());
+    return ExitCodeFor(backend.status());
+  }
+  std::vector<ListedMutex> rows;
+  if (args.positional.empty()) {
+    auto listed = (*backend)->list(In(std::chrono::seconds(10)));
+    if (!listed.ok()) {
+      PrintError(listed.status().message());
+      return ExitCodeFor(listed.status());
+    }
+    rows = std::move(*listed);
+  } else {
+    for (const auto& name : args.positional) {
+      auto record = (*backend)->read(name, In(std::chrono::seconds(10)));
+      if (!record.ok()) {
+        PrintError(record.status().message());
+        return ExitCodeFor(record.status());
+      }
+      rows.push_back(ListedMutex{name, *record});
+    }
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const ListedMutex& a, const ListedMutex& b) { return a.mutex < b.mutex; });
+
+  if (args.Has("--json")) {
+    auto uri = StoreUri(args);
+    auto parsed_uri = Uri::Parse(*uri);
+    std::string out = "{\"store\":" + JsonString(parsed_uri.ok() ? parsed_uri->ToString() : "") +
+                      ",\"mutexes\":[";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      const MutexOwner& o = r.record.owner;
+      const StoreTime now = r.record.store_now;
+      const bool held = o.has_owner(now);
+      out += i == 0 ? "" : ",";
+      out += "{\"mutex\":" + JsonString(r.mutex) + ",\"held\":" + (held ? "true" : "false") +
+             ",\"owner\":" + JsonString(held ? o.owner_id : "") +
+             ",\"fencing_token\":" + std::to_string(o.fencing_token);
+      if (held) {
+        out += ",\"acquired_ms_ago\":" + std::to_string((now - o.acquired_at).count()) +
+               ",\"ttl_ends_in_ms\":" + std::to_string((o.ttl_at - now).count()) +
+               ",\"lease_ends_in_ms\":" + std::to_string((o.transition_at - now).count()) +
+               ",\"acquired_at\":" + std::to_string(o.acquired_at.count()) +
+               ",\"ttl_at\":" + std::to_string(o.ttl_at.count()) +
+               ",\"transition_at\":" + std::to_string(o.transition_at.count());
+      }
+      out += "}";
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+    return kExitOk;
+  }
+
+  std::size_t name_width = 5, owner_width = 5;
+  for (const auto& r : rows) {
+    name_width = std::max(name_width, r.mutex.size());
+    owner_width = std::max(owner_width, r.record.owner.owner_id.size());
+  }
+  std::string out = Pad("MUTEX", name_width) + "  " + Pad("OWNER", owner_width) +
+                    "  TOKEN  ACQUIRED      TTL ENDS      LEASE ENDS\n";
+  for (const auto& r : rows) {
+    const MutexOwner& o = r.record.owner;
+    const StoreTime now = r.record.store_now;
+    const bool held = o.has_owner(now);
+    out += Pad(r.mutex, name_width) + "  " + Pad(held ? o.owner_id : "-", owner_width) + "  " +
+           Pad(std::to_string(o.fencing_token), 5) + "  ";
+    if (held) {
+      out += Pad(Human(now - o.acquired_at) + " ago", 12) + "  " +
+             Pad("in " + Human(o.ttl_at - now), 12) + "  in " + Human(o.transition_at - now);
+    } else {
+      out += "free";
+    }
+    out += "\n";
+  }
+  if (rows.empty()) out += "(no mutexes)\n";
+  std::fputs(out.c_str(), stdout);
+  return kExitOk;
+}
+
+int ReleaseCommand(const std::vector<std::string>& argv) {
+  FlagSpec spec;
+  spec.with_value = {"--store", "--mutex"};
+  spec.switches = {"--force"};
+  auto parsed = ParseArgs(argv, spec);
+  auto usage = [](const std::string& message) {
+    PrintError(message + " (see 'simba release --help')");
+    return kExitUsage;
+  };
+  if (!parsed.ok()) return usage(parsed.status().message());
+  const Args& args = *parsed;
+  if (args.Has("--help")) {
+    std::fputs(HelpFor("release"), stdout);
+    return kExitOk;
+  }
+  const auto mutex = args.Value("--mutex");
+  if (!mutex) return usage("missing --mutex NAME");
+  if (!args.Has("--force")) {
+    return usage("release takes the mutex away from whoever holds it; confirm with --force");
+  }
+  auto backend = OpenStore(args, "release");
+  if (!backend.ok()) {
+    PrintError(backend.status().message());
+    return ExitCodeFor(backend.status());
+  }
+  auto released = (*backend)->force_release(*mutex, In(std::chrono::seconds(10)));
+  if (!released.ok()) {
+    PrintError(released.status().message());
+    return ExitCodeFor(released.status());
+  }
+  const MutexOwner& previous = released->previous;
+  std::printf("released mutex '%s' (%s); fencing floor is now %llu: later owners get greater "
+              "tokens\n",
+              mutex->c_str(),
+              previous.has_owner_id()
+                  ? ("was held by " + previous.owner_id + " with token " +
+                     std::to_string(previous.fencing_token))
+                        .c_str()
+                  : "it was free",
+              static_cast<unsigned long long>(released->fencing_floor));
+  return kExitOk;
+}
+
+}  // namespace simba::cli
