@@ -67,8 +67,11 @@ class Locker {
   // Blocks until held. kCancelled if `cancel` is stopped first;
   // kFailedPrecondition if already held or acquiring.
   Status acquire(std::stop_token cancel = {});
-  // Blocks at most `timeout` (>= 0). kDeadlineExceeded naming the mutex and
-  // the timeout when it runs out; kCancelled; kFailedPrecondition.
+  // Blocks at most `timeout` (>= 0), but always waits for the answer of the
+  // first attempt (so a zero timeout means "try once"; a hanging store can
+  // stretch that to ContendOptions::operation_timeout). kDeadlineExceeded
+  // naming the mutex and the timeout when it runs out; kCancelled;
+  // kFailedPrecondition.
   Status acquire(std::chrono::milliseconds timeout, std::stop_token cancel = {});
   // One attempt at the store. true: held; false: another owner holds it.
   // A store error is returned as the error.

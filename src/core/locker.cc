@@ -185,6 +185,12 @@ Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
     }
     const Clock::TimePoint now = state_->clock->Now();
     if (timeout && now >= start + *timeout) {
+      // Even a zero timeout gets the answer of one attempt: "try once" must
+      // not fail on a free mutex just because the store had not replied yet.
+      if (state_->attempts_done == 0) {
+        state_->cv.wait_for(lock, std::chrono::milliseconds(10));
+        continue;
+      }
       failure = DeadlineExceededError("could not acquire mutex '" + mutex() + "' within " +
                                       std::to_string(timeout->count()) + "ms");
       break;

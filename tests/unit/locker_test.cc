@@ -75,6 +75,14 @@ TEST_F(LockerTest, AcquireWithTimeoutGivesUpOnTheVirtualClock) {
   EXPECT_TRUE(holder->is_held());
 }
 
+TEST_F(LockerTest, AZeroTimeoutStillMakesOneAttempt) {
+  auto locker = Locker::create(*factory_, "job").value();
+  SIMBA_ASSERT_OK(locker->acquire(milliseconds(0)));
+  EXPECT_TRUE(locker->is_held());
+  auto other = Locker::create(*other_factory_, "job").value();
+  EXPECT_THAT(other->acquire(milliseconds(0)), StatusIs(StatusCode::kDeadlineExceeded));
+}
+
 TEST_F(LockerTest, WaitingAcquireSucceedsWhenTheHolderReleases) {
   auto holder = Locker::create(*other_factory_, "job").value();
   SIMBA_ASSERT_OK(holder->acquire());

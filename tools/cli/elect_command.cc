@@ -42,7 +42,8 @@ int ElectCommand(const std::vector<std::string>& argv) {
   }
   contend.ttl = *ttl;
   contend.transition = *transition;
-  if (Status s = contend.Validate(); !s.ok()) return usage(s.message());
+  // The library's message names the option ("ttl must be > 0"); name the flag.
+  if (Status s = contend.Validate(); !s.ok()) return usage("--" + s.message());
 
   FactoryOptions options;
   options.contend = contend;
@@ -52,7 +53,7 @@ int ElectCommand(const std::vector<std::string>& argv) {
     return ExitCodeFor(factory.status());
   }
   auto service = (*factory)->create_contend_service(MakeContender(*mutex, nullptr, nullptr));
-  if (!service.ok()) return usage(service.status().message());
+  if (!service.ok()) return usage("--mutex: " + service.status().message());
   InstallSignalHandlers();
   if (Status s = (*service)->start(); !s.ok()) {
     PrintError(s.message());

@@ -73,7 +73,8 @@ int RunCommand(const std::vector<std::string>& argv) {
   }
   contend.ttl = *ttl;
   contend.transition = *transition;
-  if (Status s = contend.Validate(); !s.ok()) return usage(s.message());
+  // The library's message names the option ("ttl must be > 0"); name the flag.
+  if (Status s = contend.Validate(); !s.ok()) return usage("--" + s.message());
 
   FactoryOptions options;
   options.contend = contend;
@@ -83,7 +84,7 @@ int RunCommand(const std::vector<std::string>& argv) {
     return ExitCodeFor(factory.status());
   }
   auto locker = Locker::create(**factory, *mutex);
-  if (!locker.ok()) return usage(locker.status().message());
+  if (!locker.ok()) return usage("--mutex: " + locker.status().message());
   Backend& backend = *(*factory)->backend();
 
   InstallSignalHandlers();
