@@ -8,7 +8,7 @@
 #include "tools/cli/cli.h"
 
 #ifndef SIMBA_VERSION
-#define SIMBA_VERSION "0.1.0"
+#error "SIMBA_VERSION comes from CMake's project(VERSION)"
 #endif
 
 namespace simba::cli {
