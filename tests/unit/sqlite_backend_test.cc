@@ -4,21 +4,26 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sqlite3.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
@@ -139,13 +144,18 @@ TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
   ASSERT_NE(backend, nullptr);
   EXPECT_EQ(backend->scheme(), "sqlite");
   const Capabilities& caps = backend->capabilities();
-  EXPECT_FALSE(caps.push_release);
+  EXPECT_TRUE(caps.push_release);
   EXPECT_TRUE(caps.cross_process);
   EXPECT_EQ(caps.fencing_source, "row version at acquisition (simba_mutex.fencing_token)");
   EXPECT_EQ(caps.max_mutex_length, 66u);
   EXPECT_EQ(caps.max_contender_id_length, 128u);
-  EXPECT_EQ(backend->subscribe("m", [](const MutexEvent&) {}).status().code(),
-            StatusCode::kUnimplemented);
+  auto subscription = backend->subscribe("m", [](const MutexEvent&) {});
+  EXPECT_TRUE(subscription.ok()) << subscription.status();
+  EXPECT_EQ(backend->subscribe("", [](const MutexEvent&) {}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->subscribe(std::string(67, 'm'), [](const MutexEvent&) {}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->subscribe("m", nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
@@ -350,6 +360,25 @@ TEST_F(SqliteBackendTest, ReadReportsOwnerOrNone) {
   EXPECT_EQ(freed->owner, MutexOwner::None());
 }
 
+TEST_F(SqliteBackendTest, EndedLeaseReadsAndListsAsFree) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice", 30ms, 30ms).ok());
+  std::this_thread::sleep_for(120ms);
+  // Not released, but acquire_or_renew would hand it to anyone: free, by the
+  // rule force_release also uses for the owner it removes.
+  auto read = backend->read("m", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner, MutexOwner::None());
+  auto listed = backend->list(Soon());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ((*listed)[0].record.owner, MutexOwner::None());
+  // The row itself is untouched until someone acquires.
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT owner_id FROM simba_mutex"), std::vector<std::string>{"alice"});
+}
+
 TEST_F(SqliteBackendTest, ListsEveryRowSortedFreeOnesIncluded) {
   auto backend = Open();
   ASSERT_NE(backend, nullptr);
@@ -481,6 +510,127 @@ TEST_F(SqliteBackendTest, AdoptsSimbaTableWithoutFencingColumn) {
   auto alice = Acquire(*backend, "m", "alice");
   ASSERT_TRUE(alice.ok()) << alice.status();
   EXPECT_EQ(alice->owner.fencing_token, 1u);
+}
+
+// ---- force_release --------------------------------------------------------------------
+
+TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // a renewal: version 2, token 1
+
+  auto forced = backend->force_release("m", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->previous.owner_id, "alice");
+  EXPECT_EQ(forced->previous.fencing_token, alice->owner.fencing_token);
+  EXPECT_GT(forced->fencing_floor, forced->previous.fencing_token);
+  EXPECT_GE(forced->store_now, alice->store_now);
+
+  auto read = backend->read("m", Soon());
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->owner, MutexOwner::None());
+  // Simba's free row, version moved on, the floor recorded as the token.
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
+                      " fencing_token FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||3|3"});
+  EXPECT_EQ(forced->fencing_floor, 3u);
+
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok()) << bob.status();
+  EXPECT_EQ(bob->owner.owner_id, "bob");
+  EXPECT_GT(bob->owner.fencing_token, forced->fencing_floor);
+}
+
+TEST_F(SqliteBackendTest, ForceReleaseOfUnknownOrFreeMutexStillRaisesTheFloor) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto unknown = backend->force_release("never-used", Soon());
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(unknown->previous, MutexOwner::None());
+  EXPECT_EQ(unknown->fencing_floor, 1u);
+  EXPECT_GT(unknown->store_now.count(), 0);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
+                      " fencing_token FROM simba_mutex WHERE mutex = 'never-used'"),
+            std::vector<std::string>{"0|0|0||1|1"});
+
+  // Free now: again, and the floor still grows.
+  auto again = backend->force_release("never-used", Soon());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->previous, MutexOwner::None());
+  EXPECT_GT(again->fencing_floor, unknown->fencing_floor);
+
+  // A released mutex likewise.
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  auto released = backend->force_release("m", Soon());
+  ASSERT_TRUE(released.ok()) << released.status();
+  EXPECT_EQ(released->previous, MutexOwner::None());
+  EXPECT_GT(released->fencing_floor, alice->owner.fencing_token);
+
+  auto next = Acquire(*backend, "never-used", "carol");
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_GT(next->owner.fencing_token, again->fencing_floor);
+}
+
+TEST_F(SqliteBackendTest, ForceReleaseOfEndedLeaseReportsNoPreviousOwner) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice", 30ms, 30ms);
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  std::this_thread::sleep_for(120ms);
+  auto forced = backend->force_release("m", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  // read()'s rule: an ended lease is nobody's.
+  EXPECT_EQ(forced->previous, MutexOwner::None());
+  EXPECT_GT(forced->fencing_floor, alice->owner.fencing_token);
+}
+
+TEST_F(SqliteBackendTest, OldOwnerRenewingAfterForceReleaseGetsANewToken) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  auto alice = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  auto forced = backend->force_release("m", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+
+  // alice's next renewal finds a free row: it is a new acquisition (the core
+  // reports on_released then on_acquired), never a renewal of the old token.
+  std::this_thread::sleep_for(2ms);
+  auto renewal = Acquire(*backend, "m", "alice");
+  ASSERT_TRUE(renewal.ok()) << renewal.status();
+  EXPECT_EQ(renewal->owner.owner_id, "alice");
+  EXPECT_NE(renewal->owner.fencing_token, alice->owner.fencing_token);
+  EXPECT_GT(renewal->owner.fencing_token, forced->fencing_floor);
+  EXPECT_EQ(renewal->owner.acquired_at, renewal->store_now);
+  EXPECT_GT(renewal->owner.acquired_at, alice->owner.acquired_at);
+}
+
+TEST_F(SqliteBackendTest, ForceReleaseChecksNameAndDeadline) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_EQ(backend->force_release("", Soon()).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->force_release(std::string(67, 'm'), Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->force_release("m\n", Soon()).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(backend->force_release("m", steady_clock::now() - 1ms).status().code(),
+            StatusCode::kDeadlineExceeded);
+  // Nothing reached the table.
+  auto listed = backend->list(Soon());
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_TRUE(listed->empty());
+
+  // A held write lock elsewhere: waiting, then the deadline.
+  RawDb other(DbPath());
+  ASSERT_EQ(other.Exec("BEGIN IMMEDIATE"), SQLITE_OK) << other.last_error;
+  auto blocked = backend->force_release("m", Soon(150ms));
+  EXPECT_EQ(blocked.status().code(), StatusCode::kDeadlineExceeded) << blocked.status();
+  ASSERT_EQ(other.Exec("ROLLBACK"), SQLITE_OK);
 }
 
 // ---- waiting for other connections ------------------------------------------------
@@ -690,6 +840,496 @@ TEST_F(SqliteBackendTest, ForkedProcessContendsWithoutErrors) {
   EXPECT_GT(shared->last_token.load(), 0u);
   shared->~SharedState();
   ::munmap(memory, sizeof(SharedState));
+}
+
+// ---- push: subscribe -----------------------------------------------------------------
+
+// SQLite's promise the watcher relies on: a connection's data_version moves
+// when another connection *of the same process* commits, not only another
+// process. (The backend's own calls and its watcher are two connections.)
+TEST_F(SqliteBackendTest, DataVersionSeesCommitsOfAnotherConnectionInTheProcess) {
+  auto backend = Open();  // creates the table, WAL mode
+  ASSERT_NE(backend, nullptr);
+  RawDb writer(DbPath());
+  RawDb watcher(DbPath());
+  const std::vector<std::string> before = watcher.Query("PRAGMA data_version");
+  EXPECT_EQ(watcher.Query("PRAGMA data_version"), before);  // nothing committed
+  ASSERT_EQ(writer.Exec("INSERT INTO simba_mutex VALUES ('x', 0, 0, 0, '', 1, 0)"), SQLITE_OK)
+      << writer.last_error;
+  const std::vector<std::string> after_raw = watcher.Query("PRAGMA data_version");
+  EXPECT_NE(after_raw, before);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // the backend's own connection
+  EXPECT_NE(watcher.Query("PRAGMA data_version"), after_raw);
+}
+
+// Records the events a listener receives.
+class EventLog {
+ public:
+  std::function<void(const MutexEvent&)> Listener() {
+    return [this](const MutexEvent& event) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        events_.push_back(event);
+      }
+      changed_.notify_all();
+    };
+  }
+
+  // Whether `count` events arrived within `timeout`.
+  bool WaitFor(std::size_t count, steady_clock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, timeout, [&] { return events_.size() >= count; });
+  }
+
+  std::vector<MutexEvent> events() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+  std::size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_.size();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::vector<MutexEvent> events_;
+};
+
+void ExpectReleased(const MutexEvent& event, const std::string& mutex,
+                    const std::string& previous_owner) {
+  EXPECT_EQ(event.kind, MutexEvent::Kind::kReleased);
+  EXPECT_EQ(event.mutex, mutex);
+  EXPECT_EQ(event.owner_id, previous_owner);
+}
+
+// The watcher only reports held -> free, so before a release a test lets it
+// look at the held row. It looks every ~15 ms; this is many ticks, even
+// under a sanitizer.
+void LetWatcherSeeTheOwner() { std::this_thread::sleep_for(150ms); }
+
+// The bound the brief sets for push delivery (the watcher's tick is ~15 ms).
+constexpr auto kPushBound = 500ms;
+
+// The threads of this process. The first call starts and joins a thread:
+// sanitizer runtimes start a helper thread of their own at the first
+// pthread_create, which must not be counted as the watcher.
+int CountThreads() {
+  static const bool warmed_up = [] {
+    std::thread([] {}).join();
+    return true;
+  }();
+  static_cast<void>(warmed_up);
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(SqliteBackendTest, SubscriberHearsReleaseByAnotherBackendObject) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  EventLog log;
+  auto subscription = waiter->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok()) << subscription.status();
+  ASSERT_TRUE(Acquire(*releaser, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  EXPECT_EQ(log.size(), 0u) << "an acquisition is not a release";
+
+  const auto released_at = steady_clock::now();
+  ASSERT_TRUE(*releaser->release("m", "alice", Soon()));
+  ASSERT_TRUE(log.WaitFor(1, kPushBound)) << "no push within " << kPushBound.count() << " ms";
+  RecordProperty("push_ms", std::to_string(std::chrono::duration_cast<milliseconds>(
+                                               steady_clock::now() - released_at)
+                                               .count()));
+  ExpectReleased(log.events()[0], "m", "alice");
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(log.size(), 1u) << "one release, one event";
+}
+
+TEST_F(SqliteBackendTest, SubscriberHearsReleaseByTheSameBackendObject) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EventLog log;
+  auto subscription = backend->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok()) << subscription.status();
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
+  ExpectReleased(log.events()[0], "m", "alice");
+
+  // And again: the watcher keeps following the mutex.
+  ASSERT_TRUE(Acquire(*backend, "m", "bob").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "bob", Soon()));
+  ASSERT_TRUE(log.WaitFor(2, kPushBound));
+  ExpectReleased(log.events()[1], "m", "bob");
+}
+
+// Reads one byte from `fd` within `timeout`; '\0' on timeout, EOF or error.
+char ReadByte(int fd, milliseconds timeout) {
+  const auto until = steady_clock::now() + timeout;
+  while (steady_clock::now() < until) {
+    pollfd pfd{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<milliseconds>(until - steady_clock::now());
+    const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return '\0';
+    char byte = '\0';
+    return ::read(fd, &byte, 1) == 1 ? byte : '\0';
+  }
+  return '\0';
+}
+
+TEST_F(SqliteBackendTest, SubscriberHearsReleaseByAnotherProcess) {
+  int to_child[2];
+  int from_child[2];
+  ASSERT_EQ(::pipe(to_child), 0);
+  ASSERT_EQ(::pipe(from_child), 0);
+  const std::string path = DbPath();
+  ASSERT_NE(Open(), nullptr);  // create the file, then close it again before forking
+
+  // Fork before this process has a connection or a watcher thread: neither
+  // may cross a fork.
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0) << "fork failed: " << errno;
+  if (child == 0) {
+    // The child: no gtest here; 'a' = acquired, 'r' = released, 'e' = error.
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    auto report = [&](char c) { [[maybe_unused]] auto n = ::write(from_child[1], &c, 1); };
+    int code = 0;
+    {
+      auto backend = NewSqliteBackend({.path = path});
+      auto acquired =
+          backend.ok() ? (*backend)->acquire_or_renew({"x", "child", 10s, 5s}, Soon())
+                       : Result<OwnerRecord>(backend.status());
+      if (!acquired.ok() || acquired->owner.owner_id != "child") {
+        report('e');
+        code = 2;
+      } else {
+        report('a');
+        if (ReadByte(to_child[0], 30s) != 'g') code = 3;
+        auto released = (*backend)->release("x", "child", Soon());
+        report(released.ok() && *released ? 'r' : 'e');
+      }
+    }
+    ::_exit(code);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+
+  {
+    auto backend = Open({.path = path});
+    ASSERT_NE(backend, nullptr);
+    EventLog log;
+    auto subscription = backend->subscribe("x", log.Listener());
+    EXPECT_TRUE(subscription.ok()) << subscription.status();
+    EXPECT_EQ(ReadByte(from_child[0], 30000ms), 'a');
+    LetWatcherSeeTheOwner();
+    const char go = 'g';
+    EXPECT_EQ(::write(to_child[1], &go, 1), 1);
+    // The bound counts from before the child's release.
+    EXPECT_TRUE(log.WaitFor(1, kPushBound)) << "no push within " << kPushBound.count() << " ms";
+    EXPECT_EQ(ReadByte(from_child[0], 30000ms), 'r');
+    if (log.size() >= 1) ExpectReleased(log.events()[0], "x", "child");
+  }
+  ::close(to_child[1]);
+  ::close(from_child[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// A hand-over can take a millisecond, far less than the watcher's tick: a
+// release right after subscribe() returns is delivered although the watcher
+// never looked at the held row (subscribe() reads the row it starts from).
+TEST_F(SqliteBackendTest, ReleaseRightAfterSubscribeIsDelivered) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  ASSERT_TRUE(Acquire(*releaser, "m", "alice").ok());
+  EventLog log;
+  auto subscription = waiter->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok()) << subscription.status();
+  ASSERT_TRUE(*releaser->release("m", "alice", Soon()));
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
+  ExpectReleased(log.events()[0], "m", "alice");
+}
+
+// A whole hold between two looks: the row's version moved, so the free row
+// is news even though the watcher never saw it held.
+TEST_F(SqliteBackendTest, HoldBetweenTwoLooksIsStillAReleaseEvent) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  EventLog log;
+  auto subscription = waiter->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok()) << subscription.status();
+  LetWatcherSeeTheOwner();  // sees the mutex free
+  ASSERT_TRUE(Acquire(*releaser, "m", "alice").ok());
+  ASSERT_TRUE(*releaser->release("m", "alice", Soon()));
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
+  const MutexEvent event = log.events()[0];
+  EXPECT_EQ(event.kind, MutexEvent::Kind::kReleased);
+  EXPECT_EQ(event.mutex, "m");
+  // The holder if a look caught it, else unknown.
+  EXPECT_TRUE(event.owner_id == "alice" || event.owner_id.empty()) << event.owner_id;
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(log.size(), 1u);
+}
+
+TEST_F(SqliteBackendTest, ForceReleaseNotifiesSubscribers) {
+  auto holder = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(holder && waiter);
+  EventLog remote;
+  EventLog local;
+  auto remote_sub = waiter->subscribe("m", remote.Listener());
+  auto local_sub = holder->subscribe("m", local.Listener());
+  ASSERT_TRUE(remote_sub.ok() && local_sub.ok());
+  ASSERT_TRUE(Acquire(*holder, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+
+  auto forced = holder->force_release("m", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  ASSERT_TRUE(remote.WaitFor(1, kPushBound));
+  ASSERT_TRUE(local.WaitFor(1, kPushBound));
+  ExpectReleased(remote.events()[0], "m", "alice");
+  ExpectReleased(local.events()[0], "m", "alice");
+}
+
+TEST_F(SqliteBackendTest, EverySubscriberOfAMutexHearsAndOnlyOfThatMutex) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EventLog first;
+  EventLog second;
+  EventLog other;
+  auto a = backend->subscribe("m", first.Listener());
+  auto b = backend->subscribe("m", second.Listener());
+  auto c = backend->subscribe("other", other.Listener());
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  ASSERT_TRUE(Acquire(*backend, "other", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  ASSERT_TRUE(first.WaitFor(1, kPushBound));
+  ASSERT_TRUE(second.WaitFor(1, kPushBound));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(other.size(), 0u);
+
+  // With one of the two gone, the other still hears.
+  a->reset();
+  ASSERT_TRUE(Acquire(*backend, "m", "bob").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "bob", Soon()));
+  ASSERT_TRUE(second.WaitFor(2, kPushBound));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(first.size(), 1u);
+}
+
+TEST_F(SqliteBackendTest, HandOverWithoutReleaseIsNotAnnounced) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EventLog log;
+  auto subscription = backend->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok());
+  ASSERT_TRUE(Acquire(*backend, "m", "alice", 30ms, 30ms).ok());
+  LetWatcherSeeTheOwner();  // also past alice's lease
+  // bob takes over an ended lease: held -> held, nobody can take it now.
+  auto bob = Acquire(*backend, "m", "bob");
+  ASSERT_TRUE(bob.ok());
+  ASSERT_EQ(bob->owner.owner_id, "bob");
+  LetWatcherSeeTheOwner();
+  EXPECT_EQ(log.size(), 0u);
+}
+
+TEST_F(SqliteBackendTest, NoEventAfterTheSubscriptionIsDestroyed) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  EventLog log;
+  auto subscription = waiter->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok());
+  ASSERT_TRUE(Acquire(*releaser, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  subscription->reset();
+  ASSERT_TRUE(*releaser->release("m", "alice", Soon()));
+  std::this_thread::sleep_for(300ms);
+  EXPECT_EQ(log.size(), 0u);
+}
+
+// The destructor's promise under a race: a listener that is running when the
+// Subscription is destroyed finishes before the destructor returns.
+TEST_F(SqliteBackendTest, DestroyingASubscriptionWaitsForItsRunningListener) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  std::atomic<bool> entered{false};
+  std::atomic<bool> finished{false};
+  std::atomic<bool> destroyed{false};
+  std::atomic<bool> called_after_destroyed{false};
+  auto subscription = backend->subscribe("m", [&](const MutexEvent&) {
+    if (destroyed.load()) called_after_destroyed = true;
+    entered = true;
+    // Blocking is not allowed in real listeners; here it widens the race.
+    std::this_thread::sleep_for(200ms);
+    finished = true;
+  });
+  ASSERT_TRUE(subscription.ok());
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  const auto until = steady_clock::now() + kPushBound;
+  while (!entered.load() && steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(entered.load());
+  subscription->reset();
+  EXPECT_TRUE(finished.load()) << "the destructor returned while its listener still ran";
+  destroyed = true;
+  // Later releases reach nobody.
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  std::this_thread::sleep_for(200ms);
+  EXPECT_FALSE(called_after_destroyed.load());
+}
+
+TEST_F(SqliteBackendTest, ListenerMayDestroyItsOwnSubscription) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  std::unique_ptr<Subscription> subscription;
+  std::atomic<int> calls{0};
+  std::atomic<bool> done{false};
+  auto made = backend->subscribe("m", [&](const MutexEvent&) {
+    ++calls;
+    subscription.reset();  // on the watcher thread, inside this very listener
+    done = true;
+  });
+  ASSERT_TRUE(made.ok());
+  subscription = std::move(*made);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  const auto until = steady_clock::now() + kPushBound;
+  while (!done.load() && steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(done.load()) << "the listener deadlocked or was never called";
+  EXPECT_EQ(subscription, nullptr);
+  // The watcher still works for others afterwards.
+  EventLog log;
+  auto other = backend->subscribe("m", log.Listener());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(Acquire(*backend, "m", "bob").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "bob", Soon()));
+  EXPECT_TRUE(log.WaitFor(1, kPushBound));
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(SqliteBackendTest, ThousandSubscriptionsShareOneWatcherThread) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  const int before = CountThreads();
+  constexpr int kMutexes = 1000;
+  std::vector<EventLog> logs(kMutexes);
+  std::vector<std::unique_ptr<Subscription>> subscriptions;
+  for (int i = 0; i < kMutexes; ++i) {
+    auto subscription = waiter->subscribe("mutex-" + std::to_string(i), logs[i].Listener());
+    ASSERT_TRUE(subscription.ok()) << subscription.status();
+    subscriptions.push_back(std::move(*subscription));
+  }
+  EXPECT_EQ(CountThreads(), before + 1) << "threads must not grow with subscriptions";
+  RecordProperty("threads_added", std::to_string(CountThreads() - before));
+
+  // They all work: the first, the last and one in between.
+  for (int i : {0, 500, kMutexes - 1}) {
+    ASSERT_TRUE(Acquire(*releaser, "mutex-" + std::to_string(i), "alice").ok());
+  }
+  LetWatcherSeeTheOwner();
+  for (int i : {0, 500, kMutexes - 1}) {
+    ASSERT_TRUE(*releaser->release("mutex-" + std::to_string(i), "alice", Soon()));
+  }
+  for (int i : {0, 500, kMutexes - 1}) {
+    ASSERT_TRUE(logs[i].WaitFor(1, kPushBound)) << "mutex-" << i;
+    ExpectReleased(logs[i].events()[0], "mutex-" + std::to_string(i), "alice");
+  }
+  EXPECT_EQ(logs[1].size(), 0u);
+
+  subscriptions.clear();
+  EXPECT_LE(CountThreads(), before + 1);
+  waiter.reset();  // the watcher thread goes with its backend
+  EXPECT_EQ(CountThreads(), before);
+}
+
+TEST_F(SqliteBackendTest, DestroyingTheBackendWithLiveSubscriptions) {
+  auto releaser = Open();
+  auto waiter = Open();
+  ASSERT_TRUE(releaser && waiter);
+  const int before_watcher = CountThreads();  // the watcher starts at the first subscribe
+  EventLog log;
+  std::vector<std::unique_ptr<Subscription>> subscriptions;
+  for (const char* mutex : {"a", "b", "c"}) {
+    auto subscription = waiter->subscribe(mutex, log.Listener());
+    ASSERT_TRUE(subscription.ok());
+    subscriptions.push_back(std::move(*subscription));
+    ASSERT_TRUE(Acquire(*releaser, mutex, "alice").ok());
+  }
+  LetWatcherSeeTheOwner();
+
+  const auto start = steady_clock::now();
+  waiter.reset();
+  EXPECT_LT(steady_clock::now() - start, 1s) << "destroying the backend hung";
+  EXPECT_EQ(CountThreads(), before_watcher) << "the watcher thread outlived its backend";
+
+  // The subscriptions are still valid objects; nothing is delivered.
+  for (const char* mutex : {"a", "b", "c"}) {
+    ASSERT_TRUE(*releaser->release(mutex, "alice", Soon()));
+  }
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(log.size(), 0u);
+  subscriptions.clear();
+}
+
+TEST_F(SqliteBackendTest, BackendDestroyedFromInsideAListener) {
+  auto releaser = Open();
+  ASSERT_NE(releaser, nullptr);
+  const int before = CountThreads();
+  std::mutex mu;
+  std::shared_ptr<Backend> doomed = Open();
+  ASSERT_NE(doomed, nullptr);
+  std::atomic<bool> done{false};
+  auto subscription = doomed->subscribe("m", [&](const MutexEvent&) {
+    std::shared_ptr<Backend> last;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      last = std::move(doomed);
+    }
+    last.reset();  // the last reference: the backend dies on the watcher thread
+    done = true;
+  });
+  ASSERT_TRUE(subscription.ok());
+  ASSERT_TRUE(Acquire(*releaser, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*releaser->release("m", "alice", Soon()));
+  const auto until = steady_clock::now() + kPushBound;
+  while (!done.load() && steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(done.load());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(doomed, nullptr);
+  }
+  subscription->reset();
+  // The watcher thread, detached because it could not join itself, ends.
+  const auto deadline = steady_clock::now() + 5s;
+  while (CountThreads() > before && steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_EQ(CountThreads(), before);
 }
 
 // ---- opening: paths and URIs ------------------------------------------------------------

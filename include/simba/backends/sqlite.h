@@ -13,6 +13,32 @@
 // whose busy_timeout ran out first fails with kUnavailable. Readers (read,
 // list) never wait for writers.
 //
+// read(), list() and force_release() report a row as free
+// (MutexOwner::None()) when it was released or its hard lease
+// (transition_at) has ended by the database clock: exactly the rows
+// acquire_or_renew would hand to the next caller. force_release() frees the
+// row whoever holds it and sets its version and fencing_token to
+// version + 1, the returned fencing_floor; the next acquisition's token is
+// greater still.
+//
+// Push (capabilities().push_release): subscribe() delivers releases,
+// including forced ones, made by any process using the file. A watcher
+// thread, started by the first subscribe() and stopped when the backend is
+// destroyed, polls `PRAGMA data_version` every ~15 ms on a connection of its
+// own and reads the subscribed rows when another connection has committed;
+// a row that is free and whose version moved since the last look is a
+// release. Releases made through this backend wake it at once. Delivered:
+// every release committed after subscribe() returns (subscribe reads the row
+// it starts from; should that read find this backend's connection busy for
+// a second, the watcher's first look is the starting point instead); the
+// event's owner_id is the holder the watcher last saw, empty if the whole
+// hold fell between two looks. A lease that merely
+// expires is not announced (waiters find it at their next poll).
+// Listeners run on the watcher thread, one at a time, and must not block;
+// a listener may destroy its own or another Subscription. Destroying a
+// Subscription elsewhere waits for a running call of its listener, so do
+// not destroy one while holding a lock that listener takes.
+//
 // Names: mutex at most 66 bytes (Simba's varchar(66), so names port to the
 // MySQL backend and to JVM Simba), contender id at most 128 bytes.
 //
@@ -23,7 +49,9 @@
 // Example:
 //   auto backend = simba::NewSqliteBackend({.path = "/var/lib/app/simba.db"});
 //
-// Thread safety: thread-safe (one connection, serialized).
+// Thread safety: thread-safe. Calls share one connection, one at a time;
+// the watcher adds one thread and one connection per backend, however many
+// mutexes and subscriptions there are.
 
 #ifndef SIMBA_BACKENDS_SQLITE_H_
 #define SIMBA_BACKENDS_SQLITE_H_

@@ -17,6 +17,16 @@
 // One connection per backend, used by one call at a time (waiting for one's
 // turn also respects the call's deadline). The connection is opened with
 // SQLITE_OPEN_NOMUTEX because that turn-taking already serializes it.
+//
+// Push (subscribe): SQLite has no notifications between processes, but
+// `PRAGMA data_version` tells a connection, cheaply, whether any *other*
+// connection committed since it last asked. One watcher thread per backend,
+// with a connection of its own (so it never waits for the calls' connection,
+// and so the calls' own commits count as "another connection"), asks every
+// few milliseconds; when the answer changed it reads the owner and version
+// of the subscribed mutexes in one query and tells the listeners of each
+// mutex that is free now and changed since it last looked (released, or
+// force-released). See Watcher below.
 
 #include "simba/backends/sqlite.h"
 
@@ -26,12 +36,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -229,6 +243,28 @@ constexpr char kReleaseSql[] =
     " owner_id = '', version = version + 1"
     " WHERE mutex = ?1 AND owner_id = ?2";
 
+// ---- SQL of the push watcher (its own connection) --------------------------------
+
+// Changes whenever another connection (another process, or this backend's
+// own calls, which use a different connection) has committed to the file
+// since this connection last asked. In WAL mode it reads a counter from
+// the shared-memory index: no write lock, no disk I/O.
+constexpr char kDataVersionSql[] = "PRAGMA data_version";
+
+// The subscribed names live in a table private to the watcher's connection
+// (TEMP: never written to the file, never locked against other processes),
+// so one join reads exactly the watched rows however many there are.
+constexpr char kCreateWatchedSql[] =
+    "CREATE TEMP TABLE IF NOT EXISTS simba_watched (mutex TEXT PRIMARY KEY)";
+constexpr char kClearWatchedSql[] = "DELETE FROM temp.simba_watched";
+constexpr char kInsertWatchedSql[] =
+    "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES (?1)";
+// owner_id and version are NULL for a watched mutex without a row (never
+// used): free, version 0.
+constexpr char kSelectWatchedSql[] =
+    "SELECT w.mutex, m.owner_id, m.version FROM temp.simba_watched AS w"
+    " LEFT JOIN main.simba_mutex AS m ON m.mutex = w.mutex";
+
 // Column order shared by kSelectOneSql and kSelectAllSql.
 enum RowColumn : int {
   kColAcquiredAt = 0,
@@ -256,6 +292,16 @@ constexpr milliseconds kMaxLeasePart{std::numeric_limits<std::int64_t>::max() / 
 // quickly even after a long wait.
 constexpr std::chrono::microseconds kMinBusyPause{100};
 constexpr std::chrono::microseconds kMaxBusyPause{5000};
+
+// How often the watcher asks PRAGMA data_version. A tick costs a few
+// microseconds when nothing changed, so waiters learn of a release within
+// ~15 ms (at once for releases made through this backend, which wake the
+// watcher) instead of at their next poll, seconds later.
+constexpr milliseconds kWatchTick{15};
+
+// How long subscribe() may wait for this backend's connection to read the
+// row it starts from (see SqliteBackend::subscribe).
+constexpr milliseconds kSubscribeReadBound{1000};
 
 // SQLITE_STATIC (the value 0) spelled without the C-style cast in sqlite3.h:
 // SQLite will not copy the bound text, which stays alive until the statement
@@ -350,16 +396,500 @@ StoredRow ReadRow(sqlite3_stmt* stmt) {
   return row;
 }
 
-// What read() and list() report for a row: a released row (owner '') is
-// MutexOwner::None(), whose token 0 means "no owner"; an expired but
-// unreleased row is reported as stored, and the caller judges it against
-// store_now as Simba does.
-MutexOwner Reported(const StoredRow& row) {
-  if (!row.owner.has_owner_id()) return MutexOwner::None();
+// Who owns a row at the store's time `now`, as read(), list() and
+// force_release() report it: MutexOwner::None() (token 0, "no owner") for a
+// released row (owner '') and for a row whose hard lease has ended
+// (transition_at < now), because acquire_or_renew would hand either to the
+// next caller; otherwise the row as stored. One rule for all three, the
+// same as acquire_or_renew's notion of "free" and the memory backend's.
+MutexOwner Visible(const StoredRow& row, std::int64_t now) {
+  if (!row.owner.has_owner_id() || row.owner.transition_at.count() < now) {
+    return MutexOwner::None();
+  }
   return row.owner;
 }
 
+// The file name handed to SQLite for `path`. Debian's SQLite is built with
+// SQLITE_USE_URI, which would read a name starting with "file:" as a URI;
+// "./" keeps it a plain relative path.
+std::string SqlitePathOf(const std::string& path) {
+  if (path.rfind("file:", 0) == 0) return "./" + path;
+  return path;
+}
+
 std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+// ---- push: the watcher ----------------------------------------------------------
+
+using Listener = std::function<void(const MutexEvent&)>;
+
+// What the watcher knows of one mutex's row: its owner ('' = free) and its
+// version, which every acquire, renew, release and forced release bumps
+// (ours and JVM Simba's alike). The version is what makes a release
+// detectable even when the watcher never saw the row held: a free row whose
+// version moved since the last look was released (or force-released) after
+// that look, however briefly it was held in between.
+struct RowState {
+  std::string owner;
+  std::int64_t version = 0;
+};
+
+// The watcher's own connection: opened, used and closed on the watcher
+// thread only. Every method returns an SQLite result code; none waits for a
+// lock (no busy handler), because a busy file only means "ask again next
+// tick".
+class WatchConnection {
+ public:
+  explicit WatchConnection(std::string sqlite_path) : sqlite_path_(std::move(sqlite_path)) {}
+
+  bool is_open() const { return db_ != nullptr; }
+
+  int Open() {
+    sqlite3* raw = nullptr;
+    // READWRITE without CREATE: the backend created the file; if it has
+    // gone, watching a new empty one would be wrong. (A read-only handle
+    // would do for the reads, but WAL readers may need to write -shm.)
+    const int rc = sqlite3_open_v2(sqlite_path_.c_str(), &raw,
+                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+    db_.reset(raw);  // owns the handle even when the open failed
+    if (rc != SQLITE_OK) return FailAndClose(rc);
+    sqlite3_extended_result_codes(db_.get(), 1);
+    int step = sqlite3_exec(db_.get(), kCreateWatchedSql, nullptr, nullptr, nullptr);
+    for (const auto& [sql, stmt] :
+         {std::pair{kDataVersionSql, &data_version_}, std::pair{kClearWatchedSql, &clear_},
+          std::pair{kInsertWatchedSql, &insert_}, std::pair{kSelectWatchedSql, &select_}}) {
+      if (step != SQLITE_OK) break;
+      sqlite3_stmt* prepared = nullptr;
+      step = sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &prepared,
+                                nullptr);
+      stmt->reset(prepared);
+    }
+    if (step != SQLITE_OK) return FailAndClose(step);
+    return SQLITE_OK;
+  }
+
+  // Statements before the connection: a connection closes for good only
+  // once they are finalized.
+  void Close() {
+    data_version_.reset();
+    clear_.reset();
+    insert_.reset();
+    select_.reset();
+    db_.reset();
+  }
+
+  // Makes temp.simba_watched hold exactly `names`, in one transaction on
+  // the temp database (the file is not touched).
+  int ReplaceWatched(const std::vector<std::string>& names) {
+    int rc = sqlite3_exec(db_.get(), "BEGIN", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) {
+      StmtUse use(clear_);
+      rc = sqlite3_step(use.get());
+      if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    for (const std::string& name : names) {
+      if (rc != SQLITE_OK) break;
+      StmtUse use(insert_);
+      rc = use.BindText(1, name);
+      if (rc == SQLITE_OK) rc = sqlite3_step(use.get());
+      if (rc == SQLITE_DONE) rc = SQLITE_OK;
+    }
+    if (rc == SQLITE_OK) rc = sqlite3_exec(db_.get(), "COMMIT", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return SQLITE_OK;
+    rc = Fail(rc);
+    if (sqlite3_get_autocommit(db_.get()) == 0) {
+      sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
+    }
+    return rc;
+  }
+
+  int DataVersion(std::int64_t* version) {
+    StmtUse use(data_version_);
+    const int rc = sqlite3_step(use.get());
+    if (rc != SQLITE_ROW) return Fail(rc);
+    *version = sqlite3_column_int64(use.get(), 0);
+    return SQLITE_OK;
+  }
+
+  // The row state of every watched mutex (free, version 0 when it has no
+  // row). One statement, so one consistent snapshot of the file.
+  int ReadRows(std::vector<std::pair<std::string, RowState>>* rows) {
+    rows->clear();
+    StmtUse use(select_);
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(use.get())) == SQLITE_ROW) {
+      rows->emplace_back(ColumnText(use.get(), 0),
+                         RowState{ColumnText(use.get(), 1), sqlite3_column_int64(use.get(), 2)});
+    }
+    if (rc != SQLITE_DONE) return Fail(rc);
+    return SQLITE_OK;
+  }
+
+  // What the last failing call reported, for the log.
+  const SqliteFailure& failure() const { return failure_; }
+
+ private:
+  static std::string ColumnText(sqlite3_stmt* stmt, int column) {
+    const unsigned char* text = sqlite3_column_text(stmt, column);
+    if (text == nullptr) return std::string();
+    return std::string(reinterpret_cast<const char*>(text),
+                       static_cast<std::size_t>(sqlite3_column_bytes(stmt, column)));
+  }
+
+  // Records the failure (before anything else replaces SQLite's message).
+  int Fail(int rc) {
+    message_ = db_ != nullptr ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+    failure_ = SqliteFailure{rc, db_ != nullptr ? sqlite3_system_errno(db_.get()) : 0, message_};
+    return rc;
+  }
+  // For a failed Open: is_open() must not report a half-made connection.
+  int FailAndClose(int rc) {
+    Fail(rc);
+    Close();
+    return rc;
+  }
+
+  const std::string sqlite_path_;
+  std::string message_;  // failure_.sqlite_message points into it
+  SqliteFailure failure_;
+  // Declared before the statements so it is destroyed after them.
+  DbPtr db_;
+  StmtPtr data_version_, clear_, insert_, select_;
+};
+
+// Delivers releases of subscribed mutexes, for one backend: one thread and
+// one connection however many mutexes and subscriptions there are.
+//
+// Shared (std::shared_ptr) by the backend, every Subscription and the
+// thread itself, so a Subscription may outlive the backend and the backend
+// may be destroyed on the watcher thread (from inside a listener) without
+// anything dangling.
+//
+// Locks: mu_ guards the bookkeeping and is never held while a listener runs
+// or while SQLite is called. Each subscription has its own recursive mutex,
+// held while its listener runs; the Subscription's destructor takes it too,
+// which is what makes "after the destructor returns the listener is not
+// called again" true. Recursive, so that a listener destroying its own
+// Subscription (on the watcher thread, already holding it) does not
+// deadlock; a listener destroying another subscription takes that one's
+// mutex, which is free because listeners run one at a time. Destroying a
+// Subscription on another thread waits for a running call of its listener;
+// listeners must not block, and must not wait for a lock that the thread
+// destroying the Subscription holds.
+class Watcher : public std::enable_shared_from_this<Watcher> {
+ public:
+  // `path` is for messages; `sqlite_path` is what SQLite opens.
+  Watcher(std::string path, std::string sqlite_path)
+      : path_(std::move(path)), sqlite_path_(std::move(sqlite_path)) {}
+
+  // The thread is joined or detached by Shutdown (the backend's destructor
+  // calls it before dropping its reference), and Shutdown moves it out, so
+  // this never destroys a joinable std::thread.
+  ~Watcher() = default;
+
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+  // Starts the thread on first use. `seen` is the mutex's row as read when
+  // subscribing (nullopt if that read failed): releases committed after it
+  // are delivered, even if they happen before the watcher's next look.
+  Result<std::unique_ptr<Subscription>> Subscribe(std::string mutex, Listener listener,
+                                                  std::optional<RowState> seen);
+
+  // Makes the thread look now rather than at its next tick: a release made
+  // through this backend reaches local waiters at once.
+  void Poke() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      poked_ = true;
+    }
+    wake_.notify_one();
+  }
+
+  // Stops the thread: no listener is called after this returns (unless it
+  // is called from a listener, on the watcher thread: then the thread is
+  // detached and ends as soon as that listener returns, calling no other).
+  void Shutdown();
+
+ private:
+  class WatchSubscription;
+
+  struct Slot {
+    explicit Slot(Listener l) : listener(std::move(l)) {}
+    std::recursive_mutex mu;  // held while `listener` runs
+    bool active = true;       // guarded by mu
+    const Listener listener;
+  };
+
+  struct Watched {
+    // The row as last seen (by a look or by Subscribe); nullopt until then.
+    // Shared by every subscription to the mutex.
+    std::optional<RowState> seen;
+    std::vector<std::shared_ptr<Slot>> slots;
+  };
+
+  struct Delivery {
+    std::shared_ptr<Slot> slot;
+    MutexEvent event;
+  };
+
+  void Unsubscribe(const std::string& mutex, const std::shared_ptr<Slot>& slot);
+  void Run();
+  // Compares what a look saw with what was seen before. REQUIRES: mu_.
+  void ObserveLocked(const std::vector<std::pair<std::string, RowState>>& rows,
+                     std::vector<Delivery>* deliveries);
+  void Deliver(const std::vector<Delivery>& deliveries);
+  void ReportFailure(const SqliteFailure& failure, bool* failing);
+
+  const std::string path_;
+  const std::string sqlite_path_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool started_ = false;  // guarded by mu_
+  bool stopped_ = false;  // guarded by mu_
+  bool poked_ = false;    // guarded by mu_
+  // Bumped whenever the set of watched mutexes changes. Guarded by mu_.
+  std::uint64_t membership_ = 0;
+  std::map<std::string, Watched, std::less<>> watched_;  // guarded by mu_
+  std::thread thread_;                                   // guarded by mu_
+  // stopped_, readable between listener calls without taking mu_.
+  std::atomic<bool> stopping_{false};
+};
+
+class Watcher::WatchSubscription final : public Subscription {
+ public:
+  WatchSubscription(std::shared_ptr<Watcher> watcher, std::string mutex,
+                    std::shared_ptr<Slot> slot)
+      : watcher_(std::move(watcher)), mutex_(std::move(mutex)), slot_(std::move(slot)) {}
+  ~WatchSubscription() override { watcher_->Unsubscribe(mutex_, slot_); }
+
+  WatchSubscription(const WatchSubscription&) = delete;
+  WatchSubscription& operator=(const WatchSubscription&) = delete;
+
+ private:
+  const std::shared_ptr<Watcher> watcher_;
+  const std::string mutex_;
+  const std::shared_ptr<Slot> slot_;
+};
+
+Result<std::unique_ptr<Subscription>> Watcher::Subscribe(std::string mutex, Listener listener,
+                                                         std::optional<RowState> seen) {
+  auto slot = std::make_shared<Slot>(std::move(listener));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) {
+      return FailedPreconditionError("sqlite " + Quoted(path_) +
+                                     ": subscribe: the backend is being destroyed");
+    }
+    if (!started_) {
+      try {
+        // The thread holds a reference, so the watcher outlives it even when
+        // Shutdown had to detach it.
+        thread_ = std::thread([self = shared_from_this()] { self->Run(); });
+      } catch (const std::system_error& e) {
+        return UnavailableError("sqlite " + Quoted(path_) +
+                                ": subscribe: cannot start the watcher thread: " + e.what());
+      }
+      started_ = true;
+    }
+    auto [it, inserted] = watched_.try_emplace(mutex);
+    if (inserted) ++membership_;
+    Watched& watched = it->second;
+    // Adopt the caller's reading when nothing is known yet, or when it shows
+    // a newer holder. Never a newer *free* row over an older one: that would
+    // hide a release the other subscribers have not been told of yet. (A
+    // newer holder hides nothing worth telling: the mutex is taken again.)
+    if (seen.has_value() &&
+        (!watched.seen.has_value() ||
+         (seen->version > watched.seen->version && !seen->owner.empty()))) {
+      watched.seen = std::move(seen);
+    }
+    watched.slots.push_back(slot);
+  }
+  wake_.notify_one();
+  return std::unique_ptr<Subscription>(
+      std::make_unique<WatchSubscription>(shared_from_this(), std::move(mutex), std::move(slot)));
+}
+
+void Watcher::Unsubscribe(const std::string& mutex, const std::shared_ptr<Slot>& slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = watched_.find(mutex);
+    if (it != watched_.end()) {
+      std::erase(it->second.slots, slot);
+      if (it->second.slots.empty()) {
+        watched_.erase(it);
+        ++membership_;
+      }
+    }
+  }
+  // Waits for a call of this listener running on the watcher thread; does
+  // not block when this *is* that call (recursive mutex, see the class
+  // comment).
+  std::lock_guard<std::recursive_mutex> lock(slot->mu);
+  slot->active = false;
+}
+
+void Watcher::Shutdown() {
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+    stopping_.store(true);
+    thread = std::move(thread_);
+  }
+  wake_.notify_all();
+  if (!thread.joinable()) return;
+  if (thread.get_id() == std::this_thread::get_id()) {
+    // The backend is being destroyed by one of the listeners (it dropped the
+    // last reference): joining ourselves would throw. The thread sees
+    // stopping_ once the listener returns and ends on its own.
+    thread.detach();
+  } else {
+    thread.join();
+  }
+}
+
+void Watcher::Run() {
+  WatchConnection connection(sqlite_path_);
+  // The data_version of the last successful look; when !have_seen, look at
+  // the next tick whatever the version. (Not std::optional: GCC 12 warns
+  // that it "may be used uninitialized".)
+  bool have_seen = false;
+  std::int64_t seen_version = 0;
+  std::uint64_t synced_membership = 0;  // the membership_ temp.simba_watched holds
+  bool failing = false;
+  std::vector<std::pair<std::string, RowState>> rows;
+  std::vector<Delivery> deliveries;
+
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (watched_.empty()) {
+      // Nothing to watch: sleep until a subscription (no ticking, no I/O).
+      wake_.wait(lock, [this] { return stopped_ || !watched_.empty(); });
+    } else {
+      wake_.wait_for(lock, kWatchTick, [this] { return stopped_ || poked_; });
+    }
+    if (stopped_) break;
+    poked_ = false;
+    const std::uint64_t membership = membership_;
+    std::vector<std::string> names;
+    if (membership != synced_membership) {
+      names.reserve(watched_.size());
+      for (const auto& entry : watched_) names.push_back(entry.first);
+    }
+    lock.unlock();
+
+    // Outside mu_: SQLite may take a moment, and subscribers must not wait.
+    int rc = connection.is_open() ? SQLITE_OK : connection.Open();
+    if (rc == SQLITE_OK && membership != synced_membership) {
+      rc = connection.ReplaceWatched(names);
+      if (rc == SQLITE_OK) {
+        synced_membership = membership;
+        have_seen = false;  // new names: look at their rows now
+      }
+    }
+    std::int64_t version = 0;
+    bool looked = false;
+    if (rc == SQLITE_OK) rc = connection.DataVersion(&version);
+    if (rc == SQLITE_OK && (!have_seen || seen_version != version)) {
+      // data_version was read first: a commit landing between the two reads
+      // is in what we read now and changes the version again, so at worst
+      // we look once more next tick; we never miss one.
+      rc = connection.ReadRows(&rows);
+      if (rc == SQLITE_OK) {
+        have_seen = true;
+        seen_version = version;
+        looked = true;
+      }
+    }
+    if (rc != SQLITE_OK) {
+      ReportFailure(connection.failure(), &failing);
+      have_seen = false;
+      if (!IsBusy(rc)) {
+        // Not mere contention (file moved, I/O error, ...): start afresh
+        // next tick with a new connection, whose temp table is empty.
+        connection.Close();
+        synced_membership = 0;
+      }
+    } else if (failing) {
+      failing = false;
+      SIMBA_LOG(kInfo, "sqlite " << Quoted(path_) << ": push watcher recovered");
+    }
+
+    lock.lock();
+    if (looked) ObserveLocked(rows, &deliveries);
+    if (!deliveries.empty()) {
+      lock.unlock();
+      Deliver(deliveries);
+      deliveries.clear();
+      lock.lock();
+    }
+  }
+  lock.unlock();
+  connection.Close();
+}
+
+void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>& rows,
+                            std::vector<Delivery>* deliveries) {
+  for (const auto& [mutex, row] : rows) {
+    auto it = watched_.find(mutex);
+    if (it == watched_.end()) continue;  // unsubscribed meanwhile
+    Watched& watched = it->second;
+    if (!watched.seen.has_value()) {
+      // The first reading is the baseline, not news.
+      watched.seen = row;
+      continue;
+    }
+    // Versions only grow; an older reading (a Subscribe's was newer) says
+    // nothing new.
+    if (row.version < watched.seen->version) continue;
+    // Free now and changed since last seen: released (or force-released)
+    // since. A row held now, by anyone, is not news to a waiter: nobody can
+    // take it until it is released, which a later look will catch.
+    if (row.owner.empty() && row.version != watched.seen->version) {
+      // The holder the watcher last saw; '' if it never saw one (the whole
+      // hold fell between two looks).
+      const std::string& previous = watched.seen->owner;
+      for (const std::shared_ptr<Slot>& slot : watched.slots) {
+        deliveries->push_back(
+            Delivery{slot, MutexEvent{MutexEvent::Kind::kReleased, mutex, previous}});
+      }
+    }
+    watched.seen = row;
+  }
+}
+
+void Watcher::Deliver(const std::vector<Delivery>& deliveries) {
+  for (const Delivery& delivery : deliveries) {
+    // The backend was destroyed (possibly by the previous listener).
+    if (stopping_.load()) return;
+    std::lock_guard<std::recursive_mutex> lock(delivery.slot->mu);
+    if (!delivery.slot->active) continue;
+    try {
+      delivery.slot->listener(delivery.event);
+    } catch (const std::exception& e) {
+      // Listeners must not throw; one that does must not end the watching
+      // for everyone else.
+      SIMBA_LOG(kError, "sqlite " << Quoted(path_) << ": a release listener for mutex "
+                                  << Quoted(delivery.event.mutex) << " threw: " << e.what());
+    } catch (...) {
+      SIMBA_LOG(kError, "sqlite " << Quoted(path_) << ": a release listener for mutex "
+                                  << Quoted(delivery.event.mutex) << " threw");
+    }
+  }
+}
+
+void Watcher::ReportFailure(const SqliteFailure& failure, bool* failing) {
+  // Once per run of failures: the watcher retries every tick, and the log
+  // must not get a line each time.
+  if (*failing) return;
+  *failing = true;
+  SIMBA_LOG(kWarn, SqliteFailureToStatus(failure, false,
+                                         "sqlite " + Quoted(path_) + ": push watcher")
+                       << " (retrying every tick; waiters fall back to polling meanwhile)");
+}
 
 enum class TxKind {
   kNone,   // no BEGIN/COMMIT: PRAGMA journal_mode cannot run in a transaction
@@ -370,8 +900,11 @@ enum class TxKind {
 class SqliteBackend final : public Backend {
  public:
   SqliteBackend(SqliteOptions options, DbPtr db)
-      : options_(std::move(options)), db_(std::move(db)) {
-    capabilities_.push_release = false;
+      : options_(std::move(options)),
+        watcher_(std::make_shared<Watcher>(options_.path, SqlitePathOf(options_.path))),
+        db_(std::move(db)) {
+    // Through the watcher: see the file comment.
+    capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.fencing_source = "row version at acquisition (simba_mutex.fencing_token)";
     capabilities_.max_mutex_length = kMaxMutexLength;
@@ -380,6 +913,10 @@ class SqliteBackend final : public Backend {
     // on the heap and never moves, so the pointer stays valid.
     sqlite3_busy_handler(db_.get(), &BusyHandler, &wait_until_);
   }
+
+  // Stops the watcher thread (Subscriptions still alive stay valid objects
+  // whose listeners are no longer called).
+  ~SqliteBackend() override { watcher_->Shutdown(); }
 
   SqliteBackend(const SqliteBackend&) = delete;
   SqliteBackend& operator=(const SqliteBackend&) = delete;
@@ -395,8 +932,11 @@ class SqliteBackend final : public Backend {
                                        Deadline deadline) override;
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
                        Deadline deadline) override;
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override;
 
  private:
   // "sqlite '<path>': <op>", the start of every error message.
@@ -423,9 +963,13 @@ class SqliteBackend final : public Backend {
   int Step(const StmtPtr& stmt);  // a statement without parameters or rows
   int ReadNow(std::int64_t* now);
   int SelectOne(std::string_view mutex, std::optional<StoredRow>* row);
+  // The row's owner and version as the watcher tracks them.
+  Result<RowState> ReadRowState(std::string_view mutex, Deadline deadline);
 
   const SqliteOptions options_;
   Capabilities capabilities_;
+  // Push. Thread-safe on its own; shared with the Subscriptions it hands out.
+  const std::shared_ptr<Watcher> watcher_;
 
   // Turn-taking on the connection: a call holds the turn (in_use_) for its
   // whole duration, which may include waiting for the file lock, so mu_
@@ -721,7 +1265,47 @@ Result<bool> SqliteBackend::release(std::string_view mutex, std::string_view con
     released = sqlite3_changes(db_.get()) > 0;
     return SQLITE_OK;
   }));
+  // Committed: local subscribers hear of it now rather than at the next tick.
+  if (released) watcher_->Poke();
   return released;
+}
+
+Result<ForcedRelease> SqliteBackend::force_release(std::string_view mutex, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+
+  const std::string op = "force_release(" + Quoted(mutex) + ")";
+  SIMBA_ASSIGN_OR_RETURN(const Turn turn, Enter(op, deadline));
+
+  ForcedRelease result;
+  SIMBA_RETURN_IF_ERROR(Transact(TxKind::kWrite, op, deadline, [&]() -> int {
+    std::int64_t now = 0;
+    if (const int rc = ReadNow(&now); rc != SQLITE_OK) return rc;
+    std::optional<StoredRow> row;
+    if (const int rc = SelectOne(mutex, &row); rc != SQLITE_OK) return rc;
+    result.store_now = milliseconds(now);
+    // Who is removed, by read()'s rule: an ended lease is nobody's.
+    result.previous = row.has_value() ? Visible(*row, now) : MutexOwner::None();
+
+    // The free row (created if the mutex was never used) with its version
+    // moved on, and that version recorded as the fencing token: every token
+    // ever handed out is at most the old version, and the next acquisition
+    // takes version + 1, so this version is a floor between the two.
+    const std::int64_t version = (row.has_value() ? row->version : 0) + 1;
+    StmtUse use(upsert_);
+    int rc = use.BindText(1, mutex);
+    if (rc == SQLITE_OK) rc = use.BindInt(2, 0);
+    if (rc == SQLITE_OK) rc = use.BindInt(3, 0);
+    if (rc == SQLITE_OK) rc = use.BindInt(4, 0);
+    if (rc == SQLITE_OK) rc = use.BindText(5, "");
+    if (rc == SQLITE_OK) rc = use.BindInt(6, version);
+    if (rc == SQLITE_OK) rc = use.BindInt(7, version);
+    if (rc == SQLITE_OK) rc = sqlite3_step(use.get());
+    if (rc != SQLITE_DONE) return rc;
+    result.fencing_floor = static_cast<std::uint64_t>(version);
+    return SQLITE_OK;
+  }));
+  watcher_->Poke();
+  return result;
 }
 
 Result<OwnerRecord> SqliteBackend::read(std::string_view mutex, Deadline deadline) {
@@ -738,7 +1322,7 @@ Result<OwnerRecord> SqliteBackend::read(std::string_view mutex, Deadline deadlin
     if (const int rc = SelectOne(mutex, &row); rc != SQLITE_OK) return rc;
     std::int64_t now = 0;
     if (const int rc = ReadNow(&now); rc != SQLITE_OK) return rc;
-    result.owner = row.has_value() ? Reported(*row) : MutexOwner::None();
+    result.owner = row.has_value() ? Visible(*row, now) : MutexOwner::None();
     result.store_now = milliseconds(now);
     return SQLITE_OK;
   }));
@@ -752,6 +1336,7 @@ Result<std::vector<ListedMutex>> SqliteBackend::list(Deadline deadline) {
   std::vector<ListedMutex> result;
   SIMBA_RETURN_IF_ERROR(Transact(TxKind::kRead, op, deadline, [&]() -> int {
     result.clear();
+    std::vector<StoredRow> rows;
     {
       StmtUse use(select_all_);
       int rc = SQLITE_ROW;
@@ -763,18 +1348,55 @@ Result<std::vector<ListedMutex>> SqliteBackend::list(Deadline deadline) {
               reinterpret_cast<const char*>(name),
               static_cast<std::size_t>(sqlite3_column_bytes(use.get(), kColMutex)));
         }
-        listed.record.owner = Reported(ReadRow(use.get()));
+        rows.push_back(ReadRow(use.get()));
         result.push_back(std::move(listed));
       }
       if (rc != SQLITE_DONE) return rc;
     }
-    // One clock reading for the whole listing, as in read().
+    // One clock reading for the whole listing, taken after the rows as in
+    // read(), and each row judged by it.
     std::int64_t now = 0;
     if (const int rc = ReadNow(&now); rc != SQLITE_OK) return rc;
-    for (ListedMutex& listed : result) listed.record.store_now = milliseconds(now);
+    for (std::size_t i = 0; i < result.size(); ++i) {
+      result[i].record.owner = Visible(rows[i], now);
+      result[i].record.store_now = milliseconds(now);
+    }
     return SQLITE_OK;
   }));
   return result;
+}
+
+Result<std::unique_ptr<Subscription>> SqliteBackend::subscribe(
+    std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  if (!listener) return InvalidArgumentError("listener must not be empty");
+  // The row as of now, so a release committed after this call returns is
+  // delivered even if it comes before the watcher first looks (a hand-over
+  // can take a millisecond; the watcher looks every kWatchTick). A read
+  // never waits for writers; the bound only covers waiting for this
+  // backend's connection. Failing it costs only that guarantee (the first
+  // look becomes the baseline), so it does not fail the subscription.
+  std::optional<RowState> seen;
+  Result<RowState> row = ReadRowState(mutex, steady_clock::now() + kSubscribeReadBound);
+  if (row.ok()) {
+    seen = std::move(*row);
+  } else {
+    SIMBA_LOG(kDebug, row.status() << " (subscribing anyway)");
+  }
+  return watcher_->Subscribe(std::string(mutex), std::move(listener), std::move(seen));
+}
+
+Result<RowState> SqliteBackend::ReadRowState(std::string_view mutex, Deadline deadline) {
+  const std::string op = "subscribe(" + Quoted(mutex) + "): reading the row";
+  SIMBA_ASSIGN_OR_RETURN(const Turn turn, Enter(op, deadline));
+  RowState state;
+  SIMBA_RETURN_IF_ERROR(Transact(TxKind::kRead, op, deadline, [&]() -> int {
+    std::optional<StoredRow> row;
+    if (const int rc = SelectOne(mutex, &row); rc != SQLITE_OK) return rc;
+    state = row.has_value() ? RowState{row->owner.owner_id, row->version} : RowState{};
+    return SQLITE_OK;
+  }));
+  return state;
 }
 
 // ---- opening ---------------------------------------------------------------------
@@ -855,10 +1477,7 @@ Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
   }
   SIMBA_RETURN_IF_ERROR(CheckPath(options.path));
 
-  // Debian's SQLite is built with SQLITE_USE_URI, which would read a name
-  // starting with "file:" as a URI; "./" keeps it a plain relative path.
-  std::string sqlite_path = options.path;
-  if (sqlite_path.rfind("file:", 0) == 0) sqlite_path = "./" + sqlite_path;
+  const std::string sqlite_path = SqlitePathOf(options.path);
 
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(sqlite_path.c_str(), &raw,
