@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "simba/contend_service.h"
 #include "simba/status.h"
 
 namespace simba::cli {
@@ -51,6 +52,23 @@ struct FlagSpec {
 // Parses `argv` (after the command name) against `spec`. kInvalidArgument
 // names the unknown flag or the flag missing its value.
 Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec);
+
+// What `run` and `elect` share: a store, a mutex, lease settings and a
+// command to run while holding it.
+struct LeaseJob {
+  std::string store;
+  std::string mutex;
+  ContendOptions contend;
+  std::chrono::milliseconds kill_after{10000};
+  bool verbose = false;
+  std::vector<std::string> command;
+};
+
+// Reads --store/$SIMBA_STORE, --mutex, --ttl, --transition, --kill-after,
+// --verbose and "-- CMD". kInvalidArgument names the flag at fault.
+Result<LeaseJob> ParseLeaseJob(const Args& args);
+// The factory for `job`'s store with its lease settings.
+Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job);
 
 // Prints "simba: <message>" to stderr.
 void PrintError(const std::string& message);

@@ -27,32 +27,14 @@ int ElectCommand(const std::vector<std::string>& argv) {
     std::fputs(HelpFor("elect"), stdout);
     return kExitOk;
   }
-  auto store = StoreUri(args);
-  if (!store.ok()) return usage(store.status().message());
-  const auto mutex = args.Value("--mutex");
-  if (!mutex) return usage("missing --mutex NAME");
-  if (!args.has_command || args.command.empty()) return usage("missing '-- CMD [ARGS...]'");
-  const bool verbose = args.Has("--verbose");
-  ContendOptions contend;
-  auto ttl = args.Duration("--ttl", contend.ttl);
-  auto transition = args.Duration("--transition", contend.transition);
-  auto kill_after = args.Duration("--kill-after", std::chrono::seconds(10));
-  for (const auto* d : {&ttl, &transition, &kill_after}) {
-    if (!d->ok()) return usage(d->status().message());
-  }
-  contend.ttl = *ttl;
-  contend.transition = *transition;
-  // The library's message names the option ("ttl must be > 0"); name the flag.
-  if (Status s = contend.Validate(); !s.ok()) return usage("--" + s.message());
-
-  FactoryOptions options;
-  options.contend = contend;
-  auto factory = MutexContendServiceFactory::open(*store, options);
+  auto job = ParseLeaseJob(args);
+  if (!job.ok()) return usage(job.status().message());
+  auto factory = OpenFactory(*job);
   if (!factory.ok()) {
     PrintError(factory.status().message());
     return ExitCodeFor(factory.status());
   }
-  auto service = (*factory)->create_contend_service(MakeContender(*mutex, nullptr, nullptr));
+  auto service = (*factory)->create_contend_service(MakeContender(job->mutex, nullptr, nullptr));
   if (!service.ok()) return usage("--mutex: " + service.status().message());
   InstallSignalHandlers();
   if (Status s = (*service)->start(); !s.ok()) {
@@ -60,9 +42,9 @@ int ElectCommand(const std::vector<std::string>& argv) {
     return ExitCodeFor(s);
   }
   auto say = [&](const std::string& line) {
-    if (verbose) std::fprintf(stderr, "simba: %s\n", line.c_str());
+    if (job->verbose) std::fprintf(stderr, "simba: %s\n", line.c_str());
   };
-  say("contending for mutex '" + *mutex + "' as " + (*service)->contender_id());
+  say("contending for mutex '" + job->mutex + "' as " + (*service)->contender_id());
 
   std::optional<Child> child;
   std::uint64_t child_token = 0;
@@ -71,7 +53,7 @@ int ElectCommand(const std::vector<std::string>& argv) {
     if (TakeSignal() != 0) {
       if (child) {
         say("stopping the command");
-        const int status = StopChild(*child, *kill_after);
+        const int status = StopChild(*child, job->kill_after);
         // Killed after ignoring SIGTERM: say so in the exit code.
         if (status == 128 + SIGKILL) exit_code = status;
       }
@@ -87,17 +69,17 @@ int ElectCommand(const std::vector<std::string>& argv) {
         break;
       }
       if (token != child_token) {
-        PrintError("lost leadership of mutex '" + *mutex + "' (token " +
+        PrintError("lost leadership of mutex '" + job->mutex + "' (token " +
                    std::to_string(child_token) + "); stopping the command");
-        (void)StopChild(*child, *kill_after);
+        (void)StopChild(*child, job->kill_after);
         child.reset();
         continue;
       }
     } else if (token != 0) {
-      say("leading mutex '" + *mutex + "' with fencing token " + std::to_string(token) +
+      say("leading mutex '" + job->mutex + "' with fencing token " + std::to_string(token) +
           "; starting the command");
-      auto started = Child::Start(args.command,
-                                  {{"SIMBA_MUTEX", *mutex},
+      auto started = Child::Start(job->command,
+                                  {{"SIMBA_MUTEX", job->mutex},
                                    {"SIMBA_CONTENDER_ID", (*service)->contender_id()},
                                    {"SIMBA_FENCING_TOKEN", std::to_string(token)}});
       if (!started.ok()) {

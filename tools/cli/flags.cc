@@ -64,6 +64,32 @@ Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spe
   return args;
 }
 
+Result<LeaseJob> ParseLeaseJob(const Args& args) {
+  LeaseJob job;
+  SIMBA_ASSIGN_OR_RETURN(job.store, StoreUri(args));
+  const auto mutex = args.Value("--mutex");
+  if (!mutex) return InvalidArgumentError("missing --mutex NAME");
+  job.mutex = *mutex;
+  if (!args.has_command || args.command.empty()) {
+    return InvalidArgumentError("missing '-- CMD [ARGS...]'");
+  }
+  job.command = args.command;
+  job.verbose = args.Has("--verbose");
+  SIMBA_ASSIGN_OR_RETURN(job.contend.ttl, args.Duration("--ttl", job.contend.ttl));
+  SIMBA_ASSIGN_OR_RETURN(job.contend.transition,
+                         args.Duration("--transition", job.contend.transition));
+  SIMBA_ASSIGN_OR_RETURN(job.kill_after, args.Duration("--kill-after", job.kill_after));
+  // The library's message names the option ("ttl must be > 0"); name the flag.
+  if (Status s = job.contend.Validate(); !s.ok()) return InvalidArgumentError("--" + s.message());
+  return job;
+}
+
+Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job) {
+  FactoryOptions options;
+  options.contend = job.contend;
+  return MutexContendServiceFactory::open(job.store, options);
+}
+
 void PrintError(const std::string& message) {
   std::fprintf(stderr, "simba: %s\n", message.c_str());
 }

@@ -53,37 +53,20 @@ int RunCommand(const std::vector<std::string>& argv) {
     PrintError(message + " (see 'simba run --help')");
     return kExitUsage;
   };
-  auto store = StoreUri(args);
-  if (!store.ok()) return usage(store.status().message());
-  const auto mutex = args.Value("--mutex");
-  if (!mutex) return usage("missing --mutex NAME");
-  if (!args.has_command || args.command.empty()) return usage("missing '-- CMD [ARGS...]'");
+  auto job = ParseLeaseJob(args);
+  if (!job.ok()) return usage(job.status().message());
   const int modes = (args.Has("--wait") ? 1 : 0) + (args.Has("--no-wait") ? 1 : 0) +
                     (args.Has("--timeout") ? 1 : 0);
   if (modes > 1) return usage("--wait, --no-wait and --timeout exclude each other");
-  const bool verbose = args.Has("--verbose");
-
-  ContendOptions contend;
-  auto ttl = args.Duration("--ttl", contend.ttl);
-  auto transition = args.Duration("--transition", contend.transition);
   auto timeout = args.Duration("--timeout", milliseconds(0));
-  auto kill_after = args.Duration("--kill-after", std::chrono::seconds(10));
-  for (const auto* d : {&ttl, &transition, &timeout, &kill_after}) {
-    if (!d->ok()) return usage(d->status().message());
-  }
-  contend.ttl = *ttl;
-  contend.transition = *transition;
-  // The library's message names the option ("ttl must be > 0"); name the flag.
-  if (Status s = contend.Validate(); !s.ok()) return usage("--" + s.message());
+  if (!timeout.ok()) return usage(timeout.status().message());
 
-  FactoryOptions options;
-  options.contend = contend;
-  auto factory = MutexContendServiceFactory::open(*store, options);
+  auto factory = OpenFactory(*job);
   if (!factory.ok()) {
     PrintError(factory.status().message());
     return ExitCodeFor(factory.status());
   }
-  auto locker = Locker::create(**factory, *mutex);
+  auto locker = Locker::create(**factory, job->mutex);
   if (!locker.ok()) return usage("--mutex: " + locker.status().message());
   Backend& backend = *(*factory)->backend();
 
@@ -112,11 +95,11 @@ int RunCommand(const std::vector<std::string>& argv) {
           cancel.request_stop();
           return;
         }
-        if (verbose && std::chrono::steady_clock::now() >= next_report) {
+        if (job->verbose && std::chrono::steady_clock::now() >= next_report) {
           // Ourselves as the holder means the acquisition just landed.
-          const std::string holder = DescribeHolder(backend, *mutex, (*locker)->contender_id());
+          const std::string holder = DescribeHolder(backend, job->mutex, (*locker)->contender_id());
           if (!holder.empty() && holder != last) {
-            Verbose(true, "waiting for mutex '" + *mutex + "': " + holder);
+            Verbose(true, "waiting for mutex '" + job->mutex + "': " + holder);
           }
           last = holder;
           next_report = std::chrono::steady_clock::now() + std::chrono::seconds(1);
@@ -136,14 +119,14 @@ int RunCommand(const std::vector<std::string>& argv) {
     held = acquired.ok();
   }
   if (!held) {
-    PrintError("mutex '" + *mutex + "' not acquired: " + DescribeHolder(backend, *mutex));
+    PrintError("mutex '" + job->mutex + "' not acquired: " + DescribeHolder(backend, job->mutex));
     return kExitNotAcquired;
   }
   const std::uint64_t token = (*locker)->fencing_token();
-  Verbose(verbose, "acquired mutex '" + *mutex + "' as " + (*locker)->contender_id() +
+  Verbose(job->verbose, "acquired mutex '" + job->mutex + "' as " + (*locker)->contender_id() +
                        " with fencing token " + std::to_string(token));
 
-  auto child = Child::Start(args.command, {{"SIMBA_MUTEX", *mutex},
+  auto child = Child::Start(job->command, {{"SIMBA_MUTEX", job->mutex},
                                            {"SIMBA_CONTENDER_ID", (*locker)->contender_id()},
                                            {"SIMBA_FENCING_TOKEN", std::to_string(token)}});
   if (!child.ok()) {
@@ -165,16 +148,16 @@ int RunCommand(const std::vector<std::string>& argv) {
       child->Signal(sig);
       if (!kill_pending) {
         kill_pending = true;
-        kill_at = std::chrono::steady_clock::now() + *kill_after;
+        kill_at = std::chrono::steady_clock::now() + job->kill_after;
       }
     }
     if (!lost && !(*locker)->is_held()) {
       lost = true;
-      PrintError("lost the lease of mutex '" + *mutex + "' (token " + std::to_string(token) +
+      PrintError("lost the lease of mutex '" + job->mutex + "' (token " + std::to_string(token) +
                  "); stopping the command");
       child->Signal(SIGTERM);
       kill_pending = true;
-      kill_at = std::chrono::steady_clock::now() + *kill_after;
+      kill_at = std::chrono::steady_clock::now() + job->kill_after;
     }
     if (kill_pending && std::chrono::steady_clock::now() >= kill_at) {
       child->Signal(SIGKILL);
@@ -183,9 +166,9 @@ int RunCommand(const std::vector<std::string>& argv) {
     std::this_thread::sleep_for(milliseconds(10));
   }
   if (Status s = (*locker)->release(); !s.ok()) {
-    PrintError("releasing mutex '" + *mutex + "': " + s.message() + " (the lease will expire)");
+    PrintError("releasing mutex '" + job->mutex + "': " + s.message() + " (the lease will expire)");
   } else {
-    Verbose(verbose, "released mutex '" + *mutex + "'");
+    Verbose(job->verbose, "released mutex '" + job->mutex + "'");
   }
   return lost ? kExitLeaseLost : *status;
 }
