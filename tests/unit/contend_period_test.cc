@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/virtual_time_test.h"
+
 #include <algorithm>
 #include <memory>
 
@@ -10,21 +12,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// Returns `value` clamped into the requested range, so a test can pin the
-// jitter to either end.
-class FixedRandom final : public Random {
- public:
-  explicit FixedRandom(std::int64_t value) : value_(value) {}
-  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
-    last_lo = lo;
-    last_hi = hi;
-    return std::clamp(value_, lo, hi - 1);
-  }
-  std::int64_t last_lo = 0, last_hi = 0;
-
- private:
-  std::int64_t value_;
-};
+using testing::FixedRandom;
 
 MutexOwner Owner(std::string id, std::int64_t ttl_at, std::int64_t transition_at) {
   MutexOwner owner;

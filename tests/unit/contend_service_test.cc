@@ -15,6 +15,7 @@
 #include "testing/fault_injecting_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
+#include "testing/virtual_time_test.h"
 
 namespace simba {
 namespace {
@@ -24,17 +25,6 @@ using std::chrono::seconds;
 using testing::FaultInjectingBackend;
 using testing::Eventually;
 using Mode = FaultInjectingBackend::Mode;
-
-class FixedRandom final : public Random {
- public:
-  explicit FixedRandom(std::int64_t value) : value_(value) {}
-  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
-    return std::clamp(value_, lo, hi - 1);
-  }
-
- private:
-  std::int64_t value_;
-};
 
 // Records callbacks in order.
 class Events {
@@ -57,26 +47,20 @@ class Events {
   std::vector<std::string> events_;
 };
 
-class ContendServiceTest : public ::testing::Test {
+class ContendServiceTest : public testing::VirtualTimeTest {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    store_ = NewMemoryBackend({std::string("unit-") + info->name(), clock_}).value();
-    a_faults_ = std::make_shared<FaultInjectingBackend>(store_);
-    a_factory_ = MakeFactory(a_faults_);
-    b_factory_ = MakeFactory(store_);
+    VirtualTimeTest::SetUp();
+    a_factory_ = MakeFactory(faults_, PinJitter);
+    b_factory_ = MakeFactory(store_, PinJitter);
   }
 
-  std::unique_ptr<MutexContendServiceFactory> MakeFactory(std::shared_ptr<Backend> backend) {
-    FactoryOptions options;
-    options.clock = clock_;
-    // Jitter pinned at +1 ms: deterministic, and never a retry at the very
-    // instant a lease ends (which the store still counts as held).
-    options.random = std::make_shared<FixedRandom>(1);
-    options.contend.ttl = seconds(10);
-    options.contend.transition = seconds(6);
+  // Jitter pinned at +1 ms: deterministic, and never a retry at the very
+  // instant a lease ends (which the store still counts as held). Store calls
+  // may hang long (the hang tests release them themselves).
+  static void PinJitter(FactoryOptions& options) {
+    options.random = std::make_shared<testing::FixedRandom>(1);
     options.contend.operation_timeout = seconds(30);
-    return MutexContendServiceFactory::create(std::move(backend), options).value();
   }
 
   std::shared_ptr<MutexContender> Contender(const std::string& name, Events* events) {
@@ -89,21 +73,7 @@ class ContendServiceTest : public ::testing::Test {
     return store_->read("m", std::chrono::steady_clock::now() + seconds(1))->owner.owner_id;
   }
 
-  // Lets the factory's threads react to what the test just did, when the test
-  // wants to check that something did NOT happen.
-  static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
-
-  // True once some thread waits for the virtual instant `from_now` ahead:
-  // advancing before that would move the very deadline being tested.
-  bool Waiting(Clock::Duration from_now) {
-    const auto at = clock_->Now() + from_now;
-    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
-  }
-
-  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
-  std::shared_ptr<Backend> store_;
-  std::shared_ptr<FaultInjectingBackend> a_faults_;
-  std::unique_ptr<MutexContendServiceFactory> a_factory_;  // through a_faults_
+  std::unique_ptr<MutexContendServiceFactory> a_factory_;  // through faults_
   std::unique_ptr<MutexContendServiceFactory> b_factory_;  // straight to the store
   Events events_;
 };
@@ -113,7 +83,7 @@ TEST_F(ContendServiceTest, AcquiresAtOnceAndRenewsExactlyAtTtl) {
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
-  EXPECT_EQ(a_faults_->acquire_calls(), 1);
+  EXPECT_EQ(faults_->acquire_calls(), 1);
   const auto token = a->fencing_token();
   const auto first_deadline = *a->lease_deadline();
   // The deadline is the hard lease (16 s) from the send time, less the margin.
@@ -122,9 +92,9 @@ TEST_F(ContendServiceTest, AcquiresAtOnceAndRenewsExactlyAtTtl) {
   ASSERT_TRUE(Waiting(seconds(10)));
   clock_->Advance(seconds(10) - milliseconds(1));
   Settle();
-  EXPECT_EQ(a_faults_->acquire_calls(), 1) << "renewed before ttl";
+  EXPECT_EQ(faults_->acquire_calls(), 1) << "renewed before ttl";
   clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > first_deadline; }, seconds(5)));
   EXPECT_EQ(a->fencing_token(), token);
   EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
@@ -156,7 +126,7 @@ TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
   SIMBA_ASSERT_OK(b->start());
   ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
   // A dies silently (every call fails from now on, so it cannot renew).
-  a_faults_->set_mode(Mode::kFail);
+  faults_->set_mode(Mode::kFail);
   clock_->Advance(seconds(16) - milliseconds(200));
   ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)))
       << "A is revoked locally at its lease deadline";
@@ -168,7 +138,7 @@ TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
   // Ownership is decided before its callback runs: wait for the callback.
   ASSERT_TRUE(Eventually([&] { return events_.Count("B acquired") == 1; }, seconds(5)));
   EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released", "B acquired"));
-  a_faults_->set_mode(Mode::kPass);
+  faults_->set_mode(Mode::kPass);
   SIMBA_ASSERT_OK(b->stop());
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -178,18 +148,18 @@ TEST_F(ContendServiceTest, OwnerRetriesAFailedRenewalInsideTheTransitionWindow) 
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   const auto token = a->fencing_token();
-  a_faults_->set_acquire_mode(Mode::kFail);
+  faults_->set_acquire_mode(Mode::kFail);
   clock_->Advance(seconds(10));  // renewal due: fails
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   // First retry: a quarter of what is left of the lease, at most 1 s.
   ASSERT_TRUE(Waiting(seconds(1)));
   clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
   EXPECT_TRUE(a->is_owner()) << "still inside the lease";
-  a_faults_->set_acquire_mode(Mode::kPass);
+  faults_->set_acquire_mode(Mode::kPass);
   ASSERT_TRUE(Waiting(seconds(1)));
   clock_->Advance(seconds(1));  // next retry succeeds
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 4; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 4; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > clock_->Now() + seconds(15); }, seconds(5)));
   // Well past where the first lease would have ended.
   clock_->Advance(seconds(5));
@@ -204,30 +174,30 @@ TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStill
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  a_faults_->set_acquire_mode(Mode::kHang);
+  faults_->set_acquire_mode(Mode::kHang);
   clock_->Advance(seconds(10));
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   clock_->Advance(seconds(6) - milliseconds(201));
   Settle();
   EXPECT_TRUE(a->is_owner());
   clock_->Advance(milliseconds(1));
   EXPECT_FALSE(a->is_owner()) << "is_owner() checks the deadline itself";
   ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
-  EXPECT_EQ(a_faults_->acquire_calls(), 2) << "the renewal is still hanging";
-  a_faults_->set_acquire_mode(Mode::kPass);
+  EXPECT_EQ(faults_->acquire_calls(), 2) << "the renewal is still hanging";
+  faults_->set_acquire_mode(Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  a_faults_->set_acquire_mode(Mode::kHang);
+  faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   // The store grants 16 s from when it runs the call; the call was sent 20 s
   // earlier, so locally that lease may already be over.
   clock_->Advance(seconds(20));
-  a_faults_->set_acquire_mode(Mode::kPass);
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  faults_->set_acquire_mode(Mode::kPass);
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
   Settle();
@@ -237,14 +207,14 @@ TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
 
 TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReported) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  a_faults_->set_acquire_mode(Mode::kHang);
+  faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
-  EXPECT_EQ(a_faults_->release_calls(), 1);
-  a_faults_->set_acquire_mode(Mode::kPass);  // the stale call now acquires...
+  EXPECT_EQ(faults_->release_calls(), 1);
+  faults_->set_acquire_mode(Mode::kPass);  // the stale call now acquires...
   // ...and the compensating release gives it back.
-  ASSERT_TRUE(Eventually([&] { return a_faults_->release_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->release_calls() == 2; }, seconds(5)));
   EXPECT_EQ(StoreOwner(), "");
   Settle();
   EXPECT_THAT(events_.Get(), ::testing::IsEmpty());
@@ -253,40 +223,40 @@ TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReport
 
 TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  a_faults_->set_acquire_mode(Mode::kHang);
+  faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
   SIMBA_ASSERT_OK(a->start());
   Settle();
-  a_faults_->set_acquire_mode(Mode::kPass);
+  faults_->set_acquire_mode(Mode::kPass);
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   // The stale result was not compensated away: the new lifecycle owns it.
   EXPECT_EQ(StoreOwner(), a->contender_id());
-  EXPECT_EQ(a_faults_->release_calls(), 1);
+  EXPECT_EQ(faults_->release_calls(), 1);
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, StoreErrorsAreRetriedWithGrowingBackoff) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  a_faults_->set_mode(Mode::kFail);
+  faults_->set_mode(Mode::kFail);
   SIMBA_ASSERT_OK(a->start());
   // 100 ms (+ jitter pinned at 1 ms), then 200 ms, then 400 ms.
   ASSERT_TRUE(Waiting(milliseconds(101)));
-  EXPECT_EQ(a_faults_->acquire_calls(), 1);
+  EXPECT_EQ(faults_->acquire_calls(), 1);
   clock_->Advance(milliseconds(100));
   Settle();
-  EXPECT_EQ(a_faults_->acquire_calls(), 1);
+  EXPECT_EQ(faults_->acquire_calls(), 1);
   clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   ASSERT_TRUE(Waiting(milliseconds(201)));
   clock_->Advance(milliseconds(201));
-  ASSERT_TRUE(Eventually([&] { return a_faults_->acquire_calls() == 3; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
   ASSERT_TRUE(Waiting(milliseconds(401)));
   clock_->Advance(milliseconds(300));
   Settle();
-  EXPECT_EQ(a_faults_->acquire_calls(), 3);
-  a_faults_->set_mode(Mode::kPass);
+  EXPECT_EQ(faults_->acquire_calls(), 3);
+  faults_->set_mode(Mode::kPass);
   clock_->Advance(milliseconds(101));
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());

@@ -12,6 +12,7 @@
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
+#include "testing/virtual_time_test.h"
 
 namespace simba {
 namespace {
@@ -22,24 +23,16 @@ using testing::Eventually;
 using testing::FaultInjectingBackend;
 using testing::StatusIs;
 
-class LockerTest : public ::testing::Test {
+class LockerTest : public testing::VirtualTimeTest {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    auto store = NewMemoryBackend({std::string("locker-") + info->name(), clock_}).value();
-    faults_ = std::make_shared<FaultInjectingBackend>(store);
-    FactoryOptions options;
-    options.clock = clock_;
-    options.contend.ttl = seconds(10);
-    options.contend.transition = seconds(6);
-    factory_ = MutexContendServiceFactory::create(faults_, options).value();
-    other_factory_ = MutexContendServiceFactory::create(store, options).value();
+    VirtualTimeTest::SetUp();
+    factory_ = MakeFactory(faults_);
+    other_factory_ = MakeFactory(store_);
   }
 
-  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
-  std::shared_ptr<FaultInjectingBackend> faults_;
-  std::unique_ptr<MutexContendServiceFactory> factory_;
-  std::unique_ptr<MutexContendServiceFactory> other_factory_;
+  std::unique_ptr<MutexContendServiceFactory> factory_;        // through faults_
+  std::unique_ptr<MutexContendServiceFactory> other_factory_;  // straight to the store
 };
 
 TEST_F(LockerTest, AcquireHoldsAndTheDestructorReleases) {

@@ -11,6 +11,7 @@
 #include "testing/fault_injecting_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
+#include "testing/virtual_time_test.h"
 
 namespace simba {
 namespace {
@@ -20,31 +21,14 @@ using std::chrono::seconds;
 using testing::Eventually;
 using testing::FaultInjectingBackend;
 
-class SchedulerTest : public ::testing::Test {
+class SchedulerTest : public testing::VirtualTimeTest {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    auto store = NewMemoryBackend({std::string("scheduler-") + info->name(), clock_}).value();
-    faults_ = std::make_shared<FaultInjectingBackend>(store);
-    FactoryOptions options;
-    options.clock = clock_;
-    options.contend.ttl = seconds(10);
-    options.contend.transition = seconds(6);
-    factory_ = MutexContendServiceFactory::create(faults_, options).value();
+    VirtualTimeTest::SetUp();
+    factory_ = MakeFactory(faults_);
   }
 
-  static void Settle() { std::this_thread::sleep_for(milliseconds(30)); }
-
-  // True once the worker (or a timer) waits for the virtual instant
-  // `from_now` ahead; advancing earlier would move that instant.
-  bool Waiting(Clock::Duration from_now) {
-    const auto at = clock_->Now() + from_now;
-    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
-  }
-
-  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
-  std::shared_ptr<FaultInjectingBackend> faults_;
-  std::unique_ptr<MutexContendServiceFactory> factory_;
+  std::unique_ptr<MutexContendServiceFactory> factory_;  // through faults_
 };
 
 TEST_F(SchedulerTest, FixedRateRunsAfterTheInitialDelayThenEveryPeriod) {

@@ -1,0 +1,78 @@
+// A base fixture for tests of the core on virtual time: a ManualClock, a
+// memory store driven by it, a FaultInjectingBackend in front of the store,
+// and helpers to advance time only once the code under test waits.
+#ifndef SIMBA_TESTING_VIRTUAL_TIME_TEST_H_
+#define SIMBA_TESTING_VIRTUAL_TIME_TEST_H_
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "simba/backends/memory.h"
+#include "simba/contend_service.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+
+// Returns `value` clamped into the requested range, so a test can pin the
+// jitter (or any draw) to a known point.
+class FixedRandom final : public Random {
+ public:
+  explicit FixedRandom(std::int64_t value) : value_(value) {}
+  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
+    last_lo = lo;
+    last_hi = hi;
+    return std::clamp(value_, lo, hi - 1);
+  }
+  std::int64_t last_lo = 0, last_hi = 0;
+
+ private:
+  std::int64_t value_;
+};
+
+class VirtualTimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    store_ = NewMemoryBackend({std::string(info->test_suite_name()) + "." + info->name(), clock_})
+                 .value();
+    faults_ = std::make_shared<FaultInjectingBackend>(store_);
+  }
+
+  // A factory over `backend` on the virtual clock: ttl 10 s, transition 6 s
+  // (JVM Simba's defaults), then whatever `adjust` changes.
+  template <typename Adjust = void (*)(FactoryOptions&)>
+  std::unique_ptr<MutexContendServiceFactory> MakeFactory(
+      std::shared_ptr<Backend> backend, Adjust adjust = [](FactoryOptions&) {}) {
+    FactoryOptions options;
+    options.clock = clock_;
+    options.contend.ttl = std::chrono::seconds(10);
+    options.contend.transition = std::chrono::seconds(6);
+    adjust(options);
+    return MutexContendServiceFactory::create(std::move(backend), options).value();
+  }
+
+  // Lets the factory's threads react to what the test just did, when the test
+  // wants to check that something did NOT happen.
+  static void Settle() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
+
+  // True once some thread waits for the virtual instant `from_now` ahead:
+  // advancing before that would move the very deadline being tested.
+  bool Waiting(Clock::Duration from_now) {
+    const auto at = clock_->Now() + from_now;
+    return Eventually([&] { return clock_->HasWaiterUntil(at); }, std::chrono::seconds(5));
+  }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  std::shared_ptr<Backend> store_;                 // the memory store
+  std::shared_ptr<FaultInjectingBackend> faults_;  // in front of store_
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_VIRTUAL_TIME_TEST_H_
