@@ -28,10 +28,13 @@ function(simba_target_settings target)
   endif()
 endfunction()
 
-# simba_add_test(NAME name SOURCES ... LIBS ... LABELS ...)
+# simba_add_test(NAME name SOURCES ... LIBS ... LABELS ... [FIXTURES ...])
 # One gtest binary; every TEST becomes its own ctest test carrying LABELS.
+# FIXTURES names server fixtures (simba_add_server_fixture in
+# cmake/SimbaServers.cmake) that every test requires; the tests then get
+# SIMBA_TEST_SERVERS_DIR, where those servers' uri files are.
 function(simba_add_test)
-  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;FIXTURES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
   simba_target_settings(${T_NAME})
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
@@ -43,13 +46,17 @@ function(simba_add_test)
     NO_PRETTY_VALUES
     PROPERTIES TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
-  # Labels are set by a script of our own that ctest reads after the
-  # discovered tests: gtest_discover_tests splits list-valued PROPERTIES, so
-  # "unit;sqlite" would reach ctest as the label "unit" alone.
+  # Labels (and fixtures) are set by a script of our own that ctest reads
+  # after the discovered tests: gtest_discover_tests splits list-valued
+  # PROPERTIES, so "unit;sqlite" would reach ctest as the label "unit" alone.
+  set(fixture_props "")
+  if(T_FIXTURES)
+    set(fixture_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${PROJECT_BINARY_DIR}/test-servers\"")
+  endif()
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake)
   file(WRITE ${labels_file}
     "if(${T_NAME}_TESTS)\n"
-    "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\")\n"
+    "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\"${fixture_props})\n"
     "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()

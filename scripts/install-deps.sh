@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
   libsqlite3-dev            # the SQLite backend
+  libhiredis-dev            # the Redis backend
+  redis-server redis-tools  # its tests run a real server (scripts/servers/redis.sh)
   libgtest-dev libgmock-dev # tests
 )
 

@@ -46,9 +46,11 @@ class FaultInjectingBackend final : public Backend {
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
+  using Backend::subscribe;
   Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override {
-    return target_->subscribe(mutex, std::move(listener));
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener) override {
+    return target_->subscribe(mutex, contender_id, std::move(listener));
   }
 
  private:

@@ -46,6 +46,15 @@ MATCHER_P2(StatusIs, code, message_matcher,
          ::testing::ExplainMatchResult(message_matcher, s.message(), result_listener);
 }
 
+// A Result that is OK and whose value matches `value_matcher`.
+MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a matching value") {
+  if (!arg.ok()) {
+    *result_listener << "which is " << arg.status().ToString();
+    return false;
+  }
+  return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);
+}
+
 }  // namespace simba::testing
 
 #define SIMBA_EXPECT_OK(expr) EXPECT_THAT((expr), ::simba::testing::IsOk())

@@ -149,8 +149,20 @@ class Backend {
   // Push: calls `listener` (on any thread; it must not block) when `mutex`
   // changes hands. Backends without push return kUnimplemented; the core then
   // relies on polling.
+  //
+  // `contender_id` is the subscribing contender (empty for a retriever).
+  // Stores that hand a released mutex to one waiter at a time (Redis wakes
+  // the oldest live waiter, not all of them) address that waiter by its id;
+  // others ignore it. A contender must subscribe before its first
+  // acquire_or_renew, as the core does, or it may miss its wake-up.
   virtual Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::function<void(const MutexEvent&)> listener);
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener);
+  // The same for a retriever (no contender id).
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+    return subscribe(mutex, std::string_view(), std::move(listener));
+  }
 };
 
 // Checks `name` (the parameter `what`) against the default rules used by

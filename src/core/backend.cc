@@ -66,7 +66,8 @@ Status Backend::validate_contender_id(std::string_view contender_id) const {
 }
 
 Result<std::unique_ptr<Subscription>> Backend::subscribe(
-    std::string_view /*mutex*/, std::function<void(const MutexEvent&)> /*listener*/) {
+    std::string_view /*mutex*/, std::string_view /*contender_id*/,
+    std::function<void(const MutexEvent&)> /*listener*/) {
   return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
 }
 

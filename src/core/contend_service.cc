@@ -64,7 +64,7 @@ Status ServiceCore::Start() {
   std::unique_ptr<Subscription> subscription;
   if (backend_->capabilities().push_release) {
     std::weak_ptr<ServiceCore> weak = weak_from_this();
-    auto sub = backend_->subscribe(mutex_, [weak, gen](const MutexEvent& event) {
+    auto sub = backend_->subscribe(mutex_, contender_id_, [weak, gen](const MutexEvent& event) {
       if (auto self = weak.lock()) self->OnEvent(gen, event);
     });
     if (!sub.ok() && sub.status().code() != StatusCode::kUnimplemented) {

@@ -15,6 +15,9 @@
 #if SIMBA_HAVE_SQLITE
 #include "simba/backends/sqlite.h"
 #endif
+#if SIMBA_HAVE_REDIS
+#include "simba/backends/redis.h"
+#endif
 
 namespace simba {
 
@@ -29,6 +32,13 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
       registry.Register("sqlite", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
         SIMBA_ASSIGN_OR_RETURN(SqliteOptions options, SqliteOptionsFromUri(uri));
         return NewSqliteBackend(std::move(options));
+      }));
+#endif
+#if SIMBA_HAVE_REDIS
+  SIMBA_RETURN_IF_ERROR(
+      registry.Register("redis", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+        SIMBA_ASSIGN_OR_RETURN(RedisOptions options, RedisOptionsFromUri(uri));
+        return NewRedisBackend(std::move(options));
       }));
 #endif
   return OkStatus();

@@ -49,6 +49,15 @@ Result<std::shared_ptr<Backend>> OpenStore(const Args& args, const char* command
   return OpenBackend(*uri);
 }
 
+// A store call's error, naming the store (password masked): a network
+// store's own message names only host and port.
+std::string StoreError(const Args& args, const Status& status) {
+  auto uri = StoreUri(args);
+  auto parsed = uri.ok() ? Uri::Parse(*uri) : Result<Uri>(uri.status());
+  if (!parsed.ok()) return status.message();
+  return "store " + parsed->ToString() + ": " + status.message();
+}
+
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& argv) {
@@ -75,7 +84,7 @@ int StatusCommand(const std::vector<std::string>& argv) {
   if (args.positional.empty()) {
     auto listed = (*backend)->list(In(std::chrono::seconds(10)));
     if (!listed.ok()) {
-      PrintError(listed.status().message());
+      PrintError(StoreError(args, listed.status()));
       return ExitCodeFor(listed.status());
     }
     rows = std::move(*listed);
@@ -83,7 +92,7 @@ int StatusCommand(const std::vector<std::string>& argv) {
     for (const auto& name : args.positional) {
       auto record = (*backend)->read(name, In(std::chrono::seconds(10)));
       if (!record.ok()) {
-        PrintError(record.status().message());
+        PrintError(StoreError(args, record.status()));
         return ExitCodeFor(record.status());
       }
       rows.push_back(ListedMutex{name, *record});
@@ -174,7 +183,7 @@ int ReleaseCommand(const std::vector<std::string>& argv) {
   }
   auto released = (*backend)->force_release(*mutex, In(std::chrono::seconds(10)));
   if (!released.ok()) {
-    PrintError(released.status().message());
+    PrintError(StoreError(args, released.status()));
     return ExitCodeFor(released.status());
   }
   const MutexOwner& previous = released->previous;

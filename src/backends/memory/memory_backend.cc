@@ -206,8 +206,11 @@ class MemoryBackend final : public Backend {
 
   Result<std::vector<ListedMutex>> list(Deadline) override { return store_->List(); }
 
+  using Backend::subscribe;
+  // Every subscriber hears every release (the contender id is not needed).
   Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override {
+      std::string_view mutex, std::string_view /*contender_id*/,
+      std::function<void(const MutexEvent&)> listener) override {
     const std::uint64_t id = store_->Subscribe(mutex, std::move(listener));
     return std::unique_ptr<Subscription>(
         std::make_unique<MemorySubscription>(store_, std::string(mutex), id));

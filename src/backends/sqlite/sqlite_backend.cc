@@ -935,8 +935,11 @@ class SqliteBackend final : public Backend {
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
+  using Backend::subscribe;
+  // Every subscriber hears every release (the contender id is not needed).
   Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::function<void(const MutexEvent&)> listener) override;
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener) override;
 
  private:
   // "sqlite '<path>': <op>", the start of every error message.
@@ -1367,7 +1370,8 @@ Result<std::vector<ListedMutex>> SqliteBackend::list(Deadline deadline) {
 }
 
 Result<std::unique_ptr<Subscription>> SqliteBackend::subscribe(
-    std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+    std::string_view mutex, std::string_view /*contender_id*/,
+    std::function<void(const MutexEvent&)> listener) {
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   if (!listener) return InvalidArgumentError("listener must not be empty");
   // The row as of now, so a release committed after this call returns is

@@ -1,0 +1,110 @@
+// File: simba/backends/redis.h
+//
+// `redis://[user:password@]host:port[/db]`: mutexes in a Redis server (5 or
+// newer; tested with Debian's 7.0), wire-compatible with JVM Simba's Redis
+// backend so C++ and JVM contenders can share a mutex.
+//
+// Keys for mutex M (the braces are a Redis Cluster hash tag: all of a mutex's
+// keys live in one slot):
+//   simba:{M}             the lock: a string holding the owner's id, with
+//                         PX = ttl + transition (JVM Simba's layout)
+//   simba:{M}:contender   the wait queue: a sorted set of contender ids
+//                         scored by the server time (seconds) they joined
+//   simba:{M}:fence       a hash: the fencing counter and the owner it was
+//                         issued to (C++ only; JVM Simba never reads it)
+// Channels: `simba:{M}` carries `acquired@@<id>` to everyone;
+// `simba:{M}:<id>` carries `released@@<by>` to the one waiter woken by a
+// release; `simba:{M}:@@released` carries every release to retrievers.
+//
+// Every store call is one Lua script that declares the keys it touches and
+// decides by the server's clock. Acquiring takes one round trip.
+//
+// Hand-off: a release wakes the oldest waiter that is still listening
+// (PUBLISH reports how many received it); waiters that died, and the
+// releaser itself, are dropped from the queue on the way, and each failed
+// acquisition also drops the queue's oldest entries if nobody listens on their
+// channel any more, so the queue does not grow across crashes. When the
+// server publishes key expiry events (notify-keyspace-events contains E and
+// x, or A), a crashed owner's expiry wakes the waiters at once; otherwise they
+// find it at their next poll.
+//
+// Fencing: a token is max(previous token + 1, server time in microseconds).
+// It grows with every acquisition and also across a server restart that lost
+// all data (as long as the server's clock does not step back).
+//
+// Restart guard: a server without durable writes (anything but
+// `appendonly yes` with `appendfsync always`) forgets leases when it
+// restarts, and a new owner could then overlap one that still holds its
+// lease. So for ttl + transition after such a server starts (by its uptime),
+// nobody acquires a free mutex: acquire_or_renew fails with kUnavailable and
+// the caller retries. `restart_guard=off` in the URI turns this off.
+//
+// Connections: one command connection and one subscriber connection per
+// backend (so per factory), shared by every mutex, plus one thread that reads
+// the subscriber connection. Both reconnect with backoff (from 100 ms to
+// 2 s); subscriptions are renewed after a reconnect and every subscriber is
+// then woken once, since events may have been missed. Calls take turns on
+// the command connection; a call that misses its deadline closes it (a late
+// reply must never be read as another call's), and the next call reconnects.
+//
+// Names: the mutex must not contain '{', '}' or "@@" and the contender id
+// must not contain "@@" (JVM Simba's delimiters); both at most 512 bytes.
+//
+// URI query keys:
+//   connect_timeout   bound on connecting, per attempt (default 3s)
+//   restart_guard     on|off (default on), see above
+//   keyspace_events   auto|off (default auto: use expiry events when the
+//                     server publishes them)
+//   key_prefix        replaces "simba" in every key and channel name
+//                     (default simba, JVM Simba's; A-Z a-z 0-9 _ - . :)
+//
+// Example:
+//   auto backend = simba::OpenBackend("redis://:secret@10.0.0.5:6379/2");
+
+#ifndef SIMBA_BACKENDS_REDIS_H_
+#define SIMBA_BACKENDS_REDIS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+#include "simba/uri.h"
+
+namespace simba {
+
+struct RedisOptions {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 6379;
+  // ACL user (Redis 6+); empty means the default user.
+  std::string user;
+  // Empty means no AUTH.
+  std::string password;
+  // Logical database (SELECT), >= 0.
+  int database = 0;
+  std::chrono::milliseconds connect_timeout{3000};
+  bool restart_guard = true;
+  bool keyspace_events = true;
+  // The first part of every key and channel name. JVM Simba uses "simba";
+  // another prefix keeps separate applications (or test runs) on one server
+  // apart, at the price of JVM compatibility.
+  std::string key_prefix = "simba";
+};
+
+// Creates the backend. It connects lazily, so a server that is down now
+// makes calls fail with kUnavailable until it is back, rather than this.
+// Errors (kInvalidArgument): an empty host, port 0, a negative database, a
+// non-positive connect_timeout or a bad key_prefix.
+Result<std::shared_ptr<Backend>> NewRedisBackend(RedisOptions options);
+
+// redis://[user:password@]host[:port][/db][?query]; the port defaults to
+// 6379 and the database to 0. Errors (kInvalidArgument): another scheme,
+// several hosts, a path that is not a database number, an unknown query key
+// or a bad value.
+Result<RedisOptions> RedisOptionsFromUri(const Uri& uri);
+
+}  // namespace simba
+
+#endif  // SIMBA_BACKENDS_REDIS_H_

@@ -1,0 +1,938 @@
+// The Redis backend: see include/simba/backends/redis.h for the contract and
+// redis_scripts.h for the protocol on the server.
+//
+// Two connections per backend:
+//   CommandChannel  every store call, one at a time, each a Lua script
+//                   (EVALSHA, falling back to loading the scripts again when
+//                   the server forgot them)
+//   Subscriber      pub/sub, read by one thread that delivers events to the
+//                   subscriptions of all mutexes
+
+#include "simba/backends/redis.h"
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/redis/redis_connection.h"
+#include "backends/redis/redis_scripts.h"
+#include "core/log.h"
+
+namespace simba {
+namespace {
+
+using internal::redis::Command;
+using internal::redis::Connection;
+using internal::redis::Endpoint;
+using internal::redis::ErrorReplyStatus;
+using internal::redis::IsError;
+using internal::redis::Reply;
+using internal::redis::ReplyString;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr std::size_t kMaxNameLength = 512;
+constexpr milliseconds kFirstReconnectDelay{100};
+constexpr milliseconds kMaxReconnectDelay{2000};
+// An idle subscriber connection is checked with PING this often; no answer
+// by the next check means it is dead (e.g. a cut that sent no RST).
+constexpr milliseconds kSubscriberPing{15000};
+// SUBSCRIBE arguments per command when renewing many subscriptions.
+constexpr std::size_t kChannelsPerSubscribe = 1000;
+
+std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+// "<prefix>:{M}": the lock key and broadcast channel of mutex M ("simba"
+// is JVM Simba's prefix).
+std::string LockKey(std::string_view prefix, std::string_view mutex) {
+  return std::string(prefix) + ":{" + std::string(mutex) + "}";
+}
+
+std::vector<std::string> MutexKeys(std::string_view prefix, std::string_view mutex) {
+  const std::string lock = LockKey(prefix, mutex);
+  return {lock, lock + ":contender", lock + ":fence"};
+}
+
+// "<prefix>:{M}" or "<prefix>:{M}:<suffix>" -> M (and the suffix); false
+// for anything else.
+bool SplitName(std::string_view prefix, std::string_view name, std::string* mutex,
+               std::string* suffix) {
+  const std::string start = std::string(prefix) + ":{";
+  if (name.substr(0, start.size()) != start) return false;
+  const std::size_t close = name.find('}', start.size());
+  if (close == std::string_view::npos || close == start.size()) return false;
+  *mutex = std::string(name.substr(start.size(), close - start.size()));
+  const std::string_view rest = name.substr(close + 1);
+  if (rest.empty()) {
+    suffix->clear();
+    return true;
+  }
+  if (rest.front() != ':' || rest.size() == 1) return false;
+  *suffix = std::string(rest.substr(1));
+  return true;
+}
+
+bool ParseInt(std::string_view text, long long* out) {
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), *out);
+  return error == std::errc() && end == text.data() + text.size();
+}
+
+// Reads a script's reply: an array of strings parsed as integers where asked.
+class ReplyFields {
+ public:
+  ReplyFields(const redisReply* reply, std::string_view what) : reply_(reply), what_(what) {}
+
+  Status Check(std::size_t count) const {
+    if (reply_->type != REDIS_REPLY_ARRAY || reply_->elements != count) {
+      return InternalError("redis: unexpected reply to " + std::string(what_));
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      if (reply_->element[i]->type != REDIS_REPLY_STRING) {
+        return InternalError("redis: unexpected reply to " + std::string(what_));
+      }
+    }
+    return OkStatus();
+  }
+  std::string Text(std::size_t i) const { return std::string(ReplyString(reply_->element[i])); }
+  Result<long long> Number(std::size_t i) const {
+    long long value = 0;
+    if (!ParseInt(ReplyString(reply_->element[i]), &value)) {
+      return InternalError("redis: unexpected number in the reply to " + std::string(what_));
+    }
+    return value;
+  }
+
+ private:
+  const redisReply* reply_;
+  std::string_view what_;
+};
+
+// What the scripts say about a lock: owner, pttl, token, now, ttl, tr.
+struct LockFields {
+  std::string owner;
+  long long pttl = -2;
+  long long token = 0;
+  long long now = 0;
+  long long ttl = 0;  // 0: unknown (a JVM Simba owner)
+  long long tr = 0;
+};
+
+Result<LockFields> ParseLock(const ReplyFields& fields, std::size_t first) {
+  LockFields lock;
+  lock.owner = fields.Text(first);
+  SIMBA_ASSIGN_OR_RETURN(lock.pttl, fields.Number(first + 1));
+  SIMBA_ASSIGN_OR_RETURN(lock.token, fields.Number(first + 2));
+  SIMBA_ASSIGN_OR_RETURN(lock.now, fields.Number(first + 3));
+  SIMBA_ASSIGN_OR_RETURN(lock.ttl, fields.Number(first + 4));
+  SIMBA_ASSIGN_OR_RETURN(lock.tr, fields.Number(first + 5));
+  return lock;
+}
+
+// The owner record for script fields. Where the owner's own ttl and
+// transition are unknown (JVM Simba wrote the lock), `fallback_ttl` and
+// `fallback_tr` stand in: JVM Simba needs the same settings on every node.
+OwnerRecord ToRecord(const LockFields& lock, milliseconds fallback_ttl,
+                     milliseconds fallback_tr) {
+  OwnerRecord record;
+  record.store_now = StoreTime(lock.now);
+  if (lock.owner.empty()) return record;
+  const bool known = lock.token != 0;
+  const long long ttl = known ? lock.ttl : fallback_ttl.count();
+  const long long tr = known ? lock.tr : fallback_tr.count();
+  MutexOwner& owner = record.owner;
+  owner.owner_id = lock.owner;
+  // PTTL -1 is a lock key without expiry, which no Simba writes: treat it as
+  // a fresh lease so contenders poll at the usual pace rather than spin.
+  const long long pttl = lock.pttl >= 0 ? lock.pttl : ttl + tr;
+  owner.transition_at = StoreTime(lock.now + pttl);
+  owner.ttl_at = owner.transition_at - milliseconds(tr);
+  owner.acquired_at = owner.ttl_at - milliseconds(ttl);
+  owner.fencing_token = static_cast<std::uint64_t>(lock.token);
+  return record;
+}
+
+// ---------------------------------------------------------------------------
+// The command connection.
+
+enum Script { kAcquire, kRelease, kForceRelease, kRead, kScriptCount };
+
+struct ServerFacts {
+  // The server may lose acknowledged writes when it restarts.
+  bool lossy = true;
+  // When it started, by its own clock (ms), rounded late.
+  long long started_ms = 0;
+};
+
+class CommandChannel {
+ public:
+  CommandChannel(Endpoint endpoint, std::string prefix, milliseconds connect_timeout,
+                 bool restart_guard)
+      : endpoint_(std::move(endpoint)),
+        prefix_(std::move(prefix)),
+        connect_timeout_(connect_timeout),
+        restart_guard_(restart_guard) {
+    static constexpr const char* kBodies[kScriptCount] = {
+        internal::redis::kLuaAcquire, internal::redis::kLuaRelease,
+        internal::redis::kLuaForceRelease, internal::redis::kLuaRead};
+    for (int i = 0; i < kScriptCount; ++i) {
+      scripts_[i] = std::string(internal::redis::kLuaPrelude) + kBodies[i];
+    }
+  }
+
+  // Runs `script` on a mutex's keys. The reply may be an error reply.
+  // With `guard_px`, appends the restart guard's bound to the arguments: the
+  // server's start plus that lease if the guard is on and the server may
+  // have lost leases when it started, else 0. `facts` receives what the bound was computed from.
+  Result<Reply> Eval(Script script, std::string_view mutex, const std::vector<std::string>& args,
+                     Deadline deadline, ServerFacts* facts = nullptr,
+                     std::optional<milliseconds> guard_px = std::nullopt) {
+    std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
+    if (!lock.try_lock_until(deadline)) return Busy();
+    SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
+    if (facts != nullptr) *facts = facts_;
+    Command command = {"EVALSHA", shas_[script], "3"};
+    for (std::string& key : MutexKeys(prefix_, mutex)) command.push_back(std::move(key));
+    command.insert(command.end(), args.begin(), args.end());
+    if (guard_px) {
+      command.push_back(restart_guard_ && facts_.lossy
+                            ? std::to_string(facts_.started_ms + guard_px->count())
+                            : std::string("0"));
+    }
+    auto reply = CallLocked(*conn, command, deadline);
+    if (reply.ok() && IsError(reply->get()) &&
+        ReplyString(reply->get()).substr(0, 8) == "NOSCRIPT") {
+      // SCRIPT FLUSH or a failover to a server that never saw them.
+      SIMBA_RETURN_IF_ERROR(LoadScriptsLocked(*conn, deadline));
+      command[1] = shas_[script];
+      reply = CallLocked(*conn, command, deadline);
+    }
+    return reply;
+  }
+
+  // Several commands in one round trip.
+  Result<std::vector<Reply>> Pipeline(const std::vector<Command>& commands, Deadline deadline) {
+    std::unique_lock<std::timed_mutex> lock(mu_, std::defer_lock);
+    if (!lock.try_lock_until(deadline)) return Busy();
+    SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
+    auto replies = conn->Call(commands, deadline);
+    if (!replies.ok()) DropLocked();
+    return replies;
+  }
+
+  const std::string& sha(Script script) {
+    std::lock_guard<std::timed_mutex> lock(mu_);
+    return shas_[script];
+  }
+
+ private:
+  Status Busy() const {
+    return DeadlineExceededError("redis at " + endpoint_.Describe() +
+                                 ": deadline passed while waiting for the command connection");
+  }
+
+  Result<Reply> CallLocked(Connection& conn, const Command& command, Deadline deadline) {
+    auto reply = conn.Call(command, deadline);
+    // After a failed or late call the connection may still carry its reply,
+    // which the next call would take for its own: close it.
+    if (!reply.ok()) DropLocked();
+    return reply;
+  }
+
+  void DropLocked() {
+    conn_.reset();
+    // The first reconnect after a working connection is immediate.
+    next_connect_ = {};
+    reconnect_delay_ = milliseconds(0);
+  }
+
+  Result<Connection*> ConnectedLocked(Deadline deadline) {
+    if (conn_) return conn_.get();
+    const auto now = steady_clock::now();
+    if (now < next_connect_) {
+      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
+      return Status(last_error_.code(),
+                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
+    }
+    const Deadline connect_deadline = std::min(deadline, now + connect_timeout_);
+    auto opened = Connection::Open(endpoint_, "simba-commands", connect_deadline);
+    Status status = opened.status();
+    if (opened.ok()) status = LoadScriptsLocked(**opened, connect_deadline);
+    if (opened.ok() && status.ok()) status = ReadFactsLocked(**opened, connect_deadline);
+    if (!status.ok()) {
+      last_error_ = status;
+      reconnect_delay_ = std::clamp(reconnect_delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+      next_connect_ = steady_clock::now() + reconnect_delay_;
+      return status;
+    }
+    conn_ = std::move(*opened);
+    reconnect_delay_ = milliseconds(0);
+    return conn_.get();
+  }
+
+  Status LoadScriptsLocked(Connection& conn, Deadline deadline) {
+    std::vector<Command> loads;
+    for (const std::string& script : scripts_) loads.push_back({"SCRIPT", "LOAD", script});
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, conn.Call(loads, deadline));
+    for (int i = 0; i < kScriptCount; ++i) {
+      if (IsError(replies[i].get())) {
+        return ErrorReplyStatus(replies[i].get(),
+                                "redis at " + endpoint_.Describe() + ": loading the scripts");
+      }
+      shas_[i] = std::string(ReplyString(replies[i].get()));
+    }
+    return OkStatus();
+  }
+
+  // Is the server durable, and when did it start? (For the restart guard.)
+  Status ReadFactsLocked(Connection& conn, Deadline deadline) {
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<Reply> replies,
+        conn.Call({{"TIME"}, {"INFO", "server"}, {"INFO", "persistence"},
+                   {"CONFIG", "GET", "appendfsync"}},
+                  deadline));
+    const redisReply* time = replies[0].get();
+    long long seconds = 0;
+    long long micros = 0;
+    if (time->type != REDIS_REPLY_ARRAY || time->elements != 2 ||
+        !ParseInt(ReplyString(time->element[0]), &seconds) ||
+        !ParseInt(ReplyString(time->element[1]), &micros)) {
+      return InternalError("redis at " + endpoint_.Describe() + ": unexpected reply to TIME");
+    }
+    auto info_field = [](const redisReply* info, std::string_view key) -> std::string {
+      if (IsError(info)) return {};
+      const std::string_view text = ReplyString(info);
+      const std::string needle = "\n" + std::string(key) + ":";
+      const std::size_t at = ("\n" + std::string(text)).find(needle);
+      if (at == std::string::npos) return {};
+      const std::size_t start = at + needle.size() - 1;
+      const std::size_t end = text.find_first_of("\r\n", start);
+      return std::string(text.substr(start, end == std::string_view::npos ? end : end - start));
+    };
+    long long uptime = 0;
+    // Without an uptime assume the server just started: the safe side.
+    ParseInt(info_field(replies[1].get(), "uptime_in_seconds"), &uptime);
+    const bool aof = info_field(replies[2].get(), "aof_enabled") == "1";
+    const redisReply* fsync = replies[3].get();
+    const bool fsync_always = fsync->type == REDIS_REPLY_ARRAY && fsync->elements == 2 &&
+                              ReplyString(fsync->element[1]) == "always";
+    facts_.lossy = !(aof && fsync_always);
+    // uptime_in_seconds is rounded down, so this start is at or after the
+    // real one: the guard can only last longer, never shorter.
+    facts_.started_ms = seconds * 1000 + micros / 1000 - uptime * 1000;
+    return OkStatus();
+  }
+
+  const Endpoint endpoint_;
+  const std::string prefix_;
+  const milliseconds connect_timeout_;
+  const bool restart_guard_;
+  std::string scripts_[kScriptCount];
+
+  std::timed_mutex mu_;
+  std::unique_ptr<Connection> conn_;
+  std::string shas_[kScriptCount];
+  ServerFacts facts_;
+  Status last_error_;
+  steady_clock::time_point next_connect_{};
+  milliseconds reconnect_delay_{0};
+};
+
+// ---------------------------------------------------------------------------
+// The subscriber connection.
+
+struct Slot {
+  std::string mutex;
+  std::string contender_id;  // empty: a retriever
+  std::function<void(const MutexEvent&)> listener;
+  bool alive = true;  // guarded by Subscriber::dispatch_mu_
+};
+
+class Subscriber : public std::enable_shared_from_this<Subscriber> {
+ public:
+  Subscriber(Endpoint endpoint, std::string prefix, milliseconds connect_timeout,
+             bool keyspace_events)
+      : endpoint_(std::move(endpoint)),
+        prefix_(std::move(prefix)),
+        connect_timeout_(connect_timeout),
+        use_keyspace_events_(keyspace_events),
+        expired_channel_("__keyevent@" + std::to_string(endpoint_.database) + "__:expired") {}
+
+  ~Subscriber() { Stop(); }
+
+  // The channels a slot listens on: a contender only on its personal
+  // channel (only releases are news to it), a retriever on the broadcast
+  // channel and the release channel.
+  std::vector<std::string> ChannelsOf(const Slot& slot) const {
+    const std::string lock = LockKey(prefix_, slot.mutex);
+    if (!slot.contender_id.empty()) return {lock + ":" + slot.contender_id};
+    return {lock, lock + ":@@released"};
+  }
+
+  std::shared_ptr<Slot> Add(std::string mutex, std::string contender_id,
+                            std::function<void(const MutexEvent&)> listener) {
+    auto slot = std::make_shared<Slot>();
+    slot->mutex = std::move(mutex);
+    slot->contender_id = std::move(contender_id);
+    slot->listener = std::move(listener);
+    const std::vector<std::string> channels = ChannelsOf(*slot);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!thread_.joinable() && !stopping_) {
+      thread_ = std::thread([this] { Run(); });
+    }
+    slots_[slot->mutex].push_back(slot);
+    std::vector<std::string> fresh;
+    for (const std::string& channel : channels) {
+      if (wanted_[channel]++ == 0) fresh.push_back(channel);
+    }
+    if (conn_ && !fresh.empty()) {
+      Command command = {"SUBSCRIBE"};
+      command.insert(command.end(), fresh.begin(), fresh.end());
+      SendLocked(command);
+    }
+    cv_.notify_all();
+    // Wait for the server to confirm, so a release published from now on
+    // reaches this contender (and the release script does not take it for
+    // dead). If the server is away, return anyway: the thread subscribes on
+    // reconnect and then wakes everyone.
+    const auto until = steady_clock::now() + connect_timeout_;
+    const bool confirmed = cv_.wait_until(lock, until, [&] {
+      return stopping_ || std::all_of(channels.begin(), channels.end(), [&](const auto& c) {
+               return confirmed_.count(c) > 0;
+             });
+    });
+    // Its contender may miss a release until then: wake it when we are back.
+    if (!confirmed) wake_on_confirm_ = true;
+    return slot;
+  }
+
+  void Remove(const std::shared_ptr<Slot>& slot) {
+    {
+      // Recursive: a listener may end a subscription from inside a delivery.
+      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+      slot->alive = false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& list = slots_[slot->mutex];
+    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
+    if (list.empty()) slots_.erase(slot->mutex);
+    std::vector<std::string> gone;
+    for (const std::string& channel : ChannelsOf(*slot)) {
+      auto it = wanted_.find(channel);
+      if (it != wanted_.end() && --it->second == 0) {
+        wanted_.erase(it);
+        confirmed_.erase(channel);
+        gone.push_back(channel);
+      }
+    }
+    if (conn_ && !gone.empty()) {
+      Command command = {"UNSUBSCRIBE"};
+      command.insert(command.end(), gone.begin(), gone.end());
+      SendLocked(command);
+    }
+  }
+
+  void Stop() {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (conn_) conn_->Shutdown();
+      thread = std::move(thread_);
+      cv_.notify_all();
+    }
+    if (thread.joinable()) thread.join();
+  }
+
+ private:
+  // Writes on the subscriber connection from any thread. A failed write is
+  // left to the reader thread, which sees the connection fail.
+  void SendLocked(const Command& command) {
+    const Status sent = conn_->Send({command}, steady_clock::now() + connect_timeout_);
+    if (!sent.ok()) conn_->Shutdown();
+  }
+
+  void Run() {
+    milliseconds delay{0};
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      // Connect only when somebody listens.
+      cv_.wait(lock, [&] { return stopping_ || !wanted_.empty(); });
+      if (stopping_) break;
+      lock.unlock();
+      Status status = Session();
+      lock.lock();
+      conn_.reset();
+      confirmed_.clear();
+      // Releases published while we are away are lost: wake everyone once
+      // the next connection has subscribed again.
+      wake_on_confirm_ = true;
+      cv_.notify_all();
+      if (stopping_) break;
+      if (status.ok()) {
+        delay = milliseconds(0);
+      } else {
+        delay = std::clamp(delay * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+        SIMBA_LOG(kDebug, "redis subscriber: " << status << "; reconnecting in "
+                                               << FormatDuration(delay));
+      }
+      cv_.wait_for(lock, delay, [&] { return stopping_; });
+    }
+  }
+
+  // One connection's life: connect, subscribe to everything wanted, then
+  // deliver messages until the connection fails or Stop().
+  Status Session() {
+    const Deadline connect_deadline = steady_clock::now() + connect_timeout_;
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Connection> opened,
+                           Connection::Open(endpoint_, "simba-events", connect_deadline));
+    std::shared_ptr<Connection> conn(std::move(opened));
+    bool expired_events = false;
+    if (use_keyspace_events_) {
+      // Expiry events are only published if the server was told to (E and
+      // x, or A); whether to use them is decided per connection.
+      SIMBA_ASSIGN_OR_RETURN(
+          Reply config, conn->Call(Command{"CONFIG", "GET", "notify-keyspace-events"},
+                                   connect_deadline));
+      if (config->type == REDIS_REPLY_ARRAY && config->elements == 2) {
+        const std::string_view flags = ReplyString(config->element[1]);
+        expired_events = flags.find('E') != std::string_view::npos &&
+                         (flags.find('x') != std::string_view::npos ||
+                          flags.find('A') != std::string_view::npos);
+      }
+    }
+    std::vector<std::string> channels;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return OkStatus();
+      conn_ = conn;
+      for (const auto& [channel, count] : wanted_) channels.push_back(channel);
+    }
+    if (expired_events) channels.push_back(expired_channel_);
+    // Once all of these are confirmed, every subscriber is woken if events
+    // may have been missed (see wake_on_confirm_).
+    std::set<std::string> unconfirmed(channels.begin(), channels.end());
+    for (std::size_t i = 0; i < channels.size(); i += kChannelsPerSubscribe) {
+      Command command = {"SUBSCRIBE"};
+      const std::size_t end = std::min(channels.size(), i + kChannelsPerSubscribe);
+      command.insert(command.end(), channels.begin() + static_cast<std::ptrdiff_t>(i),
+                     channels.begin() + static_cast<std::ptrdiff_t>(end));
+      std::lock_guard<std::mutex> lock(mu_);
+      SIMBA_RETURN_IF_ERROR(conn->Send({command}, connect_deadline));
+    }
+    bool ping_outstanding = false;
+    for (;;) {
+      auto reply = conn->Read(steady_clock::now() + kSubscriberPing);
+      if (!reply.ok()) {
+        if (reply.status().code() != StatusCode::kDeadlineExceeded || ping_outstanding) {
+          return reply.status();
+        }
+        ping_outstanding = true;
+        std::lock_guard<std::mutex> lock(mu_);
+        SIMBA_RETURN_IF_ERROR(conn->Send({{"PING"}}, steady_clock::now() + connect_timeout_));
+        continue;
+      }
+      ping_outstanding = false;
+      const redisReply* r = reply->get();
+      if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) continue;
+      const std::string_view kind = ReplyString(r->element[0]);
+      if (kind == "subscribe") {
+        const std::string channel(ReplyString(r->element[1]));
+        std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (wanted_.count(channel) > 0) confirmed_.insert(channel);
+          cv_.notify_all();
+          if (unconfirmed.erase(channel) > 0 && unconfirmed.empty() && wake_on_confirm_) {
+            wake_on_confirm_ = false;
+            for (const auto& [mutex, list] : slots_) {
+              AddWorkLocked(mutex, MutexEvent::Kind::kReleased, {}, nullptr, &work);
+            }
+          }
+        }
+        Dispatch(work);
+        continue;
+      }
+      if (kind == "message" && r->elements == 3) {
+        Deliver(ReplyString(r->element[1]), ReplyString(r->element[2]));
+      }
+    }
+  }
+
+  void Deliver(std::string_view channel, std::string_view payload) {
+    std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::string mutex;
+      std::string suffix;
+      if (channel == expired_channel_) {
+        // A lock key expired: its owner stopped renewing. Everyone may try.
+        if (SplitName(prefix_, payload, &mutex, &suffix) && suffix.empty()) {
+          AddWorkLocked(mutex, MutexEvent::Kind::kReleased, {}, nullptr, &work);
+        }
+      } else if (SplitName(prefix_, channel, &mutex, &suffix)) {
+        const std::size_t split = payload.find("@@");
+        const std::string_view event = payload.substr(0, split);
+        const std::string by(split == std::string_view::npos ? std::string_view()
+                                                             : payload.substr(split + 2));
+        if (suffix.empty() && event == "acquired") {
+          AddWorkLocked(mutex, MutexEvent::Kind::kAcquired, by, nullptr, &work);
+        } else if (event == "released") {
+          // The release channel reaches retrievers; a personal channel its
+          // one contender.
+          const std::string who = suffix == "@@released" ? std::string() : suffix;
+          AddWorkLocked(mutex, MutexEvent::Kind::kReleased, by, &who, &work);
+        }
+      }
+    }
+    Dispatch(work);
+  }
+
+  // Queues `kind` for the slots of `mutex` (only those with contender id
+  // `*only`, when given).
+  void AddWorkLocked(const std::string& mutex, MutexEvent::Kind kind, const std::string& by,
+                     const std::string* only,
+                     std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>* work) {
+    auto it = slots_.find(mutex);
+    if (it == slots_.end()) return;
+    for (const auto& slot : it->second) {
+      if (only != nullptr && slot->contender_id != *only) continue;
+      work->emplace_back(slot, MutexEvent{kind, mutex, by});
+    }
+  }
+
+  // Calls the listeners, outside mu_ (a listener may subscribe or end a
+  // subscription) and under dispatch_mu_ (so Remove() can wait for a
+  // delivery in progress).
+  void Dispatch(const std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>& work) {
+    if (work.empty()) return;
+    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+    for (const auto& [slot, event] : work) {
+      if (slot->alive) slot->listener(event);
+    }
+  }
+
+  const Endpoint endpoint_;
+  const std::string prefix_;
+  const milliseconds connect_timeout_;
+  const bool use_keyspace_events_;
+  const std::string expired_channel_;
+
+  std::recursive_mutex dispatch_mu_;
+  std::mutex mu_;  // guards everything below; also serializes writes
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::shared_ptr<Connection> conn_;
+  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
+  std::map<std::string, int> wanted_;  // channel -> listeners
+  std::set<std::string> confirmed_;
+  // A connection was lost, or a subscribe() returned before the server
+  // confirmed it: subscribers may have missed a release.
+  bool wake_on_confirm_ = false;
+};
+
+class RedisSubscription final : public Subscription {
+ public:
+  RedisSubscription(std::shared_ptr<Subscriber> subscriber, std::shared_ptr<Slot> slot)
+      : subscriber_(std::move(subscriber)), slot_(std::move(slot)) {}
+  ~RedisSubscription() override { subscriber_->Remove(slot_); }
+
+ private:
+  std::shared_ptr<Subscriber> subscriber_;
+  std::shared_ptr<Slot> slot_;
+};
+
+// ---------------------------------------------------------------------------
+
+class RedisBackend final : public Backend {
+ public:
+  explicit RedisBackend(const RedisOptions& options)
+      : options_(options),
+        endpoint_{options.host, options.port, options.user, options.password, options.database},
+        commands_(endpoint_, options.key_prefix, options.connect_timeout,
+                  options.restart_guard),
+        subscriber_(std::make_shared<Subscriber>(endpoint_, options.key_prefix,
+                                                 options.connect_timeout,
+                                                 options.keyspace_events)) {
+    capabilities_.push_release = true;
+    capabilities_.cross_process = true;
+    capabilities_.fencing_source =
+        "counter in simba:{M}:fence: max(last + 1, server time in microseconds)";
+    capabilities_.max_mutex_length = kMaxNameLength;
+    capabilities_.max_contender_id_length = kMaxNameLength;
+  }
+
+  ~RedisBackend() override { subscriber_->Stop(); }
+
+  std::string_view scheme() const override { return "redis"; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+  Status validate_mutex(std::string_view mutex) const override {
+    SIMBA_RETURN_IF_ERROR(Backend::validate_mutex(mutex));
+    if (mutex.find_first_of("{}") != std::string_view::npos) {
+      return InvalidArgumentError("mutex " + Quoted(mutex) +
+                                  " must not contain '{' or '}' on redis (its keys are "
+                                  "simba:{<mutex>}, a Redis Cluster hash tag)");
+    }
+    if (mutex.find("@@") != std::string_view::npos) {
+      return InvalidArgumentError("mutex " + Quoted(mutex) +
+                                  " must not contain \"@@\" on redis (Simba's message delimiter)");
+    }
+    return OkStatus();
+  }
+
+  Status validate_contender_id(std::string_view id) const override {
+    SIMBA_RETURN_IF_ERROR(Backend::validate_contender_id(id));
+    if (id.find("@@") != std::string_view::npos) {
+      return InvalidArgumentError("contender_id " + Quoted(id) +
+                                  " must not contain \"@@\" on redis (Simba's message delimiter)");
+    }
+    return OkStatus();
+  }
+
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
+      return InvalidArgumentError("ttl must be positive and transition not negative");
+    }
+    // The restart guard's bound depends on when the server started, which
+    // the command channel learns when it connects; it appends the bound.
+    const milliseconds px = request.ttl + request.transition;
+    ServerFacts facts;
+    SIMBA_ASSIGN_OR_RETURN(
+        Reply reply,
+        commands_.Eval(kAcquire, request.mutex,
+                       {std::string(request.contender_id), std::to_string(request.ttl.count()),
+                        std::to_string(request.transition.count())},
+                       deadline, &facts, std::optional(px)));
+    const std::string what = "acquiring mutex " + Quoted(request.mutex);
+    if (IsError(reply.get())) return ErrorReplyStatus(reply.get(), Context(what));
+    ReplyFields fields(reply.get(), what);
+    SIMBA_RETURN_IF_ERROR(fields.Check(7));
+    const std::string outcome = fields.Text(0);
+    SIMBA_ASSIGN_OR_RETURN(LockFields lock, ParseLock(fields, 1));
+    if (outcome == "free") {
+      return UnavailableError(
+          Context(what) + ": the server started " +
+          FormatDuration(milliseconds(lock.now - facts.started_ms)) +
+          " ago and keeps no durable copy of its data (it needs appendonly yes and "
+          "appendfsync always), so a lease granted before it restarted may still be in use; "
+          "new leases in " + FormatDuration(milliseconds(lock.pttl)) +
+          " (restart_guard=off in the URI skips this wait)");
+    }
+    return ToRecord(lock, request.ttl, request.transition);
+  }
+
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kRelease, mutex,
+                                                       {std::string(contender_id)}, deadline));
+    const std::string what = "releasing mutex " + Quoted(mutex);
+    if (IsError(reply.get())) return ErrorReplyStatus(reply.get(), Context(what));
+    if (reply->type != REDIS_REPLY_INTEGER) return InternalError(Context(what) + ": bad reply");
+    return reply->integer == 1;
+  }
+
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kForceRelease, mutex, {}, deadline));
+    const std::string what = "force-releasing mutex " + Quoted(mutex);
+    if (IsError(reply.get())) return ErrorReplyStatus(reply.get(), Context(what));
+    ReplyFields fields(reply.get(), what);
+    SIMBA_RETURN_IF_ERROR(fields.Check(7));
+    SIMBA_ASSIGN_OR_RETURN(LockFields lock, ParseLock(fields, 0));
+    SIMBA_ASSIGN_OR_RETURN(long long floor, fields.Number(6));
+    const OwnerRecord record = ToRecord(lock, milliseconds(0), milliseconds(0));
+    return ForcedRelease{record.owner, static_cast<std::uint64_t>(floor), record.store_now};
+  }
+
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kRead, mutex, {}, deadline));
+    return ParseRead(reply.get(), mutex);
+  }
+
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+    std::set<std::string> mutexes;
+    std::string cursor = "0";
+    do {
+      SIMBA_ASSIGN_OR_RETURN(
+          std::vector<Reply> replies,
+          commands_.Pipeline({{"SCAN", cursor, "MATCH", options_.key_prefix + ":{*", "COUNT", "1000"}},
+                             deadline));
+      const redisReply* r = replies[0].get();
+      if (IsError(r)) return ErrorReplyStatus(r, Context("listing mutexes"));
+      if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+          r->element[1]->type != REDIS_REPLY_ARRAY) {
+        return InternalError(Context("listing mutexes") + ": unexpected reply to SCAN");
+      }
+      cursor = std::string(ReplyString(r->element[0]));
+      for (std::size_t i = 0; i < r->element[1]->elements; ++i) {
+        std::string mutex;
+        std::string suffix;
+        if (SplitName(options_.key_prefix, ReplyString(r->element[1]->element[i]), &mutex,
+                      &suffix) &&
+            (suffix.empty() || suffix == "contender" || suffix == "fence") &&
+            validate_mutex(mutex).ok()) {
+          mutexes.insert(std::move(mutex));
+        }
+      }
+    } while (cursor != "0");
+
+    std::vector<ListedMutex> listed;
+    const std::vector<std::string> names(mutexes.begin(), mutexes.end());
+    constexpr std::size_t kBatch = 500;
+    for (std::size_t i = 0; i < names.size(); i += kBatch) {
+      const std::size_t end = std::min(names.size(), i + kBatch);
+      const std::string sha = commands_.sha(kRead);
+      std::vector<Command> reads;
+      for (std::size_t j = i; j < end; ++j) {
+        Command command = {"EVALSHA", sha, "3"};
+        for (std::string& key : MutexKeys(options_.key_prefix, names[j])) {
+          command.push_back(std::move(key));
+        }
+        reads.push_back(std::move(command));
+      }
+      SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, commands_.Pipeline(reads, deadline));
+      for (std::size_t j = i; j < end; ++j) {
+        SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, ParseRead(replies[j - i].get(), names[j]));
+        listed.push_back(ListedMutex{names[j], std::move(record)});
+      }
+    }
+    return listed;
+  }
+
+  using Backend::subscribe;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    if (!listener) return InvalidArgumentError("listener must not be empty");
+    auto slot = subscriber_->Add(std::string(mutex), std::string(contender_id),
+                                 std::move(listener));
+    return std::unique_ptr<Subscription>(
+        std::make_unique<RedisSubscription>(subscriber_, std::move(slot)));
+  }
+
+ private:
+  std::string Context(std::string_view what) const {
+    return "redis at " + endpoint_.Describe() + ": " + std::string(what);
+  }
+
+  Result<OwnerRecord> ParseRead(const redisReply* reply, std::string_view mutex) const {
+    const std::string what = "reading mutex " + Quoted(mutex);
+    if (IsError(reply)) return ErrorReplyStatus(reply, Context(what));
+    ReplyFields fields(reply, what);
+    SIMBA_RETURN_IF_ERROR(fields.Check(6));
+    SIMBA_ASSIGN_OR_RETURN(LockFields lock, ParseLock(fields, 0));
+    return ToRecord(lock, milliseconds(0), milliseconds(0));
+  }
+
+  const RedisOptions options_;
+  const Endpoint endpoint_;
+  Capabilities capabilities_;
+  CommandChannel commands_;
+  std::shared_ptr<Subscriber> subscriber_;
+};
+
+// Plain characters only: the prefix goes into SCAN patterns (no glob
+// characters) and must not open a hash tag of its own (no braces).
+Status ValidateKeyPrefix(std::string_view prefix) {
+  const bool plain = std::all_of(prefix.begin(), prefix.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':';
+  });
+  if (prefix.empty() || prefix.size() > 128 || !plain) {
+    return InvalidArgumentError("redis: key_prefix " + Quoted(prefix) +
+                                " must be 1 to 128 characters from A-Z a-z 0-9 _ - . :");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewRedisBackend(RedisOptions options) {
+  if (options.host.empty()) return InvalidArgumentError("redis: host must not be empty");
+  if (options.port == 0) return InvalidArgumentError("redis: port must be in 1..65535");
+  if (options.database < 0) return InvalidArgumentError("redis: database must not be negative");
+  if (options.connect_timeout <= milliseconds::zero()) {
+    return InvalidArgumentError("redis: connect_timeout must be positive");
+  }
+  SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(options.key_prefix));
+  return std::shared_ptr<Backend>(std::make_shared<RedisBackend>(options));
+}
+
+Result<RedisOptions> RedisOptionsFromUri(const Uri& uri) {
+  constexpr char kForm[] = "redis://[user:password@]host[:port][/db]";
+  if (uri.scheme != "redis") {
+    return InvalidArgumentError("redis: URI scheme is " + Quoted(uri.scheme) +
+                                ", expected 'redis'");
+  }
+  if (uri.hosts.size() != 1) {
+    return InvalidArgumentError(std::string("redis: URI must name exactly one host; expected ") +
+                                kForm);
+  }
+  SIMBA_RETURN_IF_ERROR(
+      uri.CheckQueryKeys({"connect_timeout", "restart_guard", "keyspace_events", "key_prefix"})
+          .WithContext("redis"));
+  RedisOptions options;
+  options.host = uri.hosts.front().host;
+  if (options.host.empty()) {
+    return InvalidArgumentError(std::string("redis: URI has no host; expected ") + kForm);
+  }
+  if (uri.hosts.front().port) options.port = *uri.hosts.front().port;
+  if (uri.user) options.user = *uri.user;
+  if (uri.password) options.password = *uri.password;
+  if (!uri.path.empty() && uri.path != "/") {
+    long long db = -1;
+    if (!ParseInt(std::string_view(uri.path).substr(1), &db) || db < 0 || db > 1'000'000) {
+      return InvalidArgumentError("redis: URI path " + Quoted(uri.path) +
+                                  " is not a database number; expected " + kForm);
+    }
+    options.database = static_cast<int>(db);
+  }
+  if (auto value = uri.Query("connect_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
+    if (options.connect_timeout <= milliseconds::zero()) {
+      return InvalidArgumentError("redis: connect_timeout must be positive");
+    }
+  }
+  auto on_off = [](std::string_view key, const std::string& value, std::string_view on,
+                   bool* out) -> Status {
+    if (value == on) {
+      *out = true;
+    } else if (value == "off") {
+      *out = false;
+    } else {
+      return InvalidArgumentError("redis: " + std::string(key) + " must be " + std::string(on) +
+                                  " or off, not " + Quoted(value));
+    }
+    return OkStatus();
+  };
+  if (auto value = uri.Query("key_prefix")) {
+    SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(*value));
+    options.key_prefix = *value;
+  }
+  if (auto value = uri.Query("restart_guard")) {
+    SIMBA_RETURN_IF_ERROR(on_off("restart_guard", *value, "on", &options.restart_guard));
+  }
+  if (auto value = uri.Query("keyspace_events")) {
+    SIMBA_RETURN_IF_ERROR(on_off("keyspace_events", *value, "auto", &options.keyspace_events));
+  }
+  return options;
+}
+
+}  // namespace simba

@@ -1,0 +1,84 @@
+// One connection to a Redis server, with every wait bounded by a deadline.
+//
+// hiredis 0.14 (Debian 12) has no connect-with-options and no per-call
+// timeout, so the socket is ours: a non-blocking TCP socket driven by poll(),
+// with hiredis used only to format commands and parse replies. That keeps
+// every call inside its deadline and lets another thread wake a blocked
+// reader (Shutdown).
+
+#ifndef SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
+#define SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
+
+#include <hiredis/hiredis.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+
+namespace simba::internal::redis {
+
+struct ReplyDeleter {
+  void operator()(redisReply* reply) const { freeReplyObject(reply); }
+};
+using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+
+using Command = std::vector<std::string>;
+
+struct Endpoint {
+  std::string host;
+  int port = 6379;
+  std::string user;
+  std::string password;
+  int database = 0;
+  // "host:port", for messages.
+  std::string Describe() const;
+};
+
+class Connection {
+ public:
+  // Connects, then AUTH (if a password is set) and SELECT (if database != 0),
+  // and names the client (CLIENT SETNAME `client_name`) so operators can see
+  // it in CLIENT LIST. Errors: kUnavailable (cannot connect, or the server
+  // is loading or otherwise not ready), kDeadlineExceeded, kPermissionDenied
+  // (AUTH refused), kInvalidArgument (SELECT refused).
+  static Result<std::unique_ptr<Connection>> Open(const Endpoint& endpoint,
+                                                  std::string_view client_name, Deadline deadline);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Writes the commands (one write when they fit: a pipeline).
+  Status Send(const std::vector<Command>& commands, Deadline deadline);
+  // Reads one reply. An error reply is a reply, not a failed Status.
+  Result<Reply> Read(Deadline deadline);
+  // Send + one Read per command.
+  Result<std::vector<Reply>> Call(const std::vector<Command>& commands, Deadline deadline);
+  Result<Reply> Call(const Command& command, Deadline deadline);
+
+  // Makes a Read blocked in another thread return (kUnavailable) and every
+  // later call fail. Thread-safe.
+  void Shutdown();
+
+ private:
+  Connection(int fd, std::string peer);
+  Status Fail(std::string_view what, int error_number) const;
+
+  int fd_;
+  std::string peer_;
+  redisReader* reader_;
+};
+
+// kInternal-free helpers for replies.
+bool IsError(const redisReply* reply);
+std::string_view ReplyString(const redisReply* reply);
+// The error reply as a Status: NOSCRIPT / BUSY / LOADING / ... are
+// kUnavailable, WRONGPASS/NOAUTH/NOPERM kPermissionDenied, others kInternal.
+Status ErrorReplyStatus(const redisReply* reply, std::string_view context);
+
+}  // namespace simba::internal::redis
+
+#endif  // SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_

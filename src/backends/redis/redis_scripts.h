@@ -1,0 +1,156 @@
+// The Lua scripts of the Redis backend. Each runs atomically on the server,
+// declares every key it touches (KEYS), and reads the time from the server
+// (TIME), so a decision never depends on a client clock.
+//
+// KEYS, for mutex M, in every script:
+//   KEYS[1] = simba:{M}            lock (JVM Simba's key; value = owner id)
+//   KEYS[2] = simba:{M}:contender  wait queue (JVM Simba's key)
+//   KEYS[3] = simba:{M}:fence      hash: token, owner, ttl (ms), tr (ms)
+//
+// The effects a JVM Simba process can see are exactly its own scripts'
+// effects (simba-behaviour.md §3.2): the lock key with PX = ttl + transition,
+// ZADD NX with the server time in seconds when an acquisition fails,
+// `acquired@@<id>` on simba:{M}, and `released@@<by>` on the personal
+// channel simba:{M}:<waiter> of the oldest waiter. On top of that:
+//   - the releaser and dead waiters (PUBLISH reached nobody) are dropped from
+//     the queue instead of swallowing the wake-up;
+//   - an acquisition removes the acquirer from the queue, and a failed one
+//     removes the current owner and the oldest entries nobody listens for;
+//   - every release is also published on simba:{M}:@@released (no JVM id can
+//     contain "@@"), which retrievers listen to.
+//
+// Replies are arrays of strings (Lua numbers above 2^31 are not safe to send
+// through redis.call as numbers, so they are formatted with %d):
+//   acquire:  {outcome, owner, pttl, token, now_ms, ttl, tr}
+//             outcome = acquired | renewed | held | free | guard
+//             (free: no owner yet no acquisition because of the restart
+//             guard; pttl then holds the milliseconds the guard has left)
+//   release:  1 | 0
+//   force:    {owner, pttl, token, now_ms, ttl, tr, floor}
+//   read:     {owner, pttl, token, now_ms, ttl, tr}
+// where ttl and tr are the owner's ttl and transition ('0' when unknown: the
+// owner is a JVM Simba process).
+
+#ifndef SIMBA_BACKENDS_REDIS_REDIS_SCRIPTS_H_
+#define SIMBA_BACKENDS_REDIS_REDIS_SCRIPTS_H_
+
+namespace simba::internal::redis {
+
+// Shared helpers, prepended to every script.
+inline constexpr char kLuaPrelude[] = R"lua(
+local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
+
+local function fmt(n) return string.format('%d', n) end
+
+-- Server time: milliseconds, microseconds, seconds.
+local function now()
+  local t = redis.call('TIME')
+  local s, u = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(u / 1000), s * 1000000 + u, s
+end
+
+-- The fence fields that belong to `owner` (all '0' when it got the lock
+-- without us, e.g. from JVM Simba, or there is no owner).
+local function fence_of(owner)
+  local f = redis.call('HMGET', fence, 'owner', 'token', 'ttl', 'tr')
+  if owner and f[1] == owner then return f[2] or '0', f[3] or '0', f[4] or '0' end
+  return '0', '0', '0'
+end
+
+-- Announce a release and wake the oldest waiter that is still listening.
+-- Entries of the releaser itself and of waiters nobody listens for any more
+-- are removed on the way; the woken one is removed too (as JVM Simba does),
+-- so a waiter that cannot act on its wake-up does not keep getting them.
+local function wake(by)
+  redis.call('PUBLISH', lock .. ':@@released', 'released@@' .. by)
+  for _ = 1, 64 do
+    local w = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not w then return end
+    redis.call('ZREM', queue, w)
+    if w ~= by and redis.call('PUBLISH', lock .. ':' .. w, 'released@@' .. by) > 0 then return end
+  end
+end
+
+-- Drop the oldest queue entries whose contender no longer listens, so ids
+-- of crashed processes do not pile up when no release ever comes.
+local function trim()
+  for _, w in ipairs(redis.call('ZRANGE', queue, 0, 1)) do
+    if redis.call('PUBSUB', 'NUMSUB', lock .. ':' .. w)[2] == 0 then
+      redis.call('ZREM', queue, w)
+    end
+  end
+end
+)lua";
+
+// ARGV: id, ttl, transition, guard_until_ms (0 = none); px = ttl + transition.
+inline constexpr char kLuaAcquire[] = R"lua(
+local id, ttl, tr, guard = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local px = tonumber(ttl) + tonumber(tr)
+local ms, us, sec = now()
+local owner = redis.call('GET', lock)
+if owner == id then
+  redis.call('SET', lock, id, 'XX', 'PX', px)
+  local token = fence_of(id)
+  if token ~= '0' then redis.call('HSET', fence, 'ttl', ttl, 'tr', tr) end
+  return {'renewed', id, fmt(px), token, fmt(ms), ttl, tr}
+end
+if owner then
+  redis.call('ZADD', queue, 'NX', sec, id)
+  redis.call('ZREM', queue, owner)
+  trim()
+  local token, ottl, otr = fence_of(owner)
+  return {'held', owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
+end
+if ms < guard then
+  return {'free', '', fmt(guard - ms), '0', fmt(ms), '0', '0'}
+end
+redis.call('SET', lock, id, 'PX', px)
+local token = math.max(tonumber(redis.call('HGET', fence, 'token') or '0') + 1, us)
+redis.call('HSET', fence, 'token', fmt(token), 'owner', id, 'ttl', ttl, 'tr', tr)
+redis.call('ZREM', queue, id)
+redis.call('PUBLISH', lock, 'acquired@@' .. id)
+return {'acquired', id, fmt(px), fmt(token), fmt(ms), ttl, tr}
+)lua";
+
+// ARGV: id. Not the owner: leave the queue (JVM Simba's effect).
+inline constexpr char kLuaRelease[] = R"lua(
+local id = ARGV[1]
+if redis.call('GET', lock) ~= id then
+  redis.call('ZREM', queue, id)
+  return 0
+end
+redis.call('DEL', lock)
+wake(id)
+return 1
+)lua";
+
+// No ARGV. Frees the lock whoever holds it and raises the fencing counter.
+inline constexpr char kLuaForceRelease[] = R"lua(
+local ms, us = now()
+local owner = redis.call('GET', lock)
+local pttl, token, ottl, otr = '-2', '0', '0', '0'
+if owner then
+  pttl = fmt(redis.call('PTTL', lock))
+  token, ottl, otr = fence_of(owner)
+end
+local floor = math.max(tonumber(redis.call('HGET', fence, 'token') or '0') + 1, us)
+redis.call('HSET', fence, 'token', fmt(floor), 'owner', '')
+if owner then
+  redis.call('DEL', lock)
+  wake(owner)
+end
+return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
+)lua";
+
+// No ARGV.
+inline constexpr char kLuaRead[] = R"lua(
+local ms = now()
+local owner = redis.call('GET', lock)
+if not owner then return {'', '-2', '0', fmt(ms), '0', '0'} end
+local token, ottl, otr = fence_of(owner)
+return {owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
+)lua";
+
+}  // namespace simba::internal::redis
+
+#endif  // SIMBA_BACKENDS_REDIS_REDIS_SCRIPTS_H_

@@ -1,0 +1,496 @@
+// The Redis backend beyond the conformance suite: its names and wire layout,
+// the hand-off queue, key expiry events, a server that dies, restarts,
+// hangs or drops our connections, and how many connections and threads many
+// mutexes cost. Every test runs against a real redis-server.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/backends/redis.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+#include "tests/redis/raw_redis.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+Deadline In(milliseconds d) { return steady_clock::now() + d; }
+
+// A key prefix of this test's own on the shared server.
+std::string TestPrefix() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string("rt-") + info->name() + "-" + std::to_string(::getpid());
+}
+
+std::string SharedUri(const std::string& query = "") {
+  return SharedServerUri("redis") + "?key_prefix=" + TestPrefix() + query;
+}
+
+std::shared_ptr<Backend> Open(const std::string& uri) {
+  auto backend = OpenBackend(uri);
+  EXPECT_THAT(backend, IsOk()) << uri;
+  return backend.ok() ? *backend : nullptr;
+}
+
+std::string Key(const std::string& mutex, const std::string& suffix = "") {
+  return TestPrefix() + ":{" + mutex + "}" + suffix;
+}
+
+AcquireRequest Request(std::string_view mutex, std::string_view id,
+                       milliseconds ttl = milliseconds(2000),
+                       milliseconds transition = milliseconds(1000)) {
+  return AcquireRequest{mutex, id, ttl, transition};
+}
+
+// A contender's acquisitions and releases, for services.
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); }, id);
+  }
+};
+
+std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
+                                                     milliseconds transition) {
+  FactoryOptions options;
+  options.contend.ttl = ttl;
+  options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk()) << uri;
+  return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// ---- names and URIs -----------------------------------------------------------
+
+TEST(RedisNames, BracesAndDelimitersAreRejectedClearly) {
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  const Deadline deadline = In(seconds(3));
+  EXPECT_THAT(backend->acquire_or_renew(Request("a{b}", "c"), deadline),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("'{' or '}'")));
+  EXPECT_THAT(backend->read("x}", deadline), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend->acquire_or_renew(Request("a@@b", "c"), deadline),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("@@")));
+  EXPECT_THAT(backend->acquire_or_renew(Request("m", "id@@x"), deadline),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
+  EXPECT_THAT(backend->release("m", "id@@x", deadline), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(backend->subscribe("a{b", [](const MutexEvent&) {}),
+              StatusIs(StatusCode::kInvalidArgument));
+  // A single '@' or other punctuation is fine.
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request("a@b:c/d", "e@f"), deadline));
+}
+
+TEST(RedisUri, Parses) {
+  auto uri = Uri::Parse("redis://alice:s3cret@db.example:6380/3?connect_timeout=2s&"
+                        "restart_guard=off&keyspace_events=off&key_prefix=app1");
+  ASSERT_THAT(uri, IsOk());
+  auto options = RedisOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->host, "db.example");
+  EXPECT_EQ(options->port, 6380);
+  EXPECT_EQ(options->user, "alice");
+  EXPECT_EQ(options->password, "s3cret");
+  EXPECT_EQ(options->database, 3);
+  EXPECT_EQ(options->connect_timeout, seconds(2));
+  EXPECT_FALSE(options->restart_guard);
+  EXPECT_FALSE(options->keyspace_events);
+  EXPECT_EQ(options->key_prefix, "app1");
+
+  auto defaults = RedisOptionsFromUri(*Uri::Parse("redis://h"));
+  ASSERT_THAT(defaults, IsOk());
+  EXPECT_EQ(defaults->port, 6379);
+  EXPECT_EQ(defaults->database, 0);
+  EXPECT_TRUE(defaults->restart_guard);
+  EXPECT_EQ(defaults->key_prefix, "simba");
+
+  for (const char* bad : {"redis://h/x", "redis://h/-1", "redis://h?key_prefix=a{b}",
+                          "redis://h?key_prefix=", "redis://h?keyspace_events=on",
+                          "redis://h?connect_timeout=0s", "sqlite://h"}) {
+    auto parsed = Uri::Parse(bad);
+    if (!parsed.ok()) continue;
+    EXPECT_THAT(RedisOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+  }
+}
+
+TEST(RedisUri, WrongPasswordAndDatabaseAreClearErrors) {
+  // The shared server has no password: AUTH with one is refused.
+  auto with_password = Open("redis://:nope@" + SharedServerUri("redis").substr(8));
+  ASSERT_TRUE(with_password);
+  EXPECT_THAT(with_password->read("m", In(seconds(3))),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("AUTH")));
+  auto bad_db = Open(SharedServerUri("redis") + "/999");
+  ASSERT_TRUE(bad_db);
+  EXPECT_THAT(bad_db->read("m", In(seconds(3))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("database 999")));
+}
+
+TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
+  // A port nobody listens on (the server on it was stopped).
+  auto server = TestServer::Start("redis");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  SIMBA_ASSERT_OK((*server)->Stop());
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  const auto started = steady_clock::now();
+  EXPECT_THAT(backend->read("m", In(seconds(2))), StatusIs(StatusCode::kUnavailable));
+  // Within the reconnect backoff a second call fails at once, saying so.
+  EXPECT_THAT(backend->read("m", In(seconds(2))),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("reconnect")));
+  EXPECT_LT(steady_clock::now() - started, seconds(2));
+}
+
+// Collects events from a subscription.
+struct EventLog {
+  std::mutex mu;
+  std::vector<MutexEvent> events;
+  Latch released;
+  std::function<void(const MutexEvent&)> Listener() {
+    return [this](const MutexEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+      if (e.kind == MutexEvent::Kind::kReleased) released.Set();
+    };
+  }
+};
+
+// ---- wire layout (what JVM Simba sees) ------------------------------------------
+
+TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
+  const std::string uri = SharedUri();
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  RawRedis listener(uri);
+  listener.Call({"SUBSCRIBE", Key("m")});
+
+  auto held = backend->acquire_or_renew(Request("m", "c1"), In(seconds(3)));
+  ASSERT_THAT(held, IsOk());
+  EXPECT_EQ(held->owner.owner_id, "c1");
+  EXPECT_GT(held->owner.fencing_token, 0u);
+  EXPECT_EQ(held->owner.transition_at - held->store_now, milliseconds(3000));
+  EXPECT_EQ(held->owner.ttl_at - held->store_now, milliseconds(2000));
+
+  EXPECT_EQ(raw.Call({"GET", Key("m")}).str, "c1");
+  const long long pttl = raw.Call({"PTTL", Key("m")}).integer;
+  EXPECT_GT(pttl, 2500);
+  EXPECT_LE(pttl, 3000);
+  RawReply message = listener.Next(2000);
+  ASSERT_EQ(message.elements.size(), 3u);
+  EXPECT_EQ(message.elements[0].str, "message");
+  EXPECT_EQ(message.elements[1].str, Key("m"));
+  EXPECT_EQ(message.elements[2].str, "acquired@@c1");
+
+  // A failed acquisition queues the contender with ZADD NX, scored in
+  // server seconds, and reports the owner. (c2 listens for its wake-up;
+  // queue entries of contenders that do not are dropped.)
+  EventLog c2_events;
+  auto c2_subscription = backend->subscribe("m", "c2", c2_events.Listener());
+  ASSERT_THAT(c2_subscription, IsOk());
+  auto other = backend->acquire_or_renew(Request("m", "c2"), In(seconds(3)));
+  ASSERT_THAT(other, IsOk());
+  EXPECT_EQ(other->owner.owner_id, "c1");
+  EXPECT_EQ(other->owner.fencing_token, held->owner.fencing_token);
+  RawReply score = raw.Call({"ZSCORE", Key("m", ":contender"), "c2"});
+  const long long now_seconds = std::stoll(raw.Call({"TIME"}).elements[0].str);
+  EXPECT_NEAR(std::stoll(score.str), now_seconds, 2);
+
+  // Renewal keeps the token and resets PX to ttl + transition.
+  std::this_thread::sleep_for(milliseconds(300));
+  auto renewed = backend->acquire_or_renew(Request("m", "c1"), In(seconds(3)));
+  ASSERT_THAT(renewed, IsOk());
+  EXPECT_EQ(renewed->owner.fencing_token, held->owner.fencing_token);
+  EXPECT_GT(raw.Call({"PTTL", Key("m")}).integer, 2800);
+
+  // Release deletes the key and wakes c2 (the oldest waiter), taking it
+  // off the queue as JVM Simba does.
+  ASSERT_THAT(backend->release("m", "c1", In(seconds(3))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.Call({"GET", Key("m")}).nil());
+  EXPECT_EQ(raw.Call({"ZCARD", Key("m", ":contender")}).integer, 0);
+  ASSERT_TRUE(c2_events.released.Wait(seconds(2)));
+  ASSERT_THAT(backend->release("m", "c1", In(seconds(3))), IsOkAndHolds(false));
+
+  // The next acquisition has a greater token.
+  auto again = backend->acquire_or_renew(Request("m", "c2"), In(seconds(3)));
+  ASSERT_THAT(again, IsOk());
+  EXPECT_GT(again->owner.fencing_token, held->owner.fencing_token);
+}
+
+// ---- hand-off -------------------------------------------------------------------
+
+TEST(RedisHandOff, ReleaseWakesTheOldestLiveWaiterSkippingDeadOnes) {
+  const std::string uri = SharedUri();
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  ASSERT_THAT(backend->acquire_or_renew(Request("m", "owner"), In(seconds(3))), IsOk());
+  // Two crashed waiters that queued long ago (nobody listens for them) and
+  // two live ones, queued in order.
+  raw.Call({"ZADD", Key("m", ":contender"), "1", "ghost-1", "2", "ghost-2"});
+  EventLog first, second;
+  auto sub1 = backend->subscribe("m", "live-1", first.Listener());
+  auto sub2 = backend->subscribe("m", "live-2", second.Listener());
+  ASSERT_THAT(sub1, IsOk());
+  ASSERT_THAT(sub2, IsOk());
+  // live-1's failed attempt queues it, and also drops the two oldest
+  // entries nobody listens for.
+  ASSERT_THAT(backend->acquire_or_renew(Request("m", "live-1"), In(seconds(3))), IsOk());
+  std::this_thread::sleep_for(milliseconds(1100));  // a later score for live-2
+  ASSERT_THAT(backend->acquire_or_renew(Request("m", "live-2"), In(seconds(3))), IsOk());
+  raw.Call({"ZADD", Key("m", ":contender"), "3", "ghost-3"});
+
+  ASSERT_THAT(backend->release("m", "owner", In(seconds(3))), IsOkAndHolds(true));
+  // ghost-3 (the oldest now) is skipped, live-1 woken; live-2 is not.
+  ASSERT_TRUE(first.released.Wait(seconds(2)));
+  EXPECT_FALSE(second.released.Wait(milliseconds(300)));
+  {
+    std::lock_guard<std::mutex> lock(first.mu);
+    ASSERT_EQ(first.events.size(), 1u);
+    EXPECT_EQ(first.events[0].owner_id, "owner");
+  }
+  RawReply queue = raw.Call({"ZRANGE", Key("m", ":contender"), "0", "-1"});
+  ASSERT_EQ(queue.elements.size(), 1u);
+  EXPECT_EQ(queue.elements[0].str, "live-2");
+}
+
+TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
+  auto factory = Factory(SharedUri(), seconds(10), seconds(6));
+  ASSERT_TRUE(factory);
+  Recorder a, b;
+  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(300));  // b has tried and queued
+  EXPECT_FALSE(b.acquired.IsSet());
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->stop());
+  // Polling would take the hard lease (16 s); push takes a round trip or two.
+  ASSERT_TRUE(b.acquired.Wait(seconds(2)));
+  EXPECT_LT(steady_clock::now() - released_at, seconds(1));
+  EXPECT_GT(b.token.load(), a.token.load());
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+TEST(RedisHandOff, ExpiryIsPushedWhenTheServerPublishesKeyEvents) {
+  auto server = TestServer::Start("redis", {"--notify-keyspace-events", "Ex", "--appendonly",
+                                            "yes", "--appendfsync", "always"});
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  auto crashed = Open(uri);
+  ASSERT_TRUE(crashed);
+  // An owner that never renews: its hard lease is 1.5 s.
+  ASSERT_THAT(crashed->acquire_or_renew(Request("m", "crashed", milliseconds(1000),
+                                                milliseconds(500)),
+                                        In(seconds(3))),
+              IsOk());
+  // The waiter's own hard lease is long (ttl 20 s): without the expiry
+  // event it would next look at the mutex ~1.5 s + its jitter later than
+  // from its first reply, and with the event at once.
+  auto factory = Factory(uri, seconds(20), seconds(10));
+  ASSERT_TRUE(factory);
+  Recorder b;
+  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(waiter->start());
+  const auto started = steady_clock::now();
+  ASSERT_TRUE(b.acquired.Wait(seconds(5)));
+  // Redis expires keys within ~100 ms of their time on an idle server.
+  EXPECT_LT(steady_clock::now() - started, milliseconds(1500 + 1000));
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// ---- failures ---------------------------------------------------------------------
+
+TEST(RedisFailures, ServerRestartWithoutDurabilityNeverOverlapsOwners) {
+  // A server that keeps nothing across a restart (the script's defaults).
+  auto server = TestServer::Start("redis");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  const milliseconds ttl(1000), transition(1000);
+
+  // Wait out the guard of the fresh server.
+  auto factory_a = Factory(uri, ttl, transition);
+  ASSERT_TRUE(factory_a);
+  Recorder a;
+  std::atomic<steady_clock::rep> a_lost{0};
+  auto contender_a = MakeContender(
+      "m",
+      [&](const MutexState& s) {
+        a.token = s.after.fencing_token;
+        a.acquired.Set();
+      },
+      [&](const MutexState&) {
+        a_lost = steady_clock::now().time_since_epoch().count();
+        a.released.Set();
+      },
+      "a");
+  auto holder = factory_a->create_contend_service(contender_a).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+
+  SIMBA_ASSERT_OK((*server)->Kill());
+  SIMBA_ASSERT_OK((*server)->Restart());
+  const auto restarted = steady_clock::now();
+
+  auto factory_b = Factory(uri, ttl, transition);
+  ASSERT_TRUE(factory_b);
+  Recorder b;
+  std::atomic<steady_clock::rep> b_won{0};
+  auto contender_b = MakeContender(
+      "m",
+      [&](const MutexState& s) {
+        b_won = steady_clock::now().time_since_epoch().count();
+        b.token = s.after.fencing_token;
+        b.acquired.Set();
+      },
+      [](const MutexState&) {}, "b");
+  auto taker = factory_b->create_contend_service(contender_b).value();
+  SIMBA_ASSERT_OK(taker->start());
+
+  // A cannot renew (its key is gone and the guard refuses new leases): it
+  // is revoked by its lease deadline, ttl + transition after its last
+  // renewal.
+  ASSERT_TRUE(a.released.Wait(ttl + transition + seconds(1)));
+  // B gets the mutex after the guard (ttl + transition after the restart)
+  // plus its error backoff, and never before A let go.
+  ASSERT_TRUE(b.acquired.Wait(ttl + transition + seconds(4)));
+  EXPECT_GE(b_won.load(), a_lost.load());
+  EXPECT_GE(steady_clock::now() - restarted, ttl + transition - milliseconds(1000));
+  // Tokens keep growing although the server forgot the counter.
+  EXPECT_GT(b.token.load(), a.token.load());
+  SIMBA_ASSERT_OK(taker->stop());
+  (void)holder->stop();
+}
+
+TEST(RedisFailures, PausedServerMakesCallsFailByTheirDeadline) {
+  auto server = TestServer::Start("redis");
+  ASSERT_THAT(server, IsOk());
+  auto backend = Open((*server)->uri() + "?restart_guard=off");
+  ASSERT_TRUE(backend);
+  ASSERT_THAT(backend->read("m", In(seconds(3))), IsOk());
+  SIMBA_ASSERT_OK((*server)->Pause());
+  const auto started = steady_clock::now();
+  EXPECT_THAT(backend->acquire_or_renew(Request("m", "a"), In(milliseconds(300))),
+              StatusIs(StatusCode::kDeadlineExceeded));
+  EXPECT_LT(steady_clock::now() - started, milliseconds(1000));
+  SIMBA_ASSERT_OK((*server)->Resume());
+  // The late reply was never taken for another call's: the connection was
+  // replaced and the next call works.
+  auto after = backend->acquire_or_renew(Request("m", "a"), In(seconds(3)));
+  ASSERT_THAT(after, IsOk());
+  EXPECT_EQ(after->owner.owner_id, "a");
+}
+
+// A durable private server: the test kills every simba-* client on it, and
+// must not disturb tests running in parallel on the shared one.
+const std::vector<std::string> kDurable = {"--appendonly", "yes", "--appendfsync", "always"};
+
+TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
+  auto server = TestServer::Start("redis", kDurable);
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  auto factory = Factory(uri, seconds(2), seconds(1));
+  ASSERT_TRUE(factory);
+  Recorder a, b;
+  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(200));
+
+  RawRedis raw(uri);
+  for (const char* name : {"simba-commands", "simba-events"}) {
+    // Only this process's connections: CLIENT LIST shows every client.
+    RawReply list = raw.Call({"CLIENT", "LIST"});
+    std::istringstream lines(list.str);
+    std::string line;
+    int killed = 0;
+    while (std::getline(lines, line)) {
+      if (line.find(std::string("name=") + name + " ") == std::string::npos) continue;
+      const std::string id = line.substr(3, line.find(' ') - 3);
+      raw.Call({"CLIENT", "KILL", "ID", id});
+      ++killed;
+    }
+    EXPECT_GT(killed, 0) << name;
+  }
+  // The holder renews through a new command connection (several times over
+  // 3 s, longer than ttl) and keeps the lease.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_TRUE(holder->is_owner());
+  EXPECT_FALSE(a.released.IsSet());
+  // The waiter's subscription was renewed: a release still reaches it at once.
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->stop());
+  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  EXPECT_LT(steady_clock::now() - released_at, milliseconds(900));
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// ---- scale --------------------------------------------------------------------------
+
+TEST(RedisScale, TenThousandMutexesShareTwoConnections) {
+  auto server = TestServer::Start("redis", kDurable);
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  const int before_threads = CountThreads();
+  auto factory = Factory(uri, seconds(10), seconds(6));
+  ASSERT_TRUE(factory);
+  constexpr int kMutexes = 10000;
+  std::atomic<int> acquired{0};
+  std::vector<std::unique_ptr<MutexContendService>> services;
+  services.reserve(kMutexes);
+  for (int i = 0; i < kMutexes; ++i) {
+    auto contender = MakeContender(
+        "m" + std::to_string(i), [&](const MutexState&) { ++acquired; },
+        [](const MutexState&) {});
+    services.push_back(factory->create_contend_service(contender).value());
+    SIMBA_ASSERT_OK(services.back()->start());
+  }
+  ASSERT_TRUE(Eventually([&] { return acquired.load() == kMutexes; }, seconds(60)))
+      << acquired.load();
+  EXPECT_LE(CountThreads() - before_threads, 8);
+  RawRedis raw(uri);
+  RawReply list = raw.Call({"CLIENT", "LIST"});
+  std::istringstream lines(list.str);
+  std::string line;
+  int clients = 0;
+  int subscriber = 0;
+  while (std::getline(lines, line)) {
+    if (line.find("name=simba-") == std::string::npos) continue;
+    ++clients;
+    if (line.find(" sub=" + std::to_string(kMutexes) + " ") != std::string::npos) ++subscriber;
+  }
+  EXPECT_EQ(clients, 2) << list.str;
+  EXPECT_EQ(subscriber, 1) << "one subscriber connection holds all 10,000 subscriptions";
+  for (auto& service : services) SIMBA_ASSERT_OK(service->stop());
+}
+
+}  // namespace
+}  // namespace simba::testing
