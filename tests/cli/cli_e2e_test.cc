@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "testing/test_servers.h"
 #include "testing/test_util.h"
 
 #ifndef SIMBA_CLI_PATH
@@ -82,13 +83,25 @@ std::string CliTargetName(const ::testing::TestParamInfo<CliTarget>& info) {
   return info.param.name;
 }
 
-CliTarget SqliteTarget() {
+[[maybe_unused]] CliTarget SqliteTarget() {
   return {"sqlite",
           [](const std::string& dir, const std::string& unique) {
             return "sqlite://" + dir + "/" + unique + ".db";
           },
           "sqlite:///nonexistent-dir/x.db"};
 }
+
+#if SIMBA_CLI_REDIS
+// Every test gets a key prefix of its own on the shared server. Port 1 on
+// loopback refuses connections: an unreachable store.
+CliTarget RedisTarget() {
+  return {"redis",
+          [](const std::string&, const std::string& unique) {
+            return SharedServerUri("redis") + "?key_prefix=cli-" + unique;
+          },
+          "redis://127.0.0.1:1"};
+}
+#endif
 
 // ---- processes -------------------------------------------------------------------
 
@@ -459,6 +472,8 @@ class JsonParser {
   int depth_ = 0;
 };
 
+// Store-agnostic tests run once, in the SQLite build of this file.
+#if !SIMBA_CLI_REDIS
 TEST(CliJsonReader, ReadsTheDocumentedShape) {
   const std::string doc = R"({"store": "sqlite:///tmp/s.db", "mutexes": [
     {"mutex": "orders", "held": true, "owner": "0:4711@host/9f2c01aa", "fencing_token": 7,
@@ -475,6 +490,7 @@ TEST(CliJsonReader, ReadsTheDocumentedShape) {
   EXPECT_FALSE(JsonParser(R"({"a": 1,})").Parse(&error).has_value());
   EXPECT_FALSE(JsonParser(R"({"a": 1} x)").Parse(&error).has_value());
 }
+#endif  // !SIMBA_CLI_REDIS
 
 // ---- the fixture -------------------------------------------------------------------
 
@@ -482,6 +498,7 @@ std::atomic<int> g_counter{0};
 
 // Processes, files and cleanup; `Cli` tests need no store, `CliE2E` tests
 // run on each CliTarget.
+
 class CliBase : public ::testing::Test {
  protected:
   CliBase() : unique_("t" + std::to_string(::getpid()) + "-" + std::to_string(++g_counter)) {}
@@ -652,7 +669,7 @@ std::vector<std::string> Lines(const std::string& text) {
   return lines;
 }
 
-std::string Lower(std::string s) {
+[[maybe_unused]] std::string Lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
@@ -1421,6 +1438,7 @@ TEST_P(CliE2E, ForcedReleaseOfAFreeMutexSucceeds) {
 
 // ---- 10. help, version, passwords -----------------------------------------------------------
 
+#if !SIMBA_CLI_REDIS
 TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
   for (const std::string command : {"run", "elect", "status", "release"}) {
     for (const auto& args : std::vector<std::vector<std::string>>{{command, "--help"},
@@ -1478,11 +1496,16 @@ TEST_F(Cli, ErrorsNeverShowAPassword) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E,
-                         ::testing::Values(SqliteTarget()
-                                           // , RedisTarget(), PostgresTarget(), ...
-                                           ),
-                         CliTargetName);
+#endif  // !SIMBA_CLI_REDIS
+
+// This file builds twice: simba_cli_tests on SQLite and, with
+// SIMBA_CLI_REDIS, simba_cli_redis_tests on the Redis test server (a ctest
+// fixture), so `ctest -L redis` covers the CLI on Redis.
+#if SIMBA_CLI_REDIS
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(RedisTarget()), CliTargetName);
+#else
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(SqliteTarget()), CliTargetName);
+#endif
 
 }  // namespace
 }  // namespace simba::testing

@@ -67,8 +67,12 @@ struct LeaseJob {
 // Reads --store/$SIMBA_STORE, --mutex, --ttl, --transition, --kill-after,
 // --verbose and "-- CMD". kInvalidArgument names the flag at fault.
 Result<LeaseJob> ParseLeaseJob(const Args& args);
-// The factory for `job`'s store with its lease settings.
+// The factory for `job`'s store with its lease settings, after one read of
+// the mutex shows the store can be reached (errors name the store).
 Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job);
+// `status`'s message prefixed with the store URI, password masked: a network
+// store's own messages name only its host and port.
+std::string StoreError(const std::string& store, const Status& status);
 
 // Prints "simba: <message>" to stderr.
 void PrintError(const std::string& message);

@@ -84,10 +84,27 @@ Result<LeaseJob> ParseLeaseJob(const Args& args) {
   return job;
 }
 
+std::string StoreError(const std::string& store, const Status& status) {
+  auto parsed = Uri::Parse(store);
+  if (!parsed.ok()) return status.message();
+  return "store " + parsed->ToString() + ": " + status.message();
+}
+
 Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job) {
   FactoryOptions options;
   options.contend = job.contend;
-  return MutexContendServiceFactory::open(job.store, options);
+  auto factory = MutexContendServiceFactory::open(job.store, options);
+  if (!factory.ok()) return factory;
+  // Network stores connect lazily and the services retry for ever; a store
+  // that cannot be reached at all when simba starts is far more likely a
+  // wrong URI, password or port than an outage, so say so now (exit 69).
+  Backend& backend = *(*factory)->backend();
+  if (backend.validate_mutex(job.mutex).ok()) {
+    auto probe =
+        backend.read(job.mutex, std::chrono::steady_clock::now() + job.contend.operation_timeout);
+    if (!probe.ok()) return Status(probe.status().code(), StoreError(job.store, probe.status()));
+  }
+  return factory;
 }
 
 void PrintError(const std::string& message) {

@@ -106,7 +106,8 @@ commands:
   release   force-release a stuck mutex (operators)
   help      show help for a command
 
-Stores: memory://NAME (one process), sqlite:///path/to/file.db
+Stores: memory://NAME (one process), sqlite:///path/to/file.db,
+        redis://[user:password@]host:port[/db]
 'simba COMMAND --help' shows a command's options and an example.
 )";
   }

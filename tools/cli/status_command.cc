@@ -49,15 +49,6 @@ Result<std::shared_ptr<Backend>> OpenStore(const Args& args, const char* command
   return OpenBackend(*uri);
 }
 
-// A store call's error, naming the store (password masked): a network
-// store's own message names only host and port.
-std::string StoreError(const Args& args, const Status& status) {
-  auto uri = StoreUri(args);
-  auto parsed = uri.ok() ? Uri::Parse(*uri) : Result<Uri>(uri.status());
-  if (!parsed.ok()) return status.message();
-  return "store " + parsed->ToString() + ": " + status.message();
-}
-
 }  // namespace
 
 int StatusCommand(const std::vector<std::string>& argv) {
@@ -84,7 +75,7 @@ int StatusCommand(const std::vector<std::string>& argv) {
   if (args.positional.empty()) {
     auto listed = (*backend)->list(In(std::chrono::seconds(10)));
     if (!listed.ok()) {
-      PrintError(StoreError(args, listed.status()));
+      PrintError(StoreError(StoreUri(args).value(), listed.status()));
       return ExitCodeFor(listed.status());
     }
     rows = std::move(*listed);
@@ -92,7 +83,7 @@ int StatusCommand(const std::vector<std::string>& argv) {
     for (const auto& name : args.positional) {
       auto record = (*backend)->read(name, In(std::chrono::seconds(10)));
       if (!record.ok()) {
-        PrintError(StoreError(args, record.status()));
+        PrintError(StoreError(StoreUri(args).value(), record.status()));
         return ExitCodeFor(record.status());
       }
       rows.push_back(ListedMutex{name, *record});
@@ -183,7 +174,7 @@ int ReleaseCommand(const std::vector<std::string>& argv) {
   }
   auto released = (*backend)->force_release(*mutex, In(std::chrono::seconds(10)));
   if (!released.ok()) {
-    PrintError(StoreError(args, released.status()));
+    PrintError(StoreError(StoreUri(args).value(), released.status()));
     return ExitCodeFor(released.status());
   }
   const MutexOwner& previous = released->previous;
