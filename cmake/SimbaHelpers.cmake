@@ -22,6 +22,12 @@ function(simba_target_settings target)
   if(SIMBA_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
+  # GCC 12 at -O3 (Release) reports -Wrestrict on std::string concatenation
+  # inside libstdc++ (GCC bug 105329), a false positive we cannot fix.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
+     AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+    target_compile_options(${target} PRIVATE -Wno-restrict)
+  endif()
   if(_simba_sanitize_flags)
     target_compile_options(${target} PRIVATE ${_simba_sanitize_flags})
     target_link_options(${target} PUBLIC ${_simba_sanitize_flags})

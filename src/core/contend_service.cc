@@ -61,6 +61,7 @@ Status ServiceCore::Start() {
     failures_ = 0;
     rerun_ = false;
   }
+  if (hooks_.started) hooks_.started(gen);
   std::unique_ptr<Subscription> subscription;
   if (backend_->capabilities().push_release) {
     std::weak_ptr<ServiceCore> weak = weak_from_this();
@@ -293,7 +294,7 @@ void ServiceCore::RunAttempt(Generation gen) {
                                  << released.status());
     }
   }
-  if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status());
+  if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status(), gen);
 }
 
 milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now) {

@@ -20,8 +20,11 @@ struct Locker::State {
   Phase phase = Phase::kIdle;
   std::uint64_t token = 0;
   std::stop_source lost_source;
+  // Attempts of the service's current run (generation) and the last one's
+  // outcome; hooks of an earlier run are ignored.
   int attempts_done = 0;
   Status last_attempt;
+  std::uint64_t run = 0;
   // Bumped by every acquire/release, so a late loss handler never stops the
   // service of a newer acquisition.
   std::uint64_t lifecycle = 0;
@@ -102,9 +105,20 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
         if (auto s = weak.lock()) s->OnReleased();
       });
   internal::ServiceHooks hooks;
-  hooks.attempt_done = [weak](const Status& status) {
+  hooks.started = [weak](std::uint64_t run) {
     if (auto s = weak.lock()) {
       std::lock_guard<std::mutex> lock(s->mu);
+      s->run = run;
+      s->attempts_done = 0;
+      s->last_attempt = OkStatus();
+    }
+  };
+  hooks.attempt_done = [weak](const Status& status, std::uint64_t run) {
+    if (auto s = weak.lock()) {
+      std::lock_guard<std::mutex> lock(s->mu);
+      // A late attempt of the previous run (its hook raced with this
+      // start()) says nothing about this one.
+      if (run != s->run) return;
       ++s->attempts_done;
       s->last_attempt = status;
       s->cv.notify_all();

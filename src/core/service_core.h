@@ -25,7 +25,12 @@ namespace simba::internal {
 struct ServiceHooks {
   // After each contend/read attempt has been decided and applied, on the I/O
   // thread, outside every lock. `status` is the store call's outcome.
-  std::function<void(const Status& status)> attempt_done;
+  // `run` is the generation of start() the attempt belonged to: a hook
+  // can land after the next start(), and must not be counted for it.
+  std::function<void(const Status& status, std::uint64_t run)> attempt_done;
+  // In start(), on its caller's thread, before the first attempt: the
+  // generation that start() begins.
+  std::function<void(std::uint64_t run)> started;
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {

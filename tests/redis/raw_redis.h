@@ -5,8 +5,12 @@
 #define SIMBA_TESTS_REDIS_RAW_REDIS_H_
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 
+#include <cerrno>
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -73,6 +77,48 @@ class RawRedis {
       context_->err = 0;
     }
     return out;
+  }
+
+  // For a subscribed connection: the next pushed message if one arrives
+  // within `timeout_ms`, else nullopt. Unlike Next() this waits with poll(2),
+  // so hiredis never times out and the connection stays usable after a
+  // timeout (a reader thread can wait in short slices and still notice that
+  // it should stop). Throws when the connection fails.
+  std::optional<RawReply> Poll(int timeout_ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    for (;;) {
+      void* reply = nullptr;
+      if (redisGetReplyFromReader(context_.get(), &reply) != REDIS_OK) {
+        throw std::runtime_error(std::string("redis: ") + context_->errstr);
+      }
+      if (reply != nullptr) {
+        RawReply out = Convert(static_cast<redisReply*>(reply));
+        freeReplyObject(reply);
+        return out;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            until - std::chrono::steady_clock::now())
+                            .count();
+      if (left <= 0) return std::nullopt;
+      pollfd p{context_->fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(left));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready < 0) throw std::runtime_error("redis: poll failed");
+      if (ready == 0) return std::nullopt;
+      if (redisBufferRead(context_.get()) != REDIS_OK) {
+        throw std::runtime_error(std::string("redis: ") + context_->errstr);
+      }
+    }
+  }
+
+  // Writes out what Send() queued (Send only buffers it); blocks until done.
+  void Flush() {
+    int done = 0;
+    do {
+      if (redisBufferWrite(context_.get(), &done) != REDIS_OK) {
+        throw std::runtime_error(std::string("redis: ") + context_->errstr);
+      }
+    } while (done == 0);
   }
 
   void Send(const std::vector<std::string>& args) {

@@ -33,6 +33,12 @@ using ::testing::HasSubstr;
 
 Deadline In(milliseconds d) { return steady_clock::now() + d; }
 
+// Arguments for a private server that writes durably, so the backend's
+// restart guard does not hold back the first acquisitions. Tests that kill
+// clients or count connections use one, not to disturb tests running in
+// parallel on the shared server.
+const std::vector<std::string> kDurable = {"--appendonly", "yes", "--appendfsync", "always"};
+
 // A key prefix of this test's own on the shared server.
 std::string TestPrefix() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -147,6 +153,44 @@ TEST(RedisUri, WrongPasswordAndDatabaseAreClearErrors) {
   ASSERT_TRUE(bad_db);
   EXPECT_THAT(bad_db->read("m", In(seconds(3))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("database 999")));
+}
+
+TEST(RedisUri, PasswordUserAndDatabaseComeFromTheUri) {
+  auto server = TestServer::Start("redis", kDurable);
+  ASSERT_THAT(server, IsOk());
+  const std::string address = (*server)->uri().substr(std::string("redis://").size());
+  {
+    RawRedis admin((*server)->uri());
+    ASSERT_FALSE(admin.Call({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "&*", "+@all"})
+                     .error());
+    ASSERT_FALSE(admin.Call({"CONFIG", "SET", "requirepass", "s3cret"}).error());
+  }
+  // The default user's password, database 3.
+  auto with_password = Open("redis://:s3cret@" + address + "/3");
+  ASSERT_TRUE(with_password);
+  ASSERT_THAT(with_password->acquire_or_renew(Request("m", "a"), In(seconds(3))), IsOk());
+  // An ACL user, database 5: a different database, so the mutex is free.
+  auto as_alice = Open("redis://alice:alice-pw@" + address + "/5");
+  ASSERT_TRUE(as_alice);
+  auto alice = as_alice->acquire_or_renew(Request("m", "b"), In(seconds(3)));
+  ASSERT_THAT(alice, IsOk());
+  EXPECT_EQ(alice->owner.owner_id, "b");
+  // Check where the keys went, as alice.
+  RawRedis raw((*server)->uri());
+  ASSERT_FALSE(raw.Call({"AUTH", "alice", "alice-pw"}).error());
+  ASSERT_FALSE(raw.Call({"SELECT", "3"}).error());
+  EXPECT_EQ(raw.Call({"GET", "simba:{m}"}).str, "a");
+  ASSERT_FALSE(raw.Call({"SELECT", "5"}).error());
+  EXPECT_EQ(raw.Call({"GET", "simba:{m}"}).str, "b");
+  // Without the password: a clear error, not a hang.
+  auto without = Open((*server)->uri());
+  ASSERT_TRUE(without);
+  EXPECT_THAT(without->read("m", In(seconds(3))), StatusIs(StatusCode::kPermissionDenied));
+  auto wrong_user = Open("redis://alice:nope@" + address);
+  ASSERT_TRUE(wrong_user);
+  EXPECT_THAT(wrong_user->read("m", In(seconds(3))),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("AUTH")));
+  // The server script stops the server by PID; it needs no password.
 }
 
 TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
@@ -408,10 +452,6 @@ TEST(RedisFailures, PausedServerMakesCallsFailByTheirDeadline) {
   ASSERT_THAT(after, IsOk());
   EXPECT_EQ(after->owner.owner_id, "a");
 }
-
-// A durable private server: the test kills every simba-* client on it, and
-// must not disturb tests running in parallel on the shared one.
-const std::vector<std::string> kDurable = {"--appendonly", "yes", "--appendfsync", "always"};
 
 TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
   auto server = TestServer::Start("redis", kDurable);

@@ -4,8 +4,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <future>
 #include <thread>
+#include <vector>
 
 #include "simba/backends/memory.h"
 #include "testing/fault_injecting_backend.h"
@@ -150,6 +152,33 @@ TEST_F(LockerTest, DoubleAcquireIsAPreconditionError) {
   EXPECT_THAT(locker->acquire(milliseconds(-1)), StatusIs(StatusCode::kInvalidArgument));
   SIMBA_ASSERT_OK(locker->release());
   SIMBA_ASSERT_OK(locker->acquire());  // reusable after release
+}
+
+// Regression: the hook counting a run's attempts could land after the next
+// try_acquire() had started and be counted for it, so a free mutex was
+// reported busy under CPU load. Hammer try_acquire/release on real time
+// with busy threads competing for the CPU; every answer must be "acquired".
+TEST(LockerRace, TryAcquireOfAFreeMutexAlwaysSucceeds) {
+  auto factory = MutexContendServiceFactory::open("memory://locker-race").value();
+  auto locker = Locker::create(*factory, "job").value();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> hogs;
+  for (int i = 0; i < 2; ++i) {
+    hogs.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+      }
+    });
+  }
+  int wrong = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto acquired = locker->try_acquire();
+    ASSERT_THAT(acquired, testing::IsOk());
+    if (!*acquired) ++wrong;
+    SIMBA_ASSERT_OK(locker->release());
+  }
+  stop = true;
+  for (auto& hog : hogs) hog.join();
+  EXPECT_EQ(wrong, 0) << "try_acquire() said a free mutex was held";
 }
 
 }  // namespace

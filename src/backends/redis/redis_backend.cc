@@ -491,7 +491,14 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       thread = std::move(thread_);
       cv_.notify_all();
     }
-    if (thread.joinable()) thread.join();
+    if (!thread.joinable()) return;
+    // A listener that destroys the backend runs on this very thread, which
+    // cannot join itself; it ends by itself now that stopping_ is set.
+    if (thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();
+    } else {
+      thread.join();
+    }
   }
 
  private:

@@ -1,0 +1,877 @@
+// A JVM Simba process and C++ processes contending for one mutex on one
+// Redis. The JVM side is played by FakeJvmContender: raw commands and Lua
+// scripts with exactly the effects of JVM Simba's mutex_acquire.lua,
+// mutex_guard.lua and mutex_release.lua, driven by the loop of
+// SpringRedisMutexContendService (v3.1.1+), bugs included
+// (simba-behaviour.md §3.2, §8.2). The C++ side is the real library.
+//
+// Every test runs its own durable redis-server (appendonly + fsync always,
+// so the backend's restart guard does not hold acquisitions back) with the
+// default key prefix `simba`: JVM Simba's names are fixed.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <unistd.h>
+
+#include "simba/contend_period.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+#include "tests/redis/raw_redis.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+
+// ---- JVM Simba's scripts --------------------------------------------------------
+//
+// As JVM Simba calls them: KEYS[1] = "{M}" and the scripts prefix "simba:"
+// themselves; ARGV = contender id [, ttl + transition in ms]. Replies are
+// "<owner>@@<ms>" ("@@": no owner) and 1/0 for release.
+
+// §3.2.2. A successful acquisition does not remove the acquirer from the
+// queue (JVM Simba's behaviour, kept on purpose).
+constexpr char kJvmAcquire[] = R"lua(
+redis.replicate_commands()
+local lock = 'simba:' .. KEYS[1]
+local queue = lock .. ':contender'
+local id, px = ARGV[1], ARGV[2]
+if redis.call('SET', lock, id, 'NX', 'PX', px) then
+  redis.call('PUBLISH', lock, 'acquired@@' .. id)
+  return id .. '@@' .. px
+end
+local seconds = redis.call('TIME')[1]
+redis.call('ZADD', queue, 'NX', seconds, id)
+local owner = redis.call('GET', lock)
+local pttl = redis.call('PTTL', lock)
+return owner .. '@@' .. pttl
+)lua";
+
+// §3.2.3. No publish on renewal.
+constexpr char kJvmGuard[] = R"lua(
+local lock = 'simba:' .. KEYS[1]
+local id, px = ARGV[1], ARGV[2]
+local function current()
+  local owner = redis.call('GET', lock)
+  if not owner then return '@@' end
+  return owner .. '@@' .. redis.call('PTTL', lock)
+end
+if redis.call('GET', lock) ~= id then return current() end
+if redis.call('SET', lock, id, 'XX', 'PX', px) then return id .. '@@' .. px end
+return current()
+)lua";
+
+// §3.2.4. Pops the oldest waiter (lowest score, ties: lowest member) and
+// wakes it without checking that anybody listens: a dead waiter, or the
+// releaser's own stale entry, swallows the wake-up (kept on purpose).
+constexpr char kJvmRelease[] = R"lua(
+local lock = 'simba:' .. KEYS[1]
+local queue = lock .. ':contender'
+local id = ARGV[1]
+if redis.call('GET', lock) ~= id then
+  redis.call('ZREM', queue, id)
+  return 0
+end
+redis.call('DEL', lock)
+local waiters = redis.call('ZREVRANGE', queue, 0, -1)
+local waiter = waiters[#waiters]
+if not waiter then return 1 end
+redis.call('ZREM', queue, waiter)
+redis.call('PUBLISH', lock .. ':' .. waiter, 'released@@' .. id)
+return 1
+)lua";
+
+std::string LockKey(const std::string& mutex) { return "simba:{" + mutex + "}"; }
+std::string QueueKey(const std::string& mutex) { return LockKey(mutex) + ":contender"; }
+
+// Splits "<a>@@<b>" at its first "@@" (JVM Simba requires exactly two parts;
+// ids never contain "@@").
+bool SplitPair(const std::string& text, std::string* first, std::string* second) {
+  const std::size_t at = text.find("@@");
+  if (at == std::string::npos || text.find("@@", at + 2) != std::string::npos) return false;
+  *first = text.substr(0, at);
+  *second = text.substr(at + 2);
+  return true;
+}
+
+// ---- the JVM contender ------------------------------------------------------------
+
+// One JVM Simba contender: SpringRedisMutexContendService with its own
+// listener connection (a thread reads it) and one scheduling thread, with
+// the JVM's local view of the owner (id plus transitionAt on the local
+// clock). Callbacks run on those threads, under the contender's lock, in
+// the order of the owner updates (JVM Simba runs them serialized too).
+class FakeJvmContender {
+ public:
+  struct Hooks {
+    std::function<void()> on_acquired;
+    std::function<void()> on_released;
+  };
+  struct Message {
+    std::string channel;
+    std::string payload;
+  };
+
+  FakeJvmContender(std::string uri, std::string mutex, std::string id, milliseconds ttl,
+                   milliseconds transition, Hooks hooks = {})
+      : uri_(std::move(uri)),
+        mutex_(std::move(mutex)),
+        id_(std::move(id)),
+        ttl_(ttl),
+        transition_(transition),
+        hooks_(std::move(hooks)),
+        commands_(uri_),
+        random_(std::random_device{}()) {}
+
+  ~FakeJvmContender() {
+    if (running()) Stop();
+  }
+
+  const std::string& id() const { return id_; }
+  std::string personal_channel() const { return LockKey(mutex_) + ":" + id_; }
+
+  // startContend: listen on the broadcast and the personal channel, then
+  // attempt at once. Returns once the server has confirmed both
+  // subscriptions, so a release from now on reaches us.
+  void Start() {
+    subscriber_ = std::make_unique<RawRedis>(uri_);
+    subscriber_->Send({"SUBSCRIBE", LockKey(mutex_), personal_channel()});
+    subscriber_->Flush();
+    int confirmed = 0;
+    const auto until = steady_clock::now() + seconds(5);
+    while (confirmed < 2) {
+      if (steady_clock::now() > until) throw std::runtime_error("SUBSCRIBE not confirmed");
+      auto reply = subscriber_->Poll(100);
+      if (reply && reply->elements.size() == 3 && reply->elements[0].str == "subscribe") {
+        ++confirmed;
+      }
+    }
+    std::uint64_t gen = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gen = ++generation_;
+      active_ = true;
+      view_ = Owner{};
+      ScheduleLocked(milliseconds(0));
+    }
+    stop_reader_ = false;
+    reader_ = std::thread([this] { ReadMessages(); });
+    loop_ = std::thread([this, gen] { Loop(gen); });
+  }
+
+  // stopContend: stop listening first (so we never receive our own
+  // wake-up), drop the pending attempt, run the release script (which may
+  // wake one waiter), then apply "no owner" locally.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = false;
+      pending_.reset();
+    }
+    cv_.notify_all();
+    stop_reader_ = true;
+    reader_.join();  // it unsubscribes before it returns
+    subscriber_.reset();
+    try {
+      Release();
+    } catch (const std::exception&) {
+      // JVM Simba logs it; the lease expires at the store.
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      NotifyOwnerLocked(Owner{});
+    }
+    loop_.join();
+  }
+
+  bool running() const { return loop_.joinable(); }
+
+  // The local view (JVM's isOwner: the cached id, no time check).
+  bool is_owner() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return view_.id == id_;
+  }
+  std::string owner_id() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return view_.id;
+  }
+  std::vector<Message> messages() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return messages_;
+  }
+  // The reply of the latest acquire/guard script.
+  std::string last_reply() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return last_reply_;
+  }
+  int attempts() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return attempts_;
+  }
+
+ private:
+  struct Owner {
+    std::string id;  // "" = NONE
+    steady_clock::time_point transition_at{};
+  };
+
+  std::string Px() const { return std::to_string((ttl_ + transition_).count()); }
+
+  RawReply Eval(const char* script, std::vector<std::string> argv) {
+    std::vector<std::string> args = {"EVAL", script, "1", "{" + mutex_ + "}"};
+    args.insert(args.end(), argv.begin(), argv.end());
+    std::lock_guard<std::mutex> lock(commands_mu_);
+    return commands_.Call(args);
+  }
+
+  void Release() { Eval(kJvmRelease, {id_}); }
+
+  // One attempt: guard when we believe we own the mutex, else acquire.
+  // §3.2.5: the owner's transitionAt is local receipt time + the reply's ms.
+  std::optional<Owner> Attempt(bool guard) {
+    const RawReply reply = Eval(guard ? kJvmGuard : kJvmAcquire, {id_, Px()});
+    const auto received = steady_clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      last_reply_ = reply.str;
+      ++attempts_;
+    }
+    if (reply.type != REDIS_REPLY_STRING) return std::nullopt;  // an "exception"
+    if (reply.str == "@@") return Owner{};
+    std::string owner;
+    std::string ms;
+    if (!SplitPair(reply.str, &owner, &ms)) return std::nullopt;
+    return Owner{owner, received + milliseconds(std::stoll(ms))};
+  }
+
+  // ContendPeriod: the owner comes back at ttlAt (= transitionAt - its
+  // transition, with the local config), others at transitionAt + J.
+  milliseconds NextDelayLocked(const Owner& owner) {
+    const auto now = steady_clock::now();
+    if (owner.id.empty()) return milliseconds(0);  // NONE: all zeros, clamps to 0
+    milliseconds delay;
+    if (owner.id == id_) {
+      delay = std::chrono::duration_cast<milliseconds>(owner.transition_at - transition_ - now);
+    } else {
+      const bool zero_transition = transition_ == milliseconds(0);
+      std::uniform_int_distribution<long long> jitter(
+          zero_transition ? 0 : ContendPeriod::kJitterMin, ContendPeriod::kJitterMax - 1);
+      delay = std::chrono::duration_cast<milliseconds>(owner.transition_at - now) +
+              milliseconds(jitter(random_));
+    }
+    return std::max(delay, milliseconds(0));
+  }
+
+  // At most one pending attempt: a new one replaces it.
+  void ScheduleLocked(milliseconds delay) {
+    if (!active_) return;
+    pending_ = steady_clock::now() + delay;
+    cv_.notify_all();
+  }
+
+  void NotifyOwnerLocked(const Owner& owner) {
+    const bool was = view_.id == id_;
+    const bool is = owner.id == id_;
+    const bool changed = view_.id != owner.id;
+    view_ = owner;
+    if (changed && was && hooks_.on_released) hooks_.on_released();
+    if (changed && is && hooks_.on_acquired) hooks_.on_acquired();
+  }
+
+  void Loop(std::uint64_t gen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (active_ && generation_ == gen) {
+      if (!pending_) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (steady_clock::now() < *pending_) {
+        cv_.wait_until(lock, *pending_);
+        continue;
+      }
+      pending_.reset();
+      const bool guard = view_.id == id_;
+      lock.unlock();
+      std::optional<Owner> owner;
+      try {
+        owner = Attempt(guard);
+      } catch (const std::exception&) {
+        owner.reset();
+      }
+      lock.lock();
+      if (active_ && generation_ == gen) {
+        if (owner) {
+          NotifyOwnerLocked(*owner);
+          ScheduleLocked(NextDelayLocked(*owner));
+        } else {
+          // After an exception: revoke if owner, retry after ttl.
+          if (view_.id == id_) NotifyOwnerLocked(Owner{});
+          ScheduleLocked(ttl_);
+        }
+      } else if (owner && owner->id == id_) {
+        // A result that lands after stop: give the mutex back.
+        lock.unlock();
+        try {
+          Release();
+        } catch (const std::exception&) {
+        }
+        lock.lock();
+      }
+    }
+  }
+
+  // The listener: `released@@X` -> forget the owner and attempt at once;
+  // `acquired@@X` -> X owns it until now + ttl + transition (local config).
+  void ReadMessages() {
+    try {
+      while (!stop_reader_) {
+        auto reply = subscriber_->Poll(10);
+        if (!reply || reply->elements.size() != 3 || reply->elements[0].str != "message") {
+          continue;
+        }
+        OnMessage(reply->elements[1].str, reply->elements[2].str);
+      }
+      subscriber_->Send({"UNSUBSCRIBE", LockKey(mutex_), personal_channel()});
+      subscriber_->Flush();
+      const auto until = steady_clock::now() + seconds(5);
+      while (steady_clock::now() < until) {
+        auto reply = subscriber_->Poll(100);
+        if (reply && reply->elements.size() == 3 && reply->elements[0].str == "unsubscribe" &&
+            reply->elements[2].integer == 0) {
+          return;
+        }
+      }
+    } catch (const std::exception&) {
+      // The connection failed: nothing listens any more either.
+    }
+  }
+
+  void OnMessage(const std::string& channel, const std::string& payload) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!active_) return;
+    messages_.push_back(Message{channel, payload});
+    std::string event;
+    std::string who;
+    if (!SplitPair(payload, &event, &who)) return;
+    if (event == "released") {
+      NotifyOwnerLocked(Owner{});
+      ScheduleLocked(milliseconds(0));
+    } else if (event == "acquired") {
+      NotifyOwnerLocked(Owner{who, steady_clock::now() + ttl_ + transition_});
+    }
+  }
+
+  const std::string uri_;
+  const std::string mutex_;
+  const std::string id_;
+  const milliseconds ttl_;
+  const milliseconds transition_;
+  const Hooks hooks_;
+
+  std::mutex commands_mu_;
+  RawRedis commands_;
+
+  std::unique_ptr<RawRedis> subscriber_;  // the reader thread's while it runs
+  std::atomic<bool> stop_reader_{false};
+  std::thread reader_;
+  std::thread loop_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool active_ = false;
+  std::uint64_t generation_ = 0;
+  std::optional<steady_clock::time_point> pending_;
+  Owner view_;
+  std::mt19937_64 random_;
+  std::vector<Message> messages_;
+  std::string last_reply_;
+  int attempts_ = 0;
+};
+
+// ---- helpers ----------------------------------------------------------------------
+
+// JVM Simba's defaults. With them a waiter's poll comes at least
+// ttl + transition + J (J >= -200 ms) after the holder's last lease write,
+// which is far later than any hand-off in these tests: an acquisition
+// before that moment can only come from a pushed wake-up.
+constexpr milliseconds kSlowTtl{10000};
+constexpr milliseconds kSlowTransition{6000};
+
+// The earliest moment a waiter may poll the mutex by itself, if the holder
+// wrote its lease (acquired, no renewal since) no earlier than `written`.
+steady_clock::time_point EarliestPoll(steady_clock::time_point written) {
+  return written + kSlowTtl + kSlowTransition + milliseconds(ContendPeriod::kJitterMin);
+}
+
+std::unique_ptr<TestServer> StartDurableServer() {
+  auto server = TestServer::Start("redis", {"--appendonly", "yes", "--appendfsync", "always"});
+  EXPECT_THAT(server, IsOk());
+  return server.ok() ? std::move(server).value() : nullptr;
+}
+
+std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
+                                                     milliseconds transition) {
+  FactoryOptions options;
+  options.contend.ttl = ttl;
+  options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk()) << uri;
+  return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// A C++ contender's acquisitions and releases, with when they happened.
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+  std::mutex mu;
+  steady_clock::time_point acquired_at{};
+
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            acquired_at = steady_clock::now();
+          }
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); }, id);
+  }
+  steady_clock::time_point AcquiredAt() {
+    std::lock_guard<std::mutex> lock(mu);
+    return acquired_at;
+  }
+};
+
+std::string CppId(const std::string& name) {
+  return name + ":" + std::to_string(::getpid()) + "@cpp-host/0123abcd";
+}
+std::string JvmId(const std::string& name) { return name + ":4242@jvm-host"; }
+
+bool InQueue(RawRedis& raw, const std::string& mutex, const std::string& id) {
+  return !raw.Call({"ZSCORE", QueueKey(mutex), id}).nil();
+}
+
+// ---- a. a JVM owner, a C++ waiter ----------------------------------------------------
+
+TEST(RedisJvmInterop, JvmHoldsCppWaits) {
+  auto server = StartDurableServer();
+  ASSERT_TRUE(server);
+  const std::string uri = server->uri();
+  const std::string mutex = "interop-a";
+  RawRedis raw(uri);
+
+  Latch jvm_acquired;
+  FakeJvmContender jvm(uri, mutex, JvmId("0"), kSlowTtl, kSlowTransition,
+                       {[&] { jvm_acquired.Set(); }, nullptr});
+  const auto jvm_started = steady_clock::now();
+  jvm.Start();
+  ASSERT_TRUE(jvm_acquired.Wait(seconds(5))) << jvm.last_reply();
+  // Its own acquired@@ broadcast may tell it before the script's reply does
+  // (as in JVM Simba: the listener and the loop race).
+  ASSERT_TRUE(Eventually([&] { return jvm.attempts() >= 1; }, seconds(5)));
+  EXPECT_EQ(jvm.last_reply(), jvm.id() + "@@16000");
+  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, jvm.id());
+
+  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  ASSERT_TRUE(factory);
+  Recorder cpp;
+  const std::string cpp_id = CppId("cpp-a");
+  auto service = factory->create_contend_service(cpp.Contender(mutex, cpp_id)).value();
+  SIMBA_ASSERT_OK(service->start());
+
+  // Its first attempt found the JVM owner and queued it (ZADD NX, JVM's
+  // layout); it is listening on its personal channel.
+  ASSERT_TRUE(Eventually([&] { return InQueue(raw, mutex, cpp_id); }, seconds(5)));
+  EXPECT_EQ(raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + cpp_id}).elements[1].integer, 1);
+  ASSERT_TRUE(Eventually([&] { return service->after_owner().owner_id == jvm.id(); },
+                         seconds(5)));
+  EXPECT_FALSE(service->is_owner());
+  EXPECT_FALSE(cpp.acquired.IsSet());
+  EXPECT_TRUE(jvm.is_owner());
+
+  // The backend reads the JVM's lock: its id and its hard lease end (PTTL);
+  // no fencing token, JVM Simba has none.
+  auto read = factory->backend()->read(mutex, steady_clock::now() + seconds(3));
+  ASSERT_THAT(read, IsOk());
+  EXPECT_EQ(read->owner.owner_id, jvm.id());
+  EXPECT_EQ(read->owner.fencing_token, 0u);
+  EXPECT_GT(read->owner.transition_at - read->store_now, milliseconds(0));
+  EXPECT_LE(read->owner.transition_at - read->store_now, kSlowTtl + kSlowTransition);
+
+  // JVM Simba's release pops the oldest waiter, the C++ contender, and
+  // publishes released@@<jvm> on its channel: it acquires at once.
+  const auto released_at = steady_clock::now();
+  jvm.Stop();
+  EXPECT_FALSE(InQueue(raw, mutex, cpp_id));
+  ASSERT_TRUE(cpp.acquired.Wait(seconds(3)));
+  EXPECT_LT(cpp.AcquiredAt(), EarliestPoll(jvm_started))
+      << "acquired no earlier than its own poll: the wake-up was lost";
+  EXPECT_LT(cpp.AcquiredAt() - released_at, Scaled(seconds(2)));
+  EXPECT_TRUE(service->is_owner());
+  EXPECT_GT(service->fencing_token(), 0u);
+  EXPECT_EQ(cpp.token.load(), service->fencing_token());
+  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, cpp_id);
+  SIMBA_EXPECT_OK(service->stop());
+}
+
+// ---- b. a C++ owner, a JVM waiter -------------------------------------------------
+
+TEST(RedisJvmInterop, CppHoldsJvmWaits) {
+  auto server = StartDurableServer();
+  ASSERT_TRUE(server);
+  const std::string uri = server->uri();
+  const std::string mutex = "interop-b";
+  RawRedis raw(uri);
+
+  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  ASSERT_TRUE(factory);
+  Recorder cpp;
+  const std::string cpp_id = CppId("cpp-b");
+  auto service = factory->create_contend_service(cpp.Contender(mutex, cpp_id)).value();
+  const auto cpp_started = steady_clock::now();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(cpp.acquired.Wait(seconds(5)));
+  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, cpp_id);
+  // The C++ lease has JVM Simba's shape: PX = ttl + transition.
+  const long long pttl = raw.Call({"PTTL", LockKey(mutex)}).integer;
+  EXPECT_GT(pttl, (kSlowTtl + kSlowTransition - seconds(5)).count());
+  EXPECT_LE(pttl, (kSlowTtl + kSlowTransition).count());
+
+  Latch jvm_acquired;
+  std::atomic<bool> cpp_was_owner_at_jvm_acquire{true};
+  FakeJvmContender jvm(uri, mutex, JvmId("1"), kSlowTtl, kSlowTransition,
+                       {[&] {
+                          cpp_was_owner_at_jvm_acquire = service->is_owner();
+                          jvm_acquired.Set();
+                        },
+                        nullptr});
+  jvm.Start();
+  // JVM's acquire fails: it is queued and names the C++ owner.
+  ASSERT_TRUE(Eventually([&] { return jvm.owner_id() == cpp_id; }, seconds(5)))
+      << jvm.last_reply();
+  EXPECT_TRUE(InQueue(raw, mutex, jvm.id()));
+  EXPECT_EQ(jvm.attempts(), 1);
+  EXPECT_FALSE(jvm.is_owner());
+  EXPECT_TRUE(service->is_owner());
+
+  // The C++ release wakes the oldest live waiter on its personal channel.
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(service->stop());
+  ASSERT_TRUE(cpp.released.IsSet());
+  ASSERT_TRUE(jvm_acquired.Wait(seconds(3))) << jvm.last_reply();
+  const auto acquired_at = steady_clock::now();
+  EXPECT_FALSE(cpp_was_owner_at_jvm_acquire.load());
+  EXPECT_LT(acquired_at, EarliestPoll(cpp_started))
+      << "acquired no earlier than its own poll: the wake-up was lost";
+  EXPECT_LT(acquired_at - released_at, Scaled(seconds(2)));
+  // The failed attempt, then the one the wake-up started (whose reply may
+  // come after the acquired@@ broadcast that already told it).
+  EXPECT_TRUE(Eventually([&] { return jvm.attempts() >= 2; }, seconds(3)));
+  EXPECT_EQ(jvm.attempts(), 2);
+  EXPECT_EQ(jvm.last_reply(), jvm.id() + "@@16000");
+
+  bool woken = false;
+  for (const auto& m : jvm.messages()) {
+    if (m.channel == jvm.personal_channel() && m.payload == "released@@" + cpp_id) woken = true;
+  }
+  EXPECT_TRUE(woken);
+  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, jvm.id());
+  jvm.Stop();
+  EXPECT_TRUE(raw.Call({"GET", LockKey(mutex)}).nil());
+}
+
+// ---- c. both sides, many hand-offs --------------------------------------------------
+
+// Who is inside the critical section, by each holder's own view. Safety only
+// holds if every contender uses the same ttl and transition: JVM Simba
+// reads an `acquired` broadcast with its own config, and neither side
+// checks the other's lease beyond PTTL.
+class CriticalSection {
+ public:
+  enum Side { kJvm, kCpp };
+
+  void Enter(const std::string& who, Side side) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_ || inside_.count(who) > 0 || retired_.count(who) > 0) return;
+    inside_.insert(who);
+    if (inside_.size() > 1) {
+      std::ostringstream out;
+      for (const auto& id : inside_) out << id << " ";
+      overlaps_.push_back(out.str());
+    }
+    max_inside_ = std::max(max_inside_, inside_.size());
+    if (!order_.empty() && order_.back() != side) {
+      ++(side == kCpp ? jvm_to_cpp_ : cpp_to_jvm_);
+    }
+    order_.push_back(side);
+    cv_.notify_all();
+  }
+  void Exit(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inside_.erase(who);
+    cv_.notify_all();
+  }
+  // The holder decided to stop: it leaves, and does no more work until it
+  // contends again, whatever its callbacks say meanwhile (a JVM contender
+  // that gets a stray wake-up while it holds re-acquires its own lock, which
+  // reaches the application as onReleased + onAcquired; an application that
+  // is stopping starts nothing on that).
+  void Leave(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inside_.erase(who);
+    retired_.insert(who);
+    cv_.notify_all();
+  }
+  // Before the holder contends again.
+  void Rejoin(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.erase(who);
+  }
+  // Waits until `who` is inside or the run closed; true if inside.
+  bool WaitInside(const std::string& who) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !open_ || inside_.count(who) > 0; });
+    return inside_.count(who) > 0;
+  }
+  bool IsInside(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inside_.count(who) > 0;
+  }
+  // No entries are recorded after this (a holder that acquires while the
+  // run winds down would otherwise be reported without its hold).
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    cv_.notify_all();
+  }
+  std::size_t max_inside() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_inside_;
+  }
+  std::vector<std::string> overlaps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return overlaps_;
+  }
+  std::size_t entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_.size();
+  }
+  int jvm_to_cpp() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jvm_to_cpp_;
+  }
+  int cpp_to_jvm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cpp_to_jvm_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  std::set<std::string> inside_;
+  std::set<std::string> retired_;
+  std::size_t max_inside_ = 0;
+  std::vector<std::string> overlaps_;
+  std::vector<Side> order_;
+  int jvm_to_cpp_ = 0;
+  int cpp_to_jvm_ = 0;
+};
+
+TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
+  auto server = StartDurableServer();
+  ASSERT_TRUE(server);
+  const std::string uri = server->uri();
+  const std::string mutex = "interop-c";
+  // The same on both sides (see CriticalSection). Holds are far shorter than
+  // ttl, so no holder needs to renew, and a holder would have to stall for
+  // more than ttl + transition to outlive its lease.
+  constexpr milliseconds kTtl{2000};
+  constexpr milliseconds kTransition{1000};
+  CriticalSection section;
+  std::atomic<bool> done{false};
+
+  // Each holder: contend; once inside by its own view (C++: on_acquired;
+  // JVM: its acquire reply or its own acquired@@ broadcast), hold 100-300 ms
+  // or until its callbacks say it lost the mutex; leave the section; stop
+  // contending, which releases at the store; rest 0-100 ms; contend again.
+  // The exit is recorded *before* the release: the release hands the mutex
+  // on at once, and a C++ contender's revocation is local, so an exit
+  // recorded after it would overlap the next holder with no overlap at the
+  // store.
+  auto hold_then_leave = [&done](std::mt19937& random,
+                                 const std::function<bool()>& still_inside,
+                                 const std::function<void()>& leave) {
+    const auto hold = milliseconds(std::uniform_int_distribution<int>(100, 300)(random));
+    const auto end = steady_clock::now() + hold;
+    while (steady_clock::now() < end && still_inside() && !done) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    leave();
+  };
+
+  // Declared before the workers' state so it outlives the services.
+  std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
+  for (int i = 0; i < 2; ++i) {
+    // One factory each: separate connections, like separate processes.
+    factories.push_back(Factory(uri, kTtl, kTransition));
+    ASSERT_TRUE(factories.back());
+  }
+  std::vector<std::unique_ptr<FakeJvmContender>> jvms;
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = CppId("cpp-" + std::to_string(i));
+    auto contender = MakeContender(
+        mutex, [&section, id](const MutexState&) { section.Enter(id, CriticalSection::kCpp); },
+        // A lease lost locally (e.g. a renewal that failed) ends the hold.
+        [&section, id](const MutexState&) { section.Exit(id); }, id);
+    std::shared_ptr<MutexContendService> service =
+        factories[static_cast<std::size_t>(i)]->create_contend_service(contender).value();
+    workers.emplace_back([&, id, service] {
+      std::mt19937 random(std::random_device{}());
+      while (!done) {
+        section.Rejoin(id);
+        if (!service->start().ok()) break;
+        if (section.WaitInside(id)) {
+          hold_then_leave(random, [&] { return section.IsInside(id); },
+                        [&] { section.Leave(id); });
+        }
+        SIMBA_EXPECT_OK(service->stop());
+        std::this_thread::sleep_for(
+            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+      }
+    });
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = JvmId("jvm-" + std::to_string(i));
+    jvms.push_back(std::make_unique<FakeJvmContender>(
+        uri, mutex, id, kTtl, kTransition,
+        FakeJvmContender::Hooks{[&section, id] { section.Enter(id, CriticalSection::kJvm); },
+                                [&section, id] { section.Exit(id); }}));
+    FakeJvmContender* jvm = jvms.back().get();
+    workers.emplace_back([&, id, jvm] {
+      std::mt19937 random(std::random_device{}());
+      while (!done) {
+        section.Rejoin(id);
+        jvm->Start();
+        if (section.WaitInside(id)) {
+          hold_then_leave(random, [&] { return section.IsInside(id); },
+                        [&] { section.Leave(id); });
+        }
+        jvm->Stop();
+        std::this_thread::sleep_for(
+            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+      }
+    });
+  }
+
+  // At least 8 s, and on until ownership crossed sides a few times each way
+  // (a wake-up lost to JVM Simba's release leaves the mutex idle until a
+  // poll, up to ttl + transition + 1 s), within a generous cap.
+  constexpr int kCrossings = 3;
+  const auto started = steady_clock::now();
+  while (steady_clock::now() - started < seconds(8) ||
+         ((section.jvm_to_cpp() < kCrossings || section.cpp_to_jvm() < kCrossings) &&
+          steady_clock::now() - started < Scaled(seconds(60)))) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  section.Close();
+  done = true;
+  for (auto& worker : workers) worker.join();
+
+  EXPECT_EQ(section.max_inside(), 1u) << ::testing::PrintToString(section.overlaps());
+  EXPECT_TRUE(section.overlaps().empty());
+  EXPECT_GE(section.jvm_to_cpp(), kCrossings);
+  EXPECT_GE(section.cpp_to_jvm(), kCrossings);
+  RecordProperty("entries", static_cast<int>(section.entries()));
+  RecordProperty("jvm_to_cpp", section.jvm_to_cpp());
+  RecordProperty("cpp_to_jvm", section.cpp_to_jvm());
+  std::cout << "entries " << section.entries() << ", JVM->C++ " << section.jvm_to_cpp()
+            << ", C++->JVM " << section.cpp_to_jvm() << ", elapsed "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - started).count()
+            << " ms\n";
+}
+
+// ---- d. dead JVM entries in the queue --------------------------------------------
+
+TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
+  auto server = StartDurableServer();
+  ASSERT_TRUE(server);
+  const std::string uri = server->uri();
+  const std::string mutex = "interop-d";
+  RawRedis raw(uri);
+  const long long now_s = std::stoll(raw.Call({"TIME"}).elements[0].str);
+
+  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  ASSERT_TRUE(factory);
+  Recorder a;
+  Recorder b;
+  const std::string a_id = CppId("cpp-owner");
+  const std::string b_id = CppId("cpp-waiter");
+  auto holder = factory->create_contend_service(a.Contender(mutex, a_id)).value();
+  auto waiter = factory->create_contend_service(b.Contender(mutex, b_id)).value();
+  const auto holder_started = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+
+  // Left by a JVM contender that died an hour ago (nobody listens on its
+  // channel). The waiter's failed acquisition drops it on the way: entries
+  // nobody listens for at the head of the queue are trimmed.
+  const std::string dead_before = JvmId("dead-before");
+  raw.Call({"ZADD", QueueKey(mutex), std::to_string(now_s - 3600), dead_before});
+  SIMBA_ASSERT_OK(waiter->start());
+  ASSERT_TRUE(Eventually([&] { return InQueue(raw, mutex, b_id); }, seconds(5)));
+  EXPECT_FALSE(InQueue(raw, mutex, dead_before));
+
+  // Dead JVM entries that appear after the waiter's attempt sit ahead of it
+  // when the owner releases. JVM Simba's release would pop the first and
+  // lose the wake-up; ours skips them and wakes the live waiter.
+  const std::vector<std::string> dead = {JvmId("dead-1"), JvmId("dead-2")};
+  for (const auto& id : dead) {
+    raw.Call({"ZADD", QueueKey(mutex), std::to_string(now_s - 60), id});
+    EXPECT_EQ(raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + id}).elements[1].integer, 0);
+  }
+  ASSERT_EQ(raw.Call({"ZRANGE", QueueKey(mutex), "0", "0"}).elements[0].str, dead[0]);
+
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->stop());
+  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  EXPECT_LT(b.AcquiredAt(), EarliestPoll(holder_started))
+      << "acquired no earlier than its own poll: the wake-up was lost";
+  EXPECT_LT(b.AcquiredAt() - released_at, Scaled(seconds(2)));
+  EXPECT_TRUE(waiter->is_owner());
+  for (const auto& id : dead) EXPECT_FALSE(InQueue(raw, mutex, id)) << id;
+  EXPECT_EQ(raw.Call({"ZCARD", QueueKey(mutex)}).integer, 0);
+  SIMBA_EXPECT_OK(waiter->stop());
+}
+
+}  // namespace
+}  // namespace simba::testing
