@@ -177,7 +177,14 @@ Deadline ServiceCore::StoreDeadline() const {
 void ServiceCore::ScheduleAttemptLocked(milliseconds delay) {
   if (status_ != ServiceStatus::kRunning) return;
   runtime_->Cancel(attempt_timer_);
+  attempt_timer_ = 0;
   const Generation gen = generation_;
+  if (delay <= milliseconds(0)) {
+    // "Now" (a push wake-up, a first attempt, a retry after a release)
+    // skips the timer thread: one thread hop less on the hand-off path.
+    StartAttemptLocked(gen);
+    return;
+  }
   std::weak_ptr<ServiceCore> weak = weak_from_this();
   attempt_timer_ = runtime_->ScheduleAt(clock_->Now() + std::max(delay, milliseconds(0)),
                                         [weak, gen] {
@@ -186,21 +193,23 @@ void ServiceCore::ScheduleAttemptLocked(milliseconds delay) {
 }
 
 void ServiceCore::OnAttemptTimer(Generation gen) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
-    attempt_timer_ = 0;
-    if (in_flight_) {
-      rerun_ = true;
-      return;
-    }
-    in_flight_ = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
+  attempt_timer_ = 0;
+  StartAttemptLocked(gen);
+}
+
+void ServiceCore::StartAttemptLocked(Generation gen) {
+  if (in_flight_) {
+    rerun_ = true;
+    return;
   }
+  in_flight_ = true;
   std::weak_ptr<ServiceCore> weak = weak_from_this();
+  // Posting never waits for the pool, so holding mu_ here is fine.
   if (!runtime_->PostIo([weak, gen] {
         if (auto self = weak.lock()) self->RunAttempt(gen);
       })) {
-    std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = false;
   }
 }

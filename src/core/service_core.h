@@ -61,6 +61,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
 
   void ScheduleAttemptLocked(std::chrono::milliseconds delay);
   void OnAttemptTimer(Generation gen);
+  // Hands the attempt to the I/O pool now (or asks the one in flight to
+  // run again).
+  void StartAttemptLocked(Generation gen);
   void RunAttempt(Generation gen);
   void OnLeaseDeadline(Generation gen);
   void OnEvent(Generation gen, const MutexEvent& event);

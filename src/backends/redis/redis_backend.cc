@@ -396,6 +396,8 @@ struct Slot {
   std::string contender_id;  // empty: a retriever
   std::function<void(const MutexEvent&)> listener;
   bool alive = true;  // guarded by Subscriber::dispatch_mu_
+  // Not yet confirmed by the server; guarded by Subscriber::mu_.
+  bool unconfirmed = true;
 };
 
 class Subscriber : public std::enable_shared_from_this<Subscriber> {
@@ -441,19 +443,18 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       SendLocked(command);
     }
     cv_.notify_all();
-    // Wait for the server to confirm, so a release published from now on
-    // reaches this contender (and the release script does not take it for
-    // dead). If the server is away, return anyway: the thread subscribes on
-    // reconnect and then wakes everyone.
-    const auto until = steady_clock::now() + connect_timeout_;
-    const bool confirmed = cv_.wait_until(lock, until, [&] {
-      return stopping_ || std::all_of(channels.begin(), channels.end(), [&](const auto& c) {
-               return confirmed_.count(c) > 0;
-             });
-    });
-    // Its contender may miss a release until then: wake it when we are back.
-    if (!confirmed) wake_on_confirm_ = true;
+    // No waiting for the server to confirm: the contender's first attempt
+    // goes out at once (an uncontended acquisition is one round trip). A
+    // release before the confirmation may miss this contender, so once
+    // confirmed it is woken to look again (see Session).
+    slot->unconfirmed = !AllConfirmedLocked(*slot);
     return slot;
+  }
+
+  bool AllConfirmedLocked(const Slot& slot) const {
+    const std::vector<std::string> channels = ChannelsOf(slot);
+    return std::all_of(channels.begin(), channels.end(),
+                       [&](const std::string& c) { return confirmed_.count(c) > 0; });
   }
 
   void Remove(const std::shared_ptr<Slot>& slot) {
@@ -521,6 +522,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       lock.lock();
       conn_.reset();
       confirmed_.clear();
+      for (auto& [mutex, list] : slots_) {
+        for (auto& slot : list) slot->unconfirmed = true;
+      }
       // Releases published while we are away are lost: wake everyone once
       // the next connection has subscribed again.
       wake_on_confirm_ = true;
@@ -600,12 +604,30 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
           std::lock_guard<std::mutex> lock(mu_);
           if (wanted_.count(channel) > 0) confirmed_.insert(channel);
           cv_.notify_all();
-          if (unconfirmed.erase(channel) > 0 && unconfirmed.empty() && wake_on_confirm_) {
-            wake_on_confirm_ = false;
-            for (const auto& [mutex, list] : slots_) {
-              AddWorkLocked(mutex, MutexEvent::Kind::kReleased, {}, nullptr, &work);
+          unconfirmed.erase(channel);
+          std::string mutex;
+          std::string suffix;
+          if (wake_on_confirm_) {
+            // After a reconnect: everyone, once the whole batch is back.
+            if (unconfirmed.empty()) {
+              wake_on_confirm_ = false;
+              for (const auto& [name, list] : slots_) {
+                AddWorkLocked(name, MutexEvent::Kind::kReleased, {}, nullptr, &work);
+              }
+            }
+          } else if (SplitName(prefix_, channel, &mutex, &suffix)) {
+            // A subscription made before this confirmation may have missed
+            // a release: it looks again once all its channels are confirmed.
+            auto it = slots_.find(mutex);
+            if (it != slots_.end()) {
+              for (const auto& slot : it->second) {
+                if (slot->unconfirmed && AllConfirmedLocked(*slot)) {
+                  work.emplace_back(slot, MutexEvent{MutexEvent::Kind::kReleased, mutex, {}});
+                }
+              }
             }
           }
+          for (const auto& item : work) item.first->unconfirmed = false;
         }
         Dispatch(work);
         continue;
@@ -684,8 +706,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
   std::map<std::string, int> wanted_;  // channel -> listeners
   std::set<std::string> confirmed_;
-  // A connection was lost, or a subscribe() returned before the server
-  // confirmed it: subscribers may have missed a release.
+  // A connection was lost: subscribers may have missed a release.
   bool wake_on_confirm_ = false;
 };
 
