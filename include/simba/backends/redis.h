@@ -43,7 +43,9 @@
 // backend (so per factory), shared by every mutex, plus one thread that reads
 // the subscriber connection. Both reconnect with backoff (from 100 ms to
 // 2 s); subscriptions are renewed after a reconnect and every subscriber is
-// then woken once, since events may have been missed. Calls take turns on
+// then woken once, since events may have been missed. subscribe() does not
+// wait for the server; a subscription is woken once when the server
+// confirms it, for the same reason. Calls take turns on
 // the command connection; a call that misses its deadline closes it (a late
 // reply must never be read as another call's), and the next call reconnects.
 //
