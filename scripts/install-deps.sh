@@ -8,6 +8,11 @@ packages=(
   libsqlite3-dev            # the SQLite backend
   libhiredis-dev            # the Redis backend
   redis-server redis-tools  # its tests run a real server (scripts/servers/redis.sh)
+  libpq-dev                 # the PostgreSQL backend
+  postgresql                # its tests run a real server (scripts/servers/postgres.sh)
+  libmariadb-dev            # the MySQL/MariaDB backend
+  mariadb-server            # its tests run a real server (scripts/servers/mysql.sh),
+  mariadb-client            #   which that script queries with the mariadb client
   libgtest-dev libgmock-dev # tests
 )
 

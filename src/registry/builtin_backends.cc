@@ -18,6 +18,9 @@
 #if SIMBA_HAVE_REDIS
 #include "simba/backends/redis.h"
 #endif
+#if SIMBA_HAVE_POSTGRES
+#include "simba/backends/postgres.h"
+#endif
 
 namespace simba {
 
@@ -40,6 +43,15 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
         SIMBA_ASSIGN_OR_RETURN(RedisOptions options, RedisOptionsFromUri(uri));
         return NewRedisBackend(std::move(options));
       }));
+#endif
+#if SIMBA_HAVE_POSTGRES
+  for (const char* scheme : {"postgresql", "postgres"}) {
+    SIMBA_RETURN_IF_ERROR(
+        registry.Register(scheme, [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+          SIMBA_ASSIGN_OR_RETURN(PostgresOptions options, PostgresOptionsFromUri(uri));
+          return NewPostgresBackend(std::move(options));
+        }));
+  }
 #endif
   return OkStatus();
 }

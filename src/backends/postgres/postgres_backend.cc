@@ -1,0 +1,545 @@
+// The PostgreSQL driver of the SQL protocol (backends/sql/sql_backend.h):
+// libpq connections driven without blocking, so every call ends by its
+// deadline, and a LISTEN connection for push.
+#include "simba/backends/postgres.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cctype>
+#include <charconv>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/sql/sql_backend.h"
+#include "core/log.h"
+
+namespace simba {
+namespace {
+
+using internal::sql::AcquireParts;
+using internal::sql::SqlDriver;
+using internal::sql::SqlFailure;
+using internal::sql::SqlResult;
+using internal::sql::SqlRow;
+using internal::sql::SqlSession;
+using internal::sql::Statement;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr char kNowMs[] = "(floor(extract(epoch from statement_timestamp()) * 1000))::bigint";
+
+constexpr char kCreateTable[] =
+    "CREATE TABLE IF NOT EXISTS simba_mutex (\n"
+    "  mutex varchar(66) NOT NULL PRIMARY KEY,\n"
+    "  acquired_at bigint NOT NULL DEFAULT 0,\n"
+    "  ttl_at bigint NOT NULL DEFAULT 0,\n"
+    "  transition_at bigint NOT NULL DEFAULT 0,\n"
+    "  owner_id varchar(128) NOT NULL DEFAULT '',\n"
+    "  version bigint NOT NULL DEFAULT 0\n"
+    ")";
+
+std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+int PollTimeout(Deadline deadline) {
+  const auto left = deadline - steady_clock::now();
+  if (left <= steady_clock::duration::zero()) return -1;
+  return static_cast<int>(
+      std::min<long long>(std::chrono::ceil<milliseconds>(left).count(), 1 << 30));
+}
+
+// Waits for the connection's socket; false at the deadline.
+bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
+  for (;;) {
+    const int timeout = PollTimeout(deadline);
+    if (timeout < 0) return false;
+    pollfd p{PQsocket(conn), events, 0};
+    const int n = ::poll(&p, 1, timeout);
+    if (n > 0) return true;
+    if (n < 0 && errno != EINTR) return true;  // let libpq report the error
+  }
+}
+
+// "{0}" -> "$1", ...
+std::string Render(const std::string& sql) {
+  std::string out;
+  out.reserve(sql.size());
+  for (std::size_t i = 0; i < sql.size(); ++i) {
+    if (sql[i] == '{') {
+      const std::size_t close = sql.find('}', i);
+      int index = 0;
+      if (close != std::string::npos &&
+          std::from_chars(sql.data() + i + 1, sql.data() + close, index).ec == std::errc() &&
+          close > i + 1) {
+        out += "$" + std::to_string(index + 1);
+        i = close;
+        continue;
+      }
+    }
+    out += sql[i];
+  }
+  return out;
+}
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using PgConn = std::unique_ptr<PGconn, ConnDeleter>;
+
+// libpq's message without its trailing newline.
+std::string ConnMessage(PGconn* conn) {
+  std::string text = PQerrorMessage(conn);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+Status ResultStatus(PGresult* result, SqlFailure* failure) {
+  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
+  const std::string sqlstate = state != nullptr ? state : "";
+  std::string text = PQresultErrorMessage(result);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const std::string message = text + (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")");
+  SqlFailure kind = SqlFailure::kOther;
+  Status status;
+  if (sqlstate == "42P01") {
+    kind = SqlFailure::kNoTable;
+    status = NotFoundError(message);
+  } else if (sqlstate == "42501") {
+    kind = SqlFailure::kNoPrivilege;
+    status = PermissionDeniedError(message);
+  } else if (sqlstate == "23505") {
+    kind = SqlFailure::kDuplicateKey;
+    status = AbortedError(message);
+  } else if (sqlstate == "57014") {
+    status = DeadlineExceededError(message);
+  } else if (sqlstate.rfind("08", 0) == 0 || sqlstate.rfind("57", 0) == 0 ||
+             sqlstate.rfind("53", 0) == 0 || sqlstate == "40001" || sqlstate == "40P01") {
+    // Connection trouble, shutdown, resources, serialization: try again.
+    status = UnavailableError(message);
+  } else {
+    status = InternalError(message);
+  }
+  if (failure != nullptr) *failure = kind;
+  return status;
+}
+
+class PgSession final : public SqlSession {
+ public:
+  PgSession(PgConn conn, std::string description)
+      : conn_(std::move(conn)), description_(std::move(description)) {}
+
+  bool healthy() const override { return healthy_ && PQstatus(conn_.get()) == CONNECTION_OK; }
+
+  Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
+                                     Deadline deadline, SqlFailure* failure) override {
+    if (failure != nullptr) *failure = SqlFailure::kOther;
+    PGconn* conn = conn_.get();
+    // One pipeline, one sync: the statements run as one implicit
+    // transaction (so `transaction` needs nothing more) in one round trip.
+    (void)transaction;
+    if (PQenterPipelineMode(conn) != 1) return Broken("entering pipeline mode");
+    for (const Statement& statement : statements) {
+      const std::string sql = Render(statement.sql);
+      std::vector<const char*> values;
+      values.reserve(statement.params.size());
+      for (const std::string& p : statement.params) values.push_back(p.c_str());
+      if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
+                            values.data(), nullptr, nullptr, 0) != 1) {
+        return Broken("sending a statement");
+      }
+    }
+    if (PQpipelineSync(conn) != 1) return Broken("sending");
+    // Flush everything we queued.
+    for (;;) {
+      const int flushed = PQflush(conn);
+      if (flushed == 0) break;
+      if (flushed < 0) return Broken("sending");
+      if (!WaitSocket(conn, POLLOUT | POLLIN, deadline)) return Late();
+      if (PQconsumeInput(conn) != 1) return Broken("reading");
+    }
+    std::vector<SqlResult> results;
+    Status first_error;
+    bool synced = false;
+    while (!synced) {
+      while (PQisBusy(conn) == 1) {
+        if (!WaitSocket(conn, POLLIN, deadline)) return Late();
+        if (PQconsumeInput(conn) != 1) return Broken("reading");
+      }
+      PgResult result(PQgetResult(conn));
+      if (!result) continue;  // the end of one statement's results
+      switch (PQresultStatus(result.get())) {
+        case PGRES_PIPELINE_SYNC:
+          synced = true;
+          break;
+        case PGRES_TUPLES_OK:
+        case PGRES_COMMAND_OK: {
+          SqlResult out;
+          const int rows = PQntuples(result.get());
+          const int columns = PQnfields(result.get());
+          for (int r = 0; r < rows; ++r) {
+            SqlRow row;
+            row.reserve(static_cast<std::size_t>(columns));
+            for (int c = 0; c < columns; ++c) row.emplace_back(PQgetvalue(result.get(), r, c));
+            out.rows.push_back(std::move(row));
+          }
+          const char* affected = PQcmdTuples(result.get());
+          if (affected != nullptr && *affected != '\0') {
+            std::from_chars(affected, affected + std::strlen(affected), out.affected_rows);
+          }
+          results.push_back(std::move(out));
+          break;
+        }
+        case PGRES_PIPELINE_ABORTED:
+          break;
+        default:
+          if (first_error.ok()) first_error = ResultStatus(result.get(), failure);
+          break;
+      }
+    }
+    if (PQexitPipelineMode(conn) != 1) healthy_ = false;
+    if (!first_error.ok()) return first_error;
+    return results;
+  }
+
+ private:
+  Status Broken(std::string_view what) {
+    healthy_ = false;
+    return UnavailableError(std::string(what) + ": " + ConnMessage(conn_.get()));
+  }
+  Status Late() {
+    // The reply may still come; the connection cannot be reused.
+    healthy_ = false;
+    return DeadlineExceededError("no reply by the deadline");
+  }
+
+  PgConn conn_;
+  std::string description_;
+  bool healthy_ = true;
+};
+
+// Connects without blocking past `deadline`.
+Result<PgConn> Connect(const std::map<std::string, std::string>& params,
+                       const std::string& description, Deadline deadline) {
+  std::vector<const char*> keys;
+  std::vector<const char*> values;
+  for (const auto& [k, v] : params) {
+    keys.push_back(k.c_str());
+    values.push_back(v.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  PgConn conn(PQconnectStartParams(keys.data(), values.data(), 0));
+  if (!conn) return UnavailableError(description + ": out of memory");
+  if (PQstatus(conn.get()) == CONNECTION_BAD) {
+    return UnavailableError(description + ": " + ConnMessage(conn.get()));
+  }
+  PostgresPollingStatusType state = PGRES_POLLING_WRITING;
+  for (;;) {
+    if (state == PGRES_POLLING_OK) break;
+    if (state == PGRES_POLLING_FAILED) {
+      const std::string message = ConnMessage(conn.get());
+      if (message.find("password authentication failed") != std::string::npos ||
+          message.find("no password supplied") != std::string::npos ||
+          message.find("no pg_hba.conf entry") != std::string::npos) {
+        return PermissionDeniedError(description + ": " + message);
+      }
+      if (message.find("does not exist") != std::string::npos) {
+        return NotFoundError(description + ": " + message);
+      }
+      return UnavailableError(description + ": " + message);
+    }
+    if (!WaitSocket(conn.get(), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline)) {
+      return DeadlineExceededError(description + ": connecting timed out");
+    }
+    state = PQconnectPoll(conn.get());
+  }
+  if (PQsetnonblocking(conn.get(), 1) != 0) {
+    return UnavailableError(description + ": " + ConnMessage(conn.get()));
+  }
+  return conn;
+}
+
+// The LISTEN connection: one thread, reconnecting with backoff.
+class PgListener final : public SqlDriver::Listener {
+ public:
+  PgListener(std::map<std::string, std::string> params, std::string description,
+             std::string channel,
+             std::function<void(const std::string&, const std::string&)> on_release)
+      : params_(std::move(params)),
+        description_(std::move(description)),
+        channel_(std::move(channel)),
+        on_release_(std::move(on_release)) {
+    if (::pipe(wake_) != 0) wake_[0] = wake_[1] = -1;
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~PgListener() override {
+    stopping_ = true;
+    if (wake_[1] >= 0) {
+      const char byte = 1;
+      (void)!::write(wake_[1], &byte, 1);
+    }
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // destroyed from a callback: the loop ends by itself
+    } else if (thread_.joinable()) {
+      thread_.join();
+    }
+    if (wake_[0] >= 0) ::close(wake_[0]);
+    if (wake_[1] >= 0) ::close(wake_[1]);
+  }
+
+ private:
+  void Loop() {
+    milliseconds delay{0};
+    while (!stopping_) {
+      Status status = Session();
+      if (stopping_) break;
+      delay = std::clamp(delay * 2, milliseconds(100), milliseconds(2000));
+      SIMBA_LOG(kDebug, description_ << ": listener: " << status << "; reconnecting in "
+                                     << FormatDuration(delay));
+      pollfd p{wake_[0], POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(delay.count()));
+    }
+  }
+
+  Status Session() {
+    auto conn = Connect(params_, description_, steady_clock::now() + milliseconds(5000));
+    if (!conn.ok()) return conn.status();
+    PGconn* c = conn->get();
+    if (PQsetnonblocking(c, 0) != 0) return UnavailableError(ConnMessage(c));
+    PgResult listen(PQexec(c, ("LISTEN " + channel_).c_str()));
+    if (PQresultStatus(listen.get()) != PGRES_COMMAND_OK) {
+      return UnavailableError("LISTEN: " + ConnMessage(c));
+    }
+    // Releases before we listened (a subscription made while the first
+    // LISTEN was on its way, or anything while we were disconnected) were
+    // missed: everyone looks once.
+    on_release_("", "");
+    for (;;) {
+      pollfd p[2] = {{PQsocket(c), POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      const int n = ::poll(p, 2, 15000);
+      if (stopping_) return OkStatus();
+      if (n < 0 && errno != EINTR) return UnavailableError("poll failed");
+      if (n == 0) {
+        // Idle: make sure the connection is still there.
+        PgResult ping(PQexec(c, "SELECT 1"));
+        if (PQresultStatus(ping.get()) != PGRES_TUPLES_OK) {
+          return UnavailableError("lost: " + ConnMessage(c));
+        }
+      }
+      if (PQconsumeInput(c) != 1) return UnavailableError("lost: " + ConnMessage(c));
+      while (PGnotify* notify = PQnotifies(c)) {
+        const std::string payload = notify->extra != nullptr ? notify->extra : "";
+        PQfreemem(notify);
+        const std::size_t split = payload.find('\n');
+        on_release_(payload.substr(0, split),
+                    split == std::string::npos ? std::string() : payload.substr(split + 1));
+      }
+    }
+  }
+
+  const std::map<std::string, std::string> params_;
+  const std::string description_;
+  const std::string channel_;
+  const std::function<void(const std::string&, const std::string&)> on_release_;
+  std::atomic<bool> stopping_{false};
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+};
+
+class PgDriver final : public SqlDriver {
+ public:
+  PgDriver(std::map<std::string, std::string> params, std::string table)
+      : params_(std::move(params)), table_(std::move(table)) {
+    auto get = [&](const char* key, const char* fallback) {
+      auto it = params_.find(key);
+      return it == params_.end() ? std::string(fallback) : it->second;
+    };
+    description_ = "postgresql at " + get("host", "?") + ":" + get("port", "5432") + "/" +
+                   get("dbname", get("user", "").c_str());
+  }
+
+  std::string_view scheme() const override { return "postgresql"; }
+  const std::string& description() const override { return description_; }
+
+  Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, simba::Connect(params_, description_, deadline));
+    return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn), description_));
+  }
+
+  std::string NowMs() const override { return kNowMs; }
+  std::string CreateTableSql() const override { return kCreateTable; }
+  std::string InsertFreeRowSql() const override {
+    return "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
+           "version) VALUES ({0}, 0, 0, 0, '', 0) ON CONFLICT (mutex) DO NOTHING";
+  }
+
+  std::vector<Statement> AcquireStatements(const AcquireParts& parts,
+                                           const std::vector<std::string>& params) const override {
+    // Insert the row acquired, or update it where the caller may acquire.
+    // ON CONFLICT ... WHERE false still locks the row until the end of the
+    // (implicit) transaction, so the read that follows sees it as decided.
+    std::string upsert =
+        "INSERT INTO simba_mutex AS t (mutex, acquired_at, ttl_at, transition_at, owner_id, "
+        "version) VALUES ({0}, " + parts.now + ", " + parts.now + " + {2}, " + parts.now +
+        " + {2} + {3}, {1}, 1) ON CONFLICT (mutex) DO UPDATE SET ";
+    for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
+      if (i > 0) upsert += ", ";
+      upsert += parts.assignments[i].first + " = " + Qualify(parts.assignments[i].second);
+    }
+    upsert += " WHERE " + Qualify(parts.may_acquire);
+    // (Each statement gets only the parameters it uses: libpq cannot type
+    // an unused one.)
+    return {{upsert, params},
+            {"SELECT " + parts.returning + " FROM simba_mutex WHERE mutex = {0}", {params[0]}}};
+  }
+
+  std::unique_ptr<Listener> MakeListener(
+      std::function<void(const std::string&, const std::string&)> on_release) override {
+    return std::make_unique<PgListener>(params_, description_, table_, std::move(on_release));
+  }
+  std::string ReleaseNoticeSql() const override {
+    return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text)";
+  }
+
+ private:
+  // In ON CONFLICT DO UPDATE, columns must say which row they mean: the
+  // existing one (t.), not EXCLUDED.
+  static std::string Qualify(const std::string& expression) {
+    std::string out = expression;
+    for (const char* column : {"version", "acquired_at", "ttl_at", "transition_at", "owner_id"}) {
+      std::string result;
+      const std::string name(column);
+      std::size_t at = 0;
+      while (at < out.size()) {
+        const std::size_t found = out.find(name, at);
+        if (found == std::string::npos) {
+          result += out.substr(at);
+          break;
+        }
+        const bool word_start =
+            found == 0 || !(std::isalnum(static_cast<unsigned char>(out[found - 1])) ||
+                            out[found - 1] == '_' || out[found - 1] == '.');
+        const std::size_t end = found + name.size();
+        const bool word_end = end >= out.size() ||
+                              !(std::isalnum(static_cast<unsigned char>(out[end])) || out[end] == '_');
+        result += out.substr(at, found - at);
+        result += (word_start && word_end ? "t." : "") + name;
+        at = end;
+      }
+      out = result;
+    }
+    return out;
+  }
+
+  const std::map<std::string, std::string> params_;
+  // Also the NOTIFY channel: the notice names "simba_mutex", which the
+  // protocol replaces with the table's name.
+  const std::string table_;
+  std::string description_;
+};
+
+// The keywords libpq knows, to reject typos in URIs.
+const std::set<std::string>& LibpqKeywords() {
+  static const std::set<std::string>* keywords = [] {
+    auto* set = new std::set<std::string>();
+    if (PQconninfoOption* options = PQconndefaults()) {
+      for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) set->insert(o->keyword);
+      PQconninfoFree(options);
+    }
+    return set;
+  }();
+  return *keywords;
+}
+
+}  // namespace
+
+std::string PostgresSchemaSql() { return std::string(kCreateTable) + ";\n"; }
+
+Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
+  if (options.params.count("host") == 0 && options.params.count("hostaddr") == 0) {
+    return InvalidArgumentError("postgresql: no host");
+  }
+  for (const auto& [key, value] : options.params) {
+    if (LibpqKeywords().count(key) == 0) {
+      return InvalidArgumentError("postgresql: unknown connection option " + Quoted(key));
+    }
+  }
+  if (options.connections < 1) {
+    return InvalidArgumentError("postgresql: connections must be at least 1");
+  }
+  // A bound on connecting even when a call's deadline is far away.
+  if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
+  internal::sql::SqlBackendOptions sql;
+  sql.connections = options.connections;
+  sql.create_table = options.create_table;
+  sql.table = options.table;
+  return internal::sql::NewSqlBackend(
+      std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
+}
+
+Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
+  constexpr char kForm[] = "postgresql://user[:password]@host[:port]/db";
+  if (uri.scheme != "postgresql" && uri.scheme != "postgres") {
+    return InvalidArgumentError("postgresql: URI scheme is " + Quoted(uri.scheme) +
+                                ", expected 'postgresql'");
+  }
+  if (uri.hosts.size() != 1 || uri.hosts.front().host.empty()) {
+    return InvalidArgumentError(std::string("postgresql: URI must name one host; expected ") +
+                                kForm);
+  }
+  if (uri.path.size() <= 1) {
+    return InvalidArgumentError(std::string("postgresql: URI names no database; expected ") +
+                                kForm);
+  }
+  PostgresOptions options;
+  options.params["host"] = uri.hosts.front().host;
+  if (uri.hosts.front().port) options.params["port"] = std::to_string(*uri.hosts.front().port);
+  options.params["dbname"] = uri.path.substr(1);
+  if (uri.user) options.params["user"] = *uri.user;
+  if (uri.password) options.params["password"] = *uri.password;
+  for (const auto& [key, value] : uri.query) {
+    if (key == "connections") {
+      int n = 0;
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
+        return InvalidArgumentError("postgresql: connections must be 1..64, not " + Quoted(value));
+      }
+      options.connections = n;
+    } else if (key == "table") {
+      options.table = value;
+    } else if (key == "create_table") {
+      if (value != "on" && value != "off") {
+        return InvalidArgumentError("postgresql: create_table must be on or off, not " +
+                                    Quoted(value));
+      }
+      options.create_table = value == "on";
+    } else if (key == "host" || key == "port" || key == "dbname" || key == "user" ||
+               key == "password") {
+      return InvalidArgumentError("postgresql: " + Quoted(key) +
+                                  " belongs in the URI itself, not its query");
+    } else if (LibpqKeywords().count(key) == 0) {
+      return InvalidArgumentError("postgresql: unknown URI query key " + Quoted(key) +
+                                  " (ours: connections, create_table, table; others must be libpq "
+                                  "connection keywords)");
+    } else {
+      options.params[key] = value;
+    }
+  }
+  return options;
+}
+
+}  // namespace simba

@@ -1,0 +1,449 @@
+#include "backends/sql/sql_backend.h"
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "core/log.h"
+#include "simba/uri.h"
+
+namespace simba::internal::sql {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr milliseconds kFirstReconnectDelay{100};
+constexpr milliseconds kMaxReconnectDelay{2000};
+
+constexpr char kColumns[] = "acquired_at, ttl_at, transition_at, owner_id, version";
+
+std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+long long ToInt(const std::string& text) {
+  long long value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+// A row of acquired_at, ttl_at, transition_at, owner_id, version, now as an
+// owner record. A released or expired lease (transition_at < now) is free:
+// exactly what the next acquisition may take.
+Result<OwnerRecord> ToRecord(const SqlRow& row, std::size_t first = 0) {
+  if (row.size() < first + 6) return InternalError("unexpected row shape");
+  OwnerRecord record;
+  record.store_now = StoreTime(ToInt(row[first + 5]));
+  const StoreTime transition_at(ToInt(row[first + 2]));
+  if (row[first + 3].empty() || transition_at < record.store_now) return record;
+  record.owner.owner_id = row[first + 3];
+  record.owner.acquired_at = StoreTime(ToInt(row[first + 0]));
+  record.owner.ttl_at = StoreTime(ToInt(row[first + 1]));
+  record.owner.transition_at = transition_at;
+  record.owner.fencing_token = static_cast<std::uint64_t>(ToInt(row[first + 4]));
+  return record;
+}
+
+// Sessions shared by all calls: at most `size`, connected lazily, replaced
+// when broken; waiting for one respects the call's deadline.
+class SessionPool {
+ public:
+  SessionPool(SqlDriver* driver, int size) : driver_(driver), size_(size) {}
+
+  class Lease {
+   public:
+    Lease(SessionPool* pool, std::unique_ptr<SqlSession> session)
+        : pool_(pool), session_(std::move(session)) {}
+    Lease(Lease&&) = default;
+    ~Lease() {
+      if (session_) pool_->Return(std::move(session_));
+    }
+    SqlSession* operator->() { return session_.get(); }
+
+   private:
+    SessionPool* pool_;
+    std::unique_ptr<SqlSession> session_;
+  };
+
+  Result<Lease> Take(Deadline deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_until(lock, deadline, [&] { return !idle_.empty() || open_ < size_; })) {
+      return DeadlineExceededError(driver_->description() +
+                                   ": deadline passed while waiting for a connection");
+    }
+    if (!idle_.empty()) {
+      auto session = std::move(idle_.back());
+      idle_.pop_back();
+      return Lease(this, std::move(session));
+    }
+    const auto now = steady_clock::now();
+    if (now < next_connect_) {
+      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
+      return Status(last_error_.code(),
+                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
+    }
+    ++open_;
+    lock.unlock();
+    auto session = driver_->Connect(deadline);
+    lock.lock();
+    if (!session.ok()) {
+      --open_;
+      cv_.notify_one();
+      last_error_ = session.status();
+      delay_ = std::clamp(delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+      next_connect_ = steady_clock::now() + delay_;
+      return session.status();
+    }
+    delay_ = milliseconds(0);
+    return Lease(this, std::move(*session));
+  }
+
+ private:
+  void Return(std::unique_ptr<SqlSession> session) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session->healthy()) {
+      idle_.push_back(std::move(session));
+    } else {
+      --open_;  // dropped; the next Take connects a new one
+    }
+    cv_.notify_one();
+  }
+
+  SqlDriver* const driver_;
+  const int size_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<SqlSession>> idle_;
+  int open_ = 0;
+  Status last_error_;
+  steady_clock::time_point next_connect_{};
+  milliseconds delay_{0};
+};
+
+struct Slot {
+  std::string mutex;
+  std::function<void(const MutexEvent&)> listener;
+  bool alive = true;  // guarded by the backend's dispatch_mu_
+};
+
+class SqlBackend final : public Backend, public std::enable_shared_from_this<SqlBackend> {
+ public:
+  SqlBackend(std::unique_ptr<SqlDriver> driver, SqlBackendOptions options)
+      : driver_(std::move(driver)), options_(options), pool_(driver_.get(), options.connections) {
+    capabilities_.cross_process = true;
+    capabilities_.fencing_source = "simba_mutex.version at acquisition";
+    capabilities_.max_mutex_length = options.max_mutex_length;
+    capabilities_.max_contender_id_length = options.max_contender_id_length;
+    capabilities_.push_release = !driver_->ReleaseNoticeSql().empty();
+  }
+
+  ~SqlBackend() override {
+    std::unique_ptr<SqlDriver::Listener> listener;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      listener = std::move(listener_);
+    }
+    listener.reset();
+  }
+
+  std::string_view scheme() const override { return driver_->scheme(); }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
+      return InvalidArgumentError("ttl must be positive and transition not negative");
+    }
+    const std::string now = driver_->NowMs();
+    AcquireParts parts;
+    parts.now = now;
+    // Take the row when its hard lease is over; renew it when we own it and
+    // it is not (>=: JVM Simba's `>` left a 1 ms gap where nobody could).
+    parts.may_acquire = "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " +
+                        now + "))";
+    parts.assignments = {
+        // First, while owner_id and transition_at still hold the old values:
+        // a renewal keeps the version (the fencing token).
+        {"version", "CASE WHEN owner_id = {1} AND transition_at >= " + now +
+                        " THEN version ELSE version + 1 END"},
+        {"acquired_at", now},
+        {"ttl_at", now + " + {2}"},
+        {"owner_id", "{1}"},
+        {"transition_at", now + " + {2} + {3}"},
+    };
+    parts.returning = std::string(kColumns) + ", " + now;
+    const std::vector<std::string> params = {
+        std::string(request.mutex), std::string(request.contender_id),
+        std::to_string(request.ttl.count()), std::to_string(request.transition.count())};
+    const std::string what = "acquiring mutex " + Quoted(request.mutex);
+    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
+                           RunOnTable(driver_->AcquireStatements(parts, params), true, deadline,
+                                      what));
+    if (results.empty() || results.back().rows.size() != 1) {
+      return InternalError(driver_->description() + ": " + what + ": the row was not returned");
+    }
+    return ToRecord(results.back().rows.front());
+  }
+
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    const std::string what = "releasing mutex " + Quoted(mutex);
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> results,
+        RunOnTable({{"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
+                     "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}",
+                     {std::string(mutex), std::string(contender_id)}}},
+                   false, deadline, what));
+    const bool released = !results.empty() && results.front().affected_rows > 0;
+    if (released) Announce(mutex, contender_id, deadline);
+    return released;
+  }
+
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    const std::string what = "force-releasing mutex " + Quoted(mutex);
+    const std::string m(mutex);
+    // Create the row if missing, so the floor is recorded; then read the
+    // holder and free the row, in one transaction.
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> results,
+        RunOnTable({{driver_->InsertFreeRowSql(), {m}},
+                    {"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
+                         " FROM simba_mutex WHERE mutex = {0} FOR UPDATE",
+                     {m}},
+                    {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
+                     "transition_at = 0, owner_id = '' WHERE mutex = {0}",
+                     {m}},
+                    {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}}},
+                   true, deadline, what));
+    if (results.size() != 4 || results[1].rows.size() != 1 || results[3].rows.size() != 1 ||
+        results[3].rows[0].empty()) {
+      return InternalError(driver_->description() + ": " + what + ": unexpected result");
+    }
+    SIMBA_ASSIGN_OR_RETURN(OwnerRecord previous, ToRecord(results[1].rows[0]));
+    ForcedRelease forced{previous.owner,
+                         static_cast<std::uint64_t>(ToInt(results[3].rows[0][0])),
+                         previous.store_now};
+    Announce(mutex, previous.owner.owner_id, deadline);
+    return forced;
+  }
+
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    const std::string what = "reading mutex " + Quoted(mutex);
+    // The clock even when there is no row.
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> results,
+        RunOnTable({{"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
+                         " FROM simba_mutex WHERE mutex = {0}",
+                     {std::string(mutex)}},
+                    {"SELECT 0, 0, 0, '', 0, " + driver_->NowMs(), {}}},
+                   false, deadline, what));
+    if (results.size() != 2 || results[1].rows.size() != 1) {
+      return InternalError(driver_->description() + ": " + what + ": unexpected result");
+    }
+    return ToRecord(results[0].rows.empty() ? results[1].rows[0] : results[0].rows[0]);
+  }
+
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> results,
+        RunOnTable({{"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
+                         ", mutex FROM simba_mutex ORDER BY mutex",
+                     {}}},
+                   false, deadline, "listing mutexes"));
+    std::vector<ListedMutex> listed;
+    for (const SqlRow& row : results.front().rows) {
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, ToRecord(row));
+      listed.push_back(ListedMutex{row.at(6), std::move(record)});
+    }
+    return listed;
+  }
+
+  using Backend::subscribe;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::string_view /*contender_id*/,
+      std::function<void(const MutexEvent&)> listener) override;
+
+  void Remove(const std::shared_ptr<Slot>& slot) {
+    {
+      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+      slot->alive = false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(slot->mutex);
+    if (it == slots_.end()) return;
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
+    if (list.empty()) slots_.erase(it);
+  }
+
+ private:
+  // Runs statements that use the table; creates the table once if it is
+  // missing (or says what to run when we may not).
+  Result<std::vector<SqlResult>> RunOnTable(std::vector<Statement> statements,
+                                            bool transaction, Deadline deadline,
+                                            const std::string& what) {
+    for (Statement& statement : statements) statement.sql = OnTable(statement.sql);
+    SIMBA_ASSIGN_OR_RETURN(SessionPool::Lease session, pool_.Take(deadline));
+    SqlFailure failure = SqlFailure::kOther;
+    auto results = session->Run(statements, transaction, deadline, &failure);
+    if (!results.ok() && failure == SqlFailure::kNoTable) {
+      SIMBA_RETURN_IF_ERROR(CreateTable(*session.operator->(), deadline));
+      results = session->Run(statements, transaction, deadline, &failure);
+    }
+    if (!results.ok()) {
+      return Status(results.status().code(),
+                    driver_->description() + ": " + what + ": " + results.status().message());
+    }
+    return results;
+  }
+
+  // `sql` with our table's name for "simba_mutex".
+  std::string OnTable(const std::string& sql) const {
+    if (options_.table == "simba_mutex") return sql;
+    std::string out;
+    std::size_t at = 0;
+    for (std::size_t found; (found = sql.find("simba_mutex", at)) != std::string::npos;) {
+      out += sql.substr(at, found - at) + options_.table;
+      at = found + std::string_view("simba_mutex").size();
+    }
+    return out + sql.substr(at);
+  }
+
+  Status CreateTable(SqlSession& session, Deadline deadline) {
+    const std::string ddl = OnTable(driver_->CreateTableSql());
+    if (!options_.create_table) {
+      return FailedPreconditionError(driver_->description() + ": the table " + options_.table +
+                                     " does not exist; create it with: " + ddl);
+    }
+    SqlFailure failure = SqlFailure::kOther;
+    auto created = session.Run({{ddl, {}}}, false, deadline, &failure);
+    // Two processes creating it at once: the other one won.
+    if (!created.ok() && failure == SqlFailure::kDuplicateKey) return OkStatus();
+    if (!created.ok()) {
+      if (failure == SqlFailure::kNoPrivilege) {
+        return PermissionDeniedError(
+            driver_->description() +
+            ": the table " + options_.table +
+            " does not exist and this user may not create it; ask a "
+            "DBA to run (also printed by `simba schema " +
+            std::string(driver_->scheme()) + "`): " + ddl);
+      }
+      return created.status().WithContext(driver_->description() + ": creating " +
+                                          options_.table);
+    }
+    SIMBA_LOG(kInfo, driver_->description() << ": created the table " << options_.table);
+    return OkStatus();
+  }
+
+  // Tells every process's waiters that `mutex` is free (push stores).
+  void Announce(std::string_view mutex, std::string_view by, Deadline deadline) {
+    const std::string notice = driver_->ReleaseNoticeSql();
+    if (notice.empty()) return;
+    auto session = pool_.Take(deadline);
+    if (!session.ok()) return;  // waiters still poll
+    auto sent = (*session)->Run({{OnTable(notice), {std::string(mutex), std::string(by)}}},
+                                false, deadline);
+    if (!sent.ok()) {
+      SIMBA_LOG(kDebug, driver_->description() << ": announcing the release of '" << mutex
+                                               << "' failed: " << sent.status());
+    }
+  }
+
+  void OnRelease(const std::string& mutex, const std::string& by) {
+    std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [name, list] : slots_) {
+        // "" after a reconnect: anything may have been missed.
+        if (!mutex.empty() && name != mutex) continue;
+        for (const auto& slot : list) {
+          work.emplace_back(slot, MutexEvent{MutexEvent::Kind::kReleased, name, by});
+        }
+      }
+    }
+    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+    for (const auto& [slot, event] : work) {
+      if (slot->alive) slot->listener(event);
+    }
+  }
+
+  friend class SqlSubscription;
+
+  const std::unique_ptr<SqlDriver> driver_;
+  const SqlBackendOptions options_;
+  Capabilities capabilities_;
+  SessionPool pool_;
+
+  std::recursive_mutex dispatch_mu_;
+  std::mutex mu_;
+  std::unique_ptr<SqlDriver::Listener> listener_;  // started by the first subscribe
+  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
+};
+
+class SqlSubscription final : public Subscription {
+ public:
+  SqlSubscription(std::weak_ptr<SqlBackend> backend, std::shared_ptr<Slot> slot)
+      : backend_(std::move(backend)), slot_(std::move(slot)) {}
+  ~SqlSubscription() override {
+    if (auto backend = backend_.lock()) backend->Remove(slot_);
+  }
+
+ private:
+  std::weak_ptr<SqlBackend> backend_;
+  std::shared_ptr<Slot> slot_;
+};
+
+Result<std::unique_ptr<Subscription>> SqlBackend::subscribe(
+    std::string_view mutex, std::string_view /*contender_id*/,
+    std::function<void(const MutexEvent&)> listener) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  if (!listener) return InvalidArgumentError("listener must not be empty");
+  if (!capabilities_.push_release) {
+    return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
+  }
+  auto slot = std::make_shared<Slot>();
+  slot->mutex = std::string(mutex);
+  slot->listener = std::move(listener);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!listener_) {
+      std::weak_ptr<SqlBackend> weak = weak_from_this();
+      listener_ = driver_->MakeListener([weak](const std::string& m, const std::string& by) {
+        if (auto self = weak.lock()) self->OnRelease(m, by);
+      });
+    }
+    slots_[slot->mutex].push_back(slot);
+  }
+  return std::unique_ptr<Subscription>(
+      std::make_unique<SqlSubscription>(weak_from_this(), std::move(slot)));
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
+                                               SqlBackendOptions options) {
+  if (!driver) return InvalidArgumentError("no SQL driver");
+  if (options.connections < 1) return InvalidArgumentError("connections must be at least 1");
+  const std::string& t = options.table;
+  const bool identifier =
+      !t.empty() && t.size() <= 63 && !(t[0] >= '0' && t[0] <= '9') &&
+      std::all_of(t.begin(), t.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+               c == '_';
+      });
+  if (!identifier) {
+    return InvalidArgumentError("table " + Quoted(t) +
+                                " must be a plain identifier of at most 63 characters "
+                                "(A-Z a-z 0-9 _, not starting with a digit)");
+  }
+  return std::shared_ptr<Backend>(std::make_shared<SqlBackend>(std::move(driver), options));
+}
+
+}  // namespace simba::internal::sql

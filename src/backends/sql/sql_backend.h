@@ -1,0 +1,152 @@
+// Simba's `simba_mutex` table on a SQL server, written once for every
+// dialect. A backend is this protocol plus an SqlDriver: how to connect,
+// how to run statements, and the few SQL fragments that differ (the clock,
+// placeholders, the upsert, the column types).
+//
+// The table (JVM Simba's, simba-behaviour.md §3.1.1):
+//   mutex varchar(66) PRIMARY KEY, acquired_at, ttl_at, transition_at
+//   (database epoch milliseconds, 0 when free), owner_id varchar(128) (''
+//   when free), version (+1 on every acquisition and release).
+//
+// The protocol (what differs from JVM Simba is marked *):
+//   acquire  one upsert of the row: take it when its hard lease is over
+//            (transition_at < now), renew it when the caller owns it and it
+//            is not over (transition_at >= now*: no 1 ms dead spot), and
+//            create it at once when it is missing* (no first-use insert
+//            race); all times from the database clock. The row is returned
+//            (or read) in the same transaction.
+//   fencing  the token is the row's version after the acquisition*. A
+//            renewal by us keeps the version (JVM Simba bumps it, but never
+//            reads it), so the token is the acquisition's and grows with
+//            every change of owner.
+//   release  the owner's conditional update to the free row, version + 1.
+//   force    the same whoever owns it*; the new version is the floor.
+
+#ifndef SIMBA_BACKENDS_SQL_SQL_BACKEND_H_
+#define SIMBA_BACKENDS_SQL_SQL_BACKEND_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+
+namespace simba::internal::sql {
+
+// One row of text values (our columns are never NULL).
+using SqlRow = std::vector<std::string>;
+
+struct SqlResult {
+  std::vector<SqlRow> rows;
+  std::uint64_t affected_rows = 0;
+};
+
+// A statement whose parameters are written {0}, {1}, ... in `sql`; the
+// driver renders them ($1 for libpq, escaped literals for a multi-statement
+// round trip, ...).
+struct Statement {
+  std::string sql;
+  std::vector<std::string> params;
+};
+
+// Kinds of failure the protocol must tell apart.
+enum class SqlFailure {
+  kOther,
+  kNoTable,       // simba_mutex does not exist
+  kNoPrivilege,   // not allowed to create or use it
+  kDuplicateKey,  // a concurrent insert won
+};
+
+// One connection. Used by one call at a time.
+class SqlSession {
+ public:
+  virtual ~SqlSession() = default;
+  // Runs the statements in order, inside one transaction when
+  // `transaction`, in as few round trips as the driver can, and returns each
+  // one's result. On failure, `failure` (if given) says what kind it was.
+  virtual Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements,
+                                             bool transaction, Deadline deadline,
+                                             SqlFailure* failure = nullptr) = 0;
+  // False once the connection is known to be broken; it is then replaced.
+  virtual bool healthy() const = 0;
+};
+
+// The parts of the acquire statement every dialect shares; a driver puts
+// them into its own upsert. Placeholders: {0} mutex, {1} contender id,
+// {2} ttl ms, {3} transition ms.
+struct AcquireParts {
+  // The database clock in epoch ms (the driver's NowMs()).
+  std::string now;
+  // True when the caller may take or renew the existing row (its columns
+  // unqualified, e.g. `transition_at`).
+  std::string may_acquire;
+  // The new column values, in the order a driver must assign them (MySQL
+  // assigns left to right and later expressions see earlier assignments;
+  // this order keeps `may_acquire` meaning the same throughout).
+  std::vector<std::pair<std::string, std::string>> assignments;
+  // The columns read back: acquired_at, ttl_at, transition_at, owner_id,
+  // version, and the database clock.
+  std::string returning;
+};
+
+class SqlDriver {
+ public:
+  virtual ~SqlDriver() = default;
+  virtual std::string_view scheme() const = 0;
+  // "postgresql at host:port/db" (never a password), to start messages.
+  virtual const std::string& description() const = 0;
+  virtual Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) = 0;
+
+  // The database clock as an integer number of epoch milliseconds.
+  virtual std::string NowMs() const = 0;
+  // CREATE TABLE for simba_mutex, if missing (the DBA's copy too).
+  virtual std::string CreateTableSql() const = 0;
+  // Inserting the free row of mutex {0} unless it exists.
+  virtual std::string InsertFreeRowSql() const = 0;
+  // Acquire-or-renew as statements run in one transaction; the last
+  // returns the row (acquired or not) with the clock: one row of
+  // acquired_at, ttl_at, transition_at, owner_id, version, now.
+  virtual std::vector<Statement> AcquireStatements(const AcquireParts& parts,
+                                                   const std::vector<std::string>& params) const = 0;
+
+  // Push. While the returned handle lives, `on_release(mutex, by)` is
+  // called (from one thread of the driver's, one call at a time) for every
+  // release announced by ReleaseNoticeSql() in any process, and
+  // `on_release("", "")` after the driver reconnected (announcements may
+  // have been missed). Drivers without push return nullptr.
+  struct Listener {
+    virtual ~Listener() = default;
+  };
+  virtual std::unique_ptr<Listener> MakeListener(
+      std::function<void(const std::string& mutex, const std::string& by)> on_release) {
+    (void)on_release;
+    return nullptr;
+  }
+  // A statement announcing that {0} was released by {1} (run right after
+  // the release committed); empty when the driver has no push. Like every
+  // statement, "simba_mutex" in it stands for the table's name.
+  virtual std::string ReleaseNoticeSql() const { return {}; }
+};
+
+struct SqlBackendOptions {
+  // The table. Statements are written with "simba_mutex" and the name is
+  // substituted, so it must be a plain identifier ([A-Za-z_][A-Za-z0-9_]*).
+  std::string table = "simba_mutex";
+  // Connections shared by all calls (each call takes one for its duration).
+  int connections = 2;
+  // Create the table when it is missing (needs the privilege).
+  bool create_table = true;
+  std::size_t max_mutex_length = 66;
+  std::size_t max_contender_id_length = 128;
+};
+
+Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
+                                               SqlBackendOptions options);
+
+}  // namespace simba::internal::sql
+
+#endif  // SIMBA_BACKENDS_SQL_SQL_BACKEND_H_

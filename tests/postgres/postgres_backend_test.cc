@@ -1,0 +1,345 @@
+// The PostgreSQL backend beyond the conformance suite: names, the table's
+// creation and privileges, push hand-off, killed sessions and a restarted
+// server. Every test runs against a real PostgreSQL server.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/backends/postgres.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+Deadline In(milliseconds d) { return steady_clock::now() + d; }
+
+// A table of this test's own on the shared server.
+std::string TestTable() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string table = std::string("pt_") + info->name();
+  std::transform(table.begin(), table.end(), table.begin(), [](unsigned char c) {
+    return std::isalnum(c) ? static_cast<char>(std::tolower(c)) : '_';
+  });
+  return table.substr(0, 60);
+}
+
+std::string SharedUri() { return SharedServerUri("postgres") + "?table=" + TestTable(); }
+
+// Adds `query` ("a=b&c=d") to `uri`, which may have a query already.
+std::string WithQuery(const std::string& uri, const std::string& query) {
+  return uri + (uri.find('?') == std::string::npos ? "?" : "&") + query;
+}
+
+std::shared_ptr<Backend> Open(const std::string& uri) {
+  auto backend = OpenBackend(uri);
+  EXPECT_THAT(backend, IsOk()) << uri;
+  return backend.ok() ? *backend : nullptr;
+}
+
+AcquireRequest Request(std::string_view mutex, std::string_view id,
+                       milliseconds ttl = milliseconds(2000),
+                       milliseconds transition = milliseconds(1000)) {
+  return AcquireRequest{mutex, id, ttl, transition};
+}
+
+// Plain libpq for what the test itself does to the server.
+class Psql {
+ public:
+  explicit Psql(const std::string& uri) {
+    // Our URIs carry query keys of ours that libpq does not know.
+    conn_ = PQconnectdb(uri.substr(0, uri.find('?')).c_str());
+  }
+  ~Psql() { PQfinish(conn_); }
+  bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
+  // The first column of the first row ("" if none), or "ERROR: ..." text.
+  std::string Exec(const std::string& sql) {
+    PGresult* r = PQexec(conn_, sql.c_str());
+    std::string out;
+    const auto status = PQresultStatus(r);
+    if (status == PGRES_TUPLES_OK && PQntuples(r) > 0) {
+      out = PQgetvalue(r, 0, 0);
+    } else if (status != PGRES_TUPLES_OK && status != PGRES_COMMAND_OK) {
+      out = std::string("ERROR: ") + PQresultErrorMessage(r);
+    }
+    PQclear(r);
+    return out;
+  }
+
+ private:
+  PGconn* conn_;
+};
+
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); }, id);
+  }
+};
+
+std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
+                                                     milliseconds transition) {
+  FactoryOptions options;
+  options.contend.ttl = ttl;
+  options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk()) << uri;
+  return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// ---- names, URIs, the table -----------------------------------------------------
+
+TEST(PostgresNames, LongNamesAreRejectedNotTruncated) {
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  const std::string at_limit(66, 'm');
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request(at_limit, "a"), In(seconds(5))));
+  EXPECT_THAT(backend->acquire_or_renew(Request(at_limit + "x", "a"), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("66")));
+  EXPECT_THAT(backend->acquire_or_renew(Request("m", std::string(129, 'c')), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
+  // The 66-character row is there under its full name.
+  Psql psql(SharedServerUri("postgres"));
+  ASSERT_TRUE(psql.ok());
+  EXPECT_EQ(psql.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = '" + at_limit + "'"),
+            "a");
+}
+
+TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
+  auto uri = Uri::Parse(
+      "postgresql://alice:s3cret@db.example:5433/app?sslmode=require&application_name=x&"
+      "connections=3&table=locks&create_table=off");
+  ASSERT_THAT(uri, IsOk());
+  auto options = PostgresOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->params.at("host"), "db.example");
+  EXPECT_EQ(options->params.at("port"), "5433");
+  EXPECT_EQ(options->params.at("dbname"), "app");
+  EXPECT_EQ(options->params.at("user"), "alice");
+  EXPECT_EQ(options->params.at("password"), "s3cret");
+  EXPECT_EQ(options->params.at("sslmode"), "require");
+  EXPECT_EQ(options->params.at("application_name"), "x");
+  EXPECT_EQ(options->connections, 3);
+  EXPECT_EQ(options->table, "locks");
+  EXPECT_FALSE(options->create_table);
+  for (const char* bad : {"postgresql://h/db?sslmdoe=require", "postgresql://h/db?host=x",
+                          "postgresql://h/db?connections=0", "postgresql://h/db?create_table=1",
+                          "postgresql://h", "mysql://h/db"}) {
+    auto parsed = Uri::Parse(bad);
+    ASSERT_THAT(parsed, IsOk()) << bad;
+    EXPECT_THAT(PostgresOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+  }
+}
+
+TEST(PostgresTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
+  const std::string admin_uri = SharedServerUri("postgres");
+  Psql admin(admin_uri);
+  ASSERT_TRUE(admin.ok());
+  // A user that may connect but not create tables (PostgreSQL 15 no longer
+  // lets everyone create in the public schema).
+  admin.Exec("DROP TABLE IF EXISTS " + TestTable());
+  admin.Exec("DROP ROLE IF EXISTS simba_reader");
+  ASSERT_EQ(admin.Exec("CREATE ROLE simba_reader LOGIN"), "");
+  ASSERT_EQ(admin.Exec("REVOKE CREATE ON SCHEMA public FROM PUBLIC"), "");
+  const std::string rest = admin_uri.substr(admin_uri.find('@'));
+  const std::string reader_uri = "postgresql://simba_reader" + rest + "?table=" + TestTable();
+  auto reader = Open(reader_uri);
+  ASSERT_TRUE(reader);
+  auto denied = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("CREATE TABLE")));
+  EXPECT_THAT(denied.status().message(), HasSubstr(TestTable()));
+  // With create_table=off it does not even try: the same advice.
+  auto no_create = Open(WithQuery(reader_uri, "create_table=off"));
+  ASSERT_TRUE(no_create);
+  EXPECT_THAT(no_create->read("m", In(seconds(5))),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("CREATE TABLE")));
+  // A DBA runs the DDL (as printed) and grants; then it works.
+  std::string ddl = PostgresSchemaSql();
+  ddl.replace(ddl.find("simba_mutex"), std::string("simba_mutex").size(), TestTable());
+  ASSERT_EQ(admin.Exec(ddl), "");
+  ASSERT_EQ(admin.Exec("GRANT SELECT, INSERT, UPDATE ON " + TestTable() + " TO simba_reader"),
+            "");
+  auto granted = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(granted, IsOk());
+  EXPECT_EQ(granted->owner.owner_id, "a");
+  admin.Exec("DROP TABLE " + TestTable());
+  admin.Exec("DROP ROLE simba_reader");
+}
+
+TEST(PostgresTable, LayoutIsSimbasAndTokensAreVersions) {
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  auto first = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->owner.transition_at - first->owner.acquired_at, milliseconds(3000));
+  EXPECT_EQ(first->owner.ttl_at - first->owner.acquired_at, milliseconds(2000));
+  Psql psql(SharedServerUri("postgres"));
+  ASSERT_TRUE(psql.ok());
+  EXPECT_EQ(psql.Exec("SELECT version FROM " + TestTable() + " WHERE mutex = 'm'"),
+            std::to_string(first->owner.fencing_token));
+  // A renewal keeps the version; a release and the next acquisition raise it.
+  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(renewed, IsOk());
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  ASSERT_THAT(backend->release("m", "a", In(seconds(5))), IsOk());
+  EXPECT_EQ(psql.Exec("SELECT owner_id || '/' || transition_at FROM " + TestTable() +
+                      " WHERE mutex = 'm'"),
+            "/0");
+  auto next = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  ASSERT_THAT(next, IsOk());
+  EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
+}
+
+// ---- hand-off ---------------------------------------------------------------------
+
+TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
+  auto factory_a = Factory(SharedUri(), seconds(10), seconds(6));
+  auto factory_b = Factory(SharedUri(), seconds(10), seconds(6));
+  ASSERT_TRUE(factory_a && factory_b);
+  Recorder a, b;
+  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(500));  // b has looked and is waiting
+  EXPECT_FALSE(b.acquired.IsSet());
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->stop());
+  // Polling would take the hard lease (16 s); NOTIFY takes a round trip.
+  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  EXPECT_LT(steady_clock::now() - released_at, seconds(1));
+  EXPECT_GT(b.token.load(), a.token.load());
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// ---- failures -----------------------------------------------------------------------
+
+TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
+  const std::string uri = SharedUri();
+  auto factory_a = Factory(WithQuery(uri, "application_name=simba_kill_a"), seconds(2),
+                           seconds(1));
+  auto factory_b = Factory(WithQuery(uri, "application_name=simba_kill_b"), seconds(10),
+                           seconds(6));
+  ASSERT_TRUE(factory_a && factory_b);
+  Recorder a, b;
+  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(500));
+
+  Psql admin(SharedServerUri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  const std::string killed = admin.Exec(
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name IN "
+      "('simba_kill_a', 'simba_kill_b')");
+  EXPECT_NE(killed, "0");
+  // The holder renews on a new connection (ttl 2 s) and keeps its lease.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_TRUE(holder->is_owner());
+  EXPECT_FALSE(a.released.IsSet());
+  // The waiter's listener reconnected: a release still reaches it at once.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return admin.Exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                          "'simba_kill_b' AND query LIKE 'LISTEN%'") != "0";
+      },
+      seconds(5)));
+  const auto released_at = steady_clock::now();
+  SIMBA_ASSERT_OK(holder->stop());
+  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  EXPECT_LT(steady_clock::now() - released_at, seconds(1));
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+TEST(PostgresFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
+  auto server = TestServer::Start("postgres");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  auto factory_a = Factory(uri, seconds(2), seconds(2));
+  auto factory_b = Factory(uri, seconds(2), seconds(2));
+  ASSERT_TRUE(factory_a && factory_b);
+  std::mutex mu;
+  int inside = 0;
+  int max_inside = 0;
+  auto enter = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    max_inside = std::max(max_inside, ++inside);
+  };
+  auto leave = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    --inside;
+  };
+  Latch a_acquired, b_acquired;
+  std::atomic<std::uint64_t> a_token{0}, b_token{0};
+  auto holder = factory_a
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          a_token = s.after.fencing_token;
+                          enter();
+                          a_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "a"))
+                    .value();
+  auto waiter = factory_b
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          b_token = s.after.fencing_token;
+                          enter();
+                          b_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "b"))
+                    .value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(waiter->start());
+  // A crash and restart of the server: the row survives (PostgreSQL is
+  // durable), connections do not.
+  SIMBA_ASSERT_OK((*server)->Kill());
+  std::this_thread::sleep_for(seconds(1));
+  SIMBA_ASSERT_OK((*server)->Restart());
+  // Whoever holds it afterwards, nobody held it together, and if it changed
+  // hands the token grew.
+  std::this_thread::sleep_for(seconds(6));
+  EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
+  if (b_acquired.IsSet()) {
+    EXPECT_GT(b_token.load(), a_token.load());
+  }
+  SIMBA_ASSERT_OK(holder->stop());
+  SIMBA_ASSERT_OK(waiter->stop());
+  EXPECT_LE(max_inside, 1);
+}
+
+}  // namespace
+}  // namespace simba::testing
