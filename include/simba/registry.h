@@ -63,6 +63,12 @@ Status RegisterBuiltinBackends(BackendRegistry& registry);
 // BackendRegistry::Default().Open(uri).
 Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri);
 
+// The DDL a DBA runs to create the table of the SQL store `uri` names (its
+// `table` query key included), for when the backend may not create it.
+// kUnimplemented for stores without a schema to hand out; kInvalidArgument
+// for a bad URI.
+Result<std::string> SchemaSql(std::string_view uri);
+
 }  // namespace simba
 
 #endif  // SIMBA_REGISTRY_H_

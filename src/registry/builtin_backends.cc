@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <memory>
 #include <utility>
 
@@ -20,6 +21,9 @@
 #endif
 #if SIMBA_HAVE_POSTGRES
 #include "simba/backends/postgres.h"
+#endif
+#if SIMBA_HAVE_MYSQL
+#include "simba/backends/mysql.h"
 #endif
 
 namespace simba {
@@ -53,6 +57,15 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
         }));
   }
 #endif
+#if SIMBA_HAVE_MYSQL
+  for (const char* scheme : {"mysql", "mariadb"}) {
+    SIMBA_RETURN_IF_ERROR(
+        registry.Register(scheme, [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+          SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(uri));
+          return NewMysqlBackend(std::move(options));
+        }));
+  }
+#endif
   return OkStatus();
 }
 
@@ -75,6 +88,40 @@ BackendRegistry& BackendRegistry::Default() {
 
 Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri) {
   return BackendRegistry::Default().Open(uri);
+}
+
+namespace {
+
+// `ddl` for table `table` instead of simba_mutex.
+std::string ForTable(std::string ddl, const std::string& table) {
+  const std::string name = "simba_mutex";
+  for (std::size_t at = ddl.find(name); at != std::string::npos; at = ddl.find(name, at)) {
+    ddl.replace(at, name.size(), table);
+    at += table.size();
+  }
+  return ddl;
+}
+
+}  // namespace
+
+Result<std::string> SchemaSql(std::string_view text) {
+  SIMBA_ASSIGN_OR_RETURN(Uri uri, Uri::Parse(text));
+#if SIMBA_HAVE_POSTGRES
+  if (uri.scheme == "postgresql" || uri.scheme == "postgres") {
+    SIMBA_ASSIGN_OR_RETURN(PostgresOptions options, PostgresOptionsFromUri(uri));
+    return ForTable(PostgresSchemaSql(), options.table);
+  }
+#endif
+#if SIMBA_HAVE_MYSQL
+  if (uri.scheme == "mysql" || uri.scheme == "mariadb") {
+    SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(uri));
+    return ForTable(MysqlSchemaSql(), options.table);
+  }
+#endif
+  (void)ForTable;
+  return UnimplementedError("'" + uri.scheme +
+                            "' stores have no table for a DBA to create (only SQL servers do; "
+                            "the backend creates what it needs)");
 }
 
 }  // namespace simba

@@ -37,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "simba/uri.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -100,6 +101,30 @@ CliTarget RedisTarget() {
             return SharedServerUri("redis") + "?key_prefix=cli-" + unique;
           },
           "redis://127.0.0.1:1"};
+}
+#endif
+#if SIMBA_CLI_POSTGRES
+// Every test gets a table of its own in the shared database.
+CliTarget PostgresTarget() {
+  return {"postgres",
+          [](const std::string&, const std::string& unique) {
+            std::string table = "cli_" + unique;
+            std::replace(table.begin(), table.end(), '-', '_');
+            return SharedServerUri("postgres") + "?table=" + table;
+          },
+          "postgresql://nobody@127.0.0.1:1/db"};
+}
+#endif
+#if SIMBA_CLI_MYSQL
+// Every test gets a table of its own in the shared database.
+CliTarget MysqlTarget() {
+  return {"mysql",
+          [](const std::string&, const std::string& unique) {
+            std::string table = "cli_" + unique;
+            std::replace(table.begin(), table.end(), '-', '_');
+            return SharedServerUri("mysql") + "?table=" + table;
+          },
+          "mysql://nobody@127.0.0.1:1/db"};
 }
 #endif
 
@@ -473,7 +498,7 @@ class JsonParser {
 };
 
 // Store-agnostic tests run once, in the SQLite build of this file.
-#if !SIMBA_CLI_REDIS
+#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL
 TEST(CliJsonReader, ReadsTheDocumentedShape) {
   const std::string doc = R"({"store": "sqlite:///tmp/s.db", "mutexes": [
     {"mutex": "orders", "held": true, "owner": "0:4711@host/9f2c01aa", "fencing_token": 7,
@@ -490,7 +515,7 @@ TEST(CliJsonReader, ReadsTheDocumentedShape) {
   EXPECT_FALSE(JsonParser(R"({"a": 1,})").Parse(&error).has_value());
   EXPECT_FALSE(JsonParser(R"({"a": 1} x)").Parse(&error).has_value());
 }
-#endif  // !SIMBA_CLI_REDIS
+#endif  // store-agnostic tests
 
 // ---- the fixture -------------------------------------------------------------------
 
@@ -1286,7 +1311,13 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   auto doc = ParseStatus(json_all);
   ASSERT_TRUE(doc.has_value());
   ASSERT_NE(doc->Get("store"), nullptr) << json_all.describe;
-  EXPECT_EQ(doc->Get("store")->string, uri());
+  // The URI as given, with any password masked.
+  auto given = Uri::Parse(uri());
+  ASSERT_TRUE(given.ok());
+  EXPECT_EQ(doc->Get("store")->string, given->ToString());
+  if (given->password) {
+    EXPECT_EQ(doc->Get("store")->string.find(*given->password + "@"), std::string::npos);
+  }
   const Json* h = FindMutex(*doc, held);
   ASSERT_NE(h, nullptr) << json_all.describe;
   ASSERT_NE(h->Get("held"), nullptr);
@@ -1438,7 +1469,7 @@ TEST_P(CliE2E, ForcedReleaseOfAFreeMutexSucceeds) {
 
 // ---- 10. help, version, passwords -----------------------------------------------------------
 
-#if !SIMBA_CLI_REDIS
+#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL
 TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
   for (const std::string command : {"run", "elect", "status", "release"}) {
     for (const auto& args : std::vector<std::vector<std::string>>{{command, "--help"},
@@ -1496,13 +1527,17 @@ TEST_F(Cli, ErrorsNeverShowAPassword) {
   }
 }
 
-#endif  // !SIMBA_CLI_REDIS
+#endif  // store-agnostic tests
 
-// This file builds twice: simba_cli_tests on SQLite and, with
-// SIMBA_CLI_REDIS, simba_cli_redis_tests on the Redis test server (a ctest
-// fixture), so `ctest -L redis` covers the CLI on Redis.
+// This file builds once per store: simba_cli_tests on SQLite, and with
+// SIMBA_CLI_REDIS / _POSTGRES / _MYSQL simba_cli_<store>_tests on the test
+// servers (ctest fixtures), so `ctest -L <store>` covers the CLI there.
 #if SIMBA_CLI_REDIS
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(RedisTarget()), CliTargetName);
+#elif SIMBA_CLI_POSTGRES
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(PostgresTarget()), CliTargetName);
+#elif SIMBA_CLI_MYSQL
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(MysqlTarget()), CliTargetName);
 #else
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(SqliteTarget()), CliTargetName);
 #endif

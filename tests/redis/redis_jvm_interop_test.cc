@@ -850,6 +850,17 @@ TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
   SIMBA_ASSERT_OK(waiter->start());
   ASSERT_TRUE(Eventually([&] { return InQueue(raw, mutex, b_id); }, seconds(5)));
   EXPECT_FALSE(InQueue(raw, mutex, dead_before));
+  // subscribe() does not wait for the server; once the server confirms, the
+  // waiter looks once more (and that attempt trims too). Let that happen
+  // before planting the entries below, or it would trim them first.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + b_id}).elements[1].integer ==
+               1;
+      },
+      seconds(5)));
+  std::this_thread::sleep_for(Scaled(milliseconds(300)));
+  ASSERT_TRUE(InQueue(raw, mutex, b_id));
 
   // Dead JVM entries that appear after the waiter's attempt sit ahead of it
   // when the owner releases. JVM Simba's release would pop the first and

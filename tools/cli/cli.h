@@ -87,6 +87,7 @@ int RunCommand(const std::vector<std::string>& argv);
 int ElectCommand(const std::vector<std::string>& argv);
 int StatusCommand(const std::vector<std::string>& argv);
 int ReleaseCommand(const std::vector<std::string>& argv);
+int SchemaCommand(const std::vector<std::string>& argv);
 
 // Help texts, one per command (nullptr for an unknown command).
 const char* HelpFor(const std::string& command);

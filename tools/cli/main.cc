@@ -94,6 +94,20 @@ example:
   simba release --store sqlite:///var/lib/app/simba.db --mutex nightly-report --force
 )";
   }
+  if (command == "schema") {
+    return R"(usage: simba schema --store URI
+
+Print the CREATE TABLE statement of a SQL store's mutex table (the URI's
+`table` included), for a DBA to run when the application's database user
+may not create tables. Other stores need no schema (exit 64).
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+
+example:
+  simba schema --store 'postgresql://app@db.example/app?table=simba_mutex' | psql -h db.example app
+)";
+  }
   if (command.empty()) {
     return R"(usage: simba COMMAND [options]
 
@@ -104,10 +118,13 @@ commands:
   elect     run a command whenever this process is the elected leader
   status    show the owners, leases and fencing tokens of mutexes
   release   force-release a stuck mutex (operators)
+  schema    print the SQL that creates a SQL store's table (for a DBA)
   help      show help for a command
 
 Stores: memory://NAME (one process), sqlite:///path/to/file.db,
-        redis://[user:password@]host:port[/db]
+        redis://[user:password@]host:port[/db],
+        postgresql://user[:password]@host:port/db,
+        mysql://user[:password]@host:port/db
 'simba COMMAND --help' shows a command's options and an example.
 )";
   }
@@ -146,6 +163,7 @@ int main(int argc, char** argv) {
   if (command == "elect") return ElectCommand(rest);
   if (command == "status") return StatusCommand(rest);
   if (command == "release") return ReleaseCommand(rest);
+  if (command == "schema") return SchemaCommand(rest);
   PrintError("unknown command '" + command + "' (see 'simba --help')");
   return kExitUsage;
 }

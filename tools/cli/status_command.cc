@@ -190,4 +190,30 @@ int ReleaseCommand(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
+int SchemaCommand(const std::vector<std::string>& argv) {
+  FlagSpec spec;
+  spec.with_value = {"--store"};
+  auto parsed = ParseArgs(argv, spec);
+  if (!parsed.ok()) {
+    PrintError(parsed.status().message() + " (see 'simba schema --help')");
+    return kExitUsage;
+  }
+  if (parsed->Has("--help")) {
+    std::fputs(HelpFor("schema"), stdout);
+    return kExitOk;
+  }
+  auto uri = StoreUri(*parsed);
+  if (!uri.ok()) {
+    PrintError(uri.status().message() + " (see 'simba schema --help')");
+    return kExitUsage;
+  }
+  auto ddl = SchemaSql(*uri);
+  if (!ddl.ok()) {
+    PrintError(ddl.status().message());
+    return kExitUsage;
+  }
+  std::fputs(ddl->c_str(), stdout);
+  return kExitOk;
+}
+
 }  // namespace simba::cli

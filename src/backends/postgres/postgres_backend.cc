@@ -68,17 +68,18 @@ bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
   }
 }
 
-// "{0}" -> "$1", ...
+// "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
 std::string Render(const std::string& sql) {
   std::string out;
   out.reserve(sql.size());
   for (std::size_t i = 0; i < sql.size(); ++i) {
     if (sql[i] == '{') {
       const std::size_t close = sql.find('}', i);
+      const std::size_t first = i + 1 < sql.size() && sql[i + 1] == '#' ? i + 2 : i + 1;
       int index = 0;
-      if (close != std::string::npos &&
-          std::from_chars(sql.data() + i + 1, sql.data() + close, index).ec == std::errc() &&
-          close > i + 1) {
+      if (close != std::string::npos && close > first &&
+          std::from_chars(sql.data() + first, sql.data() + close, index).ptr ==
+              sql.data() + close) {
         out += "$" + std::to_string(index + 1);
         i = close;
         continue;
@@ -412,7 +413,9 @@ class PgDriver final : public SqlDriver {
     return std::make_unique<PgListener>(params_, description_, table_, std::move(on_release));
   }
   std::string ReleaseNoticeSql() const override {
-    return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text)";
+    // Only if the row is free now: the release may have found another owner.
+    return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text) FROM simba_mutex "
+           "WHERE mutex = {0} AND owner_id = ''";
   }
 
  private:

@@ -170,9 +170,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         {"version", "CASE WHEN owner_id = {1} AND transition_at >= " + now +
                         " THEN version ELSE version + 1 END"},
         {"acquired_at", now},
-        {"ttl_at", now + " + {2}"},
+        // {#i}: a number, which a driver that renders literals leaves unquoted.
+        {"ttl_at", now + " + {#2}"},
         {"owner_id", "{1}"},
-        {"transition_at", now + " + {2} + {3}"},
+        {"transition_at", now + " + {#2} + {#3}"},
     };
     parts.returning = std::string(kColumns) + ", " + now;
     const std::vector<std::string> params = {
@@ -193,23 +194,28 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
     const std::string what = "releasing mutex " + Quoted(mutex);
-    SIMBA_ASSIGN_OR_RETURN(
-        std::vector<SqlResult> results,
-        RunOnTable({{"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
-                     "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}",
-                     {std::string(mutex), std::string(contender_id)}}},
-                   false, deadline, what));
-    const bool released = !results.empty() && results.front().affected_rows > 0;
-    if (released) Announce(mutex, contender_id, deadline);
-    return released;
+    std::vector<Statement> statements = {
+        {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
+         "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}",
+         {std::string(mutex), std::string(contender_id)}}};
+    // Push stores announce it in the same transaction (delivered when it
+    // commits): one round trip.
+    const std::string notice = driver_->ReleaseNoticeSql();
+    if (!notice.empty()) {
+      statements.push_back({notice, {std::string(mutex), std::string(contender_id)}});
+    }
+    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
+                           RunOnTable(std::move(statements), true, deadline, what));
+    return !results.empty() && results.front().affected_rows > 0;
   }
 
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     const std::string what = "force-releasing mutex " + Quoted(mutex);
     const std::string m(mutex);
+    const std::string notice = driver_->ReleaseNoticeSql();
     // Create the row if missing, so the floor is recorded; then read the
-    // holder and free the row, in one transaction.
+    // holder, free the row and announce it, in one transaction.
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
         RunOnTable({{driver_->InsertFreeRowSql(), {m}},
@@ -219,9 +225,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
                     {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
                      "transition_at = 0, owner_id = '' WHERE mutex = {0}",
                      {m}},
-                    {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}}},
+                    {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}},
+                    // (For push stores; a no-op statement otherwise.)
+                    {notice.empty() ? "SELECT 1" : notice,
+                     notice.empty() ? std::vector<std::string>{} : std::vector<std::string>{m, ""}}},
                    true, deadline, what));
-    if (results.size() != 4 || results[1].rows.size() != 1 || results[3].rows.size() != 1 ||
+    if (results.size() != 5 || results[1].rows.size() != 1 || results[3].rows.size() != 1 ||
         results[3].rows[0].empty()) {
       return InternalError(driver_->description() + ": " + what + ": unexpected result");
     }
@@ -229,7 +238,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     ForcedRelease forced{previous.owner,
                          static_cast<std::uint64_t>(ToInt(results[3].rows[0][0])),
                          previous.store_now};
-    Announce(mutex, previous.owner.owner_id, deadline);
     return forced;
   }
 
@@ -332,28 +340,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
             driver_->description() +
             ": the table " + options_.table +
             " does not exist and this user may not create it; ask a "
-            "DBA to run (also printed by `simba schema " +
-            std::string(driver_->scheme()) + "`): " + ddl);
+            "DBA to run (`simba schema --store URI` prints it): " + ddl);
       }
       return created.status().WithContext(driver_->description() + ": creating " +
                                           options_.table);
     }
     SIMBA_LOG(kInfo, driver_->description() << ": created the table " << options_.table);
     return OkStatus();
-  }
-
-  // Tells every process's waiters that `mutex` is free (push stores).
-  void Announce(std::string_view mutex, std::string_view by, Deadline deadline) {
-    const std::string notice = driver_->ReleaseNoticeSql();
-    if (notice.empty()) return;
-    auto session = pool_.Take(deadline);
-    if (!session.ok()) return;  // waiters still poll
-    auto sent = (*session)->Run({{OnTable(notice), {std::string(mutex), std::string(by)}}},
-                                false, deadline);
-    if (!sent.ok()) {
-      SIMBA_LOG(kDebug, driver_->description() << ": announcing the release of '" << mutex
-                                               << "' failed: " << sent.status());
-    }
   }
 
   void OnRelease(const std::string& mutex, const std::string& by) {

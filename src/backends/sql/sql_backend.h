@@ -126,9 +126,10 @@ class SqlDriver {
     (void)on_release;
     return nullptr;
   }
-  // A statement announcing that {0} was released by {1} (run right after
-  // the release committed); empty when the driver has no push. Like every
-  // statement, "simba_mutex" in it stands for the table's name.
+  // A statement announcing that {0} was released by {1}, run in the
+  // releasing transaction after the update (so only when the row is free
+  // then, and delivered when it commits); empty when the driver has no
+  // push. Like every statement, "simba_mutex" in it stands for the table.
   virtual std::string ReleaseNoticeSql() const { return {}; }
 };
 

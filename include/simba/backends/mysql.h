@@ -1,0 +1,87 @@
+// File: simba/backends/mysql.h
+//
+// `mysql://user[:password]@host[:port]/db[?options]` (also `mariadb://`):
+// Simba's `simba_mutex` table in MySQL (8.0.28+) or MariaDB (tested with
+// Debian's 10.11), through MariaDB Connector/C (libmariadb).
+//
+// The table is JVM Simba's, column for column (simba-behaviour.md §3.1.1:
+// bigint unsigned epoch-millisecond times, varchar(66) mutex, varchar(128)
+// owner_id, int unsigned version), so JVM Simba contenders and ours can
+// share it. Lease times come from the database clock
+// (UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) in the session time zone UTC, which
+// has no DST ambiguity). The table is created on first use when the user
+// may (`simba schema mysql://...` prints the DDL for a DBA); otherwise calls
+// fail with kPermissionDenied saying what to run. A table created by Simba
+// uses utf8mb4_bin, so names are exact (case and accents count); in a table
+// created otherwise they compare by its collation.
+//
+// One round trip acquires, renews or creates the row and reads it back:
+// `START TRANSACTION; INSERT ... ON DUPLICATE KEY UPDATE ...; SELECT ...;
+// COMMIT` as one multi-statement query. The fencing token is the row's
+// version after the acquisition (a renewal keeps it). JVM Simba bumps the
+// version on renewals too; tokens stay increasing across owners either way.
+//
+// No push: MySQL has no notifications, so waiters poll (the backend's
+// capabilities say push_release = false).
+//
+// Connections: `connections` (default 2) shared by every call, driven
+// without blocking so every call ends by its deadline; a call that misses
+// it closes its connection (the server then rolls back whatever it had
+// not committed).
+//
+// URI query keys: `connections` (1..64), `create_table` (on|off), `table`
+// (default simba_mutex, a plain identifier), `connect_timeout` (a duration,
+// default 10s), `ssl_mode` (disabled|required|verify_identity, default
+// disabled) and `ssl_ca` (a CA file; implies at least required). Any other
+// key is an error. Passwords are never logged.
+
+#ifndef SIMBA_BACKENDS_MYSQL_H_
+#define SIMBA_BACKENDS_MYSQL_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+#include "simba/uri.h"
+
+namespace simba {
+
+struct MysqlOptions {
+  std::string host;  // required
+  std::uint16_t port = 3306;
+  std::string user;
+  std::string password;
+  std::string database;  // required
+  // Connections for calls, >= 1. Default 2.
+  int connections = 2;
+  // Create simba_mutex when it is missing. Default on.
+  bool create_table = true;
+  // The table. JVM Simba's is simba_mutex; another keeps separate
+  // applications in one database apart.
+  std::string table = "simba_mutex";
+  // A bound on connecting even when a call's deadline is far away.
+  std::chrono::milliseconds connect_timeout{10000};
+  // TLS: "disabled", "required" (encrypted, server not verified) or
+  // "verify_identity" (encrypted, certificate and host name verified).
+  std::string ssl_mode = "disabled";
+  // A CA certificate file for verifying the server (implies "required").
+  std::string ssl_ca;
+};
+
+// Errors (kInvalidArgument): no host, no database, connections < 1, a bad
+// ssl_mode.
+Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options);
+
+// Errors (kInvalidArgument): another scheme, several hosts, no database, an
+// unknown query key, a bad value.
+Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri);
+
+// The DDL of simba_mutex, for a DBA.
+std::string MysqlSchemaSql();
+
+}  // namespace simba
+
+#endif  // SIMBA_BACKENDS_MYSQL_H_

@@ -1,0 +1,907 @@
+// The MySQL/MariaDB backend beyond the conformance suite: names and
+// literals, JVM Simba's layout, privileges, killed connections, a restarted
+// server, and JVM Simba's own statements contending with ours on one table.
+// Every test runs against a real MariaDB server; raw access goes through
+// libmariadb (as the TCP user of the URI, or as root over the Unix socket of
+// a private server).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "simba/backends/mysql.h"
+#include "simba/contend_period.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+Deadline In(milliseconds d) { return steady_clock::now() + d; }
+
+// A table of this test's own on the shared server.
+std::string TestTable() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string table = std::string("mt_") + info->name();
+  std::transform(table.begin(), table.end(), table.begin(), [](unsigned char c) {
+    return std::isalnum(c) ? static_cast<char>(std::tolower(c)) : '_';
+  });
+  return table.substr(0, 60);
+}
+
+std::string SharedUri() { return SharedServerUri("mysql") + "?table=" + TestTable(); }
+
+std::shared_ptr<Backend> Open(const std::string& uri) {
+  auto backend = OpenBackend(uri);
+  EXPECT_THAT(backend, IsOk()) << uri;
+  return backend.ok() ? *backend : nullptr;
+}
+
+AcquireRequest Request(std::string_view mutex, std::string_view id,
+                       milliseconds ttl = milliseconds(2000),
+                       milliseconds transition = milliseconds(1000)) {
+  return AcquireRequest{mutex, id, ttl, transition};
+}
+
+std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
+                                                     milliseconds transition) {
+  FactoryOptions options;
+  options.contend.ttl = ttl;
+  options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk()) << uri;
+  return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// Plain, blocking libmariadb for what the test itself does to the server.
+class RawMysql {
+ public:
+  // As the user of `uri` (mysql://user:password@host:port/db[?...]), over TCP.
+  explicit RawMysql(const std::string& uri) : m_(mysql_init(nullptr)) {
+    auto parsed = Uri::Parse(uri.substr(0, uri.find('?')));
+    if (!parsed.ok() || parsed->hosts.size() != 1) return;
+    const unsigned int timeout = 5;
+    mysql_options(m_, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+    ok_ = mysql_real_connect(m_, parsed->hosts[0].host.c_str(), parsed->user.value_or("").c_str(),
+                             parsed->password.value_or("").c_str(), parsed->path.substr(1).c_str(),
+                             parsed->hosts[0].port.value_or(3306), nullptr, 0) != nullptr;
+  }
+  // As root over the Unix socket of a private server.
+  static std::unique_ptr<RawMysql> Root(const TestServer& server) {
+    auto raw = std::unique_ptr<RawMysql>(new RawMysql());
+    raw->ok_ = mysql_real_connect(raw->m_, "localhost", "root", nullptr, "simba", 0,
+                                  (server.dir() + "/mysqld.sock").c_str(), 0) != nullptr;
+    return raw;
+  }
+  ~RawMysql() { mysql_close(m_); }
+  RawMysql(const RawMysql&) = delete;
+  RawMysql& operator=(const RawMysql&) = delete;
+
+  bool ok() const { return ok_; }
+  std::string error() { return mysql_error(m_); }
+  unsigned int error_code() { return mysql_errno(m_); }
+
+  // All rows (NULL as ""), or nullopt on an error.
+  std::optional<std::vector<std::vector<std::string>>> Query(const std::string& sql) {
+    if (mysql_real_query(m_, sql.data(), sql.size()) != 0) return std::nullopt;
+    std::vector<std::vector<std::string>> rows;
+    MYSQL_RES* result = mysql_store_result(m_);
+    if (result == nullptr) {
+      if (mysql_field_count(m_) != 0) return std::nullopt;
+      affected_ = mysql_affected_rows(m_);
+      return rows;
+    }
+    const unsigned int columns = mysql_num_fields(result);
+    while (MYSQL_ROW row = mysql_fetch_row(result)) {
+      const unsigned long* lengths = mysql_fetch_lengths(result);
+      std::vector<std::string> values;
+      for (unsigned int c = 0; c < columns; ++c) {
+        values.emplace_back(row[c] != nullptr ? std::string(row[c], lengths[c]) : "");
+      }
+      rows.push_back(std::move(values));
+    }
+    mysql_free_result(result);
+    return rows;
+  }
+  // The first column of the first row ("" if none), or "ERROR: ..." text.
+  std::string Exec(const std::string& sql) {
+    auto rows = Query(sql);
+    if (!rows) return "ERROR: " + error();
+    return rows->empty() || rows->front().empty() ? "" : rows->front().front();
+  }
+  std::uint64_t affected() const { return affected_; }
+  // `text` as a quoted literal.
+  std::string Literal(const std::string& text) {
+    std::string out(text.size() * 2 + 1, '\0');
+    out.resize(mysql_real_escape_string(m_, out.data(), text.data(), text.size()));
+    return "'" + out + "'";
+  }
+
+ private:
+  RawMysql() : m_(mysql_init(nullptr)) {}
+  MYSQL* m_;
+  bool ok_ = false;
+  std::uint64_t affected_ = 0;
+};
+
+// The fixture's server keeps its data between runs: a test that counts
+// rows or versions starts without its table.
+void DropTestTable() {
+  RawMysql raw(SharedServerUri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_EQ(raw.Exec("DROP TABLE IF EXISTS " + TestTable()), "");
+}
+
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); }, id);
+  }
+};
+
+// ---- names, literals, URIs ---------------------------------------------------------
+
+TEST(MysqlNames, LongNamesAreRejectedNotTruncated) {
+  DropTestTable();
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  const std::string at_limit(66, 'm');
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request(at_limit, "a"), In(seconds(5))));
+  EXPECT_THAT(backend->acquire_or_renew(Request(at_limit + "x", "a"), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("66")));
+  EXPECT_THAT(backend->acquire_or_renew(Request("m", std::string(129, 'c')), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
+  RawMysql raw(SharedServerUri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  EXPECT_EQ(raw.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = '" + at_limit + "'"),
+            "a");
+  EXPECT_EQ(raw.Exec("SELECT COUNT(*) FROM " + TestTable()), "1");
+}
+
+// Parameters are literals in a multi-statement query: they must be escaped,
+// and a name that looks like a number must stay a string.
+TEST(MysqlNames, QuotesBackslashesAndNumericNamesAreExact) {
+  DropTestTable();
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  const std::vector<std::string> names = {
+      "123", "0123", "1e3", "it's", "back\\slash", "x'; DROP TABLE t; --", "\"q\"", "ünï",
+      "Case", "case"};
+  for (const auto& name : names) {
+    auto acquired = backend->acquire_or_renew(Request(name, "o'" + name), In(seconds(5)));
+    ASSERT_THAT(acquired, IsOk()) << name;
+    EXPECT_EQ(acquired->owner.owner_id, "o'" + name) << name;
+    EXPECT_EQ(acquired->owner.fencing_token, 1u) << name;
+  }
+  RawMysql raw(SharedServerUri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  EXPECT_EQ(raw.Exec("SELECT COUNT(*) FROM " + TestTable()), std::to_string(names.size()));
+  for (const auto& name : names) {
+    EXPECT_EQ(raw.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = " +
+                       raw.Literal(name)),
+              "o'" + name);
+  }
+  auto listed = backend->list(In(seconds(5)));
+  ASSERT_THAT(listed, IsOk());
+  EXPECT_EQ(listed->size(), names.size());
+}
+
+TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
+  auto uri = Uri::Parse(
+      "mysql://alice:s3cret@db.example:3307/app?connections=3&table=locks&create_table=off&"
+      "connect_timeout=2s&ssl_mode=verify_identity&ssl_ca=/etc/ca.pem");
+  ASSERT_THAT(uri, IsOk());
+  auto options = MysqlOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->host, "db.example");
+  EXPECT_EQ(options->port, 3307);
+  EXPECT_EQ(options->database, "app");
+  EXPECT_EQ(options->user, "alice");
+  EXPECT_EQ(options->password, "s3cret");
+  EXPECT_EQ(options->connections, 3);
+  EXPECT_EQ(options->table, "locks");
+  EXPECT_FALSE(options->create_table);
+  EXPECT_EQ(options->connect_timeout, seconds(2));
+  EXPECT_EQ(options->ssl_mode, "verify_identity");
+  EXPECT_EQ(options->ssl_ca, "/etc/ca.pem");
+  auto defaults = MysqlOptionsFromUri(*Uri::Parse("mariadb://h/db"));
+  ASSERT_THAT(defaults, IsOk());
+  EXPECT_EQ(defaults->port, 3306);
+  EXPECT_EQ(defaults->table, "simba_mutex");
+  for (const char* bad :
+       {"mysql://h/db?sslmode=required", "mysql://h/db?host=x", "mysql://h/db?connections=0",
+        "mysql://h/db?create_table=1", "mysql://h", "mysql://h/a/b", "mysql://h/db?ssl_mode=x",
+        "mysql://h/db?connect_timeout=5", "postgresql://h/db"}) {
+    auto parsed = Uri::Parse(bad);
+    ASSERT_THAT(parsed, IsOk()) << bad;
+    EXPECT_THAT(MysqlOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+  }
+}
+
+TEST(MysqlUri, ConnectErrorsAreClearAndNeverShowThePassword) {
+  const std::string uri = SharedServerUri("mysql");
+  const std::string rest = uri.substr(uri.find('@'));
+  auto backend = Open("mysql://simba:wrong-pw-xyz" + rest + "?table=" + TestTable());
+  ASSERT_TRUE(backend);
+  auto denied = backend->read("m", In(seconds(5)));
+  EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("mysql at 127.0.0.1")));
+  EXPECT_THAT(denied.status().message(), ::testing::Not(HasSubstr("wrong-pw-xyz")));
+  const std::string no_db = uri.substr(0, uri.rfind('/')) + "/no_such_db";
+  auto missing = Open(no_db);
+  ASSERT_TRUE(missing);
+  // No such database, or (for this user) no access to it.
+  auto read = missing->read("m", In(seconds(5)));
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(read.status().code() == StatusCode::kNotFound ||
+              read.status().code() == StatusCode::kPermissionDenied)
+      << read.status();
+}
+
+// ---- the table ---------------------------------------------------------------------
+
+TEST(MysqlTable, LayoutIsJvmSimbasAndTokensAreVersions) {
+  DropTestTable();
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  auto first = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->owner.transition_at - first->owner.acquired_at, milliseconds(3000));
+  EXPECT_EQ(first->owner.ttl_at - first->owner.acquired_at, milliseconds(2000));
+  RawMysql raw(SharedServerUri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  auto created = raw.Query("SHOW CREATE TABLE " + TestTable());
+  ASSERT_TRUE(created && created->size() == 1 && created->front().size() == 2) << raw.error();
+  const std::string ddl = created->front()[1];
+  for (const char* column :
+       {"`mutex` varchar(66) NOT NULL COMMENT 'mutex name'",
+        "`acquired_at` bigint(20) unsigned NOT NULL", "`ttl_at` bigint(20) unsigned NOT NULL",
+        "`transition_at` bigint(20) unsigned NOT NULL", "`owner_id` varchar(128) NOT NULL",
+        "`version` int(10) unsigned NOT NULL", "PRIMARY KEY (`mutex`)"}) {
+    EXPECT_THAT(ddl, HasSubstr(column));
+  }
+  // The DB clock and the lease agree with the row.
+  EXPECT_EQ(raw.Exec("SELECT CONCAT(owner_id, '/', version, '/', ttl_at - acquired_at, '/', "
+                     "transition_at - ttl_at) FROM " + TestTable() + " WHERE mutex = 'm'"),
+            "a/" + std::to_string(first->owner.fencing_token) + "/2000/1000");
+  const long long db_now = std::stoll(
+      raw.Exec("SELECT CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)"));
+  EXPECT_LT(std::llabs(db_now - first->owner.acquired_at.count()), 5000);
+  // A renewal keeps the version; a release and the next acquisition raise it.
+  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(renewed, IsOk());
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_GE(renewed->owner.acquired_at, first->owner.acquired_at);
+  // Another contender does not get it, and changes nothing.
+  auto other = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  ASSERT_THAT(other, IsOk());
+  EXPECT_EQ(other->owner.owner_id, "a");
+  EXPECT_EQ(other->owner.fencing_token, first->owner.fencing_token);
+  ASSERT_THAT(backend->release("m", "a", In(seconds(5))), IsOkAndHolds(true));
+  EXPECT_EQ(raw.Exec("SELECT CONCAT(owner_id, '/', acquired_at, '/', ttl_at, '/', "
+                     "transition_at) FROM " + TestTable() + " WHERE mutex = 'm'"),
+            "/0/0/0");
+  auto next = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  ASSERT_THAT(next, IsOk());
+  EXPECT_EQ(next->owner.owner_id, "b");
+  EXPECT_EQ(next->owner.fencing_token, first->owner.fencing_token + 2);
+  EXPECT_EQ(raw.Exec("SELECT version FROM " + TestTable() + " WHERE mutex = 'm'"),
+            std::to_string(next->owner.fencing_token));
+  // The DDL for a DBA is the one the backend runs.
+  EXPECT_THAT(MysqlSchemaSql(), HasSubstr("varchar(66) not null primary key comment 'mutex name'"));
+  auto schema = SchemaSql(SharedUri());
+  ASSERT_THAT(schema, IsOk());
+  EXPECT_THAT(*schema, HasSubstr("CREATE TABLE IF NOT EXISTS " + TestTable() + " ("));
+}
+
+TEST(MysqlTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
+  auto server = TestServer::Start("mysql");
+  ASSERT_THAT(server, IsOk());
+  auto root = RawMysql::Root(**server);
+  ASSERT_TRUE(root->ok()) << root->error();
+  // A user that may read and write rows but not create tables (the simba
+  // user may not grant; root, over the socket, may).
+  ASSERT_EQ(root->Exec("CREATE USER 'reader'@'%' IDENTIFIED BY 'reader-pw'"), "");
+  ASSERT_EQ(root->Exec("GRANT SELECT, INSERT, UPDATE ON simba.* TO 'reader'@'%'"), "");
+  const std::string uri = (*server)->uri();
+  const std::string reader_uri = "mysql://reader:reader-pw" + uri.substr(uri.find('@'));
+  auto reader = Open(reader_uri);
+  ASSERT_TRUE(reader);
+  auto denied = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("CREATE TABLE")));
+  EXPECT_THAT(denied.status().message(), HasSubstr("simba_mutex"));
+  EXPECT_THAT(denied.status().message(), HasSubstr("mysql at 127.0.0.1"));
+  // With create_table=off it does not even try: the same advice.
+  auto no_create = Open(reader_uri + "?create_table=off");
+  ASSERT_TRUE(no_create);
+  EXPECT_THAT(no_create->read("m", In(seconds(5))),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("CREATE TABLE")));
+  // A DBA runs the DDL as printed; then it works.
+  ASSERT_EQ(root->Exec(MysqlSchemaSql()), "");
+  auto granted = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_THAT(granted, IsOk());
+  EXPECT_EQ(granted->owner.owner_id, "a");
+  // Without UPDATE: a clear permission error, not a retry forever.
+  ASSERT_EQ(root->Exec("REVOKE UPDATE ON simba.* FROM 'reader'@'%'"), "");
+  auto reader2 = Open(reader_uri);
+  ASSERT_TRUE(reader2);
+  EXPECT_THAT(reader2->release("m", "a", In(seconds(5))),
+              StatusIs(StatusCode::kPermissionDenied));
+}
+
+// ---- failures -----------------------------------------------------------------------
+
+TEST(MysqlFailures, KilledConnectionsAreReplaced) {
+  auto server = TestServer::Start("mysql");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  auto factory_a = Factory(uri, seconds(2), seconds(1));
+  auto factory_b = Factory(uri, seconds(2), seconds(1));
+  ASSERT_TRUE(factory_a && factory_b);
+  Recorder a, b;
+  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(500));
+
+  // Every connection of the simba user but ours: the private server has no
+  // one else's.
+  auto root = RawMysql::Root(**server);
+  ASSERT_TRUE(root->ok()) << root->error();
+  auto ids = root->Query("SELECT id FROM information_schema.processlist WHERE user = 'simba'");
+  ASSERT_TRUE(ids) << root->error();
+  EXPECT_FALSE(ids->empty());
+  for (const auto& row : *ids) root->Exec("KILL " + row[0]);
+  // The holder renews on a new connection (ttl 2 s) and keeps its lease.
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_TRUE(holder->is_owner());
+  EXPECT_FALSE(a.released.IsSet());
+  EXPECT_FALSE(b.acquired.IsSet());
+  EXPECT_NE(root->Exec("SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
+                       "'simba'"),
+            "0");
+  // And hands over as usual.
+  SIMBA_ASSERT_OK(holder->stop());
+  ASSERT_TRUE(b.acquired.Wait(seconds(6)));
+  EXPECT_GT(b.token.load(), a.token.load());
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+TEST(MysqlFailures, PausedServerMakesCallsEndByTheirDeadline) {
+  auto server = TestServer::Start("mysql");
+  ASSERT_THAT(server, IsOk());
+  auto backend = Open((*server)->uri());
+  ASSERT_TRUE(backend);
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("m", "a"), In(seconds(5))));
+  SIMBA_ASSERT_OK((*server)->Pause());
+  const auto started = steady_clock::now();
+  auto late = backend->acquire_or_renew(Request("m", "a"), In(milliseconds(300)));
+  const auto took = steady_clock::now() - started;
+  SIMBA_ASSERT_OK((*server)->Resume());
+  EXPECT_THAT(late, StatusIs(StatusCode::kDeadlineExceeded));
+  EXPECT_LT(took, Scaled(milliseconds(1500)))
+      << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+  // The broken connection was dropped; the next call works (the server may
+  // first run and roll back the abandoned transaction).
+  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(10)));
+  ASSERT_THAT(renewed, IsOk()) << renewed.status();
+  EXPECT_EQ(renewed->owner.owner_id, "a");
+}
+
+TEST(MysqlFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
+  auto server = TestServer::Start("mysql");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri();
+  auto factory_a = Factory(uri, seconds(2), seconds(2));
+  auto factory_b = Factory(uri, seconds(2), seconds(2));
+  ASSERT_TRUE(factory_a && factory_b);
+  std::mutex mu;
+  int inside = 0;
+  int max_inside = 0;
+  auto enter = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    max_inside = std::max(max_inside, ++inside);
+  };
+  auto leave = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    --inside;
+  };
+  Latch a_acquired, b_acquired;
+  std::atomic<std::uint64_t> a_token{0}, b_token{0};
+  auto holder = factory_a
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          a_token = s.after.fencing_token;
+                          enter();
+                          a_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "a"))
+                    .value();
+  auto waiter = factory_b
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          b_token = s.after.fencing_token;
+                          enter();
+                          b_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "b"))
+                    .value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(waiter->start());
+  // A crash and restart of the server: the row survives (InnoDB commits are
+  // durable), connections do not.
+  SIMBA_ASSERT_OK((*server)->Kill());
+  std::this_thread::sleep_for(seconds(1));
+  SIMBA_ASSERT_OK((*server)->Restart());
+  std::this_thread::sleep_for(seconds(6));
+  EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
+  if (b_acquired.IsSet()) {
+    EXPECT_GT(b_token.load(), a_token.load());
+  }
+  SIMBA_ASSERT_OK(holder->stop());
+  SIMBA_ASSERT_OK(waiter->stop());
+  EXPECT_LE(max_inside, 1);
+}
+
+// ---- JVM Simba on the same table ---------------------------------------------------
+//
+// FakeJvmContender plays a JVM Simba node: JdbcMutexOwnerRepository's four
+// statements (simba-behaviour.md §3.1.3) on a connection of its own, in the
+// server's default time zone (ours run in UTC: the clock must agree), driven
+// by JdbcMutexContendService's loop (§3.1.4) with ContendPeriod's delays
+// (§2.1).
+
+constexpr char kJvmNow[] = "UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3))*1000";
+
+class FakeJvmContender {
+ public:
+  struct Hooks {
+    std::function<void()> on_acquired;
+    std::function<void()> on_released;
+  };
+
+  FakeJvmContender(const std::string& uri, std::string table, std::string mutex, std::string id,
+                   milliseconds ttl, milliseconds transition, Hooks hooks)
+      : db_(uri),
+        table_(std::move(table)),
+        mutex_(std::move(mutex)),
+        id_(std::move(id)),
+        ttl_(ttl),
+        transition_(transition),
+        hooks_(std::move(hooks)),
+        random_(std::random_device{}()) {}
+  ~FakeJvmContender() {
+    if (loop_.joinable()) Stop();
+  }
+  bool ok() const { return db_.ok(); }
+
+  void Start() {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = true;
+    ++generation_;
+    pending_ = steady_clock::now();  // initialDelay 0
+    const std::uint64_t gen = generation_;
+    if (loop_.joinable()) loop_.join();
+    loop_ = std::thread([this, gen] { Loop(gen); });
+  }
+
+  // stopContend: deactivate, notifyOwner(NONE), RELEASE.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      active_ = false;
+      cv_.notify_all();
+      NotifyOwnerLocked(Owner{});
+    }
+    Release();
+    loop_.join();
+  }
+
+  int attempts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return attempts_;
+  }
+
+ private:
+  struct Owner {
+    std::string id;
+    long long acquired_at = 0, ttl_at = 0, transition_at = 0, current_db_at = 0;
+  };
+
+  // ---- JdbcMutexOwnerRepository ----
+  std::string M() { return db_.Literal(mutex_); }
+  bool Acquire() {
+    const std::string now = std::string("CAST(") + kJvmNow + " AS UNSIGNED)";
+    auto r = db_.Query("update " + table_ + " set acquired_at=" + now + ", ttl_at=" + now + "+" +
+                       std::to_string(ttl_.count()) + ", transition_at=" + now + "+" +
+                       std::to_string((ttl_ + transition_).count()) +
+                       ", owner_id=" + db_.Literal(id_) +
+                       ", version=version+1 where mutex=" + M() + " and ((transition_at < " +
+                       kJvmNow + ") or (owner_id=" + db_.Literal(id_) +
+                       " and transition_at > " + kJvmNow + "))");
+    if (!r) throw std::runtime_error("ACQUIRE: " + db_.error());
+    return db_.affected() > 0;
+  }
+  std::optional<Owner> Get() {
+    auto rows = db_.Query("select acquired_at, ttl_at, transition_at, owner_id, version, CAST(" +
+                          std::string(kJvmNow) + " AS UNSIGNED) from " + table_ +
+                          " where mutex=" + M());
+    if (!rows) throw std::runtime_error("GET: " + db_.error());
+    if (rows->empty()) return std::nullopt;
+    const auto& row = rows->front();
+    return Owner{row[3], std::stoll(row[0]), std::stoll(row[1]), std::stoll(row[2]),
+                 std::stoll(row[5])};
+  }
+  void Init() {
+    if (!db_.Query("insert into " + table_ +
+                   " (mutex, acquired_at, ttl_at, transition_at, owner_id, version) values (" +
+                   M() + ", 0, 0, 0, '', 0)") &&
+        db_.error_code() != ER_DUP_ENTRY) {
+      throw std::runtime_error("INIT: " + db_.error());
+    }
+  }
+  Owner EnsureOwner() {
+    if (auto owner = Get()) return *owner;
+    Init();
+    if (auto owner = Get()) return *owner;
+    throw std::runtime_error("No mutex found");
+  }
+  Owner AcquireAndGetOwner() {
+    std::lock_guard<std::mutex> lock(db_mu_);
+    if (!db_.Query("start transaction")) throw std::runtime_error(db_.error());
+    try {
+      bool acquired = Acquire();
+      Owner owner = EnsureOwner();
+      if (!acquired && !(owner.transition_at >= owner.current_db_at)) {
+        acquired = Acquire();
+        owner = EnsureOwner();
+      }
+      if (acquired && owner.id != id_) throw std::runtime_error("inconsistent");
+      if (!db_.Query("commit")) throw std::runtime_error(db_.error());
+      return owner;
+    } catch (...) {
+      db_.Query("rollback");
+      throw;
+    }
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(db_mu_);
+    db_.Query("update " + table_ +
+              " set acquired_at=0, ttl_at=0, transition_at=0, owner_id='', version=version+1 "
+              "where mutex=" + M() + " and owner_id=" + db_.Literal(id_));
+  }
+
+  // ---- JdbcMutexContendService + ContendPeriod ----
+  milliseconds NextDelay(const Owner& owner) {
+    long long delay;
+    if (owner.id == id_) {
+      delay = owner.ttl_at - owner.current_db_at;
+    } else {
+      const bool zero = owner.transition_at - owner.ttl_at == 0;
+      std::uniform_int_distribution<long long> jitter(zero ? 0 : ContendPeriod::kJitterMin,
+                                                      ContendPeriod::kJitterMax - 1);
+      delay = owner.transition_at - owner.current_db_at + jitter(random_);
+    }
+    return milliseconds(std::max(0LL, delay));
+  }
+
+  void NotifyOwnerLocked(const Owner& owner) {
+    const bool was = view_ == id_;
+    const bool is = owner.id == id_;
+    const bool changed = view_ != owner.id;
+    view_ = owner.id;
+    if (changed && was && hooks_.on_released) hooks_.on_released();
+    if (changed && is && hooks_.on_acquired) hooks_.on_acquired();
+  }
+
+  void Loop(std::uint64_t gen) {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (active_ && generation_ == gen) {
+      if (steady_clock::now() < pending_) {
+        cv_.wait_until(lock, pending_);
+        continue;
+      }
+      lock.unlock();
+      std::optional<Owner> owner;
+      try {
+        owner = AcquireAndGetOwner();
+      } catch (const std::exception&) {
+        owner.reset();
+      }
+      lock.lock();
+      ++attempts_;
+      if (active_ && generation_ == gen) {
+        if (owner) {
+          NotifyOwnerLocked(*owner);
+          pending_ = steady_clock::now() + NextDelay(*owner);
+        } else {
+          if (view_ == id_) NotifyOwnerLocked(Owner{});
+          pending_ = steady_clock::now() + ttl_;
+        }
+      } else if (owner && owner->id == id_) {
+        lock.unlock();
+        Release();  // the compensating release of a late acquisition
+        lock.lock();
+      }
+    }
+  }
+
+  RawMysql db_;
+  std::mutex db_mu_;
+  const std::string table_;
+  const std::string mutex_;
+  const std::string id_;
+  const milliseconds ttl_;
+  const milliseconds transition_;
+  const Hooks hooks_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool active_ = false;
+  std::uint64_t generation_ = 0;
+  steady_clock::time_point pending_{};
+  std::string view_;
+  int attempts_ = 0;
+  std::mt19937_64 random_;
+  std::thread loop_;
+};
+
+// Who is inside the critical section, by each holder's own view.
+class CriticalSection {
+ public:
+  enum Side { kJvm, kCpp };
+  void Enter(const std::string& who, Side side) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_ || inside_.count(who) > 0 || retired_.count(who) > 0) return;
+    inside_.insert(who);
+    if (inside_.size() > 1) {
+      std::ostringstream out;
+      for (const auto& id : inside_) out << id << " ";
+      overlaps_.push_back(out.str());
+    }
+    max_inside_ = std::max(max_inside_, inside_.size());
+    if (!order_.empty() && order_.back() != side) ++(side == kCpp ? jvm_to_cpp_ : cpp_to_jvm_);
+    order_.push_back(side);
+    cv_.notify_all();
+  }
+  void Exit(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inside_.erase(who);
+    cv_.notify_all();
+  }
+  // The holder decided to stop: it leaves and does no more work until it
+  // contends again.
+  void Leave(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inside_.erase(who);
+    retired_.insert(who);
+    cv_.notify_all();
+  }
+  void Rejoin(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    retired_.erase(who);
+  }
+  // Waits until `who` is inside or the run closed; true if inside.
+  bool WaitInside(const std::string& who) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !open_ || inside_.count(who) > 0; });
+    return inside_.count(who) > 0;
+  }
+  bool IsInside(const std::string& who) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return inside_.count(who) > 0;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+    cv_.notify_all();
+  }
+  std::size_t max_inside() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return max_inside_;
+  }
+  std::vector<std::string> overlaps() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return overlaps_;
+  }
+  std::size_t entries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return order_.size();
+  }
+  int jvm_to_cpp() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return jvm_to_cpp_;
+  }
+  int cpp_to_jvm() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cpp_to_jvm_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  std::set<std::string> inside_;
+  std::set<std::string> retired_;
+  std::size_t max_inside_ = 0;
+  std::vector<std::string> overlaps_;
+  std::vector<Side> order_;
+  int jvm_to_cpp_ = 0;
+  int cpp_to_jvm_ = 0;
+};
+
+TEST(MysqlJvmInterop, JvmRowsAreReadAndTakenOver) {
+  DropTestTable();
+  const std::string uri = SharedUri();
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  SIMBA_ASSERT_OK(backend->list(In(seconds(5))));  // creates the table
+  Latch jvm_acquired;
+  FakeJvmContender jvm(SharedServerUri("mysql"), TestTable(), "m", "jvm:4242@host",
+                       seconds(2), seconds(1), {[&] { jvm_acquired.Set(); }, nullptr});
+  ASSERT_TRUE(jvm.ok());
+  jvm.Start();
+  ASSERT_TRUE(jvm_acquired.Wait(seconds(5)));
+  // Ours reads the JVM's lease and cannot take it.
+  auto read = backend->read("m", In(seconds(5)));
+  ASSERT_THAT(read, IsOk());
+  EXPECT_EQ(read->owner.owner_id, "jvm:4242@host");
+  EXPECT_EQ(read->owner.transition_at - read->owner.ttl_at, milliseconds(1000));
+  auto refused = backend->acquire_or_renew(Request("m", "cpp"), In(seconds(5)));
+  ASSERT_THAT(refused, IsOk());
+  EXPECT_EQ(refused->owner.owner_id, "jvm:4242@host");
+  // After JVM Simba's release ours takes it, with a higher version.
+  jvm.Stop();
+  auto taken = backend->acquire_or_renew(Request("m", "cpp"), In(seconds(5)));
+  ASSERT_THAT(taken, IsOk());
+  EXPECT_EQ(taken->owner.owner_id, "cpp");
+  EXPECT_GE(taken->owner.fencing_token, 3u);  // JVM acquire (1), release (2), ours
+}
+
+TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
+  DropTestTable();
+  const std::string uri = SharedUri();
+  const std::string mutex = "interop";
+  // The same on both sides: each side's loop decides when it renews by its
+  // own config, and C++ holds believe their lease for ttl + transition from
+  // the lease they wrote; with equal settings nobody's view outlives the
+  // row. Holds are far shorter than ttl, so nobody needs to renew.
+  constexpr milliseconds kTtl{2000};
+  constexpr milliseconds kTransition{1000};
+  CriticalSection section;
+  std::atomic<bool> done{false};
+
+  // Each holder: contend; once inside by its own view, hold 100-300 ms (or
+  // until it learns it lost the mutex); leave the section *before* it
+  // releases at the store (the release hands the mutex on); rest 0-100 ms;
+  // contend again.
+  auto hold_then_leave = [&done](std::mt19937& random, const std::function<bool()>& inside,
+                                 const std::function<void()>& leave) {
+    const auto end =
+        steady_clock::now() + milliseconds(std::uniform_int_distribution<int>(100, 300)(random));
+    while (steady_clock::now() < end && inside() && !done) {
+      std::this_thread::sleep_for(milliseconds(5));
+    }
+    leave();
+  };
+
+  std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
+  for (int i = 0; i < 2; ++i) {
+    factories.push_back(Factory(uri, kTtl, kTransition));
+    ASSERT_TRUE(factories.back());
+  }
+  // Creates the table before the JVM side runs (JVM Simba's script would).
+  SIMBA_ASSERT_OK(factories[0]->backend()->list(In(seconds(5))));
+  std::vector<std::unique_ptr<FakeJvmContender>> jvms;
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "cpp-" + std::to_string(i) + ":" + std::to_string(::getpid());
+    auto contender = MakeContender(
+        mutex, [&section, id](const MutexState&) { section.Enter(id, CriticalSection::kCpp); },
+        [&section, id](const MutexState&) { section.Exit(id); }, id);
+    std::shared_ptr<MutexContendService> service =
+        factories[static_cast<std::size_t>(i)]->create_contend_service(contender).value();
+    workers.emplace_back([&, id, service] {
+      std::mt19937 random(std::random_device{}());
+      while (!done) {
+        section.Rejoin(id);
+        if (!service->start().ok()) break;
+        if (section.WaitInside(id)) {
+          hold_then_leave(random, [&] { return section.IsInside(id); },
+                          [&] { section.Leave(id); });
+        }
+        SIMBA_EXPECT_OK(service->stop());
+        std::this_thread::sleep_for(
+            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+      }
+    });
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string id = "jvm-" + std::to_string(i) + ":4242@jvm-host";
+    jvms.push_back(std::make_unique<FakeJvmContender>(
+        SharedServerUri("mysql"), TestTable(), mutex, id, kTtl, kTransition,
+        FakeJvmContender::Hooks{[&section, id] { section.Enter(id, CriticalSection::kJvm); },
+                                [&section, id] { section.Exit(id); }}));
+    ASSERT_TRUE(jvms.back()->ok());
+    FakeJvmContender* jvm = jvms.back().get();
+    workers.emplace_back([&, id, jvm] {
+      std::mt19937 random(std::random_device{}());
+      while (!done) {
+        section.Rejoin(id);
+        jvm->Start();
+        if (section.WaitInside(id)) {
+          hold_then_leave(random, [&] { return section.IsInside(id); },
+                          [&] { section.Leave(id); });
+        }
+        jvm->Stop();
+        std::this_thread::sleep_for(
+            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+      }
+    });
+  }
+
+  // At least 8 s, and on until ownership crossed sides at least once each
+  // way (no push: a waiter polls at the hard lease end, so hand-offs are
+  // slow), within a generous cap.
+  const auto started = steady_clock::now();
+  while (steady_clock::now() - started < seconds(8) ||
+         ((section.jvm_to_cpp() < 1 || section.cpp_to_jvm() < 1) &&
+          steady_clock::now() - started < Scaled(seconds(60)))) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  section.Close();
+  done = true;
+  for (auto& worker : workers) worker.join();
+
+  EXPECT_EQ(section.max_inside(), 1u) << ::testing::PrintToString(section.overlaps());
+  EXPECT_TRUE(section.overlaps().empty());
+  EXPECT_GE(section.jvm_to_cpp(), 1);
+  EXPECT_GE(section.cpp_to_jvm(), 1);
+  std::cout << "entries " << section.entries() << ", JVM->C++ " << section.jvm_to_cpp()
+            << ", C++->JVM " << section.cpp_to_jvm() << ", elapsed "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - started).count()
+            << " ms\n";
+}
+
+}  // namespace
+}  // namespace simba::testing
