@@ -1498,7 +1498,9 @@ TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
 TEST_F(Cli, ErrorsNeverShowAPassword) {
   const std::vector<std::string> uris = {"nosuch://u:secret@h/x",
                                          "sqlite://user:secret@/nonexistent-dir/x.db",
-                                         "redis://:secret@127.0.0.1:1/0"};
+                                         "redis://:secret@127.0.0.1:1/0",
+                                         "postgresql://u:secret@127.0.0.1:1/db",
+                                         "mysql://u:secret@127.0.0.1:1/db"};
   for (const auto& bad : uris) {
     SCOPED_TRACE(bad);
     const std::vector<std::pair<std::vector<std::string>, Env>> invocations = {
