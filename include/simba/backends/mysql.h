@@ -27,7 +27,8 @@
 // Connections: `connections` (default 2) shared by every call, driven
 // without blocking so every call ends by its deadline; a call that misses
 // it closes its connection (the server then rolls back whatever it had
-// not committed).
+// not committed). Row lock waits are bounded on the server too
+// (innodb_lock_wait_timeout 10 s per session).
 //
 // URI query keys: `connections` (1..64), `create_table` (on|off), `table`
 // (default simba_mutex, a plain identifier), `connect_timeout` (a duration,

@@ -21,7 +21,8 @@
 //
 // Connections: `connections` (default 2) shared by every call, plus one
 // listener connection once something subscribes. A call that misses its
-// deadline closes its connection (the server then ends the query).
+// deadline closes its connection; statements are also bounded on the server
+// (statement_timeout and lock_timeout 10 s, unless the URI sets `options`).
 //
 // URI query keys: ours are `connections`, `create_table` (on|off) and
 // `table` (default simba_mutex, a plain identifier);

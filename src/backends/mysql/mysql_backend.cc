@@ -377,8 +377,12 @@ Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& descripti
   MYSQL* m = conn.get();
   mysql_options(m, MYSQL_OPT_NONBLOCK, nullptr);
   mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-  // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold.
-  mysql_options(m, MYSQL_INIT_COMMAND, "SET time_zone = '+00:00'");
+  // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold. A row
+  // lock wait is bounded on the server too (InnoDB's default is 50 s): a
+  // call that gave up client-side must not leave a statement queued there
+  // for long.
+  mysql_options(m, MYSQL_INIT_COMMAND,
+                "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10");
   const unsigned int timeout_s = static_cast<unsigned int>(
       std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(endpoint.connect_timeout)
                                  .count()));

@@ -486,6 +486,12 @@ Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
   }
   // A bound on connecting even when a call's deadline is far away.
   if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
+  // Statements are bounded on the server too: a call that gave up
+  // client-side (and closed its connection) must not leave a statement
+  // waiting there for a row lock. Unless the URI sets `options` itself.
+  if (options.params.count("options") == 0) {
+    options.params["options"] = "-c statement_timeout=10s -c lock_timeout=10s";
+  }
   internal::sql::SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
