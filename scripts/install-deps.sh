@@ -13,6 +13,12 @@ packages=(
   libmariadb-dev            # the MySQL/MariaDB backend
   mariadb-server            # its tests run a real server (scripts/servers/mysql.sh),
   mariadb-client            #   which that script queries with the mariadb client
+  libzookeeper-mt-dev       # the ZooKeeper backend (C client)
+  zookeeper                 # its tests run a real server (scripts/servers/zookeeper.sh);
+                            #   it depends on default-jre, the JVM it runs in
+  libslf4j-java             #   slf4j-simple, the logging binding zookeeper.jar lacks
+  etcd-server               # the etcd backend's tests run a real server
+  etcd-client               #   (scripts/servers/etcd.sh), which that script queries with etcdctl
   libgtest-dev libgmock-dev # tests
 )
 
