@@ -158,6 +158,18 @@ TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
   }
 }
 
+TEST(PostgresUri, LibpqOptionsReachTheConnection) {
+  // The test server has no TLS: sslmode=require must fail (libpq got it),
+  // sslmode=disable must work.
+  auto required = Open(WithQuery(SharedUri(), "sslmode=require"));
+  ASSERT_TRUE(required);
+  EXPECT_THAT(required->read("m", In(seconds(5))),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("SSL")));
+  auto disabled = Open(WithQuery(SharedUri(), "sslmode=disable"));
+  ASSERT_TRUE(disabled);
+  SIMBA_EXPECT_OK(disabled->read("m", In(seconds(5))));
+}
+
 TEST(PostgresTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
   const std::string admin_uri = SharedServerUri("postgres");
   Psql admin(admin_uri);
