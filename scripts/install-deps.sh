@@ -1,26 +1,38 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages Simba needs to build and test, and only
-# those that are missing (idempotent: a second run installs nothing).
+# Installs the Debian 12 packages Simba needs, and only those that are
+# missing (idempotent: a second run installs nothing).
+#
+#   install-deps.sh             what building needs (compiler, client libraries,
+#                               GoogleTest): the README's first command
+#   install-deps.sh --servers   that plus the database servers the tests start
+#                               (and ZooKeeper's JVM): the test suite, CI
 set -euo pipefail
 
 packages=(
   g++ cmake ninja-build ccache pkg-config git
   libsqlite3-dev            # the SQLite backend
   libhiredis-dev            # the Redis backend
-  redis-server redis-tools  # its tests run a real server (scripts/servers/redis.sh)
   libpq-dev                 # the PostgreSQL backend
-  postgresql                # its tests run a real server (scripts/servers/postgres.sh)
   libmariadb-dev            # the MySQL/MariaDB backend
-  mariadb-server            # its tests run a real server (scripts/servers/mysql.sh),
-  mariadb-client            #   which that script queries with the mariadb client
   libzookeeper-mt-dev       # the ZooKeeper backend (C client)
-  zookeeper                 # its tests run a real server (scripts/servers/zookeeper.sh);
-                            #   it depends on default-jre, the JVM it runs in
-  libslf4j-java             #   slf4j-simple, the logging binding zookeeper.jar lacks
-  etcd-server               # the etcd backend's tests run a real server
-  etcd-client               #   (scripts/servers/etcd.sh), which that script queries with etcdctl
   libgtest-dev libgmock-dev # tests
 )
+if [ "${1:-}" = "--servers" ]; then
+  packages+=(
+    redis-server redis-tools  # scripts/servers/redis.sh
+    postgresql                # scripts/servers/postgres.sh
+    mariadb-server            # scripts/servers/mysql.sh,
+    mariadb-client            #   which queries it with the mariadb client
+    zookeeper                 # scripts/servers/zookeeper.sh; it depends on
+                              #   default-jre, the JVM it runs in
+    libslf4j-java             #   slf4j-simple, the logging binding zookeeper.jar lacks
+    etcd-server               # scripts/servers/etcd.sh,
+    etcd-client               #   which queries it with etcdctl
+  )
+elif [ $# -gt 0 ]; then
+  echo "usage: install-deps.sh [--servers]" >&2
+  exit 64
+fi
 
 missing=()
 for p in "${packages[@]}"; do

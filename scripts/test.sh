@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${JOBS:-$(nproc)}"
 
-scripts/install-deps.sh
+scripts/install-deps.sh --servers
 
 run_ctest() {  # run_ctest BUILD_DIR [ctest args...]
   local dir="$1"
