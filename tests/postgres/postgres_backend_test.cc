@@ -20,6 +20,7 @@
 #include "simba/registry.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -30,8 +31,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 using ::testing::HasSubstr;
-
-Deadline In(milliseconds d) { return steady_clock::now() + d; }
 
 // A table of this test's own on the shared server.
 std::string TestTable() {
@@ -48,18 +47,6 @@ std::string SharedUri() { return SharedServerUri("postgres") + "?table=" + TestT
 // Adds `query` ("a=b&c=d") to `uri`, which may have a query already.
 std::string WithQuery(const std::string& uri, const std::string& query) {
   return uri + (uri.find('?') == std::string::npos ? "?" : "&") + query;
-}
-
-std::shared_ptr<Backend> Open(const std::string& uri) {
-  auto backend = OpenBackend(uri);
-  EXPECT_THAT(backend, IsOk()) << uri;
-  return backend.ok() ? *backend : nullptr;
-}
-
-AcquireRequest Request(std::string_view mutex, std::string_view id,
-                       milliseconds ttl = milliseconds(2000),
-                       milliseconds transition = milliseconds(1000)) {
-  return AcquireRequest{mutex, id, ttl, transition};
 }
 
 // Plain libpq for what the test itself does to the server.
@@ -88,31 +75,6 @@ class Psql {
  private:
   PGconn* conn_;
 };
-
-struct Recorder {
-  Latch acquired;
-  Latch released;
-  std::atomic<std::uint64_t> token{0};
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
-    return MakeContender(
-        mutex,
-        [this](const MutexState& s) {
-          token = s.after.fencing_token;
-          acquired.Set();
-        },
-        [this](const MutexState&) { released.Set(); }, id);
-  }
-};
-
-std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
-                                                     milliseconds transition) {
-  FactoryOptions options;
-  options.contend.ttl = ttl;
-  options.contend.transition = transition;
-  auto factory = MutexContendServiceFactory::open(uri, options);
-  EXPECT_THAT(factory, IsOk()) << uri;
-  return factory.ok() ? std::move(factory).value() : nullptr;
-}
 
 // ---- names, URIs, the table -----------------------------------------------------
 

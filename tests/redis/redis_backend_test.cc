@@ -21,6 +21,7 @@
 #include "simba/registry.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 #include "tests/redis/raw_redis.h"
@@ -32,8 +33,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 using ::testing::HasSubstr;
-
-Deadline In(milliseconds d) { return steady_clock::now() + d; }
 
 // Arguments for a private server that writes durably, so the backend's
 // restart guard does not hold back the first acquisitions. Tests that kill
@@ -51,46 +50,8 @@ std::string SharedUri(const std::string& query = "") {
   return SharedServerUri("redis") + "?key_prefix=" + TestPrefix() + query;
 }
 
-std::shared_ptr<Backend> Open(const std::string& uri) {
-  auto backend = OpenBackend(uri);
-  EXPECT_THAT(backend, IsOk()) << uri;
-  return backend.ok() ? *backend : nullptr;
-}
-
 std::string Key(const std::string& mutex, const std::string& suffix = "") {
   return TestPrefix() + ":{" + mutex + "}" + suffix;
-}
-
-AcquireRequest Request(std::string_view mutex, std::string_view id,
-                       milliseconds ttl = milliseconds(2000),
-                       milliseconds transition = milliseconds(1000)) {
-  return AcquireRequest{mutex, id, ttl, transition};
-}
-
-// A contender's acquisitions and releases, for services.
-struct Recorder {
-  Latch acquired;
-  Latch released;
-  std::atomic<std::uint64_t> token{0};
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
-    return MakeContender(
-        mutex,
-        [this](const MutexState& s) {
-          token = s.after.fencing_token;
-          acquired.Set();
-        },
-        [this](const MutexState&) { released.Set(); }, id);
-  }
-};
-
-std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
-                                                     milliseconds transition) {
-  FactoryOptions options;
-  options.contend.ttl = ttl;
-  options.contend.transition = transition;
-  auto factory = MutexContendServiceFactory::open(uri, options);
-  EXPECT_THAT(factory, IsOk()) << uri;
-  return factory.ok() ? std::move(factory).value() : nullptr;
 }
 
 // ---- names and URIs -----------------------------------------------------------

@@ -36,6 +36,7 @@
 #include "simba/contender.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 #include "tests/redis/raw_redis.h"
@@ -432,43 +433,6 @@ std::unique_ptr<TestServer> StartDurableServer() {
   EXPECT_THAT(server, IsOk());
   return server.ok() ? std::move(server).value() : nullptr;
 }
-
-std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri, milliseconds ttl,
-                                                     milliseconds transition) {
-  FactoryOptions options;
-  options.contend.ttl = ttl;
-  options.contend.transition = transition;
-  auto factory = MutexContendServiceFactory::open(uri, options);
-  EXPECT_THAT(factory, IsOk()) << uri;
-  return factory.ok() ? std::move(factory).value() : nullptr;
-}
-
-// A C++ contender's acquisitions and releases, with when they happened.
-struct Recorder {
-  Latch acquired;
-  Latch released;
-  std::atomic<std::uint64_t> token{0};
-  std::mutex mu;
-  steady_clock::time_point acquired_at{};
-
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
-    return MakeContender(
-        mutex,
-        [this](const MutexState& s) {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            acquired_at = steady_clock::now();
-          }
-          token = s.after.fencing_token;
-          acquired.Set();
-        },
-        [this](const MutexState&) { released.Set(); }, id);
-  }
-  steady_clock::time_point AcquiredAt() {
-    std::lock_guard<std::mutex> lock(mu);
-    return acquired_at;
-  }
-};
 
 std::string CppId(const std::string& name) {
   return name + ":" + std::to_string(::getpid()) + "@cpp-host/0123abcd";

@@ -1,0 +1,90 @@
+// Small helpers shared by the tests of server-backed stores (tests/redis,
+// tests/postgres, tests/mysql): deadlines, requests, opening a backend or a
+// factory that must open, and a contender that records what it was told.
+#ifndef SIMBA_TESTING_STORE_TEST_HELPERS_H_
+#define SIMBA_TESTING_STORE_TEST_HELPERS_H_
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "simba/backend.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+
+namespace simba::testing {
+
+// A store-call deadline `d` from now.
+inline Deadline In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+
+// An acquire_or_renew request with the suite's lease (ttl 2 s, transition 1 s).
+inline AcquireRequest Request(std::string_view mutex, std::string_view id,
+                              std::chrono::milliseconds ttl = std::chrono::milliseconds(2000),
+                              std::chrono::milliseconds transition =
+                                  std::chrono::milliseconds(1000)) {
+  return AcquireRequest{mutex, id, ttl, transition};
+}
+
+// The backend `uri` names; a failed expectation (and nullptr) if it fails.
+inline std::shared_ptr<Backend> Open(const std::string& uri) {
+  auto backend = OpenBackend(uri);
+  EXPECT_THAT(backend, IsOk()) << uri;
+  return backend.ok() ? *backend : nullptr;
+}
+
+// A factory on `uri` with the given lease; a failed expectation (and
+// nullptr) if it fails.
+inline std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri,
+                                                            std::chrono::milliseconds ttl,
+                                                            std::chrono::milliseconds transition) {
+  FactoryOptions options;
+  options.contend.ttl = ttl;
+  options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk()) << uri;
+  return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// A contender's acquisitions and releases: latches, the last token and when
+// it last acquired.
+struct Recorder {
+  Latch acquired;
+  Latch released;
+  std::atomic<std::uint64_t> token{0};
+
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex,
+        [this](const MutexState& s) {
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            acquired_at_ = std::chrono::steady_clock::now();
+          }
+          token = s.after.fencing_token;
+          acquired.Set();
+        },
+        [this](const MutexState&) { released.Set(); }, id);
+  }
+  std::chrono::steady_clock::time_point AcquiredAt() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return acquired_at_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::chrono::steady_clock::time_point acquired_at_{};
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_STORE_TEST_HELPERS_H_
