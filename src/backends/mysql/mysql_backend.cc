@@ -2,6 +2,7 @@
 // MariaDB Connector/C connections driven with its non-blocking API, so every
 // call ends by its deadline, and JVM Simba's table, so JVM Simba contenders
 // can share it (simba-behaviour.md §3.1, §8.1). No push: waiters poll.
+#include "core/poll_timeout.h"
 #include "simba/backends/mysql.h"
 
 #include <mysql.h>
@@ -21,6 +22,8 @@
 
 namespace simba {
 namespace {
+
+using internal::PollTimeout;
 
 using internal::sql::AcquireParts;
 using internal::sql::SqlDriver;
@@ -57,13 +60,6 @@ void InitLibraryOnce() {
   // mysql_init() would do it too, but not thread-safely.
   static std::once_flag once;
   std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
-}
-
-int PollTimeout(Deadline deadline) {
-  const auto left = deadline - steady_clock::now();
-  if (left <= steady_clock::duration::zero()) return -1;
-  return static_cast<int>(
-      std::min<long long>(std::chrono::ceil<milliseconds>(left).count(), 1 << 30));
 }
 
 // Drives one non-blocking call of Connector/C to its end. `status` is what

@@ -1,6 +1,7 @@
 // The PostgreSQL driver of the SQL protocol (backends/sql/sql_backend.h):
 // libpq connections driven without blocking, so every call ends by its
 // deadline, and a LISTEN connection for push.
+#include "core/poll_timeout.h"
 #include "simba/backends/postgres.h"
 
 #include <libpq-fe.h>
@@ -25,6 +26,8 @@
 namespace simba {
 namespace {
 
+using internal::PollTimeout;
+
 using internal::sql::AcquireParts;
 using internal::sql::SqlDriver;
 using internal::sql::SqlFailure;
@@ -48,13 +51,6 @@ constexpr char kCreateTable[] =
     ")";
 
 std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-int PollTimeout(Deadline deadline) {
-  const auto left = deadline - steady_clock::now();
-  if (left <= steady_clock::duration::zero()) return -1;
-  return static_cast<int>(
-      std::min<long long>(std::chrono::ceil<milliseconds>(left).count(), 1 << 30));
-}
 
 // Waits for the connection's socket; false at the deadline.
 bool WaitSocket(PGconn* conn, short events, Deadline deadline) {

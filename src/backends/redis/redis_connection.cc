@@ -15,19 +15,12 @@
 #include <cstring>
 #include <utility>
 
+#include "core/poll_timeout.h"
+
 namespace simba::internal::redis {
 namespace {
 
 using std::chrono::steady_clock;
-
-// Milliseconds left until `deadline`, rounded up so that poll() never wakes
-// before it; -1 once it has passed.
-int PollTimeout(Deadline deadline) {
-  const auto left = deadline - steady_clock::now();
-  if (left <= steady_clock::duration::zero()) return -1;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();
-  return static_cast<int>(std::min<long long>(ms, 1 << 30));
-}
 
 // Waits until `fd` is ready for `events`. kDeadlineExceeded at the deadline.
 Status WaitFor(int fd, short events, Deadline deadline, std::string_view peer,
