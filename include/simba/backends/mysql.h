@@ -10,7 +10,7 @@
 // share it. Lease times come from the database clock
 // (UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) in the session time zone UTC, which
 // has no DST ambiguity). The table is created on first use when the user
-// may (`simba schema mysql://...` prints the DDL for a DBA); otherwise calls
+// may (`simba schema --store URI` prints the DDL for a DBA); otherwise calls
 // fail with kPermissionDenied saying what to run. A table created by Simba
 // uses utf8mb4_bin, so names are exact (case and accents count); in a table
 // created otherwise they compare by its collation.

@@ -7,7 +7,7 @@
 // The table has JVM Simba's columns in PostgreSQL types (bigint times and
 // version, varchar(66) mutex, varchar(128) owner_id); lease times come from
 // the database clock (statement_timestamp()). It is created on first use
-// when the user may (`simba schema postgresql` prints the DDL for a DBA);
+// when the user may (`simba schema --store URI` prints the DDL for a DBA);
 // otherwise calls fail with kPermissionDenied saying what to run.
 //
 // One upsert acquires, renews or creates the row and a read in the same
