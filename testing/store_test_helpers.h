@@ -14,6 +14,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "simba/backend.h"
 #include "simba/contend_service.h"
@@ -53,6 +55,26 @@ inline std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& ur
   auto factory = MutexContendServiceFactory::open(uri, options);
   EXPECT_THAT(factory, IsOk()) << uri;
   return factory.ok() ? std::move(factory).value() : nullptr;
+}
+
+// `backends` each acquire a mutex of their own at the same moment (the first
+// use of a store, for instance); what each call returned.
+inline std::vector<Status> AcquireAllAtOnce(const std::vector<std::shared_ptr<Backend>>& backends) {
+  std::atomic<std::size_t> ready{0};
+  std::vector<Status> results(backends.size());
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < backends.size(); ++i) {
+    threads.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (ready.load() < backends.size()) std::this_thread::yield();
+      results[i] = backends[i]
+                       ->acquire_or_renew(Request("m" + std::to_string(i), "c"),
+                                          In(std::chrono::seconds(10)))
+                       .status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return results;
 }
 
 // A contender's acquisitions and releases: latches, the last token and when

@@ -327,6 +327,22 @@ TEST(MysqlTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
               StatusIs(StatusCode::kPermissionDenied));
 }
 
+// Several processes using a new table at once each try to create it; the
+// losers must carry on, not fail.
+TEST(MysqlTable, ConcurrentFirstUseCreatesTheTableOnce) {
+  constexpr int kBackends = 8;
+  for (int round = 0; round < 5; ++round) {
+    DropTestTable();
+    std::vector<std::shared_ptr<Backend>> backends;
+    for (int i = 0; i < kBackends; ++i) {
+      backends.push_back(Open(SharedUri()));
+      ASSERT_TRUE(backends.back());
+    }
+    const std::vector<Status> results = AcquireAllAtOnce(backends);
+    for (int i = 0; i < kBackends; ++i) EXPECT_THAT(results[i], IsOk()) << "round " << round;
+  }
+}
+
 // ---- failures -----------------------------------------------------------------------
 
 TEST(MysqlFailures, KilledConnectionsAreReplaced) {

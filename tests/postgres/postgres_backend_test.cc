@@ -191,6 +191,24 @@ TEST(PostgresTable, LayoutIsSimbasAndTokensAreVersions) {
   EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
 }
 
+// Several processes using a new table at once each try to create it; the
+// losers must carry on, not fail (CI once saw "type ... already exists").
+TEST(PostgresTable, ConcurrentFirstUseCreatesTheTableOnce) {
+  Psql psql(SharedServerUri("postgres"));
+  ASSERT_TRUE(psql.ok());
+  constexpr int kBackends = 8;
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_EQ(psql.Exec("DROP TABLE IF EXISTS " + TestTable()), "");
+    std::vector<std::shared_ptr<Backend>> backends;
+    for (int i = 0; i < kBackends; ++i) {
+      backends.push_back(Open(SharedUri()));
+      ASSERT_TRUE(backends.back());
+    }
+    const std::vector<Status> results = AcquireAllAtOnce(backends);
+    for (int i = 0; i < kBackends; ++i) EXPECT_THAT(results[i], IsOk()) << "round " << round;
+  }
+}
+
 // ---- hand-off ---------------------------------------------------------------------
 
 TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {

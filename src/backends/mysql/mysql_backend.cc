@@ -141,6 +141,10 @@ Failure ErrorOf(MYSQL* m) {
       f.kind = SqlFailure::kNoPrivilege;
       f.status = PermissionDeniedError(message);
       break;
+    case ER_TABLE_EXISTS_ERROR:  // 1050
+      f.kind = SqlFailure::kAlreadyExists;
+      f.status = AlreadyExistsError(message);
+      break;
     case ER_DUP_ENTRY:  // 1062
       f.kind = SqlFailure::kDuplicateKey;
       f.status = AbortedError(message);

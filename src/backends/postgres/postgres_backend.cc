@@ -120,6 +120,10 @@ Status ResultStatus(PGresult* result, SqlFailure* failure) {
   } else if (sqlstate == "23505") {
     kind = SqlFailure::kDuplicateKey;
     status = AbortedError(message);
+  } else if (sqlstate == "42P07" || sqlstate == "42710") {
+    // duplicate_table, duplicate_object (the table's row type).
+    kind = SqlFailure::kAlreadyExists;
+    status = AlreadyExistsError(message);
   } else if (sqlstate == "57014") {
     status = DeadlineExceededError(message);
   } else if (sqlstate.rfind("08", 0) == 0 || sqlstate.rfind("57", 0) == 0 ||
@@ -266,6 +270,16 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
   if (PQsetnonblocking(conn.get(), 1) != 0) {
     return UnavailableError(description + ": " + ConnMessage(conn.get()));
   }
+  // libpq prints notices ("relation ... already exists, skipping") to
+  // stderr by default: a library must not write into its user's stderr.
+  PQsetNoticeProcessor(
+      conn.get(),
+      [](void*, const char* message) {
+        std::string text = message;
+        while (!text.empty() && text.back() == '\n') text.pop_back();
+        SIMBA_LOG(kDebug, "postgresql: " << text);
+      },
+      nullptr);
   return conn;
 }
 

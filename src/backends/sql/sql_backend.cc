@@ -332,8 +332,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     }
     SqlFailure failure = SqlFailure::kOther;
     auto created = session.Run({{ddl, {}}}, false, deadline, &failure);
-    // Two processes creating it at once: the other one won.
-    if (!created.ok() && failure == SqlFailure::kDuplicateKey) return OkStatus();
+    // Two processes creating it at once: the other one won. Even with IF NOT
+    // EXISTS, PostgreSQL reports the loser's clash on the catalog (the row
+    // type or pg_type's unique index) instead of waiting for the winner.
+    if (!created.ok() &&
+        (failure == SqlFailure::kDuplicateKey || failure == SqlFailure::kAlreadyExists)) {
+      return OkStatus();
+    }
     if (!created.ok()) {
       if (failure == SqlFailure::kNoPrivilege) {
         return PermissionDeniedError(

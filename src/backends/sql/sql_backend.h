@@ -59,6 +59,7 @@ enum class SqlFailure {
   kNoTable,       // simba_mutex does not exist
   kNoPrivilege,   // not allowed to create or use it
   kDuplicateKey,  // a concurrent insert won
+  kAlreadyExists, // a concurrent CREATE TABLE won
 };
 
 // One connection. Used by one call at a time.
