@@ -15,6 +15,7 @@ packages=(
   libpq-dev                 # the PostgreSQL backend
   libmariadb-dev            # the MySQL/MariaDB backend
   libzookeeper-mt-dev       # the ZooKeeper backend (C client)
+  nlohmann-json3-dev        # the etcd backend (JSON for its HTTP gateway)
   libgtest-dev libgmock-dev # tests
 )
 if [ "${1:-}" = "--servers" ]; then

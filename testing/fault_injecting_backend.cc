@@ -1,9 +1,69 @@
 #include "testing/fault_injecting_backend.h"
 
+#include <map>
+#include <utility>
+#include <vector>
+
 namespace simba::testing {
 
+struct FaultListeners {
+  std::mutex mu;
+  std::uint64_t next_id = 0;
+  std::map<std::uint64_t, std::pair<std::string, std::function<void(const MutexEvent&)>>> by_id;
+};
+
+namespace {
+
+// The target's subscription plus our entry for Push().
+class FaultSubscription final : public Subscription {
+ public:
+  FaultSubscription(std::shared_ptr<FaultListeners> listeners, std::uint64_t id,
+                    std::unique_ptr<Subscription> target)
+      : listeners_(std::move(listeners)), id_(id), target_(std::move(target)) {}
+  ~FaultSubscription() override {
+    target_.reset();
+    std::lock_guard<std::mutex> lock(listeners_->mu);
+    listeners_->by_id.erase(id_);
+  }
+
+ private:
+  std::shared_ptr<FaultListeners> listeners_;
+  std::uint64_t id_;
+  std::unique_ptr<Subscription> target_;
+};
+
+}  // namespace
+
 FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<Backend> target)
-    : target_(std::move(target)) {}
+    : target_(std::move(target)), listeners_(std::make_shared<FaultListeners>()) {}
+
+Result<std::unique_ptr<Subscription>> FaultInjectingBackend::subscribe(
+    std::string_view mutex, std::string_view contender_id,
+    std::function<void(const MutexEvent&)> listener) {
+  auto target = target_->subscribe(mutex, contender_id, listener);
+  if (!target.ok() && target.status().code() != StatusCode::kUnimplemented) {
+    return target.status();
+  }
+  std::uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(listeners_->mu);
+    id = ++listeners_->next_id;
+    listeners_->by_id.emplace(id, std::make_pair(std::string(mutex), std::move(listener)));
+  }
+  return std::unique_ptr<Subscription>(std::make_unique<FaultSubscription>(
+      listeners_, id, target.ok() ? std::move(*target) : nullptr));
+}
+
+void FaultInjectingBackend::Push(const MutexEvent& event) {
+  std::vector<std::function<void(const MutexEvent&)>> targets;
+  {
+    std::lock_guard<std::mutex> lock(listeners_->mu);
+    for (const auto& [id, entry] : listeners_->by_id) {
+      if (entry.first == event.mutex) targets.push_back(entry.second);
+    }
+  }
+  for (const auto& listener : targets) listener(event);
+}
 
 void FaultInjectingBackend::set_mode(Mode mode) {
   {

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "simba/backend.h"
 
@@ -49,9 +50,10 @@ class FaultInjectingBackend final : public Backend {
   using Backend::subscribe;
   Result<std::unique_ptr<Subscription>> subscribe(
       std::string_view mutex, std::string_view contender_id,
-      std::function<void(const MutexEvent&)> listener) override {
-    return target_->subscribe(mutex, contender_id, std::move(listener));
-  }
+      std::function<void(const MutexEvent&)> listener) override;
+  // Delivers `event` to every listener subscribed through this backend to
+  // event.mutex, as a store's push would.
+  void Push(const MutexEvent& event);
 
  private:
   // OK to forward, or the injected error.
@@ -64,6 +66,8 @@ class FaultInjectingBackend final : public Backend {
   Mode acquire_mode_ = Mode::kPass;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};
+  // Listeners by mutex, for Push().
+  std::shared_ptr<struct FaultListeners> listeners_;
 };
 
 }  // namespace simba::testing

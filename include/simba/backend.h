@@ -89,10 +89,18 @@ struct MutexEvent {
   enum class Kind {
     kReleased,  // the owner released it: waiters should try now
     kAcquired,  // `owner_id` acquired it
+    // The store ended a hold before its lease said so: a session or lease
+    // was lost, the connection was cut, an operator forced a release. An
+    // owner this matches stops believing it owns the mutex at once (and
+    // contends again) instead of waiting for its next renewal or its lease
+    // deadline. `owner_id` empty matches every owner; `fencing_token` 0
+    // matches every tenure, otherwise only the one that token was given to.
+    kLost,
   };
   Kind kind;
   std::string mutex;
   std::string owner_id;
+  std::uint64_t fencing_token = 0;
 };
 
 // Ends a subscription when destroyed. After the destructor returns the

@@ -337,8 +337,20 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
   if (mode_ == Mode::kContend) {
-    // Only a release is news to a contender; the owner itself ignores it.
-    if (event.kind != MutexEvent::Kind::kReleased || IsOwnerLocked(clock_->Now())) return;
+    const bool owner = IsOwnerLocked(clock_->Now());
+    if (event.kind == MutexEvent::Kind::kLost) {
+      // Only news to the owner it names: a waiter has nothing to revoke.
+      if (!owner || (!event.owner_id.empty() && event.owner_id != contender_id_) ||
+          (event.fencing_token != 0 && event.fencing_token != state_.after.fencing_token)) {
+        return;
+      }
+      SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the store ended our hold (token "
+                                 << state_.after.fencing_token << "); revoking locally");
+      ApplyLocked(MutexOwner::None());
+    } else if (event.kind != MutexEvent::Kind::kReleased || owner) {
+      // Only a release is news to a contender; the owner itself ignores it.
+      return;
+    }
   }
   if (in_flight_) {
     rerun_ = true;

@@ -25,6 +25,12 @@
 #if SIMBA_HAVE_MYSQL
 #include "simba/backends/mysql.h"
 #endif
+#if SIMBA_HAVE_ZOOKEEPER
+#include "simba/backends/zookeeper.h"
+#endif
+#if SIMBA_HAVE_ETCD
+#include "simba/backends/etcd.h"
+#endif
 
 namespace simba {
 
@@ -65,6 +71,20 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
           return NewMysqlBackend(std::move(options));
         }));
   }
+#endif
+#if SIMBA_HAVE_ZOOKEEPER
+  SIMBA_RETURN_IF_ERROR(
+      registry.Register("zookeeper", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+        SIMBA_ASSIGN_OR_RETURN(ZookeeperOptions options, ZookeeperOptionsFromUri(uri));
+        return NewZookeeperBackend(std::move(options));
+      }));
+#endif
+#if SIMBA_HAVE_ETCD
+  SIMBA_RETURN_IF_ERROR(
+      registry.Register("etcd", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+        SIMBA_ASSIGN_OR_RETURN(EtcdOptions options, EtcdOptionsFromUri(uri));
+        return NewEtcdBackend(std::move(options));
+      }));
 #endif
   return OkStatus();
 }

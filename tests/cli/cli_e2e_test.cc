@@ -127,6 +127,26 @@ CliTarget MysqlTarget() {
           "mysql://nobody@127.0.0.1:1/db"};
 }
 #endif
+#if SIMBA_CLI_ZOOKEEPER
+// Every test gets a root node of its own on the shared server.
+CliTarget ZookeeperTarget() {
+  return {"zookeeper",
+          [](const std::string&, const std::string& unique) {
+            return SharedServerUri("zookeeper") + "?root=/cli-" + unique;
+          },
+          "zookeeper://127.0.0.1:1?connect_timeout=1s"};
+}
+#endif
+#if SIMBA_CLI_ETCD
+// Every test gets a key prefix of its own on the shared server.
+CliTarget EtcdTarget() {
+  return {"etcd",
+          [](const std::string&, const std::string& unique) {
+            return SharedServerUri("etcd") + "?key_prefix=cli-" + unique;
+          },
+          "etcd://127.0.0.1:1"};
+}
+#endif
 
 // ---- processes -------------------------------------------------------------------
 
@@ -498,7 +518,8 @@ class JsonParser {
 };
 
 // Store-agnostic tests run once, in the SQLite build of this file.
-#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL
+#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL && !SIMBA_CLI_ZOOKEEPER && \
+    !SIMBA_CLI_ETCD
 TEST(CliJsonReader, ReadsTheDocumentedShape) {
   const std::string doc = R"({"store": "sqlite:///tmp/s.db", "mutexes": [
     {"mutex": "orders", "held": true, "owner": "0:4711@host/9f2c01aa", "fencing_token": 7,
@@ -1469,7 +1490,8 @@ TEST_P(CliE2E, ForcedReleaseOfAFreeMutexSucceeds) {
 
 // ---- 10. help, version, passwords -----------------------------------------------------------
 
-#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL
+#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL && !SIMBA_CLI_ZOOKEEPER && \
+    !SIMBA_CLI_ETCD
 TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
   for (const std::string command : {"run", "elect", "status", "release"}) {
     for (const auto& args : std::vector<std::vector<std::string>>{{command, "--help"},
@@ -1532,7 +1554,7 @@ TEST_F(Cli, ErrorsNeverShowAPassword) {
 #endif  // store-agnostic tests
 
 // This file builds once per store: simba_cli_tests on SQLite, and with
-// SIMBA_CLI_REDIS / _POSTGRES / _MYSQL simba_cli_<store>_tests on the test
+// SIMBA_CLI_REDIS / _POSTGRES / _MYSQL / _ZOOKEEPER / _ETCD simba_cli_<store>_tests on the test
 // servers (ctest fixtures), so `ctest -L <store>` covers the CLI there.
 #if SIMBA_CLI_REDIS
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(RedisTarget()), CliTargetName);
@@ -1540,6 +1562,10 @@ INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(RedisTarget()), CliTa
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(PostgresTarget()), CliTargetName);
 #elif SIMBA_CLI_MYSQL
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(MysqlTarget()), CliTargetName);
+#elif SIMBA_CLI_ZOOKEEPER
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(ZookeeperTarget()), CliTargetName);
+#elif SIMBA_CLI_ETCD
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(EtcdTarget()), CliTargetName);
 #else
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(SqliteTarget()), CliTargetName);
 #endif

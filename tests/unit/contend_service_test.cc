@@ -118,6 +118,36 @@ TEST_F(ContendServiceTest, StopHandsOverByPushWithoutWaitingForAPoll) {
   SIMBA_ASSERT_OK(b->stop());
 }
 
+TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  const auto token = a->fencing_token();
+  // Events for another contender or another tenure change nothing.
+  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "someone-else", 0});
+  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token + 1});
+  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
+  Settle();
+  EXPECT_TRUE(a->is_owner());
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  // No clock movement: the loss itself revokes, and the service contends
+  // again at once (here the store still has A, so A holds it again).
+  const int calls = faults_->acquire_calls();
+  faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kFail);
+  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
+  EXPECT_FALSE(a->is_owner());
+  EXPECT_EQ(a->fencing_token(), 0u);
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)));
+  faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
+  // "" names every owner (a connection lost for all of them).
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
+  EXPECT_FALSE(a->is_owner());
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   auto b = b_factory_->create_contend_service(Contender("B", &events_)).value();
