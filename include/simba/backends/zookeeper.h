@@ -1,0 +1,113 @@
+// File: simba/backends/zookeeper.h
+//
+// `zookeeper://host:port[,host:port...][/chroot]`: mutexes as elections in a
+// ZooKeeper ensemble (3.5 or newer; tested with Debian's 3.8), shaped like
+// Curator's LeaderLatch so C++ contenders and JVM Simba contenders can share
+// an election.
+//
+// Layout for mutex M (under `root`, default /simba, JVM Simba's):
+//   /simba/M                      a container node (created when missing;
+//                                 the server removes it once it is empty)
+//   /simba/M/_c_<uuid>-latch-<n>  one ephemeral sequential node per
+//                                 contender, data = the contender id. This
+//                                 is Curator's protected name: the uuid lets
+//                                 a contender find its node again when the
+//                                 connection broke while it was created.
+// The contender with the lowest <n> owns the mutex; each waiter watches
+// only the node just before its own (no herd when the owner leaves), and
+// everybody knows who owns it (the data of the lowest node).
+//
+// Fencing: a token is the owner node's creation zxid (czxid). Owners are
+// served in node order, which is zxid order, so tokens grow with every new
+// owner; a renewal keeps the token; a restart of the ensemble raises the
+// zxid epoch.
+//
+// Leases on top of sessions. A session ends when its process dies, so a
+// crashed owner's node disappears when its session times out. But a process
+// whose client library still heartbeats while the code that should renew is
+// stuck would hold a session lock forever; Simba's leases end it anyway.
+// A C++ node's uuid is a version-8 UUID that carries the contender's ttl
+// and transition (ms); the owner renews by rewriting its node's data at
+// every ttl (compare-and-set on the node version, so a renewal and an
+// eviction can never both succeed), which moves the node's mtime. A waiter
+// that finds the lowest node's lease over by the server's clock
+// (mtime + ttl + transition, estimated conservatively from the times of our
+// own writes) deletes it, compare-and-set on the version it saw. A node
+// that is lowest but was never written since its creation (an owner that
+// has not renewed yet, or a waiter that has not noticed it leads) gets a
+// whole lease from when the waiter first saw it lowest. JVM (Curator)
+// nodes carry random version-4 UUIDs and are never evicted: their session
+// is their lease, as in JVM Simba.
+//
+// Loss signals: when the connection drops (Curator's SUSPENDED) every owner
+// on this backend is told at once (MutexEvent::kLost) and stops believing it
+// owns its mutex until a renewal succeeds again; when the session expires,
+// every node of this backend is gone, owners are told, and the next call
+// opens a new session and enters the elections again. An owner also
+// watches its own node, so a forced release or an eviction reaches it at
+// once.
+//
+// Calls: the client's asynchronous API, so every call has a deadline even
+// though the library itself would wait for a session timeout; requests of
+// one call are pipelined (an acquisition of a free mutex is the creation of
+// the node and a read of the children, sent together: one round trip).
+// Watchers and completions run on the client's completion thread, which
+// only records results and hands events to listeners (which must not
+// block). One session (one connection, the client's two threads) per
+// backend, shared by every mutex.
+//
+// Forced release: deletes every node of the mutex (the owner's and the
+// queue's) in one transaction, so every later owner has a node created
+// after it; the fencing floor is that transaction's zxid. Waiters enter the
+// queue again at once.
+//
+// Names: a mutex must not contain '/' and must not be "." or ".."; at most
+// 512 bytes. The contender id is the node's data (at most 512 bytes).
+//
+// URI query keys:
+//   root             the parent of every mutex node (default /simba)
+//   session_timeout  asked of the server (default 10s; the server clamps it
+//                    to [2, 20] x its tickTime)
+//   connect_timeout  how long a call waits for a session before failing
+//                    with kUnavailable (default 3s, and never past the call's
+//                    deadline)
+//
+// Example:
+//   auto backend = simba::OpenBackend("zookeeper://zk1:2181,zk2:2181/apps");
+
+#ifndef SIMBA_BACKENDS_ZOOKEEPER_H_
+#define SIMBA_BACKENDS_ZOOKEEPER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+#include "simba/uri.h"
+
+namespace simba {
+
+struct ZookeeperOptions {
+  // "host:port,host:port[/chroot]", as the ZooKeeper C client takes it.
+  std::string connect_string = "127.0.0.1:2181";
+  // Absolute path, no trailing '/'.
+  std::string root = "/simba";
+  std::chrono::milliseconds session_timeout{10000};
+  std::chrono::milliseconds connect_timeout{3000};
+};
+
+// Creates the backend. It connects lazily, so an ensemble that is down now
+// makes calls fail with kUnavailable until it is back, rather than this.
+// Errors (kInvalidArgument): an empty connect string, a bad root, a
+// non-positive timeout.
+Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options);
+
+// zookeeper://host[:port][,host[:port]...][/chroot][?query]; ports default
+// to 2181. Errors (kInvalidArgument): another scheme, no host, user info, an
+// unknown query key or a bad value.
+Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri);
+
+}  // namespace simba
+
+#endif  // SIMBA_BACKENDS_ZOOKEEPER_H_

@@ -1,0 +1,1355 @@
+// The ZooKeeper backend: Curator-style elections with Simba's leases on
+// top. See include/simba/backends/zookeeper.h for the protocol.
+//
+// Threads: the C client's I/O and completion threads, plus the callers'.
+// Completions only fill a Pending and wake its waiter; watchers only record
+// and hand events to listeners (which only schedule work). A handle is
+// never closed on the completion thread (zookeeper_close joins it).
+#include "simba/backends/zookeeper.h"
+
+#include <zookeeper/zookeeper.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+
+constexpr std::size_t kMaxNameBytes = 512;
+constexpr std::string_view kLatch = "latch-";
+// Curator's protected prefix, then our uuid (36 characters), then "-latch-".
+constexpr std::string_view kProtected = "_c_";
+constexpr std::size_t kUuidLength = 36;
+// Waiters report a leased owner's hard lease this much later than it ends:
+// the core polls a waiter up to 200 ms before the reported end (its
+// jitter), and an early poll would only find the lease still running and
+// poll again at once.
+constexpr milliseconds kPollPad{200};
+// Attempts inside one call when the election changes under it.
+constexpr int kRounds = 5;
+
+// Set while a thread runs one of our ZooKeeper callbacks.
+thread_local bool t_in_zk_callback = false;
+struct CallbackScope {
+  CallbackScope() { t_in_zk_callback = true; }
+  ~CallbackScope() { t_in_zk_callback = false; }
+};
+
+std::int64_t SteadyMs(SteadyClock::time_point t) {
+  return duration_cast<milliseconds>(t.time_since_epoch()).count();
+}
+
+std::int64_t WallMs() {
+  return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ZkError(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
+
+bool IsConnectionError(int rc) {
+  return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZSESSIONEXPIRED ||
+         rc == ZCLOSING || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED;
+}
+
+// ---- one asynchronous request ---------------------------------------------------
+
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = ZSYSTEMERROR;
+  std::string value;  // a node's data, or the path a create made
+  Stat stat{};
+  std::vector<std::string> children;
+  // zoo_amulti writes these when it completes, so they live here.
+  std::vector<zoo_op_result_t> results;
+  Stat set_stat{};
+};
+using PendingPtr = std::shared_ptr<Pending>;
+
+// The completion's `data`: a heap copy of the shared pointer, so a caller
+// that gave up at its deadline leaves the Pending alive for a late reply.
+PendingPtr TakeHolder(const void* data) {
+  std::unique_ptr<PendingPtr> holder(static_cast<PendingPtr*>(const_cast<void*>(data)));
+  return *holder;
+}
+
+template <typename Fill>
+void Complete(const void* data, int rc, Fill fill) {
+  CallbackScope scope;
+  PendingPtr p = TakeHolder(data);
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    p->rc = rc;
+    if (rc == ZOK) fill(*p);
+    p->done = true;
+  }
+  p->cv.notify_all();
+}
+
+void OnVoid(int rc, const void* data) {
+  Complete(data, rc, [](Pending&) {});
+}
+void OnStat(int rc, const Stat* stat, const void* data) {
+  Complete(data, rc, [stat](Pending& p) {
+    if (stat != nullptr) p.stat = *stat;
+  });
+}
+void OnData(int rc, const char* value, int length, const Stat* stat, const void* data) {
+  Complete(data, rc, [&](Pending& p) {
+    if (value != nullptr && length > 0) p.value.assign(value, static_cast<std::size_t>(length));
+    if (stat != nullptr) p.stat = *stat;
+  });
+}
+void OnChildren(int rc, const String_vector* strings, const Stat* stat, const void* data) {
+  Complete(data, rc, [&](Pending& p) {
+    if (strings != nullptr) {
+      for (int i = 0; i < strings->count; ++i) p.children.emplace_back(strings->data[i]);
+    }
+    if (stat != nullptr) p.stat = *stat;
+  });
+}
+void OnCreate(int rc, const char* path, const Stat* stat, const void* data) {
+  Complete(data, rc, [&](Pending& p) {
+    if (path != nullptr) p.value = path;
+    if (stat != nullptr) p.stat = *stat;
+  });
+}
+
+// Starts a request: `submit(data)` calls a zoo_a* function. If it is
+// refused at once the completion never runs, so the result is set here.
+template <typename Submit>
+PendingPtr Start(Submit submit) {
+  auto p = std::make_shared<Pending>();
+  auto* holder = new PendingPtr(p);
+  const int rc = submit(static_cast<const void*>(holder));
+  if (rc != ZOK) {
+    delete holder;
+    p->rc = rc;
+    p->done = true;
+  }
+  return p;
+}
+
+// Waits for `p` until `deadline`; false if it did not complete by then.
+bool Wait(const PendingPtr& p, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(p->mu);
+  return p->cv.wait_until(lock, deadline, [&] { return p->done; });
+}
+
+// A watch id as a watcher context.
+void* WatchContextOf(std::uint64_t id) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+
+// ---- node names -----------------------------------------------------------------
+
+struct Child {
+  std::string name;
+  std::int64_t sequence = 0;
+};
+
+// The sequence after the last "latch-", as Curator sorts; nullopt for a
+// node that is not a participant.
+std::optional<std::int64_t> SequenceOf(std::string_view name) {
+  const std::size_t at = name.rfind(kLatch);
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view digits = name.substr(at + kLatch.size());
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  if (ec != std::errc() || end != digits.data() + digits.size() || digits.empty()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// Participants in election order.
+std::vector<Child> Participants(const std::vector<std::string>& names) {
+  std::vector<Child> out;
+  for (const std::string& name : names) {
+    if (auto seq = SequenceOf(name)) out.push_back(Child{name, *seq});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Child& a, const Child& b) { return a.sequence < b.sequence; });
+  return out;
+}
+
+std::uint32_t Hex(std::string_view text) {
+  std::uint32_t value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  return value;
+}
+
+// A version-8 UUID carrying a lease: ttl ms in the first 32 bits,
+// transition ms in the next 28 (around the version nibble), then the
+// variant and 62 random bits.
+std::string LeaseUuid(std::uint32_t ttl_ms, std::uint32_t transition_ms, std::uint64_t random) {
+  char text[kUuidLength + 1];
+  std::snprintf(text, sizeof text, "%08x-%04x-8%03x-%04x-%012llx", ttl_ms,
+                (transition_ms >> 12) & 0xffffu, transition_ms & 0xfffu,
+                static_cast<unsigned>(0x8000u | ((random >> 48) & 0x3fffu)),
+                static_cast<unsigned long long>(random & 0xffffffffffffULL));
+  return std::string(text, kUuidLength);
+}
+
+struct NodeLease {
+  milliseconds ttl{0};
+  milliseconds transition{0};
+};
+
+// The lease a C++ node carries in its name; nullopt for any other node
+// (a JVM participant's random version-4 UUID).
+std::optional<NodeLease> LeaseOf(std::string_view name) {
+  if (name.size() < kProtected.size() + kUuidLength + 1 ||
+      name.substr(0, kProtected.size()) != kProtected) {
+    return std::nullopt;
+  }
+  const std::string_view uuid = name.substr(kProtected.size(), kUuidLength);
+  if (uuid[8] != '-' || uuid[13] != '-' || uuid[18] != '-' || uuid[23] != '-' ||
+      uuid[14] != '8' || std::string_view("89ab").find(uuid[19]) == std::string_view::npos) {
+    return std::nullopt;
+  }
+  NodeLease lease;
+  lease.ttl = milliseconds(Hex(uuid.substr(0, 8)));
+  lease.transition = milliseconds((Hex(uuid.substr(9, 4)) << 12) | Hex(uuid.substr(15, 3)));
+  return lease;
+}
+
+// ---- the store -------------------------------------------------------------------
+
+class ZkStore;
+
+// One session: a zhandle_t, closed when the last user lets go (never on a
+// callback thread).
+class ZkHandle {
+ public:
+  ZkHandle(zhandle_t* zh, std::uint64_t generation, std::shared_ptr<ZkStore> store)
+      : zh_(zh), generation_(generation), store_(std::move(store)) {}
+  ~ZkHandle() {
+    if (zh_ == nullptr) return;
+    if (t_in_zk_callback) {
+      // zookeeper_close joins the completion thread: not from there.
+      std::thread([zh = zh_, store = std::move(store_)] { zookeeper_close(zh); }).detach();
+    } else {
+      zookeeper_close(zh_);
+    }
+  }
+  ZkHandle(const ZkHandle&) = delete;
+  ZkHandle& operator=(const ZkHandle&) = delete;
+
+  zhandle_t* get() const { return zh_; }
+  std::uint64_t generation() const { return generation_; }
+
+ private:
+  zhandle_t* zh_;
+  std::uint64_t generation_;
+  // Keeps the watcher's context alive as long as the handle.
+  std::shared_ptr<ZkStore> store_;
+};
+
+struct Slot {
+  std::string mutex;
+  std::string contender_id;  // empty: a retriever
+  std::function<void(const MutexEvent&)> listener;
+  bool alive = true;  // guarded by ZkStore::dispatch_mu_
+};
+
+// What a node watch is for.
+struct WatchContext {
+  enum class Kind { kPredecessor, kOwn, kChildren } kind;
+  std::string mutex;
+  std::string contender_id;
+  std::uint64_t token = 0;
+};
+
+// What this backend knows of one (mutex, contender).
+struct Entry {
+  // One call at a time.
+  std::mutex turn_mu;
+  std::condition_variable turn_cv;
+  bool busy = false;
+
+  // Guarded by the turn.
+  std::uint64_t session = 0;  // the session our node belongs to
+  std::string uuid;           // of our node (being) created
+  bool create_uncertain = false;
+  std::string node;  // our node's name; empty: none
+  std::int64_t sequence = -1;
+  std::int32_t version = 0;
+  std::uint64_t czxid = 0;
+  bool owner = false;  // we claimed it and no renewal has failed since
+  std::uint64_t own_watch = 0;
+  std::string watching;  // the predecessor we watch
+  std::uint64_t watch_id = 0;
+  // The lowest node as first seen while it had not been written since its
+  // creation (for evicting an owner that never renews).
+  std::string seen_lowest;
+  SteadyClock::time_point seen_at{};
+
+  // Forgets the node (the turn stays taken).
+  void Reset(std::uint64_t new_session) {
+    session = new_session;
+    uuid.clear();
+    create_uncertain = false;
+    node.clear();
+    sequence = -1;
+    version = 0;
+    czxid = 0;
+    owner = false;
+    own_watch = 0;
+    watching.clear();
+    watch_id = 0;
+    seen_lowest.clear();
+    seen_at = {};
+  }
+};
+
+class ZkStore : public std::enable_shared_from_this<ZkStore> {
+ public:
+  explicit ZkStore(ZookeeperOptions options)
+      : options_(std::move(options)), random_(std::random_device{}()) {}
+
+  const ZookeeperOptions& options() const { return options_; }
+
+  void Shutdown() {
+    std::shared_ptr<ZkHandle> handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closed_ = true;
+      handle = std::move(handle_);
+    }
+    cv_.notify_all();
+    // `handle` closes here (or later, when the last call using it ends).
+  }
+
+  Result<OwnerRecord> Acquire(const AcquireRequest& request, Deadline deadline);
+  Result<bool> Release(std::string_view mutex, std::string_view contender_id, Deadline deadline);
+  Result<ForcedRelease> ForceRelease(std::string_view mutex, Deadline deadline);
+  Result<OwnerRecord> Read(std::string_view mutex, Deadline deadline);
+  Result<std::vector<ListedMutex>> List(Deadline deadline);
+  std::unique_ptr<Subscription> Subscribe(std::string_view mutex, std::string_view contender_id,
+                                          std::function<void(const MutexEvent&)> listener);
+  void Unsubscribe(const std::shared_ptr<Slot>& slot);
+
+  static void GlobalWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
+  static void NodeWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
+
+ private:
+  using EntryKey = std::pair<std::string, std::string>;
+
+  // The current session, opening one if there is none or it expired, and
+  // waiting (up to connect_timeout and `deadline`) until it is connected.
+  Result<std::shared_ptr<ZkHandle>> Session(Deadline deadline);
+  // Our entry for (mutex, contender), with its turn taken.
+  Result<std::shared_ptr<Entry>> TakeEntry(const EntryKey& key, Deadline deadline);
+  void GiveTurn(const std::shared_ptr<Entry>& entry);
+
+  std::string MutexPath(std::string_view mutex) const {
+    return options_.root + "/" + std::string(mutex);
+  }
+  // Creates the root's components and the mutex node (containers).
+  Status CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline);
+  // Waits and turns a failure into a Status.
+  Status Await(const PendingPtr& p, Deadline deadline, const std::string& what,
+               std::set<int> accepted = {});
+
+  // Server time now, estimated from our own writes (never later than the
+  // server's clock, as long as the clocks run at the same rate).
+  std::int64_t ServerNow(SteadyClock::time_point now = SteadyClock::now()) const;
+  void Observe(std::int64_t server_ms);
+
+  // Registers a node watch; its id is the watcher context.
+  std::uint64_t AddWatch(WatchContext context);
+  bool WatchArmed(std::uint64_t id);
+  void ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
+                   const std::string& contender_id);
+
+  // Delivers `event` to the listeners of event.mutex that `match`.
+  void Deliver(const MutexEvent& event, const std::function<bool(const Slot&)>& match);
+  // To every listener of every mutex.
+  void Broadcast(MutexEvent::Kind kind);
+  void OnSessionEvent(zhandle_t* zh, int state);
+  void OnNodeEvent(std::uint64_t id, int type);
+
+  OwnerRecord Owned(const Entry& entry, std::string_view contender_id, std::int64_t start,
+                    const AcquireRequest& request) const;
+  // The owner as seen from outside: the lowest node's data and times.
+  MutexOwner Seen(const Child& lowest, const Pending& node, std::int64_t start,
+                  const AcquireRequest* fallback) const;
+
+  const ZookeeperOptions options_;
+
+  std::mutex session_mu_;  // serializes opening sessions; never in callbacks
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<ZkHandle> handle_;
+  std::uint64_t generation_ = 0;
+  bool connected_ = false;
+  bool lost_ = false;  // the connection broke (or the session ended) since connected
+  bool expired_ = false;
+  bool closed_ = false;
+  std::int64_t offset_ms_ = 0;
+  bool has_offset_ = false;
+  std::mt19937_64 random_;
+  std::map<EntryKey, std::shared_ptr<Entry>> entries_;
+  std::uint64_t next_watch_ = 0;
+  std::map<std::uint64_t, WatchContext> watches_;
+  std::set<std::string> children_watched_;
+  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
+  std::recursive_mutex dispatch_mu_;
+};
+
+// ---- sessions and watches -----------------------------------------------------------
+
+void LogToSimba(const char* message) {
+  std::string text = message != nullptr ? message : "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  SIMBA_LOG(kDebug, "zookeeper client: " << text);
+}
+
+Result<std::shared_ptr<ZkHandle>> ZkStore::Session(Deadline deadline) {
+  std::shared_ptr<ZkHandle> stale;
+  {
+    std::lock_guard<std::mutex> opening(session_mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (closed_) return UnavailableError("zookeeper: the backend is closed");
+    if (handle_ == nullptr || expired_) {
+      stale = std::move(handle_);
+      const std::uint64_t generation = ++generation_;
+      connected_ = false;
+      expired_ = false;
+      lock.unlock();
+      // Callbacks may run before zookeeper_init2 returns; they find the
+      // handle by its generation once it is installed.
+      zhandle_t* zh = zookeeper_init2(options_.connect_string.c_str(), &ZkStore::GlobalWatcher,
+                                      static_cast<int>(options_.session_timeout.count()),
+                                      nullptr, this, 0, &LogToSimba);
+      lock.lock();
+      if (zh == nullptr) {
+        return UnavailableError("zookeeper at " + options_.connect_string +
+                                ": cannot create a session: " + ZkError(errno));
+      }
+      handle_ = std::make_shared<ZkHandle>(zh, generation, shared_from_this());
+      // A state change that came before the handle was installed.
+      const int state = zoo_state(zh);
+      if (state == ZOO_CONNECTED_STATE) connected_ = true;
+    }
+  }
+  stale.reset();  // closes an expired session, outside our locks
+  std::unique_lock<std::mutex> lock(mu_);
+  const Deadline connect_by =
+      std::min(deadline, SteadyClock::now() + options_.connect_timeout);
+  cv_.wait_until(lock, connect_by, [&] {
+    if (handle_ != nullptr && !connected_ && zoo_state(handle_->get()) == ZOO_CONNECTED_STATE) {
+      connected_ = true;
+    }
+    return closed_ || connected_ || expired_;
+  });
+  if (closed_) return UnavailableError("zookeeper: the backend is closed");
+  if (!connected_) {
+    return UnavailableError("zookeeper at " + options_.connect_string +
+                            (expired_ ? ": the session expired"
+                                      : ": no connection (connect_timeout " +
+                                            FormatDuration(options_.connect_timeout) + ")"));
+  }
+  return handle_;
+}
+
+void ZkStore::GlobalWatcher(zhandle_t* zh, int type, int state, const char*, void* context) {
+  CallbackScope scope;
+  if (type != ZOO_SESSION_EVENT || context == nullptr) return;
+  static_cast<ZkStore*>(context)->OnSessionEvent(zh, state);
+}
+
+void ZkStore::OnSessionEvent(zhandle_t* zh, int state) {
+  bool lost_now = false;
+  bool back = false;
+  bool ended = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // Events of a replaced session, or of one not installed yet (it reads
+    // its state after it is), change nothing.
+    if (handle_ == nullptr || handle_->get() != zh) return;
+    if (state == ZOO_CONNECTED_STATE) {
+      back = lost_;
+      connected_ = true;
+      lost_ = false;
+    } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
+      ended = true;
+      connected_ = false;
+      expired_ = true;
+      lost_ = true;
+      watches_.clear();
+      children_watched_.clear();
+    } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
+      lost_now = connected_;
+      if (connected_) lost_ = true;
+      connected_ = false;
+    }
+  }
+  cv_.notify_all();
+  if (lost_now || ended) {
+    // Curator's SUSPENDED (or LOST): nobody may act as an owner until the
+    // store confirms it again.
+    SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string
+                                     << (ended ? ": the session expired" : ": connection lost")
+                                     << "; owners on this backend stop acting as owners");
+    Broadcast(MutexEvent::Kind::kLost);
+  }
+  if (back || ended) {
+    // Anything may have changed meanwhile (and after an expiry every node
+    // of ours is gone): everyone looks again.
+    Broadcast(MutexEvent::Kind::kReleased);
+  }
+}
+
+std::uint64_t ZkStore::AddWatch(WatchContext context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::uint64_t id = ++next_watch_;
+  watches_.emplace(id, std::move(context));
+  return id;
+}
+
+bool ZkStore::WatchArmed(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return id != 0 && watches_.count(id) != 0;
+}
+
+void ZkStore::NodeWatcher(zhandle_t* zh, int type, int, const char*, void* context) {
+  CallbackScope scope;
+  // The handle's context is its store (which outlives the handle); the
+  // watcher's context is the watch id, so nothing is allocated per watch.
+  auto* store = static_cast<ZkStore*>(const_cast<void*>(zoo_get_context(zh)));
+  if (store != nullptr) store->OnNodeEvent(reinterpret_cast<std::uintptr_t>(context), type);
+}
+
+void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
+  WatchContext context;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = watches_.find(id);
+    if (it == watches_.end()) return;
+    context = std::move(it->second);
+    watches_.erase(it);
+    if (context.kind == WatchContext::Kind::kChildren) children_watched_.erase(context.mutex);
+  }
+  if (type == ZOO_SESSION_EVENT) return;  // the global watcher handles sessions
+  switch (context.kind) {
+    case WatchContext::Kind::kPredecessor:
+      // Our predecessor left (or changed): this waiter alone looks again.
+      Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+              [&](const Slot& s) { return s.contender_id == context.contender_id; });
+      break;
+    case WatchContext::Kind::kOwn:
+      if (type == ZOO_DELETED_EVENT) {
+        // Forced out (an operator, or an eviction of a lease we did not
+        // renew in time): the owner hears it now, not at its next renewal.
+        Deliver(MutexEvent{MutexEvent::Kind::kLost, context.mutex, context.contender_id,
+                           context.token},
+                [&](const Slot& s) { return s.contender_id == context.contender_id; });
+        Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+                [](const Slot& s) { return s.contender_id.empty(); });
+      }
+      // A change is our own renewal; the renewal arms the next watch.
+      break;
+    case WatchContext::Kind::kChildren:
+      Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+              [](const Slot& s) { return s.contender_id.empty(); });
+      break;
+  }
+}
+
+void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
+                          const std::string& contender_id) {
+  // Our renewal (a data change) fires the armed watch, so a new one is
+  // armed after every write of ours.
+  const std::uint64_t id =
+      AddWatch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid});
+  entry.own_watch = id;
+  const std::string path = MutexPath(mutex) + "/" + entry.node;
+  // Not waited for: the watch is a bonus on top of the lease, and the
+  // next renewal arms it again.
+  Start([&](const void* data) {
+    return zoo_awexists(zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id), &OnStat,
+                        data);
+  });
+}
+
+void ZkStore::Deliver(const MutexEvent& event, const std::function<bool(const Slot&)>& match) {
+  std::vector<std::shared_ptr<Slot>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(event.mutex);
+    if (it == slots_.end()) return;
+    for (const auto& slot : it->second) {
+      if (match(*slot)) targets.push_back(slot);
+    }
+  }
+  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+  for (const auto& slot : targets) {
+    if (slot->alive) slot->listener(event);
+  }
+}
+
+void ZkStore::Broadcast(MutexEvent::Kind kind) {
+  std::vector<std::shared_ptr<Slot>> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [mutex, list] : slots_) targets.insert(targets.end(), list.begin(), list.end());
+  }
+  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+  for (const auto& slot : targets) {
+    if (slot->alive) slot->listener(MutexEvent{kind, slot->mutex, "", 0});
+  }
+}
+
+class ZkSubscription final : public Subscription {
+ public:
+  ZkSubscription(std::weak_ptr<ZkStore> store, std::shared_ptr<Slot> slot)
+      : store_(std::move(store)), slot_(std::move(slot)) {}
+  ~ZkSubscription() override {
+    if (auto store = store_.lock()) store->Unsubscribe(slot_);
+  }
+
+ private:
+  std::weak_ptr<ZkStore> store_;
+  std::shared_ptr<Slot> slot_;
+};
+
+std::unique_ptr<Subscription> ZkStore::Subscribe(std::string_view mutex,
+                                                 std::string_view contender_id,
+                                                 std::function<void(const MutexEvent&)> listener) {
+  auto slot = std::make_shared<Slot>();
+  slot->mutex = std::string(mutex);
+  slot->contender_id = std::string(contender_id);
+  slot->listener = std::move(listener);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[slot->mutex].push_back(slot);
+  }
+  return std::make_unique<ZkSubscription>(weak_from_this(), std::move(slot));
+}
+
+void ZkStore::Unsubscribe(const std::shared_ptr<Slot>& slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(slot->mutex);
+    if (it != slots_.end()) {
+      auto& list = it->second;
+      list.erase(std::remove(list.begin(), list.end(), slot), list.end());
+      if (list.empty()) slots_.erase(it);
+    }
+  }
+  // Waits for a delivery in progress; afterwards the listener is never
+  // called again.
+  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+  slot->alive = false;
+}
+
+// ---- helpers for calls --------------------------------------------------------------
+
+std::int64_t ZkStore::ServerNow(SteadyClock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Before any write of ours, the local wall clock (ZooKeeper tells no time
+  // otherwise); only used for display then, never for an eviction.
+  return has_offset_ ? SteadyMs(now) + offset_ms_ : WallMs();
+}
+
+void ZkStore::Observe(std::int64_t server_ms) {
+  // The server stamped the write before we received the reply, so this is
+  // a lower bound of the clock offset; the latest one follows clock steps.
+  const std::int64_t offset = server_ms - SteadyMs(SteadyClock::now());
+  std::lock_guard<std::mutex> lock(mu_);
+  offset_ms_ = offset;
+  has_offset_ = true;
+}
+
+Status ZkStore::Await(const PendingPtr& p, Deadline deadline, const std::string& what,
+                      std::set<int> accepted) {
+  if (!Wait(p, deadline)) {
+    return DeadlineExceededError("zookeeper at " + options_.connect_string + ": " + what +
+                                 ": no reply by the deadline");
+  }
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->rc == ZOK || accepted.count(p->rc) != 0) return OkStatus();
+  const std::string message =
+      "zookeeper at " + options_.connect_string + ": " + what + ": " + ZkError(p->rc);
+  if (IsConnectionError(p->rc)) return UnavailableError(message);
+  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) return PermissionDeniedError(message);
+  return InternalError(message);
+}
+
+Status ZkStore::CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline) {
+  std::vector<std::string> paths;
+  for (std::size_t at = options_.root.find('/', 1); at != std::string::npos;
+       at = options_.root.find('/', at + 1)) {
+    paths.push_back(options_.root.substr(0, at));
+  }
+  paths.push_back(options_.root);
+  paths.push_back(MutexPath(mutex));
+  // Pipelined: the server applies them in order.
+  std::vector<PendingPtr> pending;
+  for (const std::string& path : paths) {
+    pending.push_back(Start([&](const void* data) {
+      return zoo_acreate2(zh, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+                          &OnCreate, data);
+    }));
+  }
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    SIMBA_RETURN_IF_ERROR(Await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
+  }
+  return OkStatus();
+}
+
+Result<std::shared_ptr<Entry>> ZkStore::TakeEntry(const EntryKey& key, Deadline deadline) {
+  for (;;) {
+    std::shared_ptr<Entry> entry;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& slot = entries_[key];
+      if (slot == nullptr) slot = std::make_shared<Entry>();
+      entry = slot;
+    }
+    {
+      std::unique_lock<std::mutex> turn(entry->turn_mu);
+      if (!entry->turn_cv.wait_until(turn, deadline, [&] { return !entry->busy; })) {
+        return DeadlineExceededError("zookeeper: another call for mutex '" + key.first +
+                                     "' and contender '" + key.second +
+                                     "' is still running at the deadline");
+      }
+      entry->busy = true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = entries_.find(key);
+      if (it != entries_.end() && it->second == entry) return entry;
+    }
+    // Released (and forgotten) while we waited: use the new entry.
+    GiveTurn(entry);
+  }
+}
+
+void ZkStore::GiveTurn(const std::shared_ptr<Entry>& entry) {
+  {
+    std::lock_guard<std::mutex> turn(entry->turn_mu);
+    entry->busy = false;
+  }
+  entry->turn_cv.notify_one();
+}
+
+OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id, std::int64_t start,
+                           const AcquireRequest& request) const {
+  OwnerRecord record;
+  record.store_now = StoreTime(start);
+  record.owner.owner_id = std::string(contender_id);
+  record.owner.acquired_at = StoreTime(start);
+  record.owner.ttl_at = StoreTime(start) + request.ttl;
+  record.owner.transition_at = StoreTime(start) + request.ttl + request.transition;
+  record.owner.fencing_token = entry.czxid;
+  return record;
+}
+
+MutexOwner ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t start,
+                         const AcquireRequest* fallback) const {
+  MutexOwner owner;
+  owner.owner_id = node.value;
+  owner.fencing_token = static_cast<std::uint64_t>(node.stat.czxid);
+  owner.acquired_at = StoreTime(start);
+  if (auto lease = LeaseOf(lowest.name)) {
+    owner.ttl_at = StoreTime(start) + lease->ttl;
+    owner.transition_at = StoreTime(start) + lease->ttl + lease->transition;
+  } else {
+    // A JVM participant: its session is its lease. Report one of the
+    // asker's leases from now, so a waiter looks again now and then (its
+    // watch wakes it sooner).
+    const milliseconds ttl = fallback != nullptr ? fallback->ttl : milliseconds(10000);
+    const milliseconds transition =
+        fallback != nullptr ? fallback->transition : milliseconds(6000);
+    const std::int64_t now = ServerNow();
+    owner.acquired_at = StoreTime(node.stat.ctime);
+    owner.ttl_at = StoreTime(now) + ttl;
+    owner.transition_at = StoreTime(now) + ttl + transition;
+  }
+  return owner;
+}
+
+// ---- the calls ------------------------------------------------------------------------
+
+Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline deadline) {
+  const std::string mutex(request.mutex);
+  const std::string contender(request.contender_id);
+  if (request.ttl.count() <= 0 || request.ttl.count() > 0xffffffffLL ||
+      request.transition.count() < 0 || request.transition.count() > 0x0fffffffLL) {
+    return InvalidArgumentError(
+        "zookeeper: ttl must be 1 ms to 49 days and transition 0 to 74 hours (they are "
+        "written into the node's name)");
+  }
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  zhandle_t* const zh = handle->get();
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, TakeEntry({mutex, contender}, deadline));
+  struct TurnGuard {
+    ZkStore* store;
+    std::shared_ptr<Entry> entry;
+    ~TurnGuard() { store->GiveTurn(entry); }
+  } guard{this, entry};
+  Entry& e = *entry;
+  if (e.session != handle->generation()) {
+    // Our node (if any) ended with its session.
+    e.Reset(handle->generation());
+  }
+  const std::string parent = MutexPath(mutex);
+  const auto own_path = [&] { return parent + "/" + e.node; };
+
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::string> names;
+    bool fresh = false;           // our node was created by this round
+    SteadyClock::time_point sent = SteadyClock::now();
+    if (e.node.empty()) {
+      if (e.create_uncertain) {
+        // A create whose reply we never saw: find the node by its
+        // protected name before making another.
+        auto listed = Start([&](const void* data) {
+          return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+        });
+        SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+        const std::string prefix = std::string(kProtected) + e.uuid;
+        for (const std::string& name : listed->children) {
+          if (name.rfind(prefix, 0) == 0) e.node = name;
+        }
+        if (!e.node.empty()) {
+          auto stat = Start([&](const void* data) {
+            return zoo_aexists(zh, own_path().c_str(), 0, &OnStat, data);
+          });
+          SIMBA_RETURN_IF_ERROR(Await(stat, deadline, "reading " + own_path()));
+          e.czxid = static_cast<std::uint64_t>(stat->stat.czxid);
+          e.version = stat->stat.version;
+          e.sequence = SequenceOf(e.node).value_or(-1);
+          names = listed->children;
+        }
+        e.create_uncertain = false;
+        if (e.node.empty()) continue;
+      } else {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          e.uuid = LeaseUuid(static_cast<std::uint32_t>(request.ttl.count()),
+                             static_cast<std::uint32_t>(request.transition.count()), random_());
+        }
+        const std::string prefix =
+            parent + "/" + std::string(kProtected) + e.uuid + "-" + std::string(kLatch);
+        e.create_uncertain = true;
+        sent = SteadyClock::now();
+        // The create and the listing together: the server runs them in
+        // order, so the listing includes our node. One round trip.
+        auto created = Start([&](const void* data) {
+          return zoo_acreate2(zh, prefix.c_str(), contender.data(),
+                              static_cast<int>(contender.size()), &ZOO_OPEN_ACL_UNSAFE,
+                              ZOO_EPHEMERAL_SEQUENTIAL, &OnCreate, data);
+        });
+        auto listed = Start([&](const void* data) {
+          return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+        });
+        SIMBA_RETURN_IF_ERROR(Await(created, deadline, "joining " + parent, {ZNONODE}));
+        if (created->rc == ZNONODE) {
+          e.create_uncertain = false;
+          SIMBA_RETURN_IF_ERROR(CreateParents(zh, mutex, deadline));
+          continue;
+        }
+        SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent));
+        e.create_uncertain = false;
+        e.node = created->value.substr(created->value.rfind('/') + 1);
+        e.sequence = SequenceOf(e.node).value_or(-1);
+        e.czxid = static_cast<std::uint64_t>(created->stat.czxid);
+        e.version = created->stat.version;
+        Observe(created->stat.ctime);
+        names = listed->children;
+        fresh = true;
+      }
+    } else if (e.owner) {
+      // Renewal: rewrite our node if nobody touched it (a compare-and-set
+      // on the version, so it cannot race an eviction).
+      sent = SteadyClock::now();
+      auto written = Start([&](const void* data) {
+        return zoo_aset(zh, own_path().c_str(), contender.data(),
+                        static_cast<int>(contender.size()), e.version, &OnStat, data);
+      });
+      SIMBA_RETURN_IF_ERROR(
+          Await(written, deadline, "renewing " + own_path(), {ZNONODE, ZBADVERSION}));
+      if (written->rc == ZOK) {
+        e.version = written->stat.version;
+        Observe(written->stat.mtime);
+        ArmOwnWatch(zh, mutex, e, contender);
+        return Owned(e, contender, written->stat.mtime, request);
+      }
+      // Evicted or forced out: we lost that tenure.
+      e.owner = false;
+      if (written->rc == ZNONODE) e.node.clear();
+      continue;
+    } else {
+      auto listed = Start([&](const void* data) {
+        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+      });
+      SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+      names = listed->children;
+    }
+
+    const std::vector<Child> children = Participants(names);
+    const auto ours = std::find_if(children.begin(), children.end(),
+                                   [&](const Child& c) { return c.name == e.node; });
+    if (ours == children.end()) {
+      // Our node is gone (evicted, forced out): join again.
+      e.node.clear();
+      e.owner = false;
+      continue;
+    }
+    if (ours == children.begin()) {
+      if (fresh) {
+        // First in line the moment we joined: owners from our send time
+        // (before the node's ctime), no claim needed.
+        e.owner = true;
+        ArmOwnWatch(zh, mutex, e, contender);
+        return Owned(e, contender, ServerNow(sent), request);
+      }
+      // We moved to the front: claim it, compare-and-set on the version we
+      // know, so a waiter's eviction of our never-written node and our
+      // claim cannot both succeed.
+      sent = SteadyClock::now();
+      auto claimed = Start([&](const void* data) {
+        return zoo_aset(zh, own_path().c_str(), contender.data(),
+                        static_cast<int>(contender.size()), e.version, &OnStat, data);
+      });
+      SIMBA_RETURN_IF_ERROR(
+          Await(claimed, deadline, "claiming " + own_path(), {ZNONODE, ZBADVERSION}));
+      if (claimed->rc != ZOK) {
+        e.node.clear();
+        continue;
+      }
+      e.version = claimed->stat.version;
+      e.owner = true;
+      Observe(claimed->stat.mtime);
+      ArmOwnWatch(zh, mutex, e, contender);
+      return Owned(e, contender, claimed->stat.mtime, request);
+    }
+
+    // A waiter: read the owner and watch our predecessor, together.
+    const Child& lowest = children.front();
+    const Child& predecessor = *(ours - 1);
+    const std::string lowest_path = parent + "/" + lowest.name;
+    auto owner_node = Start([&](const void* data) {
+      return zoo_aget(zh, lowest_path.c_str(), 0, &OnData, data);
+    });
+    PendingPtr watched;
+    if (e.watching != predecessor.name || !WatchArmed(e.watch_id)) {
+      const std::uint64_t id = AddWatch(
+          WatchContext{WatchContext::Kind::kPredecessor, mutex, contender, 0});
+      const std::string path = parent + "/" + predecessor.name;
+      watched = Start([&](const void* data) {
+        return zoo_awexists(zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id), &OnStat,
+                            data);
+      });
+      e.watching = predecessor.name;
+      e.watch_id = id;
+    }
+    SIMBA_RETURN_IF_ERROR(Await(owner_node, deadline, "reading " + lowest_path, {ZNONODE}));
+    if (watched != nullptr) {
+      SIMBA_RETURN_IF_ERROR(Await(watched, deadline, "watching " + predecessor.name));
+      if (watched->rc == ZNONODE) {
+        // Gone before the watch was set (an exists watch on a missing
+        // node waits for its creation): drop it and look again.
+        std::lock_guard<std::mutex> lock(mu_);
+        watches_.erase(e.watch_id);
+        e.watching.clear();
+        e.watch_id = 0;
+      }
+    }
+    if (owner_node->rc == ZNONODE || (watched != nullptr && watched->rc == ZNONODE)) continue;
+
+    const SteadyClock::time_point now = SteadyClock::now();
+    std::int64_t start = owner_node->stat.mtime;
+    if (const auto lease = LeaseOf(lowest.name)) {
+      const milliseconds hard = lease->ttl + lease->transition;
+      bool evict = false;
+      if (owner_node->stat.version > 0) {
+        // Written since created: its last renewal's time is the server's.
+        evict = ServerNow(now) > owner_node->stat.mtime + hard.count();
+      } else {
+        // Never written: a whole lease from when we first saw it in front.
+        if (e.seen_lowest != lowest.name) {
+          e.seen_lowest = lowest.name;
+          e.seen_at = now;
+        }
+        evict = now - e.seen_at > hard;
+        start = std::max<std::int64_t>(owner_node->stat.ctime, ServerNow(e.seen_at));
+      }
+      if (evict) {
+        auto deleted = Start([&](const void* data) {
+          return zoo_adelete(zh, lowest_path.c_str(), owner_node->stat.version, &OnVoid, data);
+        });
+        SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "evicting " + lowest_path,
+                                    {ZNONODE, ZBADVERSION}));
+        if (deleted->rc == ZOK) {
+          SIMBA_LOG(kWarn, "zookeeper: mutex '" << mutex << "': evicted " << lowest.name
+                                                << " (owner '" << owner_node->value
+                                                << "'), whose lease ended without renewal");
+        }
+        continue;
+      }
+    }
+    OwnerRecord record;
+    record.owner = Seen(lowest, *owner_node, start, &request);
+    if (LeaseOf(lowest.name)) record.owner.transition_at += kPollPad;
+    record.store_now = StoreTime(ServerNow(now));
+    return record;
+  }
+  return UnavailableError("zookeeper: the election of mutex '" + mutex +
+                          "' kept changing during the call; try again");
+}
+
+Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view contender_view,
+                              Deadline deadline) {
+  const std::string mutex(mutex_view);
+  const std::string contender(contender_view);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (entries_.count({mutex, contender}) == 0) return false;  // nothing of ours there
+  }
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, TakeEntry({mutex, contender}, deadline));
+  struct TurnGuard {
+    ZkStore* store;
+    std::shared_ptr<Entry> entry;
+    ~TurnGuard() { store->GiveTurn(entry); }
+  } guard{this, entry};
+  Entry& e = *entry;
+  bool released = false;
+  std::shared_ptr<ZkHandle> handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (handle_ != nullptr && handle_->generation() == e.session && !expired_) handle = handle_;
+  }
+  if (handle != nullptr && (!e.node.empty() || e.create_uncertain)) {
+    zhandle_t* const zh = handle->get();
+    const std::string parent = MutexPath(mutex);
+    std::vector<std::string> nodes;
+    if (!e.node.empty()) nodes.push_back(e.node);
+    if (e.create_uncertain) {
+      auto listed = Start([&](const void* data) {
+        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+      });
+      SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+      const std::string prefix = std::string(kProtected) + e.uuid;
+      for (const std::string& name : listed->children) {
+        if (name.rfind(prefix, 0) == 0 && name != e.node) nodes.push_back(name);
+      }
+    }
+    for (const std::string& node : nodes) {
+      const std::string path = parent + "/" + node;
+      auto deleted = Start([&](const void* data) {
+        return zoo_adelete(zh, path.c_str(), -1, &OnVoid, data);
+      });
+      SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "leaving " + path, {ZNONODE}));
+      if (deleted->rc == ZOK && node == e.node && e.owner) released = true;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    watches_.erase(e.own_watch);
+    watches_.erase(e.watch_id);
+    auto it = entries_.find({mutex, contender});
+    if (it != entries_.end() && it->second == entry) entries_.erase(it);
+  }
+  e.Reset(0);
+  return released;
+}
+
+Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadline deadline) {
+  const std::string mutex(mutex_view);
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  zhandle_t* const zh = handle->get();
+  const std::string parent = MutexPath(mutex);
+  ForcedRelease result;
+  bool have_previous = false;
+  for (int round = 0; round < kRounds; ++round) {
+    auto listed = Start([&](const void* data) {
+      return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+    });
+    SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+    if (listed->rc == ZNONODE) {
+      SIMBA_RETURN_IF_ERROR(CreateParents(zh, mutex, deadline));
+      continue;
+    }
+    const std::vector<std::string> names = listed->children;
+    const std::vector<Child> children = Participants(names);
+    if (!have_previous && !children.empty()) {
+      const std::string path = parent + "/" + children.front().name;
+      auto node = Start([&](const void* data) {
+        return zoo_aget(zh, path.c_str(), 0, &OnData, data);
+      });
+      SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
+      if (node->rc == ZNONODE) continue;
+      const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
+      result.previous = Seen(children.front(), *node, start, nullptr);
+      have_previous = true;
+    }
+    // Every node goes, and the mutex node is written, in one transaction:
+    // its zxid is the floor, and every node left afterwards is newer.
+    std::vector<std::string> paths;
+    for (const std::string& name : names) paths.push_back(parent + "/" + name);
+    auto p = std::make_shared<Pending>();
+    p->results.resize(paths.size() + 1);
+    std::vector<zoo_op_t> ops(paths.size() + 1);
+    for (std::size_t i = 0; i < paths.size(); ++i) zoo_delete_op_init(&ops[i], paths[i].c_str(), -1);
+    zoo_set_op_init(&ops.back(), parent.c_str(), "", 0, -1, &p->set_stat);
+    {
+      auto* holder = new PendingPtr(p);
+      const int rc = zoo_amulti(zh, static_cast<int>(ops.size()), ops.data(), p->results.data(),
+                                &OnVoid, holder);
+      if (rc != ZOK) {
+        delete holder;
+        p->rc = rc;
+        p->done = true;
+      }
+    }
+    SIMBA_RETURN_IF_ERROR(Await(p, deadline, "force-releasing " + parent, {ZNONODE}));
+    if (p->rc != ZOK) continue;  // the election changed meanwhile
+    // Nodes created between our listing and the transaction survived it
+    // with older zxids: their sequence numbers (the parent's cversion when
+    // they were made) are below the cversion before the transaction.
+    const std::int64_t cversion_before =
+        static_cast<std::int64_t>(p->set_stat.cversion) - static_cast<std::int64_t>(names.size());
+    auto after = Start([&](const void* data) {
+      return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+    });
+    SIMBA_RETURN_IF_ERROR(Await(after, deadline, "listing " + parent, {ZNONODE}));
+    const auto survivors = Participants(after->children);
+    if (std::any_of(survivors.begin(), survivors.end(),
+                    [&](const Child& c) { return c.sequence < cversion_before; })) {
+      continue;
+    }
+    Observe(p->set_stat.mtime);
+    result.fencing_floor = static_cast<std::uint64_t>(p->set_stat.mzxid);
+    result.store_now = StoreTime(p->set_stat.mtime);
+    return result;
+  }
+  return UnavailableError("zookeeper: the election of mutex '" + mutex +
+                          "' kept changing during the forced release; try again");
+}
+
+Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline) {
+  const std::string mutex(mutex_view);
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  zhandle_t* const zh = handle->get();
+  const std::string parent = MutexPath(mutex);
+  for (int round = 0; round < kRounds; ++round) {
+    // Retrievers get a child watch: any change of the election wakes them.
+    bool watch = false;
+    std::uint64_t id = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = slots_.find(mutex);
+      const bool retrievers =
+          it != slots_.end() && std::any_of(it->second.begin(), it->second.end(),
+                                            [](const auto& s) { return s->contender_id.empty(); });
+      if (retrievers && children_watched_.insert(mutex).second) {
+        watch = true;
+        id = ++next_watch_;
+        watches_.emplace(id, WatchContext{WatchContext::Kind::kChildren, mutex, "", 0});
+      }
+    }
+    PendingPtr listed;
+    if (watch) {
+      listed = Start([&](const void* data) {
+        return zoo_awget_children2(zh, parent.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id),
+                                   &OnChildren, data);
+      });
+    } else {
+      listed = Start([&](const void* data) {
+        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+      });
+    }
+    SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+    if (listed->rc == ZNONODE && watch) {
+      // No watch was left on a missing node; the next read tries again.
+      std::lock_guard<std::mutex> lock(mu_);
+      watches_.erase(id);
+      children_watched_.erase(mutex);
+    }
+    const std::vector<Child> children = Participants(listed->children);
+    OwnerRecord record;
+    if (children.empty()) {
+      record.owner = MutexOwner::None();
+      record.store_now = StoreTime(ServerNow());
+      return record;
+    }
+    const std::string path = parent + "/" + children.front().name;
+    auto node = Start([&](const void* data) {
+      return zoo_aget(zh, path.c_str(), 0, &OnData, data);
+    });
+    SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
+    if (node->rc == ZNONODE) continue;
+    const std::int64_t now = ServerNow();
+    // A node never written since its creation is an owner that has not
+    // renewed yet (or one about to claim): count its lease from now.
+    const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : now;
+    record.owner = Seen(children.front(), *node, start, nullptr);
+    record.store_now = StoreTime(now);
+    return record;
+  }
+  return UnavailableError("zookeeper: the election of mutex '" + mutex +
+                          "' kept changing during the read; try again");
+}
+
+Result<std::vector<ListedMutex>> ZkStore::List(Deadline deadline) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  zhandle_t* const zh = handle->get();
+  auto listed = Start([&](const void* data) {
+    return zoo_aget_children2(zh, options_.root.c_str(), 0, &OnChildren, data);
+  });
+  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + options_.root, {ZNONODE}));
+  std::vector<std::string> mutexes = listed->children;
+  std::sort(mutexes.begin(), mutexes.end());
+  std::vector<ListedMutex> out;
+  for (const std::string& mutex : mutexes) {
+    SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, Read(mutex, deadline));
+    out.push_back(ListedMutex{mutex, std::move(record)});
+  }
+  return out;
+}
+
+// ---- the Backend -------------------------------------------------------------------
+
+class ZookeeperBackend final : public Backend {
+ public:
+  explicit ZookeeperBackend(ZookeeperOptions options)
+      : store_(std::make_shared<ZkStore>(std::move(options))) {
+    capabilities_.push_release = true;
+    capabilities_.cross_process = true;
+    capabilities_.fencing_source = "creation zxid of the owner's ZooKeeper node";
+    capabilities_.max_mutex_length = kMaxNameBytes;
+    capabilities_.max_contender_id_length = kMaxNameBytes;
+  }
+  ~ZookeeperBackend() override { store_->Shutdown(); }
+
+  std::string_view scheme() const override { return "zookeeper"; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+  Status validate_mutex(std::string_view mutex) const override {
+    SIMBA_RETURN_IF_ERROR(Backend::validate_mutex(mutex));
+    if (mutex.find('/') != std::string_view::npos || mutex == "." || mutex == "..") {
+      return InvalidArgumentError("mutex: '" + std::string(mutex) +
+                                  "' cannot be a ZooKeeper node name (no '/', not . or ..)");
+    }
+    return OkStatus();
+  }
+
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request,
+                                       Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+    return store_->Acquire(request, deadline);
+  }
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    return store_->Release(mutex, contender_id, deadline);
+  }
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    return store_->ForceRelease(mutex, deadline);
+  }
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    return store_->Read(mutex, deadline);
+  }
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+    return store_->List(deadline);
+  }
+  using Backend::subscribe;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    return store_->Subscribe(mutex, contender_id, std::move(listener));
+  }
+
+ private:
+  std::shared_ptr<ZkStore> store_;
+  Capabilities capabilities_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
+  if (options.connect_string.empty()) {
+    return InvalidArgumentError("zookeeper: the connect string is empty");
+  }
+  if (options.root.size() < 2 || options.root.front() != '/' || options.root.back() == '/' ||
+      options.root.find("//") != std::string::npos) {
+    return InvalidArgumentError("zookeeper: root must be an absolute path like /simba, not '" +
+                                options.root + "'");
+  }
+  if (options.session_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return InvalidArgumentError("zookeeper: session_timeout and connect_timeout must be positive");
+  }
+  return std::shared_ptr<Backend>(std::make_shared<ZookeeperBackend>(std::move(options)));
+}
+
+Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
+  if (uri.scheme != "zookeeper") {
+    return InvalidArgumentError("zookeeper: not a zookeeper:// URI: " + uri.ToString());
+  }
+  if (uri.hosts.empty()) {
+    return InvalidArgumentError("zookeeper: the URI names no host: " + uri.ToString());
+  }
+  if (uri.user || uri.password) {
+    return InvalidArgumentError(
+        "zookeeper: user info is not supported (ZooKeeper authenticates with ACL schemes, "
+        "not a password in the URI): " + uri.ToString());
+  }
+  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"root", "session_timeout", "connect_timeout"}));
+  ZookeeperOptions options;
+  std::string hosts;
+  for (const UriHost& host : uri.hosts) {
+    if (!hosts.empty()) hosts += ",";
+    const bool v6 = host.host.find(':') != std::string::npos;
+    hosts += (v6 ? "[" + host.host + "]" : host.host) + ":" + std::to_string(host.port.value_or(2181));
+  }
+  if (!uri.path.empty() && uri.path != "/") {
+    if (uri.path.back() == '/' || uri.path.find("//") != std::string::npos) {
+      return InvalidArgumentError("zookeeper: bad chroot '" + uri.path + "'");
+    }
+    hosts += uri.path;
+  }
+  options.connect_string = hosts;
+  if (auto root = uri.Query("root")) options.root = *root;
+  if (auto value = uri.Query("session_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.session_timeout, ParseDuration("session_timeout", *value));
+  }
+  if (auto value = uri.Query("connect_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
+  }
+  if (options.root.size() < 2 || options.root.front() != '/' || options.root.back() == '/' ||
+      options.root.find("//") != std::string::npos) {
+    return InvalidArgumentError("zookeeper: root must be an absolute path like /simba, not '" +
+                                options.root + "'");
+  }
+  if (options.session_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
+    return InvalidArgumentError("zookeeper: session_timeout and connect_timeout must be positive");
+  }
+  return options;
+}
+
+}  // namespace simba

@@ -1,0 +1,2 @@
+// The ZooKeeper backend beyond the conformance suite.
+#include <gtest/gtest.h>
