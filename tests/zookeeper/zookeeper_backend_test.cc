@@ -1,2 +1,482 @@
-// The ZooKeeper backend beyond the conformance suite.
+// The ZooKeeper backend beyond the conformance suite: Curator's layout and a
+// scripted JVM (Curator LeaderLatch) participant, leases over sessions, a
+// cut connection and an expired session, a restarted server, and 50
+// contenders in one queue. Every test runs against a real ZooKeeper server;
+// what the test itself does to it goes through the C client's synchronous
+// API.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <zookeeper/zookeeper.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/backends/zookeeper.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
+#include "testing/tcp_proxy.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+// A root node of this test's own on the shared server.
+std::string TestRoot() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string root = std::string("/zt-") + info->name() + "-" + std::to_string(getpid());
+  return root;
+}
+
+std::string WithRoot(const std::string& uri) { return uri + "?root=" + TestRoot(); }
+std::string SharedUri() { return WithRoot(SharedServerUri("zookeeper")); }
+
+// "zookeeper://127.0.0.1:P" -> "127.0.0.1:P".
+std::string HostsOf(const std::string& uri) {
+  std::string hosts = uri.substr(std::string("zookeeper://").size());
+  return hosts.substr(0, hosts.find('?'));
+}
+
+int PortOf(const std::string& uri) {
+  const std::string hosts = HostsOf(uri);
+  return std::stoi(hosts.substr(hosts.rfind(':') + 1));
+}
+
+// The C client's synchronous API, for what the test itself does.
+class RawZk {
+ public:
+  explicit RawZk(const std::string& uri) {
+    zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+    zh_ = zookeeper_init(HostsOf(uri).c_str(), nullptr, 10000, nullptr, nullptr, 0);
+    for (int i = 0; i < 500 && zh_ != nullptr && zoo_state(zh_) != ZOO_CONNECTED_STATE; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+  ~RawZk() {
+    if (zh_ != nullptr) zookeeper_close(zh_);
+  }
+  bool ok() const { return zh_ != nullptr && zoo_state(zh_) == ZOO_CONNECTED_STATE; }
+
+  std::vector<std::string> Children(const std::string& path) {
+    String_vector names{};
+    std::vector<std::string> out;
+    if (zoo_get_children(zh_, path.c_str(), 0, &names) == ZOK) {
+      for (int i = 0; i < names.count; ++i) out.emplace_back(names.data[i]);
+      deallocate_String_vector(&names);
+    }
+    std::sort(out.begin(), out.end(), [](const std::string& a, const std::string& b) {
+      return a.substr(a.rfind("latch-")) < b.substr(b.rfind("latch-"));
+    });
+    return out;
+  }
+  // The node's data ("" if missing) and stat.
+  std::string Get(const std::string& path, Stat* stat = nullptr) {
+    char buffer[1024];
+    int length = sizeof buffer;
+    Stat local{};
+    if (zoo_get(zh_, path.c_str(), 0, buffer, &length, stat != nullptr ? stat : &local) != ZOK) {
+      return "";
+    }
+    return std::string(buffer, static_cast<std::size_t>(std::max(length, 0)));
+  }
+  // Creates `path` (its parents as containers); the name it got ("" on
+  // failure).
+  std::string Create(const std::string& path, const std::string& data, int mode) {
+    for (std::size_t at = path.find('/', 1); at != std::string::npos;
+         at = path.find('/', at + 1)) {
+      zoo_create(zh_, path.substr(0, at).c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,
+                 ZOO_CONTAINER, nullptr, 0);
+    }
+    char created[512];
+    if (zoo_create(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
+                   &ZOO_OPEN_ACL_UNSAFE, mode, created, sizeof created) != ZOK) {
+      return "";
+    }
+    const std::string full = created;
+    return full.substr(full.rfind('/') + 1);
+  }
+  int Delete(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+
+ private:
+  zhandle_t* zh_ = nullptr;
+};
+
+// A server statistic from the `mntr` four-letter word.
+long long Mntr(int port, const std::string& key) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string reply;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::write(fd, "mntr", 4) == 4) {
+    char buffer[4096];
+    ssize_t n;
+    while ((n = ::read(fd, buffer, sizeof buffer)) > 0) reply.append(buffer, n);
+  }
+  ::close(fd);
+  const std::size_t at = reply.find(key + "\t");
+  return at == std::string::npos ? -1 : std::stoll(reply.substr(at + key.size() + 1));
+}
+
+// Callbacks with the steady time they ran at.
+struct Timeline {
+  std::mutex mu;
+  std::vector<std::pair<std::string, steady_clock::time_point>> events;
+  void Add(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.emplace_back(what, steady_clock::now());
+  }
+  std::optional<steady_clock::time_point> When(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [name, at] : events) {
+      if (name == what) return at;
+    }
+    return std::nullopt;
+  }
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
+    return MakeContender(
+        mutex, [this, id](const MutexState&) { Add(id + " acquired"); },
+        [this, id](const MutexState&) { Add(id + " released"); }, id);
+  }
+};
+
+// ---- layout and JVM interop -------------------------------------------------------
+
+TEST(ZookeeperLayout, CuratorNamesContenderDataAndZxidTokens) {
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  auto first = backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5)));
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ(first->owner.owner_id, "cpp-a");
+  EXPECT_EQ(first->owner.ttl_at - first->store_now, milliseconds(2000));
+  EXPECT_EQ(first->owner.transition_at - first->store_now, milliseconds(3000));
+  RawZk raw(SharedServerUri("zookeeper"));
+  ASSERT_TRUE(raw.ok());
+  const auto children = raw.Children(TestRoot() + "/m");
+  ASSERT_EQ(children.size(), 1u);
+  // _c_<version-8 uuid carrying ttl 2000 = 0x7d0, transition 1000 = 0x3e8>-latch-<10 digits>
+  EXPECT_THAT(children[0], ::testing::MatchesRegex(
+                               "_c_000007d0-0000-83e8-[89ab][0-9a-f]{3}-[0-9a-f]{12}-latch-[0-9]{10}"));
+  Stat stat{};
+  EXPECT_EQ(raw.Get(TestRoot() + "/m/" + children[0], &stat), "cpp-a");
+  EXPECT_NE(stat.ephemeralOwner, 0);
+  EXPECT_EQ(first->owner.fencing_token, static_cast<std::uint64_t>(stat.czxid));
+  // A renewal rewrites the node (its lease) and keeps the token.
+  auto renewed = backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5)));
+  ASSERT_THAT(renewed, IsOk());
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  Stat after{};
+  raw.Get(TestRoot() + "/m/" + children[0], &after);
+  EXPECT_EQ(after.version, stat.version + 1);
+  // A waiter joins behind and sees the owner; the next owner's token is
+  // greater.
+  auto waiter = backend->acquire_or_renew(Request("m", "cpp-b"), In(seconds(5)));
+  ASSERT_THAT(waiter, IsOk());
+  EXPECT_EQ(waiter->owner.owner_id, "cpp-a");
+  EXPECT_EQ(waiter->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_EQ(raw.Children(TestRoot() + "/m").size(), 2u);
+  ASSERT_THAT(backend->release("m", "cpp-a", In(seconds(5))), IsOkAndHolds(true));
+  auto next = backend->acquire_or_renew(Request("m", "cpp-b"), In(seconds(5)));
+  ASSERT_THAT(next, IsOk());
+  EXPECT_EQ(next->owner.owner_id, "cpp-b");
+  EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
+  ASSERT_THAT(backend->release("m", "cpp-b", In(seconds(5))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.Children(TestRoot() + "/m").empty());
+}
+
+// A JVM Simba contender is a Curator LeaderLatch participant: a protected
+// ephemeral sequential node with a random (version-4) uuid and its id as
+// data, never rewritten. The test plays it with raw calls.
+TEST(ZookeeperJvmInterop, CuratorParticipantLeadsWaitsAndIsNeverEvicted) {
+  RawZk jvm(SharedServerUri("zookeeper"));
+  ASSERT_TRUE(jvm.ok());
+  const std::string parent = TestRoot() + "/shared";
+  const std::string jvm_node =
+      jvm.Create(parent + "/_c_0f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-", "jvm-contender",
+                 ZOO_EPHEMERAL_SEQUENTIAL);
+  ASSERT_FALSE(jvm_node.empty());
+
+  auto factory = Factory(SharedUri(), milliseconds(500), milliseconds(300));
+  ASSERT_TRUE(factory);
+  Timeline timeline;
+  auto service = factory->create_contend_service(timeline.Contender("shared", "cpp")).value();
+  SIMBA_ASSERT_OK(service->start());
+  // The C++ contender knows who leads, and many of its leases pass without
+  // it evicting the JVM leader (whose session is its lease).
+  ASSERT_TRUE(Eventually([&] { return service->after_owner().owner_id == "jvm-contender"; },
+                         seconds(10)));
+  std::this_thread::sleep_for(seconds(3));
+  EXPECT_FALSE(service->is_owner());
+  EXPECT_EQ(jvm.Children(parent).front(), jvm_node);
+  // The JVM leader leaves (LeaderLatch.close deletes its node): the C++
+  // contender, watching it, leads at once.
+  ASSERT_EQ(jvm.Delete(parent + "/" + jvm_node), ZOK);
+  ASSERT_TRUE(Eventually([&] { return service->is_owner(); }, seconds(2)));
+
+  // Now the JVM side joins behind the C++ leader: by Curator's rule (lowest
+  // sequence leads) it is not the leader; the C++ node is first.
+  const std::string second =
+      jvm.Create(parent + "/_c_1f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-", "jvm-contender",
+                 ZOO_EPHEMERAL_SEQUENTIAL);
+  auto children = jvm.Children(parent);
+  ASSERT_EQ(children.size(), 2u);
+  EXPECT_EQ(children.back(), second);
+  EXPECT_EQ(jvm.Get(parent + "/" + children.front()), "cpp");
+  // The C++ contender stops: its node goes, the JVM participant is first.
+  SIMBA_ASSERT_OK(service->stop());
+  children = jvm.Children(parent);
+  ASSERT_EQ(children.size(), 1u);
+  EXPECT_EQ(children.front(), second);
+}
+
+// A C++ node whose owner stopped renewing (its process is stuck, but its
+// session lives on) is evicted after its lease, by the server's clock.
+TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
+  RawZk stuck(SharedServerUri("zookeeper"));
+  ASSERT_TRUE(stuck.ok());
+  const std::string parent = TestRoot() + "/stuck";
+  // ttl 400 ms (0x190), transition 200 ms (0xc8), never written after its
+  // creation.
+  const std::string node =
+      stuck.Create(parent + "/_c_00000190-0000-80c8-8000-000000000001-latch-", "stuck-owner",
+                   ZOO_EPHEMERAL_SEQUENTIAL);
+  ASSERT_FALSE(node.empty());
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  auto seen = backend->acquire_or_renew(Request("stuck", "cpp", seconds(2), seconds(1)),
+                                        In(seconds(5)));
+  ASSERT_THAT(seen, IsOk());
+  EXPECT_EQ(seen->owner.owner_id, "stuck-owner");
+  const auto first_seen = steady_clock::now();
+  // Its lease (600 ms) is counted from when we first saw it in front (it
+  // was never written); once over, our next attempt evicts it and leads.
+  std::optional<OwnerRecord> owned;
+  while (steady_clock::now() - first_seen < seconds(5)) {
+    auto r = backend->acquire_or_renew(Request("stuck", "cpp", seconds(2), seconds(1)),
+                                       In(seconds(5)));
+    ASSERT_THAT(r, IsOk());
+    if (r->owner.owner_id == "cpp") {
+      owned = *r;
+      break;
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_TRUE(owned.has_value());
+  EXPECT_GE(steady_clock::now() - first_seen, milliseconds(600));
+  EXPECT_EQ(stuck.Children(parent).size(), 1u);
+  EXPECT_EQ(stuck.Get(parent + "/" + node), "") << "the stuck node is gone";
+}
+
+// ---- sessions ----------------------------------------------------------------------
+
+// The owner's connection is black-holed (a network partition): its client
+// notices the silence after 2/3 of the session timeout and the owner stops
+// acting as owner at once (Curator's SUSPENDED); only when the server ends
+// the session (after the whole timeout) can the waiter take over. Healed,
+// the first contender finds its session expired and joins again with a new
+// one.
+TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins) {
+  const std::string server = SharedServerUri("zookeeper");
+  TcpProxy proxy(PortOf(server));
+  const std::string proxied = "zookeeper://127.0.0.1:" + std::to_string(proxy.port()) +
+                              "?root=" + TestRoot() + "&session_timeout=2s";
+  // Long leases: only the session can decide here.
+  auto a_factory = Factory(proxied, seconds(20), seconds(10));
+  auto b_factory = Factory(SharedUri(), seconds(20), seconds(10));
+  ASSERT_TRUE(a_factory && b_factory);
+  Timeline timeline;
+  auto a = a_factory->create_contend_service(timeline.Contender("partition", "a")).value();
+  auto b = b_factory->create_contend_service(timeline.Contender("partition", "b")).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  const std::uint64_t a_token = a->fencing_token();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == "a"; }, seconds(10)));
+
+  const auto cut = steady_clock::now();
+  proxy.set_blackhole(true);
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(10)));
+  const auto a_released = timeline.When("a released");
+  const auto b_acquired = timeline.When("b acquired");
+  ASSERT_TRUE(a_released && b_acquired);
+  EXPECT_LT(*a_released, *b_acquired) << "the partitioned owner was told after the take-over";
+  EXPECT_LT(*a_released - cut, seconds(2)) << "told within the session timeout";
+  EXPECT_GT(b->fencing_token(), a_token);
+  EXPECT_FALSE(a->is_owner());
+
+  // Healed: A's old session is gone; it joins the queue again behind B.
+  proxy.set_blackhole(false);
+  proxy.CutAll();
+  RawZk raw(server);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_TRUE(Eventually([&] { return raw.Children(TestRoot() + "/partition").size() == 2; },
+                         seconds(15)));
+  EXPECT_EQ(raw.Get(TestRoot() + "/partition/" + raw.Children(TestRoot() + "/partition").back()),
+            "a");
+  SIMBA_ASSERT_OK(b->stop());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  EXPECT_GT(a->fencing_token(), a_token);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+// The server is killed and restarted while a lease is held: the owner
+// stops acting as owner when the connection drops, and after the restart
+// there is one owner again (the same session may survive a quick restart),
+// never two at once.
+TEST(ZookeeperFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
+  auto server = TestServer::Start("zookeeper");
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = (*server)->uri() + "?root=" + TestRoot() + "&session_timeout=4s";
+  auto a_factory = Factory(uri, seconds(2), seconds(1));
+  auto b_factory = Factory(uri, seconds(2), seconds(1));
+  ASSERT_TRUE(a_factory && b_factory);
+  Timeline timeline;
+  auto a = a_factory->create_contend_service(timeline.Contender("restart", "a")).value();
+  auto b = b_factory->create_contend_service(timeline.Contender("restart", "b")).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  SIMBA_ASSERT_OK(b->start());
+  std::atomic<bool> stop{false};
+  std::atomic<int> both{0};
+  std::thread sampler([&] {
+    while (!stop) {
+      if (a->is_owner() && b->is_owner()) ++both;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+  });
+  SIMBA_ASSERT_OK((*server)->Kill());
+  ASSERT_TRUE(Eventually([&] { return !a->is_owner(); }, seconds(5)))
+      << "the owner went on as owner without its server";
+  std::this_thread::sleep_for(seconds(1));
+  SIMBA_ASSERT_OK((*server)->Restart());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)));
+  std::this_thread::sleep_for(seconds(2));
+  stop = true;
+  sampler.join();
+  EXPECT_EQ(both.load(), 0) << "two owners at once";
+  EXPECT_NE(a->is_owner(), b->is_owner());
+  SIMBA_EXPECT_OK(a->stop());
+  SIMBA_EXPECT_OK(b->stop());
+}
+
+// ---- hand-off ----------------------------------------------------------------------
+
+TEST(ZookeeperHandOff, WaiterTakesOverWithinRoundTripsOfTheRelease) {
+  auto a_factory = Factory(SharedUri(), seconds(10), seconds(6));
+  auto b_factory = Factory(SharedUri(), seconds(10), seconds(6));
+  ASSERT_TRUE(a_factory && b_factory);
+  Recorder a, b;
+  auto sa = a_factory->create_contend_service(a.Contender("handoff", "a")).value();
+  auto sb = b_factory->create_contend_service(b.Contender("handoff", "b")).value();
+  SIMBA_ASSERT_OK(sa->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(sb->start());
+  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == "a"; }, seconds(10)));
+  const auto released = steady_clock::now();
+  SIMBA_ASSERT_OK(sa->stop());
+  // With a 10 s lease, only the watch can make this fast.
+  ASSERT_TRUE(b.acquired.Wait(seconds(5)));
+  EXPECT_LT(b.AcquiredAt() - released, milliseconds(500));
+  SIMBA_EXPECT_OK(sb->stop());
+}
+
+// 50 contenders (in 5 processes' worth of factories) queue for one mutex:
+// they lead one at a time in the order they joined, and each hand-off
+// costs the server a few requests, not one per waiter.
+TEST(ZookeeperHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
+  constexpr int kFactories = 5;
+  constexpr int kContenders = 50;
+  // A server of its own: its request count is ours alone.
+  auto server = TestServer::Start("zookeeper");
+  ASSERT_THAT(server, IsOk());
+  std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
+  for (int i = 0; i < kFactories; ++i) {
+    factories.push_back(Factory(WithRoot((*server)->uri()), seconds(20), seconds(10)));
+    ASSERT_TRUE(factories.back());
+  }
+  std::vector<std::unique_ptr<MutexContendService>> services(kContenders);
+  for (int i = 0; i < kContenders; ++i) {
+    auto c = MakeContender("queue", nullptr, nullptr, "c" + std::to_string(i));
+    services[i] = factories[i % kFactories]->create_contend_service(c).value();
+    SIMBA_ASSERT_OK(services[i]->start());
+    // Join in order: wait until this one has its place in the queue.
+    ASSERT_TRUE(Eventually([&] { return !services[i]->after_owner().owner_id.empty(); },
+                           seconds(10)));
+  }
+  const auto owners = [&] {
+    return std::count_if(services.begin(), services.end(),
+                         [](const auto& s) { return s->is_owner(); });
+  };
+  const int port = (*server)->port();
+  std::this_thread::sleep_for(milliseconds(200));
+  const long long before = Mntr(port, "zk_packets_received");
+  ASSERT_GE(before, 0) << "mntr is not answered";
+  // Each owner in turn stops; the next one in line leads, alone.
+  for (int i = 0; i < kContenders; ++i) {
+    ASSERT_TRUE(Eventually([&] { return services[i]->is_owner(); }, seconds(5)))
+        << "contender " << i << " did not lead in turn";
+    EXPECT_EQ(owners(), 1);
+    SIMBA_ASSERT_OK(services[i]->stop());
+  }
+  const long long after = Mntr(port, "zk_packets_received");
+  const double per_handoff = static_cast<double>(after - before) / kContenders;
+  RecordProperty("packets_per_handoff", std::to_string(per_handoff));
+  // A release (1), the next one's listing, owner read, claim and watches
+  // (about 5), plus the own-node watch: a handful, where a herd would be
+  // one listing per waiter (up to 49).
+  EXPECT_LT(per_handoff, 12.0);
+}
+
+// ---- names and URIs ------------------------------------------------------------------
+
+TEST(ZookeeperUri, ParsesHostsChrootAndOptions) {
+  auto uri = Uri::Parse("zookeeper://h1:2181,h2/apps/x?root=/locks&session_timeout=4s");
+  ASSERT_THAT(uri, IsOk());
+  auto options = ZookeeperOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->connect_string, "h1:2181,h2:2181/apps/x");
+  EXPECT_EQ(options->root, "/locks");
+  EXPECT_EQ(options->session_timeout, seconds(4));
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  EXPECT_THAT(backend->acquire_or_renew(Request("a/b", "c"), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("'/'")));
+  EXPECT_THAT(backend->acquire_or_renew(Request("..", "c"), In(seconds(5))),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(ZookeeperUri, AnUnreachableEnsembleFailsByTheDeadline) {
+  auto backend = Open("zookeeper://127.0.0.1:1?connect_timeout=300ms");
+  ASSERT_TRUE(backend);
+  const auto start = steady_clock::now();
+  EXPECT_THAT(backend->acquire_or_renew(Request("m", "c"), In(seconds(5))),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("127.0.0.1:1")));
+  EXPECT_LT(steady_clock::now() - start, seconds(2));
+}
+
+}  // namespace
+}  // namespace simba::testing

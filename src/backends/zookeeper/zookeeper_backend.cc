@@ -1200,9 +1200,10 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
     SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
     if (node->rc == ZNONODE) continue;
     const std::int64_t now = ServerNow();
-    // A node never written since its creation is an owner that has not
-    // renewed yet (or one about to claim): count its lease from now.
-    const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : now;
+    // A node never written since its creation leads from its creation
+    // (an owner that has not renewed yet; a waiter that just moved to the
+    // front and has not claimed it yet would look expired for that moment).
+    const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
     record.owner = Seen(children.front(), *node, start, nullptr);
     record.store_now = StoreTime(now);
     return record;

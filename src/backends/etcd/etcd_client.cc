@@ -1,0 +1,598 @@
+#include "backends/etcd/etcd_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <utility>
+
+#include "core/poll_timeout.h"
+
+namespace simba::internal::etcd {
+namespace {
+
+// Bounds that keep a confused or hostile peer from growing our buffers
+// without end: a status line or header, the header block, a body.
+constexpr std::size_t kMaxLine = 16 * 1024;
+constexpr std::size_t kMaxHeaderLines = 200;
+constexpr std::uint64_t kMaxBody = 256ull * 1024 * 1024;
+
+Status WaitFor(int fd, short events, Deadline deadline, std::string_view peer,
+               std::string_view what) {
+  for (;;) {
+    const int timeout = PollTimeout(deadline);
+    if (timeout < 0) {
+      return DeadlineExceededError("etcd at " + std::string(peer) + ": " + std::string(what) +
+                                   " timed out");
+    }
+    pollfd p{fd, events, 0};
+    const int n = ::poll(&p, 1, timeout);
+    if (n > 0) return OkStatus();
+    if (n < 0 && errno != EINTR) {
+      return UnavailableError("etcd at " + std::string(peer) + ": poll: " + std::strerror(errno));
+    }
+  }
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view Trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int Base64Value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+' || c == '-') return 62;
+  if (c == '/' || c == '_') return 63;
+  return -1;
+}
+
+}  // namespace
+
+std::string Endpoint::Describe() const {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// ---- the connection -----------------------------------------------------------
+
+HttpConnection::HttpConnection(int fd, std::string peer, std::string host_header)
+    : fd_(fd), peer_(std::move(peer)), host_header_(std::move(host_header)) {}
+
+HttpConnection::~HttpConnection() { ::close(fd_); }
+
+Status HttpConnection::Fail(std::string_view what, int error_number) const {
+  return UnavailableError("etcd at " + peer_ + ": " + std::string(what) + ": " +
+                          std::strerror(error_number));
+}
+
+Result<std::unique_ptr<HttpConnection>> HttpConnection::Open(const Endpoint& endpoint,
+                                                             Deadline deadline,
+                                                             bool tcp_keepalive) {
+  const std::string peer = endpoint.Describe();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(endpoint.port);
+  if (const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return UnavailableError("etcd at " + peer + ": cannot resolve host: " + gai_strerror(rc));
+  }
+  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+
+  Status last = UnavailableError("etcd at " + peer + ": no address to connect to");
+  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            a->ai_protocol);
+    if (fd < 0) {
+      last = UnavailableError("etcd at " + peer + ": socket: " + std::strerror(errno));
+      continue;
+    }
+    std::unique_ptr<HttpConnection> conn(new HttpConnection(fd, peer, peer));
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last = conn->Fail("connect", errno);
+        continue;
+      }
+      if (Status ready = WaitFor(fd, POLLOUT, deadline, peer, "connect"); !ready.ok()) {
+        return ready;
+      }
+      int error = 0;
+      socklen_t length = sizeof(error);
+      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+      if (error != 0) {
+        last = conn->Fail("connect", error);
+        continue;
+      }
+    }
+    // Lock traffic is small request/reply pairs: never wait to coalesce.
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (tcp_keepalive) {
+      // First probe after 15 s of silence, then every 5 s; 3 unanswered
+      // probes end the connection (a peer host gone without a reset is
+      // noticed in about 30 s). A paused server's kernel still answers.
+      const int idle = 15;
+      const int interval = 5;
+      const int count = 3;
+      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+    }
+    return conn;
+  }
+  return last;
+}
+
+Status HttpConnection::Send(const std::vector<HttpRequest>& requests, Deadline deadline) {
+  std::string out;
+  for (const HttpRequest& request : requests) {
+    out += "POST ";
+    out += request.path;
+    out += " HTTP/1.1\r\nHost: ";
+    out += host_header_;
+    out += "\r\nContent-Type: application/json\r\nContent-Length: ";
+    out += std::to_string(request.body.size());
+    out += "\r\n\r\n";
+    out += request.body;
+  }
+  std::size_t sent = 0;
+  while (sent < out.size()) {
+    const ssize_t n = ::send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (Status ready = WaitFor(fd_, POLLOUT, deadline, peer_, "write"); !ready.ok()) {
+        reusable_ = false;
+        return ready;
+      }
+      continue;
+    }
+    reusable_ = false;
+    return Fail("write", errno);
+  }
+  return OkStatus();
+}
+
+void HttpConnection::Consume(std::size_t n) {
+  pos_ += n;
+  if (pos_ == in_.size()) {
+    in_.clear();
+    pos_ = 0;
+  } else if (pos_ > 64 * 1024 && pos_ * 2 > in_.size()) {
+    in_.erase(0, pos_);
+    pos_ = 0;
+  }
+}
+
+Status HttpConnection::Fill(Deadline deadline) {
+  if (eof_) {
+    reusable_ = false;
+    return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
+  }
+  for (;;) {
+    char buffer[16 * 1024];
+    const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+    if (n > 0) {
+      in_.append(buffer, static_cast<std::size_t>(n));
+      return OkStatus();
+    }
+    if (n == 0) {
+      eof_ = true;
+      reusable_ = false;
+      return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      SIMBA_RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, peer_, "reply"));
+      continue;
+    }
+    reusable_ = false;
+    return Fail("read", errno);
+  }
+}
+
+Result<std::string> HttpConnection::ReadCrlfLine(Deadline deadline, std::size_t limit) {
+  for (;;) {
+    const std::string_view buffered = Buffered();
+    const std::size_t end = buffered.find("\r\n");
+    if (end != std::string_view::npos) {
+      std::string line(buffered.substr(0, end));
+      Consume(end + 2);
+      return line;
+    }
+    if (buffered.size() > limit) {
+      reusable_ = false;
+      return UnavailableError("etcd at " + peer_ + ": protocol error: line too long");
+    }
+    SIMBA_RETURN_IF_ERROR(Fill(deadline));
+  }
+}
+
+Result<int> HttpConnection::ReadHead(Deadline deadline) {
+  // Until the whole head is read, the connection is in the middle of a
+  // response.
+  reusable_ = false;
+  SIMBA_ASSIGN_OR_RETURN(std::string status_line, ReadCrlfLine(deadline, kMaxLine));
+  // "HTTP/1.1 200 OK"
+  int status = 0;
+  {
+    const std::string_view line(status_line);
+    const std::size_t space = line.find(' ');
+    if (line.substr(0, 5) != "HTTP/" || space == std::string_view::npos) {
+      return UnavailableError("etcd at " + peer_ +
+                              ": protocol error: not an HTTP response (is this an etcd client "
+                              "URL, and not TLS?)");
+    }
+    const std::string_view code = line.substr(space + 1, 3);
+    const auto [end, error] = std::from_chars(code.data(), code.data() + code.size(), status);
+    if (error != std::errc() || end != code.data() + code.size()) {
+      return UnavailableError("etcd at " + peer_ + ": protocol error: bad status line");
+    }
+    close_after_ = line.substr(0, space) == "HTTP/1.0";
+  }
+  bool chunked = false;
+  std::optional<std::uint64_t> length;
+  for (std::size_t n = 0;; ++n) {
+    if (n > kMaxHeaderLines) {
+      return UnavailableError("etcd at " + peer_ + ": protocol error: too many headers");
+    }
+    SIMBA_ASSIGN_OR_RETURN(std::string header, ReadCrlfLine(deadline, kMaxLine));
+    if (header.empty()) break;
+    const std::size_t colon = header.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string name = Lower(Trim(std::string_view(header).substr(0, colon)));
+    const std::string value = Lower(Trim(std::string_view(header).substr(colon + 1)));
+    if (name == "content-length") {
+      std::uint64_t parsed = 0;
+      const auto [end, error] =
+          std::from_chars(value.data(), value.data() + value.size(), parsed);
+      if (error != std::errc() || end != value.data() + value.size() || parsed > kMaxBody) {
+        return UnavailableError("etcd at " + peer_ + ": protocol error: bad Content-Length");
+      }
+      length = parsed;
+    } else if (name == "transfer-encoding") {
+      chunked = value.find("chunked") != std::string::npos;
+    } else if (name == "connection") {
+      if (value.find("close") != std::string::npos) close_after_ = true;
+      if (value.find("keep-alive") != std::string::npos) close_after_ = false;
+    }
+  }
+  left_ = 0;
+  chunk_crlf_ = false;
+  line_.clear();
+  if (chunked) {
+    mode_ = BodyMode::kChunked;
+  } else if (length) {
+    mode_ = BodyMode::kLength;
+    left_ = *length;
+  } else if (status == 204 || status == 304 || (status >= 100 && status < 200)) {
+    mode_ = BodyMode::kLength;
+  } else {
+    mode_ = BodyMode::kUntilClose;
+    close_after_ = true;
+  }
+  return status;
+}
+
+Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
+  for (;;) {
+    switch (mode_) {
+      case BodyMode::kNone:
+        return false;
+      case BodyMode::kLength: {
+        if (left_ == 0) {
+          mode_ = BodyMode::kNone;
+          reusable_ = !close_after_;
+          return false;
+        }
+        if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
+        const std::size_t n =
+            static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
+        out->append(Buffered().substr(0, n));
+        Consume(n);
+        left_ -= n;
+        return true;
+      }
+      case BodyMode::kUntilClose: {
+        if (Buffered().empty()) {
+          if (eof_) {
+            mode_ = BodyMode::kNone;
+            return false;
+          }
+          Status filled = Fill(deadline);
+          if (!filled.ok()) {
+            if (eof_) {
+              mode_ = BodyMode::kNone;
+              return false;
+            }
+            return filled;
+          }
+          continue;
+        }
+        if (out->size() + Buffered().size() > kMaxBody) {
+          return UnavailableError("etcd at " + peer_ + ": protocol error: reply too large");
+        }
+        out->append(Buffered());
+        Consume(Buffered().size());
+        return true;
+      }
+      case BodyMode::kChunked: {
+        if (left_ > 0) {
+          if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
+          const std::size_t n =
+              static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
+          out->append(Buffered().substr(0, n));
+          Consume(n);
+          left_ -= n;
+          if (left_ == 0) chunk_crlf_ = true;
+          return true;
+        }
+        if (chunk_crlf_) {
+          SIMBA_ASSIGN_OR_RETURN(std::string crlf, ReadCrlfLine(deadline, 2));
+          if (!crlf.empty()) {
+            return UnavailableError("etcd at " + peer_ + ": protocol error: bad chunk end");
+          }
+          chunk_crlf_ = false;
+        }
+        SIMBA_ASSIGN_OR_RETURN(std::string size_line, ReadCrlfLine(deadline, kMaxLine));
+        const std::string_view digits =
+            Trim(std::string_view(size_line).substr(0, size_line.find(';')));
+        std::uint64_t size = 0;
+        const auto [end, error] =
+            std::from_chars(digits.data(), digits.data() + digits.size(), size, 16);
+        if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() ||
+            size > kMaxBody) {
+          return UnavailableError("etcd at " + peer_ + ": protocol error: bad chunk size");
+        }
+        if (size == 0) {
+          // Trailers, up to an empty line.
+          for (std::size_t n = 0;; ++n) {
+            if (n > kMaxHeaderLines) {
+              return UnavailableError("etcd at " + peer_ + ": protocol error: bad trailer");
+            }
+            SIMBA_ASSIGN_OR_RETURN(std::string trailer, ReadCrlfLine(deadline, kMaxLine));
+            if (trailer.empty()) break;
+          }
+          mode_ = BodyMode::kNone;
+          reusable_ = !close_after_;
+          return false;
+        }
+        left_ = size;
+        continue;
+      }
+    }
+  }
+}
+
+Result<HttpResponse> HttpConnection::Read(Deadline deadline) {
+  HttpResponse response;
+  SIMBA_ASSIGN_OR_RETURN(response.status, ReadHead(deadline));
+  for (;;) {
+    SIMBA_ASSIGN_OR_RETURN(bool more, ReadBody(&response.body, deadline));
+    if (!more) break;
+    if (response.body.size() > kMaxBody) {
+      reusable_ = false;
+      return UnavailableError("etcd at " + peer_ + ": protocol error: reply too large");
+    }
+  }
+  return response;
+}
+
+Result<std::vector<HttpResponse>> HttpConnection::Call(const std::vector<HttpRequest>& requests,
+                                                       Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(Send(requests, deadline));
+  std::vector<HttpResponse> responses;
+  responses.reserve(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    SIMBA_ASSIGN_OR_RETURN(HttpResponse response, Read(deadline));
+    responses.push_back(std::move(response));
+  }
+  return responses;
+}
+
+Result<std::optional<std::string>> HttpConnection::ReadLine(Deadline deadline) {
+  for (;;) {
+    const std::size_t newline = line_.find('\n');
+    if (newline != std::string::npos) {
+      std::string line = line_.substr(0, newline);
+      line_.erase(0, newline + 1);
+      return std::optional<std::string>(std::move(line));
+    }
+    if (line_.size() > kMaxBody) {
+      reusable_ = false;
+      return UnavailableError("etcd at " + peer_ + ": protocol error: line too long");
+    }
+    SIMBA_ASSIGN_OR_RETURN(bool more, ReadBody(&line_, deadline));
+    if (!more) {
+      if (line_.empty()) return std::optional<std::string>();
+      std::string line = std::move(line_);
+      line_.clear();
+      return std::optional<std::string>(std::move(line));
+    }
+  }
+}
+
+void HttpConnection::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
+
+// ---- JSON conventions ------------------------------------------------------------
+
+std::string Base64Encode(std::string_view bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const std::uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) |
+                            (static_cast<unsigned char>(bytes[i + 1]) << 8) |
+                            static_cast<unsigned char>(bytes[i + 2]);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += kBase64[(v >> 6) & 63];
+    out += kBase64[v & 63];
+  }
+  if (i + 1 == bytes.size()) {
+    const std::uint32_t v = static_cast<unsigned char>(bytes[i]) << 16;
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == bytes.size()) {
+    const std::uint32_t v = (static_cast<unsigned char>(bytes[i]) << 16) |
+                            (static_cast<unsigned char>(bytes[i + 1]) << 8);
+    out += kBase64[(v >> 18) & 63];
+    out += kBase64[(v >> 12) & 63];
+    out += kBase64[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+bool Base64Decode(std::string_view text, std::string* out) {
+  out->clear();
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) return false;
+  out->reserve(text.size() * 3 / 4);
+  std::uint32_t buffer = 0;
+  int bits = 0;
+  for (const char c : text) {
+    const int v = Base64Value(c);
+    if (v < 0) return false;
+    buffer = (buffer << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out->push_back(static_cast<char>((buffer >> bits) & 0xff));
+    }
+  }
+  return true;
+}
+
+std::string PrefixEnd(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty()) {
+    auto& last = reinterpret_cast<unsigned char&>(end.back());
+    if (last < 0xff) {
+      ++last;
+      return end;
+    }
+    end.pop_back();
+  }
+  // Every key: etcd's "\0" range end.
+  return std::string(1, '\0');
+}
+
+std::int64_t Int64Field(const Json& object, std::string_view name) {
+  if (!object.is_object()) return 0;
+  const auto it = object.find(name);
+  if (it == object.end()) return 0;
+  if (it->is_number_integer()) return it->get<std::int64_t>();
+  if (it->is_string()) {
+    const std::string& text = it->get_ref<const std::string&>();
+    std::int64_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (error == std::errc() && end == text.data() + text.size()) return value;
+  }
+  return 0;
+}
+
+Status ErrorStatus(int grpc_code, int http_status, std::string_view message,
+                   std::string_view context) {
+  std::string text = std::string(context) + ": " + std::string(message);
+  switch (grpc_code) {
+    case 0:
+      break;
+    case 2:   // UNKNOWN: e.g. "etcdserver: leader changed" from older servers
+    case 4:   // DEADLINE_EXCEEDED: "etcdserver: request timed out"
+    case 8:   // RESOURCE_EXHAUSTED: "etcdserver: too many requests"
+    case 10:  // ABORTED
+    case 13:  // INTERNAL
+    case 14:  // UNAVAILABLE: "etcdserver: no leader", "leader changed"
+      return UnavailableError(std::move(text));
+    case 7:   // PERMISSION_DENIED
+    case 16:  // UNAUTHENTICATED: "etcdserver: user name is empty", "invalid auth token"
+      return PermissionDeniedError(std::move(text));
+    case 3:   // INVALID_ARGUMENT: "etcdserver: request is too large", ...
+    case 11:  // OUT_OF_RANGE: "etcdserver: mvcc: required revision is a future revision"
+      return InvalidArgumentError(std::move(text));
+    default:  // NOT_FOUND, FAILED_PRECONDITION, ...: the caller handles those it expects
+      return InternalError(std::move(text));
+  }
+  if (http_status >= 500 || http_status == 429) return UnavailableError(std::move(text));
+  if (http_status == 401 || http_status == 403) return PermissionDeniedError(std::move(text));
+  return InternalError(std::move(text));
+}
+
+namespace {
+
+Result<Json> ParseBody(std::string_view body, int http_status, std::string_view context,
+                       int* grpc_code) {
+  if (grpc_code != nullptr) *grpc_code = 0;
+  Json parsed = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded() || !parsed.is_object()) {
+    std::string excerpt(body.substr(0, 200));
+    for (char& c : excerpt) {
+      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    }
+    return ErrorStatus(0, http_status == 200 ? 500 : http_status,
+                       "unexpected reply (HTTP " + std::to_string(http_status) + "): " + excerpt,
+                       context);
+  }
+  // A stream's error: {"error": {"grpc_code": 5, "http_code": 404, "message": ...}}.
+  if (const auto error = parsed.find("error"); error != parsed.end()) {
+    int code = 0;
+    std::string message;
+    if (error->is_object()) {
+      code = static_cast<int>(Int64Field(*error, "grpc_code"));
+      if (code == 0) code = static_cast<int>(Int64Field(*error, "code"));
+      message = error->value("message", std::string("error"));
+    } else {
+      // A unary error: {"error": "...", "message": "...", "code": 5}.
+      code = static_cast<int>(Int64Field(parsed, "code"));
+      message = parsed.value("message", error->is_string() ? error->get<std::string>() : "error");
+    }
+    if (grpc_code != nullptr) *grpc_code = code;
+    return ErrorStatus(code, http_status, message, context);
+  }
+  if (http_status != 200) {
+    return ErrorStatus(0, http_status, "HTTP " + std::to_string(http_status), context);
+  }
+  if (const auto result = parsed.find("result"); result != parsed.end() && result->is_object()) {
+    return Json(std::move(*result));
+  }
+  return parsed;
+}
+
+}  // namespace
+
+Result<Json> ParseReply(const HttpResponse& response, std::string_view context, int* grpc_code) {
+  return ParseBody(response.body, response.status, context, grpc_code);
+}
+
+Result<Json> ParseStreamLine(std::string_view line, std::string_view context, int* grpc_code) {
+  return ParseBody(line, 200, context, grpc_code);
+}
+
+}  // namespace simba::internal::etcd

@@ -1,0 +1,166 @@
+#include "testing/tcp_proxy.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace simba::testing {
+namespace {
+
+sockaddr_in Loopback(int port) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return address;
+}
+
+// A client's connection and ours to the server; bytes read from one side
+// wait in `pending` for the other.
+struct Link {
+  int client = -1;
+  int server = -1;
+  std::string to_server;
+  std::string to_client;
+  bool closed = false;
+};
+
+void CloseLink(Link& link) {
+  if (link.client >= 0) ::close(link.client);
+  if (link.server >= 0) ::close(link.server);
+  link.client = link.server = -1;
+  link.closed = true;
+}
+
+// Reads what `from` has into `buffer`; false once it is closed or failed.
+bool ReadInto(int from, std::string& buffer) {
+  char chunk[16384];
+  const ssize_t n = ::read(from, chunk, sizeof chunk);
+  if (n > 0) {
+    buffer.append(chunk, static_cast<std::size_t>(n));
+    return true;
+  }
+  return n < 0 && (errno == EAGAIN || errno == EINTR);
+}
+
+// Writes what it can of `buffer` to `to`; false if the socket failed.
+bool WriteFrom(int to, std::string& buffer) {
+  if (buffer.empty()) return true;
+  const ssize_t n = ::send(to, buffer.data(), buffer.size(), MSG_NOSIGNAL);
+  if (n > 0) {
+    buffer.erase(0, static_cast<std::size_t>(n));
+    return true;
+  }
+  return n < 0 && (errno == EAGAIN || errno == EINTR);
+}
+
+}  // namespace
+
+TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address = Loopback(0);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(listen_fd_, 64) != 0) {
+    std::perror("TcpProxy: bind/listen");
+    std::abort();
+  }
+  socklen_t length = sizeof address;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length);
+  port_ = ntohs(address.sin_port);
+  if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) std::abort();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+TcpProxy::~TcpProxy() {
+  stopping_ = true;
+  const char byte = 1;
+  (void)!::write(wake_[1], &byte, 1);
+  thread_.join();
+  ::close(listen_fd_);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+}
+
+void TcpProxy::Loop() {
+  std::vector<Link> links;
+  std::vector<int> waiting;  // accepted while black-holed, not yet connected
+  while (!stopping_) {
+    if (cut_requested_.exchange(false)) {
+      for (Link& link : links) CloseLink(link);
+      for (int fd : waiting) ::close(fd);
+      waiting.clear();
+    }
+    const bool hole = blackhole_;
+    if (!hole) {
+      for (int client : waiting) {
+        Link link;
+        link.client = client;
+        link.server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        sockaddr_in target = Loopback(target_port_);
+        if (::connect(link.server, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
+          CloseLink(link);
+          continue;
+        }
+        const int one = 1;
+        ::setsockopt(link.server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        ::setsockopt(link.client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        ::fcntl(link.client, F_SETFL, O_NONBLOCK);
+        ::fcntl(link.server, F_SETFL, O_NONBLOCK);
+        links.push_back(std::move(link));
+      }
+      waiting.clear();
+    }
+    std::erase_if(links, [](const Link& l) { return l.closed; });
+
+    std::vector<pollfd> fds;
+    fds.push_back({wake_[0], POLLIN, 0});
+    fds.push_back({listen_fd_, POLLIN, 0});
+    if (!hole) {
+      for (const Link& link : links) {
+        fds.push_back({link.client, static_cast<short>(POLLIN | (link.to_client.empty() ? 0 : POLLOUT)), 0});
+        fds.push_back({link.server, static_cast<short>(POLLIN | (link.to_server.empty() ? 0 : POLLOUT)), 0});
+      }
+    }
+    // Black-holed: only look again now and then (for the switch back).
+    ::poll(fds.data(), fds.size(), hole ? 20 : 200);
+    if (fds[0].revents & POLLIN) {
+      char drain[64];
+      while (::read(wake_[0], drain, sizeof drain) > 0) {
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client >= 0) {
+        ++accepted_;
+        waiting.push_back(client);
+      }
+    }
+    if (hole) continue;
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      Link& link = links[i];
+      const pollfd& c = fds[2 + 2 * i];
+      const pollfd& s = fds[3 + 2 * i];
+      bool ok = true;
+      if (c.revents & (POLLIN | POLLHUP | POLLERR)) ok = ok && ReadInto(link.client, link.to_server);
+      if (s.revents & (POLLIN | POLLHUP | POLLERR)) ok = ok && ReadInto(link.server, link.to_client);
+      ok = ok && WriteFrom(link.server, link.to_server) && WriteFrom(link.client, link.to_client);
+      if (!ok) CloseLink(link);
+    }
+  }
+  for (Link& link : links) CloseLink(link);
+  for (int fd : waiting) ::close(fd);
+}
+
+}  // namespace simba::testing

@@ -1,0 +1,54 @@
+// A TCP proxy on loopback for tests that need a network fault between a
+// client and a real server: connections can be black-holed (kept open, no
+// byte passes either way, as behind a dead switch) and cut (closed).
+//
+//   TcpProxy proxy(server_port);
+//   uri = "zookeeper://127.0.0.1:" + std::to_string(proxy.port());
+//   proxy.set_blackhole(true);   // the client hears nothing from now on
+//   proxy.set_blackhole(false);  // bytes flow again (held ones first)
+//   proxy.CutAll();              // close every connection (new ones allowed)
+//
+// One thread; every connection is a pair of sockets pumped with poll().
+#ifndef SIMBA_TESTING_TCP_PROXY_H_
+#define SIMBA_TESTING_TCP_PROXY_H_
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+namespace simba::testing {
+
+class TcpProxy {
+ public:
+  // Listens on 127.0.0.1 on a free port and forwards to 127.0.0.1:target.
+  explicit TcpProxy(int target_port);
+  ~TcpProxy();
+  TcpProxy(const TcpProxy&) = delete;
+  TcpProxy& operator=(const TcpProxy&) = delete;
+
+  int port() const { return port_; }
+  // While on, nothing is read from or written to either side, and new
+  // connections are accepted but not connected upstream until it is off.
+  void set_blackhole(bool on) { blackhole_ = on; }
+  // Closes every open connection.
+  void CutAll() { cut_requested_ = true; }
+  // Connections accepted so far.
+  int accepted() const { return accepted_.load(); }
+
+ private:
+  void Loop();
+
+  int target_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int wake_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> blackhole_{false};
+  std::atomic<bool> cut_requested_{false};
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_TCP_PROXY_H_
