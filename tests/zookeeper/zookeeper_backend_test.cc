@@ -185,13 +185,27 @@ TEST(ZookeeperLayout, CuratorNamesContenderDataAndZxidTokens) {
   EXPECT_EQ(raw.Get(TestRoot() + "/m/" + children[0], &stat), "cpp-a");
   EXPECT_NE(stat.ephemeralOwner, 0);
   EXPECT_EQ(first->owner.fencing_token, static_cast<std::uint64_t>(stat.czxid));
-  // A renewal rewrites the node (its lease) and keeps the token.
+  // The lease lives in the session's heartbeat node, written at most once
+  // per half ttl for all of the session's mutexes.
+  char session[17];
+  std::snprintf(session, sizeof session, "%016llx",
+                static_cast<unsigned long long>(stat.ephemeralOwner));
+  Stat heartbeat{};
+  raw.Get(TestRoot() + "-sessions/" + session, &heartbeat);
+  EXPECT_EQ(heartbeat.ephemeralOwner, stat.ephemeralOwner);
+  // A renewal reads, writes nothing within half a ttl, and keeps the token.
   auto renewed = backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
   Stat after{};
   raw.Get(TestRoot() + "/m/" + children[0], &after);
-  EXPECT_EQ(after.version, stat.version + 1);
+  EXPECT_EQ(after.version, stat.version);
+  // After half a ttl, the next call writes the heartbeat again.
+  std::this_thread::sleep_for(milliseconds(1100));
+  ASSERT_THAT(backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5))), IsOk());
+  Stat later{};
+  raw.Get(TestRoot() + "-sessions/" + session, &later);
+  EXPECT_GT(later.version, heartbeat.version);
   // A waiter joins behind and sees the owner; the next owner's token is
   // greater.
   auto waiter = backend->acquire_or_renew(Request("m", "cpp-b"), In(seconds(5)));
@@ -253,8 +267,10 @@ TEST(ZookeeperJvmInterop, CuratorParticipantLeadsWaitsAndIsNeverEvicted) {
   EXPECT_EQ(children.front(), second);
 }
 
-// A C++ node whose owner stopped renewing (its process is stuck, but its
-// session lives on) is evicted after its lease, by the server's clock.
+// A C++ node whose session keeps no heartbeat (its process is stuck, but
+// its session lives on) is evicted after its lease, counted from when a
+// waiter first saw it in front. (With a heartbeat, the conformance suite's
+// failing-renewal case covers it.)
 TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
   RawZk stuck(SharedServerUri("zookeeper"));
   ASSERT_TRUE(stuck.ok());

@@ -26,18 +26,19 @@
 // crashed owner's node disappears when its session times out. But a process
 // whose client library still heartbeats while the code that should renew is
 // stuck would hold a session lock forever; Simba's leases end it anyway.
-// A C++ node's uuid is a version-8 UUID that carries the contender's ttl
-// and transition (ms); the owner renews by rewriting its node's data at
-// every ttl (compare-and-set on the node version, so a renewal and an
-// eviction can never both succeed), which moves the node's mtime. A waiter
-// that finds the lowest node's lease over by the server's clock
-// (mtime + ttl + transition, estimated conservatively from the times of our
-// own writes) deletes it, compare-and-set on the version it saw. A node
-// that is lowest but was never written since its creation (an owner that
-// has not renewed yet, or a waiter that has not noticed it leads) gets a
-// whole lease from when the waiter first saw it lowest. JVM (Curator)
-// nodes carry random version-4 UUIDs and are never evicted: their session
-// is their lease, as in JVM Simba.
+// Each session keeps a heartbeat node, <root>-sessions/<session id>, that
+// Simba's calls rewrite at most once per half ttl (one write per process,
+// however many mutexes it holds); a C++ node's uuid is a version-8 UUID
+// carrying its ttl and transition (ms). A waiter evicts the lowest node
+// once its session's heartbeat is older than that node's ttl + transition
+// by the server's clock (estimated conservatively from the times of our
+// own writes), in one transaction that also checks the heartbeat's version,
+// so a heartbeat written meanwhile wins. The owner's lease runs from when
+// it sent the heartbeat, so it ends before anyone may evict it. JVM
+// (Curator) nodes carry random version-4 UUIDs and are never evicted: their
+// session is their lease, as in JVM Simba. A C++ node without a heartbeat is
+// judged by its own writes (a lowest node never written gets a whole lease
+// from when a waiter first saw it in front).
 //
 // Loss signals: when the connection drops (Curator's SUSPENDED) every owner
 // on this backend is told at once (MutexEvent::kLost) and stops believing it

@@ -290,8 +290,10 @@ struct Entry {
   std::string node;  // our node's name; empty: none
   std::int64_t sequence = -1;
   std::int32_t version = 0;
-  std::uint64_t czxid = 0;
-  bool owner = false;  // we claimed it and no renewal has failed since
+  std::atomic<std::uint64_t> czxid{0};  // read by our own-node watcher
+  bool owner = false;  // we lead, as far as we know
+  // Set by our own-node watch when the node is deleted under us.
+  std::atomic<bool> lost{false};
   std::uint64_t own_watch = 0;
   std::string watching;  // the predecessor we watch
   std::uint64_t watch_id = 0;
@@ -310,6 +312,7 @@ struct Entry {
     version = 0;
     czxid = 0;
     owner = false;
+    lost = false;
     own_watch = 0;
     watching.clear();
     watch_id = 0;
@@ -363,6 +366,8 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   }
   // Creates the root's components and the mutex node (containers).
   Status CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline);
+  // Creates the components of `path` but the last (containers).
+  Status CreateAncestors(zhandle_t* zh, const std::string& path, Deadline deadline);
   // Waits and turns a failure into a Status.
   Status Await(const PendingPtr& p, Deadline deadline, const std::string& what,
                std::set<int> accepted = {});
@@ -385,7 +390,19 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   void OnSessionEvent(zhandle_t* zh, int state);
   void OnNodeEvent(std::uint64_t id, int type);
 
-  OwnerRecord Owned(const Entry& entry, std::string_view contender_id, std::int64_t start,
+  // "<root>-sessions/<session id>": written by this session's calls.
+  std::string HeartbeatPath(std::int64_t session_id) const;
+  // When the last heartbeat write of this session was sent, writing one
+  // first if that is more than `fresh_within` ago.
+  Result<SteadyClock::time_point> Heartbeat(const std::shared_ptr<ZkHandle>& handle,
+                                            milliseconds fresh_within, Deadline deadline);
+  // The lease of the session that created `node` (its heartbeat's mtime and
+  // version), or nullopt when that session keeps no heartbeat.
+  Result<std::optional<Stat>> HeartbeatOf(zhandle_t* zh, const Stat& node, Deadline deadline);
+  // Our ownership as of the heartbeat sent at `heartbeat_sent`, for a call
+  // that started at `call_start`.
+  OwnerRecord Owned(const Entry& entry, std::string_view contender_id,
+                    SteadyClock::time_point call_start, SteadyClock::time_point heartbeat_sent,
                     const AcquireRequest& request) const;
   // The owner as seen from outside: the lowest node's data and times.
   MutexOwner Seen(const Child& lowest, const Pending& node, std::int64_t start,
@@ -404,6 +421,11 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   bool closed_ = false;
   std::int64_t offset_ms_ = 0;
   bool has_offset_ = false;
+  // The session's heartbeat node: which session it was made for, and when
+  // its last successful write was sent.
+  std::uint64_t heartbeat_generation_ = 0;
+  bool heartbeat_exists_ = false;
+  SteadyClock::time_point heartbeat_sent_{};
   std::mt19937_64 random_;
   std::map<EntryKey, std::shared_ptr<Entry>> entries_;
   std::uint64_t next_watch_ = 0;
@@ -556,6 +578,11 @@ void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
       break;
     case WatchContext::Kind::kOwn:
       if (type == ZOO_DELETED_EVENT) {
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          auto it = entries_.find({context.mutex, context.contender_id});
+          if (it != entries_.end() && it->second->czxid == context.token) it->second->lost = true;
+        }
         // Forced out (an operator, or an eviction of a lease we did not
         // renew in time): the owner hears it now, not at its next renewal.
         Deliver(MutexEvent{MutexEvent::Kind::kLost, context.mutex, context.contender_id,
@@ -581,12 +608,30 @@ void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
       AddWatch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid});
   entry.own_watch = id;
   const std::string path = MutexPath(mutex) + "/" + entry.node;
-  // Not waited for: the watch is a bonus on top of the lease, and the
-  // next renewal arms it again.
-  Start([&](const void* data) {
-    return zoo_awexists(zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id), &OnStat,
-                        data);
-  });
+  // Not waited for. If the server does not take it (the node is gone, the
+  // connection broke), the watch is forgotten, so the next renewal asks
+  // the server instead of trusting a watch that is not there.
+  struct Arming {
+    ZkStore* store;
+    std::uint64_t id;
+  };
+  auto* arming = new Arming{this, id};
+  const int rc = zoo_awexists(
+      zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id),
+      [](int result, const Stat*, const void* data) {
+        CallbackScope scope;
+        std::unique_ptr<Arming> done(static_cast<Arming*>(const_cast<void*>(data)));
+        if (result != ZOK) {
+          std::lock_guard<std::mutex> lock(done->store->mu_);
+          done->store->watches_.erase(done->id);
+        }
+      },
+      arming);
+  if (rc != ZOK) {
+    delete arming;
+    std::lock_guard<std::mutex> lock(mu_);
+    watches_.erase(id);
+  }
 }
 
 void ZkStore::Deliver(const MutexEvent& event, const std::function<bool(const Slot&)>& match) {
@@ -694,18 +739,19 @@ Status ZkStore::Await(const PendingPtr& p, Deadline deadline, const std::string&
 }
 
 Status ZkStore::CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline) {
+  return CreateAncestors(zh, MutexPath(mutex) + "/x", deadline);
+}
+
+Status ZkStore::CreateAncestors(zhandle_t* zh, const std::string& path, Deadline deadline) {
   std::vector<std::string> paths;
-  for (std::size_t at = options_.root.find('/', 1); at != std::string::npos;
-       at = options_.root.find('/', at + 1)) {
-    paths.push_back(options_.root.substr(0, at));
+  for (std::size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
+    paths.push_back(path.substr(0, at));
   }
-  paths.push_back(options_.root);
-  paths.push_back(MutexPath(mutex));
   // Pipelined: the server applies them in order.
   std::vector<PendingPtr> pending;
-  for (const std::string& path : paths) {
+  for (const std::string& parent : paths) {
     pending.push_back(Start([&](const void* data) {
-      return zoo_acreate2(zh, path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+      return zoo_acreate2(zh, parent.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
                           &OnCreate, data);
     }));
   }
@@ -713,6 +759,83 @@ Status ZkStore::CreateParents(zhandle_t* zh, std::string_view mutex, Deadline de
     SIMBA_RETURN_IF_ERROR(Await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
   }
   return OkStatus();
+}
+
+std::string ZkStore::HeartbeatPath(std::int64_t session_id) const {
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(session_id));
+  return options_.root + "-sessions/" + id;
+}
+
+Result<SteadyClock::time_point> ZkStore::Heartbeat(const std::shared_ptr<ZkHandle>& handle,
+                                                   milliseconds fresh_within,
+                                                   Deadline deadline) {
+  zhandle_t* const zh = handle->get();
+  bool exists;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (heartbeat_generation_ != handle->generation()) {
+      heartbeat_generation_ = handle->generation();
+      heartbeat_exists_ = false;
+      heartbeat_sent_ = {};
+    }
+    if (heartbeat_exists_ && SteadyClock::now() - heartbeat_sent_ < fresh_within) {
+      return heartbeat_sent_;
+    }
+    exists = heartbeat_exists_;
+  }
+  const clientid_t* client = zoo_client_id(zh);
+  const std::string path = HeartbeatPath(client != nullptr ? client->client_id : 0);
+  for (int round = 0; round < 3; ++round) {
+    const SteadyClock::time_point sent = SteadyClock::now();
+    PendingPtr written;
+    if (exists) {
+      written = Start([&](const void* data) {
+        return zoo_aset(zh, path.c_str(), "", 0, -1, &OnStat, data);
+      });
+      SIMBA_RETURN_IF_ERROR(Await(written, deadline, "writing " + path, {ZNONODE}));
+      if (written->rc == ZNONODE) {
+        exists = false;
+        continue;
+      }
+      Observe(written->stat.mtime);
+    } else {
+      written = Start([&](const void* data) {
+        return zoo_acreate2(zh, path.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
+                            &OnCreate, data);
+      });
+      SIMBA_RETURN_IF_ERROR(
+          Await(written, deadline, "creating " + path, {ZNONODE, ZNODEEXISTS}));
+      if (written->rc == ZNONODE) {
+        SIMBA_RETURN_IF_ERROR(CreateAncestors(zh, path, deadline));
+        continue;
+      }
+      if (written->rc == ZNODEEXISTS) {
+        exists = true;  // made by a call that gave up on its reply: write it
+        continue;
+      }
+      Observe(written->stat.ctime);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (heartbeat_generation_ == handle->generation()) {
+      heartbeat_exists_ = true;
+      heartbeat_sent_ = std::max(heartbeat_sent_, sent);
+    }
+    return sent;
+  }
+  return UnavailableError("zookeeper: cannot write the session heartbeat " + path);
+}
+
+Result<std::optional<Stat>> ZkStore::HeartbeatOf(zhandle_t* zh, const Stat& node,
+                                                 Deadline deadline) {
+  if (node.ephemeralOwner == 0) return std::optional<Stat>();
+  const std::string path = HeartbeatPath(node.ephemeralOwner);
+  auto read = Start([&](const void* data) {
+    return zoo_aexists(zh, path.c_str(), 0, &OnStat, data);
+  });
+  SIMBA_RETURN_IF_ERROR(Await(read, deadline, "reading " + path, {ZNONODE}));
+  if (read->rc == ZNONODE) return std::optional<Stat>();
+  return std::optional<Stat>(read->stat);
 }
 
 Result<std::shared_ptr<Entry>> ZkStore::TakeEntry(const EntryKey& key, Deadline deadline) {
@@ -751,14 +874,26 @@ void ZkStore::GiveTurn(const std::shared_ptr<Entry>& entry) {
   entry->turn_cv.notify_one();
 }
 
-OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id, std::int64_t start,
+OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
+                           SteadyClock::time_point call_start,
+                           SteadyClock::time_point heartbeat_sent,
                            const AcquireRequest& request) const {
+  // The lease runs from when the heartbeat write was sent (before the
+  // server stamped it, so before anyone may evict us), and the core
+  // measures what we report from when it sent this call (before
+  // call_start): reporting what is left at call_start keeps its deadline
+  // inside the lease.
+  // (A heartbeat written during this call counts as written at its start:
+  // never report more than the lease asked for.)
+  const auto elapsed =
+      std::max(milliseconds(0), duration_cast<milliseconds>(call_start - heartbeat_sent));
+  const std::int64_t now = ServerNow(call_start);
   OwnerRecord record;
-  record.store_now = StoreTime(start);
+  record.store_now = StoreTime(now);
   record.owner.owner_id = std::string(contender_id);
-  record.owner.acquired_at = StoreTime(start);
-  record.owner.ttl_at = StoreTime(start) + request.ttl;
-  record.owner.transition_at = StoreTime(start) + request.ttl + request.transition;
+  record.owner.acquired_at = StoreTime(now) - elapsed;
+  record.owner.ttl_at = StoreTime(now) + request.ttl - elapsed;
+  record.owner.transition_at = StoreTime(now) + request.ttl + request.transition - elapsed;
   record.owner.fencing_token = entry.czxid;
   return record;
 }
@@ -798,8 +933,13 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         "zookeeper: ttl must be 1 ms to 49 days and transition 0 to 74 hours (they are "
         "written into the node's name)");
   }
+  const SteadyClock::time_point call_start = SteadyClock::now();
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
   zhandle_t* const zh = handle->get();
+  // Our leases live in the session's heartbeat: one write per half ttl for
+  // every mutex of the backend, instead of one per mutex.
+  SIMBA_ASSIGN_OR_RETURN(const SteadyClock::time_point heartbeat_sent,
+                         Heartbeat(handle, request.ttl / 2, deadline));
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, TakeEntry({mutex, contender}, deadline));
   struct TurnGuard {
     ZkStore* store;
@@ -878,25 +1018,25 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         names = listed->children;
         fresh = true;
       }
-    } else if (e.owner) {
-      // Renewal: rewrite our node if nobody touched it (a compare-and-set
-      // on the version, so it cannot race an eviction).
-      sent = SteadyClock::now();
-      auto written = Start([&](const void* data) {
-        return zoo_aset(zh, own_path().c_str(), contender.data(),
-                        static_cast<int>(contender.size()), e.version, &OnStat, data);
+    } else if (e.owner && !e.lost && WatchArmed(e.own_watch)) {
+      // Renewal with our node watched: the heartbeat carries the lease, the
+      // watch would have told us of a deletion (and nobody may evict us
+      // while our heartbeat is fresh), so no request at all.
+      return Owned(e, contender, call_start, heartbeat_sent, request);
+    } else if (e.owner && !e.lost) {
+      // Renewal without a watch: check that our node is still there (a
+      // read, no write) and watch it again.
+      auto exists = Start([&](const void* data) {
+        return zoo_aexists(zh, own_path().c_str(), 0, &OnStat, data);
       });
-      SIMBA_RETURN_IF_ERROR(
-          Await(written, deadline, "renewing " + own_path(), {ZNONODE, ZBADVERSION}));
-      if (written->rc == ZOK) {
-        e.version = written->stat.version;
-        Observe(written->stat.mtime);
-        ArmOwnWatch(zh, mutex, e, contender);
-        return Owned(e, contender, written->stat.mtime, request);
+      SIMBA_RETURN_IF_ERROR(Await(exists, deadline, "renewing " + own_path(), {ZNONODE}));
+      if (exists->rc == ZOK && !e.lost) {
+        if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
+        return Owned(e, contender, call_start, heartbeat_sent, request);
       }
       // Evicted or forced out: we lost that tenure.
       e.owner = false;
-      if (written->rc == ZNONODE) e.node.clear();
+      e.node.clear();
       continue;
     } else {
       auto listed = Start([&](const void* data) {
@@ -916,32 +1056,13 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
       continue;
     }
     if (ours == children.begin()) {
-      if (fresh) {
-        // First in line the moment we joined: owners from our send time
-        // (before the node's ctime), no claim needed.
-        e.owner = true;
-        ArmOwnWatch(zh, mutex, e, contender);
-        return Owned(e, contender, ServerNow(sent), request);
-      }
-      // We moved to the front: claim it, compare-and-set on the version we
-      // know, so a waiter's eviction of our never-written node and our
-      // claim cannot both succeed.
-      sent = SteadyClock::now();
-      auto claimed = Start([&](const void* data) {
-        return zoo_aset(zh, own_path().c_str(), contender.data(),
-                        static_cast<int>(contender.size()), e.version, &OnStat, data);
-      });
-      SIMBA_RETURN_IF_ERROR(
-          Await(claimed, deadline, "claiming " + own_path(), {ZNONODE, ZBADVERSION}));
-      if (claimed->rc != ZOK) {
-        e.node.clear();
-        continue;
-      }
-      e.version = claimed->stat.version;
+      // First in line: we lead, on the session's lease. Evictions check
+      // that lease atomically, so no claim is needed.
+      (void)fresh;
       e.owner = true;
-      Observe(claimed->stat.mtime);
-      ArmOwnWatch(zh, mutex, e, contender);
-      return Owned(e, contender, claimed->stat.mtime, request);
+      e.lost = false;
+      if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
+      return Owned(e, contender, call_start, heartbeat_sent, request);
     }
 
     // A waiter: read the owner and watch our predecessor, together.
@@ -981,31 +1102,60 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
     std::int64_t start = owner_node->stat.mtime;
     if (const auto lease = LeaseOf(lowest.name)) {
       const milliseconds hard = lease->ttl + lease->transition;
-      bool evict = false;
-      if (owner_node->stat.version > 0) {
-        // Written since created: its last renewal's time is the server's.
-        evict = ServerNow(now) > owner_node->stat.mtime + hard.count();
+      SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat,
+                             HeartbeatOf(zh, owner_node->stat, deadline));
+      if (heartbeat.has_value()) {
+        // The owner's session wrote its heartbeat at mtime (server clock);
+        // its lease ends a hard lease later. Evict only if the heartbeat
+        // is still the one we read: one transaction checks its version and
+        // deletes the node, so a heartbeat written meanwhile wins.
+        start = heartbeat->mtime;
+        if (ServerNow(now) > heartbeat->mtime + hard.count()) {
+          const std::string heartbeat_path = HeartbeatPath(owner_node->stat.ephemeralOwner);
+          auto p = std::make_shared<Pending>();
+          p->results.resize(2);
+          zoo_op_t ops[2];
+          zoo_check_op_init(&ops[0], heartbeat_path.c_str(), heartbeat->version);
+          zoo_delete_op_init(&ops[1], lowest_path.c_str(), -1);
+          auto* holder = new PendingPtr(p);
+          const int rc = zoo_amulti(zh, 2, ops, p->results.data(), &OnVoid, holder);
+          if (rc != ZOK) {
+            delete holder;
+            p->rc = rc;
+            p->done = true;
+          }
+          SIMBA_RETURN_IF_ERROR(Await(p, deadline, "evicting " + lowest_path,
+                                      {ZNONODE, ZBADVERSION}));
+          if (p->rc == ZOK) {
+            SIMBA_LOG(kWarn, "zookeeper: mutex '" << mutex << "': evicted " << lowest.name
+                                                  << " (owner '" << owner_node->value
+                                                  << "'), whose session stopped renewing");
+          }
+          continue;
+        }
       } else {
-        // Never written: a whole lease from when we first saw it in front.
-        if (e.seen_lowest != lowest.name) {
-          e.seen_lowest = lowest.name;
-          e.seen_at = now;
+        // A C++ node without a heartbeat (its session never wrote one): its
+        // own writes are its lease, and one never written gets a whole
+        // lease from when we first saw it in front.
+        bool evict;
+        if (owner_node->stat.version > 0) {
+          evict = ServerNow(now) > owner_node->stat.mtime + hard.count();
+        } else {
+          if (e.seen_lowest != lowest.name) {
+            e.seen_lowest = lowest.name;
+            e.seen_at = now;
+          }
+          evict = now - e.seen_at > hard;
+          start = std::max<std::int64_t>(owner_node->stat.ctime, ServerNow(e.seen_at));
         }
-        evict = now - e.seen_at > hard;
-        start = std::max<std::int64_t>(owner_node->stat.ctime, ServerNow(e.seen_at));
-      }
-      if (evict) {
-        auto deleted = Start([&](const void* data) {
-          return zoo_adelete(zh, lowest_path.c_str(), owner_node->stat.version, &OnVoid, data);
-        });
-        SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "evicting " + lowest_path,
-                                    {ZNONODE, ZBADVERSION}));
-        if (deleted->rc == ZOK) {
-          SIMBA_LOG(kWarn, "zookeeper: mutex '" << mutex << "': evicted " << lowest.name
-                                                << " (owner '" << owner_node->value
-                                                << "'), whose lease ended without renewal");
+        if (evict) {
+          auto deleted = Start([&](const void* data) {
+            return zoo_adelete(zh, lowest_path.c_str(), owner_node->stat.version, &OnVoid, data);
+          });
+          SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "evicting " + lowest_path,
+                                      {ZNONODE, ZBADVERSION}));
+          continue;
         }
-        continue;
       }
     }
     OwnerRecord record;
@@ -1203,7 +1353,9 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
     // A node never written since its creation leads from its creation
     // (an owner that has not renewed yet; a waiter that just moved to the
     // front and has not claimed it yet would look expired for that moment).
-    const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
+    std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
+    SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat, HeartbeatOf(zh, node->stat, deadline));
+    if (heartbeat.has_value()) start = heartbeat->mtime;
     record.owner = Seen(children.front(), *node, start, nullptr);
     record.store_now = StoreTime(now);
     return record;
