@@ -206,10 +206,13 @@ void ServiceCore::StartAttemptLocked(Generation gen) {
   }
   in_flight_ = true;
   std::weak_ptr<ServiceCore> weak = weak_from_this();
-  // Posting never waits for the pool, so holding mu_ here is fine.
-  if (!runtime_->PostIo([weak, gen] {
-        if (auto self = weak.lock()) self->RunAttempt(gen);
-      })) {
+  // Posting never waits for the pool, so holding mu_ here is fine. An
+  // owner's renewal goes first: its lease is running out.
+  if (!runtime_->PostIo(
+          [weak, gen] {
+            if (auto self = weak.lock()) self->RunAttempt(gen);
+          },
+          IsOwnerLocked(clock_->Now()))) {
     in_flight_ = false;
   }
 }

@@ -27,11 +27,15 @@ ThreadPool::ThreadPool(std::string name, int threads) : name_(std::move(name)) {
 
 ThreadPool::~ThreadPool() { Shutdown(); }
 
-bool ThreadPool::Post(Task task) {
+bool ThreadPool::Post(Task task, bool urgent) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (closed_) return false;
-    queue_.push_back(std::move(task));
+    if (urgent) {
+      queue_.push_front(std::move(task));
+    } else {
+      queue_.push_back(std::move(task));
+    }
   }
   cv_.notify_one();
   return true;

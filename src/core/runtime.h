@@ -36,7 +36,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Queues `task`; returns false (and drops it) after Shutdown().
-  bool Post(Task task);
+  // `urgent` puts the task before every queued one.
+  bool Post(Task task, bool urgent = false);
   // Runs what is queued, then joins the threads. Idempotent.
   void Shutdown();
   bool closed() const;
@@ -92,7 +93,9 @@ class Runtime {
   // Forgets a timer that has not run yet; a no-op otherwise.
   void Cancel(TimerId id);
 
-  bool PostIo(Task task) { return io_->Post(std::move(task)); }
+  // `urgent` tasks (an owner's renewal) go before everything queued, so a
+  // backlog of acquisitions on a slow store cannot make a lease lapse.
+  bool PostIo(Task task, bool urgent = false) { return io_->Post(std::move(task), urgent); }
   std::shared_ptr<Strand> MakeStrand() { return std::make_shared<Strand>(callbacks_); }
 
   // Stops the timer thread (pending timers are dropped), then drains and joins

@@ -143,8 +143,12 @@ TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
   // "" names every owner (a connection lost for all of them).
   clock_->Advance(seconds(1));
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  // (Store calls fail meanwhile, so the revoked owner cannot win it back
+  // before we look.)
+  faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kFail);
   faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
   EXPECT_FALSE(a->is_owner());
+  faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
 }
 
