@@ -15,31 +15,38 @@
 // attached to L. The owner of M is the key under `<key_prefix>/<M>/` with the
 // lowest create revision, and that create revision is the fencing token: a
 // renewal keeps it, and every later owner's key was created later, so its
-// token is greater. In the key, '/' in M is written %2F and '%' is written
-// %25, so one mutex's keys are never inside another's range (M = "a" and
-// M = "a/b" stay apart); etcdctl shows `simba/a%2Fb/...`.
+// token is greater. `<key_prefix>/<M>` itself (no lease, empty value) records
+// that M was used, so list() shows free mutexes too. In keys, '/' in M is
+// written %2F and '%' is written %25, so one mutex's keys are never inside
+// another's range (M = "a" and M = "a/b" stay apart; etcdctl shows
+// `simba/a%2Fb/...`).
 //
-// Calls:
-//   acquire_or_renew  keeps the lease alive (or grants one: the lease ID is
-//                     chosen here, so the grant and the transaction go out
-//                     together, pipelined on one connection) and in ONE
-//                     transaction creates the key if it is missing and reads
-//                     the lowest key and the key just below ours. Acquiring
-//                     a free mutex is one network round trip (two requests,
-//                     two writes on the server); a renewal or a waiter's
-//                     poll is one round trip without a write (keep-alive and
-//                     a read-only transaction).
+// Calls (requests in one call are pipelined on one connection):
+//   acquire_or_renew  grants the lease (its ID is chosen here, so the grant
+//                     travels with the transaction that uses it) or keeps it
+//                     alive, and in ONE transaction creates the key if it is
+//                     missing and reads the lowest key and the key just below
+//                     ours. Acquiring a free mutex: one round trip, two
+//                     writes (grant, put). A waiter's poll: one round trip,
+//                     no write. An owner's renewal: one keep-alive request,
+//                     when the backend's watch has run without a break since
+//                     the owner's last full check (its key is the lowest as
+//                     long as it exists, and the watch reports any delete of
+//                     it); otherwise keep-alive + transaction.
 //   release           reads the lowest key and revokes the lease (which
-//                     deletes the key): one round trip.
+//                     deletes the key): one round trip, one write.
 //   force_release     deletes the lowest key, whoever owns it; the floor is
 //                     the revision of that delete.
 //   read / list       the lowest key per mutex, with the remaining time of
-//                     its lease (so `simba status` counts down truly).
+//                     its lease (so `simba status` counts down truly; etcd
+//                     keeps only the lease's length, so ttl_at is reported
+//                     equal to transition_at).
 //
 // The lease is kept alive only by the calls of the contend service (the
-// owner renews at ttl), never by a timer of its own: a process that stops
-// renewing loses the mutex when its lease ends, ttl + transition after its
-// last renewal was sent (plus up to ~0.5 s until etcd's lessor notices).
+// owner renews at ttl; a waiter polls a little before its own lease would
+// end), never by a timer of its own: a process that stops calling loses its
+// place when its lease ends, ttl + transition after its last call was sent
+// (plus up to ~0.5 s until etcd's lessor notices).
 //
 // Hand-off: one watch per backend on the whole `<key_prefix>/` range tells
 // each waiting contender when the key it queues behind is deleted (its
@@ -47,18 +54,24 @@
 // wakes exactly one waiter, in FIFO order across processes, and no herd.
 // An owner whose key is deleted under it (its lease revoked or expired, a
 // forced release) is told at once (MutexEvent::kLost) instead of at its next
-// renewal. After a watch reconnect every subscriber is woken once.
+// renewal. After a watch reconnect every subscriber is woken once. The
+// watch starts with the first subscribe; a contender's first call waits for
+// it (at most connect_timeout, once per backend) so that it covers the
+// call's decision from the start.
 //
 // Connections: one request connection per backend (calls take turns; a call
 // that misses its deadline closes it, so a late reply is never read as
 // another call's; reconnects back off from 100 ms to 2 s and fail fast in
-// between), and one watch connection read by one thread, started by the
-// first subscribe. 10,000 mutexes cost the same two connections and one
-// thread. With several endpoints, a connection that cannot be made moves on
-// to the next one.
+// between), and one watch connection read by one thread. 10,000 mutexes cost
+// the same two connections and one thread. With several endpoints, a
+// connection that cannot be made moves on to the next one, and so does one
+// whose server answers "unavailable" (no leader, ...). Host names are
+// resolved with getaddrinfo, which the deadline does not bound.
 //
 // Names: both at most 512 bytes of UTF-8 without control characters (the
-// default rules); '/' in a mutex name is escaped as above.
+// default rules); '/' in a mutex name is escaped as above. Contender ids must
+// be unique (the default ids are): a key of this contender id that holds the
+// mutex but is not this backend's own is taken for a stale one and deleted.
 //
 // URI query keys:
 //   key_prefix        first part of every key (default simba;

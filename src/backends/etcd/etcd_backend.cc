@@ -1,0 +1,1453 @@
+// The etcd backend: see include/simba/backends/etcd.h for the contract and
+// etcd_client.h for why it speaks the JSON gateway over a socket of its own.
+//
+// Two connections per backend:
+//   RequestChannel  every store call, one at a time; a call pipelines the
+//                   requests it needs (e.g. lease keep-alive + transaction)
+//                   so most calls are one round trip
+//   Watcher         one watch on the whole key prefix, read by one thread
+//                   that wakes the waiter queued behind a deleted key, tells
+//                   an owner whose key vanished (kLost), and keeps the
+//                   contenders' queue positions (Holder) that the calls and
+//                   the events share
+//
+// The queue (etcd's election recipe): contender C of mutex M holds lease L
+// and key <prefix>/<M>/<L in hex>; the key with the lowest create revision
+// owns M, and its create revision is the fencing token. A waiter remembers
+// the key just below its own (its predecessor) and is woken only when that
+// key is deleted: a release wakes one waiter, not all of them.
+
+#include "simba/backends/etcd.h"
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "backends/etcd/etcd_client.h"
+#include "core/log.h"
+
+namespace simba {
+namespace {
+
+using internal::etcd::Base64Decode;
+using internal::etcd::Base64Encode;
+using internal::etcd::Endpoint;
+using internal::etcd::HttpConnection;
+using internal::etcd::HttpRequest;
+using internal::etcd::HttpResponse;
+using internal::etcd::Int64Field;
+using internal::etcd::Json;
+using internal::etcd::ParseReply;
+using internal::etcd::ParseStreamLine;
+using internal::etcd::PrefixEnd;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr std::size_t kMaxNameLength = 512;
+constexpr milliseconds kFirstReconnectDelay{100};
+constexpr milliseconds kMaxReconnectDelay{2000};
+// A waiter polls (and so keeps its own lease alive) this long before its
+// lease would end, counting the contend period's largest jitter (1 s) and
+// room for a slow round trip or a late timer.
+constexpr milliseconds kWaiterLeaseMargin{1750};
+// How many deleted keys the watcher remembers, for a call whose reply
+// names a predecessor the watch already saw deleted.
+constexpr std::size_t kRecentDeletes = 4096;
+// Lease lookups per pipelined batch in list().
+constexpr std::size_t kListBatch = 100;
+// Rounds of one acquire_or_renew call when the store changed under it.
+constexpr int kAcquireRounds = 4;
+
+std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+StoreTime WallNow() {
+  return std::chrono::duration_cast<milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch());
+}
+
+// '/' and '%' in a mutex name are escaped in keys, so the keys of mutex
+// "a" (<prefix>/a/...) never include those of mutex "a/b"
+// (<prefix>/a%2Fb/...).
+std::string EncodeMutex(std::string_view mutex) {
+  std::string out;
+  out.reserve(mutex.size());
+  for (const char c : mutex) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '/') {
+      out += "%2F";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+bool DecodeMutex(std::string_view encoded, std::string* mutex) {
+  mutex->clear();
+  for (std::size_t i = 0; i < encoded.size(); ++i) {
+    const char c = encoded[i];
+    if (c == '/') return false;
+    if (c != '%') {
+      *mutex += c;
+      continue;
+    }
+    const std::string_view escape = encoded.substr(i, 3);
+    if (escape == "%25") {
+      *mutex += '%';
+    } else if (escape == "%2F") {
+      *mutex += '/';
+    } else {
+      return false;
+    }
+    i += 2;
+  }
+  return !mutex->empty();
+}
+
+std::string LeaseHex(std::int64_t lease) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  auto value = static_cast<std::uint64_t>(lease);
+  for (int i = 15; i >= 0; --i) {
+    out[static_cast<std::size_t>(i)] = kHex[value & 15];
+    value >>= 4;
+  }
+  return out;
+}
+
+// "<prefix>/<M>/": every key of mutex M starts with this.
+std::string MutexPrefix(std::string_view prefix, std::string_view mutex) {
+  return std::string(prefix) + "/" + EncodeMutex(mutex) + "/";
+}
+
+std::string KeyFor(std::string_view prefix, std::string_view mutex, std::int64_t lease) {
+  return MutexPrefix(prefix, mutex) + LeaseHex(lease);
+}
+
+// "<prefix>/<M>": the record that mutex M was used (no lease, no value),
+// so that list() also shows mutexes that are free now. It is outside M's
+// queue range ("<prefix>/<M>/" up to "<prefix>/<M>0").
+bool ParseRecordKey(std::string_view prefix, std::string_view key, std::string* mutex) {
+  if (key.size() < prefix.size() + 2 || key.substr(0, prefix.size()) != prefix ||
+      key[prefix.size()] != '/') {
+    return false;
+  }
+  return DecodeMutex(key.substr(prefix.size() + 1), mutex);
+}
+
+// "<prefix>/<M>/<16 hex>" -> M; false for any other key.
+bool ParseKey(std::string_view prefix, std::string_view key, std::string* mutex) {
+  const std::size_t head = prefix.size() + 1;
+  if (key.size() < head + 1 + 17 || key.substr(0, prefix.size()) != prefix ||
+      key[prefix.size()] != '/' || key[key.size() - 17] != '/') {
+    return false;
+  }
+  const std::string_view hex = key.substr(key.size() - 16);
+  if (!std::all_of(hex.begin(), hex.end(),
+                   [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); })) {
+    return false;
+  }
+  return DecodeMutex(key.substr(head, key.size() - 17 - head), mutex);
+}
+
+// One key-value as etcd reports it, bytes decoded.
+struct Kv {
+  std::string key;
+  std::string value;
+  std::int64_t create_revision = 0;
+  std::int64_t mod_revision = 0;
+  std::int64_t version = 0;
+  std::int64_t lease = 0;
+};
+
+bool ParseKv(const Json& json, Kv* kv) {
+  if (!json.is_object()) return false;
+  if (!Base64Decode(json.value("key", std::string()), &kv->key)) return false;
+  if (!Base64Decode(json.value("value", std::string()), &kv->value)) return false;
+  kv->create_revision = Int64Field(json, "create_revision");
+  kv->mod_revision = Int64Field(json, "mod_revision");
+  kv->version = Int64Field(json, "version");
+  kv->lease = Int64Field(json, "lease");
+  return true;
+}
+
+// The kvs of a range reply (or of a transaction's response_range).
+Result<std::vector<Kv>> KvsOf(const Json& range, std::string_view context) {
+  std::vector<Kv> kvs;
+  if (!range.is_object()) return InternalError(std::string(context) + ": malformed range reply");
+  const auto it = range.find("kvs");
+  if (it == range.end()) return kvs;
+  if (!it->is_array()) return InternalError(std::string(context) + ": malformed range reply");
+  for (const Json& item : *it) {
+    Kv kv;
+    if (!ParseKv(item, &kv)) {
+      return InternalError(std::string(context) + ": malformed key-value in a reply");
+    }
+    kvs.push_back(std::move(kv));
+  }
+  return kvs;
+}
+
+std::int64_t HeaderRevision(const Json& reply) {
+  const auto it = reply.find("header");
+  return it == reply.end() ? 0 : Int64Field(*it, "revision");
+}
+
+// ---- request bodies ---------------------------------------------------------------
+
+HttpRequest Post(std::string path, const Json& body) { return {std::move(path), body.dump()}; }
+
+// A range over every key of `mutex_prefix`, sorted by create revision.
+Json RangeOp(const std::string& mutex_prefix, bool ascending, int limit, bool keys_only,
+             std::int64_t max_create_revision = 0) {
+  Json range = {{"key", Base64Encode(mutex_prefix)},
+                {"range_end", Base64Encode(PrefixEnd(mutex_prefix))},
+                {"sort_order", ascending ? "ASCEND" : "DESCEND"},
+                {"sort_target", "CREATE"},
+                {"limit", std::to_string(limit)}};
+  if (keys_only) range["keys_only"] = true;
+  if (max_create_revision > 0) range["max_create_revision"] = std::to_string(max_create_revision);
+  return range;
+}
+
+Json RequestRange(Json range) { return Json{{"request_range", std::move(range)}}; }
+
+HttpRequest LeaseGrant(std::int64_t lease, std::int64_t ttl_seconds) {
+  return Post("/v3/lease/grant",
+              {{"ID", std::to_string(lease)}, {"TTL", std::to_string(ttl_seconds)}});
+}
+HttpRequest LeaseKeepAlive(std::int64_t lease) {
+  return Post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
+}
+HttpRequest LeaseRevoke(std::int64_t lease) {
+  return Post("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+}
+HttpRequest LeaseTimeToLive(std::int64_t lease) {
+  return Post("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+}
+
+// The one transaction of acquire_or_renew: if our key is missing, create it
+// (value: our id, attached to our lease) and read the lowest key and the two
+// newest (ours and the one just below); otherwise read our key, the lowest
+// key and, when we know our create revision, the key just below ours.
+HttpRequest AcquireTxn(const std::string& mutex_prefix, const std::string& key,
+                       const std::string& contender_id, std::int64_t lease,
+                       std::int64_t known_create_revision) {
+  const std::string key64 = Base64Encode(key);
+  Json lowest = RequestRange(RangeOp(mutex_prefix, true, 1, false));
+  Json failure = Json::array({RequestRange(Json{{"key", key64}}), lowest});
+  if (known_create_revision > 1) {
+    failure.push_back(
+        RequestRange(RangeOp(mutex_prefix, false, 1, true, known_create_revision - 1)));
+  }
+  Json compare = Json::array({Json{{"key", key64},
+                                   {"target", "CREATE"},
+                                   {"result", "EQUAL"},
+                                   {"create_revision", "0"}}});
+  Json put = {{"request_put",
+               {{"key", key64},
+                {"value", Base64Encode(contender_id)},
+                {"lease", std::to_string(lease)}}}};
+  // The mutex's record (see RecordKey), created once, so that list()
+  // shows a mutex that is free now but was used.
+  const std::string record64 = Base64Encode(mutex_prefix.substr(0, mutex_prefix.size() - 1));
+  Json record = {{"request_txn",
+                  {{"compare", Json::array({Json{{"key", record64},
+                                                 {"target", "CREATE"},
+                                                 {"result", "EQUAL"},
+                                                 {"create_revision", "0"}}})},
+                   {"success", Json::array({Json{{"request_put", {{"key", record64}}}}})}}}};
+  Json success =
+      Json::array({std::move(put), std::move(lowest),
+                   RequestRange(RangeOp(mutex_prefix, false, 2, true)), std::move(record)});
+  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+                             {"success", std::move(success)},
+                             {"failure", std::move(failure)}});
+}
+
+// Deletes `key` if it still has `create_revision`.
+HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revision) {
+  const std::string key64 = Base64Encode(key);
+  Json compare = Json::array({Json{{"key", key64},
+                                   {"target", "CREATE"},
+                                   {"result", "EQUAL"},
+                                   {"create_revision", std::to_string(create_revision)}}});
+  Json success = Json::array({Json{{"request_delete_range", {{"key", key64}}}}});
+  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+                             {"success", std::move(success)},
+                             {"failure", Json::array()}});
+}
+
+// ---- connecting ---------------------------------------------------------------------
+
+std::string DescribeEndpoints(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (const Endpoint& endpoint : endpoints) {
+    if (!out.empty()) out += ',';
+    out += endpoint.Describe();
+  }
+  return out;
+}
+
+// Connects to the first endpoint that answers, starting at *next; *next is
+// left at the one that answered (or after the last one tried).
+Result<std::unique_ptr<HttpConnection>> ConnectAny(const std::vector<Endpoint>& endpoints,
+                                                   std::size_t* next,
+                                                   milliseconds connect_timeout,
+                                                   Deadline deadline, bool tcp_keepalive) {
+  Status last = DeadlineExceededError("etcd at " + DescribeEndpoints(endpoints) +
+                                      ": deadline passed before connecting");
+  const std::size_t first = *next;
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    const auto now = steady_clock::now();
+    if (now >= deadline) break;
+    const std::size_t at = (first + i) % endpoints.size();
+    auto conn = HttpConnection::Open(endpoints[at], std::min(deadline, now + connect_timeout),
+                                     tcp_keepalive);
+    if (conn.ok()) {
+      *next = at;
+      return conn;
+    }
+    last = conn.status();
+    *next = (at + 1) % endpoints.size();
+  }
+  return last;
+}
+
+// ---- the request connection ---------------------------------------------------------
+
+class RequestChannel {
+ public:
+  RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout)
+      : endpoints_(std::move(endpoints)),
+        described_("etcd at " + DescribeEndpoints(endpoints_)),
+        connect_timeout_(connect_timeout) {}
+
+  const std::string& Describe() const { return described_; }
+
+  // One call's exclusive use of the connection, waiting for its turn no
+  // longer than the call's deadline. (Not std::timed_mutex: its
+  // try_lock_until is invisible to ThreadSanitizer on this glibc.)
+  class Turn {
+   public:
+    Turn(RequestChannel* channel, Deadline deadline) : channel_(channel), deadline_(deadline) {
+      std::unique_lock<std::mutex> lock(channel_->turn_mu_);
+      taken_ = channel_->turn_cv_.wait_until(lock, deadline, [&] { return !channel_->busy_; });
+      if (taken_) channel_->busy_ = true;
+    }
+    ~Turn() {
+      if (!taken_) return;
+      {
+        std::lock_guard<std::mutex> lock(channel_->turn_mu_);
+        channel_->busy_ = false;
+      }
+      channel_->turn_cv_.notify_one();
+    }
+    Turn(const Turn&) = delete;
+    Turn& operator=(const Turn&) = delete;
+
+    Status status() const {
+      if (taken_) return OkStatus();
+      return DeadlineExceededError(channel_->described_ +
+                                   ": deadline passed while waiting for the request connection");
+    }
+
+    // Writes the requests at once and reads every reply, in order. A failed
+    // or late call closes the connection.
+    Result<std::vector<HttpResponse>> Call(const std::vector<HttpRequest>& requests) {
+      SIMBA_ASSIGN_OR_RETURN(HttpConnection * conn, channel_->ConnectedLocked(deadline_));
+      auto replies = conn->Call(requests, deadline_);
+      if (!replies.ok() || !conn->reusable()) channel_->DropLocked(false);
+      return replies;
+    }
+
+    // The server answered but cannot serve (no leader, ...): close the
+    // connection and try the next endpoint first next time.
+    void Abandon() { channel_->DropLocked(true); }
+
+   private:
+    RequestChannel* channel_;
+    Deadline deadline_;
+    bool taken_ = false;
+  };
+
+ private:
+  void DropLocked(bool next_endpoint) {
+    conn_.reset();
+    if (next_endpoint) next_ = (next_ + 1) % endpoints_.size();
+    // The first reconnect after a working connection is immediate.
+    next_connect_ = {};
+    reconnect_delay_ = milliseconds(0);
+  }
+
+  Result<HttpConnection*> ConnectedLocked(Deadline deadline) {
+    if (conn_) return conn_.get();
+    const auto now = steady_clock::now();
+    if (now < next_connect_) {
+      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
+      return Status(last_error_.code(),
+                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
+    }
+    auto opened = ConnectAny(endpoints_, &next_, connect_timeout_, deadline, false);
+    if (!opened.ok()) {
+      last_error_ = opened.status();
+      reconnect_delay_ = std::clamp(reconnect_delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+      next_connect_ = steady_clock::now() + reconnect_delay_;
+      return opened.status();
+    }
+    conn_ = std::move(*opened);
+    reconnect_delay_ = milliseconds(0);
+    return conn_.get();
+  }
+
+  const std::vector<Endpoint> endpoints_;
+  const std::string described_;
+  const milliseconds connect_timeout_;
+
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  bool busy_ = false;  // a call has the turn; it alone touches what follows
+  std::unique_ptr<HttpConnection> conn_;
+  std::size_t next_ = 0;
+  Status last_error_;
+  steady_clock::time_point next_connect_{};
+  milliseconds reconnect_delay_{0};
+};
+
+// ---- queue positions and the watch -----------------------------------------------
+
+// A contender's place in a mutex's queue, as this process knows it.
+struct Holder {
+  std::int64_t lease = 0;
+  std::int64_t asked_ttl = 0;    // seconds asked for at the grant
+  std::int64_t granted_ttl = 0;  // seconds granted
+  std::string key;
+  // The create revision of our key; 0 while the key is not known to exist.
+  std::int64_t create_revision = 0;
+  // Our key was the lowest at the last call.
+  bool owner = false;
+  // The key we queue behind (empty for an owner).
+  std::string predecessor;
+  std::int64_t predecessor_revision = 0;
+  // The watch session (Watcher::LiveSession) that was already running when
+  // the last full check (the transaction) was sent; 0 if none was. While
+  // that session lasts, every later delete of our key reaches this holder.
+  std::uint64_t watched_since = 0;
+};
+
+struct Slot {
+  std::string mutex;
+  std::string contender_id;  // empty: a retriever
+  std::function<void(const MutexEvent&)> listener;
+  bool alive = true;  // guarded by Watcher::dispatch_mu_
+};
+
+using Work = std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>;
+
+class Watcher : public std::enable_shared_from_this<Watcher> {
+ public:
+  Watcher(std::vector<Endpoint> endpoints, std::string prefix, milliseconds connect_timeout)
+      : endpoints_(std::move(endpoints)),
+        prefix_(std::move(prefix)),
+        connect_timeout_(connect_timeout) {}
+
+  ~Watcher() { Stop(); }
+
+  // ---- holders (the calls' side) ----
+
+  std::optional<Holder> Find(const std::string& mutex, const std::string& contender) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = holders_.find(mutex);
+    if (it == holders_.end()) return std::nullopt;
+    auto found = it->second.find(contender);
+    if (found == it->second.end()) return std::nullopt;
+    return found->second;
+  }
+
+  // Records what a call decided at store revision `decided_at`. Returns
+  // false (and records the key as gone) if the watch has already seen our
+  // key deleted: the call's answer is stale and it must look again. Wakes
+  // the contender at once if the watch has already seen its predecessor
+  // deleted (or cannot tell).
+  bool Store(const std::string& mutex, const std::string& contender, Holder holder,
+             std::int64_t decided_at) {
+    Work work;
+    bool fresh = true;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!live_ && decided_at > 0) {
+        // Decided while no watch covers it: the next watch starts early
+        // enough to see what happens to this key after `decided_at`.
+        unwatched_from_ = unwatched_from_ == 0 ? decided_at : std::min(unwatched_from_, decided_at);
+      }
+      if (holder.create_revision != 0 &&
+          recent_.count({holder.key, holder.create_revision}) > 0) {
+        holder.create_revision = 0;
+        holder.owner = false;
+        holder.predecessor.clear();
+        fresh = false;
+      }
+      if (!holder.predecessor.empty() &&
+          (recent_.count({holder.predecessor, holder.predecessor_revision}) > 0 ||
+           forgotten_upto_ > decided_at)) {
+        holder.predecessor.clear();
+        AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, &work);
+      }
+      holders_[mutex][contender] = std::move(holder);
+    }
+    Dispatch(work);
+    return fresh;
+  }
+
+  // Until the first watch is established (when there is one to wait for):
+  // a call decided before it would not be covered by it from the start.
+  // Later reconnects are not waited for (an owner must not renew late).
+  void AwaitFirstWatch(Deadline deadline) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_until(lock, deadline, [&] {
+      return stopping_ || session_ > 0 || !thread_.joinable() || gave_up_ || slots_.empty();
+    });
+  }
+
+  // The current watch session if its watch is established (every delete
+  // under the prefix from then on will be seen), else 0.
+  std::uint64_t LiveSession() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_ ? session_ : 0;
+  }
+
+  // Whether the holder still owns by its key: the key with
+  // `create_revision` was not seen deleted, and the watch session that
+  // would have seen it has run without a break since `session`.
+  bool StillOwner(const std::string& mutex, const std::string& contender,
+                  std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!live_ || session_ != session) return false;
+    auto it = holders_.find(mutex);
+    if (it == holders_.end()) return false;
+    auto found = it->second.find(contender);
+    if (found == it->second.end()) return false;
+    Holder& holder = found->second;
+    if (!holder.owner || holder.create_revision != create_revision) return false;
+    holder.granted_ttl = granted_ttl;
+    return true;
+  }
+
+  std::optional<Holder> Take(const std::string& mutex, const std::string& contender) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = holders_.find(mutex);
+    if (it == holders_.end()) return std::nullopt;
+    auto found = it->second.find(contender);
+    if (found == it->second.end()) return std::nullopt;
+    Holder holder = std::move(found->second);
+    it->second.erase(found);
+    if (it->second.empty()) holders_.erase(it);
+    return holder;
+  }
+
+  // ---- subscriptions ----
+
+  std::shared_ptr<Slot> Add(std::string mutex, std::string contender_id,
+                            std::function<void(const MutexEvent&)> listener) {
+    auto slot = std::make_shared<Slot>();
+    slot->mutex = std::move(mutex);
+    slot->contender_id = std::move(contender_id);
+    slot->listener = std::move(listener);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!thread_.joinable() && !stopping_) {
+      thread_ = std::thread([this] { Run(); });
+    }
+    slots_[slot->mutex].push_back(slot);
+    cv_.notify_all();
+    // No waiting for the watch: the contender's first attempt goes out at
+    // once. A subscription made before the watch is established is woken
+    // when it is (see Session), in case it missed a release meanwhile.
+    return slot;
+  }
+
+  void Remove(const std::shared_ptr<Slot>& slot) {
+    {
+      // Recursive: a listener may end a subscription from inside a delivery.
+      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+      slot->alive = false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(slot->mutex);
+    if (it == slots_.end()) return;
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
+    if (list.empty()) slots_.erase(it);
+  }
+
+  void Stop() {
+    std::thread thread;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+      if (conn_) conn_->Shutdown();
+      thread = std::move(thread_);
+      cv_.notify_all();
+    }
+    if (!thread.joinable()) return;
+    // A listener that destroys the backend runs on this very thread, which
+    // cannot join itself; it ends by itself now that stopping_ is set.
+    if (thread.get_id() == std::this_thread::get_id()) {
+      thread.detach();
+    } else {
+      thread.join();
+    }
+  }
+
+ private:
+  void Run() {
+    milliseconds delay{0};
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopping_) {
+      // Watch only while somebody listens.
+      cv_.wait(lock, [&] { return stopping_ || !slots_.empty(); });
+      if (stopping_) break;
+      lock.unlock();
+      bool created = false;
+      const Status status = Session(&created);
+      lock.lock();
+      conn_.reset();
+      // Deletes may be missed from here on: holders verified by this
+      // session must check with the store again.
+      live_ = false;
+      if (stopping_) break;
+      if (restart_now_) {
+        restart_now_ = false;
+        delay = milliseconds(0);
+        continue;
+      }
+      // Calls waiting for the first watch stop waiting for one that fails.
+      gave_up_ = true;
+      cv_.notify_all();
+      delay = created ? kFirstReconnectDelay
+                      : std::clamp(delay * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+      SIMBA_LOG(kDebug, "etcd watch: " << status << "; reconnecting in " << FormatDuration(delay));
+      cv_.wait_for(lock, delay, [&] { return stopping_; });
+    }
+  }
+
+  // One watch connection's life: connect, create the watch (from the
+  // revision after the last one processed, so a reconnect misses nothing
+  // unless the store compacted it), then handle events until the
+  // connection fails or Stop().
+  Status Session(bool* created) {
+    const Deadline connect_deadline = steady_clock::now() + connect_timeout_;
+    SIMBA_ASSIGN_OR_RETURN(
+        std::unique_ptr<HttpConnection> opened,
+        ConnectAny(endpoints_, &next_endpoint_, connect_timeout_, connect_deadline, true));
+    std::shared_ptr<HttpConnection> conn(std::move(opened));
+    std::int64_t start = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) return OkStatus();
+      conn_ = conn;
+      // Resume after the last event handled; the first time, after the
+      // earliest decision a call made without a watch (or from now).
+      if (processed_ > 0) {
+        start = processed_ + 1;
+      } else if (unwatched_from_ > 0) {
+        start = unwatched_from_ + 1;
+      }
+    }
+    const std::string range = prefix_ + "/";
+    Json create = {{"key", Base64Encode(range)},
+                   {"range_end", Base64Encode(PrefixEnd(range))},
+                   {"prev_kv", true}};
+    if (start > 0) create["start_revision"] = std::to_string(start);
+    const std::string context = "etcd at " + conn->peer() + ": watch";
+    SIMBA_RETURN_IF_ERROR(
+        conn->Send({Post("/v3/watch", Json{{"create_request", std::move(create)}})},
+                   connect_deadline));
+    SIMBA_ASSIGN_OR_RETURN(int status, conn->ReadHead(connect_deadline));
+    if (status != 200) {
+      HttpResponse response{status, {}};
+      for (;;) {
+        auto line = conn->ReadLine(connect_deadline);
+        if (!line.ok() || !line->has_value()) break;
+        response.body += **line;
+      }
+      return ParseReply(response, context).status();
+    }
+    for (;;) {
+      // Events may be rare: a read that times out just looks again (TCP
+      // keep-alive ends a connection whose peer vanished).
+      auto line = conn->ReadLine(steady_clock::now() + std::chrono::seconds(60));
+      if (!line.ok()) {
+        if (line.status().code() == StatusCode::kDeadlineExceeded) {
+          std::lock_guard<std::mutex> lock(mu_);
+          if (stopping_) return OkStatus();
+          continue;
+        }
+        return line.status();
+      }
+      if (!line->has_value()) return UnavailableError(context + ": the server ended the watch");
+      if ((*line)->empty()) continue;
+      SIMBA_ASSIGN_OR_RETURN(Json result, ParseStreamLine(**line, context));
+      SIMBA_RETURN_IF_ERROR(Handle(result, start == 0, created, context));
+    }
+  }
+
+  // One watch response.
+  Status Handle(const Json& result, bool from_now, bool* created, const std::string& context) {
+    Work work;
+    Status status;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (result.value("created", false)) {
+        *created = true;
+        const std::int64_t created_at = HeaderRevision(result);
+        if (from_now && unwatched_from_ > 0 && unwatched_from_ < created_at) {
+          // A call decided something before this watch began (it started
+          // from "now" when there was nothing to start from): watch again
+          // from that decision so no later delete of its keys is missed.
+          processed_ = unwatched_from_;
+          restart_now_ = true;
+          status = UnavailableError(context + ": restarting from revision " +
+                                    std::to_string(unwatched_from_ + 1));
+        } else {
+          live_ = true;
+          ++session_;
+          unwatched_from_ = 0;
+          cv_.notify_all();
+          if (from_now) processed_ = std::max(processed_, created_at);
+        }
+        // Releases before the watch existed (or while it was away) were
+        // missed: everyone looks again once.
+        for (const auto& [mutex, list] : slots_) {
+          AddWorkLocked(mutex, nullptr, MutexEvent::Kind::kReleased, {}, 0, &work);
+        }
+      }
+      if (Int64Field(result, "compact_revision") > 0) {
+        // We asked for history the store no longer has: start again from
+        // now (everyone is woken when the new watch is created).
+        status = UnavailableError(context + ": revision " + std::to_string(processed_ + 1) +
+                                  " was compacted; watching again from now");
+        processed_ = 0;
+        unwatched_from_ = 0;
+      } else if (result.value("canceled", false)) {
+        status = UnavailableError(context + ": canceled by the server: " +
+                                  result.value("cancel_reason", std::string("no reason given")));
+      }
+      if (const auto events = result.find("events");
+          status.ok() && events != result.end() && events->is_array()) {
+        for (const Json& event : *events) HandleEventLocked(event, &work);
+      }
+    }
+    Dispatch(work);
+    return status;
+  }
+
+  void HandleEventLocked(const Json& event, Work* work) {
+    Kv kv;
+    if (!ParseKv(event.value("kv", Json::object()), &kv)) return;
+    processed_ = std::max(processed_, kv.mod_revision);
+    std::string mutex;
+    if (!ParseKey(prefix_, kv.key, &mutex)) return;
+    const bool deleted = event.value("type", std::string("PUT")) == "DELETE";
+    if (!deleted) {
+      // A new key may be a new owner of a free mutex: retrievers look.
+      if (kv.version == 1) {
+        const std::string none;
+        AddWorkLocked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
+      }
+      return;
+    }
+    Kv prev;
+    const auto prev_json = event.find("prev_kv");
+    const bool have_prev = prev_json != event.end() && ParseKv(*prev_json, &prev);
+    const std::int64_t created_at = have_prev ? prev.create_revision : 0;
+    RememberDeleteLocked(kv.key, created_at, kv.mod_revision);
+    auto it = holders_.find(mutex);
+    if (it != holders_.end()) {
+      for (auto& [contender, holder] : it->second) {
+        if (holder.predecessor == kv.key &&
+            (created_at == 0 || created_at == holder.predecessor_revision)) {
+          // The key we queue behind is gone: our turn may have come.
+          holder.predecessor.clear();
+          AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
+        }
+        if (holder.key == kv.key && holder.create_revision != 0 &&
+            (created_at == 0 || created_at == holder.create_revision)) {
+          if (holder.owner) {
+            // Our own key, held as the owner, was deleted (lease revoked or
+            // expired, forced release): the owner stops at once.
+            AddWorkLocked(mutex, &contender, MutexEvent::Kind::kLost, contender,
+                          static_cast<std::uint64_t>(holder.create_revision), work);
+          } else {
+            // A waiter lost its place: queue again now rather than at its
+            // next poll.
+            AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
+          }
+          holder.create_revision = 0;
+          holder.owner = false;
+          holder.predecessor.clear();
+        }
+      }
+    }
+    const std::string none;
+    AddWorkLocked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
+  }
+
+  void RememberDeleteLocked(const std::string& key, std::int64_t created_at,
+                            std::int64_t deleted_at) {
+    if (created_at == 0) return;
+    recent_.insert({key, created_at});
+    recent_order_.push_back({deleted_at, {key, created_at}});
+    while (recent_order_.size() > kRecentDeletes) {
+      forgotten_upto_ = std::max(forgotten_upto_, recent_order_.front().first);
+      recent_.erase(recent_order_.front().second);
+      recent_order_.pop_front();
+    }
+  }
+
+  // Queues `kind` for the slots of `mutex` (only those of contender
+  // `*only`, when given; "" means the retrievers).
+  void AddWorkLocked(const std::string& mutex, const std::string* only, MutexEvent::Kind kind,
+                     const std::string& owner, std::uint64_t token, Work* work) {
+    auto it = slots_.find(mutex);
+    if (it == slots_.end()) return;
+    for (const auto& slot : it->second) {
+      if (only != nullptr && slot->contender_id != *only) continue;
+      work->emplace_back(slot, MutexEvent{kind, mutex, owner, token});
+    }
+  }
+
+  // Calls the listeners, outside mu_ (a listener may subscribe or end a
+  // subscription) and under dispatch_mu_ (so Remove() can wait for a
+  // delivery in progress).
+  void Dispatch(const Work& work) {
+    if (work.empty()) return;
+    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
+    for (const auto& [slot, event] : work) {
+      if (slot->alive) slot->listener(event);
+    }
+  }
+
+  const std::vector<Endpoint> endpoints_;
+  const std::string prefix_;
+  const milliseconds connect_timeout_;
+  std::size_t next_endpoint_ = 0;  // the watch thread's
+
+  std::recursive_mutex dispatch_mu_;
+  std::mutex mu_;  // guards everything below
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+  std::shared_ptr<HttpConnection> conn_;
+  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
+  std::map<std::string, std::map<std::string, Holder>> holders_;
+  // The highest revision of an event handled.
+  std::int64_t processed_ = 0;
+  // Watch sessions established so far, and whether the current one is.
+  std::uint64_t session_ = 0;
+  bool live_ = false;
+  // The earliest revision a call decided at while no watch was live (0:
+  // none), and whether the watch must start again from it at once.
+  std::int64_t unwatched_from_ = 0;
+  bool restart_now_ = false;
+  // A watch session failed before any was established.
+  bool gave_up_ = false;
+  // Keys deleted lately, as (key, create revision), oldest first in
+  // recent_order_ with their delete revision; forgotten_upto_ is the
+  // highest delete revision no longer remembered.
+  std::set<std::pair<std::string, std::int64_t>> recent_;
+  std::deque<std::pair<std::int64_t, std::pair<std::string, std::int64_t>>> recent_order_;
+  std::int64_t forgotten_upto_ = 0;
+};
+
+class EtcdSubscription final : public Subscription {
+ public:
+  EtcdSubscription(std::shared_ptr<Watcher> watcher, std::shared_ptr<Slot> slot)
+      : watcher_(std::move(watcher)), slot_(std::move(slot)) {}
+  ~EtcdSubscription() override { watcher_->Remove(slot_); }
+
+ private:
+  std::shared_ptr<Watcher> watcher_;
+  std::shared_ptr<Slot> slot_;
+};
+
+// ---- the backend ------------------------------------------------------------------
+
+class EtcdBackend final : public Backend {
+ public:
+  explicit EtcdBackend(const EtcdOptions& options)
+      : options_(options),
+        endpoints_(ToEndpoints(options.endpoints)),
+        channel_(endpoints_, options.connect_timeout),
+        watcher_(std::make_shared<Watcher>(endpoints_, options.key_prefix,
+                                           options.connect_timeout)),
+        random_(Seed()) {
+    capabilities_.push_release = true;
+    capabilities_.cross_process = true;
+    capabilities_.fencing_source = "etcd create revision of the owner's key";
+    capabilities_.max_mutex_length = kMaxNameLength;
+    capabilities_.max_contender_id_length = kMaxNameLength;
+  }
+
+  ~EtcdBackend() override { watcher_->Stop(); }
+
+  std::string_view scheme() const override { return "etcd"; }
+  const Capabilities& capabilities() const override { return capabilities_; }
+
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
+      return InvalidArgumentError("ttl must be positive and transition not negative");
+    }
+    const std::string mutex(request.mutex);
+    const std::string id(request.contender_id);
+    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
+    const milliseconds hard = request.ttl + request.transition;
+    // Whole seconds, rounded up: the lease never ends before the hard lease.
+    const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
+    const std::string context = Context("acquiring mutex " + Quoted(mutex));
+
+    // A contender subscribes before its first attempt: let the watch that
+    // subscription started see this decision from the start (one round
+    // trip, once per backend; not waited for if it cannot be had).
+    watcher_->AwaitFirstWatch(std::min(deadline, steady_clock::now() + options_.connect_timeout));
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    for (int round = 0; round < kAcquireRounds; ++round) {
+      std::optional<Holder> held = watcher_->Find(mutex, id);
+      const std::uint64_t watching = watcher_->LiveSession();
+      if (held && held->asked_ttl == asked && held->owner && held->create_revision != 0 &&
+          held->watched_since != 0 && held->watched_since == watching) {
+        // An owner's renewal while the watch has run without a break since
+        // its last full check: our key is still the lowest exactly as long
+        // as it exists, the lease keeps it unless the lease ends (the
+        // keep-alive says so), and any other delete of it reaches us
+        // through the watch. So the keep-alive alone renews: one request
+        // instead of two.
+        const StoreTime sent = WallNow();
+        SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies,
+                               turn.Call({LeaseKeepAlive(held->lease)}));
+        auto lease = ParseReply(replies[0], context);
+        if (!lease.ok()) {
+          if (lease.status().code() == StatusCode::kUnavailable) turn.Abandon();
+          return lease.status();
+        }
+        const std::int64_t ttl_left = Int64Field(*lease, "TTL");
+        if (ttl_left > 0 &&
+            watcher_->StillOwner(mutex, id, held->create_revision, watching, ttl_left)) {
+          return OwnerReply(id, sent, request.ttl, hard, ttl_left, held->create_revision);
+        }
+        continue;  // the full check below tells what happened
+      }
+      if (held && held->asked_ttl != asked) {
+        // The lease was granted for other settings: leave that place in the
+        // queue and start again with a lease of the right length.
+        watcher_->Take(mutex, id);
+        SIMBA_ASSIGN_OR_RETURN(auto revoked, turn.Call({LeaseRevoke(held->lease)}));
+        (void)revoked;
+        held.reset();
+      }
+      Holder holder;
+      if (held) {
+        holder = *held;
+      } else {
+        holder.lease = NewLeaseId();
+        holder.asked_ttl = asked;
+        holder.key = KeyFor(options_.key_prefix, mutex, holder.lease);
+        // Remembered before the grant goes out: if the reply is lost, the
+        // next call keeps this lease alive instead of queueing twice.
+        watcher_->Store(mutex, id, holder, 0);
+      }
+      // What the reply promises an owner is measured from here: the lease
+      // is granted or kept alive after this instant.
+      const StoreTime sent = WallNow();
+      SIMBA_ASSIGN_OR_RETURN(
+          std::vector<HttpResponse> replies,
+          turn.Call({held ? LeaseKeepAlive(holder.lease) : LeaseGrant(holder.lease, asked),
+                     AcquireTxn(mutex_prefix, holder.key, id, holder.lease,
+                                holder.create_revision)}));
+      int lease_code = 0;
+      auto lease = ParseReply(replies[0], context, &lease_code);
+      auto txn = ParseReply(replies[1], context);
+      if (!lease.ok()) {
+        if (!held && txn.ok() && txn->value("succeeded", false)) {
+          // The grant failed but the put went through (attached to a lease
+          // of the same ID someone else holds): take the key back.
+          auto kvs = TxnKvs(*txn, 2, context);
+          if (kvs.ok() && !kvs->empty()) {
+            auto undone = turn.Call({DeleteIfCreatedAt(holder.key, kvs->front().create_revision)});
+            (void)undone;
+          }
+        }
+        if (!held) watcher_->Take(mutex, id);
+        if (!held && lease_code == internal::etcd::kGrpcFailedPrecondition) {
+          continue;  // "lease already exists": another ID
+        }
+        if (lease.status().code() == StatusCode::kUnavailable) turn.Abandon();
+        return lease.status();
+      }
+      const std::int64_t ttl_left = Int64Field(*lease, "TTL");
+      if (ttl_left <= 0) {
+        // Our lease is gone (expired or revoked), and our key with it:
+        // queue again with a new lease.
+        watcher_->Take(mutex, id);
+        continue;
+      }
+      holder.granted_ttl = ttl_left;
+      if (!txn.ok()) {
+        watcher_->Store(mutex, id, holder, 0);
+        if (txn.status().code() == StatusCode::kUnavailable) turn.Abandon();
+        return txn.status();
+      }
+      const std::int64_t decided_at = HeaderRevision(*txn);
+      const bool put = txn->value("succeeded", false);
+      Kv ours;
+      Kv lowest;
+      std::optional<Kv> predecessor;
+      bool predecessor_known = false;
+      {
+        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> first, TxnKvs(*txn, put ? 2 : 0, context));
+        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest_kvs, TxnKvs(*txn, 1, context));
+        if (first.empty() || lowest_kvs.empty() || first.front().key != holder.key) {
+          return InternalError(context + ": the transaction's reply lacks our key");
+        }
+        ours = first.front();
+        lowest = lowest_kvs.front();
+        if (put) {
+          predecessor_known = true;
+          if (first.size() > 1) predecessor = first[1];
+        } else if (holder.create_revision > 1 && holder.create_revision == ours.create_revision) {
+          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> below, TxnKvs(*txn, 2, context));
+          predecessor_known = true;
+          if (!below.empty()) predecessor = below.front();
+        }
+      }
+      if (ours.lease != holder.lease) {
+        watcher_->Take(mutex, id);
+        return InternalError(context + ": key " + Quoted(holder.key) +
+                             " is attached to another lease");
+      }
+      holder.create_revision = ours.create_revision;
+      holder.watched_since = watching;
+      holder.owner = lowest.key == holder.key;
+      holder.predecessor.clear();
+      holder.predecessor_revision = 0;
+      std::int64_t decided = decided_at;
+      if (!holder.owner) {
+        if (lowest.value == id) {
+          // A key of this contender id that is not ours (another process
+          // using the same id): contender ids must be unique, and ours
+          // must not be reported as the owner while that key holds the
+          // mutex. Remove it and look again.
+          watcher_->Store(mutex, id, holder, decided_at);
+          SIMBA_ASSIGN_OR_RETURN(auto removed,
+                                 turn.Call({DeleteIfCreatedAt(lowest.key, lowest.create_revision)}));
+          (void)removed;
+          continue;
+        }
+        if (!predecessor_known) {
+          // We did not know our create revision before the call (a reply
+          // was lost): find the key below ours now.
+          SIMBA_ASSIGN_OR_RETURN(
+              std::vector<HttpResponse> below_reply,
+              turn.Call({Post("/v3/kv/range",
+                              RangeOp(mutex_prefix, false, 1, true, ours.create_revision - 1))}));
+          SIMBA_ASSIGN_OR_RETURN(Json below, ParseReply(below_reply[0], context));
+          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(below, context));
+          decided = HeaderRevision(below);
+          if (!kvs.empty()) predecessor = kvs.front();
+        }
+        if (!predecessor) {
+          // Nothing below us any more: look again (we may own it now).
+          watcher_->Store(mutex, id, holder, decided);
+          continue;
+        }
+        holder.predecessor = predecessor->key;
+        holder.predecessor_revision = predecessor->create_revision;
+      }
+      if (!watcher_->Store(mutex, id, holder, decided)) continue;  // our key vanished since
+
+      if (holder.owner) {
+        return OwnerReply(id, sent, request.ttl, hard, holder.granted_ttl,
+                          holder.create_revision);
+      }
+      // A waiter. The core polls it at transition_at (+ up to 1 s of
+      // jitter): early enough that its own lease is still alive then. The
+      // watch wakes it at once when its predecessor goes.
+      const milliseconds poll = std::max(
+          milliseconds(0), milliseconds(holder.granted_ttl * 1000) - kWaiterLeaseMargin);
+      OwnerRecord record;
+      record.store_now = sent;
+      MutexOwner& owner = record.owner;
+      owner.owner_id = lowest.value;
+      owner.acquired_at = sent;
+      owner.ttl_at = sent + poll;
+      owner.transition_at = owner.ttl_at;
+      owner.fencing_token = static_cast<std::uint64_t>(lowest.create_revision);
+      return record;
+    }
+    return UnavailableError(context + ": the queue kept changing during the call; try again");
+  }
+
+  Result<bool> release(std::string_view mutex_view, std::string_view contender_id,
+                       Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    const std::string mutex(mutex_view);
+    const std::string id(contender_id);
+    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
+    const std::string context = Context("releasing mutex " + Quoted(mutex));
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    if (std::optional<Holder> held = watcher_->Take(mutex, id)) {
+      // Revoking the lease deletes our key; the range just before it says
+      // whether that key was the owner (nobody else can become the owner
+      // while our key is the lowest).
+      SIMBA_ASSIGN_OR_RETURN(
+          std::vector<HttpResponse> replies,
+          turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, true)),
+                     LeaseRevoke(held->lease)}));
+      auto range = ParseReply(replies[0], context);
+      int code = 0;
+      auto revoked = ParseReply(replies[1], context, &code);
+      for (const Status& status : {range.status(), revoked.status()}) {
+        if (status.code() == StatusCode::kUnavailable) turn.Abandon();
+      }
+      if (!revoked.ok() && code != internal::etcd::kGrpcNotFound) return revoked.status();
+      SIMBA_RETURN_IF_ERROR(range.status());
+      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(*range, context));
+      return !lowest.empty() && lowest.front().key == held->key &&
+             lowest.front().lease == held->lease;
+    }
+    // Nothing known here (e.g. a compensating release after a lost reply,
+    // or another process with this id): remove every key with our id.
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<HttpResponse> replies,
+        turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 0, false))}));
+    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(range, context));
+    std::vector<HttpRequest> deletes;
+    bool owned = false;
+    for (std::size_t i = 0; i < kvs.size(); ++i) {
+      if (kvs[i].value != id) continue;
+      owned = owned || i == 0;
+      deletes.push_back(DeleteIfCreatedAt(kvs[i].key, kvs[i].create_revision));
+    }
+    if (deletes.empty()) return false;
+    SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted, turn.Call(deletes));
+    for (const HttpResponse& reply : deleted) {
+      SIMBA_RETURN_IF_ERROR(ParseReply(reply, context).status());
+    }
+    return owned;
+  }
+
+  Result<ForcedRelease> force_release(std::string_view mutex_view, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+    const std::string mutex(mutex_view);
+    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
+    const std::string context = Context("force-releasing mutex " + Quoted(mutex));
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    for (int round = 0; round < kAcquireRounds; ++round) {
+      const StoreTime sent = WallNow();
+      SIMBA_ASSIGN_OR_RETURN(
+          std::vector<HttpResponse> replies,
+          turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, false))}));
+      SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(range, context));
+      if (lowest.empty()) {
+        // A free mutex: every later key is created after this revision.
+        ForcedRelease forced;
+        forced.fencing_floor = static_cast<std::uint64_t>(std::max<std::int64_t>(1, HeaderRevision(range)));
+        forced.store_now = sent;
+        return forced;
+      }
+      const Kv& owner = lowest.front();
+      SIMBA_ASSIGN_OR_RETURN(
+          std::vector<HttpResponse> deleted,
+          turn.Call({DeleteIfCreatedAt(owner.key, owner.create_revision),
+                     LeaseTimeToLive(owner.lease)}));
+      SIMBA_ASSIGN_OR_RETURN(Json txn, ParseReply(deleted[0], context));
+      if (!txn.value("succeeded", false)) continue;  // it changed meanwhile
+      ForcedRelease forced;
+      forced.fencing_floor = static_cast<std::uint64_t>(HeaderRevision(txn));
+      auto ttl = ParseReply(deleted[1], context);
+      forced.previous = OwnerOf(owner, sent, ttl.ok() ? &*ttl : nullptr);
+      forced.store_now = sent;
+      return forced;
+    }
+    return UnavailableError(context + ": the owner kept changing during the call; try again");
+  }
+
+  Result<OwnerRecord> read(std::string_view mutex_view, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+    const std::string mutex(mutex_view);
+    const std::string context = Context("reading mutex " + Quoted(mutex));
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<HttpResponse> replies,
+        turn.Call({Post("/v3/kv/range",
+                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, 1, false))}));
+    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(range, context));
+    OwnerRecord record;
+    record.store_now = WallNow();
+    if (lowest.empty()) return record;
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, WithLeases(turn, {lowest.front()},
+                                                                        context));
+    return records.front();
+  }
+
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+    const std::string context = Context("listing mutexes");
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    const std::string all = options_.key_prefix + "/";
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<HttpResponse> replies,
+        turn.Call({Post("/v3/kv/range", {{"key", Base64Encode(all)},
+                                         {"range_end", Base64Encode(PrefixEnd(all))}})}));
+    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(range, context));
+    // The owner of each mutex: its key with the lowest create revision.
+    // A mutex with only its record is free.
+    std::map<std::string, std::optional<Kv>> owners;
+    for (Kv& kv : kvs) {
+      std::string mutex;
+      if (ParseKey(options_.key_prefix, kv.key, &mutex)) {
+        if (!validate_mutex(mutex).ok()) continue;
+        std::optional<Kv>& owner = owners[mutex];
+        if (!owner || kv.create_revision < owner->create_revision) owner = std::move(kv);
+      } else if (ParseRecordKey(options_.key_prefix, kv.key, &mutex) &&
+                 validate_mutex(mutex).ok()) {
+        owners[mutex];
+      }
+    }
+    std::vector<Kv> lowest;
+    for (const auto& [mutex, kv] : owners) {
+      if (kv) lowest.push_back(*kv);
+    }
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, WithLeases(turn, lowest, context));
+    std::vector<ListedMutex> listed;
+    std::size_t next = 0;
+    const StoreTime now = WallNow();
+    for (const auto& [mutex, kv] : owners) {
+      if (kv) {
+        listed.push_back(ListedMutex{mutex, std::move(records[next++])});
+      } else {
+        OwnerRecord free;
+        free.store_now = now;
+        listed.push_back(ListedMutex{mutex, std::move(free)});
+      }
+    }
+    return listed;
+  }
+
+  using Backend::subscribe;
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+    if (!listener) return InvalidArgumentError("listener must not be empty");
+    auto slot = watcher_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
+    return std::unique_ptr<Subscription>(
+        std::make_unique<EtcdSubscription>(watcher_, std::move(slot)));
+  }
+
+ private:
+  static std::vector<Endpoint> ToEndpoints(const std::vector<EtcdEndpoint>& endpoints) {
+    std::vector<Endpoint> out;
+    for (const EtcdEndpoint& endpoint : endpoints) out.push_back({endpoint.host, endpoint.port});
+    return out;
+  }
+
+  static std::uint64_t Seed() {
+    std::random_device device;
+    const auto now = static_cast<std::uint64_t>(
+        std::chrono::steady_clock::now().time_since_epoch().count());
+    return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ now;
+  }
+
+  // A random positive lease ID (the key names it, so it is chosen here and
+  // the grant can travel with the transaction that uses it).
+  std::int64_t NewLeaseId() {
+    std::lock_guard<std::mutex> lock(random_mu_);
+    for (;;) {
+      const auto id = static_cast<std::int64_t>(random_() >> 1);
+      if (id != 0) return id;
+    }
+  }
+
+  // What an owner is told: never more than the store gives, since the
+  // lease runs at least `granted_ttl` seconds from a moment after `sent`.
+  static OwnerRecord OwnerReply(const std::string& id, StoreTime sent, milliseconds ttl,
+                                milliseconds hard, std::int64_t granted_ttl,
+                                std::int64_t create_revision) {
+    OwnerRecord record;
+    record.store_now = sent;
+    MutexOwner& owner = record.owner;
+    owner.owner_id = id;
+    owner.acquired_at = sent;
+    owner.transition_at = sent + std::min(hard, milliseconds(granted_ttl * 1000));
+    owner.ttl_at = std::min(sent + ttl, owner.transition_at);
+    owner.fencing_token = static_cast<std::uint64_t>(create_revision);
+    return record;
+  }
+
+  std::string Context(std::string_view what) const {
+    return channel_.Describe() + ": " + std::string(what);
+  }
+
+  // The kvs of the `index`th response of a transaction reply.
+  static Result<std::vector<Kv>> TxnKvs(const Json& txn, std::size_t index,
+                                        std::string_view context) {
+    const auto responses = txn.find("responses");
+    if (responses == txn.end() || !responses->is_array() || responses->size() <= index) {
+      return InternalError(std::string(context) + ": malformed transaction reply");
+    }
+    const Json& response = (*responses)[index];
+    const auto range = response.find("response_range");
+    if (range == response.end()) {
+      return InternalError(std::string(context) + ": malformed transaction reply");
+    }
+    return KvsOf(*range, context);
+  }
+
+  // The owner a key names, with times from its lease's time-to-live reply
+  // (remaining and granted seconds) when there is one.
+  static MutexOwner OwnerOf(const Kv& kv, StoreTime now, const Json* ttl) {
+    MutexOwner owner;
+    owner.owner_id = kv.value;
+    owner.fencing_token = static_cast<std::uint64_t>(kv.create_revision);
+    std::int64_t left = 0;
+    std::int64_t granted = 0;
+    if (ttl != nullptr) {
+      left = std::max<std::int64_t>(0, Int64Field(*ttl, "TTL"));
+      granted = std::max(left, Int64Field(*ttl, "grantedTTL"));
+    }
+    // etcd keeps only the lease's total, not our ttl/transition split: the
+    // lease's end is reported as both.
+    owner.transition_at = now + milliseconds(left * 1000);
+    owner.ttl_at = owner.transition_at;
+    owner.acquired_at = now - milliseconds((granted - left) * 1000);
+    return owner;
+  }
+
+  // Records for `kvs` (each a mutex's lowest key) with their leases' times,
+  // looked up in pipelined batches.
+  Result<std::vector<OwnerRecord>> WithLeases(RequestChannel::Turn& turn,
+                                              const std::vector<Kv>& kvs,
+                                              const std::string& context) {
+    std::vector<OwnerRecord> records;
+    for (std::size_t i = 0; i < kvs.size(); i += kListBatch) {
+      const std::size_t end = std::min(kvs.size(), i + kListBatch);
+      std::vector<HttpRequest> lookups;
+      for (std::size_t j = i; j < end; ++j) lookups.push_back(LeaseTimeToLive(kvs[j].lease));
+      const StoreTime sent = WallNow();
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, turn.Call(lookups));
+      for (std::size_t j = i; j < end; ++j) {
+        auto ttl = ParseReply(replies[j - i], context);
+        OwnerRecord record;
+        record.store_now = sent;
+        record.owner = OwnerOf(kvs[j], sent, ttl.ok() ? &*ttl : nullptr);
+        records.push_back(std::move(record));
+      }
+    }
+    return records;
+  }
+
+  const EtcdOptions options_;
+  const std::vector<Endpoint> endpoints_;
+  Capabilities capabilities_;
+  RequestChannel channel_;
+  std::shared_ptr<Watcher> watcher_;
+  std::mutex random_mu_;
+  std::mt19937_64 random_;
+};
+
+// Plain characters only, and no '/': the prefix is the first segment of
+// every key, so "a" must not be a prefix of "a/b"'s keys.
+Status ValidateKeyPrefix(std::string_view prefix) {
+  const bool plain = std::all_of(prefix.begin(), prefix.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '-' || c == '.' || c == ':';
+  });
+  if (prefix.empty() || prefix.size() > 128 || !plain) {
+    return InvalidArgumentError("etcd: key_prefix " + Quoted(prefix) +
+                                " must be 1 to 128 characters from A-Z a-z 0-9 _ - . :");
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewEtcdBackend(EtcdOptions options) {
+  if (options.endpoints.empty()) {
+    return InvalidArgumentError("etcd: at least one endpoint is needed");
+  }
+  for (const EtcdEndpoint& endpoint : options.endpoints) {
+    if (endpoint.host.empty()) return InvalidArgumentError("etcd: host must not be empty");
+    if (endpoint.port == 0) return InvalidArgumentError("etcd: port must be in 1..65535");
+  }
+  if (options.connect_timeout <= milliseconds::zero()) {
+    return InvalidArgumentError("etcd: connect_timeout must be positive");
+  }
+  SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(options.key_prefix));
+  return std::shared_ptr<Backend>(std::make_shared<EtcdBackend>(options));
+}
+
+Result<EtcdOptions> EtcdOptionsFromUri(const Uri& uri) {
+  constexpr char kForm[] = "etcd://host[:port][,host[:port]...][?key_prefix=...]";
+  if (uri.scheme != "etcd") {
+    return InvalidArgumentError("etcd: URI scheme is " + Quoted(uri.scheme) +
+                                ", expected 'etcd'");
+  }
+  if (uri.user || uri.password) {
+    return InvalidArgumentError(
+        "etcd: user and password in the URI are not supported (this backend does not do etcd "
+        "authentication); remove them, or use a cluster without auth");
+  }
+  if (uri.hosts.empty()) {
+    return InvalidArgumentError(std::string("etcd: URI has no host; expected ") + kForm);
+  }
+  if (!uri.path.empty() && uri.path != "/") {
+    return InvalidArgumentError("etcd: URI path " + Quoted(uri.path) +
+                                " is not supported (use key_prefix=...); expected " + kForm);
+  }
+  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"key_prefix", "connect_timeout"}).WithContext("etcd"));
+  EtcdOptions options;
+  options.endpoints.clear();
+  for (const UriHost& host : uri.hosts) {
+    if (host.host.empty()) {
+      return InvalidArgumentError(std::string("etcd: URI has an empty host; expected ") + kForm);
+    }
+    options.endpoints.push_back(EtcdEndpoint{host.host, host.port.value_or(2379)});
+  }
+  if (auto value = uri.Query("connect_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
+    if (options.connect_timeout <= milliseconds::zero()) {
+      return InvalidArgumentError("etcd: connect_timeout must be positive");
+    }
+  }
+  if (auto value = uri.Query("key_prefix")) {
+    SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(*value));
+    options.key_prefix = *value;
+  }
+  return options;
+}
+
+}  // namespace simba

@@ -1,0 +1,995 @@
+// The etcd backend beyond the conformance suite: its key layout and tokens,
+// a lease revoked under a live owner, a server stopped and restarted, fifty
+// contenders queueing without a herd, hand-off latency, a paused server, cut
+// connections, URIs and the error table. Every test runs against a real
+// etcd; raw requests go through the backend's own HTTP client
+// (backends/etcd/etcd_client.h).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <optional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backends/etcd/etcd_client.h"
+#include "simba/backends/etcd.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/registry.h"
+#include "simba/uri.h"
+#include "testing/latch.h"
+#include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+using internal::etcd::Base64Decode;
+using internal::etcd::Base64Encode;
+using internal::etcd::HttpConnection;
+using internal::etcd::Int64Field;
+using internal::etcd::Json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A key prefix of this test's own on the shared server.
+std::string TestPrefix() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  return std::string("et-") + info->name() + "-" + std::to_string(::getpid());
+}
+
+std::string WithPrefix(const std::string& server_uri, const std::string& query = "") {
+  return server_uri + "?key_prefix=" + TestPrefix() + query;
+}
+
+// ---- raw access to the server -----------------------------------------------------
+
+struct RawKv {
+  std::string key;
+  std::string value;
+  std::int64_t create_revision = 0;
+  std::int64_t lease = 0;
+};
+
+// Requests to the server behind `uri` (its first endpoint), outside the
+// backend under test.
+class Raw {
+ public:
+  explicit Raw(const std::string& uri) {
+    auto parsed = Uri::Parse(uri);
+    EXPECT_THAT(parsed, IsOk());
+    if (parsed.ok()) {
+      endpoint_.host = parsed->hosts.front().host;
+      endpoint_.port = parsed->hosts.front().port.value_or(2379);
+    }
+  }
+
+  // The reply of one POST; an empty object (and a failed expectation) on
+  // error.
+  Json Call(const std::string& path, const Json& body) {
+    auto conn = HttpConnection::Open(endpoint_, In(seconds(5)));
+    EXPECT_THAT(conn, IsOk());
+    if (!conn.ok()) return Json::object();
+    auto replies = (*conn)->Call({{path, body.dump()}}, In(seconds(5)));
+    EXPECT_THAT(replies, IsOk());
+    if (!replies.ok()) return Json::object();
+    auto parsed = internal::etcd::ParseReply(replies->front(), "raw " + path);
+    EXPECT_THAT(parsed, IsOk());
+    return parsed.ok() ? *parsed : Json::object();
+  }
+
+  // Every key starting with `prefix`, in create order.
+  std::vector<RawKv> Range(const std::string& prefix) {
+    const Json reply =
+        Call("/v3/kv/range", {{"key", Base64Encode(prefix)},
+                              {"range_end", Base64Encode(internal::etcd::PrefixEnd(prefix))},
+                              {"sort_order", "ASCEND"},
+                              {"sort_target", "CREATE"}});
+    std::vector<RawKv> kvs;
+    for (const Json& kv : reply.value("kvs", Json::array())) {
+      RawKv raw;
+      EXPECT_TRUE(Base64Decode(kv.value("key", ""), &raw.key));
+      EXPECT_TRUE(Base64Decode(kv.value("value", ""), &raw.value));
+      raw.create_revision = Int64Field(kv, "create_revision");
+      raw.lease = Int64Field(kv, "lease");
+      kvs.push_back(raw);
+    }
+    return kvs;
+  }
+
+  // The lease's {remaining, granted} seconds.
+  std::pair<std::int64_t, std::int64_t> TimeToLive(std::int64_t lease) {
+    const Json reply = Call("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+    return {Int64Field(reply, "TTL"), Int64Field(reply, "grantedTTL")};
+  }
+
+  void Revoke(std::int64_t lease) {
+    Call("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+  }
+
+  // Requests the server has started on its KV and Lease services (gRPC
+  // counters in /metrics; the watch is not counted).
+  long long Requests() {
+    auto conn = HttpConnection::Open(endpoint_, In(seconds(5)));
+    EXPECT_THAT(conn, IsOk());
+    if (!conn.ok()) return -1;
+    auto replies = (*conn)->Call({{"/metrics", ""}}, In(seconds(5)));
+    EXPECT_THAT(replies, IsOk());
+    if (!replies.ok()) return -1;
+    long long total = 0;
+    std::size_t at = 0;
+    const std::string& text = replies->front().body;
+    while (at < text.size()) {
+      const std::size_t end = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, end - at);
+      at = end + 1;
+      if (line.rfind("grpc_server_started_total{", 0) != 0) continue;
+      if (line.find("etcdserverpb.KV\"") == std::string::npos &&
+          line.find("etcdserverpb.Lease\"") == std::string::npos) {
+        continue;
+      }
+      total += std::stoll(line.substr(line.rfind(' ') + 1));
+    }
+    return total;
+  }
+
+ private:
+  internal::etcd::Endpoint endpoint_;
+};
+
+// ---- a TCP proxy whose connections a test can cut -------------------------------------
+
+class TcpProxy {
+ public:
+  explicit TcpProxy(int target_port) : target_port_(target_port) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = 0;
+    const int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listen_fd_, 64), 0);
+    socklen_t length = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &length);
+    port_ = ntohs(addr.sin_port);
+    EXPECT_EQ(::pipe2(wake_, O_CLOEXEC), 0);
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  ~TcpProxy() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    Wake();
+    thread_.join();
+    for (const auto& [a, b] : pairs_) {
+      ::close(a);
+      ::close(b);
+    }
+    ::close(listen_fd_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+
+  int port() const { return port_; }
+
+  // Resets every connection made so far (both sides see a reset).
+  void CutAll() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cut_ = true;
+    }
+    Wake();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !cut_; });
+  }
+
+  int Connections() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(pairs_.size());
+  }
+
+ private:
+  void Wake() {
+    const char c = 1;
+    (void)!::write(wake_[1], &c, 1);
+  }
+
+  static void Reset(int fd) {
+    linger hard{1, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
+    ::close(fd);
+  }
+
+  void Run() {
+    for (;;) {
+      std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      std::vector<std::pair<int, int>> pairs;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (stopping_) return;
+        if (cut_) {
+          for (const auto& [a, b] : pairs_) {
+            Reset(a);
+            Reset(b);
+          }
+          pairs_.clear();
+          cut_ = false;
+          cv_.notify_all();
+        }
+        pairs = pairs_;
+      }
+      for (const auto& [a, b] : pairs) {
+        fds.push_back({a, POLLIN, 0});
+        fds.push_back({b, POLLIN, 0});
+      }
+      if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
+      if (fds[1].revents != 0) {
+        char buffer[64];
+        (void)!::read(wake_[0], buffer, sizeof(buffer));
+      }
+      if (fds[0].revents != 0) Accept();
+      std::vector<int> dead;
+      for (std::size_t i = 2; i < fds.size(); ++i) {
+        if (fds[i].revents == 0) continue;
+        const auto& pair = pairs[(i - 2) / 2];
+        const int from = fds[i].fd;
+        const int to = from == pair.first ? pair.second : pair.first;
+        char buffer[16 * 1024];
+        const ssize_t n = ::recv(from, buffer, sizeof(buffer), 0);
+        if (n <= 0 || ::send(to, buffer, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) {
+          dead.push_back(pair.first);
+        }
+      }
+      if (!dead.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (int fd : dead) {
+          auto it = std::find_if(pairs_.begin(), pairs_.end(),
+                                 [&](const auto& p) { return p.first == fd; });
+          if (it == pairs_.end()) continue;
+          ::close(it->first);
+          ::close(it->second);
+          pairs_.erase(it);
+        }
+      }
+    }
+  }
+
+  void Accept() {
+    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (client < 0) return;
+    const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(target_port_));
+    if (::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      ::close(server);
+      ::close(client);
+      return;
+    }
+    // Forward small replies at once (as the real peers would send them).
+    const int one = 1;
+    ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    std::lock_guard<std::mutex> lock(mu_);
+    pairs_.emplace_back(client, server);
+  }
+
+  const int target_port_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  bool cut_ = false;
+  std::vector<std::pair<int, int>> pairs_;
+};
+
+// A contender that records when it acquired and was released (steady
+// clock) and the tokens it was given.
+struct Timeline {
+  std::mutex mu;
+  std::vector<std::pair<std::string, steady_clock::time_point>> events;
+  std::vector<std::uint64_t> tokens;
+  Latch acquired;
+  Latch released;
+
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& name) {
+    return MakeContender(
+        mutex,
+        [this, name](const MutexState& s) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            events.emplace_back(name + " acquired", steady_clock::now());
+            tokens.push_back(s.after.fencing_token);
+          }
+          acquired.Set();
+        },
+        [this, name](const MutexState&) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            events.emplace_back(name + " released", steady_clock::now());
+          }
+          released.Set();
+        });
+  }
+  std::optional<steady_clock::time_point> When(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [name, at] : events) {
+      if (name == what) return at;
+    }
+    return std::nullopt;
+  }
+};
+
+std::string SharedEtcd() {
+  const std::string uri = SharedServerUri("etcd");
+  EXPECT_FALSE(uri.empty()) << "no etcd server";
+  return uri;
+}
+
+// ---- URIs, names and errors ----------------------------------------------------------
+
+TEST(EtcdUri, ParsesEndpointsPrefixAndTimeout) {
+  auto uri = Uri::Parse("etcd://10.0.0.5:2380,example.org,[::1]:4000?key_prefix=app.locks"
+                        "&connect_timeout=250ms");
+  SIMBA_ASSERT_OK(uri);
+  auto options = EtcdOptionsFromUri(*uri);
+  SIMBA_ASSERT_OK(options);
+  ASSERT_EQ(options->endpoints.size(), 3u);
+  EXPECT_EQ(options->endpoints[0].host, "10.0.0.5");
+  EXPECT_EQ(options->endpoints[0].port, 2380);
+  EXPECT_EQ(options->endpoints[1].host, "example.org");
+  EXPECT_EQ(options->endpoints[1].port, 2379);
+  EXPECT_EQ(options->endpoints[2].host, "::1");
+  EXPECT_EQ(options->endpoints[2].port, 4000);
+  EXPECT_EQ(options->key_prefix, "app.locks");
+  EXPECT_EQ(options->connect_timeout, milliseconds(250));
+
+  auto defaults = EtcdOptionsFromUri(*Uri::Parse("etcd://localhost/"));
+  SIMBA_ASSERT_OK(defaults);
+  EXPECT_EQ(defaults->key_prefix, "simba");
+  EXPECT_EQ(defaults->connect_timeout, seconds(3));
+}
+
+TEST(EtcdUri, BadUrisAreClearErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"etcd://127.0.0.1:2379?key_prefix=a/b", "key_prefix"},
+      {"etcd://127.0.0.1:2379?key_prefix=a*", "key_prefix"},
+      {"etcd://127.0.0.1:2379?key_prefix=", "key_prefix"},
+      {"etcd://127.0.0.1:2379?key_prefix=" + std::string(129, 'p'), "key_prefix"},
+      {"etcd://127.0.0.1:2379?connect_timeout=soon", "connect_timeout"},
+      {"etcd://127.0.0.1:2379?connect_timeout=0s", "connect_timeout"},
+      {"etcd://127.0.0.1:2379?connect_timeout=5", "connect_timeout"},
+      {"etcd://127.0.0.1:2379?prefix=x", "prefix"},
+      {"etcd://127.0.0.1:2379/chroot", "path"},
+      {"etcd://", "host"},
+  };
+  for (const auto& [text, mentions] : cases) {
+    auto backend = OpenBackend(text);
+    EXPECT_THAT(backend, StatusIs(StatusCode::kInvalidArgument, HasSubstr(mentions))) << text;
+  }
+  // User info is refused, and the password is never repeated.
+  auto with_password = OpenBackend("etcd://root:hunter2@127.0.0.1:2379");
+  EXPECT_THAT(with_password, StatusIs(StatusCode::kInvalidArgument, HasSubstr("password")));
+  EXPECT_THAT(with_password.status().message(), Not(HasSubstr("hunter2")));
+  EtcdOptions no_endpoints;
+  no_endpoints.endpoints.clear();
+  EXPECT_THAT(NewEtcdBackend(no_endpoints), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(EtcdUri, UnreachableEndpointFailsFastNamingIt) {
+  auto backend = OpenBackend("etcd://127.0.0.1:1?connect_timeout=1s");
+  SIMBA_ASSERT_OK(backend);
+  const auto started = steady_clock::now();
+  auto acquired = (*backend)->acquire_or_renew(Request("m", "c"), In(seconds(5)));
+  EXPECT_LT(steady_clock::now() - started, Scaled(seconds(2)));
+  EXPECT_TRUE(acquired.status().code() == StatusCode::kUnavailable ||
+              acquired.status().code() == StatusCode::kDeadlineExceeded)
+      << acquired.status();
+  EXPECT_THAT(acquired.status().message(), HasSubstr("127.0.0.1:1"));
+  // Between attempts it backs off, failing at once.
+  const auto again = steady_clock::now();
+  EXPECT_THAT((*backend)->read("m", In(seconds(5))), Not(IsOk()));
+  EXPECT_LT(steady_clock::now() - again, Scaled(seconds(1)));
+}
+
+TEST(EtcdUri, ADeadEndpointIsSkippedForTheNextOne) {
+  const std::string live = SharedEtcd().substr(std::string("etcd://").size());
+  auto backend = Open("etcd://127.0.0.1:1," + live + "?key_prefix=" + TestPrefix());
+  ASSERT_TRUE(backend);
+  auto acquired = backend->acquire_or_renew(Request("m", "c"), In(seconds(10)));
+  SIMBA_EXPECT_OK(acquired) << acquired.status();
+  SIMBA_EXPECT_OK(backend->release("m", "c", In(seconds(10))));
+}
+
+TEST(EtcdErrors, GrpcCodesMapToStatusCodes) {
+  using internal::etcd::ErrorStatus;
+  struct Case {
+    int grpc;
+    int http;
+    StatusCode expected;
+  };
+  const std::vector<Case> cases = {
+      {14, 503, StatusCode::kUnavailable},        // no leader
+      {4, 504, StatusCode::kUnavailable},         // request timed out
+      {8, 429, StatusCode::kUnavailable},         // too many requests
+      {10, 409, StatusCode::kUnavailable},        // aborted
+      {2, 500, StatusCode::kUnavailable},         // unknown (leader changed)
+      {13, 500, StatusCode::kUnavailable},        // internal
+      {16, 401, StatusCode::kPermissionDenied},   // invalid auth token
+      {7, 403, StatusCode::kPermissionDenied},    // permission denied
+      {3, 400, StatusCode::kInvalidArgument},     // request too large
+      {11, 400, StatusCode::kInvalidArgument},    // future revision
+      {5, 404, StatusCode::kInternal},            // lease not found
+      {9, 400, StatusCode::kInternal},            // lease already exists
+      {0, 502, StatusCode::kUnavailable},         // a proxy's error page
+      {0, 404, StatusCode::kInternal},            // not an etcd URL
+  };
+  for (const Case& c : cases) {
+    const Status status = ErrorStatus(c.grpc, c.http, "message", "etcd at x: calling");
+    EXPECT_EQ(status.code(), c.expected) << c.grpc << " / " << c.http;
+    EXPECT_THAT(status.message(), HasSubstr("etcd at x: calling: message"));
+  }
+  // Both of the gateway's error shapes.
+  int code = 0;
+  auto unary = internal::etcd::ParseReply(
+      {404, R"({"error":"etcdserver: requested lease not found","code":5})"}, "ctx", &code);
+  EXPECT_THAT(unary, StatusIs(StatusCode::kInternal, HasSubstr("lease not found")));
+  EXPECT_EQ(code, 5);
+  auto stream = internal::etcd::ParseStreamLine(
+      R"({"error":{"grpc_code":14,"http_code":503,"message":"no leader"}})", "ctx", &code);
+  EXPECT_THAT(stream, StatusIs(StatusCode::kUnavailable, HasSubstr("no leader")));
+  EXPECT_EQ(code, 14);
+  auto garbage = internal::etcd::ParseReply({200, "<html>"}, "ctx");
+  EXPECT_THAT(garbage, StatusIs(StatusCode::kUnavailable));
+}
+
+TEST(EtcdNames, SlashesAreEscapedSoMutexesStayApart) {
+  const std::string uri = WithPrefix(SharedEtcd());
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  // "a" and "a/b" are different mutexes, with keys apart.
+  auto a = backend->acquire_or_renew(Request("a", "one"), In(seconds(10)));
+  auto ab = backend->acquire_or_renew(Request("a/b", "two"), In(seconds(10)));
+  auto percent = backend->acquire_or_renew(Request("50%/x", "three"), In(seconds(10)));
+  SIMBA_ASSERT_OK(a);
+  SIMBA_ASSERT_OK(ab);
+  SIMBA_ASSERT_OK(percent);
+  EXPECT_EQ(a->owner.owner_id, "one");
+  EXPECT_EQ(ab->owner.owner_id, "two");
+  EXPECT_EQ(percent->owner.owner_id, "three");
+  Raw raw(uri);
+  EXPECT_EQ(raw.Range(TestPrefix() + "/a/").size(), 1u);
+  EXPECT_EQ(raw.Range(TestPrefix() + "/a%2Fb/").size(), 1u);
+  EXPECT_EQ(raw.Range(TestPrefix() + "/50%25%2Fx/").size(), 1u);
+  auto listed = backend->list(In(seconds(10)));
+  SIMBA_ASSERT_OK(listed);
+  std::map<std::string, std::string> owners;
+  for (const auto& m : *listed) owners[m.mutex] = m.record.owner.owner_id;
+  EXPECT_EQ(owners, (std::map<std::string, std::string>{
+                        {"a", "one"}, {"a/b", "two"}, {"50%/x", "three"}}));
+  for (const auto& [mutex, id] : owners) {
+    EXPECT_THAT(backend->release(mutex, id, In(seconds(10))), IsOkAndHolds(true));
+  }
+  // Names: the default rules, up to 512 bytes.
+  EXPECT_THAT(backend->validate_mutex(std::string(513, 'm')),
+              StatusIs(StatusCode::kInvalidArgument));
+  SIMBA_EXPECT_OK(backend->validate_mutex(std::string(512, 'm')));
+  EXPECT_THAT(backend->validate_mutex(std::string("a\0b", 3)),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+// ---- layout and tokens -----------------------------------------------------------------
+
+TEST(EtcdLayout, KeyValueLeaseAndToken) {
+  const std::string uri = WithPrefix(SharedEtcd());
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  Raw raw(uri);
+  const std::string queue = TestPrefix() + "/layout/";
+
+  auto first = backend->acquire_or_renew(Request("layout", "c1"), In(seconds(10)));
+  SIMBA_ASSERT_OK(first);
+  ASSERT_EQ(first->owner.owner_id, "c1");
+  std::vector<RawKv> keys = raw.Range(queue);
+  ASSERT_EQ(keys.size(), 1u);
+  const RawKv mine = keys.front();
+  // <prefix>/<mutex>/<lease as 16 hex digits>, value: the contender id.
+  ASSERT_EQ(mine.key.size(), queue.size() + 16);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(mine.lease));
+  EXPECT_EQ(mine.key, queue + hex);
+  EXPECT_EQ(mine.value, "c1");
+  EXPECT_NE(mine.lease, 0);
+  // The lease outlasts ttl + transition (2 s + 1 s).
+  const auto [left, granted] = raw.TimeToLive(mine.lease);
+  EXPECT_GE(granted, 3);
+  EXPECT_GE(left, 2);
+  // The token is the key's create revision.
+  EXPECT_EQ(first->owner.fencing_token, static_cast<std::uint64_t>(mine.create_revision));
+  // The owner's reply promises ttl / ttl + transition from when it asked.
+  EXPECT_EQ(first->owner.ttl_at - first->store_now, milliseconds(2000));
+  EXPECT_EQ(first->owner.transition_at - first->store_now, milliseconds(3000));
+  // The mutex's record, outside its queue.
+  EXPECT_EQ(raw.Range(TestPrefix() + "/layout").size(), 2u);
+
+  // A renewal keeps the key, the lease and the token.
+  auto renewed = backend->acquire_or_renew(Request("layout", "c1"), In(seconds(10)));
+  SIMBA_ASSERT_OK(renewed);
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  keys = raw.Range(queue);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys.front().create_revision, mine.create_revision);
+  EXPECT_EQ(keys.front().lease, mine.lease);
+
+  // A second contender queues behind, and sees the owner.
+  auto waiting = backend->acquire_or_renew(Request("layout", "c2"), In(seconds(10)));
+  SIMBA_ASSERT_OK(waiting);
+  EXPECT_EQ(waiting->owner.owner_id, "c1");
+  EXPECT_EQ(waiting->owner.fencing_token, first->owner.fencing_token);
+  keys = raw.Range(queue);
+  ASSERT_EQ(keys.size(), 2u);
+  EXPECT_EQ(keys[1].value, "c2");
+  EXPECT_NE(keys[1].lease, mine.lease);
+  auto read = backend->read("layout", In(seconds(10)));
+  SIMBA_ASSERT_OK(read);
+  EXPECT_EQ(read->owner.owner_id, "c1");
+  EXPECT_EQ(read->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_GT(read->owner.transition_at, read->store_now);
+  EXPECT_LE(read->owner.transition_at - read->store_now, milliseconds(3000));
+
+  // Released: key and lease gone; the next owner's token is greater.
+  EXPECT_THAT(backend->release("layout", "c1", In(seconds(10))), IsOkAndHolds(true));
+  EXPECT_EQ(raw.TimeToLive(mine.lease).first, -1);
+  auto next = backend->acquire_or_renew(Request("layout", "c2"), In(seconds(10)));
+  SIMBA_ASSERT_OK(next);
+  EXPECT_EQ(next->owner.owner_id, "c2");
+  EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_EQ(next->owner.fencing_token, static_cast<std::uint64_t>(keys[1].create_revision));
+  // A waiter's release says it did not own the mutex.
+  auto third = backend->acquire_or_renew(Request("layout", "c3"), In(seconds(10)));
+  SIMBA_ASSERT_OK(third);
+  EXPECT_THAT(backend->release("layout", "c3", In(seconds(10))), IsOkAndHolds(false));
+  EXPECT_THAT(backend->release("layout", "c2", In(seconds(10))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.Range(queue).empty());
+  // The record stays: list() shows the mutex as free.
+  auto listed = backend->list(In(seconds(10)));
+  SIMBA_ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().mutex, "layout");
+  EXPECT_FALSE(listed->front().record.owner.has_owner_id());
+}
+
+TEST(EtcdLayout, ForceReleaseDeletesTheOwnersKeyAndTellsTheOwner) {
+  const std::string uri = WithPrefix(SharedEtcd());
+  auto factory = Factory(uri, seconds(10), seconds(5));
+  ASSERT_TRUE(factory);
+  Timeline timeline;
+  auto service = factory->create_contend_service(timeline.Contender("forced", "A")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(timeline.acquired.Wait(seconds(10)));
+  const std::uint64_t token = service->fencing_token();
+  auto forced = factory->backend()->force_release("forced", In(seconds(10)));
+  SIMBA_ASSERT_OK(forced);
+  EXPECT_EQ(forced->previous.owner_id, service->contender_id());
+  EXPECT_EQ(forced->previous.fencing_token, token);
+  EXPECT_GT(forced->fencing_floor, token);
+  // Told at once (the watch), not at its next renewal 10 s later.
+  ASSERT_TRUE(timeline.released.Wait(seconds(3)));
+  SIMBA_EXPECT_OK(service->stop());
+}
+
+// ---- failures ------------------------------------------------------------------------------
+
+TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
+  const std::string uri = WithPrefix(SharedEtcd());
+  // Separate factories: separate backends and watches, like processes.
+  auto fa = Factory(uri, seconds(10), seconds(5));
+  auto fb = Factory(uri, seconds(10), seconds(5));
+  ASSERT_TRUE(fa && fb);
+  Timeline timeline;
+  auto a = fa->create_contend_service(timeline.Contender("revoked", "A")).value();
+  auto b = fb->create_contend_service(timeline.Contender("revoked", "B")).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  const std::uint64_t a_token = a->fencing_token();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
+                         seconds(10)));
+
+  Raw raw(uri);
+  const std::vector<RawKv> keys = raw.Range(TestPrefix() + "/revoked/");
+  ASSERT_EQ(keys.size(), 2u);
+  ASSERT_EQ(keys.front().value, a->contender_id());
+  const auto revoked_at = steady_clock::now();
+  raw.Revoke(keys.front().lease);
+
+  // Both learn within a few seconds (the lease had 15 s left).
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(3)));
+  // (The callbacks run on the factories' callback threads, after the state.)
+  ASSERT_TRUE(Eventually(
+      [&] { return timeline.When("A released").has_value() && timeline.When("B acquired"); },
+      seconds(3)));
+  const auto a_released = timeline.When("A released");
+  const auto b_acquired = timeline.When("B acquired");
+  ASSERT_TRUE(a_released && b_acquired);
+  EXPECT_LE(*a_released, *b_acquired) << "the waiter acquired before the owner was told";
+  EXPECT_LT(*a_released - revoked_at, Scaled(seconds(3)));
+  EXPECT_GT(b->fencing_token(), a_token);
+  SIMBA_EXPECT_OK(b->stop());
+  SIMBA_EXPECT_OK(a->stop());
+}
+
+TEST(EtcdFailures, ServerRestartNeverOverlapsOwners) {
+  auto server = TestServer::Start("etcd");
+  SIMBA_ASSERT_OK(server);
+  const std::string uri = WithPrefix((*server)->uri());
+  auto fa = Factory(uri, seconds(2), seconds(1));
+  auto fb = Factory(uri, seconds(2), seconds(1));
+  ASSERT_TRUE(fa && fb);
+  Timeline timeline;
+  auto a = fa->create_contend_service(timeline.Contender("restart", "A")).value();
+  auto b = fb->create_contend_service(timeline.Contender("restart", "B")).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
+
+  std::atomic<bool> sampling{true};
+  std::atomic<int> overlaps{0};
+  std::atomic<long> samples{0};
+  std::thread sampler([&] {
+    while (sampling) {
+      if (a->is_owner() && b->is_owner()) ++overlaps;
+      ++samples;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+  });
+  SIMBA_ASSERT_OK((*server)->Stop());
+  // Past the whole lease: the owner must have let go locally.
+  std::this_thread::sleep_for(seconds(4));
+  EXPECT_FALSE(a->is_owner());
+  EXPECT_FALSE(b->is_owner());
+  SIMBA_ASSERT_OK((*server)->Restart());
+  EXPECT_TRUE(Eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)))
+      << "no owner after the restart";
+  std::this_thread::sleep_for(seconds(3));
+  sampling = false;
+  sampler.join();
+  EXPECT_EQ(overlaps.load(), 0) << "two owners at once";
+  EXPECT_GT(samples.load(), 1000);
+  EXPECT_TRUE(a->is_owner() != b->is_owner());
+  SIMBA_EXPECT_OK(a->stop());
+  SIMBA_EXPECT_OK(b->stop());
+}
+
+TEST(EtcdFailures, PausedServerMakesCallsEndByTheirDeadline) {
+  auto server = TestServer::Start("etcd");
+  SIMBA_ASSERT_OK(server);
+  auto backend = Open(WithPrefix((*server)->uri()));
+  ASSERT_TRUE(backend);
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("paused", "c"), In(seconds(10))));
+  auto waiter_sub = backend->subscribe("paused", "w", [](const MutexEvent&) {});
+  SIMBA_ASSERT_OK(waiter_sub);
+  SIMBA_ASSERT_OK((*server)->Pause());
+  const milliseconds budget(300);
+  auto within = [&](const char* what, auto call) {
+    const auto started = steady_clock::now();
+    const Status status = call();
+    const auto took = steady_clock::now() - started;
+    EXPECT_TRUE(status.code() == StatusCode::kDeadlineExceeded ||
+                status.code() == StatusCode::kUnavailable)
+        << what << ": " << status;
+    EXPECT_LT(took, Scaled(budget + milliseconds(700))) << what;
+  };
+  within("acquire", [&] {
+    return backend->acquire_or_renew(Request("paused", "c"), In(budget)).status();
+  });
+  within("acquire again", [&] {
+    return backend->acquire_or_renew(Request("paused", "c"), In(budget)).status();
+  });
+  within("read", [&] { return backend->read("paused", In(budget)).status(); });
+  within("list", [&] { return backend->list(In(budget)).status(); });
+  within("force", [&] { return backend->force_release("other", In(budget)).status(); });
+  within("release", [&] { return backend->release("other", "c", In(budget)).status(); });
+  SIMBA_ASSERT_OK((*server)->Resume());
+  // Back to work once the server answers (a reconnect may be backing off).
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto renewed = backend->acquire_or_renew(Request("paused", "c"), In(seconds(2)));
+        return renewed.ok() && renewed->owner.owner_id == "c";
+      },
+      seconds(10)));
+  SIMBA_EXPECT_OK(backend->release("paused", "c", In(seconds(10))));
+}
+
+TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
+  const std::string server_uri = SharedEtcd();
+  auto parsed = Uri::Parse(server_uri);
+  SIMBA_ASSERT_OK(parsed);
+  TcpProxy proxy(*parsed->hosts.front().port);
+  const std::string proxied = WithPrefix("etcd://127.0.0.1:" + std::to_string(proxy.port()));
+  const std::string direct = WithPrefix(server_uri);
+  auto owner_factory = Factory(direct, seconds(10), seconds(5));
+  auto waiter_factory = Factory(proxied, seconds(10), seconds(5));
+  ASSERT_TRUE(owner_factory && waiter_factory);
+  Timeline timeline;
+  auto owner = owner_factory->create_contend_service(timeline.Contender("cut", "O")).value();
+  auto waiter = waiter_factory->create_contend_service(timeline.Contender("cut", "W")).value();
+  SIMBA_ASSERT_OK(owner->start());
+  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
+  SIMBA_ASSERT_OK(waiter->start());
+  ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
+                         seconds(10)));
+  // The waiter's backend holds its request and watch connections.
+  EXPECT_EQ(proxy.Connections(), 2);
+  proxy.CutAll();
+  // The watch comes back (its reconnect backs off from 100 ms)...
+  ASSERT_TRUE(Eventually([&] { return proxy.Connections() >= 1; }, seconds(5)));
+  // ... and still wakes the waiter when the owner leaves.
+  SIMBA_ASSERT_OK(owner->stop());
+  ASSERT_TRUE(Eventually([&] { return waiter->is_owner(); }, seconds(5)));
+  // Plain calls reconnect too.
+  proxy.CutAll();
+  EXPECT_TRUE(Eventually(
+      [&] { return waiter_factory->backend()->read("cut", In(seconds(2))).ok(); }, seconds(5)));
+  EXPECT_TRUE(waiter->is_owner());
+  SIMBA_EXPECT_OK(waiter->stop());
+}
+
+// ---- hand-off ----------------------------------------------------------------------------------
+
+TEST(EtcdHandOff, CleanReleaseHandsOverInAFewRoundTrips) {
+  const std::string uri = WithPrefix(SharedEtcd());
+  auto fa = Factory(uri, seconds(10), seconds(5));
+  auto fb = Factory(uri, seconds(10), seconds(5));
+  ASSERT_TRUE(fa && fb);
+  for (int round = 0; round < 3; ++round) {
+    Timeline timeline;
+    auto a = fa->create_contend_service(timeline.Contender("handoff", "A")).value();
+    auto b = fb->create_contend_service(timeline.Contender("handoff", "B")).value();
+    SIMBA_ASSERT_OK(a->start());
+    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+    SIMBA_ASSERT_OK(b->start());
+    ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
+                           seconds(10)));
+    const auto stopped = steady_clock::now();
+    SIMBA_ASSERT_OK(a->stop());
+    // A poll would come 13 s later (the waiter's lease is 15 s): this is
+    // the watch.
+    ASSERT_TRUE(timeline.acquired.Wait(seconds(10)));
+    ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, milliseconds(500)));
+    const auto took = steady_clock::now() - stopped;
+    EXPECT_LT(took, Scaled(milliseconds(500))) << "round " << round;
+    RecordProperty("handoff_ms_" + std::to_string(round),
+                   std::to_string(std::chrono::duration_cast<milliseconds>(took).count()));
+    SIMBA_EXPECT_OK(b->stop());
+  }
+}
+
+TEST(EtcdHandOff, WaitersKeepTheirPlaceWhileTheyWait) {
+  // ttl 2 s + transition 1 s: a 3 s lease, renewed only by the waiter's
+  // polls; after 8 s of waiting its key is still the one it made.
+  const std::string uri = WithPrefix(SharedEtcd());
+  auto factory = Factory(uri, seconds(2), seconds(1));
+  ASSERT_TRUE(factory);
+  Timeline timeline;
+  auto a = factory->create_contend_service(timeline.Contender("patient", "A")).value();
+  auto b = factory->create_contend_service(timeline.Contender("patient", "B")).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
+  Raw raw(uri);
+  const std::vector<RawKv> before = raw.Range(TestPrefix() + "/patient/");
+  ASSERT_EQ(before.size(), 2u);
+  std::this_thread::sleep_for(seconds(8));
+  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/patient/");
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after[0].create_revision, before[0].create_revision);
+  EXPECT_EQ(after[1].create_revision, before[1].create_revision) << "the waiter lost its key";
+  EXPECT_TRUE(a->is_owner());
+  SIMBA_EXPECT_OK(b->stop());
+  SIMBA_EXPECT_OK(a->stop());
+}
+
+TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
+  // A private server, so its request counters count only this test.
+  auto server = TestServer::Start("etcd");
+  SIMBA_ASSERT_OK(server);
+  const std::string uri = WithPrefix((*server)->uri());
+  constexpr int kFactories = 5;
+  constexpr int kContenders = 50;
+  // A long lease: no waiter polls during the test, every wake-up is a push.
+  std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
+  for (int i = 0; i < kFactories; ++i) {
+    factories.push_back(Factory(uri, seconds(30), seconds(10)));
+    ASSERT_TRUE(factories.back());
+  }
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int> order;
+  std::vector<std::unique_ptr<MutexContendService>> services;
+  for (int i = 0; i < kContenders; ++i) {
+    auto contender = MakeContender(
+        "herd",
+        [&, i](const MutexState&) {
+          std::lock_guard<std::mutex> lock(mu);
+          order.push_back(i);
+          cv.notify_all();
+        },
+        nullptr);
+    services.push_back(factories[i % kFactories]->create_contend_service(contender).value());
+    SIMBA_ASSERT_OK(services.back()->start());
+    // Queued (its key exists) before the next one starts.
+    ASSERT_TRUE(Eventually([&] { return !services.back()->after_owner().owner_id.empty(); },
+                           seconds(10)))
+        << "contender " << i;
+  }
+  auto wait_for = [&](std::size_t acquisitions) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, Scaled(seconds(10)), [&] { return order.size() >= acquisitions; });
+  };
+  ASSERT_TRUE(wait_for(1));
+  // Let start-up settle (each watch wakes its subscribers once when created).
+  std::this_thread::sleep_for(milliseconds(500));
+  Raw raw(uri);
+  long long most = 0;
+  const long long start = raw.Requests();
+  for (std::size_t handoff = 1; handoff < kContenders; ++handoff) {
+    const long long before = raw.Requests();
+    int current;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      current = order.back();
+    }
+    SIMBA_ASSERT_OK(services[static_cast<std::size_t>(current)]->stop());
+    ASSERT_TRUE(wait_for(handoff + 1)) << "hand-off " << handoff;
+    // The new owner's callback runs after its reply: give stragglers (a
+    // woken waiter that should not have been) a moment to show up.
+    std::this_thread::sleep_for(milliseconds(20));
+    most = std::max(most, raw.Requests() - before);
+  }
+  const long long total = raw.Requests() - start;
+  // A release (range + revoke) and the next waiter's attempt (keep-alive +
+  // transaction): four requests, whatever the number of waiters. A herd
+  // would be ~2 per waiter.
+  RecordProperty("requests_per_handoff_max", std::to_string(most));
+  RecordProperty("requests_total", std::to_string(total));
+  EXPECT_LE(most, 8) << "a hand-off woke more than the next waiter";
+  EXPECT_LE(total, 5 * (kContenders - 1));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<int> expected(kContenders);
+    for (int i = 0; i < kContenders; ++i) expected[static_cast<std::size_t>(i)] = i;
+    EXPECT_EQ(order, expected) << "not first come, first served";
+  }
+  for (auto& s : services) {
+    if (s->running()) {
+      SIMBA_EXPECT_OK(s->stop());
+    }
+  }
+}
+
+TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
+  auto server = TestServer::Start("etcd");
+  SIMBA_ASSERT_OK(server);
+  const std::string uri = WithPrefix((*server)->uri());
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  Raw raw(uri);
+  // Without a subscription there is no watch: every renewal checks the
+  // key with a transaction (keep-alive + transaction).
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("plain", "c"), In(seconds(10))));
+  long long before = raw.Requests();
+  for (int i = 0; i < 5; ++i) {
+    SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("plain", "c"), In(seconds(10))));
+  }
+  EXPECT_EQ(raw.Requests() - before, 10);
+
+  // With one, the watch vouches for the key: a keep-alive alone renews.
+  std::mutex mu;
+  std::vector<MutexEvent> events;
+  auto sub = backend->subscribe("watched", "c", [&](const MutexEvent& event) {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back(event);
+  });
+  SIMBA_ASSERT_OK(sub);
+  auto first = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+  SIMBA_ASSERT_OK(first);
+  ASSERT_EQ(first->owner.owner_id, "c");
+  before = raw.Requests();
+  for (int i = 0; i < 5; ++i) {
+    auto renewed = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+    SIMBA_ASSERT_OK(renewed);
+    EXPECT_EQ(renewed->owner.owner_id, "c");
+    EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+    EXPECT_EQ(renewed->owner.transition_at - renewed->store_now, milliseconds(3000));
+  }
+  EXPECT_EQ(raw.Requests() - before, 5);
+
+  // A forced release reaches the owner through the watch (kLost with its
+  // token), and the next renewal checks with the store again: a new key,
+  // a new token.
+  auto forced = backend->force_release("watched", In(seconds(10)));
+  SIMBA_ASSERT_OK(forced);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return std::any_of(events.begin(), events.end(), [&](const MutexEvent& e) {
+          return e.kind == MutexEvent::Kind::kLost && e.owner_id == "c" &&
+                 e.fencing_token == first->owner.fencing_token;
+        });
+      },
+      seconds(3)));
+  auto again = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+  SIMBA_ASSERT_OK(again);
+  EXPECT_EQ(again->owner.owner_id, "c");
+  EXPECT_GT(again->owner.fencing_token, forced->fencing_floor);
+  SIMBA_EXPECT_OK(backend->release("watched", "c", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("plain", "c", In(seconds(10))));
+}
+
+// ---- scale ----------------------------------------------------------------------------------------
+
+TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
+  auto server = TestServer::Start("etcd");
+  SIMBA_ASSERT_OK(server);
+  auto parsed = Uri::Parse((*server)->uri());
+  SIMBA_ASSERT_OK(parsed);
+  TcpProxy proxy(*parsed->hosts.front().port);
+  auto backend = Open(WithPrefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  ASSERT_TRUE(backend);
+  const int threads_before = CountThreads();
+  // Each acquisition is two fsynced writes on the server (~1 ms each here).
+  constexpr int kMutexes = 10000;
+  std::vector<std::unique_ptr<Subscription>> subscriptions;
+  std::atomic<int> events{0};
+  for (int i = 0; i < kMutexes; ++i) {
+    const std::string mutex = "many-" + std::to_string(i);
+    auto sub = backend->subscribe(mutex, "c", [&](const MutexEvent&) { ++events; });
+    SIMBA_ASSERT_OK(sub);
+    subscriptions.push_back(std::move(*sub));
+    auto acquired =
+        backend->acquire_or_renew(Request(mutex, "c", seconds(120), seconds(0)), In(seconds(10)));
+    SIMBA_ASSERT_OK(acquired);
+    ASSERT_EQ(acquired->owner.owner_id, "c");
+  }
+  EXPECT_EQ(proxy.Connections(), 2);
+  EXPECT_LE(CountThreads(), threads_before + 1);
+  auto listed = backend->list(In(seconds(30)));
+  SIMBA_ASSERT_OK(listed);
+  EXPECT_EQ(listed->size(), static_cast<std::size_t>(kMutexes));
+  // A release still goes over the same connection.
+  EXPECT_THAT(backend->release("many-0", "c", In(seconds(10))), IsOkAndHolds(true));
+  EXPECT_EQ(proxy.Connections(), 2);
+}
+
+}  // namespace
+}  // namespace simba::testing
