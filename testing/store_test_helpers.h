@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -76,6 +77,48 @@ inline std::vector<Status> AcquireAllAtOnce(const std::vector<std::shared_ptr<Ba
   for (auto& t : threads) t.join();
   return results;
 }
+
+// Callbacks of several contenders on one timeline: what happened when
+// (steady clock), the tokens given, and latches for the first of each.
+struct Timeline {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::chrono::steady_clock::time_point>> events;
+  std::vector<std::uint64_t> tokens;
+  Latch acquired;
+  Latch released;
+
+  // Records "<name> acquired" / "<name> released"; `id` is the contender
+  // id (a generated one if empty).
+  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& name,
+                                            const std::string& id = "") {
+    return MakeContender(
+        mutex,
+        [this, name](const MutexState& s) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            events.emplace_back(name + " acquired", std::chrono::steady_clock::now());
+            tokens.push_back(s.after.fencing_token);
+          }
+          acquired.Set();
+        },
+        [this, name](const MutexState&) {
+          {
+            std::lock_guard<std::mutex> lock(mu);
+            events.emplace_back(name + " released", std::chrono::steady_clock::now());
+          }
+          released.Set();
+        },
+        id.empty() ? MutexContender::GenerateHostContenderId() : id);
+  }
+  // When `what` ("a released") first happened.
+  std::optional<std::chrono::steady_clock::time_point> When(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [name, at] : events) {
+      if (name == what) return at;
+    }
+    return std::nullopt;
+  }
+};
 
 // A contender's acquisitions and releases: latches, the last token and when
 // it last acquired.

@@ -42,6 +42,14 @@ void CloseLink(Link& link) {
   link.closed = true;
 }
 
+// Closes `fd` with a reset instead of an orderly shutdown.
+void Reset(int fd) {
+  if (fd < 0) return;
+  linger hard{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
+  ::close(fd);
+}
+
 // Reads what `from` has into `buffer`; false once it is closed or failed.
 bool ReadInto(int from, std::string& buffer) {
   char chunk[16384];
@@ -83,6 +91,14 @@ TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
   thread_ = std::thread([this] { Loop(); });
 }
 
+void TcpProxy::CutAll() {
+  std::unique_lock<std::mutex> lock(cut_mu_);
+  cut_requested_ = true;
+  const char byte = 1;
+  (void)!::write(wake_[1], &byte, 1);
+  cut_cv_.wait(lock, [&] { return !cut_requested_ || stopping_; });
+}
+
 TcpProxy::~TcpProxy() {
   stopping_ = true;
   const char byte = 1;
@@ -97,10 +113,20 @@ void TcpProxy::Loop() {
   std::vector<Link> links;
   std::vector<int> waiting;  // accepted while black-holed, not yet connected
   while (!stopping_) {
-    if (cut_requested_.exchange(false)) {
-      for (Link& link : links) CloseLink(link);
-      for (int fd : waiting) ::close(fd);
-      waiting.clear();
+    {
+      std::lock_guard<std::mutex> lock(cut_mu_);
+      if (cut_requested_) {
+        for (Link& link : links) {
+          Reset(link.client);
+          Reset(link.server);
+          link.client = link.server = -1;
+          link.closed = true;
+        }
+        for (int fd : waiting) Reset(fd);
+        waiting.clear();
+        cut_requested_ = false;
+        cut_cv_.notify_all();
+      }
     }
     const bool hole = blackhole_;
     if (!hole) {
@@ -123,6 +149,7 @@ void TcpProxy::Loop() {
       waiting.clear();
     }
     std::erase_if(links, [](const Link& l) { return l.closed; });
+    open_ = static_cast<int>(links.size() + waiting.size());
 
     std::vector<pollfd> fds;
     fds.push_back({wake_[0], POLLIN, 0});
@@ -161,6 +188,8 @@ void TcpProxy::Loop() {
   }
   for (Link& link : links) CloseLink(link);
   for (int fd : waiting) ::close(fd);
+  std::lock_guard<std::mutex> lock(cut_mu_);
+  cut_cv_.notify_all();
 }
 
 }  // namespace simba::testing

@@ -6,13 +6,14 @@
 //   uri = "zookeeper://127.0.0.1:" + std::to_string(proxy.port());
 //   proxy.set_blackhole(true);   // the client hears nothing from now on
 //   proxy.set_blackhole(false);  // bytes flow again (held ones first)
-//   proxy.CutAll();              // close every connection (new ones allowed)
+//   proxy.CutAll();              // reset every connection (new ones allowed)
 //
 // One thread; every connection is a pair of sockets pumped with poll().
 #ifndef SIMBA_TESTING_TCP_PROXY_H_
 #define SIMBA_TESTING_TCP_PROXY_H_
 
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -30,10 +31,13 @@ class TcpProxy {
   // While on, nothing is read from or written to either side, and new
   // connections are accepted but not connected upstream until it is off.
   void set_blackhole(bool on) { blackhole_ = on; }
-  // Closes every open connection.
-  void CutAll() { cut_requested_ = true; }
+  // Resets every open connection (both sides see a reset); returns once
+  // they are gone.
+  void CutAll();
   // Connections accepted so far.
   int accepted() const { return accepted_.load(); }
+  // Connections open now.
+  int connections() const { return open_.load(); }
 
  private:
   void Loop();
@@ -44,8 +48,11 @@ class TcpProxy {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> blackhole_{false};
-  std::atomic<bool> cut_requested_{false};
+  std::mutex cut_mu_;
+  std::condition_variable cut_cv_;
+  bool cut_requested_ = false;  // guarded by cut_mu_
   std::atomic<int> accepted_{0};
+  std::atomic<int> open_{0};
   std::thread thread_;
 };
 

@@ -34,6 +34,7 @@
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/tcp_proxy.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -154,197 +155,6 @@ class Raw {
 
  private:
   internal::etcd::Endpoint endpoint_;
-};
-
-// ---- a TCP proxy whose connections a test can cut -------------------------------------
-
-class TcpProxy {
- public:
-  explicit TcpProxy(int target_port) : target_port_(target_port) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    const int one = 1;
-    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(listen_fd_, 64), 0);
-    socklen_t length = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &length);
-    port_ = ntohs(addr.sin_port);
-    EXPECT_EQ(::pipe2(wake_, O_CLOEXEC), 0);
-    thread_ = std::thread([this] { Run(); });
-  }
-
-  ~TcpProxy() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stopping_ = true;
-    }
-    Wake();
-    thread_.join();
-    for (const auto& [a, b] : pairs_) {
-      ::close(a);
-      ::close(b);
-    }
-    ::close(listen_fd_);
-    ::close(wake_[0]);
-    ::close(wake_[1]);
-  }
-
-  int port() const { return port_; }
-
-  // Resets every connection made so far (both sides see a reset).
-  void CutAll() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cut_ = true;
-    }
-    Wake();
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !cut_; });
-  }
-
-  int Connections() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(pairs_.size());
-  }
-
- private:
-  void Wake() {
-    const char c = 1;
-    (void)!::write(wake_[1], &c, 1);
-  }
-
-  static void Reset(int fd) {
-    linger hard{1, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof(hard));
-    ::close(fd);
-  }
-
-  void Run() {
-    for (;;) {
-      std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      std::vector<std::pair<int, int>> pairs;
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (stopping_) return;
-        if (cut_) {
-          for (const auto& [a, b] : pairs_) {
-            Reset(a);
-            Reset(b);
-          }
-          pairs_.clear();
-          cut_ = false;
-          cv_.notify_all();
-        }
-        pairs = pairs_;
-      }
-      for (const auto& [a, b] : pairs) {
-        fds.push_back({a, POLLIN, 0});
-        fds.push_back({b, POLLIN, 0});
-      }
-      if (::poll(fds.data(), fds.size(), 1000) <= 0) continue;
-      if (fds[1].revents != 0) {
-        char buffer[64];
-        (void)!::read(wake_[0], buffer, sizeof(buffer));
-      }
-      if (fds[0].revents != 0) Accept();
-      std::vector<int> dead;
-      for (std::size_t i = 2; i < fds.size(); ++i) {
-        if (fds[i].revents == 0) continue;
-        const auto& pair = pairs[(i - 2) / 2];
-        const int from = fds[i].fd;
-        const int to = from == pair.first ? pair.second : pair.first;
-        char buffer[16 * 1024];
-        const ssize_t n = ::recv(from, buffer, sizeof(buffer), 0);
-        if (n <= 0 || ::send(to, buffer, static_cast<std::size_t>(n), MSG_NOSIGNAL) != n) {
-          dead.push_back(pair.first);
-        }
-      }
-      if (!dead.empty()) {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (int fd : dead) {
-          auto it = std::find_if(pairs_.begin(), pairs_.end(),
-                                 [&](const auto& p) { return p.first == fd; });
-          if (it == pairs_.end()) continue;
-          ::close(it->first);
-          ::close(it->second);
-          pairs_.erase(it);
-        }
-      }
-    }
-  }
-
-  void Accept() {
-    const int client = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) return;
-    const int server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<std::uint16_t>(target_port_));
-    if (::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      ::close(server);
-      ::close(client);
-      return;
-    }
-    // Forward small replies at once (as the real peers would send them).
-    const int one = 1;
-    ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    ::setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    std::lock_guard<std::mutex> lock(mu_);
-    pairs_.emplace_back(client, server);
-  }
-
-  const int target_port_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  int wake_[2] = {-1, -1};
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stopping_ = false;
-  bool cut_ = false;
-  std::vector<std::pair<int, int>> pairs_;
-};
-
-// A contender that records when it acquired and was released (steady
-// clock) and the tokens it was given.
-struct Timeline {
-  std::mutex mu;
-  std::vector<std::pair<std::string, steady_clock::time_point>> events;
-  std::vector<std::uint64_t> tokens;
-  Latch acquired;
-  Latch released;
-
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& name) {
-    return MakeContender(
-        mutex,
-        [this, name](const MutexState& s) {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            events.emplace_back(name + " acquired", steady_clock::now());
-            tokens.push_back(s.after.fencing_token);
-          }
-          acquired.Set();
-        },
-        [this, name](const MutexState&) {
-          {
-            std::lock_guard<std::mutex> lock(mu);
-            events.emplace_back(name + " released", steady_clock::now());
-          }
-          released.Set();
-        });
-  }
-  std::optional<steady_clock::time_point> When(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& [name, at] : events) {
-      if (name == what) return at;
-    }
-    return std::nullopt;
-  }
 };
 
 std::string SharedEtcd() {
@@ -748,10 +558,10 @@ TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
   ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
                          seconds(10)));
   // The waiter's backend holds its request and watch connections.
-  EXPECT_EQ(proxy.Connections(), 2);
+  EXPECT_EQ(proxy.connections(), 2);
   proxy.CutAll();
   // The watch comes back (its reconnect backs off from 100 ms)...
-  ASSERT_TRUE(Eventually([&] { return proxy.Connections() >= 1; }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return proxy.connections() >= 1; }, seconds(5)));
   // ... and still wakes the waiter when the owner leaves.
   SIMBA_ASSERT_OK(owner->stop());
   ASSERT_TRUE(Eventually([&] { return waiter->is_owner(); }, seconds(5)));
@@ -981,14 +791,14 @@ TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
     SIMBA_ASSERT_OK(acquired);
     ASSERT_EQ(acquired->owner.owner_id, "c");
   }
-  EXPECT_EQ(proxy.Connections(), 2);
+  EXPECT_EQ(proxy.connections(), 2);
   EXPECT_LE(CountThreads(), threads_before + 1);
   auto listed = backend->list(In(seconds(30)));
   SIMBA_ASSERT_OK(listed);
   EXPECT_EQ(listed->size(), static_cast<std::size_t>(kMutexes));
   // A release still goes over the same connection.
   EXPECT_THAT(backend->release("many-0", "c", In(seconds(10))), IsOkAndHolds(true));
-  EXPECT_EQ(proxy.Connections(), 2);
+  EXPECT_EQ(proxy.connections(), 2);
 }
 
 }  // namespace

@@ -142,28 +142,6 @@ long long Mntr(int port, const std::string& key) {
   return at == std::string::npos ? -1 : std::stoll(reply.substr(at + key.size() + 1));
 }
 
-// Callbacks with the steady time they ran at.
-struct Timeline {
-  std::mutex mu;
-  std::vector<std::pair<std::string, steady_clock::time_point>> events;
-  void Add(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    events.emplace_back(what, steady_clock::now());
-  }
-  std::optional<steady_clock::time_point> When(const std::string& what) {
-    std::lock_guard<std::mutex> lock(mu);
-    for (const auto& [name, at] : events) {
-      if (name == what) return at;
-    }
-    return std::nullopt;
-  }
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
-    return MakeContender(
-        mutex, [this, id](const MutexState&) { Add(id + " acquired"); },
-        [this, id](const MutexState&) { Add(id + " released"); }, id);
-  }
-};
-
 // ---- layout and JVM interop -------------------------------------------------------
 
 TEST(ZookeeperLayout, CuratorNamesContenderDataAndZxidTokens) {
@@ -237,7 +215,7 @@ TEST(ZookeeperJvmInterop, CuratorParticipantLeadsWaitsAndIsNeverEvicted) {
   auto factory = Factory(SharedUri(), milliseconds(500), milliseconds(300));
   ASSERT_TRUE(factory);
   Timeline timeline;
-  auto service = factory->create_contend_service(timeline.Contender("shared", "cpp")).value();
+  auto service = factory->create_contend_service(timeline.Contender("shared", "cpp", "cpp")).value();
   SIMBA_ASSERT_OK(service->start());
   // The C++ contender knows who leads, and many of its leases pass without
   // it evicting the JVM leader (whose session is its lease).
@@ -325,8 +303,8 @@ TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins)
   auto b_factory = Factory(SharedUri(), seconds(20), seconds(10));
   ASSERT_TRUE(a_factory && b_factory);
   Timeline timeline;
-  auto a = a_factory->create_contend_service(timeline.Contender("partition", "a")).value();
-  auto b = b_factory->create_contend_service(timeline.Contender("partition", "b")).value();
+  auto a = a_factory->create_contend_service(timeline.Contender("partition", "a", "a")).value();
+  auto b = b_factory->create_contend_service(timeline.Contender("partition", "b", "b")).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = a->fencing_token();
@@ -371,8 +349,8 @@ TEST(ZookeeperFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
   auto b_factory = Factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(a_factory && b_factory);
   Timeline timeline;
-  auto a = a_factory->create_contend_service(timeline.Contender("restart", "a")).value();
-  auto b = b_factory->create_contend_service(timeline.Contender("restart", "b")).value();
+  auto a = a_factory->create_contend_service(timeline.Contender("restart", "a", "a")).value();
+  auto b = b_factory->create_contend_service(timeline.Contender("restart", "b", "b")).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(b->start());
