@@ -288,8 +288,6 @@ struct Entry {
   std::string uuid;           // of our node (being) created
   bool create_uncertain = false;
   std::string node;  // our node's name; empty: none
-  std::int64_t sequence = -1;
-  std::int32_t version = 0;
   std::atomic<std::uint64_t> czxid{0};  // read by our own-node watcher
   bool owner = false;  // we lead, as far as we know
   // Set by our own-node watch when the node is deleted under us.
@@ -308,8 +306,6 @@ struct Entry {
     uuid.clear();
     create_uncertain = false;
     node.clear();
-    sequence = -1;
-    version = 0;
     czxid = 0;
     owner = false;
     lost = false;
@@ -956,8 +952,6 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
 
   for (int round = 0; round < kRounds; ++round) {
     std::vector<std::string> names;
-    bool fresh = false;           // our node was created by this round
-    SteadyClock::time_point sent = SteadyClock::now();
     if (e.node.empty()) {
       if (e.create_uncertain) {
         // A create whose reply we never saw: find the node by its
@@ -976,8 +970,6 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
           });
           SIMBA_RETURN_IF_ERROR(Await(stat, deadline, "reading " + own_path()));
           e.czxid = static_cast<std::uint64_t>(stat->stat.czxid);
-          e.version = stat->stat.version;
-          e.sequence = SequenceOf(e.node).value_or(-1);
           names = listed->children;
         }
         e.create_uncertain = false;
@@ -991,7 +983,6 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         const std::string prefix =
             parent + "/" + std::string(kProtected) + e.uuid + "-" + std::string(kLatch);
         e.create_uncertain = true;
-        sent = SteadyClock::now();
         // The create and the listing together: the server runs them in
         // order, so the listing includes our node. One round trip.
         auto created = Start([&](const void* data) {
@@ -1011,12 +1002,9 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent));
         e.create_uncertain = false;
         e.node = created->value.substr(created->value.rfind('/') + 1);
-        e.sequence = SequenceOf(e.node).value_or(-1);
         e.czxid = static_cast<std::uint64_t>(created->stat.czxid);
-        e.version = created->stat.version;
         Observe(created->stat.ctime);
         names = listed->children;
-        fresh = true;
       }
     } else if (e.owner && !e.lost && WatchArmed(e.own_watch)) {
       // Renewal with our node watched: the heartbeat carries the lease, the
@@ -1058,7 +1046,6 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
     if (ours == children.begin()) {
       // First in line: we lead, on the session's lease. Evictions check
       // that lease atomically, so no claim is needed.
-      (void)fresh;
       e.owner = true;
       e.lost = false;
       if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
