@@ -57,7 +57,7 @@ case "$kind" in
     # (lease grant + put in a transaction, pipelined; then range + lease
     # revoke, pipelined) on one keep-alive connection to the JSON gateway,
     # without the library.
-    python3 /tmp/etcd_docs/raw_etcd_baseline.py "$port" 2000
+    python3 "$(dirname "$0")/raw_etcd_baseline.py" "$port" 2000
     ;;
   redis)
     # A non-durable server that just started: without restart_guard=off
