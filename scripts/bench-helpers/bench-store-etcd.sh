@@ -11,7 +11,8 @@
 #   JOBS            parallel build jobs (default: nproc)
 #   BENCH_BUILD     build directory (default: build-bench)
 set -euo pipefail
-cd /work/main
+here="$(cd "$(dirname "$0")" && pwd)"
+cd "$here/../.."
 kind="${1:?usage: bench-store.sh postgres|redis [iterations] [handoffs]}"
 shift
 jobs="${JOBS:-$(nproc)}"
@@ -57,7 +58,7 @@ case "$kind" in
     # (lease grant + put in a transaction, pipelined; then range + lease
     # revoke, pipelined) on one keep-alive connection to the JSON gateway,
     # without the library.
-    python3 "$(dirname "$0")/raw_etcd_baseline.py" "$port" 2000
+    python3 "$here/raw_etcd_baseline.py" "$port" 2000
     ;;
   redis)
     # A non-durable server that just started: without restart_guard=off
