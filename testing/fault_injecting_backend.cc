@@ -98,7 +98,19 @@ Result<OwnerRecord> FaultInjectingBackend::acquire_or_renew(const AcquireRequest
                                                             Deadline deadline) {
   ++acquire_calls_;
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::acquire_mode_, deadline));
-  return target_->acquire_or_renew(request, deadline);
+  auto reply = target_->acquire_or_renew(request, deadline);
+  std::function<void()> action;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    action.swap(before_next_acquire_reply_);
+  }
+  if (action) action();
+  return reply;
+}
+
+void FaultInjectingBackend::set_before_next_acquire_reply(std::function<void()> action) {
+  std::lock_guard<std::mutex> lock(mu_);
+  before_next_acquire_reply_ = std::move(action);
 }
 
 Result<bool> FaultInjectingBackend::release(std::string_view mutex, std::string_view contender_id,

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -29,6 +30,10 @@ class FaultInjectingBackend final : public Backend {
   void set_mode(Mode mode);
   // Applies `mode` to acquire_or_renew only; other calls keep their mode.
   void set_acquire_mode(Mode mode);
+  // Runs `action` once, inside the next acquire_or_renew, after the store
+  // has answered and before the answer is returned: what happens while a
+  // reply is on its way.
+  void set_before_next_acquire_reply(std::function<void()> action);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
@@ -64,6 +69,7 @@ class FaultInjectingBackend final : public Backend {
   std::condition_variable cv_;
   Mode mode_ = Mode::kPass;
   Mode acquire_mode_ = Mode::kPass;
+  std::function<void()> before_next_acquire_reply_;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};
   // Listeners by mutex, for Push().

@@ -209,15 +209,15 @@ void ServiceCore::StartAttemptLocked(Generation gen) {
   // Posting never waits for the pool, so holding mu_ here is fine. An
   // owner's renewal goes first: its lease is running out.
   if (!runtime_->PostIo(
-          [weak, gen] {
-            if (auto self = weak.lock()) self->RunAttempt(gen);
+          [weak, gen, losses = losses_] {
+            if (auto self = weak.lock()) self->RunAttempt(gen, losses);
           },
           IsOwnerLocked(clock_->Now()))) {
     in_flight_ = false;
   }
 }
 
-void ServiceCore::RunAttempt(Generation gen) {
+void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
   // The lease is measured from when the request left, so the local deadline
   // can only be earlier than the store's.
   const Clock::TimePoint sent = clock_->Now();
@@ -254,7 +254,14 @@ void ServiceCore::RunAttempt(Generation gen) {
         anchor_store_ = reply->store_now;
         anchor_local_ = now;
         const MutexOwner& owner = reply->owner;
-        if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
+        if (mode_ == Mode::kContend && owner.is_owner(contender_id_) && losses_ != losses_seen) {
+          // The store told us of a loss while this call was out: the reply
+          // may predate it (a renewal answered from a client's cache, an
+          // acquire that raced a dropped connection). Ask again rather than
+          // hold on its word.
+          if (state_.after.is_owner(contender_id_)) ApplyLocked(MutexOwner::None());
+          next = milliseconds(0);
+        } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
           // What the store granted, measured from when we asked, minus a
           // small margin so a late timer or a slightly fast store clock
           // cannot leave us believing in a lease the store already ended.
@@ -342,11 +349,16 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
   if (mode_ == Mode::kContend) {
     const bool owner = IsOwnerLocked(clock_->Now());
     if (event.kind == MutexEvent::Kind::kLost) {
-      // Only news to the owner it names: a waiter has nothing to revoke.
-      if (!owner || (!event.owner_id.empty() && event.owner_id != contender_id_) ||
-          (event.fencing_token != 0 && event.fencing_token != state_.after.fencing_token)) {
+      if (!event.owner_id.empty() && event.owner_id != contender_id_) return;
+      // A loss of an older tenure is no news to the owner of this one.
+      if (owner && event.fencing_token != 0 &&
+          event.fencing_token != state_.after.fencing_token) {
         return;
       }
+      // An attempt in flight cannot tell whether its answer predates this.
+      ++losses_;
+      // A waiter has nothing to revoke.
+      if (!owner) return;
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the store ended our hold (token "
                                  << state_.after.fencing_token << "); revoking locally");
       ApplyLocked(MutexOwner::None());

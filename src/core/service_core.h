@@ -64,7 +64,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // Hands the attempt to the I/O pool now (or asks the one in flight to
   // run again).
   void StartAttemptLocked(Generation gen);
-  void RunAttempt(Generation gen);
+  // `losses_seen` is losses_ when the attempt was handed off.
+  void RunAttempt(Generation gen, std::uint64_t losses_seen);
   void OnLeaseDeadline(Generation gen);
   void OnEvent(Generation gen, const MutexEvent& event);
   // Records `owner` as the new "after" state and queues the callback.
@@ -107,6 +108,10 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // makes the next attempt immediate instead of starting a second one.
   bool in_flight_ = false;
   bool rerun_ = false;
+  // Store-reported losses (kLost events naming us) so far. An attempt that
+  // overlapped one may carry an answer the store computed before the loss:
+  // its "you own it" is not trusted, only asked again.
+  std::uint64_t losses_ = 0;
   int failures_ = 0;
   std::unique_ptr<Subscription> subscription_;
 };

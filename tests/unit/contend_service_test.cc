@@ -139,6 +139,8 @@ TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
   EXPECT_EQ(a->fencing_token(), 0u);
   ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
   ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)));
+  // (The failed retry has scheduled the next one before the clock moves.)
+  ASSERT_TRUE(Waiting(milliseconds(101)));
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
   // "" names every owner (a connection lost for all of them).
   clock_->Advance(seconds(1));
@@ -149,6 +151,41 @@ TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
   faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
   EXPECT_FALSE(a->is_owner());
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+TEST_F(ContendServiceTest, AnAnswerThatMayPredateALossIsAskedAgain) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  // A loss reaches the service while its first acquire's answer ("you own
+  // it") is on the way, and the store fails from then on: the answer may be
+  // older than the loss, so it must not make A the owner.
+  faults_->set_before_next_acquire_reply([&] {
+    faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
+    faults_->set_acquire_mode(Mode::kFail);
+  });
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() >= 2; }, seconds(5)))
+      << "the doubtful answer is asked again at once";
+  ASSERT_TRUE(Waiting(milliseconds(101)));  // the retry after that failure
+  EXPECT_FALSE(a->is_owner());
+  EXPECT_TRUE(events_.Get().empty());
+  faults_->set_acquire_mode(Mode::kPass);
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
+  // The same for an owner whose renewal is out when its loss arrives.
+  const auto token = a->fencing_token();
+  const int calls = faults_->acquire_calls();
+  faults_->set_before_next_acquire_reply([&] {
+    faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
+    faults_->set_acquire_mode(Mode::kFail);
+  });
+  clock_->Advance(seconds(10));  // the renewal
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() >= calls + 2; }, seconds(5)));
+  Settle();
+  EXPECT_FALSE(a->is_owner());
+  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
+  faults_->set_acquire_mode(Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
 }
 
