@@ -4,15 +4,14 @@
 # scripts/servers/<kind>.sh, and prints the raw store's own baseline next to
 # it where we have one. Results and how to read them: docs/benchmarks.md.
 #
-#   scripts/bench-store.sh postgres [iterations] [handoffs]
-#   scripts/bench-store.sh redis    [iterations] [handoffs]
+#   scripts/bench-store.sh postgres|redis|mysql|zookeeper|etcd [iterations] [handoffs]
 #
 # Environment:
 #   JOBS            parallel build jobs (default: nproc)
 #   BENCH_BUILD     build directory (default: build-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-kind="${1:?usage: bench-store.sh postgres|redis [iterations] [handoffs]}"
+kind="${1:?usage: bench-store.sh postgres|redis|mysql|zookeeper|etcd [iterations] [handoffs]}"
 shift
 jobs="${JOBS:-$(nproc)}"
 build="${BENCH_BUILD:-build-bench}"
@@ -21,7 +20,9 @@ echo "== Build (Release) into $build ==" >&2
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
   -DSIMBA_BUILD_BENCH=ON >&2
-cmake --build "$build" -j "$jobs" --target simba-bench-store >&2
+targets=(simba-bench-store)
+[[ "$kind" == zookeeper ]] && targets+=(simba-bench-raw-zookeeper)
+cmake --build "$build" -j "$jobs" --target "${targets[@]}" >&2
 
 echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
 echo "kernel: $(uname -sr)"
@@ -55,6 +56,20 @@ case "$kind" in
     # A non-durable server that just started: without restart_guard=off
     # the backend would refuse new leases for ttl + transition.
     uri="$uri?restart_guard=off"
+    ;;
+  zookeeper)
+    # shellcheck disable=SC2016  # expanded by the inner bash
+    echo "server: ZooKeeper $(timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" && printf srvr >&3 && cat <&3' \
+      "$port" 2>/dev/null | sed -n 's/^Zookeeper version: //p' | cut -d- -f1)"
+    "$build/bin/simba-bench-raw-zookeeper" "127.0.0.1:$port" 2000
+    ;;
+  etcd)
+    echo "server: $(etcd --version | head -n 1)"
+    # The store's own floor: the requests one acquire + release must send
+    # (lease grant + put in a transaction, pipelined; then range + lease
+    # revoke, pipelined) on one keep-alive connection to the JSON gateway,
+    # without the library.
+    python3 bench/raw_etcd_baseline.py "$port" 2000
     ;;
 esac
 "$build/bin/simba-bench-store" "$uri" "$@"
