@@ -425,7 +425,16 @@ TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
   ASSERT_TRUE(fa && fb);
   Timeline timeline;
   auto a = fa->create_contend_service(timeline.Contender("revoked", "A")).value();
-  auto b = fb->create_contend_service(timeline.Contender("revoked", "B")).value();
+  // What A believed when B was told it owns the mutex. (Comparing the two
+  // callbacks' times would compare two callback threads' scheduling; the
+  // guarantee is about A's state: not an owner any more once B acts.)
+  std::atomic<int> a_owner_when_b_acquired{-1};
+  MutexContendService* a_service = a.get();
+  auto b_contender = MakeContender(
+      "revoked",
+      [&, a_service](const MutexState&) { a_owner_when_b_acquired = a_service->is_owner() ? 1 : 0; },
+      nullptr);
+  auto b = fb->create_contend_service(b_contender).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = a->fencing_token();
@@ -442,15 +451,11 @@ TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
 
   // Both learn within a few seconds (the lease had 15 s left).
   ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(3)));
-  // (The callbacks run on the factories' callback threads, after the state.)
-  ASSERT_TRUE(Eventually(
-      [&] { return timeline.When("A released").has_value() && timeline.When("B acquired"); },
-      seconds(3)));
-  const auto a_released = timeline.When("A released");
-  const auto b_acquired = timeline.When("B acquired");
-  ASSERT_TRUE(a_released && b_acquired);
-  EXPECT_LE(*a_released, *b_acquired) << "the waiter acquired before the owner was told";
-  EXPECT_LT(*a_released - revoked_at, Scaled(seconds(3)));
+  ASSERT_TRUE(Eventually([&] { return a_owner_when_b_acquired.load() >= 0; }, seconds(3)));
+  EXPECT_EQ(a_owner_when_b_acquired.load(), 0) << "the waiter acquired before the owner was told";
+  // (A's callback runs on its factory's callback thread, after its state.)
+  ASSERT_TRUE(Eventually([&] { return timeline.When("A released").has_value(); }, seconds(3)));
+  EXPECT_LT(*timeline.When("A released") - revoked_at, Scaled(seconds(3)));
   EXPECT_GT(b->fencing_token(), a_token);
   SIMBA_EXPECT_OK(b->stop());
   SIMBA_EXPECT_OK(a->stop());
