@@ -46,6 +46,12 @@ struct Capabilities {
   bool push_release = false;
   // Several processes (on one host at least) can share a mutex.
   bool cross_process = false;
+  // Waiters get the mutex in the order they first asked (a queue at the
+  // store), not whoever asks first after a release.
+  bool fifo = false;
+  // A holder's process dying ends its hold as soon as the store notices its
+  // session is gone, not only when the lease runs out.
+  bool ends_with_session = false;
   // Where the fencing token comes from, for docs and `simba status`.
   std::string fencing_source;
   // Limits a name must respect (bytes).

@@ -188,7 +188,8 @@ TEST(MysqlNames, QuotesBackslashesAndNumericNamesAreExact) {
 TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   auto uri = Uri::Parse(
       "mysql://alice:s3cret@db.example:3307/app?connections=3&table=locks&create_table=off&"
-      "connect_timeout=2s&ssl_mode=verify_identity&ssl_ca=/etc/ca.pem");
+      "connect_timeout=2s&ssl_mode=verify_identity&ssl_ca=/etc/ca.pem&"
+      "lock_connections=4&op_timeout=5s");  // the last two: the keyed-lock backend's
   ASSERT_THAT(uri, IsOk());
   auto options = MysqlOptionsFromUri(*uri);
   ASSERT_THAT(options, IsOk());

@@ -97,7 +97,7 @@ TEST(PostgresNames, LongNamesAreRejectedNotTruncated) {
 TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
   auto uri = Uri::Parse(
       "postgresql://alice:s3cret@db.example:5433/app?sslmode=require&application_name=x&"
-      "connections=3&table=locks&create_table=off");
+      "connections=3&table=locks&create_table=off&lock_connections=4");  // the last: keyed locks
   ASSERT_THAT(uri, IsOk());
   auto options = PostgresOptionsFromUri(*uri);
   ASSERT_THAT(options, IsOk());

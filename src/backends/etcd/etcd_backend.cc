@@ -895,6 +895,7 @@ class EtcdBackend final : public Backend {
         random_(Seed()) {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
+    capabilities_.fifo = true;  // lowest create revision first: the queue of keys
     capabilities_.fencing_source = "etcd create revision of the owner's key";
     capabilities_.max_mutex_length = kMaxNameLength;
     capabilities_.max_contender_id_length = kMaxNameLength;

@@ -2,28 +2,32 @@
 // MariaDB Connector/C connections driven with its non-blocking API, so every
 // call ends by its deadline, and JVM Simba's table, so JVM Simba contenders
 // can share it (simba-behaviour.md §3.1, §8.1). No push: waiters poll.
-#include "core/poll_timeout.h"
 #include "simba/backends/mysql.h"
 
 #include <mysql.h>
-#include <mysqld_error.h>
-#include <errmsg.h>
-#include <poll.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "backends/mysql/mysql_client.h"
 #include "backends/sql/sql_backend.h"
 #include "core/log.h"
 
 namespace simba {
 namespace {
 
-using internal::PollTimeout;
+using internal::mysql::Abandon;
+using internal::mysql::ConnectExtras;
+using internal::mysql::Drive;
+using internal::mysql::DriveOutcome;
+using internal::mysql::Endpoint;
+using internal::mysql::ErrorOf;
+using internal::mysql::Failure;
+using internal::mysql::MysqlConn;
+using internal::mysql::MysqlFailureKind;
+using internal::mysql::MysqlResult;
 
 using internal::sql::AcquireParts;
 using internal::sql::SqlDriver;
@@ -56,149 +60,22 @@ constexpr char kCreateTable[] =
 
 std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
-void InitLibraryOnce() {
-  // mysql_init() would do it too, but not thread-safely.
-  static std::once_flag once;
-  std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
-}
-
-// Drives one non-blocking call of Connector/C to its end. `status` is what
-// its _start returned; `cont(ready)` calls its _cont and returns the new
-// status. False at the deadline: the call is then unfinished.
-template <typename Cont>
-bool Drive(MYSQL* m, int& status, Deadline deadline, Cont cont) {
-  while (status != 0) {
-    int timeout = PollTimeout(deadline);
-    if (timeout < 0) return false;
-    // The library's own timeouts (connect_timeout) count too.
-    bool library_timeout = false;
-    if ((status & MYSQL_WAIT_TIMEOUT) != 0) {
-      const unsigned int ms = mysql_get_timeout_value_ms(m);
-      if (static_cast<long long>(ms) < timeout) {
-        timeout = static_cast<int>(ms);
-        library_timeout = true;
-      }
-    }
-    short events = 0;
-    if ((status & MYSQL_WAIT_READ) != 0) events |= POLLIN;
-    if ((status & MYSQL_WAIT_WRITE) != 0) events |= POLLOUT;
-    if ((status & MYSQL_WAIT_EXCEPT) != 0) events |= POLLPRI;
-    pollfd p{static_cast<int>(mysql_get_socket(m)), events, 0};
-    const int n = ::poll(&p, 1, timeout);
-    int ready = 0;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ready = status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);  // let the library see the error
-    } else if (n == 0) {
-      if (!library_timeout) continue;  // the deadline, checked above
-      ready = MYSQL_WAIT_TIMEOUT;
-    } else {
-      if ((p.revents & POLLIN) != 0) ready |= MYSQL_WAIT_READ;
-      if ((p.revents & POLLOUT) != 0) ready |= MYSQL_WAIT_WRITE;
-      if ((p.revents & POLLPRI) != 0) ready |= MYSQL_WAIT_EXCEPT;
-      if ((p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
-        ready |= status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);
-      }
-    }
-    status = cont(ready);
-  }
-  return true;
-}
-
-// Ends an unfinished call at once: the socket is shut down, so the library
-// fails every read and write and the call returns.
-template <typename Cont>
-void Abandon(MYSQL* m, int& status, Cont cont) {
-  mariadb_cancel(m);
-  for (int i = 0; i < 100 && status != 0; ++i) {
-    int ready = status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT);
-    if (ready == 0) ready = MYSQL_WAIT_TIMEOUT;
-    status = cont(ready);
-  }
-}
-
-// Server and client errors as Simba's codes, and what the protocol must
-// tell apart.
-struct Failure {
-  Status status;
-  SqlFailure kind = SqlFailure::kOther;
-  bool broken = false;  // the connection cannot be used again
-};
-
-Failure ErrorOf(MYSQL* m) {
-  const unsigned int code = mysql_errno(m);
-  const std::string message = std::string(mysql_error(m)) + " (error " + std::to_string(code) +
-                              ", SQLSTATE " + mysql_sqlstate(m) + ")";
-  Failure f;
-  switch (code) {
-    case ER_NO_SUCH_TABLE:  // 1146
-      f.kind = SqlFailure::kNoTable;
-      f.status = NotFoundError(message);
-      break;
-    case ER_TABLEACCESS_DENIED_ERROR:  // 1142
-    case ER_DBACCESS_DENIED_ERROR:     // 1044
-    case ER_SPECIFIC_ACCESS_DENIED_ERROR:  // 1227
-      f.kind = SqlFailure::kNoPrivilege;
-      f.status = PermissionDeniedError(message);
-      break;
-    case ER_TABLE_EXISTS_ERROR:  // 1050
-      f.kind = SqlFailure::kAlreadyExists;
-      f.status = AlreadyExistsError(message);
-      break;
-    case ER_DUP_ENTRY:  // 1062
-      f.kind = SqlFailure::kDuplicateKey;
-      f.status = AbortedError(message);
-      break;
-    case ER_ACCESS_DENIED_ERROR:  // 1045
-      f.status = PermissionDeniedError(message);
-      break;
-    case ER_BAD_DB_ERROR:  // 1049
-      f.status = NotFoundError(message);
-      break;
-    case ER_LOCK_WAIT_TIMEOUT:  // 1205
-    case ER_LOCK_DEADLOCK:      // 1213
-      f.status = UnavailableError(message);
-      break;
-    case CR_CONNECTION_ERROR:    // 2002
-    case CR_CONN_HOST_ERROR:     // 2003
-    case CR_SERVER_GONE_ERROR:   // 2006
-    case CR_SERVER_LOST:         // 2013
-    case CR_SERVER_LOST_EXTENDED:  // 2055
-    case ER_CONNECTION_KILLED:   // 1927 (MariaDB: KILL of this connection)
-    case ER_SERVER_SHUTDOWN:     // 1053
-    case ER_QUERY_INTERRUPTED:   // 1317
-      f.broken = true;
-      f.status = UnavailableError(message);
-      break;
-    default:
-      // Other client errors (2xxx) leave the connection in doubt.
-      f.broken = code >= 2000 && code < 3000;
-      f.status = f.broken ? UnavailableError(message) : InternalError(message);
+// The SQL protocol's view of a failure.
+SqlFailure SqlFailureOf(MysqlFailureKind kind) {
+  switch (kind) {
+    case MysqlFailureKind::kNoTable:
+      return SqlFailure::kNoTable;
+    case MysqlFailureKind::kNoPrivilege:
+      return SqlFailure::kNoPrivilege;
+    case MysqlFailureKind::kAlreadyExists:
+      return SqlFailure::kAlreadyExists;
+    case MysqlFailureKind::kDuplicateKey:
+      return SqlFailure::kDuplicateKey;
+    case MysqlFailureKind::kOther:
       break;
   }
-  return f;
+  return SqlFailure::kOther;
 }
-
-struct MysqlDeleter {
-  void operator()(MYSQL* m) const { mysql_close(m); }
-};
-using MysqlConn = std::unique_ptr<MYSQL, MysqlDeleter>;
-
-struct ResultDeleter {
-  void operator()(MYSQL_RES* r) const { mysql_free_result(r); }
-};
-using MysqlResult = std::unique_ptr<MYSQL_RES, ResultDeleter>;
-
-struct Endpoint {
-  std::string host;
-  unsigned int port = 3306;
-  std::string user;
-  std::string password;
-  std::string database;
-  milliseconds connect_timeout{10000};
-  std::string ssl_mode;
-  std::string ssl_ca;
-};
 
 class MysqlSession final : public SqlSession {
  public:
@@ -233,7 +110,9 @@ class MysqlSession final : public SqlSession {
     int rc = 0;
     int status = mysql_real_query_start(&rc, m, query.data(), query.size());
     auto query_cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
-    if (!Drive(m, status, deadline, query_cont)) return Late(status, query_cont);
+    if (Drive(m, status, deadline, query_cont) != DriveOutcome::kDone) {
+      return Late(status, query_cont);
+    }
     if (rc != 0) {
       error = ErrorOf(m);
       failed = true;
@@ -242,7 +121,9 @@ class MysqlSession final : public SqlSession {
       MYSQL_RES* raw = nullptr;
       status = mysql_store_result_start(&raw, m);
       auto store_cont = [&](int ready) { return mysql_store_result_cont(&raw, m, ready); };
-      if (!Drive(m, status, deadline, store_cont)) return Late(status, store_cont);
+      if (Drive(m, status, deadline, store_cont) != DriveOutcome::kDone) {
+        return Late(status, store_cont);
+      }
       MysqlResult result(raw);
       SqlResult out;
       if (result) {
@@ -268,7 +149,9 @@ class MysqlSession final : public SqlSession {
       int next = 0;
       status = mysql_next_result_start(&next, m);
       auto next_cont = [&](int ready) { return mysql_next_result_cont(&next, m, ready); };
-      if (!Drive(m, status, deadline, next_cont)) return Late(status, next_cont);
+      if (Drive(m, status, deadline, next_cont) != DriveOutcome::kDone) {
+        return Late(status, next_cont);
+      }
       if (next == -1) break;  // no more results
       if (next > 0) {
         error = ErrorOf(m);  // the next statement failed
@@ -276,7 +159,7 @@ class MysqlSession final : public SqlSession {
       }
     }
     if (failed) {
-      if (failure != nullptr) *failure = error.kind;
+      if (failure != nullptr) *failure = SqlFailureOf(error.kind);
       if (error.broken) {
         healthy_ = false;
       } else if (transaction && !Rollback(deadline)) {
@@ -347,7 +230,7 @@ class MysqlSession final : public SqlSession {
     static constexpr char kRollback[] = "ROLLBACK";
     int status = mysql_real_query_start(&rc, m, kRollback, sizeof(kRollback) - 1);
     auto cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
-    if (!Drive(m, status, deadline, cont)) {
+    if (Drive(m, status, deadline, cont) != DriveOutcome::kDone) {
       Abandon(m, status, cont);
       return false;
     }
@@ -367,54 +250,6 @@ class MysqlSession final : public SqlSession {
   bool healthy_ = true;
 };
 
-// Connects without blocking past `deadline` (the host name is resolved by
-// the library, which may block; use an address or a local resolver).
-Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
-                          Deadline deadline) {
-  InitLibraryOnce();
-  MysqlConn conn(mysql_init(nullptr));
-  if (!conn) return UnavailableError(description + ": out of memory");
-  MYSQL* m = conn.get();
-  mysql_options(m, MYSQL_OPT_NONBLOCK, nullptr);
-  mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-  // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold. A row
-  // lock wait is bounded on the server too (InnoDB's default is 50 s): a
-  // call that gave up client-side must not leave a statement queued there
-  // for long.
-  mysql_options(m, MYSQL_INIT_COMMAND,
-                "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10");
-  const unsigned int timeout_s = static_cast<unsigned int>(
-      std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(endpoint.connect_timeout)
-                                 .count()));
-  mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout_s);
-  mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "simba");
-  if (endpoint.ssl_mode != "disabled" || !endpoint.ssl_ca.empty()) {
-    const my_bool on = 1;
-    mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
-    if (!endpoint.ssl_ca.empty()) mysql_options(m, MYSQL_OPT_SSL_CA, endpoint.ssl_ca.c_str());
-    const my_bool verify = endpoint.ssl_mode == "verify_identity" ? 1 : 0;
-    mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-  }
-  // The connect timeout, in case the call's deadline is far away.
-  deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
-  MYSQL* connected = nullptr;
-  int status = mysql_real_connect_start(
-      &connected, m, endpoint.host.c_str(), endpoint.user.c_str(),
-      endpoint.password.empty() ? nullptr : endpoint.password.c_str(), endpoint.database.c_str(),
-      endpoint.port, nullptr, CLIENT_MULTI_STATEMENTS);
-  auto cont = [&](int ready) { return mysql_real_connect_cont(&connected, m, ready); };
-  if (!Drive(m, status, deadline, cont)) {
-    Abandon(m, status, cont);
-    return DeadlineExceededError(description + ": connecting timed out");
-  }
-  if (connected == nullptr) {
-    Failure f = ErrorOf(m);
-    if (f.status.code() == StatusCode::kInternal) f.status = UnavailableError(f.status.message());
-    return Status(f.status.code(), description + ": connecting: " + f.status.message());
-  }
-  return conn;
-}
-
 class MysqlDriver final : public SqlDriver {
  public:
   explicit MysqlDriver(Endpoint endpoint) : endpoint_(std::move(endpoint)) {
@@ -426,7 +261,15 @@ class MysqlDriver final : public SqlDriver {
   const std::string& description() const override { return description_; }
 
   Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, simba::Connect(endpoint_, description_, deadline));
+    // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold. A row
+    // lock wait is bounded on the server too (InnoDB's default is 50 s): a
+    // call that gave up client-side must not leave a statement queued there
+    // for long.
+    ConnectExtras extras;
+    extras.init_command = "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10";
+    extras.multi_statements = true;
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn,
+                           internal::mysql::Connect(endpoint_, description_, deadline, extras));
     return std::unique_ptr<SqlSession>(std::make_unique<MysqlSession>(std::move(conn)));
   }
 
@@ -510,8 +353,11 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
     return InvalidArgumentError(std::string("mysql: URI must name one database; expected ") +
                                 kForm);
   }
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys(
-      {"connections", "create_table", "table", "connect_timeout", "ssl_mode", "ssl_ca"}));
+  // lock_connections and op_timeout belong to the keyed-lock backend
+  // (mysql_keyed.h), ignored here so one URI serves both.
+  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"connections", "create_table", "table",
+                                            "connect_timeout", "ssl_mode", "ssl_ca",
+                                            "lock_connections", "op_timeout"}));
   MysqlOptions options;
   options.host = uri.hosts.front().host;
   if (uri.hosts.front().port) options.port = *uri.hosts.front().port;

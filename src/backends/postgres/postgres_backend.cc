@@ -1,7 +1,6 @@
 // The PostgreSQL driver of the SQL protocol (backends/sql/sql_backend.h):
 // libpq connections driven without blocking, so every call ends by its
 // deadline, and a LISTEN connection for push.
-#include "core/poll_timeout.h"
 #include "simba/backends/postgres.h"
 
 #include <libpq-fe.h>
@@ -20,13 +19,22 @@
 #include <utility>
 #include <vector>
 
+#include "backends/postgres/pg_connection.h"
 #include "backends/sql/sql_backend.h"
 #include "core/log.h"
 
 namespace simba {
 namespace {
 
-using internal::PollTimeout;
+using internal::pg::Connect;
+using internal::pg::ConnMessage;
+using internal::pg::DescribeServer;
+using internal::pg::LibpqKeywords;
+using internal::pg::PgConn;
+using internal::pg::PgResult;
+using internal::pg::Quoted;
+using internal::pg::ResultStatus;
+using internal::pg::WaitSocket;
 
 using internal::sql::AcquireParts;
 using internal::sql::SqlDriver;
@@ -50,20 +58,6 @@ constexpr char kCreateTable[] =
     "  version bigint NOT NULL DEFAULT 0\n"
     ")";
 
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-// Waits for the connection's socket; false at the deadline.
-bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
-  for (;;) {
-    const int timeout = PollTimeout(deadline);
-    if (timeout < 0) return false;
-    pollfd p{PQsocket(conn), events, 0};
-    const int n = ::poll(&p, 1, timeout);
-    if (n > 0) return true;
-    if (n < 0 && errno != EINTR) return true;  // let libpq report the error
-  }
-}
-
 // "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
 std::string Render(const std::string& sql) {
   std::string out;
@@ -84,57 +78,6 @@ std::string Render(const std::string& sql) {
     out += sql[i];
   }
   return out;
-}
-
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-struct ConnDeleter {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-using PgConn = std::unique_ptr<PGconn, ConnDeleter>;
-
-// libpq's message without its trailing newline.
-std::string ConnMessage(PGconn* conn) {
-  std::string text = PQerrorMessage(conn);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
-}
-
-Status ResultStatus(PGresult* result, SqlFailure* failure) {
-  const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
-  const std::string sqlstate = state != nullptr ? state : "";
-  std::string text = PQresultErrorMessage(result);
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  const std::string message = text + (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")");
-  SqlFailure kind = SqlFailure::kOther;
-  Status status;
-  if (sqlstate == "42P01") {
-    kind = SqlFailure::kNoTable;
-    status = NotFoundError(message);
-  } else if (sqlstate == "42501") {
-    kind = SqlFailure::kNoPrivilege;
-    status = PermissionDeniedError(message);
-  } else if (sqlstate == "23505") {
-    kind = SqlFailure::kDuplicateKey;
-    status = AbortedError(message);
-  } else if (sqlstate == "42P07" || sqlstate == "42710") {
-    // duplicate_table, duplicate_object (the table's row type).
-    kind = SqlFailure::kAlreadyExists;
-    status = AlreadyExistsError(message);
-  } else if (sqlstate == "57014") {
-    status = DeadlineExceededError(message);
-  } else if (sqlstate.rfind("08", 0) == 0 || sqlstate.rfind("57", 0) == 0 ||
-             sqlstate.rfind("53", 0) == 0 || sqlstate == "40001" || sqlstate == "40P01") {
-    // Connection trouble, shutdown, resources, serialization: try again.
-    status = UnavailableError(message);
-  } else {
-    status = InternalError(message);
-  }
-  if (failure != nullptr) *failure = kind;
-  return status;
 }
 
 class PgSession final : public SqlSession {
@@ -231,58 +174,6 @@ class PgSession final : public SqlSession {
   bool healthy_ = true;
 };
 
-// Connects without blocking past `deadline`.
-Result<PgConn> Connect(const std::map<std::string, std::string>& params,
-                       const std::string& description, Deadline deadline) {
-  std::vector<const char*> keys;
-  std::vector<const char*> values;
-  for (const auto& [k, v] : params) {
-    keys.push_back(k.c_str());
-    values.push_back(v.c_str());
-  }
-  keys.push_back(nullptr);
-  values.push_back(nullptr);
-  PgConn conn(PQconnectStartParams(keys.data(), values.data(), 0));
-  if (!conn) return UnavailableError(description + ": out of memory");
-  if (PQstatus(conn.get()) == CONNECTION_BAD) {
-    return UnavailableError(description + ": " + ConnMessage(conn.get()));
-  }
-  PostgresPollingStatusType state = PGRES_POLLING_WRITING;
-  for (;;) {
-    if (state == PGRES_POLLING_OK) break;
-    if (state == PGRES_POLLING_FAILED) {
-      const std::string message = ConnMessage(conn.get());
-      if (message.find("password authentication failed") != std::string::npos ||
-          message.find("no password supplied") != std::string::npos ||
-          message.find("no pg_hba.conf entry") != std::string::npos) {
-        return PermissionDeniedError(description + ": " + message);
-      }
-      if (message.find("does not exist") != std::string::npos) {
-        return NotFoundError(description + ": " + message);
-      }
-      return UnavailableError(description + ": " + message);
-    }
-    if (!WaitSocket(conn.get(), state == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline)) {
-      return DeadlineExceededError(description + ": connecting timed out");
-    }
-    state = PQconnectPoll(conn.get());
-  }
-  if (PQsetnonblocking(conn.get(), 1) != 0) {
-    return UnavailableError(description + ": " + ConnMessage(conn.get()));
-  }
-  // libpq prints notices ("relation ... already exists, skipping") to
-  // stderr by default: a library must not write into its user's stderr.
-  PQsetNoticeProcessor(
-      conn.get(),
-      [](void*, const char* message) {
-        std::string text = message;
-        while (!text.empty() && text.back() == '\n') text.pop_back();
-        SIMBA_LOG(kDebug, "postgresql: " << text);
-      },
-      nullptr);
-  return conn;
-}
-
 // The LISTEN connection: one thread, reconnecting with backoff.
 class PgListener final : public SqlDriver::Listener {
  public:
@@ -375,19 +266,14 @@ class PgDriver final : public SqlDriver {
  public:
   PgDriver(std::map<std::string, std::string> params, std::string table)
       : params_(std::move(params)), table_(std::move(table)) {
-    auto get = [&](const char* key, const char* fallback) {
-      auto it = params_.find(key);
-      return it == params_.end() ? std::string(fallback) : it->second;
-    };
-    description_ = "postgresql at " + get("host", "?") + ":" + get("port", "5432") + "/" +
-                   get("dbname", get("user", "").c_str());
+    description_ = DescribeServer(params_);
   }
 
   std::string_view scheme() const override { return "postgresql"; }
   const std::string& description() const override { return description_; }
 
   Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
-    SIMBA_ASSIGN_OR_RETURN(PgConn conn, simba::Connect(params_, description_, deadline));
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, internal::pg::Connect(params_, description_, deadline));
     return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn), description_));
   }
 
@@ -465,19 +351,6 @@ class PgDriver final : public SqlDriver {
   std::string description_;
 };
 
-// The keywords libpq knows, to reject typos in URIs.
-const std::set<std::string>& LibpqKeywords() {
-  static const std::set<std::string>* keywords = [] {
-    auto* set = new std::set<std::string>();
-    if (PQconninfoOption* options = PQconndefaults()) {
-      for (PQconninfoOption* o = options; o->keyword != nullptr; ++o) set->insert(o->keyword);
-      PQconninfoFree(options);
-    }
-    return set;
-  }();
-  return *keywords;
-}
-
 }  // namespace
 
 std::string PostgresSchemaSql() { return std::string(kCreateTable) + ";\n"; }
@@ -546,14 +419,16 @@ Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
                                     Quoted(value));
       }
       options.create_table = value == "on";
+    } else if (key == "lock_connections") {
+      // The keyed-lock backend's (postgres_keyed.h): one URI serves both.
     } else if (key == "host" || key == "port" || key == "dbname" || key == "user" ||
                key == "password") {
       return InvalidArgumentError("postgresql: " + Quoted(key) +
                                   " belongs in the URI itself, not its query");
     } else if (LibpqKeywords().count(key) == 0) {
       return InvalidArgumentError("postgresql: unknown URI query key " + Quoted(key) +
-                                  " (ours: connections, create_table, table; others must be libpq "
-                                  "connection keywords)");
+                                  " (ours: connections, create_table, table, lock_connections; "
+                                  "others must be libpq connection keywords)");
     } else {
       options.params[key] = value;
     }

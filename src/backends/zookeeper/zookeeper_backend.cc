@@ -1376,6 +1376,8 @@ class ZookeeperBackend final : public Backend {
       : store_(std::make_shared<ZkStore>(std::move(options))) {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
+    capabilities_.fifo = true;  // the queue of sequential nodes
+    capabilities_.ends_with_session = true;  // ephemeral nodes
     capabilities_.fencing_source = "creation zxid of the owner's ZooKeeper node";
     capabilities_.max_mutex_length = kMaxNameBytes;
     capabilities_.max_contender_id_length = kMaxNameBytes;

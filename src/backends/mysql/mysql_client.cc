@@ -1,0 +1,222 @@
+#include "backends/mysql/mysql_client.h"
+
+#include <errmsg.h>
+#include <mysqld_error.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <mutex>
+
+#include "core/poll_timeout.h"
+
+namespace simba::internal::mysql {
+
+using std::chrono::steady_clock;
+
+void InitLibraryOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
+}
+
+// One poll() of a driven call: the `ready` mask for the library's _cont, or
+// -1 when there is nothing to tell it yet. Sets *timed_out once `deadline`
+// has passed and *woken when `wake_fd` is readable.
+int PollForDrive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
+                 bool* timed_out) {
+  int timeout = PollTimeout(deadline);
+  if (timeout < 0) {
+    *timed_out = true;
+    return -1;
+  }
+  // The library's own timeouts (connect_timeout) count too.
+  bool library_timeout = false;
+  if ((status & MYSQL_WAIT_TIMEOUT) != 0) {
+    const unsigned int ms = mysql_get_timeout_value_ms(m);
+    if (static_cast<long long>(ms) < timeout) {
+      timeout = static_cast<int>(ms);
+      library_timeout = true;
+    }
+  }
+  short events = 0;
+  if ((status & MYSQL_WAIT_READ) != 0) events |= POLLIN;
+  if ((status & MYSQL_WAIT_WRITE) != 0) events |= POLLOUT;
+  if ((status & MYSQL_WAIT_EXCEPT) != 0) events |= POLLPRI;
+  pollfd fds[2] = {{static_cast<int>(mysql_get_socket(m)), events, 0}, {wake_fd, POLLIN, 0}};
+  const int n = ::poll(fds, wake_fd >= 0 ? 2 : 1, timeout);
+  if (n < 0) {
+    if (errno == EINTR) return -1;
+    return status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);  // let the library see the error
+  }
+  if (wake_fd >= 0 && (fds[1].revents & POLLIN) != 0) {
+    *woken = true;
+    return -1;
+  }
+  if (n == 0) return library_timeout ? MYSQL_WAIT_TIMEOUT : -1;  // the deadline: checked next
+  const short revents = fds[0].revents;
+  int ready = 0;
+  if ((revents & POLLIN) != 0) ready |= MYSQL_WAIT_READ;
+  if ((revents & POLLOUT) != 0) ready |= MYSQL_WAIT_WRITE;
+  if ((revents & POLLPRI) != 0) ready |= MYSQL_WAIT_EXCEPT;
+  if ((revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) {
+    ready |= status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE);
+  }
+  return ready == 0 ? -1 : ready;
+}
+
+Failure ErrorOf(MYSQL* m) {
+  const unsigned int code = mysql_errno(m);
+  const std::string message = std::string(mysql_error(m)) + " (error " + std::to_string(code) +
+                              ", SQLSTATE " + mysql_sqlstate(m) + ")";
+  Failure f;
+  switch (code) {
+    case ER_NO_SUCH_TABLE:  // 1146
+      f.kind = MysqlFailureKind::kNoTable;
+      f.status = NotFoundError(message);
+      break;
+    case ER_TABLEACCESS_DENIED_ERROR:      // 1142
+    case ER_DBACCESS_DENIED_ERROR:         // 1044
+    case ER_SPECIFIC_ACCESS_DENIED_ERROR:  // 1227
+      f.kind = MysqlFailureKind::kNoPrivilege;
+      f.status = PermissionDeniedError(message);
+      break;
+    case ER_TABLE_EXISTS_ERROR:  // 1050
+      f.kind = MysqlFailureKind::kAlreadyExists;
+      f.status = AlreadyExistsError(message);
+      break;
+    case ER_DUP_ENTRY:  // 1062
+      f.kind = MysqlFailureKind::kDuplicateKey;
+      f.status = AbortedError(message);
+      break;
+    case ER_ACCESS_DENIED_ERROR:  // 1045
+      f.status = PermissionDeniedError(message);
+      break;
+    case ER_BAD_DB_ERROR:  // 1049
+      f.status = NotFoundError(message);
+      break;
+    case ER_LOCK_WAIT_TIMEOUT:  // 1205
+    case ER_LOCK_DEADLOCK:      // 1213
+      f.status = UnavailableError(message);
+      break;
+    case CR_CONNECTION_ERROR:      // 2002
+    case CR_CONN_HOST_ERROR:       // 2003
+    case CR_SERVER_GONE_ERROR:     // 2006
+    case CR_SERVER_LOST:           // 2013
+    case CR_SERVER_LOST_EXTENDED:  // 2055
+    case ER_CONNECTION_KILLED:     // 1927 (MariaDB: KILL of this connection)
+    case ER_SERVER_SHUTDOWN:       // 1053
+    case ER_QUERY_INTERRUPTED:     // 1317
+      f.broken = true;
+      f.status = UnavailableError(message);
+      break;
+    default:
+      // Other client errors (2xxx) leave the connection in doubt.
+      f.broken = code >= 2000 && code < 3000;
+      f.status = f.broken ? UnavailableError(message) : InternalError(message);
+      break;
+  }
+  return f;
+}
+
+Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
+                          Deadline deadline, const ConnectExtras& extras) {
+  InitLibraryOnce();
+  MysqlConn conn(mysql_init(nullptr));
+  if (!conn) return UnavailableError(description + ": out of memory");
+  MYSQL* m = conn.get();
+  mysql_options(m, MYSQL_OPT_NONBLOCK, nullptr);
+  mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+  if (!extras.init_command.empty()) {
+    mysql_options(m, MYSQL_INIT_COMMAND, extras.init_command.c_str());
+  }
+  const unsigned int timeout_s = static_cast<unsigned int>(
+      std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(endpoint.connect_timeout)
+                                 .count()));
+  mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout_s);
+  mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "simba");
+  for (const auto& [key, value] : extras.attributes) {
+    mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, key.c_str(), value.c_str());
+  }
+  if (endpoint.ssl_mode != "disabled" || !endpoint.ssl_ca.empty()) {
+    const my_bool on = 1;
+    mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
+    if (!endpoint.ssl_ca.empty()) mysql_options(m, MYSQL_OPT_SSL_CA, endpoint.ssl_ca.c_str());
+    const my_bool verify = endpoint.ssl_mode == "verify_identity" ? 1 : 0;
+    mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+  }
+  // The connect timeout, in case the call's deadline is far away.
+  deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
+  MYSQL* connected = nullptr;
+  int status = mysql_real_connect_start(
+      &connected, m, endpoint.host.c_str(), endpoint.user.c_str(),
+      endpoint.password.empty() ? nullptr : endpoint.password.c_str(), endpoint.database.c_str(),
+      endpoint.port, nullptr, extras.multi_statements ? CLIENT_MULTI_STATEMENTS : 0);
+  auto cont = [&](int ready) { return mysql_real_connect_cont(&connected, m, ready); };
+  const DriveOutcome outcome = Drive(m, status, deadline, cont, extras.wake_fd);
+  if (outcome != DriveOutcome::kDone) {
+    Abandon(m, status, cont);
+    if (outcome == DriveOutcome::kWoken) return CancelledError(description + ": cancelled");
+    return DeadlineExceededError(description + ": connecting timed out");
+  }
+  if (connected == nullptr) {
+    Failure f = ErrorOf(m);
+    if (f.status.code() == StatusCode::kInternal) f.status = UnavailableError(f.status.message());
+    return Status(f.status.code(), description + ": connecting: " + f.status.message());
+  }
+  return conn;
+}
+
+ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {
+  ScalarReply reply;
+  // An unfinished call: the reply may still come, so the connection cannot
+  // be reused.
+  auto give_up = [&](DriveOutcome outcome, int& status, auto cont) {
+    reply.usable = false;
+    Abandon(m, status, cont);
+    reply.status = outcome == DriveOutcome::kWoken
+                       ? CancelledError("cancelled")
+                       : DeadlineExceededError("no reply by the deadline");
+  };
+  int rc = 0;
+  int status = mysql_real_query_start(&rc, m, sql.data(), sql.size());
+  auto query_cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
+  if (DriveOutcome o = Drive(m, status, deadline, query_cont, wake_fd); o != DriveOutcome::kDone) {
+    give_up(o, status, query_cont);
+    return reply;
+  }
+  if (rc != 0) {
+    Failure f = ErrorOf(m);
+    reply.usable = !f.broken;
+    reply.status = f.status;
+    return reply;
+  }
+  MYSQL_RES* raw = nullptr;
+  status = mysql_store_result_start(&raw, m);
+  auto store_cont = [&](int ready) { return mysql_store_result_cont(&raw, m, ready); };
+  if (DriveOutcome o = Drive(m, status, deadline, store_cont, wake_fd); o != DriveOutcome::kDone) {
+    give_up(o, status, store_cont);
+    return reply;
+  }
+  MysqlResult result(raw);
+  if (!result) {
+    if (mysql_field_count(m) != 0) {  // a row was due but could not be read
+      Failure f = ErrorOf(m);
+      reply.usable = false;
+      reply.status = f.status;
+    }
+    return reply;
+  }
+  if (MYSQL_ROW row = mysql_fetch_row(result.get()); row != nullptr && row[0] != nullptr) {
+    const unsigned long* lengths = mysql_fetch_lengths(result.get());
+    reply.value = std::string(row[0], lengths[0]);
+  }
+  return reply;
+}
+
+std::string Literal(MYSQL* m, std::string_view text) {
+  std::string escaped(text.size() * 2 + 1, '\0');
+  escaped.resize(mysql_real_escape_string(m, escaped.data(), text.data(), text.size()));
+  return "'" + escaped + "'";
+}
+
+}  // namespace simba::internal::mysql

@@ -1,0 +1,149 @@
+// MariaDB Connector/C plumbing shared by the MySQL/MariaDB backends (the
+// contention backend, mysql_backend.cc, and the keyed locks, mysql_keyed.cc):
+// owning handles, connecting, driving the non-blocking API to a deadline
+// (and, for waits a caller may cancel, to a wake-up descriptor), and the one
+// translation of client and server errors into Simba's codes.
+#ifndef SIMBA_BACKENDS_MYSQL_MYSQL_CLIENT_H_
+#define SIMBA_BACKENDS_MYSQL_MYSQL_CLIENT_H_
+
+#include <mysql.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "simba/backend.h"
+#include "simba/status.h"
+
+namespace simba::internal::mysql {
+
+// mysql_library_init, once and thread-safely (mysql_init would do it too,
+// but not thread-safely).
+void InitLibraryOnce();
+
+struct MysqlDeleter {
+  void operator()(MYSQL* m) const { mysql_close(m); }
+};
+using MysqlConn = std::unique_ptr<MYSQL, MysqlDeleter>;
+
+struct ResultDeleter {
+  void operator()(MYSQL_RES* r) const { mysql_free_result(r); }
+};
+using MysqlResult = std::unique_ptr<MYSQL_RES, ResultDeleter>;
+
+// How a driven call ended.
+enum class DriveOutcome {
+  kDone,      // the call finished (successfully or not: ask the library)
+  kDeadline,  // the deadline passed first; the call is unfinished
+  kWoken,     // `wake_fd` became readable first; the call is unfinished
+};
+
+// Drives one non-blocking call of Connector/C to its end. `status` is what
+// its _start returned; `cont(ready)` calls its _cont and returns the new
+// status. `wake_fd` (-1: none) is polled beside the socket, so another
+// thread can interrupt the wait by making it readable (an eventfd).
+template <typename Cont>
+DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd = -1);
+
+// Ends an unfinished call at once: the socket is shut down, so the library
+// fails every read and write and the call returns. The connection cannot be
+// used again.
+template <typename Cont>
+void Abandon(MYSQL* m, int& status, Cont cont);
+
+// Server and client errors as Simba's codes, and what the callers must tell
+// apart.
+enum class MysqlFailureKind {
+  kOther,
+  kNoTable,
+  kNoPrivilege,
+  kAlreadyExists,
+  kDuplicateKey,
+};
+struct Failure {
+  Status status;
+  MysqlFailureKind kind = MysqlFailureKind::kOther;
+  bool broken = false;  // the connection cannot be used again
+};
+Failure ErrorOf(MYSQL* m);
+
+struct Endpoint {
+  std::string host;
+  unsigned int port = 3306;
+  std::string user;
+  std::string password;
+  std::string database;
+  std::chrono::milliseconds connect_timeout{10000};
+  std::string ssl_mode = "disabled";
+  std::string ssl_ca;
+};
+
+// What differs between the backends' connections.
+struct ConnectExtras {
+  // Run by the library after every (re)connect, e.g. "SET time_zone = ...".
+  std::string init_command;
+  // Connection attributes (program_name=simba is always set).
+  std::vector<std::pair<std::string, std::string>> attributes;
+  bool multi_statements = false;
+  // Polled while connecting: readable = give up (kCancelled). -1: none.
+  int wake_fd = -1;
+};
+
+// Connects without blocking past `deadline` or the endpoint's connect
+// timeout (the host name is resolved by the library, which may block; use
+// an address or a local resolver). Errors: kDeadlineExceeded,
+// kUnavailable, kPermissionDenied, kNotFound (no such database),
+// kCancelled (woken), each prefixed with `description` (never a password).
+Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
+                          Deadline deadline, const ConnectExtras& extras);
+
+// The reply of a statement that returns at most one row of one column
+// (SELECT GET_LOCK(...)): the value, nullopt for SQL NULL or no row.
+struct ScalarReply {
+  Status status;                     // OK, or why there is no value
+  std::optional<std::string> value;  // when status is OK
+  // False when the connection must be closed (broken, or the call was
+  // abandoned at the deadline or on wake-up, which kDeadlineExceeded and
+  // kCancelled report).
+  bool usable = true;
+};
+ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd = -1);
+
+// `text` as a quoted SQL literal, escaped for the connection's character set.
+std::string Literal(MYSQL* m, std::string_view text);
+
+// ---- implementation of the templates ----
+
+int PollForDrive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
+                 bool* timed_out);
+
+template <typename Cont>
+DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd) {
+  while (status != 0) {
+    bool woken = false;
+    bool timed_out = false;
+    const int ready = PollForDrive(m, status, deadline, wake_fd, &woken, &timed_out);
+    if (woken) return DriveOutcome::kWoken;
+    if (timed_out) return DriveOutcome::kDeadline;
+    if (ready < 0) continue;  // nothing for the library yet (EINTR, spurious wake-up)
+    status = cont(ready);
+  }
+  return DriveOutcome::kDone;
+}
+
+template <typename Cont>
+void Abandon(MYSQL* m, int& status, Cont cont) {
+  mariadb_cancel(m);
+  for (int i = 0; i < 100 && status != 0; ++i) {
+    int ready = status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT);
+    if (ready == 0) ready = MYSQL_WAIT_TIMEOUT;
+    status = cont(ready);
+  }
+}
+
+}  // namespace simba::internal::mysql
+
+#endif  // SIMBA_BACKENDS_MYSQL_MYSQL_CLIENT_H_

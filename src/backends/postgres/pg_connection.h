@@ -1,0 +1,98 @@
+// libpq plumbing shared by the PostgreSQL backends (the contention driver in
+// postgres_backend.cc and the keyed locks in postgres_keyed.cc): owning
+// handles, connecting without blocking past a deadline, waiting on a
+// connection's socket, and turning a server error into a Status.
+#ifndef SIMBA_BACKENDS_POSTGRES_PG_CONNECTION_H_
+#define SIMBA_BACKENDS_POSTGRES_PG_CONNECTION_H_
+
+#include <libpq-fe.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "backends/sql/sql_backend.h"
+#include "simba/backend.h"
+#include "simba/status.h"
+
+namespace simba::internal::pg {
+
+struct ResultDeleter {
+  void operator()(PGresult* r) const { PQclear(r); }
+};
+using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
+
+struct ConnDeleter {
+  void operator()(PGconn* c) const { PQfinish(c); }
+};
+using PgConn = std::unique_ptr<PGconn, ConnDeleter>;
+
+// 'text', for messages.
+std::string Quoted(std::string_view text);
+
+// libpq's message for `conn` without its trailing newline.
+std::string ConnMessage(PGconn* conn);
+
+// "postgresql at host:port/db" from libpq connection keywords (never the
+// password), to start messages.
+std::string DescribeServer(const std::map<std::string, std::string>& params);
+
+enum class SocketWait {
+  kReady,     // `fd` has one of the events (or an error libpq will report)
+  kWoken,     // `wake_fd` became readable first
+  kTimedOut,  // the deadline passed first
+};
+
+// Waits until `fd` has one of `events`, `wake_fd` (ignored when < 0) is
+// readable, or `deadline` passes. The wake fd is not drained: it stays
+// readable, so a caller that was woken stops passing it.
+SocketWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd = -1);
+
+// The same for a connection's socket; false at the deadline.
+bool WaitSocket(PGconn* conn, short events, Deadline deadline);
+
+// The server's SQLSTATE of a failed result ("" when it sent none, e.g. the
+// connection broke).
+std::string SqlState(const PGresult* result);
+
+// A failed result as a Status (with the SQLSTATE in the message); `failure`
+// (if given) says which kind the SQL protocol must tell apart.
+Status ResultStatus(PGresult* result, sql::SqlFailure* failure);
+
+// Connects without blocking past `deadline`, and returns the connection in
+// nonblocking mode with libpq's notices sent to our debug log. When
+// `wake_fd` (if >= 0) becomes readable first, gives up with kCancelled.
+// Errors: kPermissionDenied (authentication), kNotFound (no such database
+// or role), kUnavailable, kDeadlineExceeded.
+Result<PgConn> Connect(const std::map<std::string, std::string>& params,
+                       const std::string& description, Deadline deadline, int wake_fd = -1);
+
+// The connection keywords this libpq knows, to reject typos in URIs.
+const std::set<std::string>& LibpqKeywords();
+
+// An eventfd another thread posts to, to wake a poll() of ours. This is how a
+// stop_callback (run on the canceller's thread, which must not wait on the
+// network) hands a cancel to the thread that waits on a socket.
+class WakeFd {
+ public:
+  WakeFd();
+  ~WakeFd();
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+
+  // False when the kernel gave us no eventfd (out of descriptors).
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  // Makes fd() readable until Drain(). Safe from any thread.
+  void Post() const;
+  void Drain() const;
+
+ private:
+  int fd_;
+};
+
+}  // namespace simba::internal::pg
+
+#endif  // SIMBA_BACKENDS_POSTGRES_PG_CONNECTION_H_

@@ -1,0 +1,557 @@
+// Keyed locks on PostgreSQL: pg_advisory_lock on connections of their own
+// (simba/backends/postgres_keyed.h says what a user sees). The pieces:
+// KeyedConnectionPool (the budget), HoldMonitor (lost sessions), and here
+// the lock round trip, its cancellation, and the hold.
+#include "simba/backends/postgres_keyed.h"
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <climits>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/postgres/hold_monitor.h"
+#include "backends/postgres/keyed_connection_pool.h"
+#include "backends/postgres/pg_connection.h"
+#include "core/log.h"
+#include "simba/backends/postgres.h"
+
+namespace simba {
+namespace {
+
+using internal::pg::ConnMessage;
+using internal::pg::DescribeServer;
+using internal::pg::HoldMonitor;
+using internal::pg::KeyedConnectionPool;
+using internal::pg::PgResult;
+using internal::pg::Quoted;
+using internal::pg::ResultStatus;
+using internal::pg::SocketWait;
+using internal::pg::SqlState;
+using internal::pg::WaitSocket;
+using internal::pg::WakeFd;
+using Loan = KeyedConnectionPool::Loan;
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+constexpr char kCreateSequence[] = "CREATE SEQUENCE IF NOT EXISTS simba_keyed_token";
+constexpr std::size_t kMaxKeyLength = 64 * 1024;
+constexpr int kDefaultLockConnections = 8;
+constexpr int kMaxLockConnections = 1024;
+// Bounds every store call other than the wait itself: checking and creating
+// the sequence, unlocking, and the reply after lock_timeout has fired.
+constexpr milliseconds kStoreCallTimeout{10000};
+constexpr int kDefaultConnectTimeoutSeconds = 10;
+// How long a cancelled wait waits for the server's answer to the cancel
+// request (a round trip, normally). A request that reaches the session just
+// before it has read the query is ignored by the server; the session is then
+// closed instead (see Lock()).
+constexpr milliseconds kAfterWake{250};
+
+// `d` + `by`, saturating at Deadline::max() (which means "no deadline").
+Deadline Later(Deadline d, milliseconds by) {
+  return d >= Deadline::max() - by ? Deadline::max() : d + by;
+}
+
+// ---- options ----------------------------------------------------------------
+
+struct KeyedOptions {
+  std::map<std::string, std::string> params;  // libpq keywords
+  int lock_connections = kDefaultLockConnections;
+  bool create_sequence = true;
+  milliseconds connect_timeout{kDefaultConnectTimeoutSeconds * 1000};
+};
+
+void SetDefault(std::map<std::string, std::string>& params, const std::string& key,
+                const std::string& value) {
+  params.emplace(key, value);  // keeps the URI's value when it has one
+}
+
+Result<KeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
+  KeyedOptions options;
+  // The contention backend's parser checks everything else; it does not
+  // know our one key.
+  Uri shared = uri;
+  if (auto it = shared.query.find("lock_connections"); it != shared.query.end()) {
+    const std::string& value = it->second;
+    int n = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (error != std::errc() || end != value.data() + value.size() || n < 1 ||
+        n > kMaxLockConnections) {
+      return InvalidArgumentError("postgresql: lock_connections must be 1.." +
+                                  std::to_string(kMaxLockConnections) + ", not " + Quoted(value));
+    }
+    options.lock_connections = n;
+    shared.query.erase(it);
+  }
+  SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, PostgresOptionsFromUri(shared));
+  options.params = std::move(postgres.params);
+  options.create_sequence = postgres.create_table;
+  SetDefault(options.params, "application_name", "simba_keyed");
+  SetDefault(options.params, "connect_timeout", std::to_string(kDefaultConnectTimeoutSeconds));
+  // A silently dead server (a cut cable) is found by keepalives: within
+  // about 25 s rather than the system's two hours.
+  SetDefault(options.params, "keepalives_idle", "10");
+  SetDefault(options.params, "keepalives_interval", "5");
+  SetDefault(options.params, "keepalives_count", "3");
+  // libpq ignores connect_timeout when connecting without blocking, as we
+  // do: we apply it ourselves. Zero or less means "forever" to libpq; a
+  // store call of ours always ends, so that becomes the default.
+  int seconds = 0;
+  const std::string& text = options.params.at("connect_timeout");
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError("postgresql: connect_timeout must be whole seconds, not " +
+                                Quoted(text));
+  }
+  options.connect_timeout =
+      std::chrono::seconds(seconds > 0 ? seconds : kDefaultConnectTimeoutSeconds);
+  return options;
+}
+
+// ---- one query, its replies -------------------------------------------------------
+
+// What one statement of a query did.
+struct StatementReply {
+  Status error;                      // OK for a command or rows
+  std::string sqlstate;              // the error's, if the server sent one
+  std::optional<std::string> value;  // first column of the first row, unless NULL
+};
+
+// What a query (one or more statements, the simple query protocol) did.
+struct QueryReply {
+  std::vector<StatementReply> statements;  // those that ran, in order
+  // Not OK when sending or reading failed, or the deadline passed: the
+  // connection's state is then unknown and it must be closed.
+  Status transport;
+};
+
+// Sends `sql` and collects every statement's outcome by `deadline`. When
+// `wake_fd` (if >= 0) becomes readable, `on_wake` runs once and says whether
+// to keep waiting for the reply, for at most kAfterWake more.
+QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int wake_fd = -1,
+                    const std::function<bool()>& on_wake = {}) {
+  QueryReply reply;
+  if (PQsendQuery(conn, sql.c_str()) != 1) {
+    reply.transport = UnavailableError("sending: " + ConnMessage(conn));
+    return reply;
+  }
+  for (;;) {
+    const int flushed = PQflush(conn);
+    if (flushed == 0) break;
+    if (flushed < 0) {
+      reply.transport = UnavailableError("sending: " + ConnMessage(conn));
+      return reply;
+    }
+    if (!WaitSocket(conn, POLLOUT | POLLIN, deadline)) {
+      reply.transport = DeadlineExceededError("sending timed out");
+      return reply;
+    }
+    if (PQconsumeInput(conn) != 1) {
+      reply.transport = UnavailableError("reading: " + ConnMessage(conn));
+      return reply;
+    }
+  }
+  for (;;) {
+    while (PQisBusy(conn) == 1) {
+      const SocketWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
+      if (waited == SocketWait::kWoken) {
+        wake_fd = -1;  // once
+        if (on_wake && !on_wake()) {
+          reply.transport = CancelledError("gave up waiting for the reply");
+          return reply;
+        }
+        deadline = std::min(deadline, steady_clock::now() + kAfterWake);
+        continue;
+      }
+      if (waited == SocketWait::kTimedOut) {
+        reply.transport = DeadlineExceededError("no reply by the deadline");
+        return reply;
+      }
+      if (PQconsumeInput(conn) != 1) {
+        reply.transport = UnavailableError("reading: " + ConnMessage(conn));
+        return reply;
+      }
+    }
+    PgResult result(PQgetResult(conn));
+    if (!result) break;  // every statement has answered
+    StatementReply statement;
+    switch (PQresultStatus(result.get())) {
+      case PGRES_COMMAND_OK:
+        break;
+      case PGRES_TUPLES_OK:
+        if (PQntuples(result.get()) > 0 && PQnfields(result.get()) > 0 &&
+            PQgetisnull(result.get(), 0, 0) == 0) {
+          statement.value = PQgetvalue(result.get(), 0, 0);
+        }
+        break;
+      default:
+        statement.error = ResultStatus(result.get(), nullptr);
+        statement.sqlstate = SqlState(result.get());
+        break;
+    }
+    reply.statements.push_back(std::move(statement));
+  }
+  if (PQstatus(conn) == CONNECTION_BAD) {
+    reply.transport = UnavailableError("connection lost: " + ConnMessage(conn));
+  }
+  return reply;
+}
+
+const StatementReply* FirstError(const QueryReply& reply) {
+  for (const StatementReply& statement : reply.statements) {
+    if (!statement.error.ok()) return &statement;
+  }
+  return nullptr;
+}
+
+// Asks the server to cancel what `conn` runs now. PQcancel opens a
+// connection of its own and waits for the server to take the request (a
+// round trip): the waiting thread does this, never the canceller's.
+bool SendCancel(PGconn* conn) {
+  PGcancel* cancel = PQgetCancel(conn);
+  if (cancel == nullptr) return false;
+  char error[256] = {};
+  const bool sent = PQcancel(cancel, error, sizeof error) == 1;
+  PQfreeCancel(cancel);
+  if (!sent) SIMBA_LOG(kDebug, "postgresql: cancel request failed: " << error);
+  return sent;
+}
+
+// Frees `lock_key` on `conn` by `deadline`.
+Status Unlock(PGconn* conn, std::int64_t lock_key, Deadline deadline) {
+  const QueryReply reply =
+      RunQuery(conn, "SELECT pg_advisory_unlock(" + std::to_string(lock_key) + ")", deadline);
+  if (!reply.transport.ok()) return reply.transport;
+  if (const StatementReply* failed = FirstError(reply)) return failed->error;
+  if (reply.statements.size() != 1 || reply.statements[0].value != "t") {
+    return InternalError("pg_advisory_unlock: the session did not hold the key");
+  }
+  return OkStatus();
+}
+
+// ---- the hold ---------------------------------------------------------------------
+
+// One held key: its connection, pinned until release, watched for a lost
+// session meanwhile.
+class PgKeyHold final : public KeyHold {
+ public:
+  PgKeyHold(std::shared_ptr<HoldMonitor> monitor, Loan loan, std::int64_t lock_key,
+            std::uint64_t token, std::function<void()> on_lost, std::string description)
+      : monitor_(std::move(monitor)),
+        loan_(std::move(loan)),
+        lock_key_(lock_key),
+        token_(token),
+        description_(std::move(description)) {
+    watch_ = monitor_->Watch(loan_.get(), std::move(on_lost));
+  }
+
+  ~PgKeyHold() override {
+    if (!freed_.exchange(true)) {
+      const Status status = Free(steady_clock::now() + kStoreCallTimeout);
+      if (!status.ok()) SIMBA_LOG(kDebug, status.ToString());
+    }
+  }
+
+  std::uint64_t fencing_token() const override { return token_; }
+
+  Status release(Deadline deadline) override {
+    if (freed_.exchange(true)) return OkStatus();
+    return Free(deadline);
+  }
+
+ private:
+  Status Free(Deadline deadline) {
+    if (!monitor_->Unwatch(watch_)) {
+      // The session ended (on_lost said so), and its lock with it.
+      loan_.Discard();
+      return OkStatus();
+    }
+    const Status unlocked = Unlock(loan_.get(), lock_key_, deadline);
+    if (!unlocked.ok()) {
+      // Ending the session frees the key, as soon as the server sees it.
+      loan_.Discard();
+      return unlocked.WithContext(description_ + ": releasing a key");
+    }
+    loan_.Return();
+    return OkStatus();
+  }
+
+  const std::shared_ptr<HoldMonitor> monitor_;
+  Loan loan_;
+  const std::int64_t lock_key_;
+  const std::uint64_t token_;
+  const std::string description_;
+  HoldMonitor::WatchId watch_ = 0;
+  std::atomic<bool> freed_{false};
+};
+
+// ---- the backend ------------------------------------------------------------------
+
+// How one acquisition waits at the server.
+struct WaitPlan {
+  bool try_only = false;          // the deadline has passed: one look
+  long long lock_timeout_ms = 0;  // 0: no limit (Deadline::max())
+};
+
+WaitPlan PlanWait(Deadline wait_deadline) {
+  if (wait_deadline == Deadline::max()) return {};
+  const auto left = wait_deadline - steady_clock::now();
+  if (left <= steady_clock::duration::zero()) return {true, 0};
+  // Rounded up, so the server never gives up before the deadline; capped at
+  // lock_timeout's largest value (about 24 days).
+  const long long ms = std::chrono::ceil<milliseconds>(left).count();
+  return {false, std::min<long long>(ms, INT_MAX)};
+}
+
+std::string LockSql(std::int64_t lock_key, const WaitPlan& plan) {
+  const std::string key = std::to_string(lock_key);
+  // statement_timeout would cut a long wait short (the URI's `options` or the
+  // role may set one): the wait is bounded by lock_timeout instead.
+  if (plan.try_only) {
+    // CASE evaluates its branch only when the key was granted: no token is
+    // spent on a miss.
+    return "SET statement_timeout = 0; SELECT CASE WHEN pg_try_advisory_lock(" + key +
+           ") THEN nextval('simba_keyed_token') END";
+  }
+  return "SET statement_timeout = 0; SET lock_timeout = " + std::to_string(plan.lock_timeout_ms) +
+         "; SELECT pg_advisory_lock(" + key + "); SELECT nextval('simba_keyed_token')";
+}
+
+// Whether the session holds the key after a lock query (some of whose
+// statements may have failed).
+enum class Held { kNo, kYes, kUnknown };
+
+Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
+  const auto& s = reply.statements;
+  if (plan.try_only) {
+    // [SET, SELECT CASE]: a failure of the CASE may come after the grant.
+    if (s.size() < 2) return Held::kNo;
+    if (!s[1].error.ok()) return Held::kUnknown;
+    return s[1].value ? Held::kYes : Held::kNo;
+  }
+  // [SET, SET, SELECT pg_advisory_lock, SELECT nextval]
+  return s.size() >= 3 && s[2].error.ok() ? Held::kYes : Held::kNo;
+}
+
+class PgKeyedBackend final : public KeyedLockBackend {
+ public:
+  explicit PgKeyedBackend(KeyedOptions options)
+      : description_(DescribeServer(options.params)),
+        user_(options.params.count("user") != 0 ? options.params.at("user") : "<user>"),
+        create_sequence_(options.create_sequence),
+        pool_(std::make_shared<KeyedConnectionPool>(std::move(options.params), description_,
+                                                    options.lock_connections,
+                                                    options.connect_timeout)),
+        monitor_(std::make_shared<HoldMonitor>()) {
+    capabilities_.mechanism = "pg_advisory_lock (session; key hashed to 64 bits)";
+    capabilities_.cross_process = true;
+    capabilities_.fencing_tokens = true;
+    // The server queues a lock's waiters in arrival order and grants the
+    // first at once on release; each of our sessions waits for one key
+    // only, so the deadlock detector never reorders a queue. Waiters for a
+    // connection of the budget line up in arrival order too.
+    capabilities_.fifo = true;
+    capabilities_.push_handoff = true;
+    capabilities_.freed_with_session = true;
+    capabilities_.max_key_length = kMaxKeyLength;
+  }
+
+  std::string_view scheme() const override { return "postgresql"; }
+  const KeyedLockCapabilities& capabilities() const override { return capabilities_; }
+
+  Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override {
+    SIMBA_RETURN_IF_ERROR(validate_key(request.key));
+    if (request.cancel.stop_requested()) return Cancelled();
+    // A cancel posts here; the waits below (for a connection, for the
+    // server) watch it. Declared before the callback, which uses it.
+    WakeFd wake;
+    if (!wake.ok()) return UnavailableError(description_ + ": out of file descriptors");
+    std::stop_callback on_cancel(request.cancel, [&wake] { wake.Post(); });
+    SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
+                           pool_->Borrow(request.wait_deadline, request.cancel, wake.fd()));
+    if (!loan) return NotAcquired();
+    if (!sequence_ready_.load()) SIMBA_RETURN_IF_ERROR(EnsureTokenSequence(*loan));
+    return Lock(std::move(*loan), request, wake.fd());
+  }
+
+ private:
+  static Result<std::unique_ptr<KeyHold>> NotAcquired() { return std::unique_ptr<KeyHold>(); }
+  Status Cancelled() const { return CancelledError(description_ + ": acquire cancelled"); }
+
+  std::string SequenceAdvice() const {
+    return "run: CREATE SEQUENCE simba_keyed_token; GRANT USAGE ON SEQUENCE simba_keyed_token TO " +
+           user_ + ";";
+  }
+
+  // Creates the token sequence unless it exists (once per backend: after
+  // that, its absence shows up as an error of nextval).
+  Status EnsureTokenSequence(Loan& loan) {
+    const Deadline deadline = steady_clock::now() + kStoreCallTimeout;
+    // Looked up first: CREATE ... IF NOT EXISTS needs the CREATE privilege
+    // even when the sequence exists, which a DBA may have made for us.
+    const QueryReply found =
+        RunQuery(loan.get(), "SELECT to_regclass('simba_keyed_token') IS NOT NULL", deadline);
+    SIMBA_RETURN_IF_ERROR(SetupOutcome(loan, found, "looking up the token sequence"));
+    if (found.statements.empty() || found.statements[0].value != "t") {
+      if (!create_sequence_) {
+        return FailedPreconditionError(description_ +
+                                       ": the token sequence simba_keyed_token is missing and "
+                                       "create_table=off; " +
+                                       SequenceAdvice());
+      }
+      const QueryReply created = RunQuery(loan.get(), kCreateSequence, deadline);
+      const StatementReply* failed = FirstError(created);
+      // A concurrent creator that won the race (duplicate name or catalog
+      // row) leaves what we wanted.
+      const bool lost_race =
+          failed != nullptr && (failed->sqlstate == "42P07" || failed->sqlstate == "42710" ||
+                                failed->sqlstate == "23505");
+      if (failed != nullptr && failed->sqlstate == "42501") {
+        return PermissionDeniedError(description_ + ": may not create the token sequence (" +
+                                     failed->error.message() + "); " + SequenceAdvice());
+      }
+      if (!lost_race) {
+        SIMBA_RETURN_IF_ERROR(SetupOutcome(loan, created, "creating the token sequence"));
+      }
+    }
+    sequence_ready_.store(true);
+    return OkStatus();
+  }
+
+  // The status of a setup query; a connection in an unknown state is closed.
+  Status SetupOutcome(Loan& loan, const QueryReply& reply, const std::string& what) const {
+    if (!reply.transport.ok()) {
+      loan.Discard();
+      return reply.transport.WithContext(description_ + ": " + what);
+    }
+    if (const StatementReply* failed = FirstError(reply)) {
+      return failed->error.WithContext(description_ + ": " + what);
+    }
+    return OkStatus();
+  }
+
+  // The lock round trip on `loan`, and what its outcome means.
+  Result<std::unique_ptr<KeyHold>> Lock(Loan loan, const KeyAcquireRequest& request, int wake_fd) {
+    // A cancel request sent before the session has read the query would be
+    // ignored: a cancel that came while we set up is answered here.
+    if (request.cancel.stop_requested()) return Cancelled();
+    const std::int64_t lock_key = PostgresAdvisoryLockKey(request.key);
+    const WaitPlan plan = PlanWait(request.wait_deadline);
+    PGconn* conn = loan.get();
+    bool cancel_sent = false;
+    // A try is one quick round trip: it is not worth cancelling.
+    const QueryReply reply =
+        RunQuery(conn, LockSql(lock_key, plan),
+                 plan.try_only ? steady_clock::now() + kStoreCallTimeout
+                               : Later(request.wait_deadline, kStoreCallTimeout),
+                 plan.try_only ? -1 : wake_fd, [&] {
+                   cancel_sent = SendCancel(conn);
+                   // Unsent, the wait would go on: give up on the session instead.
+                   return cancel_sent;
+                 });
+    if (!reply.transport.ok()) {
+      // Whatever the session holds or waits for ends with it (a wait the
+      // server still has for it ends when it is granted: the session then
+      // finds nobody to answer to).
+      loan.Discard();
+      if (request.cancel.stop_requested()) return Cancelled();
+      return reply.transport.WithContext(description_ + ": acquiring a key");
+    }
+    const Held held = HeldAfter(reply, plan);
+    const StatementReply* failed = FirstError(reply);
+    if (failed == nullptr) {
+      if (held == Held::kNo) {
+        return NotAcquired();  // a try that found the key taken
+      }
+      return Granted(std::move(loan), lock_key, reply, plan, cancel_sent, request);
+    }
+    // A statement failed. A session that may hold the key, or that a cancel
+    // request may still reach (it would hit the next statement), is closed.
+    if (held != Held::kNo || (cancel_sent && failed->sqlstate != "57014")) loan.Discard();
+    if (held == Held::kNo) {
+      if (request.cancel.stop_requested()) return Cancelled();
+      if (failed->sqlstate == "55P03") return NotAcquired();  // lock_timeout
+      if (failed->sqlstate == "57014") {
+        return UnavailableError(
+            description_ +
+            ": the server cancelled the wait (pg_cancel_backend?): " + failed->error.message());
+      }
+    }
+    if (failed->sqlstate == "42501") {
+      return PermissionDeniedError(description_ + ": may not use the token sequence (" +
+                                   failed->error.message() + "); " + SequenceAdvice());
+    }
+    if (failed->sqlstate == "42P01") {
+      sequence_ready_.store(false);  // dropped meanwhile: the next acquire re-creates it
+      return UnavailableError(description_ + ": the token sequence is missing (" +
+                              failed->error.message() + "); try again");
+    }
+    return failed->error.WithContext(description_ + ": acquiring a key");
+  }
+
+  // The key was granted: a hold, unless the caller cancelled meanwhile.
+  Result<std::unique_ptr<KeyHold>> Granted(Loan loan, std::int64_t lock_key,
+                                           const QueryReply& reply, const WaitPlan& plan,
+                                           bool cancel_sent, const KeyAcquireRequest& request) {
+    if (request.cancel.stop_requested()) {
+      // Granted as the cancel came. A cancel request already sent may still
+      // reach the session and hit the next statement: close it then.
+      if (cancel_sent ||
+          !Unlock(loan.get(), lock_key, steady_clock::now() + kStoreCallTimeout).ok()) {
+        loan.Discard();
+      }
+      return Cancelled();
+    }
+    const std::optional<std::string>& token_text =
+        plan.try_only ? reply.statements[1].value : reply.statements.back().value;
+    std::uint64_t token = 0;
+    if (!token_text ||
+        std::from_chars(token_text->data(), token_text->data() + token_text->size(), token).ec !=
+            std::errc() ||
+        token == 0) {
+      loan.Discard();
+      return InternalError(description_ + ": nextval gave no fencing token");
+    }
+    return std::unique_ptr<KeyHold>(std::make_unique<PgKeyHold>(
+        monitor_, std::move(loan), lock_key, token, request.on_lost, description_));
+  }
+
+  const std::string description_;
+  const std::string user_;
+  const bool create_sequence_;
+  KeyedLockCapabilities capabilities_;
+  const std::shared_ptr<KeyedConnectionPool> pool_;
+  const std::shared_ptr<HoldMonitor> monitor_;
+  std::atomic<bool> sequence_ready_{false};
+};
+
+}  // namespace
+
+std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
+  constexpr std::uint64_t kOffsetBasis = 0xcbf29ce484222325ULL;
+  constexpr std::uint64_t kPrime = 0x100000001b3ULL;
+  std::uint64_t hash = kOffsetBasis;
+  for (const char c : key) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= kPrime;
+  }
+  // Two's complement (defined since C++20): the bigint PostgreSQL stores.
+  return static_cast<std::int64_t>(hash);
+}
+
+Result<std::shared_ptr<KeyedLockBackend>> OpenPostgresKeyedLockBackend(const Uri& uri) {
+  SIMBA_ASSIGN_OR_RETURN(KeyedOptions options, KeyedOptionsFromUri(uri));
+  return std::shared_ptr<KeyedLockBackend>(std::make_shared<PgKeyedBackend>(std::move(options)));
+}
+
+}  // namespace simba

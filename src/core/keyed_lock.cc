@@ -1,0 +1,363 @@
+// The keyed-lock contract, once for every store: per-(thread, key)
+// reentrancy, the max_hold watchdog, and the arbitration between a release,
+// the watchdog and a loss reported by the store (whichever comes first ends
+// the hold; the others find it ended). Backends only take and free a key.
+#include "simba/keyed_lock.h"
+
+#include <map>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+#include "core/runtime.h"
+
+namespace simba {
+
+Status KeyedLockBackend::validate_key(std::string_view key) const {
+  return ValidateName("key", key, capabilities().max_key_length);
+}
+
+namespace internal {
+namespace {
+
+using std::chrono::milliseconds;
+
+// How long freeing a key at the store may take when the watchdog, a loss or
+// the provider's end does it (a holder's own release() uses the same bound).
+constexpr milliseconds kReleaseTimeout{5000};
+
+Deadline ReleaseDeadline() { return std::chrono::steady_clock::now() + kReleaseTimeout; }
+
+}  // namespace
+
+class KeyedProviderState;
+
+// One acquisition of a key by one thread, shared by its re-entrant Leases.
+class KeyedHold {
+ public:
+  enum class Ending { kReleased, kWatchdog, kLost, kProviderClosed };
+
+  KeyedHold(std::string key, std::thread::id thread, std::weak_ptr<KeyedProviderState> provider)
+      : key_(std::move(key)), thread_(thread), provider_(std::move(provider)) {}
+
+  const std::string& key() const { return key_; }
+  std::thread::id thread() const { return thread_; }
+  const std::weak_ptr<KeyedProviderState>& provider() const { return provider_; }
+
+  // Called once the store granted the key.
+  void Granted(std::unique_ptr<KeyHold> store_hold, Clock::TimePoint deadline,
+               std::shared_ptr<Clock> clock) {
+    std::lock_guard<std::mutex> lock(mu_);
+    token_ = store_hold->fencing_token();
+    deadline_ = deadline;
+    clock_ = std::move(clock);
+    if (ended_) {
+      // Lost before the grant was recorded: free what the store gave us.
+      orphan_ = std::move(store_hold);
+      return;
+    }
+    store_hold_ = std::move(store_hold);
+  }
+  void set_watchdog(Runtime::TimerId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    watchdog_ = id;
+  }
+
+  bool IsHeld() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The deadline too: a late watchdog never stretches max_hold.
+    return !ended_ && store_hold_ != nullptr && clock_->Now() < deadline_;
+  }
+  std::uint64_t token() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return token_;
+  }
+  Clock::TimePoint deadline() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return deadline_;
+  }
+  std::stop_token lost_token() const { return lost_.get_token(); }
+
+  // Ends the hold for `why` if nothing ended it yet, and returns what the
+  // store still holds (null if something else ended it first, or for a
+  // hold whose grant is still on its way). The caller frees it.
+  std::unique_ptr<KeyHold> End(Ending why, Runtime::TimerId* watchdog) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return std::move(orphan_);
+    ended_ = true;
+    if (why != Ending::kReleased) lost_.request_stop();
+    *watchdog = watchdog_;
+    watchdog_ = 0;
+    return std::move(store_hold_);
+  }
+
+ private:
+  const std::string key_;
+  const std::thread::id thread_;
+  const std::weak_ptr<KeyedProviderState> provider_;
+  std::stop_source lost_;
+
+  mutable std::mutex mu_;
+  bool ended_ = false;
+  std::unique_ptr<KeyHold> store_hold_;
+  std::unique_ptr<KeyHold> orphan_;
+  std::uint64_t token_ = 0;
+  Clock::TimePoint deadline_{};
+  std::shared_ptr<Clock> clock_ = Clock::Steady();
+  Runtime::TimerId watchdog_ = 0;
+};
+
+// What the provider's holds share: the backend, the watchdog's timer thread,
+// and the table of (thread, key) acquisitions for reentrancy.
+class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderState> {
+ public:
+  KeyedProviderState(std::shared_ptr<KeyedLockBackend> backend, std::shared_ptr<Clock> clock)
+      : backend_(std::move(backend)),
+        clock_(std::move(clock)),
+        // One timer thread for the watchdogs and one I/O thread to free
+        // keys they (or a loss) end: the holder's threads do the rest.
+        runtime_(std::make_unique<Runtime>(clock_, 1, 1)) {}
+
+  const std::shared_ptr<KeyedLockBackend>& backend() const { return backend_; }
+  const std::shared_ptr<Clock>& clock() const { return clock_; }
+
+  // The live acquisition of `key` by this thread, with one more lease on it.
+  std::shared_ptr<KeyedHold> Reenter(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = table_.find({std::this_thread::get_id(), key});
+    if (it == table_.end() || !it->second.hold->IsHeld()) return nullptr;
+    ++it->second.leases;
+    return it->second.hold;
+  }
+
+  // Records a granted acquisition and starts its watchdog.
+  void Track(const std::shared_ptr<KeyedHold>& hold) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Replaces an acquisition of this thread that already ended (its
+      // leases are still open): it is of no use for reentrancy any more.
+      table_[{hold->thread(), hold->key()}] = Entry{hold, 1};
+    }
+    std::weak_ptr<KeyedHold> weak = hold;
+    std::weak_ptr<KeyedProviderState> self = weak_from_this();
+    hold->set_watchdog(runtime_->ScheduleAt(hold->deadline(), [weak, self] {
+      auto h = weak.lock();
+      auto state = self.lock();
+      if (h != nullptr && state != nullptr) state->EndInBackground(h, KeyedHold::Ending::kWatchdog);
+    }));
+  }
+
+  // One lease of `hold` is given up. True when it was the last.
+  bool Leave(const std::shared_ptr<KeyedHold>& hold) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = table_.find({hold->thread(), hold->key()});
+    if (it == table_.end() || it->second.hold != hold) return true;
+    if (--it->second.leases > 0) return false;
+    table_.erase(it);
+    return true;
+  }
+
+  // Frees the key now, on this thread (a holder's release).
+  Status EndNow(const std::shared_ptr<KeyedHold>& hold) {
+    Runtime::TimerId watchdog = 0;
+    std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kReleased, &watchdog);
+    if (watchdog != 0) runtime_->Cancel(watchdog);
+    if (store_hold == nullptr) return OkStatus();  // the watchdog or a loss was first
+    return store_hold->release(std::chrono::steady_clock::now() + kReleaseTimeout)
+        .WithContext("releasing key '" + hold->key() + "'");
+  }
+
+  // The watchdog or a loss: the hold ends at once (is_held() turns false,
+  // lost_token() stops); the store is told on the I/O thread, so a timer or
+  // a store's callback thread never waits for it.
+  void EndInBackground(const std::shared_ptr<KeyedHold>& hold, KeyedHold::Ending why) {
+    Runtime::TimerId watchdog = 0;
+    std::unique_ptr<KeyHold> store_hold = hold->End(why, &watchdog);
+    if (watchdog != 0) runtime_->Cancel(watchdog);
+    if (store_hold == nullptr) return;
+    if (why == KeyedHold::Ending::kWatchdog) {
+      SIMBA_LOG(kWarn, "key '" << hold->key() << "': held for its whole max_hold; freeing it");
+    } else {
+      SIMBA_LOG(kWarn, "key '" << hold->key() << "': the store ended the hold");
+    }
+    auto shared = std::make_shared<std::unique_ptr<KeyHold>>(std::move(store_hold));
+    const std::string key = hold->key();
+    // If the pool is closed the task is dropped, and destroying the hold
+    // frees the key.
+    runtime_->PostIo([shared, key, backend = backend_] {
+      const Status released = (*shared)->release(ReleaseDeadline());
+      if (!released.ok()) {
+        SIMBA_LOG(kWarn, "key '" << key << "': freeing it failed (the store's session or "
+                                 << "lease frees it): " << released);
+      }
+      shared->reset();
+    });
+  }
+
+  // The provider is going away: free every key still held, then stop the
+  // threads.
+  void Close() {
+    std::vector<std::shared_ptr<KeyedHold>> holds;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& [id, entry] : table_) holds.push_back(entry.hold);
+      table_.clear();
+    }
+    for (const auto& hold : holds) {
+      Runtime::TimerId watchdog = 0;
+      std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kProviderClosed, &watchdog);
+      if (store_hold != nullptr) (void)store_hold->release(ReleaseDeadline());
+    }
+    runtime_->Shutdown();
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<KeyedHold> hold;
+    int leases = 0;
+  };
+
+  const std::shared_ptr<KeyedLockBackend> backend_;
+  const std::shared_ptr<Clock> clock_;
+  const std::unique_ptr<Runtime> runtime_;
+  std::mutex mu_;
+  std::map<std::pair<std::thread::id, std::string>, Entry> table_;
+};
+
+class KeyedLockProviderImpl final : public KeyedLockProvider {
+ public:
+  explicit KeyedLockProviderImpl(std::shared_ptr<KeyedProviderState> state)
+      : state_(std::move(state)) {}
+  ~KeyedLockProviderImpl() override { state_->Close(); }
+
+  Result<Lease> acquire(std::string_view key, milliseconds max_hold,
+                        std::stop_token cancel) override {
+    SIMBA_ASSIGN_OR_RETURN(std::optional<Lease> lease,
+                           AcquireUntil(key, Deadline::max(), max_hold, std::move(cancel)));
+    if (!lease.has_value()) {
+      return InternalError("the store gave up waiting for key '" + std::string(key) +
+                           "' although no deadline was set");
+    }
+    return std::move(*lease);
+  }
+
+  Result<std::optional<Lease>> try_acquire(std::string_view key, milliseconds max_wait,
+                                           milliseconds max_hold,
+                                           std::stop_token cancel) override {
+    if (max_wait < milliseconds(0)) {
+      return InvalidArgumentError("max_wait must be >= 0, got " + std::to_string(max_wait.count()) +
+                                  " ms");
+    }
+    return AcquireUntil(key, std::chrono::steady_clock::now() + max_wait, max_hold,
+                        std::move(cancel));
+  }
+
+  const KeyedLockCapabilities& capabilities() const override {
+    return state_->backend()->capabilities();
+  }
+  std::string_view scheme() const override { return state_->backend()->scheme(); }
+
+ private:
+  Result<std::optional<Lease>> AcquireUntil(std::string_view key_view, Deadline wait_deadline,
+                                            milliseconds max_hold, std::stop_token cancel) {
+    if (max_hold <= milliseconds(0)) {
+      return InvalidArgumentError("max_hold must be > 0, got " + std::to_string(max_hold.count()) +
+                                  " ms");
+    }
+    SIMBA_RETURN_IF_ERROR(state_->backend()->validate_key(key_view));
+    const std::string key(key_view);
+    // Reentrancy: this thread holds the key already. Its first max_hold
+    // stays in force.
+    if (auto held = state_->Reenter(key)) return std::optional<Lease>(Lease(std::move(held)));
+
+    auto hold = std::make_shared<KeyedHold>(key, std::this_thread::get_id(), state_);
+    std::weak_ptr<KeyedHold> weak = hold;
+    std::weak_ptr<KeyedProviderState> provider = state_;
+    KeyAcquireRequest request;
+    request.key = key;
+    request.max_hold = max_hold;
+    request.wait_deadline = wait_deadline;
+    request.cancel = std::move(cancel);
+    request.on_lost = [weak, provider] {
+      auto h = weak.lock();
+      auto state = provider.lock();
+      if (h != nullptr && state != nullptr) state->EndInBackground(h, KeyedHold::Ending::kLost);
+    };
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<KeyHold> store_hold,
+                           state_->backend()->acquire(request));
+    if (store_hold == nullptr) return std::optional<Lease>();
+    // max_hold counts from the grant: the wait is not part of the hold.
+    hold->Granted(std::move(store_hold), state_->clock()->Now() + max_hold, state_->clock());
+    state_->Track(hold);
+    return std::optional<Lease>(Lease(std::move(hold)));
+  }
+
+  const std::shared_ptr<KeyedProviderState> state_;
+};
+
+}  // namespace internal
+
+// ---- Lease ----
+
+Lease::Lease(std::shared_ptr<internal::KeyedHold> hold) : hold_(std::move(hold)) {}
+
+Lease::Lease(Lease&& other) noexcept
+    : hold_(std::move(other.hold_)), released_(std::exchange(other.released_, false)) {}
+
+Lease& Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    (void)release();
+    hold_ = std::move(other.hold_);
+    released_ = std::exchange(other.released_, false);
+  }
+  return *this;
+}
+
+Lease::~Lease() {
+  const Status released = release();
+  if (!released.ok()) {
+    SIMBA_LOG(kWarn, released << " (the store's session or lease frees the key)");
+  }
+}
+
+bool Lease::is_held() const { return hold_ != nullptr && !released_ && hold_->IsHeld(); }
+
+std::uint64_t Lease::fencing_token() const { return is_held() ? hold_->token() : 0; }
+
+std::stop_token Lease::lost_token() const {
+  return hold_ != nullptr ? hold_->lost_token() : std::stop_token();
+}
+
+Clock::TimePoint Lease::hold_deadline() const {
+  return hold_ != nullptr ? hold_->deadline() : Clock::TimePoint{};
+}
+
+const std::string& Lease::key() const {
+  static const std::string kNone;
+  return hold_ != nullptr ? hold_->key() : kNone;
+}
+
+Status Lease::release() {
+  if (hold_ == nullptr || released_) return OkStatus();
+  released_ = true;
+  auto state = hold_->provider().lock();
+  if (state == nullptr) return OkStatus();  // the provider freed it when it closed
+  if (!state->Leave(hold_)) return OkStatus();  // an outer lease still holds it
+  return state->EndNow(hold_);
+}
+
+// ---- KeyedLockProvider ----
+
+Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::create(
+    std::shared_ptr<KeyedLockBackend> backend, KeyedLockOptions options) {
+  if (backend == nullptr) return InvalidArgumentError("backend must not be null");
+  SIMBA_RETURN_IF_ERROR(options.lease.Validate());
+  if (options.clock == nullptr) options.clock = Clock::Steady();
+  auto state = std::make_shared<internal::KeyedProviderState>(std::move(backend), options.clock);
+  return std::unique_ptr<KeyedLockProvider>(
+      std::make_unique<internal::KeyedLockProviderImpl>(std::move(state)));
+}
+
+}  // namespace simba

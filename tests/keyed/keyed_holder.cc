@@ -1,0 +1,84 @@
+// simba-test-keyed-holder: holds one key in a process of its own, for the
+// keyed suite's cross-process cases. It prints one line per event:
+//   HELD <token>   it holds the key
+//   LOST           the hold ended other than by release (watchdog, store)
+//   ERROR <text>   acquiring failed
+// SIGTERM/SIGINT release the key and exit; SIGKILL is the crash under test.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "simba/keyed_lock.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+void Emit(const std::string& line) {
+  const std::string out = line + "\n";
+  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
+  (void)ignored;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: simba-test-keyed-holder --store URI --key KEY [--max-hold-ms N] "
+               "[--ttl-ms N] [--transition-ms N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string store;
+  std::string key;
+  long long max_hold_ms = 3'600'000;
+  simba::KeyedLockOptions options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const char* value = argv[i + 1];
+    if (flag == "--store") {
+      store = value;
+    } else if (flag == "--key") {
+      key = value;
+    } else if (flag == "--max-hold-ms") {
+      max_hold_ms = std::atoll(value);
+    } else if (flag == "--ttl-ms") {
+      options.lease.ttl = std::chrono::milliseconds(std::atoll(value));
+    } else if (flag == "--transition-ms") {
+      options.lease.transition = std::chrono::milliseconds(std::atoll(value));
+    } else {
+      return Usage();
+    }
+  }
+  if (store.empty() || key.empty()) return Usage();
+  signal(SIGTERM, OnSignal);
+  signal(SIGINT, OnSignal);
+  auto provider = simba::KeyedLockProvider::open(store, options);
+  if (!provider.ok()) {
+    Emit("ERROR " + provider.status().ToString());
+    return 1;
+  }
+  auto lease = (*provider)->acquire(key, std::chrono::milliseconds(max_hold_ms));
+  if (!lease.ok()) {
+    Emit("ERROR " + lease.status().ToString());
+    return 1;
+  }
+  Emit("HELD " + std::to_string(lease->fencing_token()));
+  const std::stop_token lost = lease->lost_token();
+  while (!g_stop && !lost.stop_requested()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (lost.stop_requested()) Emit("LOST");
+  (void)lease->release();
+  return 0;
+}

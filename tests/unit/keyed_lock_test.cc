@@ -1,0 +1,204 @@
+// The keyed-lock core (src/core/keyed_lock.cc) on a virtual clock: the
+// max_hold watchdog to the millisecond, reentrancy after it fired, a loss
+// reported by the store, and the provider's end. The stores themselves are
+// covered by the keyed suite (testing/keyed_conformance.cc).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "simba/clock.h"
+#include "simba/keyed_lock.h"
+#include "testing/status_matchers.h"
+#include "testing/test_util.h"
+
+namespace simba {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Eventually;
+
+// A store whose holds the test can take away, as a lost session would.
+class LosingBackend final : public KeyedLockBackend {
+ public:
+  LosingBackend() {
+    capabilities_.mechanism = "test";
+    capabilities_.fencing_tokens = true;
+  }
+  std::string_view scheme() const override { return "test"; }
+  const KeyedLockCapabilities& capabilities() const override { return capabilities_; }
+  Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_lost_ = request.on_lost;
+    return std::unique_ptr<KeyHold>(std::make_unique<Hold>(this, ++tokens_));
+  }
+  void LoseTheHold() {
+    std::function<void()> lost;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lost = on_lost_;
+    }
+    lost();
+  }
+  int releases() const { return releases_.load(); }
+
+ private:
+  class Hold final : public KeyHold {
+   public:
+    Hold(LosingBackend* backend, std::uint64_t token) : backend_(backend), token_(token) {}
+    ~Hold() override {
+      if (!released_) ++backend_->releases_;
+    }
+    std::uint64_t fencing_token() const override { return token_; }
+    Status release(Deadline) override {
+      released_ = true;
+      ++backend_->releases_;
+      return OkStatus();
+    }
+
+   private:
+    LosingBackend* backend_;
+    std::uint64_t token_;
+    bool released_ = false;
+  };
+
+  KeyedLockCapabilities capabilities_;
+  std::mutex mu_;
+  std::function<void()> on_lost_;
+  std::uint64_t tokens_ = 0;
+  std::atomic<int> releases_{0};
+};
+
+class KeyedLockTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<KeyedLockProvider> Provider(const std::string& name) {
+    KeyedLockOptions options;
+    options.clock = clock_;
+    return KeyedLockProvider::create(NewMemoryKeyedLockBackend(name).value(), options).value();
+  }
+  // True once the watchdog's timer thread waits for `at`.
+  bool TimerWaitsFor(Clock::TimePoint at) {
+    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
+  }
+
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+};
+
+TEST_F(KeyedLockTest, TheWatchdogFiresAtMaxHoldToTheMillisecond) {
+  auto provider = Provider("watchdog");
+  auto other = Provider("watchdog");
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  EXPECT_EQ(lease->hold_deadline(), clock_->Now() + seconds(10));
+  ASSERT_TRUE(TimerWaitsFor(lease->hold_deadline()));
+  clock_->Advance(seconds(10) - milliseconds(1));
+  EXPECT_TRUE(lease->is_held());
+  auto blocked = other->try_acquire("k", milliseconds(0), seconds(1));
+  ASSERT_THAT(blocked, testing::IsOk());
+  EXPECT_FALSE(blocked->has_value());
+  clock_->Advance(milliseconds(1));
+  // Not held from that instant on, even before the timer thread runs.
+  EXPECT_FALSE(lease->is_held());
+  ASSERT_TRUE(Eventually([&] { return lease->lost_token().stop_requested(); }, seconds(5)));
+  Result<std::optional<Lease>> taken = InternalError("not yet");
+  ASSERT_TRUE(Eventually(
+      [&] {
+        taken = other->try_acquire("k", milliseconds(0), seconds(1));
+        return taken.ok() && taken->has_value();
+      },
+      seconds(5)))
+      << "the watchdog did not free the key";
+  SIMBA_EXPECT_OK(lease->release());
+  EXPECT_TRUE((*taken)->is_held()) << "the late release freed the next holder";
+}
+
+TEST_F(KeyedLockTest, AReentryAfterTheWatchdogIsANewHoldWithANewToken) {
+  auto provider = Provider("reentry-after-watchdog");
+  auto outer = provider->acquire("k", seconds(1));
+  ASSERT_THAT(outer, testing::IsOk());
+  const std::uint64_t first = outer->fencing_token();
+  ASSERT_TRUE(TimerWaitsFor(outer->hold_deadline()));
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return outer->lost_token().stop_requested(); }, seconds(5)));
+  auto fresh = provider->acquire("k", seconds(5));
+  ASSERT_THAT(fresh, testing::IsOk());
+  EXPECT_TRUE(fresh->is_held());
+  EXPECT_GT(fresh->fencing_token(), first);
+  EXPECT_EQ(fresh->hold_deadline(), clock_->Now() + seconds(5));
+  // Closing the old outer lease must not end the new hold.
+  SIMBA_EXPECT_OK(outer->release());
+  EXPECT_TRUE(fresh->is_held());
+}
+
+TEST_F(KeyedLockTest, ALeaseMayBeReleasedFromAnotherThread) {
+  auto provider = Provider("other-thread");
+  auto other = Provider("other-thread");
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  std::thread([&] { SIMBA_EXPECT_OK(lease->release()); }).join();
+  auto taken = other->try_acquire("k", milliseconds(0), seconds(1));
+  ASSERT_THAT(taken, testing::IsOk());
+  EXPECT_TRUE(taken->has_value());
+}
+
+TEST_F(KeyedLockTest, AStoreLossEndsTheHoldAtOnce) {
+  auto backend = std::make_shared<LosingBackend>();
+  KeyedLockOptions options;
+  options.clock = clock_;
+  auto provider = KeyedLockProvider::create(backend, options).value();
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  auto inner = provider->acquire("k", seconds(10));
+  ASSERT_THAT(inner, testing::IsOk());
+  backend->LoseTheHold();
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_FALSE(inner->is_held());
+  EXPECT_TRUE(lease->lost_token().stop_requested());
+  EXPECT_EQ(lease->fencing_token(), 0u);
+  // The store hold is still given back (in the background), once.
+  ASSERT_TRUE(Eventually([&] { return backend->releases() == 1; }, seconds(5)));
+  SIMBA_EXPECT_OK(inner->release());
+  SIMBA_EXPECT_OK(lease->release());
+  EXPECT_EQ(backend->releases(), 1);
+}
+
+TEST_F(KeyedLockTest, DestroyingTheProviderFreesWhatItsLeasesHold) {
+  auto provider = Provider("provider-end");
+  auto other = Provider("provider-end");
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  provider.reset();
+  EXPECT_FALSE(lease->is_held());
+  EXPECT_TRUE(lease->lost_token().stop_requested());
+  auto taken = other->try_acquire("k", milliseconds(0), seconds(1));
+  ASSERT_THAT(taken, testing::IsOk());
+  EXPECT_TRUE(taken->has_value());
+  SIMBA_EXPECT_OK(lease->release());  // harmless afterwards
+}
+
+TEST_F(KeyedLockTest, WaitersOfTheMemoryStoreAreServedInArrivalOrder) {
+  auto provider = Provider("fifo");
+  auto holder = provider->acquire("k", seconds(10));
+  ASSERT_THAT(holder, testing::IsOk());
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> waiters;
+  for (int i = 0; i < 5; ++i) {
+    waiters.emplace_back([&, i] {
+      auto lease = provider->acquire("k", seconds(10));
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+    });
+    // Each waiter queues before the next one starts.
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  SIMBA_ASSERT_OK(holder->release());
+  for (auto& waiter : waiters) waiter.join();
+  EXPECT_THAT(order, ::testing::ElementsAre(0, 1, 2, 3, 4));
+}
+
+}  // namespace
+}  // namespace simba
