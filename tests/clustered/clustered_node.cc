@@ -1,0 +1,95 @@
+// simba-test-clustered-node: a node in a process of its own, for the
+// cross-process clustered-lock case. It defines one clustered lock, locks it
+// and reports on stdout, one line per event:
+//   LOCKED <token>   this node holds the lock
+//   LOST             this node's hold ended other than by unlock()
+//   ERROR <status>   lock() failed or did not finish within 30 s
+// then holds the lock (renewed in the background) until SIGTERM/SIGINT, when
+// it unlocks and exits. SIGKILL is the point: a node that dies holding.
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "simba/clustered_lock.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void OnSignal(int) { g_stop = true; }
+
+void Emit(const std::string& line) {
+  // One write per line: the parent reads lines, stdio buffering would hold
+  // them back.
+  const std::string out = line + "\n";
+  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
+  (void)ignored;
+}
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: simba-test-clustered-node --store URI --lock NAME [--ttl-ms N] "
+               "[--transition-ms N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string store, name;
+  simba::ContendOptions lease;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    if (flag == "--store") {
+      store = value;
+    } else if (flag == "--lock") {
+      name = value;
+    } else if (flag == "--ttl-ms") {
+      lease.ttl = std::chrono::milliseconds(std::atoll(value.c_str()));
+    } else if (flag == "--transition-ms") {
+      lease.transition = std::chrono::milliseconds(std::atoll(value.c_str()));
+    } else {
+      return Usage();
+    }
+  }
+  if (store.empty() || name.empty()) return Usage();
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+
+  simba::ClusteredLockOptions options;
+  options.lease = lease;
+  auto manager = simba::ClusteredLockManager::open(store, options);
+  if (!manager.ok()) {
+    Emit("ERROR " + manager.status().ToString());
+    return 3;
+  }
+  if (auto defined = (*manager)->define(name); !defined.ok()) {
+    Emit("ERROR " + defined.status().ToString());
+    return 3;
+  }
+  auto lock = (*manager)->get(name).value();
+  lock->add_loss_listener([](const simba::Status&) { Emit("LOST"); });
+  auto locked = lock->lock();
+  if (locked.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    Emit("ERROR lock() did not finish within 30 s");
+    return 4;
+  }
+  if (simba::Status s = locked.get(); !s.ok()) {
+    Emit("ERROR " + s.ToString());
+    return 4;
+  }
+  Emit("LOCKED " + std::to_string(lock->fencing_token()));
+  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  auto unlocked = lock->unlock();
+  (void)unlocked.wait_for(std::chrono::seconds(10));
+  return 0;
+}
