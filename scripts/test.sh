@@ -46,5 +46,8 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   # Sanitized code runs slower: stretch the tests' real-time waits.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan -L 'unit|conformance'
+  echo "== Keyed and clustered locks on the embedded stores under ASan/UBSan =="
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan -L 'keyed|clustered' -R '^(Memory|Sqlite)/'
 fi
 echo "test.sh: all passed"
