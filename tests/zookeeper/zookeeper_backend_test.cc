@@ -401,6 +401,41 @@ TEST(ZookeeperHandOff, WaiterTakesOverWithinRoundTripsOfTheRelease) {
 // 50 contenders (in 5 processes' worth of factories) queue for one mutex:
 // they lead one at a time in the order they joined, and each hand-off
 // costs the server a few requests, not one per waiter.
+// Contenders joining and leaving one queue as fast as they can: a waiter's
+// predecessor often leaves between the listing and the watch on it. That is
+// the queue moving, not an error (it once came back as INTERNAL "no node").
+TEST(ZookeeperHandOff, APredecessorLeavingMidAcquireIsNoError) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 150;
+  const std::string uri = SharedUri();
+  std::atomic<int> errors{0};
+  std::string first_error;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      auto backend = Open(uri);  // a session of its own, like a process
+      if (!backend) {
+        ++errors;
+        return;
+      }
+      const std::string id = "churn-" + std::to_string(t);
+      for (int i = 0; i < kRounds; ++i) {
+        auto joined = backend->acquire_or_renew(Request("churn", id), In(seconds(10)));
+        auto left = backend->release("churn", id, In(seconds(10)));
+        if (!joined.ok() || !left.ok()) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (errors++ == 0) {
+            first_error = (!joined.ok() ? joined.status() : left.status()).ToString();
+          }
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(errors.load(), 0) << first_error;
+}
+
 TEST(ZookeeperHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   constexpr int kFactories = 5;
   constexpr int kContenders = 50;

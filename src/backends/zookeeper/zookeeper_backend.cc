@@ -1073,7 +1073,9 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
     }
     SIMBA_RETURN_IF_ERROR(Await(owner_node, deadline, "reading " + lowest_path, {ZNONODE}));
     if (watched != nullptr) {
-      SIMBA_RETURN_IF_ERROR(Await(watched, deadline, "watching " + predecessor.name));
+      // ZNONODE: the predecessor left meanwhile (handled below).
+      SIMBA_RETURN_IF_ERROR(
+          Await(watched, deadline, "watching " + predecessor.name, {ZNONODE}));
       if (watched->rc == ZNONODE) {
         // Gone before the watch was set (an exists watch on a missing
         // node waits for its creation): drop it and look again.
