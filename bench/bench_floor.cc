@@ -1,0 +1,256 @@
+#include "bench_floor.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <utility>
+
+#include "simba/internal/backends_config.h"
+
+#if SIMBA_HAVE_SQLITE
+#include <sqlite3.h>
+#endif
+#if SIMBA_HAVE_REDIS
+#include <hiredis/hiredis.h>
+#endif
+#if SIMBA_HAVE_POSTGRES
+#include <libpq-fe.h>
+#endif
+#if SIMBA_HAVE_MYSQL
+#include <mysql.h>
+#endif
+#if SIMBA_HAVE_ZOOKEEPER
+#include <zookeeper/zookeeper.h>
+#endif
+#if SIMBA_HAVE_ETCD
+#include "backends/etcd/etcd_client.h"
+#endif
+
+namespace simba::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+// Times `round_trips` calls of `once` (which returns false on failure).
+template <typename F>
+Result<std::vector<double>> Time(int round_trips, F&& once) {
+  std::vector<double> micros;
+  micros.reserve(static_cast<std::size_t>(round_trips));
+  for (int i = 0; i < round_trips; ++i) {
+    const auto start = Clock::now();
+    if (!once()) return UnavailableError("a floor round trip failed");
+    micros.push_back(Micros(Clock::now() - start));
+  }
+  return micros;
+}
+
+std::string HostOf(const Uri& uri) { return uri.hosts.empty() ? "127.0.0.1" : uri.hosts[0].host; }
+
+int PortOf(const Uri& uri, int fallback) {
+  return uri.hosts.empty() || !uri.hosts[0].port ? fallback : *uri.hosts[0].port;
+}
+
+#if SIMBA_HAVE_SQLITE
+// SQLite has no round trip: its floor is its cheapest durable write, with the
+// settings the backend uses (WAL, synchronous=FULL), in a table of its own.
+Result<FloorSamples> SqliteFloor(const Uri& uri, int n) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(uri.path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
+                      nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return UnavailableError("sqlite: cannot open " + uri.path);
+  }
+  sqlite3_busy_timeout(db, 5000);
+  const char* setup =
+      "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+      "CREATE TABLE IF NOT EXISTS simba_bench_floor (k INTEGER PRIMARY KEY, v INTEGER);"
+      "INSERT OR IGNORE INTO simba_bench_floor VALUES (1, 0);";
+  if (sqlite3_exec(db, setup, nullptr, nullptr, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return UnavailableError("sqlite: cannot set up the floor table in " + uri.path);
+  }
+  auto micros = Time(n, [&] {
+    return sqlite3_exec(db,
+                        "BEGIN IMMEDIATE; UPDATE simba_bench_floor SET v = v + 1 WHERE k = 1; "
+                        "COMMIT;",
+                        nullptr, nullptr, nullptr) == SQLITE_OK;
+  });
+  sqlite3_close(db);
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"one durable write (WAL, synchronous=FULL)", std::move(*micros)};
+}
+#endif
+
+#if SIMBA_HAVE_REDIS
+Result<FloorSamples> RedisFloor(const Uri& uri, int n) {
+  const timeval timeout{3, 0};
+  redisContext* c = redisConnectWithTimeout(HostOf(uri).c_str(), PortOf(uri, 6379), timeout);
+  if (c == nullptr || c->err) {
+    if (c != nullptr) redisFree(c);
+    return UnavailableError("redis: cannot connect");
+  }
+  const auto command = [&](const char* fmt, auto... args) {
+    auto* reply = static_cast<redisReply*>(redisCommand(c, fmt, args...));
+    const bool ok = reply != nullptr && reply->type != REDIS_REPLY_ERROR;
+    if (reply != nullptr) freeReplyObject(reply);
+    return ok;
+  };
+  if (uri.password && !(uri.user ? command("AUTH %s %s", uri.user->c_str(), uri.password->c_str())
+                                 : command("AUTH %s", uri.password->c_str()))) {
+    redisFree(c);
+    return PermissionDeniedError("redis: AUTH failed");
+  }
+  auto micros = Time(n, [&] { return command("PING"); });
+  redisFree(c);
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"PING", std::move(*micros)};
+}
+#endif
+
+#if SIMBA_HAVE_POSTGRES
+Result<FloorSamples> PostgresFloor(const Uri& uri, int n) {
+  const std::string host = HostOf(uri);
+  const std::string port = std::to_string(PortOf(uri, 5432));
+  const std::string dbname = uri.path.size() > 1 ? uri.path.substr(1) : "postgres";
+  std::vector<const char*> keys{"host", "port", "dbname", "connect_timeout"};
+  std::vector<const char*> values{host.c_str(), port.c_str(), dbname.c_str(), "5"};
+  if (uri.user) {
+    keys.push_back("user");
+    values.push_back(uri.user->c_str());
+  }
+  if (uri.password) {
+    keys.push_back("password");
+    values.push_back(uri.password->c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  PGconn* conn = PQconnectdbParams(keys.data(), values.data(), 0);
+  if (PQstatus(conn) != CONNECTION_OK) {
+    PQfinish(conn);
+    return UnavailableError("postgresql: cannot connect");
+  }
+  auto micros = Time(n, [&] {
+    PGresult* r = PQexec(conn, "SELECT 1");
+    const bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
+    PQclear(r);
+    return ok;
+  });
+  PQfinish(conn);
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"SELECT 1", std::move(*micros)};
+}
+#endif
+
+#if SIMBA_HAVE_MYSQL
+Result<FloorSamples> MysqlFloor(const Uri& uri, int n) {
+  MYSQL* conn = mysql_init(nullptr);
+  const unsigned int timeout = 5;
+  mysql_options(conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
+  const std::string db = uri.path.size() > 1 ? uri.path.substr(1) : "";
+  if (mysql_real_connect(conn, HostOf(uri).c_str(), uri.user ? uri.user->c_str() : nullptr,
+                         uri.password ? uri.password->c_str() : nullptr,
+                         db.empty() ? nullptr : db.c_str(),
+                         static_cast<unsigned int>(PortOf(uri, 3306)), nullptr, 0) == nullptr) {
+    mysql_close(conn);
+    return UnavailableError("mysql: cannot connect");
+  }
+  auto micros = Time(n, [&] {
+    if (mysql_query(conn, "SELECT 1") != 0) return false;
+    MYSQL_RES* result = mysql_store_result(conn);
+    if (result == nullptr) return false;
+    mysql_free_result(result);
+    return true;
+  });
+  mysql_close(conn);
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"SELECT 1", std::move(*micros)};
+}
+#endif
+
+#if SIMBA_HAVE_ZOOKEEPER
+struct ZkConnected {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool connected = false;
+};
+
+void OnZkSession(zhandle_t*, int type, int state, const char*, void* context) {
+  if (type != ZOO_SESSION_EVENT || state != ZOO_CONNECTED_STATE) return;
+  auto* waiter = static_cast<ZkConnected*>(context);
+  std::lock_guard<std::mutex> lock(waiter->mu);
+  waiter->connected = true;
+  waiter->cv.notify_all();
+}
+
+Result<FloorSamples> ZookeeperFloor(const Uri& uri, int n) {
+  std::string hosts;
+  for (const auto& h : uri.hosts) {
+    if (!hosts.empty()) hosts += ",";
+    hosts += h.host + ":" + std::to_string(h.port ? *h.port : 2181);
+  }
+  zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
+  ZkConnected waiter;
+  zhandle_t* zh = zookeeper_init(hosts.c_str(), OnZkSession, 10000, nullptr, &waiter, 0);
+  if (zh == nullptr) return UnavailableError("zookeeper: cannot start a session");
+  {
+    std::unique_lock<std::mutex> lock(waiter.mu);
+    if (!waiter.cv.wait_for(lock, std::chrono::seconds(10), [&] { return waiter.connected; })) {
+      zookeeper_close(zh);
+      return UnavailableError("zookeeper: no session within 10 s");
+    }
+  }
+  Stat stat;
+  auto micros = Time(n, [&] {
+    const int rc = zoo_exists(zh, "/", 0, &stat);
+    return rc == ZOK;
+  });
+  zookeeper_close(zh);
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"exists /", std::move(*micros)};
+}
+#endif
+
+#if SIMBA_HAVE_ETCD
+Result<FloorSamples> EtcdFloor(const Uri& uri, int n) {
+  namespace etcd = internal::etcd;
+  etcd::Endpoint endpoint{HostOf(uri), PortOf(uri, 2379)};
+  SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<etcd::HttpConnection> conn,
+                         etcd::HttpConnection::Open(endpoint, Clock::now() + std::chrono::seconds(5)));
+  const std::vector<etcd::HttpRequest> range{{"/v3/kv/range", R"({"key":"c2ltYmEtYmVuY2gtZmxvb3I="})"}};
+  auto micros = Time(n, [&] {
+    auto replies = conn->Call(range, Clock::now() + std::chrono::seconds(5));
+    return replies.ok() && replies->size() == 1 && (*replies)[0].status == 200;
+  });
+  SIMBA_RETURN_IF_ERROR(micros.status());
+  return FloorSamples{"range read (JSON gateway)", std::move(*micros)};
+}
+#endif
+
+}  // namespace
+
+Result<FloorSamples> MeasureFloor(const Uri& uri, int round_trips) {
+  const std::string& s = uri.scheme;
+#if SIMBA_HAVE_SQLITE
+  if (s == "sqlite") return SqliteFloor(uri, round_trips);
+#endif
+#if SIMBA_HAVE_REDIS
+  if (s == "redis") return RedisFloor(uri, round_trips);
+#endif
+#if SIMBA_HAVE_POSTGRES
+  if (s == "postgresql" || s == "postgres") return PostgresFloor(uri, round_trips);
+#endif
+#if SIMBA_HAVE_MYSQL
+  if (s == "mysql" || s == "mariadb") return MysqlFloor(uri, round_trips);
+#endif
+#if SIMBA_HAVE_ZOOKEEPER
+  if (s == "zookeeper") return ZookeeperFloor(uri, round_trips);
+#endif
+#if SIMBA_HAVE_ETCD
+  if (s == "etcd") return EtcdFloor(uri, round_trips);
+#endif
+  return UnimplementedError("no floor for " + s + ":// stores");
+}
+
+}  // namespace simba::bench

@@ -1,0 +1,28 @@
+// The floor of a store: its cheapest round trip from the same client library
+// Simba uses (Redis PING, SQL `SELECT 1`, ZooKeeper exists, an etcd range
+// read; for SQLite, which has no round trip, one durable write). Everything
+// simba-bench reports is compared with it.
+#ifndef SIMBA_BENCH_BENCH_FLOOR_H_
+#define SIMBA_BENCH_BENCH_FLOOR_H_
+
+#include <string>
+#include <vector>
+
+#include "simba/status.h"
+#include "simba/uri.h"
+
+namespace simba::bench {
+
+// What the floor measured: one sample (µs) per round trip, and what it was.
+struct FloorSamples {
+  std::string what;  // "PING", "SELECT 1", ...
+  std::vector<double> micros;
+};
+
+// kUnimplemented for a store without a floor (memory://) or one not compiled
+// in; the store's error when it cannot be reached.
+Result<FloorSamples> MeasureFloor(const Uri& uri, int round_trips);
+
+}  // namespace simba::bench
+
+#endif  // SIMBA_BENCH_BENCH_FLOOR_H_

@@ -1,0 +1,412 @@
+// simba-bench: what a store costs through Simba, next to the store's floor.
+//
+//   simba-bench --store URI [--scenario NAME] [--iterations N] [--handoffs N]
+//               [--contenders 1,4,16] [--seconds S] [--json]
+//
+// Scenarios (default: all of them, in this order):
+//   floor        the store's cheapest round trip from the same client library
+//   uncontended  acquire + release of a free mutex (Backend SPI) and of a
+//                free keyed lock (KeyedLockProvider)
+//   handoff      the holder releases, the waiter acquires: mutex services in
+//                two factories (ttl 10 s / transition 6 s, so a missed push
+//                would show as seconds) and keyed locks in two providers
+//   contended    one hot key, C contender threads (each with a provider of
+//                its own, as separate clients), a read-modify-write of a
+//                counter under the lock: ops/s, fairness, the count checked
+// Rows give p50/p99/p999 in µs, ops/s, and the ratio of p50 to the floor's
+// (two round trips for an acquire + release). A wrong count or a store error
+// exits non-zero; a slow figure never does. Results: docs/benchmarks.md.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_floor.h"
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/keyed_lock.h"
+#include "simba/registry.h"
+#include "simba/uri.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const auto index = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(index, v.size() - 1)];
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "simba-bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+struct Options {
+  std::string store;
+  std::string scenario = "all";
+  int iterations = 1000;
+  int handoffs = 100;
+  std::vector<int> contenders{1, 4, 16};
+  int seconds = 5;
+  bool json = false;
+};
+
+// One result row.
+struct Row {
+  std::string scenario;
+  std::string name;
+  std::vector<double> micros;  // latency samples (may be empty)
+  double ops_per_second = 0;
+  std::string extra;  // scenario-specific, "key=value ..."
+};
+
+class Report {
+ public:
+  explicit Report(const Options& options) : options_(options) {}
+
+  void set_floor(double median_micros) { floor_ = median_micros; }
+
+  // `round_trips`: how many floor round trips the operation needs at least
+  // (0: no ratio).
+  void Add(Row row, int round_trips) {
+    const double p50 = Percentile(row.micros, 0.5);
+    const double ratio = floor_ > 0 && round_trips > 0 && !row.micros.empty()
+                             ? p50 / (floor_ * round_trips)
+                             : 0;
+    if (options_.json) {
+      std::printf(
+          "{\"store\":\"%s\",\"scenario\":\"%s\",\"case\":\"%s\",\"n\":%zu,\"p50_us\":%.1f,"
+          "\"p99_us\":%.1f,\"p999_us\":%.1f,\"ops_per_s\":%.1f,\"floor_ratio\":%.2f%s%s}\n",
+          scheme_.c_str(), row.scenario.c_str(), row.name.c_str(), row.micros.size(), p50,
+          Percentile(row.micros, 0.99), Percentile(row.micros, 0.999), row.ops_per_second, ratio,
+          row.extra.empty() ? "" : ",", row.extra.c_str());
+    } else {
+      if (!header_printed_) {
+        std::printf("%-12s %-44s %7s %9s %9s %9s %10s %7s  %s\n", "scenario", "case", "n",
+                    "p50 us", "p99 us", "p999 us", "ops/s", "x floor", "notes");
+        header_printed_ = true;
+      }
+      std::printf("%-12s %-44s %7zu %9.1f %9.1f %9.1f %10.1f %7s  %s\n", row.scenario.c_str(),
+                  row.name.c_str(), row.micros.size(), p50, Percentile(row.micros, 0.99),
+                  Percentile(row.micros, 0.999), row.ops_per_second,
+                  ratio > 0 ? Format("%.2f", ratio).c_str() : "-", row.extra.c_str());
+    }
+    std::fflush(stdout);
+  }
+  void set_scheme(std::string scheme) { scheme_ = std::move(scheme); }
+
+ private:
+  static std::string Format(const char* fmt, double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, fmt, v);
+    return buf;
+  }
+  const Options& options_;
+  std::string scheme_;
+  double floor_ = 0;
+  bool header_printed_ = false;
+};
+
+double OpsPerSecond(const std::vector<double>& micros) {
+  double total = 0;
+  for (double m : micros) total += m;
+  return total > 0 ? static_cast<double>(micros.size()) * 1e6 / total : 0;
+}
+
+// ---- scenarios ----
+
+void Floor(const Options& options, const simba::Uri& uri, Report& report) {
+  auto floor = simba::bench::MeasureFloor(uri, options.iterations);
+  if (!floor.ok()) {
+    if (floor.status().code() == simba::StatusCode::kUnimplemented) {
+      std::fprintf(stderr, "simba-bench: %s (no ratios)\n", floor.status().ToString().c_str());
+      return;
+    }
+    Fail("floor: " + floor.status().ToString());
+  }
+  // The first tenth warms the connection up.
+  std::vector<double> micros(floor->micros.begin() + floor->micros.size() / 10, floor->micros.end());
+  report.set_floor(Percentile(micros, 0.5));
+  Row row{"floor", floor->what, micros, OpsPerSecond(micros), ""};
+  report.Add(row, 1);
+}
+
+void Uncontended(const Options& options, Report& report) {
+  const simba::Deadline far = Clock::now() + std::chrono::hours(1);
+  auto backend = simba::OpenBackend(options.store);
+  if (!backend.ok()) Fail(backend.status().ToString());
+  std::vector<double> pair;
+  for (int i = 0; i < options.iterations + options.iterations / 10; ++i) {
+    const auto start = Clock::now();
+    auto got = (*backend)->acquire_or_renew({"bench-free", "bench-a", seconds(10), seconds(6)}, far);
+    if (!got.ok() || !got->owner.is_owner("bench-a")) Fail("mutex acquire failed");
+    auto released = (*backend)->release("bench-free", "bench-a", far);
+    if (!released.ok() || !*released) Fail("mutex release failed");
+    if (i >= options.iterations / 10) pair.push_back(Micros(Clock::now() - start));
+  }
+  report.Add({"uncontended", "mutex: acquire_or_renew + release (SPI)", pair, OpsPerSecond(pair), ""},
+             2);
+
+  auto provider = simba::KeyedLockProvider::open(options.store);
+  if (!provider.ok()) Fail(provider.status().ToString());
+  std::vector<double> keyed;
+  for (int i = 0; i < options.iterations + options.iterations / 10; ++i) {
+    const auto start = Clock::now();
+    auto lease = (*provider)->try_acquire("bench-key", milliseconds(0), seconds(30));
+    if (!lease.ok() || !lease->has_value()) Fail("keyed try_acquire of a free key failed");
+    if (!(*lease)->release().ok()) Fail("keyed release failed");
+    if (i >= options.iterations / 10) keyed.push_back(Micros(Clock::now() - start));
+  }
+  report.Add({"uncontended", "keyed: try_acquire + release", keyed, OpsPerSecond(keyed),
+              "mechanism=\"" + (*provider)->capabilities().mechanism + "\""},
+             2);
+}
+
+// Set by a callback, waited for by the benchmark.
+struct Signal {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool set = false;
+  Clock::time_point at;
+  void Set() {
+    std::lock_guard<std::mutex> lock(mu);
+    set = true;
+    at = Clock::now();
+    cv.notify_all();
+  }
+  bool Wait(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, timeout, [&] { return set; });
+  }
+  void Reset() {
+    std::lock_guard<std::mutex> lock(mu);
+    set = false;
+  }
+};
+
+void MutexHandoff(const Options& options, Report& report) {
+  simba::FactoryOptions factory_options;
+  factory_options.contend.ttl = seconds(10);
+  factory_options.contend.transition = seconds(6);
+  auto factory_a = simba::MutexContendServiceFactory::open(options.store, factory_options);
+  auto factory_b = simba::MutexContendServiceFactory::open(options.store, factory_options);
+  if (!factory_a.ok() || !factory_b.ok()) Fail("cannot open the factories");
+  Signal acquired[2];
+  std::unique_ptr<simba::MutexContendService> services[2];
+  for (int k = 0; k < 2; ++k) {
+    auto contender = simba::MakeContender(
+        "bench-handoff", [&, k](const simba::MutexState&) { acquired[k].Set(); }, nullptr);
+    auto& factory = k == 0 ? *factory_a : *factory_b;
+    auto service = factory->create_contend_service(contender);
+    if (!service.ok()) Fail(service.status().ToString());
+    services[k] = std::move(*service);
+  }
+  if (!services[0]->start().ok() || !acquired[0].Wait(seconds(30))) {
+    Fail("the first holder never acquired");
+  }
+  // Without push a waiter moves at its next poll (the end of the holder's
+  // transition, ~16 s here): a few samples say enough.
+  const bool push = (*factory_a)->backend()->capabilities().push_release;
+  const int handoffs = push ? options.handoffs : std::min(options.handoffs, 3);
+  std::vector<double> handoff;
+  int holder = 0;
+  for (int i = 0; i < handoffs; ++i) {
+    const int waiter = 1 - holder;
+    acquired[waiter].Reset();
+    if (!services[waiter]->start().ok()) Fail("start failed");
+    const auto looking = Clock::now();
+    while (services[waiter]->after_owner().owner_id != services[holder]->contender_id()) {
+      if (Clock::now() - looking > seconds(10)) Fail("the waiter never looked");
+      std::this_thread::yield();
+    }
+    const auto start = Clock::now();
+    if (!services[holder]->stop().ok()) Fail("stop failed");
+    if (!acquired[waiter].Wait(seconds(20))) Fail("no mutex hand-off within 20 s");
+    handoff.push_back(Micros(acquired[waiter].at - start));
+    holder = waiter;
+  }
+  (void)services[holder]->stop();
+  report.Add({"handoff", "mutex: stop() -> waiter's on_acquired", handoff, 0,
+              push ? "push" : "no push: the waiter polls"},
+             2);
+}
+
+void KeyedHandoff(const Options& options, Report& report) {
+  auto a = simba::KeyedLockProvider::open(options.store);
+  auto b = simba::KeyedLockProvider::open(options.store);
+  if (!a.ok() || !b.ok()) Fail("cannot open the keyed providers");
+  std::vector<double> handoff;
+  for (int i = 0; i < options.handoffs; ++i) {
+    auto& holder = i % 2 == 0 ? **a : **b;
+    auto& waiter = i % 2 == 0 ? **b : **a;
+    auto held = holder.acquire("bench-handoff-key", seconds(60));
+    if (!held.ok()) Fail(held.status().ToString());
+    std::atomic<bool> waiting{false};
+    Clock::time_point got_at;
+    std::optional<simba::Lease> got;
+    std::thread waiter_thread([&] {
+      waiting = true;
+      auto lease = waiter.try_acquire("bench-handoff-key", seconds(20), seconds(60));
+      got_at = Clock::now();
+      if (lease.ok() && lease->has_value()) got = std::move(**lease);
+    });
+    while (!waiting) std::this_thread::yield();
+    // Long enough for the waiter to be queued at the store.
+    std::this_thread::sleep_for(milliseconds(20));
+    const auto released = Clock::now();
+    if (!held->release().ok()) Fail("keyed release failed");
+    waiter_thread.join();
+    if (!got.has_value()) Fail("no keyed hand-off within 20 s");
+    handoff.push_back(Micros(got_at - released));
+    (void)got->release();
+  }
+  report.Add({"handoff", "keyed: release() -> waiter's try_acquire returns", handoff, 0, ""}, 2);
+}
+
+void Contended(const Options& options, Report& report) {
+  for (int contenders : options.contenders) {
+    std::vector<std::unique_ptr<simba::KeyedLockProvider>> providers;
+    for (int i = 0; i < contenders; ++i) {
+      auto provider = simba::KeyedLockProvider::open(options.store);
+      if (!provider.ok()) Fail(provider.status().ToString());
+      providers.push_back(std::move(*provider));
+    }
+    std::atomic<long long> counter{0};
+    std::atomic<bool> stop{false};
+    std::atomic<int> errors{0};
+    std::vector<long long> per_thread(static_cast<std::size_t>(contenders), 0);
+    std::vector<std::vector<double>> waits(static_cast<std::size_t>(contenders));
+    std::vector<std::thread> threads;
+    const auto start = Clock::now();
+    for (int t = 0; t < contenders; ++t) {
+      threads.emplace_back([&, t] {
+        auto& provider = *providers[static_cast<std::size_t>(t)];
+        while (!stop) {
+          const auto asked = Clock::now();
+          auto lease = provider.try_acquire("bench-hot", seconds(30), seconds(30));
+          if (!lease.ok() || !lease->has_value()) {
+            ++errors;
+            continue;
+          }
+          waits[static_cast<std::size_t>(t)].push_back(Micros(Clock::now() - asked));
+          // Read, then write: only the lock keeps increments from being lost.
+          const long long seen = counter.load(std::memory_order_relaxed);
+          counter.store(seen + 1, std::memory_order_relaxed);
+          ++per_thread[static_cast<std::size_t>(t)];
+          if (!(*lease)->release().ok()) ++errors;
+        }
+      });
+    }
+    std::this_thread::sleep_for(seconds(options.seconds));
+    stop = true;
+    for (auto& thread : threads) thread.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    long long total = 0;
+    long long least = per_thread.empty() ? 0 : per_thread[0];
+    long long most = least;
+    std::vector<double> all_waits;
+    for (int t = 0; t < contenders; ++t) {
+      total += per_thread[static_cast<std::size_t>(t)];
+      least = std::min(least, per_thread[static_cast<std::size_t>(t)]);
+      most = std::max(most, per_thread[static_cast<std::size_t>(t)]);
+      const auto& w = waits[static_cast<std::size_t>(t)];
+      all_waits.insert(all_waits.end(), w.begin(), w.end());
+    }
+    if (counter.load() != total) {
+      Fail("lost updates under the lock: counter " + std::to_string(counter.load()) + ", " +
+           std::to_string(total) + " increments");
+    }
+    if (errors > 0) Fail(std::to_string(errors.load()) + " acquisitions or releases failed");
+    std::ostringstream extra;
+    extra << "contenders=" << contenders << " count=" << total << " (exact) least=" << least
+          << " most=" << most;
+    report.Add({"contended", std::to_string(contenders) + " threads: wait for the hot key",
+                all_waits, static_cast<double>(total) / elapsed, extra.str()},
+               0);
+  }
+}
+
+std::vector<int> ParseList(const std::string& text) {
+  std::vector<int> values;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const int v = std::atoi(item.c_str());
+    if (v < 1) Fail("--contenders takes positive numbers, got '" + text + "'");
+    values.push_back(v);
+  }
+  return values;
+}
+
+Options Parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) Fail(flag + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--store") {
+      options.store = value();
+    } else if (flag == "--scenario") {
+      options.scenario = value();
+    } else if (flag == "--iterations") {
+      options.iterations = std::max(10, std::atoi(value().c_str()));
+    } else if (flag == "--handoffs") {
+      options.handoffs = std::max(1, std::atoi(value().c_str()));
+    } else if (flag == "--contenders") {
+      options.contenders = ParseList(value());
+    } else if (flag == "--seconds") {
+      options.seconds = std::max(1, std::atoi(value().c_str()));
+    } else if (flag == "--json") {
+      options.json = true;
+    } else {
+      Fail("unknown flag '" + flag + "' (see the comment at the top of bench/simba_bench.cc)");
+    }
+  }
+  if (options.store.empty()) Fail("--store URI is required");
+  static const char* const kScenarios[] = {"all", "floor", "uncontended", "handoff", "contended"};
+  if (std::find(std::begin(kScenarios), std::end(kScenarios), options.scenario) ==
+      std::end(kScenarios)) {
+    Fail("unknown scenario '" + options.scenario +
+         "' (all, floor, uncontended, handoff, contended)");
+  }
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = Parse(argc, argv);
+  auto uri = simba::Uri::Parse(options.store);
+  if (!uri.ok()) Fail(uri.status().ToString());
+  Report report(options);
+  report.set_scheme(uri->scheme);
+  const auto runs = [&](const char* scenario) {
+    return options.scenario == "all" || options.scenario == scenario;
+  };
+  // The floor is measured whatever the scenario, for the ratios.
+  Floor(options, *uri, report);
+  if (runs("uncontended")) Uncontended(options, report);
+  if (runs("handoff")) {
+    MutexHandoff(options, report);
+    KeyedHandoff(options, report);
+  }
+  if (runs("contended")) Contended(options, report);
+  return 0;
+}
