@@ -63,9 +63,18 @@ function(simba_add_test)
     set(fixture_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${PROJECT_BINARY_DIR}/test-servers\"")
   endif()
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake)
+  # Scale tests measure how much one process gets through a store while the
+  # machine is otherwise quiet (1,000 renewals per ttl on two I/O threads): a
+  # second store-heavy test beside them on 2 cores makes leases lapse, so
+  # they run alone (RUN_SERIAL).
   file(WRITE ${labels_file}
     "if(${T_NAME}_TESTS)\n"
     "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\"${fixture_props})\n"
+    "  foreach(simba_test IN LISTS ${T_NAME}_TESTS)\n"
+    "    if(simba_test MATCHES \"ThousandServices|TenThousand\")\n"
+    "      set_tests_properties(\${simba_test} PROPERTIES RUN_SERIAL TRUE)\n"
+    "    endif()\n"
+    "  endforeach()\n"
     "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()
