@@ -27,16 +27,9 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-std::string UniqueSuffix() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->name()) + "-" + std::to_string(getpid());
-  std::replace(name.begin(), name.end(), '/', '-');
-  return name;
-}
-
 class Fixture {
  public:
-  explicit Fixture(const BackendTarget& target) : target_(target), uri_(target.uri(UniqueSuffix())) {}
+  explicit Fixture(const BackendTarget& target) : target_(target), uri_(target.uri(UniqueTestName())) {}
 
   const std::string& uri() const { return uri_; }
   const ContendOptions& options() const { return target_.options; }

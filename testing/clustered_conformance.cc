@@ -33,13 +33,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clk = std::chrono::steady_clock;
 
-std::string UniqueSuffix() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = "cl-" + std::string(info->name()) + "-" + std::to_string(getpid());
-  std::replace(name.begin(), name.end(), '/', '-');
-  return name;
-}
-
 // Waits (scaled) for a future; an error status when it is not ready in time,
 // so a hung call fails the test instead of hanging it.
 Status Await(std::future<Status> future, milliseconds timeout = seconds(10)) {
@@ -69,7 +62,7 @@ long long MillisSince(Clk::time_point start) {
 class Fixture {
  public:
   explicit Fixture(const ClusteredTarget& target)
-      : target_(target), uri_(target.uri(UniqueSuffix())) {}
+      : target_(target), uri_(target.uri(UniqueTestName("cl-"))) {}
 
   const std::string& uri() const { return uri_; }
   const ContendOptions& lease() const { return target_.lease; }

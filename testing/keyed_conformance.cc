@@ -24,13 +24,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
-std::string UniqueSuffix() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->name()) + "-" + std::to_string(getpid());
-  std::replace(name.begin(), name.end(), '/', '-');
-  return name;
-}
-
 milliseconds Since(steady_clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
 }
@@ -40,7 +33,7 @@ milliseconds Since(steady_clock::time_point start) {
 class KeyedFixture {
  public:
   explicit KeyedFixture(const KeyedTarget& target)
-      : target_(target), unique_(UniqueSuffix()), uri_(target.uri(unique_)) {}
+      : target_(target), unique_(UniqueTestName()), uri_(target.uri(unique_)) {}
 
   std::unique_ptr<KeyedLockProvider> Provider() {
     auto provider = KeyedLockProvider::open(uri_, target_.options);

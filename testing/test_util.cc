@@ -8,10 +8,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <thread>
+
+#include <gtest/gtest.h>
 
 extern char** environ;
 
@@ -29,6 +32,13 @@ double TimeScale() {
 
 std::chrono::milliseconds Scaled(std::chrono::milliseconds d) {
   return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(d.count()) * TimeScale()));
+}
+
+std::string UniqueTestName(const std::string& prefix) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = prefix + info->name() + "-" + std::to_string(getpid());
+  std::replace(name.begin(), name.end(), '/', '-');
+  return name;
 }
 
 bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {

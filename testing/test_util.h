@@ -17,6 +17,10 @@ namespace simba::testing {
 double TimeScale();
 std::chrono::milliseconds Scaled(std::chrono::milliseconds d);
 
+// `prefix` + the running test's name + "-" + the pid, with '/' made '-': a
+// name no other test (or run) uses, for stores and keys shared by tests.
+std::string UniqueTestName(const std::string& prefix = "");
+
 // Polls `condition` every millisecond of real time until it holds or
 // `timeout` (scaled) passes. Returns whether it held.
 bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
