@@ -1,7 +1,6 @@
 // simba-bench: what a store costs through Simba, next to the store's floor.
 //
-//   simba-bench --store URI [--scenario NAME] [--iterations N] [--handoffs N]
-//               [--contenders 1,4,16] [--seconds S] [--json]
+//   simba-bench --store URI [--scenario NAME] [--json] [--smoke] [sizes...]
 //
 // Scenarios (default: all of them, in this order):
 //   floor        the store's cheapest round trip from the same client library
@@ -10,12 +9,24 @@
 //   handoff      the holder releases, the waiter acquires: mutex services in
 //                two factories (ttl 10 s / transition 6 s, so a missed push
 //                would show as seconds) and keyed locks in two providers
-//   contended    one hot key, C contender threads (each with a provider of
-//                its own, as separate clients), a read-modify-write of a
-//                counter under the lock: ops/s, fairness, the count checked
-// Rows give p50/p99/p999 in µs, ops/s, and the ratio of p50 to the floor's
-// (two round trips for an acquire + release). A wrong count or a store error
-// exits non-zero; a slow figure never does. Results: docs/benchmarks.md.
+//   contended    one hot key, C contenders as threads (each with a provider
+//                of its own) and as processes: a read-modify-write of a
+//                counter under the lock; ops/s, fairness, the count checked
+//   failover     a holder process (mutex, then key) is SIGKILLed: time until
+//                a waiter here holds it, against ttl + transition + 1 s
+//   scale        N mutexes held by one factory, then N keys by one provider,
+//                through a few renewal periods: threads, sockets, RSS, store
+//                calls per second, renewal lag
+// Sizes: --iterations N (1000) --handoffs N (100) --contenders 1,4,16
+//   --modes threads,processes --seconds S (5, per contended case)
+//   --failovers N (5) --failover-ttl-ms MS (2000) --failover-transition-ms MS
+//   (1000) --scale N (10000) --scale-ttl-ms MS (5000) --scale-transition-ms
+//   MS (3000) --scale-seconds S (12). --smoke makes everything tiny (a
+//   seconds-long check that every scenario runs; ctest runs it).
+// Rows give p50/p99/max in µs, ops/s and the ratio of p50 to the floor's
+// (two round trips for an acquire + release); --json prints one object per
+// row for bench/report.py. A wrong count or a store error exits non-zero; a
+// slow figure never does. Results: docs/benchmarks.md.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -30,6 +41,9 @@
 #include <vector>
 
 #include "bench_floor.h"
+#include "bench_processes.h"
+#include "bench_report.h"
+#include "bench_scale.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/keyed_lock.h"
@@ -38,95 +52,10 @@
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace simba::bench;
+using Clock = BenchClock;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const auto index = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
-  return v[std::min(index, v.size() - 1)];
-}
-
-[[noreturn]] void Fail(const std::string& what) {
-  std::fprintf(stderr, "simba-bench: %s\n", what.c_str());
-  std::exit(1);
-}
-
-struct Options {
-  std::string store;
-  std::string scenario = "all";
-  int iterations = 1000;
-  int handoffs = 100;
-  std::vector<int> contenders{1, 4, 16};
-  int seconds = 5;
-  bool json = false;
-};
-
-// One result row.
-struct Row {
-  std::string scenario;
-  std::string name;
-  std::vector<double> micros;  // latency samples (may be empty)
-  double ops_per_second = 0;
-  std::string extra;  // scenario-specific, "key=value ..."
-};
-
-class Report {
- public:
-  explicit Report(const Options& options) : options_(options) {}
-
-  void set_floor(double median_micros) { floor_ = median_micros; }
-
-  // `round_trips`: how many floor round trips the operation needs at least
-  // (0: no ratio).
-  void Add(Row row, int round_trips) {
-    const double p50 = Percentile(row.micros, 0.5);
-    const double ratio = floor_ > 0 && round_trips > 0 && !row.micros.empty()
-                             ? p50 / (floor_ * round_trips)
-                             : 0;
-    if (options_.json) {
-      std::printf(
-          "{\"store\":\"%s\",\"scenario\":\"%s\",\"case\":\"%s\",\"n\":%zu,\"p50_us\":%.1f,"
-          "\"p99_us\":%.1f,\"p999_us\":%.1f,\"ops_per_s\":%.1f,\"floor_ratio\":%.2f%s%s}\n",
-          scheme_.c_str(), row.scenario.c_str(), row.name.c_str(), row.micros.size(), p50,
-          Percentile(row.micros, 0.99), Percentile(row.micros, 0.999), row.ops_per_second, ratio,
-          row.extra.empty() ? "" : ",", row.extra.c_str());
-    } else {
-      if (!header_printed_) {
-        std::printf("%-12s %-44s %7s %9s %9s %9s %10s %7s  %s\n", "scenario", "case", "n",
-                    "p50 us", "p99 us", "p999 us", "ops/s", "x floor", "notes");
-        header_printed_ = true;
-      }
-      std::printf("%-12s %-44s %7zu %9.1f %9.1f %9.1f %10.1f %7s  %s\n", row.scenario.c_str(),
-                  row.name.c_str(), row.micros.size(), p50, Percentile(row.micros, 0.99),
-                  Percentile(row.micros, 0.999), row.ops_per_second,
-                  ratio > 0 ? Format("%.2f", ratio).c_str() : "-", row.extra.c_str());
-    }
-    std::fflush(stdout);
-  }
-  void set_scheme(std::string scheme) { scheme_ = std::move(scheme); }
-
- private:
-  static std::string Format(const char* fmt, double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, fmt, v);
-    return buf;
-  }
-  const Options& options_;
-  std::string scheme_;
-  double floor_ = 0;
-  bool header_printed_ = false;
-};
-
-double OpsPerSecond(const std::vector<double>& micros) {
-  double total = 0;
-  for (double m : micros) total += m;
-  return total > 0 ? static_cast<double>(micros.size()) * 1e6 / total : 0;
-}
 
 // ---- scenarios ----
 
@@ -142,8 +71,7 @@ void Floor(const Options& options, const simba::Uri& uri, Report& report) {
   // The first tenth warms the connection up.
   std::vector<double> micros(floor->micros.begin() + floor->micros.size() / 10, floor->micros.end());
   report.set_floor(Percentile(micros, 0.5));
-  Row row{"floor", floor->what, micros, OpsPerSecond(micros), ""};
-  report.Add(row, 1);
+  report.Add({"floor", floor->what, micros, OpsPerSecond(micros), 1, {}});
 }
 
 void Uncontended(const Options& options, Report& report) {
@@ -159,8 +87,8 @@ void Uncontended(const Options& options, Report& report) {
     if (!released.ok() || !*released) Fail("mutex release failed");
     if (i >= options.iterations / 10) pair.push_back(Micros(Clock::now() - start));
   }
-  report.Add({"uncontended", "mutex: acquire_or_renew + release (SPI)", pair, OpsPerSecond(pair), ""},
-             2);
+  report.Add({"uncontended", "mutex: acquire_or_renew + release (SPI)", pair, OpsPerSecond(pair),
+              2, {}});
 
   auto provider = simba::KeyedLockProvider::open(options.store);
   if (!provider.ok()) Fail(provider.status().ToString());
@@ -172,9 +100,8 @@ void Uncontended(const Options& options, Report& report) {
     if (!(*lease)->release().ok()) Fail("keyed release failed");
     if (i >= options.iterations / 10) keyed.push_back(Micros(Clock::now() - start));
   }
-  report.Add({"uncontended", "keyed: try_acquire + release", keyed, OpsPerSecond(keyed),
-              "mechanism=\"" + (*provider)->capabilities().mechanism + "\""},
-             2);
+  report.Add({"uncontended", "keyed: try_acquire + release", keyed, OpsPerSecond(keyed), 2,
+              {Field::Text("mechanism", (*provider)->capabilities().mechanism)}});
 }
 
 // Set by a callback, waited for by the benchmark.
@@ -220,9 +147,9 @@ void MutexHandoff(const Options& options, Report& report) {
     Fail("the first holder never acquired");
   }
   // Without push a waiter moves at its next poll (the end of the holder's
-  // transition, ~16 s here): a few samples say enough.
+  // transition, ~16 s here): a few samples say enough (one in a smoke run).
   const bool push = (*factory_a)->backend()->capabilities().push_release;
-  const int handoffs = push ? options.handoffs : std::min(options.handoffs, 3);
+  const int handoffs = push ? options.handoffs : std::clamp(options.handoffs / 10, 1, 3);
   std::vector<double> handoff;
   int holder = 0;
   for (int i = 0; i < handoffs; ++i) {
@@ -241,9 +168,8 @@ void MutexHandoff(const Options& options, Report& report) {
     holder = waiter;
   }
   (void)services[holder]->stop();
-  report.Add({"handoff", "mutex: stop() -> waiter's on_acquired", handoff, 0,
-              push ? "push" : "no push: the waiter polls"},
-             2);
+  report.Add({"handoff", "mutex: stop() -> waiter's on_acquired", handoff, 0, 2,
+              {Field::Bool("push", push)}});
 }
 
 void KeyedHandoff(const Options& options, Report& report) {
@@ -275,11 +201,12 @@ void KeyedHandoff(const Options& options, Report& report) {
     handoff.push_back(Micros(got_at - released));
     (void)got->release();
   }
-  report.Add({"handoff", "keyed: release() -> waiter's try_acquire returns", handoff, 0, ""}, 2);
+  report.Add({"handoff", "keyed: release() -> waiter's try_acquire returns", handoff, 0, 2,
+              {Field::Bool("push", (*a)->capabilities().push_handoff)}});
 }
 
-void Contended(const Options& options, Report& report) {
-  for (int contenders : options.contenders) {
+void ContendedThreads(const Options& options, int contenders, Report& report) {
+  {
     std::vector<std::unique_ptr<simba::KeyedLockProvider>> providers;
     for (int i = 0; i < contenders; ++i) {
       auto provider = simba::KeyedLockProvider::open(options.store);
@@ -332,20 +259,25 @@ void Contended(const Options& options, Report& report) {
            std::to_string(total) + " increments");
     }
     if (errors > 0) Fail(std::to_string(errors.load()) + " acquisitions or releases failed");
-    std::ostringstream extra;
-    extra << "contenders=" << contenders << " count=" << total << " (exact) least=" << least
-          << " most=" << most;
     report.Add({"contended", std::to_string(contenders) + " threads: wait for the hot key",
-                all_waits, static_cast<double>(total) / elapsed, extra.str()},
-               0);
+                all_waits, static_cast<double>(total) / elapsed, 0,
+                {Field::Text("mode", "threads"), Field::Int("contenders", contenders),
+                 Field::Int("count", total), Field::Int("least", least),
+                 Field::Int("most", most)}});
   }
 }
 
-std::vector<int> ParseList(const std::string& text) {
-  std::vector<int> values;
+std::vector<std::string> Split(const std::string& text) {
+  std::vector<std::string> items;
   std::stringstream in(text);
   std::string item;
-  while (std::getline(in, item, ',')) {
+  while (std::getline(in, item, ',')) items.push_back(item);
+  return items;
+}
+
+std::vector<int> ParseCounts(const std::string& text) {
+  std::vector<int> values;
+  for (const auto& item : Split(text)) {
     const int v = std::atoi(item.c_str());
     if (v < 1) Fail("--contenders takes positive numbers, got '" + text + "'");
     values.push_back(v);
@@ -353,26 +285,56 @@ std::vector<int> ParseList(const std::string& text) {
   return values;
 }
 
+const char* const kScenarios[] = {"floor", "uncontended", "handoff", "contended", "failover",
+                                  "scale"};
+
 Options Parse(int argc, char** argv) {
   Options options;
+  bool smoke = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     const auto value = [&]() -> std::string {
       if (i + 1 >= argc) Fail(flag + " needs a value");
       return argv[++i];
     };
+    const auto number = [&](int least) { return std::max(least, std::atoi(value().c_str())); };
     if (flag == "--store") {
       options.store = value();
     } else if (flag == "--scenario") {
       options.scenario = value();
     } else if (flag == "--iterations") {
-      options.iterations = std::max(10, std::atoi(value().c_str()));
+      options.iterations = number(10);
     } else if (flag == "--handoffs") {
-      options.handoffs = std::max(1, std::atoi(value().c_str()));
+      options.handoffs = number(1);
     } else if (flag == "--contenders") {
-      options.contenders = ParseList(value());
+      options.contenders = ParseCounts(value());
+    } else if (flag == "--modes") {
+      const auto modes = Split(value());
+      options.contend_threads = std::find(modes.begin(), modes.end(), "threads") != modes.end();
+      options.contend_processes =
+          std::find(modes.begin(), modes.end(), "processes") != modes.end();
+      if (modes.size() != (options.contend_threads ? 1u : 0u) + (options.contend_processes ? 1u : 0u) ||
+          modes.empty()) {
+        Fail("--modes takes threads, processes or threads,processes");
+      }
     } else if (flag == "--seconds") {
-      options.seconds = std::max(1, std::atoi(value().c_str()));
+      options.seconds = number(1);
+    } else if (flag == "--failovers") {
+      options.failovers = number(1);
+    } else if (flag == "--failover-ttl-ms") {
+      options.failover_ttl = milliseconds(number(100));
+    } else if (flag == "--failover-transition-ms") {
+      options.failover_transition = milliseconds(number(0));
+    } else if (flag == "--scale") {
+      options.scale = number(1);
+    } else if (flag == "--scale-ttl-ms") {
+      options.scale_ttl = milliseconds(number(100));
+    } else if (flag == "--scale-transition-ms") {
+      options.scale_transition = milliseconds(number(0));
+    } else if (flag == "--scale-seconds") {
+      options.scale_seconds = number(1);
+    } else if (flag == "--smoke") {
+      smoke = true;
     } else if (flag == "--json") {
       options.json = true;
     } else {
@@ -380,11 +342,23 @@ Options Parse(int argc, char** argv) {
     }
   }
   if (options.store.empty()) Fail("--store URI is required");
-  static const char* const kScenarios[] = {"all", "floor", "uncontended", "handoff", "contended"};
-  if (std::find(std::begin(kScenarios), std::end(kScenarios), options.scenario) ==
-      std::end(kScenarios)) {
+  if (options.scenario != "all" &&
+      std::find(std::begin(kScenarios), std::end(kScenarios), options.scenario) ==
+          std::end(kScenarios)) {
     Fail("unknown scenario '" + options.scenario +
-         "' (all, floor, uncontended, handoff, contended)");
+         "' (all, floor, uncontended, handoff, contended, failover, scale)");
+  }
+  if (smoke) {
+    // Every scenario once, small: seconds per store, not minutes.
+    options.iterations = 20;
+    options.handoffs = 3;
+    options.contenders = {1, 3};
+    options.seconds = 1;
+    options.failovers = 1;
+    options.scale = 200;
+    options.scale_ttl = seconds(2);
+    options.scale_transition = seconds(1);
+    options.scale_seconds = 3;
   }
   return options;
 }
@@ -392,11 +366,11 @@ Options Parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--child") return RunChild(argc, argv);
   const Options options = Parse(argc, argv);
   auto uri = simba::Uri::Parse(options.store);
   if (!uri.ok()) Fail(uri.status().ToString());
-  Report report(options);
-  report.set_scheme(uri->scheme);
+  Report report(uri->scheme, options.json);
   const auto runs = [&](const char* scenario) {
     return options.scenario == "all" || options.scenario == scenario;
   };
@@ -407,6 +381,19 @@ int main(int argc, char** argv) {
     MutexHandoff(options, report);
     KeyedHandoff(options, report);
   }
-  if (runs("contended")) Contended(options, report);
+  if (runs("contended")) {
+    for (const int contenders : options.contenders) {
+      if (options.contend_threads) ContendedThreads(options, contenders, report);
+      if (options.contend_processes) ContendedProcesses(options, contenders, report);
+    }
+  }
+  if (runs("failover")) {
+    FailoverMutex(options, report);
+    FailoverKey(options, report);
+  }
+  if (runs("scale")) {
+    ScaleMutexes(options, report);
+    ScaleKeys(options, report);
+  }
   return 0;
 }

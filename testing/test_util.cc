@@ -1,11 +1,5 @@
 #include "testing/test_util.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,23 +10,7 @@
 
 #include <gtest/gtest.h>
 
-extern char** environ;
-
 namespace simba::testing {
-
-double TimeScale() {
-  static const double kScale = [] {
-    const char* env = std::getenv("SIMBA_TEST_TIME_SCALE");
-    if (env == nullptr) return 1.0;
-    const double v = std::strtod(env, nullptr);
-    return v >= 1.0 ? v : 1.0;
-  }();
-  return kScale;
-}
-
-std::chrono::milliseconds Scaled(std::chrono::milliseconds d) {
-  return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(d.count()) * TimeScale()));
-}
 
 std::string UniqueTestName(const std::string& prefix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -81,95 +59,6 @@ TempDir::~TempDir() {
                                  std::filesystem::perm_options::add, ec);
   }
   std::filesystem::remove_all(path_, ec);
-}
-
-Subprocess::Subprocess(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  std::vector<char*> args;
-  args.reserve(argv.size() + 1);
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    return;
-  }
-  pid_ = pid;
-  out_fd_ = fds[0];
-}
-
-Subprocess::~Subprocess() {
-  if (pid_ > 0 && !reaped_) {
-    kill(pid_, SIGKILL);
-    kill(pid_, SIGCONT);
-    int status = 0;
-    waitpid(pid_, &status, 0);
-  }
-  if (out_fd_ >= 0) close(out_fd_);
-}
-
-std::optional<std::string> Subprocess::ReadLine(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
-  for (;;) {
-    const auto nl = buffer_.find('\n');
-    if (nl != std::string::npos) {
-      std::string line = buffer_.substr(0, nl);
-      buffer_.erase(0, nl + 1);
-      return line;
-    }
-    if (out_fd_ < 0) return std::nullopt;
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
-    pollfd pfd{out_fd_, POLLIN, 0};
-    const int ready = poll(&pfd, 1, static_cast<int>(left.count()));
-    if (ready <= 0) continue;
-    char chunk[4096];
-    const ssize_t n = read(out_fd_, chunk, sizeof chunk);
-    if (n <= 0) {
-      close(out_fd_);
-      out_fd_ = -1;
-      continue;
-    }
-    buffer_.append(chunk, static_cast<std::size_t>(n));
-  }
-}
-
-std::optional<std::string> Subprocess::WaitForLine(const std::string& prefix,
-                                                   std::chrono::milliseconds timeout,
-                                                   std::vector<std::string>* seen) {
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) return std::nullopt;
-    // ReadLine scales again; undo it so the overall bound stays `timeout`.
-    auto line = ReadLine(std::chrono::milliseconds(
-        static_cast<long long>(static_cast<double>(left.count()) / TimeScale()) + 1));
-    if (!line) return std::nullopt;
-    if (seen != nullptr) seen->push_back(*line);
-    if (line->rfind(prefix, 0) == 0) return line;
-  }
-}
-
-void Subprocess::Signal(int signal) {
-  if (pid_ > 0 && !reaped_) kill(pid_, signal);
-}
-
-int Subprocess::Wait() {
-  int status = 0;
-  if (pid_ > 0 && !reaped_) {
-    waitpid(pid_, &status, 0);
-    reaped_ = true;
-  }
-  return status;
 }
 
 }  // namespace simba::testing

@@ -1,0 +1,382 @@
+#include "bench_processes.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/contend_service.h"
+#include "simba/contender.h"
+#include "simba/keyed_lock.h"
+#include "simba/registry.h"
+#include "simba/uri.h"
+#include "testing/subprocess.h"
+
+namespace simba::bench {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using testing::Subprocess;
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) Fail("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
+bool CrossProcess(const std::string& store) {
+  auto uri = Uri::Parse(store);
+  return uri.ok() && uri->scheme != "memory";
+}
+
+// Set by a callback, waited for by the benchmark.
+class Signal {
+ public:
+  void Set() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = true;
+    at_ = BenchClock::now();
+    cv_.notify_all();
+  }
+  bool Wait(BenchClock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return set_; });
+  }
+  BenchClock::time_point at() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return at_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+  BenchClock::time_point at_;
+};
+
+// Shared by the contending processes through a mapped file: the start signal
+// and the counter they increment under the lock, with a plain read and a
+// plain write (relaxed atomics, so the program has no data race but an
+// increment outside mutual exclusion would be lost).
+struct SharedCounter {
+  std::int64_t go_ns;  // steady clock (CLOCK_MONOTONIC: one per machine); 0 = wait
+  std::int64_t counter;
+};
+
+class SharedCounterFile {
+ public:
+  // Creates the file (and removes it when destroyed).
+  SharedCounterFile() {
+    const char* tmp = std::getenv("TMPDIR");
+    const std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                                                          : (tmp != nullptr ? tmp : "/tmp");
+    std::string path = dir + "/simba-bench-counter-XXXXXX";
+    const int fd = mkstemp(path.data());
+    if (fd < 0 || ftruncate(fd, sizeof(SharedCounter)) != 0) Fail("cannot create " + path);
+    close(fd);
+    path_ = path;
+    owner_ = true;
+    Map();
+  }
+  explicit SharedCounterFile(std::string path) : path_(std::move(path)) { Map(); }
+  ~SharedCounterFile() {
+    if (shared_ != nullptr) munmap(shared_, sizeof(SharedCounter));
+    if (owner_) unlink(path_.c_str());
+  }
+  SharedCounterFile(const SharedCounterFile&) = delete;
+  SharedCounterFile& operator=(const SharedCounterFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::atomic_ref<std::int64_t> go_ns() { return std::atomic_ref<std::int64_t>(shared_->go_ns); }
+  std::atomic_ref<std::int64_t> counter() {
+    return std::atomic_ref<std::int64_t>(shared_->counter);
+  }
+
+ private:
+  void Map() {
+    const int fd = open(path_.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) Fail("cannot open " + path_);
+    void* mapped = mmap(nullptr, sizeof(SharedCounter), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (mapped == MAP_FAILED) Fail("cannot map " + path_);
+    shared_ = static_cast<SharedCounter*>(mapped);
+  }
+  std::string path_;
+  bool owner_ = false;
+  SharedCounter* shared_ = nullptr;
+};
+
+std::int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             BenchClock::now().time_since_epoch())
+      .count();
+}
+
+milliseconds Bound(const Options& options) {
+  return options.failover_ttl + options.failover_transition + seconds(1);
+}
+
+Row FailoverRow(const Options& options, const std::string& name, std::vector<double> takeovers) {
+  const auto bound = Bound(options);
+  const auto within = std::count_if(takeovers.begin(), takeovers.end(), [&](double micros) {
+    return micros <= static_cast<double>(bound.count()) * 1000.0;
+  });
+  Row row{"failover", name, std::move(takeovers), 0, 0, {}};
+  row.fields = {Field::Int("ttl_ms", options.failover_ttl.count()),
+                Field::Int("transition_ms", options.failover_transition.count()),
+                Field::Int("bound_ms", bound.count()), Field::Int("within_bound", within)};
+  return row;
+}
+
+// ---- the children ----
+
+// Prints a line for the parent at once.
+void Say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+[[noreturn]] void SleepUntilKilled() {
+  for (;;) std::this_thread::sleep_for(seconds(1));
+}
+
+// mutex-holder URI MUTEX TTL_MS TRANSITION_MS: acquires, says
+// "acquired <contender id>", holds until killed.
+int MutexHolder(const std::string& store, const std::string& mutex, milliseconds ttl,
+                milliseconds transition) {
+  FactoryOptions factory_options;
+  factory_options.contend.ttl = ttl;
+  factory_options.contend.transition = transition;
+  auto factory = MutexContendServiceFactory::open(store, factory_options);
+  if (!factory.ok()) Fail(factory.status().ToString());
+  const std::string id = MutexContender::GenerateHostContenderId();
+  auto contender = MakeContender(
+      mutex, [id](const MutexState&) { Say("acquired " + id); },
+      [](const MutexState&) { Say("lost"); }, id);
+  auto service = (*factory)->create_contend_service(contender);
+  if (!service.ok() || !(*service)->start().ok()) Fail("holder: cannot start");
+  SleepUntilKilled();
+}
+
+// key-holder URI KEY TTL_MS TRANSITION_MS: holds KEY until killed.
+int KeyHolder(const std::string& store, const std::string& key, milliseconds ttl,
+              milliseconds transition) {
+  KeyedLockOptions keyed_options;
+  keyed_options.lease.ttl = ttl;
+  keyed_options.lease.transition = transition;
+  auto provider = KeyedLockProvider::open(store, keyed_options);
+  if (!provider.ok()) Fail(provider.status().ToString());
+  auto lease = (*provider)->acquire(key, std::chrono::hours(1));
+  if (!lease.ok()) Fail(lease.status().ToString());
+  Say("acquired");
+  SleepUntilKilled();
+}
+
+// contender URI KEY COUNTER_FILE SECONDS: says "ready", waits for the start,
+// then increments the shared counter under KEY for SECONDS; says
+// "waits N w1 w2 ..." (µs) and "done COUNT ERRORS".
+int Contender(const std::string& store, const std::string& key, const std::string& counter_path,
+              int run_seconds) {
+  auto provider = KeyedLockProvider::open(store);
+  if (!provider.ok()) Fail(provider.status().ToString());
+  SharedCounterFile shared(counter_path);
+  Say("ready");
+  while (shared.go_ns().load() == 0) std::this_thread::sleep_for(milliseconds(1));
+  const auto end = BenchClock::time_point(std::chrono::nanoseconds(shared.go_ns().load())) +
+                   seconds(run_seconds);
+  long long count = 0;
+  long long errors = 0;
+  std::vector<long long> waits;
+  while (BenchClock::now() < end) {
+    const auto asked = BenchClock::now();
+    auto lease = (*provider)->try_acquire(key, seconds(30), seconds(30));
+    if (!lease.ok() || !lease->has_value()) {
+      ++errors;
+      continue;
+    }
+    waits.push_back(static_cast<long long>(Micros(BenchClock::now() - asked)));
+    const std::int64_t seen = shared.counter().load(std::memory_order_relaxed);
+    shared.counter().store(seen + 1, std::memory_order_relaxed);
+    ++count;
+    if (!(*lease)->release().ok()) ++errors;
+  }
+  std::string line = "waits " + std::to_string(waits.size());
+  for (const long long w : waits) line += " " + std::to_string(w);
+  Say(line);
+  Say("done " + std::to_string(count) + " " + std::to_string(errors));
+  return 0;
+}
+
+}  // namespace
+
+int RunChild(int argc, char** argv) {
+  // A child outlives no benchmark: it dies with the process that started it.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return 1;
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  if (args.size() == 5 && args[0] == "mutex-holder") {
+    return MutexHolder(args[1], args[2], milliseconds(std::atoll(args[3].c_str())),
+                       milliseconds(std::atoll(args[4].c_str())));
+  }
+  if (args.size() == 5 && args[0] == "key-holder") {
+    return KeyHolder(args[1], args[2], milliseconds(std::atoll(args[3].c_str())),
+                     milliseconds(std::atoll(args[4].c_str())));
+  }
+  if (args.size() == 5 && args[0] == "contender") {
+    return Contender(args[1], args[2], args[3], std::atoi(args[4].c_str()));
+  }
+  Fail("bad --child arguments");
+}
+
+void FailoverMutex(const Options& options, Report& report) {
+  if (!CrossProcess(options.store)) return;
+  FactoryOptions factory_options;
+  factory_options.contend.ttl = options.failover_ttl;
+  factory_options.contend.transition = options.failover_transition;
+  auto factory = MutexContendServiceFactory::open(options.store, factory_options);
+  if (!factory.ok()) Fail(factory.status().ToString());
+  const std::string mutex = "bench-failover";
+  std::vector<double> takeovers;
+  for (int i = 0; i < options.failovers; ++i) {
+    Subprocess holder({SelfPath(), "--child", "mutex-holder", options.store, mutex,
+                       std::to_string(options.failover_ttl.count()),
+                       std::to_string(options.failover_transition.count())});
+    if (!holder.started()) Fail("cannot start the holder process");
+    const auto line = holder.WaitForLine("acquired ", seconds(60));
+    if (!line) Fail("failover: the holder process never acquired");
+    const std::string holder_id = line->substr(9);
+    Signal acquired;
+    auto service = (*factory)->create_contend_service(
+        MakeContender(mutex, [&](const MutexState&) { acquired.Set(); }, nullptr));
+    if (!service.ok() || !(*service)->start().ok()) Fail("failover: cannot start the waiter");
+    const auto looking = BenchClock::now();
+    while ((*service)->after_owner().owner_id != holder_id) {
+      if (BenchClock::now() - looking > seconds(20)) Fail("failover: the waiter never saw the holder");
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    const auto killed = BenchClock::now();
+    holder.Signal(SIGKILL);
+    holder.Wait();
+    if (!acquired.Wait(Bound(options) + seconds(10))) {
+      Fail("failover: no new owner within ttl + transition + 11 s");
+    }
+    takeovers.push_back(Micros(acquired.at() - killed));
+    if (!(*service)->stop().ok()) Fail("failover: the waiter's stop failed");
+  }
+  Row row = FailoverRow(options, "mutex: holder SIGKILLed -> waiter acquires", std::move(takeovers));
+  row.fields.push_back(
+      Field::Bool("ends_with_session", (*factory)->backend()->capabilities().ends_with_session));
+  report.Add(row);
+}
+
+void FailoverKey(const Options& options, Report& report) {
+  if (!CrossProcess(options.store)) return;
+  KeyedLockOptions keyed_options;
+  keyed_options.lease.ttl = options.failover_ttl;
+  keyed_options.lease.transition = options.failover_transition;
+  auto provider = KeyedLockProvider::open(options.store, keyed_options);
+  if (!provider.ok()) Fail(provider.status().ToString());
+  const std::string key = "bench-failover-key";
+  std::vector<double> takeovers;
+  for (int i = 0; i < options.failovers; ++i) {
+    Subprocess holder({SelfPath(), "--child", "key-holder", options.store, key,
+                       std::to_string(options.failover_ttl.count()),
+                       std::to_string(options.failover_transition.count())});
+    if (!holder.started()) Fail("cannot start the holder process");
+    if (!holder.WaitForLine("acquired", seconds(60))) {
+      Fail("failover: the key holder process never acquired");
+    }
+    std::optional<BenchClock::time_point> got_at;
+    std::thread waiter([&] {
+      auto lease = (*provider)->try_acquire(key, Bound(options) + seconds(10), seconds(60));
+      if (lease.ok() && lease->has_value()) {
+        got_at = BenchClock::now();
+        (void)(*lease)->release();
+      }
+    });
+    // Long enough for the waiter to be waiting at the store.
+    std::this_thread::sleep_for(milliseconds(100));
+    const auto killed = BenchClock::now();
+    holder.Signal(SIGKILL);
+    holder.Wait();
+    waiter.join();
+    if (!got_at) Fail("failover: no new key holder within ttl + transition + 11 s");
+    takeovers.push_back(Micros(*got_at - killed));
+  }
+  Row row = FailoverRow(options, "keyed: holder SIGKILLed -> waiter's try_acquire returns",
+                        std::move(takeovers));
+  row.fields.push_back(Field::Text("mechanism", (*provider)->capabilities().mechanism));
+  report.Add(row);
+}
+
+void ContendedProcesses(const Options& options, int contenders, Report& report) {
+  if (!CrossProcess(options.store)) return;
+  SharedCounterFile shared;
+  std::vector<std::unique_ptr<Subprocess>> children;
+  for (int i = 0; i < contenders; ++i) {
+    children.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{SelfPath(), "--child", "contender", options.store,
+                                 "bench-hot-processes", shared.path(),
+                                 std::to_string(options.seconds)}));
+    if (!children.back()->started()) Fail("cannot start a contender process");
+  }
+  for (auto& child : children) {
+    if (!child->WaitForLine("ready", seconds(60))) Fail("a contender process never got ready");
+  }
+  shared.go_ns().store(SteadyNanos());
+  long long total = 0;
+  long long least = -1;
+  long long most = 0;
+  std::vector<double> waits;
+  for (auto& child : children) {
+    std::vector<std::string> seen;
+    const auto done = child->WaitForLine("done ", seconds(options.seconds + 120), &seen);
+    if (!done) Fail("a contender process did not finish");
+    long long count = 0;
+    long long errors = 0;
+    std::istringstream(done->substr(5)) >> count >> errors;
+    if (errors > 0) Fail(std::to_string(errors) + " acquisitions or releases failed in a process");
+    for (const auto& line : seen) {
+      if (line.rfind("waits ", 0) != 0) continue;
+      std::istringstream in(line.substr(6));
+      std::size_t n = 0;
+      in >> n;
+      long long micros = 0;
+      while (in >> micros) waits.push_back(static_cast<double>(micros));
+    }
+    total += count;
+    least = least < 0 ? count : std::min(least, count);
+    most = std::max(most, count);
+    child->Wait();
+  }
+  // Each child stops asking once its SECONDS from the start are over.
+  const double elapsed = static_cast<double>(options.seconds);
+  if (shared.counter().load() != total) {
+    Fail("lost updates under the lock between processes: counter " +
+         std::to_string(shared.counter().load()) + ", " + std::to_string(total) + " increments");
+  }
+  Row row{"contended", std::to_string(contenders) + " processes: wait for the hot key",
+          std::move(waits), static_cast<double>(total) / elapsed, 0, {}};
+  row.fields = {Field::Text("mode", "processes"), Field::Int("contenders", contenders),
+                Field::Int("count", total), Field::Int("least", least), Field::Int("most", most)};
+  report.Add(row);
+}
+
+}  // namespace simba::bench

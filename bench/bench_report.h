@@ -1,0 +1,81 @@
+// simba-bench's options, result rows and their printing (a table for people,
+// one JSON object per line for bench/report.py). The JSON fields are listed
+// in docs/benchmarks.md ("simba-bench's JSON lines").
+#ifndef SIMBA_BENCH_BENCH_REPORT_H_
+#define SIMBA_BENCH_BENCH_REPORT_H_
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace simba::bench {
+
+using BenchClock = std::chrono::steady_clock;
+
+struct Options {
+  std::string store;
+  std::string scenario = "all";
+  int iterations = 1000;  // uncontended pairs and floor round trips
+  int handoffs = 100;
+  std::vector<int> contenders{1, 4, 16};
+  bool contend_threads = true;
+  bool contend_processes = true;
+  int seconds = 5;  // per contended case
+  int failovers = 5;
+  std::chrono::milliseconds failover_ttl{2000};
+  std::chrono::milliseconds failover_transition{1000};
+  int scale = 10000;  // mutexes, and keys
+  std::chrono::milliseconds scale_ttl{5000};
+  std::chrono::milliseconds scale_transition{3000};
+  int scale_seconds = 12;  // held after all are acquired: two renewals each
+  bool json = false;
+};
+
+// A field of a row beyond the common ones: `json` is the encoded value.
+struct Field {
+  std::string key;
+  std::string json;
+  static Field Int(std::string key, long long value);
+  static Field Number(std::string key, double value);
+  static Field Text(std::string key, const std::string& value);
+  static Field Bool(std::string key, bool value);
+};
+
+struct Row {
+  std::string scenario;
+  std::string name;            // the "case": stable across runs
+  std::vector<double> micros;  // latency samples (may be empty)
+  double ops_per_second = 0;
+  int round_trips = 0;  // floor round trips the operation needs at least (0: no ratio)
+  std::vector<Field> fields;
+};
+
+class Report {
+ public:
+  Report(std::string scheme, bool json) : scheme_(std::move(scheme)), json_(json) {}
+  void set_floor(double median_micros) { floor_ = median_micros; }
+  void Add(const Row& row);
+
+ private:
+  std::string scheme_;
+  bool json_;
+  double floor_ = 0;
+  bool header_printed_ = false;
+};
+
+double Micros(BenchClock::duration d);
+// The nearest-rank percentile, p in [0, 1]; 0 for no samples.
+double Percentile(std::vector<double> samples, double p);
+// Samples taken back to back: how many per second.
+double OpsPerSecond(const std::vector<double>& micros);
+// Prints to stderr and exits 1: a wrong answer or a store error.
+[[noreturn]] void Fail(const std::string& what);
+
+// This process, from /proc/self: threads, open sockets, resident MiB.
+int CountThreads();
+int CountSockets();
+double ResidentMiB();
+
+}  // namespace simba::bench
+
+#endif  // SIMBA_BENCH_BENCH_REPORT_H_

@@ -1,0 +1,52 @@
+// Child processes read line by line, and the scale of real-time waits:
+// shared by the tests and by simba-bench, so no GoogleTest in here.
+#ifndef SIMBA_TESTING_SUBPROCESS_H_
+#define SIMBA_TESTING_SUBPROCESS_H_
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace simba::testing {
+
+// Real-time waits in tests scale with SIMBA_TEST_TIME_SCALE (default 1), so a
+// slow machine (sanitizers) can stretch them without editing tests.
+double TimeScale();
+std::chrono::milliseconds Scaled(std::chrono::milliseconds d);
+
+// A child process whose stdout is read line by line.
+class Subprocess {
+ public:
+  // Starts `argv[0]` with `argv`; stderr is inherited.
+  explicit Subprocess(const std::vector<std::string>& argv);
+  ~Subprocess();  // SIGKILLs and reaps the child if it still runs
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool started() const { return pid_ > 0; }
+  // The next line of output, or nullopt on EOF or when `timeout` (real,
+  // scaled) passes first.
+  std::optional<std::string> ReadLine(std::chrono::milliseconds timeout);
+  // Reads lines until one starts with `prefix`; returns it, or nullopt.
+  // Every line read is appended to `seen` when given.
+  std::optional<std::string> WaitForLine(const std::string& prefix,
+                                         std::chrono::milliseconds timeout,
+                                         std::vector<std::string>* seen = nullptr);
+  void Signal(int signal);
+  // Waits for the child to exit; returns its wait status.
+  int Wait();
+
+ private:
+  pid_t pid_ = -1;
+  int out_fd_ = -1;
+  std::string buffer_;
+  bool reaped_ = false;
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_SUBPROCESS_H_
