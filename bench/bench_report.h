@@ -25,9 +25,10 @@ struct Options {
   std::chrono::milliseconds failover_ttl{2000};
   std::chrono::milliseconds failover_transition{1000};
   int scale = 10000;  // mutexes, and keys
-  std::chrono::milliseconds scale_ttl{5000};
-  std::chrono::milliseconds scale_transition{3000};
-  int scale_seconds = 12;  // held after all are acquired: two renewals each
+  // The library's defaults: what a user who holds many locks runs.
+  std::chrono::milliseconds scale_ttl{10000};
+  std::chrono::milliseconds scale_transition{6000};
+  int scale_seconds = 22;  // held after all are acquired: two renewals each
   bool json = false;
 };
 

@@ -155,6 +155,8 @@ void ScaleMutexes(const Options& options, Report& report) {
   auto factory = MutexContendServiceFactory::create(counting, factory_options);
   if (!factory.ok()) Fail(factory.status().ToString());
 
+  // Mutexes owned right now: a lease lost while the others are still being
+  // acquired is taken again later, so counting acquisitions would overshoot.
   std::atomic<int> acquired{0};
   std::atomic<long long> lost{0};
   std::vector<std::unique_ptr<MutexContendService>> services;
@@ -162,7 +164,10 @@ void ScaleMutexes(const Options& options, Report& report) {
   for (int i = 0; i < options.scale; ++i) {
     auto contender = MakeContender(
         "bench-scale-" + std::to_string(i), [&](const MutexState&) { ++acquired; },
-        [&](const MutexState&) { ++lost; });
+        [&](const MutexState&) {
+          --acquired;
+          ++lost;
+        });
     auto service = (*factory)->create_contend_service(contender);
     if (!service.ok()) Fail(service.status().ToString());
     if (!(*service)->start().ok()) Fail("scale: start failed");
@@ -174,7 +179,7 @@ void ScaleMutexes(const Options& options, Report& report) {
          " mutexes acquired within 300 s");
   }
   const double acquire_all_s = std::chrono::duration<double>(BenchClock::now() - asked).count();
-  lost = 0;
+  const long long lost_while_acquiring = lost.exchange(0);
   counting->StartWindow();
   const auto window_start = BenchClock::now();
   std::this_thread::sleep_for(seconds(options.scale_seconds));
@@ -189,6 +194,7 @@ void ScaleMutexes(const Options& options, Report& report) {
   Row row = ScaleRow(std::to_string(options.scale) + " mutexes held by one factory", "mutexes",
                      options.scale, footprint, ops, std::move(lags), renewals, lost_in_window);
   row.fields.push_back(Field::Number("acquire_all_s", acquire_all_s));
+  row.fields.push_back(Field::Int("lost_while_acquiring", lost_while_acquiring));
   row.fields.push_back(Field::Int("ttl_ms", options.scale_ttl.count()));
   report.Add(row);
 }
@@ -231,6 +237,8 @@ void ScaleKeys(const Options& options, Report& report) {
   constexpr int kTakers = 16;
   std::mutex mu;
   std::condition_variable cv;
+  bool count_now = false;
+  int counted = 0;
   bool release_now = false;
   std::atomic<int> held{0};
   std::atomic<int> errors{0};
@@ -251,12 +259,22 @@ void ScaleKeys(const Options& options, Report& report) {
         ++held;
       }
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return release_now; });
+      cv.wait(lock, [&] { return count_now; });
       lock.unlock();
+      // Counted at the end of the window, before anyone releases: 10,000
+      // releases from 16 threads at once compete with the renewals for the
+      // store (they are the callers' own calls, not the I/O pool's), so a
+      // lease lost while releasing says something about that, not about
+      // holding.
       for (auto& lease : leases) {
         if (!lease.is_held()) ++lost;
-        (void)lease.release();
       }
+      lock.lock();
+      ++counted;
+      cv.notify_all();
+      cv.wait(lock, [&] { return release_now; });
+      lock.unlock();
+      for (auto& lease : leases) (void)lease.release();
     });
   }
   const bool all = WaitUntil([&] { return held.load() == options.scale || errors.load() > 0; },
@@ -278,10 +296,13 @@ void ScaleKeys(const Options& options, Report& report) {
   Footprint footprint{CountThreads() - threads_before - kTakers, CountSockets() - sockets_before,
                       ResidentMiB()};
   {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
+    count_now = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return counted == kTakers; });
     release_now = true;
+    cv.notify_all();
   }
-  cv.notify_all();
   for (auto& taker : takers) taker.join();
   if (errors.load() > 0) Fail("scale: " + std::to_string(errors.load()) + " keys not acquired");
   if (!all) Fail("scale: only " + std::to_string(held.load()) + " keys held within 600 s");

@@ -138,6 +138,8 @@ class Results:
     rows_per_run: dict[str, dict[int, int]]
     failed: set[tuple[str, int]]
     bad_lines: int
+    # Scenarios taken from another directory (see apply_override), said in the report.
+    overrides: list[str] = field(default_factory=list)
 
 
 def load_results(directory: Path) -> Results:
@@ -225,6 +227,27 @@ def load_results(directory: Path) -> Results:
 
     ordered = [rows[key] for key in sorted(order, key=row_sort)]
     return Results(runs, kinds, machine, ordered, rows_per_run, failed, bad_lines)
+
+
+def apply_override(results: Results, override: Results, directory: Path, doc_dir: Path) -> None:
+    """Replaces the rows of the scenarios `override` measured (not its floor,
+    which every run measures anyway) and records where they came from."""
+    replaced = {row.scenario for row in override.rows if row.scenario != "floor"}
+    if not replaced:
+        return
+    keep = [row for row in results.rows if row.scenario not in replaced]
+    new = [row for row in override.rows if row.scenario in replaced]
+    rank = {name: i for i, name in enumerate(SCENARIOS)}
+    # Stable: the main rows keep their order, the new ones go where their
+    # scenario belongs.
+    merged = sorted(keep + new, key=lambda row: rank.get(row.scenario, len(SCENARIOS)))
+    results.rows[:] = merged
+    command = override.machine.get("command") or "(not recorded)"
+    failed = ", ".join(f"{k}-{r}" for k, r in sorted(override.failed)) or "none"
+    results.overrides.append(
+        f"{', '.join(sorted(replaced, key=lambda s: rank.get(s, 99)))}: from "
+        f"{rel(directory, doc_dir)} ({override.runs} runs; failed: {failed}), made by "
+        f"`{command}`")
 
 
 # ---------------------------------------------------------------- formatting
@@ -871,6 +894,8 @@ def build_report(results: Results, results_dir: Path, markdown: Path, charts_dir
     ]
     cmd = command if command is not None else m.get("command")
     out += ["Command:", "", "```sh", str(cmd) if cmd else "(not recorded)", "```", ""]
+    for line in results.overrides:
+        out += [f"* rows of {line}", ""]
 
     def get(name: str) -> str:
         v = m.get(name)
@@ -1029,11 +1054,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", required=True, type=Path, help="markdown file to update")
     parser.add_argument("--charts", required=True, type=Path, help="directory for the SVG charts")
     parser.add_argument("--command", help="the command line that produced the results")
+    parser.add_argument("--override", type=Path, action="append", default=[],
+                        help="a directory like --results from a rerun of some scenarios (e.g. "
+                             "scale with other sizes): its rows of those scenarios replace the "
+                             "main directory's (its floor rows are ignored); repeatable")
     args = parser.parse_args(argv)
-    if not args.results.is_dir():
-        print(f"report.py: {args.results} is not a directory", file=sys.stderr)
-        return 2
+    for directory in [args.results] + args.override:
+        if not directory.is_dir():
+            print(f"report.py: {directory} is not a directory", file=sys.stderr)
+            return 2
     results = load_results(args.results)
+    for directory in args.override:
+        apply_override(results, load_results(directory), directory, args.markdown.parent)
     charts = write_charts(results, args.charts)
     lines = build_report(results, args.results, args.markdown, args.charts, args.command, charts)
     replace_between_markers(args.markdown, lines)

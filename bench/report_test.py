@@ -259,6 +259,34 @@ class ReportTest(unittest.TestCase):
         self.assertIn("* none", body)
         self.assertFalse(any(self.charts.iterdir()))
 
+    def test_an_override_replaces_its_scenarios_only(self) -> None:
+        # A rerun of the scale scenario alone (with its floor, as every run
+        # measures one) in a directory of its own.
+        scale_dir = self.root / "bench" / "results" / "scale"
+        scale_dir.mkdir(parents=True)
+        for run in (1, 2, 3):
+            rows = [latency("floor", "PING", 999.0),
+                    latency("scale", "10000 mutexes held by one factory", 0, n=0, mutexes=10000,
+                            threads=7, sockets=2, rss_mib=77.0, store_ops_per_s=1234,
+                            renewal_lag_p99_ms=5.0, renewals=20000, lost=0, quantiles_us=[])]
+            for row in rows:
+                row["store"] = "redis"
+            (scale_dir / f"redis-{run}.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        (scale_dir / "machine.json").write_text(json.dumps(
+            {"command": "scripts/bench-report.sh -- --scenario scale", "runs": 3, "kinds": ["redis"]}))
+        self.markdown.write_text(BEFORE + report.BEGIN + "\n" + report.END + "\n" + AFTER)
+        section = self.between(self.run_report("--override", str(scale_dir)))
+        self.assertIn("`scripts/bench-report.sh -- --scenario scale`", section)
+        scale_table = section.split("Scale", 1)[1]
+        # Redis's scale rows are the override's: its mutex row, and no keyed row.
+        redis_rows = [line for line in scale_table.splitlines() if line.startswith("| redis |")]
+        self.assertEqual(len(redis_rows), 1, redis_rows)
+        self.assertIn("77.0", redis_rows[0])
+        # The main directory's other scenarios and its floor stay.
+        self.assertNotIn("999", section.split("Uncontended", 1)[0])
+        self.assertIn("| redis | PING |", section)
+        self.assertIn("Hand-off", section)
+
     def test_mismatched_markers_are_refused(self) -> None:
         original = BEFORE + report.END + "\n" + report.BEGIN + "\n" + AFTER
         self.markdown.write_text(original)

@@ -20,8 +20,8 @@
 // Sizes: --iterations N (1000) --handoffs N (100) --contenders 1,4,16
 //   --modes threads,processes --seconds S (5, per contended case)
 //   --failovers N (5) --failover-ttl-ms MS (2000) --failover-transition-ms MS
-//   (1000) --scale N (10000) --scale-ttl-ms MS (5000) --scale-transition-ms
-//   MS (3000) --scale-seconds S (12). --smoke makes everything tiny (a
+//   (1000) --scale N (10000) --scale-ttl-ms MS (10000) --scale-transition-ms
+//   MS (6000) --scale-seconds S (22). --smoke makes everything tiny (a
 //   seconds-long check that every scenario runs; ctest runs it).
 // Rows give p50/p99/max in µs, ops/s and the ratio of p50 to the floor's
 // (two round trips for an acquire + release); --json prints one object per
