@@ -995,7 +995,7 @@ def build_report(results: Results, results_dir: Path, markdown: Path, charts_dir
         out.append("* none")
     out += [
         "",
-        "Why a target is missed is explained, by hand, in the sections \"Where the time goes\" "
+        "Why a target is missed is explained, by hand, in the section \"Against the targets\" "
         "below.",
     ]
     return out
