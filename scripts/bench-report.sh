@@ -173,6 +173,26 @@ with open(sys.argv[1], "w", encoding="utf-8") as out:
     out.write("\n")
 EOF
 
+# The logs are committed with the rows: a run that loses leases logs one line
+# per mutex (thousands), so lines that differ only in numbers are kept once,
+# with how many more there were.
+python3 - "$results"/*.log <<'PY'
+import collections, re, sys
+for path in sys.argv[1:]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        lines = f.read().splitlines()
+    seen = collections.OrderedDict()
+    for line in lines:
+        seen.setdefault(re.sub(r"\d+", "N", line), [line, 0])[1] += 1
+    out = []
+    for first, count in seen.values():
+        out.append(first)
+        if count > 1:
+            out.append(f"  [... {count - 1} more lines like this one, collapsed]")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(out) + "\n")
+PY
+
 python3 bench/report.py --results "$results" --markdown docs/benchmarks.md \
   --charts docs/bench --command "$command_line"
 
