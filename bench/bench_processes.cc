@@ -25,6 +25,7 @@
 #include "simba/keyed_lock.h"
 #include "simba/registry.h"
 #include "simba/uri.h"
+#include "testing/child_output.h"
 #include "testing/subprocess.h"
 
 namespace simba::bench {
@@ -32,6 +33,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::EmitLine;
 using testing::Subprocess;
 
 std::string SelfPath() {
@@ -147,12 +149,6 @@ Row FailoverRow(const Options& options, const std::string& name, std::vector<dou
 
 // ---- the children ----
 
-// Prints a line for the parent at once.
-void Say(const std::string& line) {
-  std::printf("%s\n", line.c_str());
-  std::fflush(stdout);
-}
-
 [[noreturn]] void SleepUntilKilled() {
   for (;;) std::this_thread::sleep_for(seconds(1));
 }
@@ -168,8 +164,8 @@ int MutexHolder(const std::string& store, const std::string& mutex, milliseconds
   if (!factory.ok()) Fail(factory.status().ToString());
   const std::string id = MutexContender::GenerateHostContenderId();
   auto contender = MakeContender(
-      mutex, [id](const MutexState&) { Say("acquired " + id); },
-      [](const MutexState&) { Say("lost"); }, id);
+      mutex, [id](const MutexState&) { EmitLine("acquired " + id); },
+      [](const MutexState&) { EmitLine("lost"); }, id);
   auto service = (*factory)->create_contend_service(contender);
   if (!service.ok() || !(*service)->start().ok()) Fail("holder: cannot start");
   SleepUntilKilled();
@@ -185,7 +181,7 @@ int KeyHolder(const std::string& store, const std::string& key, milliseconds ttl
   if (!provider.ok()) Fail(provider.status().ToString());
   auto lease = (*provider)->acquire(key, std::chrono::hours(1));
   if (!lease.ok()) Fail(lease.status().ToString());
-  Say("acquired");
+  EmitLine("acquired");
   SleepUntilKilled();
 }
 
@@ -197,7 +193,7 @@ int Contender(const std::string& store, const std::string& key, const std::strin
   auto provider = KeyedLockProvider::open(store);
   if (!provider.ok()) Fail(provider.status().ToString());
   SharedCounterFile shared(counter_path);
-  Say("ready");
+  EmitLine("ready");
   while (shared.go_ns().load() == 0) std::this_thread::sleep_for(milliseconds(1));
   const auto end = BenchClock::time_point(std::chrono::nanoseconds(shared.go_ns().load())) +
                    seconds(run_seconds);
@@ -219,8 +215,8 @@ int Contender(const std::string& store, const std::string& key, const std::strin
   }
   std::string line = "waits " + std::to_string(waits.size());
   for (const long long w : waits) line += " " + std::to_string(w);
-  Say(line);
-  Say("done " + std::to_string(count) + " " + std::to_string(errors));
+  EmitLine(line);
+  EmitLine("done " + std::to_string(count) + " " + std::to_string(errors));
   return 0;
 }
 

@@ -6,10 +6,7 @@
 //   ERROR <status>   lock() failed or did not finish within 30 s
 // then holds the lock (renewed in the background) until SIGTERM/SIGINT, when
 // it unlocks and exits. SIGKILL is the point: a node that dies holding.
-#include <signal.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -17,20 +14,12 @@
 #include <thread>
 
 #include "simba/clustered_lock.h"
+#include "testing/child_output.h"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-void OnSignal(int) { g_stop = true; }
-
-void Emit(const std::string& line) {
-  // One write per line: the parent reads lines, stdio buffering would hold
-  // them back.
-  const std::string out = line + "\n";
-  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
-  (void)ignored;
-}
+using simba::testing::EmitLine;
+using simba::testing::StopRequested;
 
 int Usage() {
   std::fprintf(stderr,
@@ -60,35 +49,32 @@ int main(int argc, char** argv) {
     }
   }
   if (store.empty() || name.empty()) return Usage();
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  simba::testing::StopOnSignals();
 
   simba::ClusteredLockOptions options;
   options.lease = lease;
   auto manager = simba::ClusteredLockManager::open(store, options);
   if (!manager.ok()) {
-    Emit("ERROR " + manager.status().ToString());
+    EmitLine("ERROR " + manager.status().ToString());
     return 3;
   }
   if (auto defined = (*manager)->define(name); !defined.ok()) {
-    Emit("ERROR " + defined.status().ToString());
+    EmitLine("ERROR " + defined.status().ToString());
     return 3;
   }
   auto lock = (*manager)->get(name).value();
-  lock->add_loss_listener([](const simba::Status&) { Emit("LOST"); });
+  lock->add_loss_listener([](const simba::Status&) { EmitLine("LOST"); });
   auto locked = lock->lock();
   if (locked.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    Emit("ERROR lock() did not finish within 30 s");
+    EmitLine("ERROR lock() did not finish within 30 s");
     return 4;
   }
   if (simba::Status s = locked.get(); !s.ok()) {
-    Emit("ERROR " + s.ToString());
+    EmitLine("ERROR " + s.ToString());
     return 4;
   }
-  Emit("LOCKED " + std::to_string(lock->fencing_token()));
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EmitLine("LOCKED " + std::to_string(lock->fencing_token()));
+  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto unlocked = lock->unlock();
   (void)unlocked.wait_for(std::chrono::seconds(10));
   return 0;

@@ -4,10 +4,7 @@
 //   LOST           the hold ended other than by release (watchdog, store)
 //   ERROR <text>   acquiring failed
 // SIGTERM/SIGINT release the key and exit; SIGKILL is the crash under test.
-#include <signal.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,18 +13,12 @@
 #include <thread>
 
 #include "simba/keyed_lock.h"
+#include "testing/child_output.h"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-void OnSignal(int) { g_stop = true; }
-
-void Emit(const std::string& line) {
-  const std::string out = line + "\n";
-  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
-  (void)ignored;
-}
+using simba::testing::EmitLine;
+using simba::testing::StopRequested;
 
 int Usage() {
   std::fprintf(stderr,
@@ -61,24 +52,23 @@ int main(int argc, char** argv) {
     }
   }
   if (store.empty() || key.empty()) return Usage();
-  signal(SIGTERM, OnSignal);
-  signal(SIGINT, OnSignal);
+  simba::testing::StopOnSignals();
   auto provider = simba::KeyedLockProvider::open(store, options);
   if (!provider.ok()) {
-    Emit("ERROR " + provider.status().ToString());
+    EmitLine("ERROR " + provider.status().ToString());
     return 1;
   }
   auto lease = (*provider)->acquire(key, std::chrono::milliseconds(max_hold_ms));
   if (!lease.ok()) {
-    Emit("ERROR " + lease.status().ToString());
+    EmitLine("ERROR " + lease.status().ToString());
     return 1;
   }
-  Emit("HELD " + std::to_string(lease->fencing_token()));
+  EmitLine("HELD " + std::to_string(lease->fencing_token()));
   const std::stop_token lost = lease->lost_token();
-  while (!g_stop && !lost.stop_requested()) {
+  while (!StopRequested() && !lost.stop_requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (lost.stop_requested()) Emit("LOST");
+  if (lost.stop_requested()) EmitLine("LOST");
   (void)lease->release();
   return 0;
 }

@@ -8,10 +8,7 @@
 // It samples is_owner() every millisecond, so a pause (SIGSTOP) that outlives
 // the lease is caught the moment the process resumes. SIGTERM/SIGINT stop it
 // cleanly.
-#include <signal.h>
-#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,20 +17,12 @@
 #include <thread>
 
 #include "simba/contend_service.h"
+#include "testing/child_output.h"
 
 namespace {
 
-std::atomic<bool> g_stop{false};
-
-void OnSignal(int) { g_stop = true; }
-
-void Emit(const std::string& line) {
-  // One write per line: the parent reads lines, and stdio buffering would
-  // hold them back.
-  const std::string out = line + "\n";
-  const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
-  (void)ignored;
-}
+using simba::testing::EmitLine;
+using simba::testing::StopRequested;
 
 int Usage() {
   std::fprintf(stderr,
@@ -62,10 +51,7 @@ int main(int argc, char** argv) {
     }
   }
   if (store.empty() || mutex.empty()) return Usage();
-  struct sigaction action {};
-  action.sa_handler = OnSignal;
-  sigaction(SIGTERM, &action, nullptr);
-  sigaction(SIGINT, &action, nullptr);
+  simba::testing::StopOnSignals();
 
   simba::FactoryOptions factory_options;
   factory_options.contend = options;
@@ -75,8 +61,8 @@ int main(int argc, char** argv) {
     return 3;
   }
   auto contender = simba::MakeContender(
-      mutex, [](const simba::MutexState& s) { Emit("ACQUIRED " + std::to_string(s.after.fencing_token)); },
-      [](const simba::MutexState&) { Emit("RELEASED"); });
+      mutex, [](const simba::MutexState& s) { EmitLine("ACQUIRED " + std::to_string(s.after.fencing_token)); },
+      [](const simba::MutexState&) { EmitLine("RELEASED"); });
   auto service = (*factory)->create_contend_service(contender);
   if (!service.ok()) {
     std::fprintf(stderr, "taker: %s\n", service.status().ToString().c_str());
@@ -87,14 +73,14 @@ int main(int argc, char** argv) {
     return 3;
   }
   const auto clock = (*factory)->clock();
-  while (!g_stop) {
+  while (!StopRequested()) {
     // Read the deadline after the ownership check: a renewal in between can
     // only move it later, never make a true violation look fine.
     const auto before = clock->Now();
     const bool owner = (*service)->is_owner();
     const auto deadline = (*service)->lease_deadline();
     if (owner && deadline && before >= *deadline) {
-      Emit("VIOLATION is_owner() true after the lease deadline");
+      EmitLine("VIOLATION is_owner() true after the lease deadline");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
