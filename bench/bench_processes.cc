@@ -8,12 +8,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -47,31 +45,6 @@ bool CrossProcess(const std::string& store) {
   auto uri = Uri::Parse(store);
   return uri.ok() && uri->scheme != "memory";
 }
-
-// Set by a callback, waited for by the benchmark.
-class Signal {
- public:
-  void Set() {
-    std::lock_guard<std::mutex> lock(mu_);
-    set_ = true;
-    at_ = BenchClock::now();
-    cv_.notify_all();
-  }
-  bool Wait(BenchClock::duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, timeout, [&] { return set_; });
-  }
-  BenchClock::time_point at() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return at_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool set_ = false;
-  BenchClock::time_point at_;
-};
 
 // Shared by the contending processes through a mapped file: the start signal
 // and the counter they increment under the lock, with a plain read and a

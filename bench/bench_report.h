@@ -5,6 +5,8 @@
 #define SIMBA_BENCH_BENCH_REPORT_H_
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,6 +64,36 @@ class Report {
   bool json_;
   double floor_ = 0;
   bool header_printed_ = false;
+};
+
+// Set by a callback, waited for by the benchmark.
+class Signal {
+ public:
+  void Set() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = true;
+    at_ = BenchClock::now();
+    cv_.notify_all();
+  }
+  bool Wait(BenchClock::duration timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [&] { return set_; });
+  }
+  void Reset() {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = false;
+  }
+  // When Set() last ran.
+  BenchClock::time_point at() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return at_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool set_ = false;
+  BenchClock::time_point at_;
 };
 
 double Micros(BenchClock::duration d);

@@ -30,10 +30,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -104,28 +102,6 @@ void Uncontended(const Options& options, Report& report) {
               {Field::Text("mechanism", (*provider)->capabilities().mechanism)}});
 }
 
-// Set by a callback, waited for by the benchmark.
-struct Signal {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool set = false;
-  Clock::time_point at;
-  void Set() {
-    std::lock_guard<std::mutex> lock(mu);
-    set = true;
-    at = Clock::now();
-    cv.notify_all();
-  }
-  bool Wait(milliseconds timeout) {
-    std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return set; });
-  }
-  void Reset() {
-    std::lock_guard<std::mutex> lock(mu);
-    set = false;
-  }
-};
-
 void MutexHandoff(const Options& options, Report& report) {
   simba::FactoryOptions factory_options;
   factory_options.contend.ttl = seconds(10);
@@ -164,7 +140,7 @@ void MutexHandoff(const Options& options, Report& report) {
     const auto start = Clock::now();
     if (!services[holder]->stop().ok()) Fail("stop failed");
     if (!acquired[waiter].Wait(seconds(20))) Fail("no mutex hand-off within 20 s");
-    handoff.push_back(Micros(acquired[waiter].at - start));
+    handoff.push_back(Micros(acquired[waiter].at() - start));
     holder = waiter;
   }
   (void)services[holder]->stop();
