@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <thread>
 
 extern char** environ;
 
@@ -114,6 +116,21 @@ int Subprocess::Wait() {
     reaped_ = true;
   }
   return status;
+}
+
+std::optional<int> Subprocess::WaitFor(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0 || reaped_) return reaped_ ? std::optional<int>(0) : std::nullopt;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t done = waitpid(pid_, &status, WNOHANG);
+    if (done == pid_ || (done < 0 && errno != EINTR)) {
+      reaped_ = true;
+      return status;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 }  // namespace simba::testing

@@ -39,6 +39,9 @@ class Subprocess {
   void Signal(int signal);
   // Waits for the child to exit; returns its wait status.
   int Wait();
+  // Waits at most `timeout` (real, not scaled) for the child to exit; its
+  // wait status, or nullopt if it still runs.
+  std::optional<int> WaitFor(std::chrono::milliseconds timeout);
 
  private:
   pid_t pid_ = -1;

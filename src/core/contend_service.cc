@@ -84,6 +84,7 @@ Status ServiceCore::Start() {
 
 Status ServiceCore::Stop() {
   std::unique_ptr<Subscription> subscription;
+  Generation stop_gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ != ServiceStatus::kRunning) {
@@ -92,11 +93,24 @@ Status ServiceCore::Stop() {
                                      "; expected RUNNING");
     }
     status_ = ServiceStatus::kStopping;
-    ++generation_;
+    stop_gen = ++generation_;
     runtime_->Cancel(attempt_timer_);
     runtime_->Cancel(deadline_timer_);
     attempt_timer_ = deadline_timer_ = 0;
     subscription = std::move(subscription_);
+    // The release below may hang for the whole operation timeout; the owner
+    // must still hear on_released by its lease deadline, as it would while
+    // running. At once if the deadline has passed already.
+    if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
+      if (clock_->Now() >= lease_deadline_) {
+        ApplyLocked(MutexOwner::None());
+      } else {
+        std::weak_ptr<ServiceCore> weak = weak_from_this();
+        deadline_timer_ = runtime_->ScheduleAt(lease_deadline_, [weak, stop_gen] {
+          if (auto self = weak.lock()) self->OnStopDeadline(stop_gen);
+        });
+      }
+    }
   }
   // Unsubscribing may wait for the backend; never under our lock.
   subscription.reset();
@@ -113,6 +127,8 @@ Status ServiceCore::Stop() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    runtime_->Cancel(deadline_timer_);
+    deadline_timer_ = 0;
     ApplyLocked(MutexOwner::None());
     status_ = ServiceStatus::kInitial;
   }
@@ -341,6 +357,16 @@ void ServiceCore::OnLeaseDeadline(Generation gen) {
   } else {
     ScheduleAttemptLocked(milliseconds(0));
   }
+}
+
+void ServiceCore::OnStopDeadline(Generation gen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (gen != generation_ || status_ != ServiceStatus::kStopping) return;
+  deadline_timer_ = 0;
+  if (!state_.after.is_owner(contender_id_)) return;
+  SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the lease deadline passed while stop() was "
+                             << "still releasing; revoking locally");
+  ApplyLocked(MutexOwner::None());
 }
 
 void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {

@@ -1,0 +1,451 @@
+#include "testing/fault_history.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::nanoseconds;
+
+constexpr Nanos kForever = std::numeric_limits<Nanos>::max();
+
+Nanos ToNanos(std::chrono::milliseconds d) { return duration_cast<nanoseconds>(d).count(); }
+
+std::string Ms(Nanos d) {
+  std::ostringstream out;
+  out.setf(std::ios::fixed);
+  out.precision(1);
+  out << static_cast<double>(d) / 1e6 << " ms";
+  return out.str();
+}
+
+// "k=v k=v ..." -> map; words without '=' are ignored.
+std::map<std::string, std::string> Words(const std::string& line) {
+  std::map<std::string, std::string> words;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    const auto eq = word.find('=');
+    if (eq != std::string::npos) words[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return words;
+}
+
+bool Int(const std::map<std::string, std::string>& w, const char* key, std::int64_t* out) {
+  const auto it = w.find(key);
+  if (it == w.end() || it->second.empty()) return false;
+  char* end = nullptr;
+  const long long v = std::strtoll(it->second.c_str(), &end, 10);
+  if (*end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+const char* KindName(WorkerEvent::Kind k) {
+  switch (k) {
+    case WorkerEvent::Kind::kStart: return "start";
+    case WorkerEvent::Kind::kAcquired: return "acquired";
+    case WorkerEvent::Kind::kWrite: return "write";
+    case WorkerEvent::Kind::kLost: return "lost";
+    case WorkerEvent::Kind::kReleased: return "released";
+    case WorkerEvent::Kind::kBeat: return "beat";
+    case WorkerEvent::Kind::kExit: return "exit";
+  }
+  return "?";
+}
+
+// Time worker `worker` spent stopped (pause faults) inside [from, to].
+Nanos PausedWithin(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
+  Nanos total = 0;
+  for (const FaultEvent& f : faults) {
+    if (f.kind != "pause" || f.worker != worker) continue;
+    const Nanos lo = std::max(from, f.start), hi = std::min(to, f.end);
+    if (hi > lo) total += hi - lo;
+  }
+  return total;
+}
+
+// A gap of a worker's loop [from, to] is explained when the worker was
+// paused, or virtual time jumped, inside it.
+bool Explained(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
+  for (const FaultEvent& f : faults) {
+    const bool mine = f.kind == "pause" && f.worker == worker;
+    if ((mine || f.kind == "clock-jump") && f.start <= to && f.end >= from) return true;
+  }
+  return false;
+}
+
+std::string Who(const Tenure& t) {
+  return "worker " + std::to_string(t.worker) + " (token " + std::to_string(t.token) + ")";
+}
+
+}  // namespace
+
+std::string FormatWorkerEvent(const WorkerEvent& e) {
+  std::string line = std::string("ev=") + KindName(e.kind) + " t=" + std::to_string(e.t);
+  switch (e.kind) {
+    case WorkerEvent::Kind::kAcquired:
+    case WorkerEvent::Kind::kLost:
+    case WorkerEvent::Kind::kReleased:
+      line += " token=" + std::to_string(e.token);
+      break;
+    case WorkerEvent::Kind::kWrite:
+      line += " token=" + std::to_string(e.token) + " seq=" + std::to_string(e.seq) +
+              " check=" + std::to_string(e.check) + " deadline=" + std::to_string(e.deadline) +
+              " result=" + (e.accepted ? "accepted" : "rejected");
+      break;
+    default:
+      break;
+  }
+  return line;
+}
+
+std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
+  const auto w = Words(line);
+  const auto ev = w.find("ev");
+  if (ev == w.end()) return std::nullopt;
+  WorkerEvent e;
+  static const std::pair<const char*, WorkerEvent::Kind> kKinds[] = {
+      {"start", WorkerEvent::Kind::kStart},       {"acquired", WorkerEvent::Kind::kAcquired},
+      {"write", WorkerEvent::Kind::kWrite},       {"lost", WorkerEvent::Kind::kLost},
+      {"released", WorkerEvent::Kind::kReleased}, {"beat", WorkerEvent::Kind::kBeat},
+      {"exit", WorkerEvent::Kind::kExit}};
+  bool known = false;
+  for (const auto& [name, kind] : kKinds) {
+    if (ev->second == name) {
+      e.kind = kind;
+      known = true;
+    }
+  }
+  if (!known || !Int(w, "t", &e.t)) return std::nullopt;
+  std::int64_t token = 0;
+  const bool has_token = Int(w, "token", &token);
+  e.token = static_cast<std::uint64_t>(token);
+  switch (e.kind) {
+    case WorkerEvent::Kind::kAcquired:
+    case WorkerEvent::Kind::kLost:
+    case WorkerEvent::Kind::kReleased:
+      if (!has_token) return std::nullopt;
+      break;
+    case WorkerEvent::Kind::kWrite: {
+      const auto result = w.find("result");
+      if (!has_token || !Int(w, "seq", &e.seq) || !Int(w, "check", &e.check) ||
+          !Int(w, "deadline", &e.deadline) || result == w.end() ||
+          (result->second != "accepted" && result->second != "rejected")) {
+        return std::nullopt;
+      }
+      e.accepted = result->second == "accepted";
+      break;
+    }
+    default:
+      break;
+  }
+  return e;
+}
+
+std::string FormatResourceEvent(const ResourceEvent& e) {
+  return "ev=apply worker=" + std::to_string(e.worker) + " token=" + std::to_string(e.token) +
+         " seq=" + std::to_string(e.seq) + " result=" + (e.accepted ? "accepted" : "rejected") +
+         " t=" + std::to_string(e.t);
+}
+
+std::optional<ResourceEvent> ParseResourceEvent(const std::string& line) {
+  const auto w = Words(line);
+  const auto ev = w.find("ev");
+  const auto result = w.find("result");
+  ResourceEvent e;
+  std::int64_t worker = 0, token = 0;
+  if (ev == w.end() || ev->second != "apply" || result == w.end() || !Int(w, "worker", &worker) ||
+      !Int(w, "token", &token) || !Int(w, "seq", &e.seq) || !Int(w, "t", &e.t)) {
+    return std::nullopt;
+  }
+  if (result->second != "accepted" && result->second != "rejected") return std::nullopt;
+  e.worker = static_cast<int>(worker);
+  e.token = static_cast<std::uint64_t>(token);
+  e.accepted = result->second == "accepted";
+  return e;
+}
+
+std::string FormatFaultEvent(const FaultEvent& e) {
+  return "ev=fault kind=" + e.kind + " worker=" + std::to_string(e.worker) +
+         " start=" + std::to_string(e.start) + " end=" + std::to_string(e.end);
+}
+
+std::optional<FaultEvent> ParseFaultEvent(const std::string& line) {
+  const auto w = Words(line);
+  const auto ev = w.find("ev");
+  const auto kind = w.find("kind");
+  FaultEvent e;
+  std::int64_t worker = 0;
+  if (ev == w.end() || ev->second != "fault" || kind == w.end() || kind->second.empty() ||
+      !Int(w, "worker", &worker) || !Int(w, "start", &e.start) || !Int(w, "end", &e.end)) {
+    return std::nullopt;
+  }
+  e.kind = kind->second;
+  e.worker = static_cast<int>(worker);
+  return e;
+}
+
+std::string CheckReport::Summary() const {
+  std::ostringstream out;
+  out << acquisitions << " acquisitions, " << losses << " losses signalled, " << releases
+      << " releases; " << writes_accepted << " writes accepted, " << writes_rejected
+      << " stale writes rejected by the fence\n";
+  out << "faults:";
+  if (faults.empty()) out << " none";
+  for (const auto& [kind, n] : faults) out << " " << kind << "=" << n;
+  out << "\nworst time to a new owner after a fault healed: " << Ms(worst_takeover)
+      << "; worst ownership overlap (paused holders): " << Ms(worst_overlap) << "\n";
+  if (violations.empty()) {
+    out << "checker: OK, no violation\n";
+  } else {
+    out << "checker: " << violations.size() << " violation(s)\n";
+    for (const Violation& v : violations) out << "  [" << v.rule << "] " << v.detail << "\n";
+  }
+  return out.str();
+}
+
+CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
+                         const std::vector<ResourceEvent>& resource,
+                         const std::vector<FaultEvent>& faults, const CheckOptions& options) {
+  CheckReport report;
+  auto violate = [&](std::string rule, std::string detail) {
+    report.violations.push_back({std::move(rule), std::move(detail)});
+  };
+  for (const FaultEvent& f : faults) ++report.faults[f.kind];
+
+  // Who was killed, and when.
+  std::map<int, Nanos> killed_at;
+  for (const FaultEvent& f : faults) {
+    if ((f.kind == "kill" || f.kind == "crash") && f.worker != 0) killed_at[f.worker] = f.start;
+  }
+
+  // Tenures, per worker, from its own log; and the checks one log can make.
+  struct Checked {
+    Nanos check;
+    std::uint64_t token;
+    int worker;
+  };
+  std::vector<Checked> checks;  // every passed ownership check
+  for (const WorkerHistory& h : workers) {
+    const std::size_t first_tenure = report.tenures.size();
+    std::optional<Tenure> open;
+    Nanos last_loop = -1;
+    auto close = [&](Nanos at, bool killed) {
+      open->ended = at;
+      open->killed = killed;
+      report.tenures.push_back(*open);
+      open.reset();
+    };
+    for (const WorkerEvent& e : h.events) {
+      const bool loop_event = e.kind == WorkerEvent::Kind::kStart ||
+                              e.kind == WorkerEvent::Kind::kBeat ||
+                              e.kind == WorkerEvent::Kind::kWrite ||
+                              e.kind == WorkerEvent::Kind::kExit;
+      if (loop_event) {
+        if (last_loop >= 0 && e.t - last_loop > ToNanos(options.hang_after) &&
+            !Explained(faults, h.worker, last_loop, e.t)) {
+          violate("hang", "worker " + std::to_string(h.worker) + " was silent for " +
+                              Ms(e.t - last_loop) + " (no pause explains it)");
+        }
+        last_loop = e.t;
+      }
+      switch (e.kind) {
+        case WorkerEvent::Kind::kAcquired:
+          ++report.acquisitions;
+          if (open) {
+            violate("unsignalled-loss", Who(*open) + " got on_acquired for token " +
+                                            std::to_string(e.token) +
+                                            " without on_released for its lease");
+            close(e.t, false);
+          }
+          open = Tenure{h.worker, e.token, e.t, std::nullopt, false, 0, 0, 0};
+          break;
+        case WorkerEvent::Kind::kLost:
+        case WorkerEvent::Kind::kReleased:
+          (e.kind == WorkerEvent::Kind::kLost ? report.losses : report.releases)++;
+          if (open) close(e.t, false);
+          break;
+        case WorkerEvent::Kind::kWrite:
+          // Matched to a tenure below, by its check time: a write is logged
+          // when the resource answers, which for a paused worker is after
+          // its on_released.
+          if (e.check >= e.deadline) {
+            violate("write-after-deadline",
+                    "worker " + std::to_string(h.worker) + ": is_owner() was true " +
+                        Ms(e.check - e.deadline) + " after its own lease deadline (token " +
+                        std::to_string(e.token) + ")");
+          }
+          checks.push_back({e.check, e.token, h.worker});
+          (e.accepted ? report.writes_accepted : report.writes_rejected)++;
+          break;
+        default:
+          break;
+      }
+    }
+    const auto kill = killed_at.find(h.worker);
+    if (open) {
+      if (kill != killed_at.end()) {
+        close(std::max(kill->second, open->acquired), true);
+      } else {
+        violate("unsignalled-loss", Who(*open) + " ended without on_released");
+        open->ended.reset();
+        report.tenures.push_back(*open);
+      }
+    }
+    // Every write belongs to a tenure of its worker with its token whose
+    // on_acquired..on_released spans the ownership check.
+    for (const WorkerEvent& e : h.events) {
+      if (e.kind != WorkerEvent::Kind::kWrite) continue;
+      Tenure* home = nullptr;
+      for (std::size_t i = first_tenure; i < report.tenures.size(); ++i) {
+        Tenure& t = report.tenures[i];
+        if (t.token == e.token && e.check >= t.acquired && e.check <= t.ended.value_or(kForever)) {
+          home = &t;
+        }
+      }
+      if (home == nullptr) {
+        violate("write-outside-tenure",
+                "worker " + std::to_string(h.worker) + " wrote with token " +
+                    std::to_string(e.token) + " (seq " + std::to_string(e.seq) +
+                    ") outside its on_acquired..on_released for that token");
+        continue;
+      }
+      home->last_check = std::max(home->last_check, e.check);
+      (e.accepted ? home->writes_accepted : home->writes_rejected)++;
+    }
+    if (!h.fate.killed && !h.fate.exited_cleanly) {
+      violate("crash", "worker " + std::to_string(h.worker) + ": " + h.fate.detail);
+    }
+  }
+  std::sort(report.tenures.begin(), report.tenures.end(),
+            [](const Tenure& a, const Tenure& b) { return a.acquired < b.acquired; });
+  auto end_of = [](const Tenure& t) { return t.ended.value_or(kForever); };
+
+  // Pairs of tenures of different workers.
+  for (std::size_t i = 0; i < report.tenures.size(); ++i) {
+    for (std::size_t j = 0; j < report.tenures.size(); ++j) {
+      const Tenure& p = report.tenures[i];  // the lower token
+      const Tenure& q = report.tenures[j];
+      if (p.worker == q.worker) {
+        // One worker: tokens never go down (the same token again is a lease
+        // it still held at the store when it re-contended).
+        if (i < j && q.token < p.token) {
+          violate("token-order", Who(q) + " acquired after its own token " +
+                                     std::to_string(p.token));
+        }
+        continue;
+      }
+      if (p.token == q.token) {
+        if (i < j) {
+          violate("token-order", "token " + std::to_string(p.token) + " was granted to worker " +
+                                     std::to_string(p.worker) + " and to worker " +
+                                     std::to_string(q.worker));
+        }
+        continue;
+      }
+      if (p.token > q.token) continue;
+      // p ended before q began, yet q's token is not higher: tokens did not
+      // increase. A worker paused between its grant and its on_acquired logs
+      // the acquisition late, so q is excused if it was paused before.
+      // (Here p.token < q.token; the reverse order is checked from q's side.)
+      // Overlap: how long p still believed it owned after q began to.
+      const Nanos overlap = std::min(end_of(p), end_of(q)) - std::max(p.acquired, q.acquired);
+      if (overlap > 0) {
+        const Nanos from = std::max(p.acquired, q.acquired);
+        const Nanos allowed = ToNanos(options.signal_slack) +
+                              PausedWithin(faults, p.worker, from, std::min(end_of(p), end_of(q)));
+        if (!p.ended) {
+          violate("unsignalled-loss", Who(p) + " was never told it lost the mutex that " + Who(q) +
+                                          " acquired");
+        } else if (overlap > allowed) {
+          violate("overlap", Who(p) + " still believed it owned the mutex " + Ms(overlap) +
+                                 " after " + Who(q) + " acquired it (allowed " + Ms(allowed) + ")");
+        }
+        report.worst_overlap = std::max(report.worst_overlap, std::min(overlap, kForever / 2));
+      }
+      // Acting as owner (a passed is_owner() check) after a newer owner
+      // acquired: the local lease deadline must have ended p first, paused
+      // or not, because the check reads the clock.
+      if (p.last_check >= q.acquired) {
+        violate("acted-after-takeover", Who(p) + " passed an is_owner() check " +
+                                            Ms(p.last_check - q.acquired) + " after " + Who(q) +
+                                            " acquired the mutex");
+      }
+    }
+  }
+  // Tokens in time: a tenure that began after another ended has a higher
+  // token, unless its worker was paused in between (grant before the pause,
+  // on_acquired after it).
+  for (const Tenure& p : report.tenures) {
+    for (const Tenure& q : report.tenures) {
+      if (p.worker == q.worker || !p.ended || *p.ended >= q.acquired || q.token > p.token) continue;
+      if (p.token == q.token) continue;  // reported above
+      if (PausedWithin(faults, q.worker, p.acquired - ToNanos(options.ttl + options.transition),
+                       q.acquired) > 0) {
+        continue;
+      }
+      violate("token-order", Who(q) + " acquired after " + Who(p) + " had ended, with a lower token");
+    }
+  }
+
+  // The resource: in the order it decided, no accepted token below one it
+  // accepted before, and every accepted token one its writer was granted.
+  std::uint64_t highest = 0;
+  for (const ResourceEvent& r : resource) {
+    if (r.accepted) {
+      if (r.token < highest) {
+        violate("stale-write", "the resource accepted token " + std::to_string(r.token) +
+                                   " from worker " + std::to_string(r.worker) + " after token " +
+                                   std::to_string(highest));
+      }
+      highest = std::max(highest, r.token);
+      const bool granted =
+          std::any_of(report.tenures.begin(), report.tenures.end(), [&](const Tenure& t) {
+            return t.worker == r.worker && t.token == r.token;
+          });
+      if (!granted) {
+        violate("stale-write", "the resource accepted token " + std::to_string(r.token) +
+                                   " from worker " + std::to_string(r.worker) +
+                                   ", which that worker never acquired");
+      }
+    } else if (r.token >= highest) {
+      violate("stale-write", "the resource rejected token " + std::to_string(r.token) +
+                                 " from worker " + std::to_string(r.worker) +
+                                 " although its highest was " + std::to_string(highest));
+    }
+  }
+
+  // Liveness: after each fault healed, somebody owns the mutex again within
+  // the bound (an acquisition or a passed ownership check in the window).
+  const Nanos bound = ToNanos(options.takeover_bound.value_or(
+      options.ttl + options.transition + std::chrono::milliseconds(2000)));
+  std::vector<Nanos> owned_at;
+  for (const Tenure& t : report.tenures) owned_at.push_back(t.acquired);
+  for (const Checked& c : checks) owned_at.push_back(c.check);
+  std::sort(owned_at.begin(), owned_at.end());
+  for (const FaultEvent& f : faults) {
+    const Nanos healed = f.end;
+    Nanos next = options.run_end > 0 ? options.run_end : kForever;
+    for (const FaultEvent& g : faults) {
+      if (g.start > healed && g.start < next) next = g.start;
+      if (g.start <= healed && g.end > healed) next = -1;  // another fault still active
+    }
+    if (next < healed + bound) continue;  // the run moved on before the bound
+    const auto it = std::lower_bound(owned_at.begin(), owned_at.end(), healed);
+    if (it == owned_at.end() || *it > healed + bound) {
+      violate("stuck", "nobody owned the mutex within " + Ms(bound) + " after the " + f.kind +
+                           " fault healed");
+    } else {
+      report.worst_takeover = std::max(report.worst_takeover, *it - healed);
+    }
+  }
+  return report;
+}
+
+}  // namespace simba::testing

@@ -1,0 +1,154 @@
+// The histories of a fault run (tests/faults) and the checker that judges
+// them, Jepsen-style: workers contend for one mutex and, while they own it,
+// write to a fenced resource; every worker logs what it did, the resource
+// logs what it accepted, the harness logs the faults it injected; afterwards
+// the checker reads all of it and names every broken guarantee.
+//
+// The logs are text, one event per line, `key=value` words:
+//   worker side   ev=start|acquired|write|lost|released|beat|exit ...
+//   resource      ev=apply worker=W token=T seq=S result=accepted|rejected t=...
+//   faults        ev=fault kind=K [worker=W] start=... end=...
+// Times are nanoseconds of one monotonic clock shared by every writer of a
+// run: CLOCK_MONOTONIC for processes on one host, the ManualClock of an
+// in-process (memory) run. No two clocks are ever compared.
+//
+// Pure logic: no I/O but parsing strings, so it is unit tested on made-up
+// histories (tests/unit/fault_history_test.cc).
+#ifndef SIMBA_TESTING_FAULT_HISTORY_H_
+#define SIMBA_TESTING_FAULT_HISTORY_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace simba::testing {
+
+using Nanos = std::int64_t;
+
+// One line of a worker's log.
+struct WorkerEvent {
+  enum class Kind {
+    kStart,     // the worker began (t)
+    kAcquired,  // on_acquired with `token` (t)
+    kWrite,     // a guarded write: is_owner() was true for `token` at `check`
+                // (read before the call), the lease deadline it reported was
+                // `deadline`; the resource answered `accepted` at `t`
+    kLost,      // on_released that the worker did not ask for (t)
+    kReleased,  // on_released after the worker's own stop() (t)
+    kBeat,      // the worker's loop is alive (t)
+    kExit,      // the worker stopped cleanly (t)
+  };
+  Kind kind = Kind::kBeat;
+  Nanos t = 0;
+  std::uint64_t token = 0;
+  std::int64_t seq = 0;
+  Nanos check = 0;
+  Nanos deadline = 0;
+  bool accepted = false;
+};
+
+// One decision of the fenced resource, in the order it made them.
+struct ResourceEvent {
+  int worker = 0;
+  std::uint64_t token = 0;
+  std::int64_t seq = 0;
+  bool accepted = false;
+  Nanos t = 0;
+};
+
+// One injected fault. `end` is when it healed (== start for instant ones:
+// a kill, a cut). `worker` is 0 when the fault hits no single worker.
+struct FaultEvent {
+  std::string kind;  // kill, pause, restart, cut, blackhole, clock-jump, hang, crash
+  int worker = 0;
+  Nanos start = 0;
+  Nanos end = 0;
+};
+
+// How a worker's process (or thread) ended.
+struct WorkerFate {
+  bool killed = false;  // by the harness (a kill or crash fault): no exit expected
+  bool exited_cleanly = false;  // stopped when asked, exit status 0
+  std::string detail;  // what happened otherwise (exit status, signal, timeout)
+};
+
+struct WorkerHistory {
+  int worker = 0;
+  std::vector<WorkerEvent> events;
+  WorkerFate fate;
+};
+
+// Formatting and parsing of the lines above. Parse* return nullopt for a line
+// that is not an event (a torn last line of a killed worker is skipped).
+std::string FormatWorkerEvent(const WorkerEvent& e);
+std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line);
+std::string FormatResourceEvent(const ResourceEvent& e);
+std::optional<ResourceEvent> ParseResourceEvent(const std::string& line);
+std::string FormatFaultEvent(const FaultEvent& e);
+std::optional<FaultEvent> ParseFaultEvent(const std::string& line);
+
+struct CheckOptions {
+  std::chrono::milliseconds ttl{1000};
+  std::chrono::milliseconds transition{500};
+  // How late on_released may be logged after the moment it became due (a
+  // newer owner took over): callback dispatch and scheduling, not protocol.
+  std::chrono::milliseconds signal_slack{1000};
+  // The mutex must have an owner again this long after every fault healed:
+  // ttl + transition + 2 s unless set.
+  std::optional<std::chrono::milliseconds> takeover_bound;
+  // Longest silence of a worker's loop (beats, writes) not explained by a
+  // pause fault.
+  std::chrono::milliseconds hang_after{3000};
+  // When the run ended (the harness stopped the workers); liveness after the
+  // last heal is checked only if the run went on long enough.
+  Nanos run_end = 0;
+};
+
+// A stretch of ownership as one worker saw it: from its on_acquired to its
+// on_released (or to its death, or open when neither came).
+struct Tenure {
+  int worker = 0;
+  std::uint64_t token = 0;
+  Nanos acquired = 0;
+  std::optional<Nanos> ended;  // lost/released logged, or killed at
+  bool killed = false;         // ended by a kill, not by a signal
+  Nanos last_check = 0;        // last is_owner() check that passed (0: none)
+  int writes_accepted = 0;
+  int writes_rejected = 0;
+};
+
+struct Violation {
+  std::string rule;    // stale-write, acted-after-takeover, overlap, token-order,
+                       // unsignalled-loss, write-after-deadline, stuck, crash, hang
+  std::string detail;  // what, who, when
+};
+
+struct CheckReport {
+  std::vector<Violation> violations;
+  std::vector<Tenure> tenures;  // by acquisition time
+  int acquisitions = 0;
+  int losses = 0;     // lost events
+  int releases = 0;   // released events
+  int writes_accepted = 0;
+  int writes_rejected = 0;  // stale tokens the resource turned away
+  std::map<std::string, int> faults;  // by kind
+  // Longest time the mutex went without an owner after a fault healed.
+  Nanos worst_takeover = 0;
+  // Longest belief overlap seen (positive only while a worker was paused).
+  Nanos worst_overlap = 0;
+
+  bool ok() const { return violations.empty(); }
+  // A few lines for people: counts, the worst figures, each violation.
+  std::string Summary() const;
+};
+
+CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
+                         const std::vector<ResourceEvent>& resource,
+                         const std::vector<FaultEvent>& faults, const CheckOptions& options);
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_FAULT_HISTORY_H_

@@ -1,0 +1,144 @@
+// The two sides of a fault run (tests/faults) that are not the harness:
+//
+//   FaultWorker     contends for one mutex; while it owns it, writes to a
+//                   fenced resource every few milliseconds; lets go after a
+//                   random hold and contends again; logs every step as a
+//                   WorkerEvent line (testing/fault_history.h)
+//   FencedRegister  the protected resource: remembers the highest fencing
+//                   token it accepted and rejects lower ones, logging each
+//                   decision; served to worker processes on a Unix socket by
+//                   FencedRegisterServer, reached through FencedRegisterClient
+//
+// A worker runs in a process of its own (simba-fault-worker) for the stores
+// other processes can reach, and as a thread on a ManualClock for memory://.
+#ifndef SIMBA_TESTING_FAULT_WORKER_H_
+#define SIMBA_TESTING_FAULT_WORKER_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/clock.h"
+#include "simba/contend_service.h"
+#include "simba/status.h"
+#include "testing/fault_history.h"
+
+namespace simba::testing {
+
+// Nanoseconds of `clock` since its epoch: the time base of every log line.
+Nanos NowNanos(const Clock& clock);
+// Sleeps `d` of `clock`'s time (virtual time for a ManualClock).
+void SleepOn(const Clock& clock, Clock::Duration d);
+
+class FencedResource {
+ public:
+  virtual ~FencedResource() = default;
+  // A write guarded by `token`: true if accepted, false if the token was
+  // lower than one accepted before; an error when the resource was not
+  // reached (nothing was written then).
+  virtual Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) = 0;
+};
+
+class FencedRegister final : public FencedResource {
+ public:
+  explicit FencedRegister(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
+  Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) override;
+  // Every decision so far, in the order they were made.
+  std::vector<ResourceEvent> decisions() const;
+  // The last accepted write, if any.
+  std::optional<ResourceEvent> last_accepted() const;
+
+ private:
+  std::shared_ptr<Clock> clock_;
+  mutable std::mutex mu_;
+  std::uint64_t highest_ = 0;
+  std::vector<ResourceEvent> decisions_;
+  std::optional<ResourceEvent> last_accepted_;
+};
+
+// Serves `target` on a Unix SOCK_SEQPACKET socket at `path`: one thread, one
+// request at a time, so a worker paused mid-request blocks nobody.
+class FencedRegisterServer {
+ public:
+  // kUnavailable when the socket cannot be made.
+  static Result<std::unique_ptr<FencedRegisterServer>> Start(std::string path,
+                                                             FencedRegister* target);
+  ~FencedRegisterServer();
+  FencedRegisterServer(const FencedRegisterServer&) = delete;
+  FencedRegisterServer& operator=(const FencedRegisterServer&) = delete;
+
+ private:
+  FencedRegisterServer(std::string path, FencedRegister* target, int listen_fd);
+  void Loop();
+
+  std::string path_;
+  FencedRegister* target_;
+  int listen_fd_;
+  int wake_[2] = {-1, -1};
+  std::thread thread_;
+};
+
+class FencedRegisterClient final : public FencedResource {
+ public:
+  explicit FencedRegisterClient(std::string path) : path_(std::move(path)) {}
+  ~FencedRegisterClient() override;
+  // Connects on first use and again after an error; gives up after 2 s.
+  Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) override;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+struct FaultWorkerOptions {
+  int id = 1;
+  std::string mutex = "fault-run";
+  ContendOptions contend;
+  // How long an acquisition is held before the worker lets go (uniform).
+  std::chrono::milliseconds hold_min{300}, hold_max{1500};
+  // How long it waits before contending again after letting go (uniform from 0).
+  std::chrono::milliseconds rest_max{300};
+  // A guarded write this often while it owns the mutex...
+  std::chrono::milliseconds write_interval{20};
+  // ...each this long after its ownership check: a pause that lands in the
+  // gap sends a stale token to the resource, which must turn it away.
+  std::chrono::milliseconds write_gap{5};
+  std::chrono::milliseconds beat_interval{100};
+  std::uint64_t seed = 1;
+};
+
+// Runs one worker: logs ev=start, contends, writes while it owns the mutex,
+// releases and contends again, until `stop_requested`; then stops its
+// service (releasing the mutex) and logs ev=exit. `log` gets one formatted
+// WorkerEvent per call, from several threads (it must be thread-safe).
+class FaultWorker {
+ public:
+  FaultWorker(MutexContendServiceFactory* factory, FencedResource* resource,
+              std::function<void(const std::string&)> log, FaultWorkerOptions options);
+  // Non-OK only when the service could not be made or started.
+  Status Run(const std::function<bool()>& stop_requested);
+
+ private:
+  void Log(WorkerEvent e);
+
+  MutexContendServiceFactory* factory_;
+  FencedResource* resource_;
+  std::function<void(const std::string&)> log_;
+  FaultWorkerOptions options_;
+  std::shared_ptr<Clock> clock_;
+  // The token of the ownership on_acquired announced (0: none).
+  std::atomic<std::uint64_t> token_{0};
+  // The worker itself is stopping its service: on_released is a release,
+  // not a loss.
+  std::atomic<bool> letting_go_{false};
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_FAULT_WORKER_H_

@@ -1,0 +1,650 @@
+// simba-fault-run: attacks one mutex on one store with faults and checks the
+// history (issue #9; Jepsen's idea on one host).
+//
+//   simba-fault-run --store redis [--duration 30] [--workers 3] [--seed N]
+//                   [--faults kill,pause,restart,cut,blackhole] [--out DIR]
+//
+// Workers contend for one mutex and, while they own it, write to a fenced
+// resource that rejects stale tokens (testing/fault_worker.h). For a store
+// other processes reach, every worker is a simba-fault-worker process talking
+// to a private server (scripts/servers) through a TcpProxy of ours; for
+// memory:// they are threads sharing one store on a ManualClock. Faults come
+// one at a time, each followed by a quiet window of ttl + transition + 2 s
+// in which the mutex must find an owner again:
+//
+//   kill        SIGKILL of the holder (a new worker replaces it)
+//   pause       SIGSTOP of the holder for longer than its lease, then SIGCONT
+//   restart     SIGKILL of the store server, then a restart on the same port
+//   cut         every connection through the proxy reset
+//   blackhole   the proxy passes nothing for longer than the lease
+//   crash       (memory) the holder's store calls fail and it vanishes
+//   hang        (memory) the holder's store calls hang for longer than its lease
+//   clock-jump  (memory) virtual time leaps past the lease
+//
+// At the end the workers are stopped, the logs read and the checker
+// (testing/fault_history.h) names every broken guarantee. Exit status: 0 when
+// the checker found nothing, 1 when it did, 2 for bad usage, 3 when the run
+// could not be set up. The logs stay in --out (or a temporary directory that
+// is kept when the check fails).
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/backends/memory.h"
+#include "simba/contend_service.h"
+#include "testing/fault_history.h"
+#include "testing/fault_injecting_backend.h"
+#include "testing/fault_worker.h"
+#include "testing/subprocess.h"
+#include "testing/tcp_proxy.h"
+#include "testing/test_servers.h"
+
+#ifndef SIMBA_FAULT_WORKER_PATH
+#define SIMBA_FAULT_WORKER_PATH "simba-fault-worker"
+#endif
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+struct RunOptions {
+  std::string store;
+  seconds duration{30};
+  int workers = 3;
+  milliseconds ttl{1000};
+  milliseconds transition{500};
+  milliseconds op_timeout{1000};
+  std::vector<std::string> faults;  // empty: all that apply to the store
+  std::uint64_t seed = 0;
+  std::string out;
+  std::string worker_path = SIMBA_FAULT_WORKER_PATH;
+};
+
+std::vector<std::string> FaultsFor(const std::string& store) {
+  if (store == "memory") return {"crash", "hang", "clock-jump"};
+  if (store == "sqlite") return {"kill", "pause"};
+  return {"kill", "pause", "restart", "cut", "blackhole"};
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, sep)) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+void Say(const std::string& line) { std::cout << "fault-run: " << line << std::endl; }
+
+// ---- the workers ---------------------------------------------------------------------------
+
+// Workers of one run, as processes or threads; the harness's single thread
+// drives it.
+class Workers {
+ public:
+  virtual ~Workers() = default;
+  virtual const Clock& clock() const = 0;
+  // Starts worker `id`.
+  virtual Status Spawn(int id) = 0;
+  // Ends worker `id` the hard way (no release, no last words); its fault.
+  virtual FaultEvent Kill(int id) = 0;
+  // Keeps worker `id` from acting (or reaching the store) for `d`.
+  virtual FaultEvent Pause(int id, Clock::Duration d) = 0;
+  // Stops every live worker and returns every worker's history.
+  virtual std::vector<WorkerHistory> Finish() = 0;
+};
+
+class ProcessWorkers final : public Workers {
+ public:
+  ProcessWorkers(const RunOptions& options, std::string uri, std::string dir, std::string socket)
+      : options_(options), uri_(std::move(uri)), dir_(std::move(dir)), socket_(std::move(socket)) {}
+
+  const Clock& clock() const override { return *clock_; }
+
+  Status Spawn(int id) override {
+    const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
+    auto process = std::make_unique<Subprocess>(std::vector<std::string>{
+        options_.worker_path, "--store", uri_, "--id", std::to_string(id), "--log", LogPath(id),
+        "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
+        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--seed",
+        std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
+    if (!process->started()) return UnavailableError("cannot start " + options_.worker_path);
+    workers_[id] = {std::move(process), WorkerFate{}};
+    return OkStatus();
+  }
+
+  FaultEvent Kill(int id) override {
+    Entry& w = workers_.at(id);
+    const Nanos at = NowNanos(*clock_);
+    w.process->Signal(SIGKILL);
+    w.process->Wait();
+    w.fate.killed = true;
+    w.done = true;
+    return {"kill", id, at, at};
+  }
+
+  FaultEvent Pause(int id, Clock::Duration d) override {
+    Entry& w = workers_.at(id);
+    const Nanos start = NowNanos(*clock_);
+    w.process->Signal(SIGSTOP);
+    std::this_thread::sleep_for(d);
+    w.process->Signal(SIGCONT);
+    return {"pause", id, start, NowNanos(*clock_)};
+  }
+
+  std::vector<WorkerHistory> Finish() override {
+    for (auto& [id, w] : workers_) {
+      if (!w.done) w.process->Signal(SIGTERM);
+    }
+    std::vector<WorkerHistory> histories;
+    for (auto& [id, w] : workers_) {
+      if (!w.done) {
+        // A clean stop releases the mutex: one store call, bounded by the
+        // operation timeout.
+        const auto status = w.process->WaitFor(Scaled(milliseconds(15000)));
+        if (!status) {
+          w.fate.detail = "did not exit within 15 s of SIGTERM (hung)";
+          w.process->Signal(SIGKILL);
+          w.process->Wait();
+        } else if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
+          w.fate.exited_cleanly = true;
+        } else if (WIFEXITED(*status)) {
+          w.fate.detail = "exited with status " + std::to_string(WEXITSTATUS(*status));
+        } else {
+          w.fate.detail = "died of signal " + std::to_string(WTERMSIG(*status));
+        }
+        w.done = true;
+      }
+      WorkerHistory h;
+      h.worker = id;
+      h.fate = w.fate;
+      std::ifstream in(LogPath(id));
+      std::string line;
+      while (std::getline(in, line)) {
+        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+      }
+      histories.push_back(std::move(h));
+    }
+    return histories;
+  }
+
+  // A worker that exited on its own while the run went on (a crash).
+  void NoteUnexpectedExits() {
+    for (auto& [id, w] : workers_) {
+      if (w.done) continue;
+      if (auto status = w.process->WaitFor(milliseconds(0))) {
+        w.done = true;
+        w.fate.detail = "exited during the run (wait status " + std::to_string(*status) + ")";
+        Say("worker " + std::to_string(id) + " " + w.fate.detail);
+      }
+    }
+  }
+
+ private:
+  struct Entry {
+    std::unique_ptr<Subprocess> process;
+    WorkerFate fate;
+    bool done = false;
+  };
+  std::string LogPath(int id) const { return dir_ + "/worker-" + std::to_string(id) + ".log"; }
+
+  const RunOptions& options_;
+  std::string uri_, dir_, socket_;
+  std::shared_ptr<Clock> clock_ = Clock::Steady();
+  std::map<int, Entry> workers_;
+};
+
+// memory://: threads on one ManualClock that a driver thread moves at about
+// the pace of real time; each worker reaches the shared store through a
+// FaultInjectingBackend of its own, so one of them can be cut off.
+class ThreadWorkers final : public Workers {
+ public:
+  ThreadWorkers(const RunOptions& options, FencedResource* resource,
+                std::shared_ptr<ManualClock> clock)
+      : options_(options), resource_(resource), clock_(std::move(clock)) {
+    store_ = NewMemoryBackend({"fault-run", clock_}).value();
+    driver_ = std::thread([this] {
+      while (!stop_driver_) {
+        std::this_thread::sleep_for(milliseconds(2));
+        clock_->Advance(milliseconds(2));
+      }
+    });
+  }
+  ~ThreadWorkers() override {
+    for (auto& [id, w] : workers_) {
+      w->stop = true;
+      if (w->thread.joinable()) w->thread.join();
+    }
+    stop_driver_ = true;
+    driver_.join();
+  }
+
+  const Clock& clock() const override { return *clock_; }
+  ManualClock& manual_clock() { return *clock_; }
+
+  Status Spawn(int id) override {
+    auto w = std::make_unique<Entry>();
+    w->faults = std::make_shared<FaultInjectingBackend>(store_);
+    FactoryOptions factory_options;
+    factory_options.clock = clock_;
+    factory_options.contend.ttl = options_.ttl;
+    factory_options.contend.transition = options_.transition;
+    factory_options.contend.operation_timeout = options_.op_timeout;
+    auto factory = MutexContendServiceFactory::create(w->faults, factory_options);
+    if (!factory.ok()) return factory.status();
+    w->factory = std::move(*factory);
+    FaultWorkerOptions worker_options;
+    worker_options.id = id;
+    worker_options.contend = factory_options.contend;
+    worker_options.seed = options_.seed * 1000 + static_cast<std::uint64_t>(id);
+    Entry* raw = w.get();
+    w->thread = std::thread([this, raw, worker_options] {
+      FaultWorker worker(raw->factory.get(), resource_,
+                         [raw](const std::string& line) {
+                           std::lock_guard<std::mutex> lock(raw->mu);
+                           if (!raw->dead) raw->lines.push_back(line);
+                         },
+                         worker_options);
+      const Status status = worker.Run([raw] { return raw->stop.load(); });
+      std::lock_guard<std::mutex> lock(raw->mu);
+      raw->status = status;
+    });
+    workers_[id] = std::move(w);
+    return OkStatus();
+  }
+
+  FaultEvent Kill(int id) override {
+    Entry& w = *workers_.at(id);
+    const Nanos at = NowNanos(*clock_);
+    {
+      std::lock_guard<std::mutex> lock(w.mu);
+      w.dead = true;  // nothing it does from now on is heard
+    }
+    w.faults->set_mode(FaultInjectingBackend::Mode::kFail);  // nor reaches the store
+    w.stop = true;
+    w.thread.join();
+    w.factory.reset();
+    w.killed = true;
+    return {"crash", id, at, at};
+  }
+
+  FaultEvent Pause(int id, Clock::Duration d) override {
+    Entry& w = *workers_.at(id);
+    const Nanos start = NowNanos(*clock_);
+    w.faults->set_mode(FaultInjectingBackend::Mode::kHang);
+    SleepOn(*clock_, d);
+    w.faults->set_mode(FaultInjectingBackend::Mode::kPass);
+    return {"hang", id, start, NowNanos(*clock_)};
+  }
+
+  FaultEvent Jump(Clock::Duration d) {
+    const Nanos start = NowNanos(*clock_);
+    clock_->Advance(d);
+    return {"clock-jump", 0, start, NowNanos(*clock_)};
+  }
+
+  std::vector<WorkerHistory> Finish() override {
+    for (auto& [id, w] : workers_) w->stop = true;
+    std::vector<WorkerHistory> histories;
+    for (auto& [id, w] : workers_) {
+      if (w->thread.joinable()) w->thread.join();
+      w->factory.reset();
+      WorkerHistory h;
+      h.worker = id;
+      std::lock_guard<std::mutex> lock(w->mu);
+      h.fate.killed = w->killed;
+      h.fate.exited_cleanly = !w->killed && w->status.ok();
+      if (!w->killed && !w->status.ok()) h.fate.detail = w->status.ToString();
+      for (const std::string& line : w->lines) {
+        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+      }
+      histories.push_back(std::move(h));
+    }
+    return histories;
+  }
+
+  // The workers' logs as lines, for the run's directory.
+  std::map<int, std::vector<std::string>> Lines() {
+    std::map<int, std::vector<std::string>> all;
+    for (auto& [id, w] : workers_) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      all[id] = w->lines;
+    }
+    return all;
+  }
+
+ private:
+  struct Entry {
+    std::shared_ptr<FaultInjectingBackend> faults;
+    std::unique_ptr<MutexContendServiceFactory> factory;
+    std::thread thread;
+    std::atomic<bool> stop{false};
+    std::mutex mu;
+    std::vector<std::string> lines;  // guarded by mu
+    bool dead = false;               // guarded by mu
+    Status status;                   // guarded by mu
+    bool killed = false;
+  };
+
+  const RunOptions& options_;
+  FencedResource* resource_;
+  std::shared_ptr<ManualClock> clock_;
+  std::shared_ptr<Backend> store_;
+  std::map<int, std::unique_ptr<Entry>> workers_;
+  std::atomic<bool> stop_driver_{false};
+  std::thread driver_;
+};
+
+// ---- the run -------------------------------------------------------------------------------
+
+class Run {
+ public:
+  explicit Run(RunOptions options) : options_(std::move(options)), random_(options_.seed) {}
+
+  int Main() {
+    Say("store " + options_.store + ", " + std::to_string(options_.workers) + " workers, ttl " +
+        std::to_string(options_.ttl.count()) + " ms + transition " +
+        std::to_string(options_.transition.count()) + " ms, " +
+        std::to_string(options_.duration.count()) + " s, seed " + std::to_string(options_.seed) +
+        ", logs in " + options_.out);
+    if (Status s = SetUp(); !s.ok()) {
+      std::cerr << "fault-run: cannot set up: " << s.ToString() << "\n";
+      return 3;
+    }
+    for (int i = 0; i < options_.workers; ++i) {
+      if (Status s = workers_->Spawn(++last_id_); !s.ok()) {
+        std::cerr << "fault-run: " << s.ToString() << "\n";
+        return 3;
+      }
+    }
+    Schedule();
+    const Nanos run_end = NowNanos(workers_->clock());
+    std::vector<WorkerHistory> histories = workers_->Finish();
+    const std::vector<ResourceEvent> decisions = register_->decisions();
+    WriteLogs(decisions);
+
+    CheckOptions check;
+    check.ttl = options_.ttl;
+    check.transition = options_.transition;
+    check.run_end = run_end;
+    // A worker's loop blocks in stop() for one store call at most (it
+    // releases before contending again), and a restarting server can hold
+    // that call for its whole timeout.
+    check.hang_after = Scaled(milliseconds(3000)) + 2 * options_.op_timeout;
+    check.signal_slack = Scaled(milliseconds(300));
+    check.takeover_bound = options_.ttl + options_.transition + milliseconds(2000);
+    const CheckReport report = CheckHistory(histories, decisions, faults_, check);
+    std::cout << report.Summary();
+    std::ofstream(options_.out + "/report.txt") << report.Summary();
+    Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options_.out + ")");
+    return report.ok() ? 0 : 1;
+  }
+
+ private:
+  Status SetUp() {
+    if (options_.store == "memory") {
+      // The resource lives on the workers' virtual clock.
+      auto clock = std::make_shared<ManualClock>();
+      register_ = std::make_unique<FencedRegister>(clock);
+      auto threads = std::make_unique<ThreadWorkers>(options_, register_.get(), clock);
+      threads_ = threads.get();
+      workers_ = std::move(threads);
+      return OkStatus();
+    }
+    register_ = std::make_unique<FencedRegister>(Clock::Steady());
+    std::string uri;
+    if (options_.store == "sqlite") {
+      uri = "sqlite://" + options_.out + "/store.db";
+    } else {
+      std::vector<std::string> extra;
+      if (options_.store == "redis") extra = {"--appendonly", "yes", "--appendfsync", "always"};
+      auto server = TestServer::Start(options_.store, extra);
+      if (!server.ok()) return server.status();
+      server_ = std::move(*server);
+      proxy_ = std::make_unique<TcpProxy>(server_->port());
+      uri = server_->uri();
+      const std::string port = ":" + std::to_string(server_->port());
+      const auto at = uri.find(port);
+      if (at == std::string::npos) return InternalError("no port in " + uri);
+      uri.replace(at, port.size(), ":" + std::to_string(proxy_->port()));
+    }
+    auto server =
+        FencedRegisterServer::Start(options_.out + "/resource.sock", register_.get());
+    if (!server.ok()) return server.status();
+    resource_server_ = std::move(*server);
+    auto processes = std::make_unique<ProcessWorkers>(options_, uri, options_.out,
+                                                      options_.out + "/resource.sock");
+    processes_ = processes.get();
+    workers_ = std::move(processes);
+    return OkStatus();
+  }
+
+  Clock::Duration Uniform(milliseconds lo, milliseconds hi) {
+    return milliseconds(std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random_));
+  }
+
+  void Sleep(Clock::Duration d) {
+    SleepOn(workers_->clock(), d);
+    if (processes_ != nullptr) processes_->NoteUnexpectedExits();
+  }
+
+  // The worker that wrote last, if it wrote within the last 300 ms; waits up
+  // to 3 s for one, then takes any live worker.
+  int Holder() {
+    const Nanos give_up = NowNanos(workers_->clock()) + 3'000'000'000;
+    while (NowNanos(workers_->clock()) < give_up) {
+      const auto last = register_->last_accepted();
+      if (last && live_.count(last->worker) != 0 &&
+          NowNanos(workers_->clock()) - last->t < 300'000'000) {
+        return last->worker;
+      }
+      SleepOn(workers_->clock(), milliseconds(10));
+    }
+    return *live_.begin();
+  }
+
+  void Schedule() {
+    for (int id = 1; id <= last_id_; ++id) live_.insert(id);
+    std::vector<std::string> kinds = options_.faults.empty() ? FaultsFor(options_.store)
+                                                             : options_.faults;
+    std::shuffle(kinds.begin(), kinds.end(), random_);
+    const milliseconds lease = options_.ttl + options_.transition;
+    const milliseconds window = lease + milliseconds(2000) + milliseconds(500);
+    const Nanos end = NowNanos(workers_->clock()) +
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duration).count();
+    Sleep(milliseconds(1500));  // everyone started and contending
+    for (std::size_t n = 0; NowNanos(workers_->clock()) < end; ++n) {
+      const std::string& kind = kinds[n % kinds.size()];
+      FaultEvent fault = Inject(kind, lease);
+      Say("fault " + kind + (fault.worker != 0 ? " of worker " + std::to_string(fault.worker) : "") +
+          ", healed after " + std::to_string((fault.end - fault.start) / 1'000'000) + " ms");
+      faults_.push_back(fault);
+      // The quiet window after a fault: the checker expects an owner in it.
+      Sleep(window);
+    }
+  }
+
+  FaultEvent Inject(const std::string& kind, milliseconds lease) {
+    const Clock& clock = workers_->clock();
+    if (kind == "kill" || kind == "crash") {
+      const int victim = Holder();
+      FaultEvent f = workers_->Kill(victim);
+      live_.erase(victim);
+      if (Status s = workers_->Spawn(++last_id_); s.ok()) {
+        live_.insert(last_id_);
+      } else {
+        Say("cannot replace the killed worker: " + s.ToString());
+      }
+      return f;
+    }
+    if (kind == "pause" || kind == "hang") {
+      return workers_->Pause(Holder(), lease + Uniform(milliseconds(200), milliseconds(1000)));
+    }
+    if (kind == "clock-jump" && threads_ != nullptr) {
+      return threads_->Jump(lease + Uniform(milliseconds(100), milliseconds(1000)));
+    }
+    if (kind == "restart" && server_ != nullptr) {
+      const Nanos start = NowNanos(clock);
+      Status s = server_->Kill();
+      if (s.ok()) s = server_->Restart();
+      if (!s.ok()) Say("restart failed: " + s.ToString());
+      return {"restart", 0, start, NowNanos(clock)};
+    }
+    if (kind == "cut" && proxy_ != nullptr) {
+      const Nanos start = NowNanos(clock);
+      proxy_->CutAll();
+      return {"cut", 0, start, NowNanos(clock)};
+    }
+    if (kind == "blackhole" && proxy_ != nullptr) {
+      const Nanos start = NowNanos(clock);
+      proxy_->set_blackhole(true);
+      std::this_thread::sleep_for(lease + Uniform(milliseconds(200), milliseconds(1000)));
+      proxy_->set_blackhole(false);
+      return {"blackhole", 0, start, NowNanos(clock)};
+    }
+    Say("fault " + kind + " does not apply to store " + options_.store + "; skipped");
+    const Nanos now = NowNanos(clock);
+    return {kind + "-skipped", 0, now, now};
+  }
+
+  void WriteLogs(const std::vector<ResourceEvent>& decisions) {
+    std::ofstream resource(options_.out + "/resource.log");
+    for (const ResourceEvent& e : decisions) resource << FormatResourceEvent(e) << "\n";
+    std::ofstream faults(options_.out + "/faults.log");
+    for (const FaultEvent& e : faults_) faults << FormatFaultEvent(e) << "\n";
+    if (threads_ != nullptr) {
+      for (const auto& [id, lines] : threads_->Lines()) {
+        std::ofstream out(options_.out + "/worker-" + std::to_string(id) + ".log");
+        for (const std::string& line : lines) out << line << "\n";
+      }
+    }
+  }
+
+  RunOptions options_;
+  std::mt19937_64 random_;
+  std::unique_ptr<FencedRegister> register_;
+  std::unique_ptr<TestServer> server_;
+  std::unique_ptr<TcpProxy> proxy_;
+  std::unique_ptr<FencedRegisterServer> resource_server_;
+  std::unique_ptr<Workers> workers_;
+  ProcessWorkers* processes_ = nullptr;
+  ThreadWorkers* threads_ = nullptr;
+  std::vector<FaultEvent> faults_;
+  std::set<int> live_;
+  int last_id_ = 0;
+};
+
+int Usage() {
+  std::cerr << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
+               "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
+               "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
+               "         [--worker PATH]\n";
+  return 2;
+}
+
+}  // namespace
+}  // namespace simba::testing
+
+int main(int argc, char** argv) {
+  using simba::testing::RunOptions;
+  RunOptions options;
+  options.seed = static_cast<std::uint64_t>(
+      std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
+  if ((argc - 1) % 2 != 0) return simba::testing::Usage();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    char* end = nullptr;
+    const long long number = std::strtoll(value.c_str(), &end, 10);
+    const bool numeric = !value.empty() && *end == '\0' && number > 0;
+    auto need_number = [&] {
+      if (!numeric) std::cerr << "fault-run: " << flag << " needs a positive number\n";
+      return numeric;
+    };
+    if (flag == "--store") {
+      options.store = value;
+    } else if (flag == "--duration") {
+      if (!need_number()) return 2;
+      options.duration = std::chrono::seconds(number);
+    } else if (flag == "--workers") {
+      if (!need_number()) return 2;
+      options.workers = static_cast<int>(number);
+    } else if (flag == "--ttl-ms") {
+      if (!need_number()) return 2;
+      options.ttl = std::chrono::milliseconds(number);
+    } else if (flag == "--transition-ms") {
+      if (!need_number()) return 2;
+      options.transition = std::chrono::milliseconds(number);
+    } else if (flag == "--op-timeout-ms") {
+      if (!need_number()) return 2;
+      options.op_timeout = std::chrono::milliseconds(number);
+    } else if (flag == "--seed") {
+      if (!need_number()) return 2;
+      options.seed = static_cast<std::uint64_t>(number);
+    } else if (flag == "--faults") {
+      options.faults = simba::testing::Split(value, ',');
+    } else if (flag == "--out") {
+      options.out = value;
+    } else if (flag == "--worker") {
+      options.worker_path = value;
+    } else {
+      return simba::testing::Usage();
+    }
+  }
+  static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
+                                                "mysql",  "zookeeper", "etcd"};
+  if (kStores.count(options.store) == 0) return simba::testing::Usage();
+  const auto applicable = simba::testing::FaultsFor(options.store);
+  for (const std::string& f : options.faults) {
+    if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {
+      std::cerr << "fault-run: fault '" << f << "' does not apply to " << options.store
+                << " (it takes:";
+      for (const auto& a : applicable) std::cerr << " " << a;
+      std::cerr << ")\n";
+      return 2;
+    }
+  }
+  if (options.out.empty()) {
+    char pattern[] = "/tmp/simba-fault-run-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      std::perror("mkdtemp");
+      return 3;
+    }
+    options.out = pattern;
+  } else {
+    // Workers append to their logs: a rerun into the same directory must
+    // not read the last run's lines. Only files a run writes are removed.
+    std::error_code error;
+    std::filesystem::create_directories(options.out, error);
+    for (const auto& entry : std::filesystem::directory_iterator(options.out, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("worker-", 0) == 0 || name.rfind("store.db", 0) == 0 ||
+          name == "resource.log" || name == "faults.log" || name == "report.txt") {
+        std::filesystem::remove(entry.path(), error);
+      }
+    }
+  }
+  return simba::testing::Run(options).Main();
+}

@@ -1,0 +1,93 @@
+// simba-fault-worker: one worker of a fault run (see simba-fault-run) in a
+// process of its own. It contends for a mutex on --store, writes to the
+// fenced resource served on --resource while it owns it, and appends its
+// history (testing/fault_history.h) to --log, one write(2) per line so a
+// SIGKILL tears at most the last line. SIGTERM/SIGINT stop it cleanly: it
+// releases the mutex, logs ev=exit and exits 0.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "simba/contend_service.h"
+#include "testing/child_output.h"
+#include "testing/fault_worker.h"
+
+namespace {
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
+               "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
+               "         [--seed N]\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string store, log_path, resource_path;
+  simba::testing::FaultWorkerOptions options;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
+    const long long number = std::atoll(value.c_str());
+    if (flag == "--store") {
+      store = value;
+    } else if (flag == "--id") {
+      options.id = static_cast<int>(number);
+    } else if (flag == "--log") {
+      log_path = value;
+    } else if (flag == "--resource") {
+      resource_path = value;
+    } else if (flag == "--mutex") {
+      options.mutex = value;
+    } else if (flag == "--ttl-ms") {
+      options.contend.ttl = std::chrono::milliseconds(number);
+    } else if (flag == "--transition-ms") {
+      options.contend.transition = std::chrono::milliseconds(number);
+    } else if (flag == "--op-timeout-ms") {
+      options.contend.operation_timeout = std::chrono::milliseconds(number);
+    } else if (flag == "--seed") {
+      options.seed = static_cast<std::uint64_t>(number);
+    } else {
+      return Usage();
+    }
+  }
+  if ((argc - 1) % 2 != 0 || store.empty() || log_path.empty() || resource_path.empty() ||
+      options.id <= 0) {
+    return Usage();
+  }
+  const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    std::perror(log_path.c_str());
+    return 3;
+  }
+  simba::testing::StopOnSignals();
+
+  simba::FactoryOptions factory_options;
+  factory_options.contend = options.contend;
+  auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
+  if (!factory.ok()) {
+    std::fprintf(stderr, "fault worker %d: %s\n", options.id, factory.status().ToString().c_str());
+    return 3;
+  }
+  simba::testing::FencedRegisterClient resource(resource_path);
+  simba::testing::FaultWorker worker(
+      factory->get(), &resource,
+      [log_fd](const std::string& line) {
+        const std::string out = line + "\n";
+        const ssize_t ignored = ::write(log_fd, out.data(), out.size());
+        (void)ignored;
+      },
+      options);
+  const simba::Status status = worker.Run([] { return simba::testing::StopRequested(); });
+  if (!status.ok()) {
+    std::fprintf(stderr, "fault worker %d: %s\n", options.id, status.ToString().c_str());
+    return 3;
+  }
+  return 0;
+}
