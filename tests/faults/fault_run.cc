@@ -458,6 +458,7 @@ class Run {
       const auto last = register_->last_accepted();
       if (last && live_.count(last->worker) != 0 &&
           NowNanos(workers_->clock()) - last->t < 300'000'000) {
+        victim_token_ = last->token;
         return last->worker;
       }
       SleepOn(workers_->clock(), milliseconds(10));
@@ -477,9 +478,16 @@ class Run {
     Sleep(milliseconds(1500));  // everyone started and contending
     for (std::size_t n = 0; NowNanos(workers_->clock()) < end; ++n) {
       const std::string& kind = kinds[n % kinds.size()];
+      victim_token_ = 0;
       FaultEvent fault = Inject(kind, lease);
-      Say("fault " + kind + (fault.worker != 0 ? " of worker " + std::to_string(fault.worker) : "") +
-          ", healed after " + std::to_string((fault.end - fault.start) / 1'000'000) + " ms");
+      std::string whom;
+      if (fault.worker != 0) {
+        whom = " of worker " + std::to_string(fault.worker);
+        whom += victim_token_ != 0 ? " (the holder, token " + std::to_string(victim_token_) + ")"
+                                   : " (no holder found: a waiter)";
+      }
+      Say("fault " + kind + whom + ", healed after " +
+          std::to_string((fault.end - fault.start) / 1'000'000) + " ms");
       faults_.push_back(fault);
       // The quiet window after a fault: the checker expects an owner in it.
       Sleep(window);
@@ -554,6 +562,7 @@ class Run {
   std::vector<FaultEvent> faults_;
   std::set<int> live_;
   int last_id_ = 0;
+  std::uint64_t victim_token_ = 0;  // what the last Holder() held (0: none)
 };
 
 int Usage() {

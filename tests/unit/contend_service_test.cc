@@ -259,6 +259,33 @@ TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStill
   SIMBA_ASSERT_OK(a->stop());
 }
 
+// Found by the fault runs (issue #9): a worker letting go called stop() while
+// the store hung, and heard on_released only when the release gave up, after
+// another worker had taken the mutex over.
+TEST_F(ContendServiceTest, StopWhoseReleaseHangsStillRevokesAtTheLeaseDeadline) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  faults_->set_mode(Mode::kHang);
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    (void)a->stop();
+    stopped = true;
+  });
+  ASSERT_TRUE(Eventually([&] { return faults_->release_calls() == 1; }, seconds(5)));
+  clock_->Advance(seconds(16) - milliseconds(201));
+  Settle();
+  EXPECT_EQ(events_.Count("A released"), 0) << "the lease has not ended yet";
+  clock_->Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)))
+      << "on_released is due at the lease deadline, not when the release gives up";
+  EXPECT_FALSE(stopped) << "the release is still hanging";
+  faults_->set_mode(Mode::kPass);
+  stopper.join();
+  EXPECT_EQ(events_.Count("A released"), 1);
+  EXPECT_EQ(a->status(), ServiceStatus::kInitial);
+}
+
 TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
