@@ -174,7 +174,9 @@ void TcpProxy::Loop() {
         waiting.push_back(client);
       }
     }
-    if (hole) continue;
+    // Read the switch again: a black hole turned on while we waited must
+    // hold back what woke us, or the first bytes after it would slip through.
+    if (hole || blackhole_) continue;
     for (std::size_t i = 0; i < links.size(); ++i) {
       Link& link = links[i];
       const pollfd& c = fds[2 + 2 * i];

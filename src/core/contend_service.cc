@@ -84,7 +84,6 @@ Status ServiceCore::Start() {
 
 Status ServiceCore::Stop() {
   std::unique_ptr<Subscription> subscription;
-  Generation stop_gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ != ServiceStatus::kRunning) {
@@ -93,27 +92,24 @@ Status ServiceCore::Stop() {
                                      "; expected RUNNING");
     }
     status_ = ServiceStatus::kStopping;
-    stop_gen = ++generation_;
+    ++generation_;
     runtime_->Cancel(attempt_timer_);
     runtime_->Cancel(deadline_timer_);
     attempt_timer_ = deadline_timer_ = 0;
     subscription = std::move(subscription_);
-    // The release below may hang for the whole operation timeout; the owner
-    // must still hear on_released by its lease deadline, as it would while
-    // running. At once if the deadline has passed already.
+    // The owner hears on_released before anybody else can hear that the
+    // mutex is free: revoke locally first, release at the store after. (The
+    // other order let a new owner start while the old one, its release
+    // answer delayed, still worked; the fault runs caught it.)
     if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
-      if (clock_->Now() >= lease_deadline_) {
-        ApplyLocked(MutexOwner::None());
-      } else {
-        std::weak_ptr<ServiceCore> weak = weak_from_this();
-        deadline_timer_ = runtime_->ScheduleAt(lease_deadline_, [weak, stop_gen] {
-          if (auto self = weak.lock()) self->OnStopDeadline(stop_gen);
-        });
-      }
+      ApplyLocked(MutexOwner::None());
     }
   }
   // Unsubscribing may wait for the backend; never under our lock.
   subscription.reset();
+  // on_released has run before the release leaves, unless stop() is called
+  // from one of this service's callbacks (it runs right after that one).
+  if (!strand_->RunningInThisThread()) strand_->Drain();
   Status result;
   if (mode_ == Mode::kContend) {
     // Release unconditionally: an attempt still in flight may have acquired
@@ -127,8 +123,6 @@ Status ServiceCore::Stop() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    runtime_->Cancel(deadline_timer_);
-    deadline_timer_ = 0;
     ApplyLocked(MutexOwner::None());
     status_ = ServiceStatus::kInitial;
   }
@@ -357,16 +351,6 @@ void ServiceCore::OnLeaseDeadline(Generation gen) {
   } else {
     ScheduleAttemptLocked(milliseconds(0));
   }
-}
-
-void ServiceCore::OnStopDeadline(Generation gen) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (gen != generation_ || status_ != ServiceStatus::kStopping) return;
-  deadline_timer_ = 0;
-  if (!state_.after.is_owner(contender_id_)) return;
-  SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the lease deadline passed while stop() was "
-                             << "still releasing; revoking locally");
-  ApplyLocked(MutexOwner::None());
 }
 
 void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {

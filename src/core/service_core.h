@@ -67,8 +67,6 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // `losses_seen` is losses_ when the attempt was handed off.
   void RunAttempt(Generation gen, std::uint64_t losses_seen);
   void OnLeaseDeadline(Generation gen);
-  // During stop(): the lease deadline passed before the release returned.
-  void OnStopDeadline(Generation gen);
   void OnEvent(Generation gen, const MutexEvent& event);
   // Records `owner` as the new "after" state and queues the callback.
   void ApplyLocked(const MutexOwner& owner);

@@ -2,21 +2,25 @@
 // history (issue #9; Jepsen's idea on one host).
 //
 //   simba-fault-run --store redis [--duration 30] [--workers 3] [--seed N]
-//                   [--faults kill,pause,restart,cut,blackhole] [--out DIR]
+//                   [--faults kill,pause,restart,...] [--out DIR]
 //
 // Workers contend for one mutex and, while they own it, write to a fenced
 // resource that rejects stale tokens (testing/fault_worker.h). For a store
-// other processes reach, every worker is a simba-fault-worker process talking
-// to a private server (scripts/servers) through a TcpProxy of ours; for
-// memory:// they are threads sharing one store on a ManualClock. Faults come
-// one at a time, each followed by a quiet window of ttl + transition + 2 s
-// in which the mutex must find an owner again:
+// other processes reach, every worker is a simba-fault-worker process; for a
+// server store each reaches a private server (scripts/servers) through a
+// TcpProxy of its own. For memory:// the workers are threads sharing one
+// store on a ManualClock. Faults come one at a time, each followed by a
+// quiet window of ttl + transition + 2.5 s in which the mutex must find an
+// owner again:
 //
-//   kill        SIGKILL of the holder (a new worker replaces it)
-//   pause       SIGSTOP of the holder for longer than its lease, then SIGCONT
-//   restart     SIGKILL of the store server, then a restart on the same port
-//   cut         every connection through the proxy reset
-//   blackhole   the proxy passes nothing for longer than the lease
+//   kill           SIGKILL of the holder (a new worker replaces it)
+//   pause          SIGSTOP of the holder for longer than its lease, then SIGCONT
+//   restart        SIGKILL of the store server, then a restart on the same port
+//   cut            the holder's connections reset (it must reconnect)
+//   cut-all        every worker's connections reset
+//   blackhole      the holder's proxy passes nothing for longer than its lease
+//                  (a partition: the others take over while it hangs)
+//   blackhole-all  nobody reaches the store for longer than the lease
 //   crash       (memory) the holder's store calls fail and it vanishes
 //   hang        (memory) the holder's store calls hang for longer than its lease
 //   clock-jump  (memory) virtual time leaps past the lease
@@ -83,7 +87,7 @@ struct RunOptions {
 std::vector<std::string> FaultsFor(const std::string& store) {
   if (store == "memory") return {"crash", "hang", "clock-jump"};
   if (store == "sqlite") return {"kill", "pause"};
-  return {"kill", "pause", "restart", "cut", "blackhole"};
+  return {"kill", "pause", "restart", "cut", "cut-all", "blackhole", "blackhole-all"};
 }
 
 std::vector<std::string> Split(const std::string& s, char sep) {
@@ -118,21 +122,52 @@ class Workers {
 
 class ProcessWorkers final : public Workers {
  public:
-  ProcessWorkers(const RunOptions& options, std::string uri, std::string dir, std::string socket)
-      : options_(options), uri_(std::move(uri)), dir_(std::move(dir)), socket_(std::move(socket)) {}
+  // `server_port` > 0: every worker reaches the store at `uri` through a
+  // TcpProxy of its own (so one worker can be cut off while the others go on).
+  ProcessWorkers(const RunOptions& options, std::string uri, int server_port, std::string dir,
+                 std::string socket)
+      : options_(options),
+        uri_(std::move(uri)),
+        server_port_(server_port),
+        dir_(std::move(dir)),
+        socket_(std::move(socket)) {}
 
   const Clock& clock() const override { return *clock_; }
 
   Status Spawn(int id) override {
     const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
+    std::unique_ptr<TcpProxy> proxy;
+    std::string uri = uri_;
+    if (server_port_ > 0) {
+      proxy = std::make_unique<TcpProxy>(server_port_);
+      const std::string port = ":" + std::to_string(server_port_);
+      const auto at = uri.find(port);
+      if (at == std::string::npos) return InternalError("no port in " + uri);
+      uri.replace(at, port.size(), ":" + std::to_string(proxy->port()));
+    }
     auto process = std::make_unique<Subprocess>(std::vector<std::string>{
-        options_.worker_path, "--store", uri_, "--id", std::to_string(id), "--log", LogPath(id),
+        options_.worker_path, "--store", uri, "--id", std::to_string(id), "--log", LogPath(id),
         "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
         ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
     if (!process->started()) return UnavailableError("cannot start " + options_.worker_path);
-    workers_[id] = {std::move(process), WorkerFate{}};
+    workers_[id] = {std::move(process), std::move(proxy), WorkerFate{}};
     return OkStatus();
+  }
+
+  // Network faults between the workers and the store: of one worker's
+  // connections (`id` > 0) or of everyone's (`id` == 0).
+  FaultEvent Cut(int id) {
+    const Nanos start = NowNanos(*clock_);
+    for (TcpProxy* proxy : Proxies(id)) proxy->CutAll();
+    return {id > 0 ? "cut" : "cut-all", id, start, NowNanos(*clock_)};
+  }
+  FaultEvent Blackhole(int id, Clock::Duration d) {
+    const Nanos start = NowNanos(*clock_);
+    for (TcpProxy* proxy : Proxies(id)) proxy->set_blackhole(true);
+    std::this_thread::sleep_for(d);
+    for (TcpProxy* proxy : Proxies(id)) proxy->set_blackhole(false);
+    return {id > 0 ? "blackhole" : "blackhole-all", id, start, NowNanos(*clock_)};
   }
 
   FaultEvent Kill(int id) override {
@@ -205,13 +240,23 @@ class ProcessWorkers final : public Workers {
  private:
   struct Entry {
     std::unique_ptr<Subprocess> process;
+    std::unique_ptr<TcpProxy> proxy;  // null for an embedded store
     WorkerFate fate;
     bool done = false;
   };
+  std::vector<TcpProxy*> Proxies(int id) {
+    std::vector<TcpProxy*> proxies;
+    for (auto& [worker, w] : workers_) {
+      if (w.proxy && !w.done && (id == 0 || id == worker)) proxies.push_back(w.proxy.get());
+    }
+    return proxies;
+  }
   std::string LogPath(int id) const { return dir_ + "/worker-" + std::to_string(id) + ".log"; }
 
   const RunOptions& options_;
-  std::string uri_, dir_, socket_;
+  std::string uri_;
+  int server_port_;
+  std::string dir_, socket_;
   std::shared_ptr<Clock> clock_ = Clock::Steady();
   std::map<int, Entry> workers_;
 };
@@ -423,18 +468,14 @@ class Run {
       auto server = TestServer::Start(options_.store, extra);
       if (!server.ok()) return server.status();
       server_ = std::move(*server);
-      proxy_ = std::make_unique<TcpProxy>(server_->port());
       uri = server_->uri();
-      const std::string port = ":" + std::to_string(server_->port());
-      const auto at = uri.find(port);
-      if (at == std::string::npos) return InternalError("no port in " + uri);
-      uri.replace(at, port.size(), ":" + std::to_string(proxy_->port()));
     }
     auto server =
         FencedRegisterServer::Start(options_.out + "/resource.sock", register_.get());
     if (!server.ok()) return server.status();
     resource_server_ = std::move(*server);
-    auto processes = std::make_unique<ProcessWorkers>(options_, uri, options_.out,
+    auto processes = std::make_unique<ProcessWorkers>(
+        options_, uri, server_ != nullptr ? server_->port() : 0, options_.out,
                                                       options_.out + "/resource.sock");
     processes_ = processes.get();
     workers_ = std::move(processes);
@@ -520,17 +561,12 @@ class Run {
       if (!s.ok()) Say("restart failed: " + s.ToString());
       return {"restart", 0, start, NowNanos(clock)};
     }
-    if (kind == "cut" && proxy_ != nullptr) {
-      const Nanos start = NowNanos(clock);
-      proxy_->CutAll();
-      return {"cut", 0, start, NowNanos(clock)};
+    if ((kind == "cut" || kind == "cut-all") && server_ != nullptr) {
+      return processes_->Cut(kind == "cut" ? Holder() : 0);
     }
-    if (kind == "blackhole" && proxy_ != nullptr) {
-      const Nanos start = NowNanos(clock);
-      proxy_->set_blackhole(true);
-      std::this_thread::sleep_for(lease + Uniform(milliseconds(200), milliseconds(1000)));
-      proxy_->set_blackhole(false);
-      return {"blackhole", 0, start, NowNanos(clock)};
+    if ((kind == "blackhole" || kind == "blackhole-all") && server_ != nullptr) {
+      const int whom = kind == "blackhole" ? Holder() : 0;
+      return processes_->Blackhole(whom, lease + Uniform(milliseconds(200), milliseconds(1000)));
     }
     Say("fault " + kind + " does not apply to store " + options_.store + "; skipped");
     const Nanos now = NowNanos(clock);
@@ -554,7 +590,6 @@ class Run {
   std::mt19937_64 random_;
   std::unique_ptr<FencedRegister> register_;
   std::unique_ptr<TestServer> server_;
-  std::unique_ptr<TcpProxy> proxy_;
   std::unique_ptr<FencedRegisterServer> resource_server_;
   std::unique_ptr<Workers> workers_;
   ProcessWorkers* processes_ = nullptr;
@@ -635,6 +670,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  bool temporary = false;
   if (options.out.empty()) {
     char pattern[] = "/tmp/simba-fault-run-XXXXXX";
     if (mkdtemp(pattern) == nullptr) {
@@ -642,6 +678,7 @@ int main(int argc, char** argv) {
       return 3;
     }
     options.out = pattern;
+    temporary = true;
   } else {
     // Workers append to their logs: a rerun into the same directory must
     // not read the last run's lines. Only files a run writes are removed.
@@ -655,5 +692,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  return simba::testing::Run(options).Main();
+  const int status = simba::testing::Run(options).Main();
+  if (temporary && status == 0) {
+    std::error_code error;
+    std::filesystem::remove_all(options.out, error);
+  }
+  return status;
 }

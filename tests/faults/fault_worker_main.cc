@@ -6,6 +6,8 @@
 // releases the mutex, logs ev=exit and exits 0.
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -61,6 +63,11 @@ int main(int argc, char** argv) {
       options.id <= 0) {
     return Usage();
   }
+  // A worker outlives no harness: if simba-fault-run dies (killed, ctest
+  // timeout), its workers go with it instead of contending forever.
+  const pid_t harness = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != harness) return 3;
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     std::perror(log_path.c_str());
