@@ -199,8 +199,17 @@ std::string CheckReport::Summary() const {
   out << "faults:";
   if (faults.empty()) out << " none";
   for (const auto& [kind, n] : faults) out << " " << kind << "=" << n;
-  out << "\nworst time to a new owner after a fault healed: " << Ms(worst_takeover)
-      << "; worst ownership overlap (paused holders): " << Ms(worst_overlap) << "\n";
+  out << "\nworst time to a new owner after a fault healed: " << Ms(worst_takeover);
+  if (!worst_takeover_by_fault.empty()) {
+    out << " (";
+    const char* sep = "";
+    for (const auto& [kind, worst] : worst_takeover_by_fault) {
+      out << sep << kind << " " << Ms(worst);
+      sep = ", ";
+    }
+    out << ")";
+  }
+  out << "; worst ownership overlap (paused holders): " << Ms(worst_overlap) << "\n";
   if (violations.empty()) {
     out << "checker: OK, no violation\n";
   } else {
@@ -421,6 +430,27 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
     }
   }
 
+  // What a worker logged of a write is what the resource decided (a killed
+  // worker may not have logged its last one; the resource has them all).
+  std::map<std::pair<int, std::int64_t>, const ResourceEvent*> decided;
+  for (const ResourceEvent& r : resource) decided[{r.worker, r.seq}] = &r;
+  if (!resource.empty()) {
+    for (const WorkerHistory& h : workers) {
+      for (const WorkerEvent& e : h.events) {
+        if (e.kind != WorkerEvent::Kind::kWrite) continue;
+        const auto it = decided.find({h.worker, e.seq});
+        if (it == decided.end() || it->second->token != e.token ||
+            it->second->accepted != e.accepted) {
+          violate("resource-mismatch",
+                  "worker " + std::to_string(h.worker) + " logged write seq " +
+                      std::to_string(e.seq) + " (token " + std::to_string(e.token) + ", " +
+                      (e.accepted ? "accepted" : "rejected") +
+                      ") but the resource decided otherwise or never saw it");
+        }
+      }
+    }
+  }
+
   // Liveness: after each fault healed, somebody owns the mutex again within
   // the bound (an acquisition or a passed ownership check in the window).
   const Nanos bound = ToNanos(options.takeover_bound.value_or(
@@ -443,6 +473,8 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
                            " fault healed");
     } else {
       report.worst_takeover = std::max(report.worst_takeover, *it - healed);
+      Nanos& by_kind = report.worst_takeover_by_fault[f.kind];
+      by_kind = std::max(by_kind, *it - healed);
     }
   }
   return report;

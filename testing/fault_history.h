@@ -122,7 +122,8 @@ struct Tenure {
 
 struct Violation {
   std::string rule;    // stale-write, acted-after-takeover, overlap, token-order,
-                       // unsignalled-loss, write-after-deadline, stuck, crash, hang
+                       // unsignalled-loss, write-after-deadline, write-outside-tenure,
+                       // resource-mismatch, stuck, crash, hang
   std::string detail;  // what, who, when
 };
 
@@ -135,8 +136,10 @@ struct CheckReport {
   int writes_accepted = 0;
   int writes_rejected = 0;  // stale tokens the resource turned away
   std::map<std::string, int> faults;  // by kind
-  // Longest time the mutex went without an owner after a fault healed.
+  // Longest time the mutex went without an owner after a fault healed, in
+  // all and by kind of fault.
   Nanos worst_takeover = 0;
+  std::map<std::string, Nanos> worst_takeover_by_fault;
   // Longest belief overlap seen (positive only while a worker was paused).
   Nanos worst_overlap = 0;
 

@@ -85,7 +85,10 @@ class MutexRetrievalService {
   // callbacks.
   virtual Status start() = 0;
   // Stops; a contend service releases the mutex at the store if it may hold
-  // it, and its contender gets on_released if it was the owner. Returns the
+  // it, and its contender gets on_released if it was the owner. on_released
+  // comes first: it has run before the release is sent, so nobody else can
+  // acquire while the owner still works (called from one of this service's
+  // callbacks, it runs right after that callback returns). Returns the
   // store's error if that release failed (the service is stopped anyway and
   // the lease will expire). Waits for running callbacks of this service to
   // finish unless called from one of them.

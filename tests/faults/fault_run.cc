@@ -428,23 +428,110 @@ class Run {
     const Nanos run_end = NowNanos(workers_->clock());
     std::vector<WorkerHistory> histories = workers_->Finish();
     const std::vector<ResourceEvent> decisions = register_->decisions();
-    WriteLogs(decisions);
+    WriteLogs(decisions, histories, run_end);
+    return Judge(options_, histories, decisions, faults_, run_end);
+  }
 
+  // Checks a run, prints and saves the report; the exit status.
+  static int Judge(const RunOptions& options, const std::vector<WorkerHistory>& histories,
+                   const std::vector<ResourceEvent>& decisions,
+                   const std::vector<FaultEvent>& faults, Nanos run_end) {
     CheckOptions check;
-    check.ttl = options_.ttl;
-    check.transition = options_.transition;
+    check.ttl = options.ttl;
+    check.transition = options.transition;
     check.run_end = run_end;
     // A worker's loop blocks in stop() for one store call at most (it
     // releases before contending again), and a restarting server can hold
     // that call for its whole timeout.
-    check.hang_after = Scaled(milliseconds(3000)) + 2 * options_.op_timeout;
+    check.hang_after = Scaled(milliseconds(3000)) + 2 * options.op_timeout;
     check.signal_slack = Scaled(milliseconds(300));
-    check.takeover_bound = options_.ttl + options_.transition + milliseconds(2000);
-    const CheckReport report = CheckHistory(histories, decisions, faults_, check);
+    check.takeover_bound = options.ttl + options.transition + milliseconds(2000);
+    const CheckReport report = CheckHistory(histories, decisions, faults, check);
     std::cout << report.Summary();
-    std::ofstream(options_.out + "/report.txt") << report.Summary();
-    Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options_.out + ")");
+    std::ofstream(options.out + "/report.txt") << report.Summary();
+    Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options.out + ")");
     return report.ok() ? 0 : 1;
+  }
+
+  // --check DIR: the checker again over the logs of an earlier run (after a
+  // change to the checker, or to read a failure again).
+  static int Recheck(RunOptions options) {
+    const std::string& dir = options.out;
+    auto lines = [](const std::string& path) {
+      std::vector<std::string> all;
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);) all.push_back(line);
+      return all;
+    };
+    Nanos run_end = 0;
+    std::map<int, WorkerFate> fates;
+    for (const std::string& line : lines(dir + "/run.log")) {
+      std::istringstream in(line);
+      std::map<std::string, std::string> w;
+      for (std::string word; in >> word;) {
+        const auto eq = word.find('=');
+        if (eq != std::string::npos) w[word.substr(0, eq)] = word.substr(eq + 1);
+      }
+      if (w["ev"] == "run") {
+        options.ttl = milliseconds(std::atoll(w["ttl_ms"].c_str()));
+        options.transition = milliseconds(std::atoll(w["transition_ms"].c_str()));
+        options.op_timeout = milliseconds(std::atoll(w["op_timeout_ms"].c_str()));
+        run_end = std::atoll(w["run_end"].c_str());
+      } else if (w["ev"] == "fate") {
+        WorkerFate& f = fates[std::atoi(w["worker"].c_str())];
+        f.killed = w["killed"] == "1";
+        f.exited_cleanly = w["clean"] == "1";
+        f.detail = w["detail"];
+        std::replace(f.detail.begin(), f.detail.end(), '_', ' ');
+      }
+    }
+    std::vector<FaultEvent> faults;
+    for (const std::string& line : lines(dir + "/faults.log")) {
+      if (auto e = ParseFaultEvent(line)) faults.push_back(*e);
+    }
+    std::vector<ResourceEvent> decisions;
+    for (const std::string& line : lines(dir + "/resource.log")) {
+      if (auto e = ParseResourceEvent(line)) decisions.push_back(*e);
+    }
+    std::vector<WorkerHistory> histories;
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename().string();
+      int id = 0;
+      if (std::sscanf(name.c_str(), "worker-%d.log", &id) != 1) continue;
+      WorkerHistory h;
+      h.worker = id;
+      for (const std::string& line : lines(entry.path().string())) {
+        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+      }
+      if (auto f = fates.find(id); f != fates.end()) {
+        h.fate = f->second;
+      } else {
+        // No fate recorded (a run from before run.log): killed if a fault
+        // says so, clean if its log ends with ev=exit.
+        h.fate.killed = std::any_of(faults.begin(), faults.end(), [&](const FaultEvent& fault) {
+          return fault.worker == id && (fault.kind == "kill" || fault.kind == "crash");
+        });
+        h.fate.exited_cleanly =
+            !h.fate.killed && !h.events.empty() && h.events.back().kind == WorkerEvent::Kind::kExit;
+        if (!h.fate.killed && !h.fate.exited_cleanly) h.fate.detail = "no ev=exit in its log";
+      }
+      histories.push_back(std::move(h));
+    }
+    std::sort(histories.begin(), histories.end(),
+              [](const WorkerHistory& a, const WorkerHistory& b) { return a.worker < b.worker; });
+    if (histories.empty()) {
+      std::cerr << "fault-run: no worker-*.log in " << dir << "\n";
+      return 3;
+    }
+    if (run_end == 0) {
+      for (const WorkerHistory& h : histories) {
+        if (!h.events.empty()) run_end = std::max(run_end, h.events.back().t);
+      }
+    }
+    Say("checking the logs in " + dir + " again (ttl " + std::to_string(options.ttl.count()) +
+        " ms + transition " + std::to_string(options.transition.count()) + " ms)");
+    return Judge(options, histories, decisions, faults, run_end);
   }
 
  private:
@@ -573,7 +660,19 @@ class Run {
     return {kind + "-skipped", 0, now, now};
   }
 
-  void WriteLogs(const std::vector<ResourceEvent>& decisions) {
+  void WriteLogs(const std::vector<ResourceEvent>& decisions,
+                 const std::vector<WorkerHistory>& histories, Nanos run_end) {
+    std::ofstream run(options_.out + "/run.log");
+    run << "ev=run store=" << options_.store << " ttl_ms=" << options_.ttl.count()
+        << " transition_ms=" << options_.transition.count()
+        << " op_timeout_ms=" << options_.op_timeout.count() << " seed=" << options_.seed
+        << " run_end=" << run_end << "\n";
+    for (const WorkerHistory& h : histories) {
+      std::string detail = h.fate.detail;
+      std::replace(detail.begin(), detail.end(), ' ', '_');
+      run << "ev=fate worker=" << h.worker << " killed=" << (h.fate.killed ? 1 : 0)
+          << " clean=" << (h.fate.exited_cleanly ? 1 : 0) << " detail=" << detail << "\n";
+    }
     std::ofstream resource(options_.out + "/resource.log");
     for (const ResourceEvent& e : decisions) resource << FormatResourceEvent(e) << "\n";
     std::ofstream faults(options_.out + "/faults.log");
@@ -604,7 +703,8 @@ int Usage() {
   std::cerr << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
                "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
                "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
-               "         [--worker PATH]\n";
+               "         [--worker PATH]\n"
+               "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
 }
 
@@ -617,6 +717,7 @@ int main(int argc, char** argv) {
   options.seed = static_cast<std::uint64_t>(
       std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
   if ((argc - 1) % 2 != 0) return simba::testing::Usage();
+  std::string check_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     const std::string value = argv[i + 1];
@@ -653,9 +754,15 @@ int main(int argc, char** argv) {
       options.out = value;
     } else if (flag == "--worker") {
       options.worker_path = value;
+    } else if (flag == "--check") {
+      check_dir = value;
     } else {
       return simba::testing::Usage();
     }
+  }
+  if (!check_dir.empty()) {
+    options.out = check_dir;
+    return simba::testing::Run::Recheck(options);
   }
   static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
                                                 "mysql",  "zookeeper", "etcd"};

@@ -53,8 +53,9 @@ WorkerHistory Worker(int id, std::vector<WorkerEvent> events, WorkerFate fate = 
   return {id, std::move(events), std::move(fate)};
 }
 
+// The resource's decision at `t` on the write Write() checked 5 ms before.
 ResourceEvent Apply(int worker, std::uint64_t token, Nanos t, bool accepted = true) {
-  return {worker, token, t / ms(1), accepted, t};
+  return {worker, token, (t - ms(5)) / ms(1), accepted, t};
 }
 
 // Defaults: ttl 1 s, transition 0.5 s, slack 1 s, hang 3 s, takeover 3.5 s.
@@ -201,6 +202,18 @@ TEST(FaultHistory, StaleWrite) {
   // A fence that turns away its newest token is broken too.
   EXPECT_THAT(Rules(Check(TwoTurns(), {Apply(1, 1, ms(500)), Apply(2, 2, ms(1200), false)})),
               ElementsAre("stale-write"));
+}
+
+TEST(FaultHistory, ResourceMismatch) {
+  // Worker 1 logged its first write as turned away; the resource accepted it.
+  std::vector<WorkerHistory> workers = CleanWorkers();
+  ASSERT_EQ(workers[0].events[2].kind, Kind::kWrite);
+  workers[0].events[2].accepted = false;
+  EXPECT_THAT(Rules(Check(workers, CleanResource())), ElementsAre("resource-mismatch"));
+  // A write the resource never saw.
+  std::vector<ResourceEvent> resource = CleanResource();
+  resource.pop_back();
+  EXPECT_THAT(Rules(Check(CleanWorkers(), resource)), ElementsAre("resource-mismatch"));
 }
 
 TEST(FaultHistory, WriteAfterDeadline) {
