@@ -25,6 +25,12 @@
 //   hang        (memory) the holder's store calls hang for longer than its lease
 //   clock-jump  (memory) virtual time leaps past the lease
 //
+// `--volatile on` runs Redis without its append-only file, so that a restart
+// forgets every lease and the backend's restart guard is what keeps two
+// owners apart. With `--uri-query restart_guard=off` as well, nothing does:
+// `--expect-violations on` makes such a run pass only if the checker
+// catches the overlaps it must cause.
+//
 // At the end the workers are stopped, the logs read and the checker
 // (testing/fault_history.h) names every broken guarantee. Exit status: 0 when
 // the checker found nothing, 1 when it did, 2 for bad usage, 3 when the run
@@ -82,6 +88,14 @@ struct RunOptions {
   std::uint64_t seed = 0;
   std::string out;
   std::string worker_path = SIMBA_FAULT_WORKER_PATH;
+  // Redis without its append-only file: a restart forgets every lease and
+  // the backend's restart guard must hold new ones back.
+  bool volatile_store = false;
+  // Appended to the workers' store URI ("restart_guard=off").
+  std::string uri_query;
+  // The run is meant to break a guarantee (a store set up unsafely): exit 0
+  // only if the checker finds a violation. Proves the checker is not blind.
+  bool expect_violations = false;
 };
 
 std::vector<std::string> FaultsFor(const std::string& store) {
@@ -409,7 +423,7 @@ class Run {
   explicit Run(RunOptions options) : options_(std::move(options)), random_(options_.seed) {}
 
   int Main() {
-    Say("store " + options_.store + ", " + std::to_string(options_.workers) + " workers, ttl " +
+    Say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") + ", " + std::to_string(options_.workers) + " workers, ttl " +
         std::to_string(options_.ttl.count()) + " ms + transition " +
         std::to_string(options_.transition.count()) + " ms, " +
         std::to_string(options_.duration.count()) + " s, seed " + std::to_string(options_.seed) +
@@ -449,6 +463,11 @@ class Run {
     const CheckReport report = CheckHistory(histories, decisions, faults, check);
     std::cout << report.Summary();
     std::ofstream(options.out + "/report.txt") << report.Summary();
+    if (options.expect_violations) {
+      Say(report.ok() ? "FAIL: violations were expected and the checker found none"
+                      : "PASS: the checker caught the violations this run was set up to make");
+      return report.ok() ? 1 : 0;
+    }
     Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options.out + ")");
     return report.ok() ? 0 : 1;
   }
@@ -551,11 +570,16 @@ class Run {
       uri = "sqlite://" + options_.out + "/store.db";
     } else {
       std::vector<std::string> extra;
-      if (options_.store == "redis") extra = {"--appendonly", "yes", "--appendfsync", "always"};
+      if (options_.store == "redis" && !options_.volatile_store) {
+        extra = {"--appendonly", "yes", "--appendfsync", "always"};
+      }
       auto server = TestServer::Start(options_.store, extra);
       if (!server.ok()) return server.status();
       server_ = std::move(*server);
       uri = server_->uri();
+    }
+    if (!options_.uri_query.empty()) {
+      uri += (uri.find('?') == std::string::npos ? "?" : "&") + options_.uri_query;
     }
     auto server =
         FencedRegisterServer::Start(options_.out + "/resource.sock", register_.get());
@@ -663,7 +687,8 @@ class Run {
   void WriteLogs(const std::vector<ResourceEvent>& decisions,
                  const std::vector<WorkerHistory>& histories, Nanos run_end) {
     std::ofstream run(options_.out + "/run.log");
-    run << "ev=run store=" << options_.store << " ttl_ms=" << options_.ttl.count()
+    run << "ev=run store=" << options_.store << " volatile=" << (options_.volatile_store ? 1 : 0)
+        << " ttl_ms=" << options_.ttl.count()
         << " transition_ms=" << options_.transition.count()
         << " op_timeout_ms=" << options_.op_timeout.count() << " seed=" << options_.seed
         << " run_end=" << run_end << "\n";
@@ -703,7 +728,8 @@ int Usage() {
   std::cerr << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
                "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
                "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
-               "         [--worker PATH]\n"
+               "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
+               "         [--expect-violations on|off]\n"
                "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
 }
@@ -754,6 +780,20 @@ int main(int argc, char** argv) {
       options.out = value;
     } else if (flag == "--worker") {
       options.worker_path = value;
+    } else if (flag == "--volatile") {
+      if (value != "on" && value != "off") {
+        std::cerr << "fault-run: --volatile takes on or off\n";
+        return 2;
+      }
+      options.volatile_store = value == "on";
+    } else if (flag == "--uri-query") {
+      options.uri_query = value;
+    } else if (flag == "--expect-violations") {
+      if (value != "on" && value != "off") {
+        std::cerr << "fault-run: --expect-violations takes on or off\n";
+        return 2;
+      }
+      options.expect_violations = value == "on";
     } else if (flag == "--check") {
       check_dir = value;
     } else {
@@ -767,6 +807,10 @@ int main(int argc, char** argv) {
   static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
                                                 "mysql",  "zookeeper", "etcd"};
   if (kStores.count(options.store) == 0) return simba::testing::Usage();
+  if (options.volatile_store && options.store != "redis") {
+    std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";
+    return 2;
+  }
   const auto applicable = simba::testing::FaultsFor(options.store);
   for (const std::string& f : options.faults) {
     if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {
