@@ -43,6 +43,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -301,7 +302,8 @@ class ThreadWorkers final : public Workers {
   }
 
   const Clock& clock() const override { return *clock_; }
-  ManualClock& manual_clock() { return *clock_; }
+  // Some worker thread never stopped: the process must end without joining.
+  bool hung() const { return hung_; }
 
   Status Spawn(int id) override {
     auto w = std::make_unique<Entry>();
@@ -329,6 +331,8 @@ class ThreadWorkers final : public Workers {
       const Status status = worker.Run([raw] { return raw->stop.load(); });
       std::lock_guard<std::mutex> lock(raw->mu);
       raw->status = status;
+      raw->done = true;
+      raw->done_cv.notify_all();
     });
     workers_[id] = std::move(w);
     return OkStatus();
@@ -367,15 +371,32 @@ class ThreadWorkers final : public Workers {
   std::vector<WorkerHistory> Finish() override {
     for (auto& [id, w] : workers_) w->stop = true;
     std::vector<WorkerHistory> histories;
+    const auto give_up = std::chrono::steady_clock::now() + Scaled(milliseconds(15000));
     for (auto& [id, w] : workers_) {
-      if (w->thread.joinable()) w->thread.join();
-      w->factory.reset();
+      bool finished;
+      {
+        std::unique_lock<std::mutex> lock(w->mu);
+        finished = w->done_cv.wait_until(lock, give_up, [&] { return w->done; });
+      }
+      if (finished) {
+        if (w->thread.joinable()) w->thread.join();
+        w->factory.reset();
+      } else {
+        // A worker that does not stop is the finding; it cannot be joined,
+        // so the run ends the process once the report is out (hung()).
+        w->thread.detach();
+        hung_ = true;
+      }
       WorkerHistory h;
       h.worker = id;
       std::lock_guard<std::mutex> lock(w->mu);
       h.fate.killed = w->killed;
-      h.fate.exited_cleanly = !w->killed && w->status.ok();
-      if (!w->killed && !w->status.ok()) h.fate.detail = w->status.ToString();
+      h.fate.exited_cleanly = finished && !w->killed && w->status.ok();
+      if (!finished) {
+        h.fate.detail = "did not stop within 15 s of being asked (hung)";
+      } else if (!w->killed && !w->status.ok()) {
+        h.fate.detail = w->status.ToString();
+      }
       for (const std::string& line : w->lines) {
         if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
       }
@@ -404,6 +425,8 @@ class ThreadWorkers final : public Workers {
     std::vector<std::string> lines;  // guarded by mu
     bool dead = false;               // guarded by mu
     Status status;                   // guarded by mu
+    bool done = false;               // guarded by mu: Run() returned
+    std::condition_variable done_cv;
     bool killed = false;
   };
 
@@ -414,6 +437,7 @@ class ThreadWorkers final : public Workers {
   std::map<int, std::unique_ptr<Entry>> workers_;
   std::atomic<bool> stop_driver_{false};
   std::thread driver_;
+  bool hung_ = false;
 };
 
 // ---- the run -------------------------------------------------------------------------------
@@ -443,7 +467,12 @@ class Run {
     std::vector<WorkerHistory> histories = workers_->Finish();
     const std::vector<ResourceEvent> decisions = register_->decisions();
     WriteLogs(decisions, histories, run_end);
-    return Judge(options_, histories, decisions, faults_, run_end);
+    const int status = Judge(options_, histories, decisions, faults_, run_end);
+    if (threads_ != nullptr && threads_->hung()) {
+      std::cout.flush();
+      std::_Exit(status);
+    }
+    return status;
   }
 
   // Checks a run, prints and saves the report; the exit status.
@@ -458,7 +487,7 @@ class Run {
     // releases before contending again), and a restarting server can hold
     // that call for its whole timeout.
     check.hang_after = Scaled(milliseconds(3000)) + 2 * options.op_timeout;
-    check.signal_slack = Scaled(milliseconds(300));
+    check.signal_slack = Scaled(milliseconds(500));
     check.takeover_bound = options.ttl + options.transition + milliseconds(2000);
     const CheckReport report = CheckHistory(histories, decisions, faults, check);
     std::cout << report.Summary();
