@@ -61,9 +61,10 @@ class CountingBackend final : public Backend {
     }
     return result;
   }
-  Result<bool> release(std::string_view mutex, std::string_view id, Deadline deadline) override {
+  Result<bool> release(std::string_view mutex, std::string_view id, std::uint64_t token,
+                       Deadline deadline) override {
     ++calls_;
-    return inner_->release(mutex, id, deadline);
+    return inner_->release(mutex, id, token, deadline);
   }
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
     ++calls_;

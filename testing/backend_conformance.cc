@@ -411,6 +411,49 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   EXPECT_THAT(backend.force_release("", deadline()), StatusIs(StatusCode::kInvalidArgument));
 }
 
+// Found by the fault runs (issue #9): a release held up in the network after
+// its caller had given up on it reached MySQL after the same contender had
+// acquired the mutex again, and ended that newer ownership while its owner
+// still worked. A release names the ownership it ends by its token.
+TEST_P(Conformance, ALateReleaseOfAnEarlierOwnershipLeavesALaterOneAlone) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  auto& backend = *factory->backend();
+  const AcquireRequest request{"late-release", "c1", seconds(10), seconds(5)};
+
+  auto first = backend.acquire_or_renew(request, deadline());
+  SIMBA_ASSERT_OK(first);
+  ASSERT_EQ(first->owner.owner_id, "c1");
+  const std::uint64_t t1 = first->owner.fencing_token;
+  EXPECT_THAT(backend.release("late-release", "c1", t1, deadline()), IsOkAndHolds(true));
+
+  auto second = backend.acquire_or_renew(request, deadline());
+  SIMBA_ASSERT_OK(second);
+  ASSERT_EQ(second->owner.owner_id, "c1");
+  const std::uint64_t t2 = second->owner.fencing_token;
+  ASSERT_GT(t2, t1);
+  // The first ownership's release once more, as if it arrived only now.
+  EXPECT_THAT(backend.release("late-release", "c1", t1, deadline()), IsOkAndHolds(false));
+  auto still = backend.read("late-release", deadline());
+  SIMBA_ASSERT_OK(still);
+  EXPECT_EQ(still->owner.owner_id, "c1");
+  EXPECT_EQ(still->owner.fencing_token, t2);
+  EXPECT_EQ(backend.acquire_or_renew(request, deadline())->owner.fencing_token, t2)
+      << "the ownership goes on: a renewal keeps its token";
+  EXPECT_THAT(backend.release("late-release", "c1", t2, deadline()), IsOkAndHolds(true));
+
+  // Token 0 releases whatever ownership the contender has.
+  auto third = backend.acquire_or_renew(request, deadline());
+  SIMBA_ASSERT_OK(third);
+  ASSERT_EQ(third->owner.owner_id, "c1");
+  EXPECT_THAT(backend.release("late-release", "c1", 0, deadline()), IsOkAndHolds(true));
+  auto after = backend.read("late-release", deadline());
+  SIMBA_ASSERT_OK(after);
+  EXPECT_FALSE(after->owner.has_owner_id());
+}
+
 // ---- Locker ------------------------------------------------------------------
 
 TEST_P(Conformance, LockerExcludesTimesOutAndHandsOver) {

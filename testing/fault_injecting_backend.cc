@@ -114,10 +114,11 @@ void FaultInjectingBackend::set_before_next_acquire_reply(std::function<void()> 
 }
 
 Result<bool> FaultInjectingBackend::release(std::string_view mutex, std::string_view contender_id,
-                                            Deadline deadline) {
+                                            std::uint64_t fencing_token, Deadline deadline) {
   ++release_calls_;
+  last_release_token_ = fencing_token;
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
-  return target_->release(mutex, contender_id, deadline);
+  return target_->release(mutex, contender_id, fencing_token, deadline);
 }
 
 Result<ForcedRelease> FaultInjectingBackend::force_release(std::string_view mutex,

@@ -5,6 +5,7 @@
 #define SIMBA_TESTING_FAULT_INJECTING_BACKEND_H_
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -37,6 +38,8 @@ class FaultInjectingBackend final : public Backend {
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
+  // The fencing token the last release named (0: any ownership).
+  std::uint64_t last_release_token() const { return last_release_token_.load(); }
 
   std::string_view scheme() const override { return target_->scheme(); }
   const Capabilities& capabilities() const override { return target_->capabilities(); }
@@ -47,8 +50,9 @@ class FaultInjectingBackend final : public Backend {
     return target_->validate_contender_id(id);
   }
   Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override;
+  using Backend::release;
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) override;
+                       std::uint64_t fencing_token, Deadline deadline) override;
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
@@ -72,6 +76,7 @@ class FaultInjectingBackend final : public Backend {
   std::function<void()> before_next_acquire_reply_;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};
+  std::atomic<std::uint64_t> last_release_token_{0};
   // Listeners by mutex, for Push().
   std::shared_ptr<struct FaultListeners> listeners_;
 };

@@ -142,11 +142,22 @@ class Backend {
   virtual Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request,
                                                Deadline deadline) = 0;
 
-  // Frees the mutex if `contender_id` owns it (whatever its lease times).
-  // Returns whether it did. Push-capable stores notify waiters.
-  virtual Result<bool> release(std::string_view mutex,
-                               std::string_view contender_id,
-                               Deadline deadline) = 0;
+  // Frees the mutex if `contender_id` owns it (whatever its lease times)
+  // and, unless `fencing_token` is 0, only if its ownership is the one that
+  // token was given to. Returns whether it did. Push-capable stores notify
+  // waiters.
+  //
+  // The token matters when a release arrives late: a request held up in the
+  // network after its caller gave up on it may reach the store after the
+  // same contender acquired the mutex again, and must not end that newer
+  // ownership (the fault runs caught exactly this; docs/reliability.md).
+  virtual Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                               std::uint64_t fencing_token, Deadline deadline) = 0;
+  // Any ownership of `contender_id` (fencing_token 0).
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       Deadline deadline) {
+    return release(mutex, contender_id, 0, deadline);
+  }
 
   // An operator's release of a stuck lease: frees the mutex whoever owns it
   // and bumps its fencing counter, so the next owner's token exceeds

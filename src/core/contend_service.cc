@@ -84,6 +84,8 @@ Status ServiceCore::Start() {
 
 Status ServiceCore::Stop() {
   std::unique_ptr<Subscription> subscription;
+  // The token of the ownership given up, or 0 when none is known here.
+  std::uint64_t released_token = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ != ServiceStatus::kRunning) {
@@ -102,6 +104,7 @@ Status ServiceCore::Stop() {
     // other order let a new owner start while the old one, its release
     // answer delayed, still worked; the fault runs caught it.)
     if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
+      released_token = state_.after.fencing_token;
       ApplyLocked(MutexOwner::None());
     }
   }
@@ -112,10 +115,14 @@ Status ServiceCore::Stop() {
   if (!strand_->RunningInThisThread()) strand_->Drain();
   Status result;
   if (mode_ == Mode::kContend) {
-    // Release unconditionally: an attempt still in flight may have acquired
-    // the mutex at the store without our knowing yet. (If it lands after this
-    // release, RunAttempt releases it again: the compensating release.)
-    auto released = backend_->release(mutex_, contender_id_, StoreDeadline());
+    // Release even when we own nothing: an attempt still in flight may have
+    // acquired the mutex at the store without our knowing yet. (If it lands
+    // after this release, RunAttempt releases it again: the compensating
+    // release.) An ownership we know is released by its token, so that this
+    // request, should it reach the store late, cannot end a later ownership
+    // of ours.
+    auto released =
+        backend_->release(mutex_, contender_id_, released_token, StoreDeadline());
     if (!released.ok()) {
       result = released.status().WithContext("releasing mutex '" + mutex_ + "' on stop");
       SIMBA_LOG(kWarn, result << " (the lease will expire at the store)");
@@ -317,7 +324,8 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
     }
   }
   if (compensate) {
-    auto released = backend_->release(mutex_, contender_id_, StoreDeadline());
+    auto released = backend_->release(mutex_, contender_id_, reply->owner.fencing_token,
+                                      StoreDeadline());
     if (!released.ok()) {
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': compensating release after stop failed: "
                                  << released.status());

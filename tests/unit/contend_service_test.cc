@@ -276,6 +276,7 @@ TEST_F(ContendServiceTest, StopTellsTheOwnerBeforeTheReleaseLeaves) {
                .value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  const std::uint64_t token = a->fencing_token();
   faults_->set_mode(Mode::kHang);
   std::atomic<bool> stopped{false};
   std::thread stopper([&] {
@@ -287,6 +288,9 @@ TEST_F(ContendServiceTest, StopTellsTheOwnerBeforeTheReleaseLeaves) {
   EXPECT_EQ(releases_sent_before_on_released, 0) << "on_released ran before the release left";
   EXPECT_FALSE(a->is_owner());
   EXPECT_FALSE(stopped) << "the release is still hanging";
+  EXPECT_EQ(faults_->last_release_token(), token)
+      << "the release names the ownership it ends: should it reach the store late, it cannot "
+         "end a later one";
   faults_->set_mode(Mode::kPass);
   stopper.join();
   EXPECT_EQ(events_.Count("A released"), 1) << "and only once";

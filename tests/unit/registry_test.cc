@@ -35,7 +35,7 @@ class FakeBackend : public Backend {
   Result<OwnerRecord> acquire_or_renew(const AcquireRequest&, Deadline) override {
     return UnimplementedError("fake");
   }
-  Result<bool> release(std::string_view, std::string_view, Deadline) override {
+  Result<bool> release(std::string_view, std::string_view, std::uint64_t, Deadline) override {
     return UnimplementedError("fake");
   }
   Result<ForcedRelease> force_release(std::string_view, Deadline) override {

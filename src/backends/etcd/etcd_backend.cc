@@ -1103,7 +1103,7 @@ class EtcdBackend final : public Backend {
   }
 
   Result<bool> release(std::string_view mutex_view, std::string_view contender_id,
-                       Deadline deadline) override {
+                       std::uint64_t fencing_token, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
     SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
     const std::string mutex(mutex_view);
@@ -1112,6 +1112,14 @@ class EtcdBackend final : public Backend {
     const std::string context = Context("releasing mutex " + Quoted(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
+    // The token is our key's create revision: a release for an earlier
+    // ownership leaves the key of this one alone.
+    const auto token = static_cast<std::int64_t>(fencing_token);
+    if (std::optional<Holder> known = watcher_->Find(mutex, id);
+        known && fencing_token != 0 && known->create_revision != 0 &&
+        known->create_revision != token) {
+      return false;
+    }
     if (std::optional<Holder> held = watcher_->Take(mutex, id)) {
       // Revoking the lease deletes our key; the range just before it says
       // whether that key was the owner (nobody else can become the owner
@@ -1142,7 +1150,7 @@ class EtcdBackend final : public Backend {
     std::vector<HttpRequest> deletes;
     bool owned = false;
     for (std::size_t i = 0; i < kvs.size(); ++i) {
-      if (kvs[i].value != id) continue;
+      if (kvs[i].value != id || (fencing_token != 0 && kvs[i].create_revision != token)) continue;
       owned = owned || i == 0;
       deletes.push_back(DeleteIfCreatedAt(kvs[i].key, kvs[i].create_revision));
     }

@@ -48,11 +48,12 @@ class MemoryStore {
     return OwnerRecord{Visible(row.owner, now), now};
   }
 
-  bool Release(std::string_view mutex, std::string_view contender_id,
+  bool Release(std::string_view mutex, std::string_view contender_id, std::uint64_t token,
                std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rows_.find(mutex);
     if (it == rows_.end() || it->second.owner.owner_id != contender_id) return false;
+    if (token != 0 && it->second.owner.fencing_token != token) return false;
     it->second.owner = MutexOwner::None();
     auto subs = subscribers_.find(mutex);
     if (subs != subscribers_.end()) {
@@ -180,9 +181,9 @@ class MemoryBackend final : public Backend {
   }
 
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline) override {
+                       std::uint64_t fencing_token, Deadline) override {
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
-    const bool released = store_->Release(mutex, contender_id, &to_notify);
+    const bool released = store_->Release(mutex, contender_id, fencing_token, &to_notify);
     // Listeners run outside the store's lock: they may call back into it.
     const MutexEvent event{MutexEvent::Kind::kReleased, std::string(mutex),
                            std::string(contender_id)};

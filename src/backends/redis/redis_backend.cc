@@ -804,11 +804,13 @@ class RedisBackend final : public Backend {
   }
 
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) override {
+                       std::uint64_t fencing_token, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
-    SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kRelease, mutex,
-                                                       {std::string(contender_id)}, deadline));
+    SIMBA_ASSIGN_OR_RETURN(
+        Reply reply, commands_.Eval(kRelease, mutex,
+                                    {std::string(contender_id), std::to_string(fencing_token)},
+                                    deadline));
     const std::string what = "releasing mutex " + Quoted(mutex);
     if (IsError(reply.get())) return ErrorReplyStatus(reply.get(), Context(what));
     if (reply->type != REDIS_REPLY_INTEGER) return InternalError(Context(what) + ": bad reply");

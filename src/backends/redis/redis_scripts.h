@@ -112,13 +112,16 @@ redis.call('PUBLISH', lock, 'acquired@@' .. id)
 return {'acquired', id, fmt(px), fmt(token), fmt(ms), ttl, tr}
 )lua";
 
-// ARGV: id. Not the owner: leave the queue (JVM Simba's effect).
+// ARGV: id, token ('0': any). Not the owner: leave the queue (JVM Simba's
+// effect). The owner under another token (a late release of an earlier
+// ownership): change nothing.
 inline constexpr char kLuaRelease[] = R"lua(
-local id = ARGV[1]
+local id, token = ARGV[1], ARGV[2]
 if redis.call('GET', lock) ~= id then
   redis.call('ZREM', queue, id)
   return 0
 end
+if token ~= '0' and fence_of(id) ~= token then return 0 end
 redis.call('DEL', lock)
 wake(id)
 return 1

@@ -190,14 +190,18 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   }
 
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) override {
+                       std::uint64_t fencing_token, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
     const std::string what = "releasing mutex " + Quoted(mutex);
+    // The token is the version the acquisition left (our renewals keep it),
+    // so a late release of an older ownership matches no row.
+    std::string update =
+        "UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
+        "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}";
+    if (fencing_token != 0) update += " AND version = " + std::to_string(fencing_token);
     std::vector<Statement> statements = {
-        {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
-         "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}",
-         {std::string(mutex), std::string(contender_id)}}};
+        {update, {std::string(mutex), std::string(contender_id)}}};
     // Push stores announce it in the same transaction (delivered when it
     // commits): one round trip.
     const std::string notice = driver_->ReleaseNoticeSql();

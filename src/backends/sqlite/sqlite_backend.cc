@@ -238,10 +238,11 @@ constexpr char kUpsertSql[] =
 
 // Simba's RELEASE: free values, version + 1; fencing_token is kept so the
 // next acquisition's token (its new version) is still strictly greater.
+// ?3: the ownership's token, or 0 for any (see Backend::release).
 constexpr char kReleaseSql[] =
     "UPDATE simba_mutex SET acquired_at = 0, ttl_at = 0, transition_at = 0,"
     " owner_id = '', version = version + 1"
-    " WHERE mutex = ?1 AND owner_id = ?2";
+    " WHERE mutex = ?1 AND owner_id = ?2 AND (?3 = 0 OR fencing_token = ?3)";
 
 // ---- SQL of the push watcher (its own connection) --------------------------------
 
@@ -931,7 +932,7 @@ class SqliteBackend final : public Backend {
   Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request,
                                        Deadline deadline) override;
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) override;
+                       std::uint64_t fencing_token, Deadline deadline) override;
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
@@ -1251,7 +1252,7 @@ Result<OwnerRecord> SqliteBackend::acquire_or_renew(const AcquireRequest& reques
 }
 
 Result<bool> SqliteBackend::release(std::string_view mutex, std::string_view contender_id,
-                                    Deadline deadline) {
+                                    std::uint64_t fencing_token, Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
 
@@ -1263,6 +1264,9 @@ Result<bool> SqliteBackend::release(std::string_view mutex, std::string_view con
     StmtUse use(release_);
     int rc = use.BindText(1, mutex);
     if (rc == SQLITE_OK) rc = use.BindText(2, contender_id);
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_bind_int64(use.get(), 3, static_cast<sqlite3_int64>(fencing_token));
+    }
     if (rc == SQLITE_OK) rc = sqlite3_step(use.get());
     if (rc != SQLITE_DONE) return rc;
     released = sqlite3_changes(db_.get()) > 0;

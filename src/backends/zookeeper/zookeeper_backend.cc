@@ -336,7 +336,8 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   }
 
   Result<OwnerRecord> Acquire(const AcquireRequest& request, Deadline deadline);
-  Result<bool> Release(std::string_view mutex, std::string_view contender_id, Deadline deadline);
+  Result<bool> Release(std::string_view mutex, std::string_view contender_id,
+                       std::uint64_t token, Deadline deadline);
   Result<ForcedRelease> ForceRelease(std::string_view mutex, Deadline deadline);
   Result<OwnerRecord> Read(std::string_view mutex, Deadline deadline);
   Result<std::vector<ListedMutex>> List(Deadline deadline);
@@ -1158,7 +1159,7 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
 }
 
 Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view contender_view,
-                              Deadline deadline) {
+                              std::uint64_t token, Deadline deadline) {
   const std::string mutex(mutex_view);
   const std::string contender(contender_view);
   {
@@ -1172,6 +1173,9 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     ~TurnGuard() { store->GiveTurn(entry); }
   } guard{this, entry};
   Entry& e = *entry;
+  // Our node now is a later ownership than the one this release is for (its
+  // token is the node's czxid): leave it.
+  if (token != 0 && e.czxid != 0 && e.czxid != token) return false;
   bool released = false;
   std::shared_ptr<ZkHandle> handle;
   {
@@ -1405,10 +1409,10 @@ class ZookeeperBackend final : public Backend {
     return store_->Acquire(request, deadline);
   }
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) override {
+                       std::uint64_t fencing_token, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
-    return store_->Release(mutex, contender_id, deadline);
+    return store_->Release(mutex, contender_id, fencing_token, deadline);
   }
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
