@@ -14,7 +14,9 @@
 # Environment:
 #   OUT           where the runs go (default: /tmp/simba-fault-runs); each
 #                 store's logs in OUT/STORE, its console output in
-#                 OUT/STORE.out, and a summary of all in OUT/summary.txt
+#                 OUT/STORE.out, a summary of all in OUT/summary.txt and
+#                 the table for docs/reliability.md in OUT/summary.md
+#                 (scripts/fault-summary.py)
 #   FAULT_BUILD   build directory (default: build-faults, RelWithDebInfo)
 #   FAULT_BIN     a directory that already holds simba-fault-run and
 #                 simba-fault-worker: nothing is built (so a long run is not
@@ -101,6 +103,10 @@ done
   done
 } > "$out/summary.txt"
 cat "$out/summary.txt"
+# The table for docs/reliability.md.
+# shellcheck disable=SC2086  # one word per store
+python3 scripts/fault-summary.py "$out" $stores > "$out/summary.md"
+echo "fault-runs: the table for docs/reliability.md is in $out/summary.md"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "fault-runs: the checker failed on: ${failed[*]}" >&2
   exit 1

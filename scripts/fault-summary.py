@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Turns the reports of scripts/fault-runs.sh into one Markdown table.
+
+    scripts/fault-summary.py OUT_DIR STORE...
+
+Reads OUT_DIR/STORE/report.txt (written by simba-fault-run) and the first
+line of OUT_DIR/STORE.out, and prints a table for docs/reliability.md: what
+was injected and how often, what the workers did, the worst times, and what
+the checker found. Standard library only.
+"""
+import os
+import re
+import sys
+
+
+def parse(report):
+    row = {}
+    m = re.search(r"(\d+) acquisitions, (\d+) losses signalled, (\d+) releases; "
+                  r"(\d+) writes accepted, (\d+) stale writes rejected", report)
+    if m:
+        (row["acquisitions"], row["losses"], row["releases"], row["accepted"],
+         row["rejected"]) = m.groups()
+    m = re.search(r"^faults: (.*)$", report, re.M)
+    row["faults"] = dict(kv.split("=") for kv in m.group(1).split()) if m else {}
+    m = re.search(r"\(([^)]*)\); worst ownership overlap \(paused holders\): ([\d.]+) ms", report)
+    row["takeover"] = {}
+    if m:
+        for part in m.group(1).split(", "):
+            kind, value, _ = part.split(" ")
+            row["takeover"][kind] = float(value)
+        row["overlap"] = float(m.group(2))
+    m = re.search(r"^checker: (.*)$", report, re.M)
+    row["checker"] = m.group(1) if m else "(no verdict)"
+    row["violations"] = re.findall(r"^  \[([a-z-]+)\]", report, re.M)
+    return row
+
+
+def seconds(ms):
+    return "%.2f s" % (ms / 1000.0)
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    out, stores = sys.argv[1], sys.argv[2:]
+    print("| Store | Faults injected | Acquisitions | Losses signalled | Writes accepted "
+          "| Stale writes rejected | Worst kill → new owner | Worst overlap (paused) | Checker |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for store in stores:
+        path = os.path.join(out, store, "report.txt")
+        try:
+            with open(path) as f:
+                row = parse(f.read())
+        except OSError:
+            print("| %s | (no report) | | | | | | | |" % store)
+            continue
+        faults = ", ".join("%s %s" % (k, v) for k, v in sorted(row["faults"].items()))
+        takeover = row["takeover"]
+        kill = takeover.get("kill", takeover.get("crash"))
+        verdict = "OK" if not row["violations"] else "%d: %s" % (
+            len(row["violations"]), ", ".join(sorted(set(row["violations"]))))
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            store, faults, row.get("acquisitions", "?"), row.get("losses", "?"),
+            row.get("accepted", "?"), row.get("rejected", "?"),
+            seconds(kill) if kill is not None else "–",
+            seconds(row["overlap"]) if "overlap" in row else "–", verdict))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
