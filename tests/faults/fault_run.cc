@@ -463,6 +463,10 @@ class Run {
       }
     }
     Schedule();
+    if (broken_) {
+      std::cerr << "fault-run: the store could not be restarted; no verdict\n";
+      return 3;
+    }
     const Nanos run_end = NowNanos(workers_->clock());
     std::vector<WorkerHistory> histories = workers_->Finish();
     const std::vector<ResourceEvent> decisions = register_->decisions();
@@ -657,7 +661,7 @@ class Run {
     const Nanos end = NowNanos(workers_->clock()) +
                       std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duration).count();
     Sleep(milliseconds(1500));  // everyone started and contending
-    for (std::size_t n = 0; NowNanos(workers_->clock()) < end; ++n) {
+    for (std::size_t n = 0; NowNanos(workers_->clock()) < end && !broken_; ++n) {
       const std::string& kind = kinds[n % kinds.size()];
       victim_token_ = 0;
       FaultEvent fault = Inject(kind, lease);
@@ -698,7 +702,13 @@ class Run {
       const Nanos start = NowNanos(clock);
       Status s = server_->Kill();
       if (s.ok()) s = server_->Restart();
-      if (!s.ok()) Say("restart failed: " + s.ToString());
+      if (!s.ok()) s = server_->Restart();  // once more: a port race, a slow start
+      if (!s.ok()) {
+        // Not the library's fault: the run cannot go on and says so (exit 3)
+        // rather than blaming a store that is not there.
+        Say("restart failed: " + s.ToString());
+        broken_ = true;
+      }
       return {"restart", 0, start, NowNanos(clock)};
     }
     if ((kind == "cut" || kind == "cut-all") && server_ != nullptr) {
@@ -751,6 +761,7 @@ class Run {
   std::set<int> live_;
   int last_id_ = 0;
   std::uint64_t victim_token_ = 0;  // what the last Holder() held (0: none)
+  bool broken_ = false;             // the harness itself failed (a restart)
 };
 
 int Usage() {
