@@ -24,18 +24,6 @@ std::string Ms(Nanos d) {
   return out.str();
 }
 
-// "k=v k=v ..." -> map; words without '=' are ignored.
-std::map<std::string, std::string> Words(const std::string& line) {
-  std::map<std::string, std::string> words;
-  std::istringstream in(line);
-  std::string word;
-  while (in >> word) {
-    const auto eq = word.find('=');
-    if (eq != std::string::npos) words[word.substr(0, eq)] = word.substr(eq + 1);
-  }
-  return words;
-}
-
 bool Int(const std::map<std::string, std::string>& w, const char* key, std::int64_t* out) {
   const auto it = w.find(key);
   if (it == w.end() || it->second.empty()) return false;
@@ -86,6 +74,17 @@ std::string Who(const Tenure& t) {
 
 }  // namespace
 
+std::map<std::string, std::string> LineWords(const std::string& line) {
+  std::map<std::string, std::string> words;
+  std::istringstream in(line);
+  std::string word;
+  while (in >> word) {
+    const auto eq = word.find('=');
+    if (eq != std::string::npos) words[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return words;
+}
+
 std::string FormatWorkerEvent(const WorkerEvent& e) {
   std::string line = std::string("ev=") + KindName(e.kind) + " t=" + std::to_string(e.t);
   switch (e.kind) {
@@ -106,7 +105,7 @@ std::string FormatWorkerEvent(const WorkerEvent& e) {
 }
 
 std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
-  const auto w = Words(line);
+  const auto w = LineWords(line);
   const auto ev = w.find("ev");
   if (ev == w.end()) return std::nullopt;
   WorkerEvent e;
@@ -155,7 +154,7 @@ std::string FormatResourceEvent(const ResourceEvent& e) {
 }
 
 std::optional<ResourceEvent> ParseResourceEvent(const std::string& line) {
-  const auto w = Words(line);
+  const auto w = LineWords(line);
   const auto ev = w.find("ev");
   const auto result = w.find("result");
   ResourceEvent e;
@@ -177,7 +176,7 @@ std::string FormatFaultEvent(const FaultEvent& e) {
 }
 
 std::optional<FaultEvent> ParseFaultEvent(const std::string& line) {
-  const auto w = Words(line);
+  const auto w = LineWords(line);
   const auto ev = w.find("ev");
   const auto kind = w.find("kind");
   FaultEvent e;

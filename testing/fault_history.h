@@ -81,6 +81,9 @@ struct WorkerHistory {
   WorkerFate fate;
 };
 
+// The `key=value` words of a log line (other words are skipped).
+std::map<std::string, std::string> LineWords(const std::string& line);
+
 // Formatting and parsing of the lines above. Parse* return nullopt for a line
 // that is not an event (a torn last line of a killed worker is skipped).
 std::string FormatWorkerEvent(const WorkerEvent& e);

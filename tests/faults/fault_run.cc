@@ -518,12 +518,7 @@ class Run {
     Nanos run_end = 0;
     std::map<int, WorkerFate> fates;
     for (const std::string& line : lines(dir + "/run.log")) {
-      std::istringstream in(line);
-      std::map<std::string, std::string> w;
-      for (std::string word; in >> word;) {
-        const auto eq = word.find('=');
-        if (eq != std::string::npos) w[word.substr(0, eq)] = word.substr(eq + 1);
-      }
+      std::map<std::string, std::string> w = LineWords(line);
       if (w["ev"] == "run") {
         options.ttl = milliseconds(std::atoll(w["ttl_ms"].c_str()));
         options.transition = milliseconds(std::atoll(w["transition_ms"].c_str()));
