@@ -365,9 +365,14 @@ class CommandChannel {
     const bool fsync_always = fsync->type == REDIS_REPLY_ARRAY && fsync->elements == 2 &&
                               ReplyString(fsync->element[1]) == "always";
     facts_.lossy = !(aof && fsync_always);
-    // uptime_in_seconds is rounded down, so this start is at or after the
-    // real one: the guard can only last longer, never shorter.
-    facts_.started_ms = seconds * 1000 + micros / 1000 - uptime * 1000;
+    // uptime_in_seconds is the difference of two whole-second clocks (the
+    // start's and now's, each rounded down), so the real start lies within
+    // a second either side of now - uptime: it reads 1 a moment after a
+    // start late in a second. Take the latest the start can be (never after
+    // now), so the guard lasts up to a second longer, never shorter. (The
+    // fault runs caught the guard ending early when this took now - uptime.)
+    const long long now_ms = seconds * 1000 + micros / 1000;
+    facts_.started_ms = std::min(now_ms, now_ms - uptime * 1000 + 1000);
     return OkStatus();
   }
 
