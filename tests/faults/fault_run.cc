@@ -606,8 +606,19 @@ class Run {
       server_ = std::move(*server);
       uri = server_->uri();
     }
-    if (!options_.uri_query.empty()) {
-      uri += (uri.find('?') == std::string::npos ? "?" : "&") + options_.uri_query;
+    std::string query = options_.uri_query;
+    if (options_.store == "zookeeper" && query.find("session_timeout") == std::string::npos) {
+      // As docs/backends.md advises for a short lease: the C client waits
+      // 2/3 of the session timeout on a connection that reached a server
+      // still starting, and 10 s (the default) would outlast the takeover
+      // bound of a 1.5 s lease after a restart.
+      const auto lease = options_.ttl + options_.transition;
+      const auto whole_seconds = std::max<long long>(2, (2 * lease.count() + 999) / 1000);
+      query += std::string(query.empty() ? "" : "&") + "session_timeout=" +
+               std::to_string(whole_seconds) + "s";
+    }
+    if (!query.empty()) {
+      uri += (uri.find('?') == std::string::npos ? "?" : "&") + query;
     }
     auto server =
         FencedRegisterServer::Start(options_.out + "/resource.sock", register_.get());
