@@ -796,6 +796,14 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     const long long number = std::strtoll(value.c_str(), &end, 10);
     const bool numeric = !value.empty() && *end == '\0' && number > 0;
+    auto on_off = [&](bool* out) {
+      if (value != "on" && value != "off") {
+        std::cerr << "fault-run: " << flag << " takes on or off\n";
+        return false;
+      }
+      *out = value == "on";
+      return true;
+    };
     auto need_number = [&] {
       if (!numeric) std::cerr << "fault-run: " << flag << " needs a positive number\n";
       return numeric;
@@ -827,19 +835,11 @@ int main(int argc, char** argv) {
     } else if (flag == "--worker") {
       options.worker_path = value;
     } else if (flag == "--volatile") {
-      if (value != "on" && value != "off") {
-        std::cerr << "fault-run: --volatile takes on or off\n";
-        return 2;
-      }
-      options.volatile_store = value == "on";
+      if (!on_off(&options.volatile_store)) return 2;
     } else if (flag == "--uri-query") {
       options.uri_query = value;
     } else if (flag == "--expect-violations") {
-      if (value != "on" && value != "off") {
-        std::cerr << "fault-run: --expect-violations takes on or off\n";
-        return 2;
-      }
-      options.expect_violations = value == "on";
+      if (!on_off(&options.expect_violations)) return 2;
     } else if (flag == "--check") {
       check_dir = value;
     } else {
