@@ -1,0 +1,211 @@
+// Lock events as names, JSON lines and human one-liners (simba/events.h).
+#include "simba/events.h"
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace simba {
+namespace {
+
+using std::chrono::microseconds;
+
+// `s` as a JSON string literal, quotes included. Control characters become
+// \u00XX (or their short forms); bytes >= 0x80 pass through, so UTF-8 text
+// stays readable.
+void AppendJsonString(std::string& out, std::string_view s) {
+  out += '"';
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+// "2026-11-21T21:40:13.123Z": UTC, milliseconds, the time truncated toward
+// the past (so a time never prints later than it was).
+std::string Rfc3339Millis(std::chrono::system_clock::time_point time) {
+  using namespace std::chrono;
+  const auto ms = floor<milliseconds>(time.time_since_epoch());
+  const auto day = floor<days>(ms);
+  const year_month_day ymd{sys_days{day}};
+  const hh_mm_ss<milliseconds> hms{ms - day};
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%04d-%02u-%02uT%02d:%02d:%02d.%03dZ",
+                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()), static_cast<int>(hms.hours().count()),
+                static_cast<int>(hms.minutes().count()), static_cast<int>(hms.seconds().count()),
+                static_cast<int>(hms.subseconds().count()));
+  return buf;
+}
+
+// `us` in milliseconds with up to 3 decimals and no trailing zeros:
+// 12345us -> "12.345", 12300us -> "12.3", 12000us -> "12".
+std::string MillisFromMicros(microseconds us) {
+  std::int64_t v = us.count();
+  std::string out;
+  // Work on the magnitude as unsigned so INT64_MIN cannot overflow.
+  std::uint64_t magnitude = static_cast<std::uint64_t>(v);
+  if (v < 0) {
+    out += '-';
+    magnitude = ~magnitude + 1;
+  }
+  out += std::to_string(magnitude / 1000);
+  std::uint64_t frac = magnitude % 1000;
+  if (frac != 0) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, ".%03u", static_cast<unsigned>(frac));
+    std::string digits(buf);
+    while (digits.back() == '0') digits.pop_back();
+    out += digits;
+  }
+  return out;
+}
+
+// A duration for people: "250us" is not a unit anyone reads in a log, so
+// below 1 ms it is "0.25ms"; below 1 s whole milliseconds ("312ms"); else
+// seconds with one decimal ("15.8s").
+std::string HumanDuration(microseconds us) {
+  const std::int64_t v = us.count();
+  if (v < 0) return "-" + HumanDuration(microseconds(v == INT64_MIN ? INT64_MAX : -v));
+  if (v < 1000) return MillisFromMicros(us) + "ms";
+  const std::int64_t ms = (v + 500) / 1000;
+  if (ms < 1000) return std::to_string(ms) + "ms";
+  const std::int64_t tenths = (v + 50'000) / 100'000;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + "s";
+}
+
+// A mutex name between single quotes on one line: quote, backslash and
+// control characters escaped so an odd name cannot break or fake a log line.
+std::string Quoted(std::string_view s) {
+  std::string out = "'";
+  for (const char c : s) {
+    if (c == '\'' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  out += '\'';
+  return out;
+}
+
+}  // namespace
+
+std::string_view LossCauseName(LossCause cause) {
+  switch (cause) {
+    case LossCause::kRenewalFailed: return "renewal_failed";
+    case LossCause::kDeadlinePassed: return "deadline_passed";
+    case LossCause::kOtherOwner: return "other_owner";
+    case LossCause::kForcedRelease: return "forced_release";
+  }
+  return "unknown";
+}
+
+std::string_view LockEventKindName(LockEvent::Kind kind) {
+  switch (kind) {
+    case LockEvent::Kind::kAcquired: return "acquired";
+    case LockEvent::Kind::kRenewed: return "renewed";
+    case LockEvent::Kind::kLost: return "lost";
+    case LockEvent::Kind::kReleased: return "released";
+    case LockEvent::Kind::kStoreError: return "store_error";
+  }
+  return "unknown";
+}
+
+std::string LockEventJson(const LockEvent& event) {
+  std::string out = "{\"event\":";
+  AppendJsonString(out, LockEventKindName(event.kind));
+  out += ",\"time\":";
+  AppendJsonString(out, Rfc3339Millis(event.time));
+  out += ",\"store\":";
+  AppendJsonString(out, event.store);
+  out += ",\"mutex\":";
+  AppendJsonString(out, event.mutex);
+  out += ",\"contender\":";
+  AppendJsonString(out, event.contender_id);
+  out += ",\"token\":";
+  out += std::to_string(event.fencing_token);
+  const auto add_ms = [&out](std::string_view key, microseconds us) {
+    out += ",\"";
+    out += key;
+    out += "\":";
+    out += MillisFromMicros(us);
+  };
+  if (event.lease_left) add_ms("lease_left_ms", *event.lease_left);
+  if (event.waited) add_ms("waited_ms", *event.waited);
+  if (event.handoff) add_ms("handoff_ms", *event.handoff);
+  if (event.margin) add_ms("margin_ms", *event.margin);
+  if (event.cause) {
+    out += ",\"cause\":";
+    AppendJsonString(out, LossCauseName(*event.cause));
+  }
+  if (!event.error.ok()) {
+    out += ",\"error\":";
+    AppendJsonString(out, event.error.ToString());
+  }
+  out += '}';
+  return out;
+}
+
+std::string LockEventText(const LockEvent& event) {
+  const std::string mutex = Quoted(event.mutex);
+  const std::string token = "token " + std::to_string(event.fencing_token);
+  std::string out;
+  switch (event.kind) {
+    case LockEvent::Kind::kAcquired:
+      out = "acquired mutex " + mutex + " as " + event.contender_id + " (" + token;
+      if (event.lease_left) out += ", lease " + HumanDuration(*event.lease_left) + " left";
+      if (event.waited) out += ", waited " + HumanDuration(*event.waited);
+      if (event.handoff) out += ", hand-off " + HumanDuration(*event.handoff);
+      out += ')';
+      break;
+    case LockEvent::Kind::kRenewed:
+      out = "renewed mutex " + mutex + " (" + token;
+      if (event.margin) out += ", " + HumanDuration(*event.margin) + " of the lease was left";
+      if (event.lease_left) out += ", now " + HumanDuration(*event.lease_left) + " left";
+      out += ')';
+      break;
+    case LockEvent::Kind::kLost:
+      out = "lost mutex " + mutex + " (" + token + ")";
+      if (event.cause) {
+        out += ": ";
+        out += LossCauseName(*event.cause);
+        if (!event.error.ok()) out += " - " + event.error.message();
+      } else if (!event.error.ok()) {
+        out += ": " + event.error.message();
+      }
+      break;
+    case LockEvent::Kind::kReleased: out = "released mutex " + mutex + " (" + token + ")"; break;
+    case LockEvent::Kind::kStoreError:
+      out = "store error on mutex " + mutex;
+      if (event.fencing_token != 0) out += " (" + token + ")";
+      out += ": " + event.error.ToString();
+      break;
+  }
+  return out;
+}
+
+}  // namespace simba
