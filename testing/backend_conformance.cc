@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "simba/locker.h"
 #include "simba/registry.h"
@@ -389,6 +391,16 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
 
   Recorder a;
   auto sa = factory->create_contend_service(a.Contender("forced")).value();
+  // What the store pushes to A's contender id (as the core's own
+  // subscription hears it).
+  std::mutex events_mu;
+  std::vector<MutexEvent> events;
+  auto listening = backend.subscribe("forced", sa->contender_id(), [&](const MutexEvent& e) {
+    std::lock_guard<std::mutex> lock(events_mu);
+    events.push_back(e);
+  });
+  ASSERT_TRUE(listening.ok() || listening.status().code() == StatusCode::kUnimplemented)
+      << listening.status();
   SIMBA_ASSERT_OK(sa->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(10)));
   const std::uint64_t a_token = sa->fencing_token();
@@ -397,9 +409,29 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   EXPECT_EQ(forced->previous.owner_id, sa->contender_id());
   EXPECT_EQ(forced->previous.fencing_token, a_token);
   EXPECT_GT(forced->fencing_floor, a_token);
-  // The old holder learns at its next renewal (at ttl): it lost that
-  // acquisition, whether it then wins the mutex again or not.
+  // The old holder learns at once where the store pushes kLost, else at
+  // its next renewal (at ttl): it lost that acquisition, whether it then
+  // wins the mutex again or not.
   ASSERT_TRUE(a.released.Wait(fx.options().ttl + seconds(2)));
+  // A store that tells the holder of its loss knows it was taken away, not
+  // ended by its lease: the event says so (MutexEvent::forced). Stores
+  // without such a push send none (given a moment to arrive).
+  const auto lost_a = [&] {
+    std::lock_guard<std::mutex> lock(events_mu);
+    std::vector<MutexEvent> out;
+    for (const MutexEvent& e : events) {
+      if (e.kind == MutexEvent::Kind::kLost && e.owner_id == sa->contender_id() &&
+          (e.fencing_token == 0 || e.fencing_token == a_token)) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  };
+  const bool pushed = Eventually([&] { return !lost_a().empty(); }, seconds(1));
+  RecordProperty("forced_loss_pushed", pushed ? "yes" : "no");
+  for (const MutexEvent& e : lost_a()) {
+    EXPECT_TRUE(e.forced) << "a forced release pushed kLost without `forced`";
+  }
   // Every later acquisition is above the floor.
   Recorder b;
   auto sb = factory->create_contend_service(b.Contender("forced")).value();
@@ -409,6 +441,109 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   SIMBA_EXPECT_OK(sb->stop());
   SIMBA_EXPECT_OK(sa->stop());
   EXPECT_THAT(backend.force_release("", deadline()), StatusIs(StatusCode::kInvalidArgument));
+}
+
+// ---- waiters -------------------------------------------------------------------
+
+TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  auto& backend = *factory->backend();
+  const std::string mutex = "waiters";
+  auto fresh = backend.waiters(mutex, deadline());
+  if (!fresh.ok()) {
+    // Stores where waiters leave no trace keep the default.
+    ASSERT_THAT(fresh, StatusIs(StatusCode::kUnimplemented));
+    GTEST_SKIP() << backend.scheme() << " keeps no wait queue: waiters() is unimplemented";
+  }
+  EXPECT_THAT(*fresh, ::testing::IsEmpty());
+
+  // As the core does: each contender subscribes with its id, then asks.
+  // Leases long enough to outlast the test.
+  const std::string a = "waiter-a", b = "waiter-b", c = "waiter-c";
+  const auto request = [&](const std::string& id) {
+    return AcquireRequest{mutex, id, seconds(20), seconds(5)};
+  };
+  std::vector<std::unique_ptr<Subscription>> subscriptions;
+  for (const std::string& id : {a, b, c}) {
+    auto sub = backend.subscribe(mutex, id, [](const MutexEvent&) {});
+    ASSERT_TRUE(sub.ok() || sub.status().code() == StatusCode::kUnimplemented) << sub.status();
+    if (sub.ok()) subscriptions.push_back(std::move(*sub));
+  }
+  auto held = backend.acquire_or_renew(request(a), deadline());
+  SIMBA_ASSERT_OK(held);
+  ASSERT_EQ(held->owner.owner_id, a);
+  const std::uint64_t a_token = held->owner.fencing_token;
+
+  // B, then C, ask and wait, polling as the core would until the store
+  // lists them (a store may need their subscriptions in place first).
+  std::vector<std::string> listed;
+  const bool both = Eventually(
+      [&] {
+        for (const std::string& id : {b, c}) {
+          auto attempt = backend.acquire_or_renew(request(id), deadline());
+          if (!attempt.ok() || attempt->owner.owner_id != a) return false;
+        }
+        auto now = backend.waiters(mutex, deadline());
+        if (!now.ok()) return false;
+        listed = *now;
+        return listed.size() == 2 &&
+               std::find(listed.begin(), listed.end(), b) != listed.end() &&
+               std::find(listed.begin(), listed.end(), c) != listed.end();
+      },
+      seconds(10));
+  ASSERT_TRUE(both) << "waiters() never listed B and C; last: " << ::testing::PrintToString(listed);
+  if (backend.capabilities().fifo) {
+    EXPECT_THAT(listed, ::testing::ElementsAre(b, c)) << "a fifo store lists its queue in order";
+  }
+
+  // A lets go and B takes over: B no longer waits, A never did.
+  EXPECT_THAT(backend.release(mutex, a, a_token, deadline()), IsOkAndHolds(true));
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto attempt = backend.acquire_or_renew(request(b), deadline());
+        return attempt.ok() && attempt->owner.owner_id == b;
+      },
+      seconds(10)))
+      << "B never took over";
+  auto after = backend.waiters(mutex, deadline());
+  SIMBA_ASSERT_OK(after);
+  EXPECT_THAT(*after, ::testing::Not(::testing::Contains(b)));
+  EXPECT_THAT(*after, ::testing::Not(::testing::Contains(a)));
+  if (backend.capabilities().fifo) {
+    EXPECT_THAT(*after, ::testing::ElementsAre(c)) << "C is still in line";
+  }
+
+  // Everyone leaves: nobody waits.
+  SIMBA_EXPECT_OK(backend.release(mutex, c, deadline()));
+  SIMBA_EXPECT_OK(backend.release(mutex, b, deadline()));
+  EXPECT_THAT(backend.waiters(mutex, deadline()), IsOkAndHolds(::testing::IsEmpty()));
+}
+
+TEST_P(Conformance, WaitersOfAnUnusedMutexIsEmptyAndABadNameIsAnError) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  auto& backend = *factory->backend();
+  auto unused = backend.waiters("nobody-waits", deadline());
+  const std::size_t max = backend.capabilities().max_mutex_length;
+  if (!unused.ok()) {
+    // The default: no queue, whatever the name.
+    ASSERT_THAT(unused, StatusIs(StatusCode::kUnimplemented));
+    EXPECT_THAT(backend.waiters("", deadline()), StatusIs(StatusCode::kUnimplemented));
+    return;
+  }
+  EXPECT_THAT(*unused, ::testing::IsEmpty());
+  EXPECT_THAT(backend.waiters("", deadline()),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
+  EXPECT_THAT(backend.waiters(std::string(max + 1, 'm'), deadline()),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
+  EXPECT_THAT(backend.waiters("line\nbreak", deadline()), StatusIs(StatusCode::kInvalidArgument));
+  // Asking changed nothing.
+  EXPECT_THAT(backend.waiters("nobody-waits", deadline()), IsOkAndHolds(::testing::IsEmpty()));
 }
 
 // Found by the fault runs (issue #9): a release held up in the network after

@@ -137,4 +137,10 @@ Result<std::vector<ListedMutex>> FaultInjectingBackend::list(Deadline deadline) 
   return target_->list(deadline);
 }
 
+Result<std::vector<std::string>> FaultInjectingBackend::waiters(std::string_view mutex,
+                                                                Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  return target_->waiters(mutex, deadline);
+}
+
 }  // namespace simba::testing

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "simba/backend.h"
 
@@ -56,6 +57,7 @@ class FaultInjectingBackend final : public Backend {
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> list(Deadline deadline) override;
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override;
   using Backend::subscribe;
   Result<std::unique_ptr<Subscription>> subscribe(
       std::string_view mutex, std::string_view contender_id,

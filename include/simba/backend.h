@@ -11,6 +11,7 @@
 //   release           free the mutex if the caller owns it
 //   read              the current owner, without changing anything
 //   list              every mutex the store holds (for `simba status`)
+//   waiters           optional: who waits for a mutex (for the dashboard)
 //   subscribe         optional push: tell me when a mutex is released
 //
 // Every call takes a deadline on the real monotonic clock and must return by
@@ -107,6 +108,10 @@ struct MutexEvent {
   std::string mutex;
   std::string owner_id;
   std::uint64_t fencing_token = 0;
+  // kLost: the store knows the hold was taken away (force_release, a deleted
+  // key or node) rather than ended by its lease. Only for metrics and
+  // events (LossCause::kForcedRelease); the core acts the same either way.
+  bool forced = false;
 };
 
 // Ends a subscription when destroyed. After the destructor returns the
@@ -162,7 +167,8 @@ class Backend {
   // An operator's release of a stuck lease: frees the mutex whoever owns it
   // and bumps its fencing counter, so the next owner's token exceeds
   // `fencing_floor` and every token the old holder was given. Push-capable
-  // stores notify waiters. The old holder learns at its next renewal.
+  // stores notify waiters. The old holder learns at its next renewal, or at
+  // once on stores that push kLost with `forced` (memory, ZooKeeper, etcd).
   virtual Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) = 0;
 
   // The current owner (MutexOwner::None() for an unknown or free mutex).
@@ -170,6 +176,11 @@ class Backend {
 
   // Every mutex the store has a record of, free ones included.
   virtual Result<std::vector<ListedMutex>> list(Deadline deadline) = 0;
+
+  // The contenders waiting for `mutex`, first in line first, on stores that
+  // keep a wait queue (for the dashboard). The default, for stores where
+  // waiters just poll and leave no trace, is kUnimplemented.
+  virtual Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline);
 
   // Push: calls `listener` (on any thread; it must not block) when `mutex`
   // changes hands. Backends without push return kUnimplemented; the core then

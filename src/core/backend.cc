@@ -71,4 +71,9 @@ Result<std::unique_ptr<Subscription>> Backend::subscribe(
   return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
 }
 
+Result<std::vector<std::string>> Backend::waiters(std::string_view /*mutex*/,
+                                                  Deadline /*deadline*/) {
+  return UnimplementedError(std::string(scheme()) + " keeps no wait queue: waiters poll");
+}
+
 }  // namespace simba

@@ -433,6 +433,10 @@ struct Holder {
   std::int64_t lease = 0;
   std::int64_t asked_ttl = 0;    // seconds asked for at the grant
   std::int64_t granted_ttl = 0;  // seconds granted
+  // Our lease lives at least until then (local clock): the last grant or
+  // keep-alive sent before it gave granted_ttl seconds from when the server
+  // took it. A delete of our key before then was no expiry.
+  steady_clock::time_point alive_until{};
   std::string key;
   // The create revision of our key; 0 while the key is not known to exist.
   std::int64_t create_revision = 0;
@@ -532,7 +536,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // `create_revision` was not seen deleted, and the watch session that
   // would have seen it has run without a break since `session`.
   bool StillOwner(const std::string& mutex, const std::string& contender,
-                  std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl) {
+                  std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl,
+                  steady_clock::time_point alive_until) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!live_ || session_ != session) return false;
     auto it = holders_.find(mutex);
@@ -542,6 +547,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     Holder& holder = found->second;
     if (!holder.owner || holder.create_revision != create_revision) return false;
     holder.granted_ttl = granted_ttl;
+    holder.alive_until = std::max(holder.alive_until, alive_until);
     return true;
   }
 
@@ -786,9 +792,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
             (created_at == 0 || created_at == holder.create_revision)) {
           if (holder.owner) {
             // Our own key, held as the owner, was deleted (lease revoked or
-            // expired, forced release): the owner stops at once.
+            // expired, forced release): the owner stops at once. While our
+            // lease is surely alive, somebody took the key away (forced).
             AddWorkLocked(mutex, &contender, MutexEvent::Kind::kLost, contender,
-                          static_cast<std::uint64_t>(holder.create_revision), work);
+                          static_cast<std::uint64_t>(holder.create_revision), work,
+                          steady_clock::now() < holder.alive_until);
           } else {
             // A waiter lost its place: queue again now rather than at its
             // next poll.
@@ -819,12 +827,15 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // Queues `kind` for the slots of `mutex` (only those of contender
   // `*only`, when given; "" means the retrievers).
   void AddWorkLocked(const std::string& mutex, const std::string* only, MutexEvent::Kind kind,
-                     const std::string& owner, std::uint64_t token, Work* work) {
+                     const std::string& owner, std::uint64_t token, Work* work,
+                     bool forced = false) {
     auto it = slots_.find(mutex);
     if (it == slots_.end()) return;
     for (const auto& slot : it->second) {
       if (only != nullptr && slot->contender_id != *only) continue;
-      work->emplace_back(slot, MutexEvent{kind, mutex, owner, token});
+      MutexEvent event{kind, mutex, owner, token};
+      event.forced = forced;
+      work->emplace_back(slot, std::move(event));
     }
   }
 
@@ -938,6 +949,7 @@ class EtcdBackend final : public Backend {
         // through the watch. So the keep-alive alone renews: one request
         // instead of two.
         const StoreTime sent = WallNow();
+        const steady_clock::time_point sent_steady = steady_clock::now();
         SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies,
                                turn.Call({LeaseKeepAlive(held->lease)}));
         auto lease = ParseReply(replies[0], context);
@@ -947,7 +959,8 @@ class EtcdBackend final : public Backend {
         }
         const std::int64_t ttl_left = Int64Field(*lease, "TTL");
         if (ttl_left > 0 &&
-            watcher_->StillOwner(mutex, id, held->create_revision, watching, ttl_left)) {
+            watcher_->StillOwner(mutex, id, held->create_revision, watching, ttl_left,
+                                 sent_steady + std::chrono::seconds(ttl_left))) {
           return OwnerReply(id, sent, request.ttl, hard, ttl_left, held->create_revision);
         }
         continue;  // the full check below tells what happened
@@ -974,6 +987,7 @@ class EtcdBackend final : public Backend {
       // What the reply promises an owner is measured from here: the lease
       // is granted or kept alive after this instant.
       const StoreTime sent = WallNow();
+      const steady_clock::time_point sent_steady = steady_clock::now();
       SIMBA_ASSIGN_OR_RETURN(
           std::vector<HttpResponse> replies,
           turn.Call({held ? LeaseKeepAlive(holder.lease) : LeaseGrant(holder.lease, asked),
@@ -1007,6 +1021,7 @@ class EtcdBackend final : public Backend {
         continue;
       }
       holder.granted_ttl = ttl_left;
+      holder.alive_until = sent_steady + std::chrono::seconds(ttl_left);
       if (!txn.ok()) {
         watcher_->Store(mutex, id, holder, 0);
         if (txn.status().code() == StatusCode::kUnavailable) turn.Abandon();
@@ -1263,6 +1278,38 @@ class EtcdBackend final : public Backend {
       }
     }
     return listed;
+  }
+
+  // The keys behind the lowest, by create revision: the order the queue
+  // serves them in. Each names its contender; a key lives as long as its
+  // contender's lease, which a waiter keeps alive by polling, so a waiter
+  // that went away drops out when its lease ends. A contender with several
+  // keys is listed once, at its first; the owner's id is left out.
+  Result<std::vector<std::string>> waiters(std::string_view mutex_view,
+                                           Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+    const std::string mutex(mutex_view);
+    const std::string context = Context("listing the waiters of mutex " + Quoted(mutex));
+    RequestChannel::Turn turn(&channel_, deadline);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<HttpResponse> replies,
+        turn.Call({Post("/v3/kv/range",
+                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, 0, false))}));
+    auto range = ParseReply(replies[0], context);
+    if (!range.ok() && range.status().code() == StatusCode::kUnavailable) turn.Abandon();
+    SIMBA_RETURN_IF_ERROR(range.status());
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(*range, context));
+    std::vector<std::string> waiters;
+    if (kvs.empty()) return waiters;
+    const std::string& owner = kvs.front().value;
+    std::set<std::string> seen;
+    for (std::size_t i = 1; i < kvs.size(); ++i) {
+      const std::string& id = kvs[i].value;
+      if (id.empty() || id == owner || !seen.insert(id).second) continue;
+      waiters.push_back(id);
+    }
+    return waiters;
   }
 
   using Backend::subscribe;

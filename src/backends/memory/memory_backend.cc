@@ -1,6 +1,14 @@
 // The in-process reference store. Exact by construction (one mutex guards
 // every decision), push-capable, and driven by an injected clock so the core
 // can be tested on virtual time.
+//
+// Waiters: a contender that is refused while it listens for the release (it
+// subscribed with its id, as the core's contenders do) joins its mutex's
+// line, in the order of its first refusal, until it acquires, calls
+// release, or stops listening. Nobody is served from that line (any asker
+// may take a free mutex: not fifo); it is only what waiters() reports, as
+// Redis's queue of listening contenders is.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -44,6 +52,11 @@ class MemoryStore {
       row.owner.acquired_at = now;
       row.owner.ttl_at = now + request.ttl;
       row.owner.transition_at = now + request.ttl + request.transition;
+      Forget(&row, request.contender_id);
+    } else if (ListensLocked(request.mutex, request.contender_id) &&
+               std::find(row.waiting.begin(), row.waiting.end(), request.contender_id) ==
+                   row.waiting.end()) {
+      row.waiting.emplace_back(request.contender_id);
     }
     return OwnerRecord{Visible(row.owner, now), now};
   }
@@ -52,13 +65,13 @@ class MemoryStore {
                std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rows_.find(mutex);
-    if (it == rows_.end() || it->second.owner.owner_id != contender_id) return false;
+    if (it == rows_.end()) return false;
+    // A release from a waiter means it gives up waiting.
+    Forget(&it->second, contender_id);
+    if (it->second.owner.owner_id != contender_id) return false;
     if (token != 0 && it->second.owner.fencing_token != token) return false;
     it->second.owner = MutexOwner::None();
-    auto subs = subscribers_.find(mutex);
-    if (subs != subscribers_.end()) {
-      for (auto& [id, listener] : subs->second) to_notify->push_back(listener);
-    }
+    ListenersLocked(mutex, to_notify);
     return true;
   }
 
@@ -73,10 +86,7 @@ class MemoryStore {
     // Burn a token: the next owner's token exceeds every one handed out.
     result.fencing_floor = ++row.fence;
     row.owner = MutexOwner::None();
-    auto subs = subscribers_.find(mutex);
-    if (subs != subscribers_.end()) {
-      for (auto& [id, listener] : subs->second) to_notify->push_back(listener);
-    }
+    ListenersLocked(mutex, to_notify);
     return result;
   }
 
@@ -99,10 +109,26 @@ class MemoryStore {
     return out;
   }
 
-  std::uint64_t Subscribe(std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+  // The contenders in line for `mutex` (see the top of this file), the
+  // owner left out.
+  std::vector<std::string> Waiters(std::string_view mutex) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rows_.find(mutex);
+    if (it == rows_.end()) return {};
+    const MutexOwner owner = Visible(it->second.owner, Now());
+    std::vector<std::string> out;
+    for (const std::string& id : it->second.waiting) {
+      if (id != owner.owner_id) out.push_back(id);
+    }
+    return out;
+  }
+
+  std::uint64_t Subscribe(std::string_view mutex, std::string_view contender_id,
+                          std::function<void(const MutexEvent&)> listener) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t id = next_subscription_++;
-    subscribers_[std::string(mutex)].emplace(id, std::move(listener));
+    subscribers_[std::string(mutex)].emplace(
+        id, Subscriber{std::string(contender_id), std::move(listener)});
     return id;
   }
 
@@ -110,15 +136,51 @@ class MemoryStore {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = subscribers_.find(mutex);
     if (it == subscribers_.end()) return;
-    it->second.erase(id);
+    auto sub = it->second.find(id);
+    if (sub == it->second.end()) return;
+    const std::string contender_id = std::move(sub->second.contender_id);
+    it->second.erase(sub);
     if (it->second.empty()) subscribers_.erase(it);
+    // A contender that no longer listens leaves the line.
+    auto row = rows_.find(mutex);
+    if (row != rows_.end() && !contender_id.empty() && !ListensLocked(mutex, contender_id)) {
+      Forget(&row->second, contender_id);
+    }
   }
 
  private:
   struct Row {
     MutexOwner owner;
     std::uint64_t fence = 0;  // the last token handed out for this mutex
+    // Contenders refused while listening, first refused first.
+    std::vector<std::string> waiting;
   };
+
+  struct Subscriber {
+    std::string contender_id;  // empty: a retriever
+    std::function<void(const MutexEvent&)> listener;
+  };
+
+  static void Forget(Row* row, std::string_view contender_id) {
+    auto& waiting = row->waiting;
+    waiting.erase(std::remove(waiting.begin(), waiting.end(), contender_id), waiting.end());
+  }
+
+  // Whether `contender_id` has a subscription to `mutex`.
+  bool ListensLocked(std::string_view mutex, std::string_view contender_id) const {
+    auto it = subscribers_.find(mutex);
+    if (it == subscribers_.end()) return false;
+    return std::any_of(it->second.begin(), it->second.end(), [&](const auto& entry) {
+      return entry.second.contender_id == contender_id;
+    });
+  }
+
+  void ListenersLocked(std::string_view mutex,
+                       std::vector<std::function<void(const MutexEvent&)>>* out) const {
+    auto it = subscribers_.find(mutex);
+    if (it == subscribers_.end()) return;
+    for (const auto& [id, sub] : it->second) out->push_back(sub.listener);
+  }
 
   // An expired lease reads as "no owner", as it would from a store that
   // expires keys.
@@ -132,9 +194,7 @@ class MemoryStore {
   const StoreTime origin_epoch_;
   mutable std::mutex mu_;
   std::map<std::string, Row, std::less<>> rows_;
-  std::map<std::string, std::map<std::uint64_t, std::function<void(const MutexEvent&)>>,
-           std::less<>>
-      subscribers_;
+  std::map<std::string, std::map<std::uint64_t, Subscriber>, std::less<>> subscribers_;
   std::uint64_t next_subscription_ = 1;
 };
 
@@ -195,6 +255,14 @@ class MemoryBackend final : public Backend {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
     ForcedRelease result = store_->ForceRelease(mutex, &to_notify);
+    // The holder hears at once that its hold was taken away (not at its
+    // next renewal); then waiters may try.
+    if (result.previous.has_owner_id()) {
+      MutexEvent lost{MutexEvent::Kind::kLost, std::string(mutex), result.previous.owner_id,
+                      result.previous.fencing_token};
+      lost.forced = true;
+      for (auto& listener : to_notify) listener(lost);
+    }
     const MutexEvent event{MutexEvent::Kind::kReleased, std::string(mutex),
                            result.previous.owner_id};
     for (auto& listener : to_notify) listener(event);
@@ -207,12 +275,18 @@ class MemoryBackend final : public Backend {
 
   Result<std::vector<ListedMutex>> list(Deadline) override { return store_->List(); }
 
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    return store_->Waiters(mutex);
+  }
+
   using Backend::subscribe;
-  // Every subscriber hears every release (the contender id is not needed).
+  // Every subscriber hears every release; the contender id only says who
+  // waits (see waiters()).
   Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::string_view /*contender_id*/,
+      std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    const std::uint64_t id = store_->Subscribe(mutex, std::move(listener));
+    const std::uint64_t id = store_->Subscribe(mutex, contender_id, std::move(listener));
     return std::unique_ptr<Subscription>(
         std::make_unique<MemorySubscription>(store_, std::string(mutex), id));
   }

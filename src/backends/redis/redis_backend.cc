@@ -163,7 +163,7 @@ OwnerRecord ToRecord(const LockFields& lock, milliseconds fallback_ttl,
 // ---------------------------------------------------------------------------
 // The command connection.
 
-enum Script { kAcquire, kRelease, kForceRelease, kRead, kScriptCount };
+enum Script { kAcquire, kRelease, kForceRelease, kRead, kWaiters, kScriptCount };
 
 struct ServerFacts {
   // The server may lose acknowledged writes when it restarts.
@@ -182,7 +182,8 @@ class CommandChannel {
         restart_guard_(restart_guard) {
     static constexpr const char* kBodies[kScriptCount] = {
         internal::redis::kLuaAcquire, internal::redis::kLuaRelease,
-        internal::redis::kLuaForceRelease, internal::redis::kLuaRead};
+        internal::redis::kLuaForceRelease, internal::redis::kLuaRead,
+        internal::redis::kLuaWaiters};
     for (int i = 0; i < kScriptCount; ++i) {
       scripts_[i] = std::string(internal::redis::kLuaPrelude) + kBodies[i];
     }
@@ -883,6 +884,27 @@ class RedisBackend final : public Backend {
       }
     }
     return listed;
+  }
+
+  // The queue simba:{M}:contender: contenders whose acquisition failed, as
+  // JVM Simba keeps it, listed oldest first while they listen on their
+  // personal channel (see kLuaWaiters).
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kWaiters, mutex, {}, deadline));
+    const std::string what = "listing the waiters of mutex " + Quoted(mutex);
+    const redisReply* r = reply.get();
+    if (IsError(r)) return ErrorReplyStatus(r, Context(what));
+    if (r->type != REDIS_REPLY_ARRAY) return InternalError(Context(what) + ": unexpected reply");
+    std::vector<std::string> waiters;
+    waiters.reserve(r->elements);
+    for (std::size_t i = 0; i < r->elements; ++i) {
+      if (r->element[i]->type != REDIS_REPLY_STRING) {
+        return InternalError(Context(what) + ": unexpected reply");
+      }
+      waiters.emplace_back(ReplyString(r->element[i]));
+    }
+    return waiters;
   }
 
   using Backend::subscribe;

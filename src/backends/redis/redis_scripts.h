@@ -28,6 +28,7 @@
 //   release:  1 | 0
 //   force:    {owner, pttl, token, now_ms, ttl, tr, floor}
 //   read:     {owner, pttl, token, now_ms, ttl, tr}
+//   waiters:  {id, ...}, the live waiters oldest first
 // where ttl and tr are the owner's ttl and transition ('0' when unknown: the
 // owner is a JVM Simba process).
 
@@ -152,6 +153,22 @@ local owner = redis.call('GET', lock)
 if not owner then return {'', '-2', '0', fmt(ms), '0', '0'} end
 local token, ottl, otr = fence_of(owner)
 return {owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
+)lua";
+
+// No ARGV. Read-only: the queue's entries oldest first (ZADD NX keeps the
+// second of a contender's first failed acquisition; ties go by id), without
+// the owner and without entries nobody listens for any more (dead waiters,
+// which wake() and trim() would drop), so the dashboard shows who is really
+// waiting. Changes nothing, so JVM Simba sees no difference.
+inline constexpr char kLuaWaiters[] = R"lua(
+local owner = redis.call('GET', lock)
+local out = {}
+for _, w in ipairs(redis.call('ZRANGE', queue, 0, -1)) do
+  if w ~= owner and redis.call('PUBSUB', 'NUMSUB', lock .. ':' .. w)[2] > 0 then
+    out[#out + 1] = w
+  end
+end
+return out
 )lua";
 
 }  // namespace simba::internal::redis

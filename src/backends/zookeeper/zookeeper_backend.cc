@@ -274,6 +274,8 @@ struct WatchContext {
   std::string mutex;
   std::string contender_id;
   std::uint64_t token = 0;
+  // kOwn: our node's hard lease (ttl + transition, from its name).
+  milliseconds hard{0};
 };
 
 // What this backend knows of one (mutex, contender).
@@ -341,6 +343,7 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   Result<ForcedRelease> ForceRelease(std::string_view mutex, Deadline deadline);
   Result<OwnerRecord> Read(std::string_view mutex, Deadline deadline);
   Result<std::vector<ListedMutex>> List(Deadline deadline);
+  Result<std::vector<std::string>> Waiters(std::string_view mutex, Deadline deadline);
   std::unique_ptr<Subscription> Subscribe(std::string_view mutex, std::string_view contender_id,
                                           std::function<void(const MutexEvent&)> listener);
   void Unsubscribe(const std::shared_ptr<Slot>& slot);
@@ -575,16 +578,24 @@ void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
       break;
     case WatchContext::Kind::kOwn:
       if (type == ZOO_DELETED_EVENT) {
+        MutexEvent lost{MutexEvent::Kind::kLost, context.mutex, context.contender_id,
+                        context.token};
         {
           std::lock_guard<std::mutex> lock(mu_);
           auto it = entries_.find({context.mutex, context.contender_id});
           if (it != entries_.end() && it->second->czxid == context.token) it->second->lost = true;
+          // Our session is alive (its end clears the watches before they
+          // fire), so somebody deleted the node. An eviction needs our
+          // heartbeat older than the node's hard lease by the server's
+          // clock; while it is younger than that by ours (it was sent
+          // before the server stamped it), it was no eviction but a forced
+          // release: the hold was taken away, not ended by its lease.
+          lost.forced = heartbeat_exists_ && context.hard > milliseconds(0) &&
+                        SteadyClock::now() - heartbeat_sent_ < context.hard;
         }
         // Forced out (an operator, or an eviction of a lease we did not
         // renew in time): the owner hears it now, not at its next renewal.
-        Deliver(MutexEvent{MutexEvent::Kind::kLost, context.mutex, context.contender_id,
-                           context.token},
-                [&](const Slot& s) { return s.contender_id == context.contender_id; });
+        Deliver(lost, [&](const Slot& s) { return s.contender_id == context.contender_id; });
         Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
                 [](const Slot& s) { return s.contender_id.empty(); });
       }
@@ -601,8 +612,10 @@ void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
                           const std::string& contender_id) {
   // Our renewal (a data change) fires the armed watch, so a new one is
   // armed after every write of ours.
+  const auto lease = LeaseOf(entry.node);
   const std::uint64_t id =
-      AddWatch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid});
+      AddWatch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid,
+                            lease ? lease->ttl + lease->transition : milliseconds(0)});
   entry.own_watch = id;
   const std::string path = MutexPath(mutex) + "/" + entry.node;
   // Not waited for. If the server does not take it (the node is gone, the
@@ -1197,6 +1210,13 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
         if (name.rfind(prefix, 0) == 0 && name != e.node) nodes.push_back(name);
       }
     }
+    {
+      // Our own deletion is no loss to report: drop the watch on our node
+      // first (a failed delete leaves the next renewal to check and watch
+      // it again).
+      std::lock_guard<std::mutex> lock(mu_);
+      watches_.erase(e.own_watch);
+    }
     for (const std::string& node : nodes) {
       const std::string path = parent + "/" + node;
       auto deleted = Start([&](const void* data) {
@@ -1374,6 +1394,53 @@ Result<std::vector<ListedMutex>> ZkStore::List(Deadline deadline) {
   return out;
 }
 
+// The participants behind the lowest, in election order (the order they
+// will lead in), by the ids their nodes hold. A contender with several nodes
+// (one left from a create whose reply was lost) is listed once, at its
+// first; the owner's id is left out.
+Result<std::vector<std::string>> ZkStore::Waiters(std::string_view mutex_view,
+                                                  Deadline deadline) {
+  const std::string mutex(mutex_view);
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  zhandle_t* const zh = handle->get();
+  const std::string parent = MutexPath(mutex);
+  auto listed = Start([&](const void* data) {
+    return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+  });
+  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+  const std::vector<Child> children = Participants(listed->children);
+  std::vector<std::string> waiters;
+  if (children.size() < 2) return waiters;
+  // Every node's data at once (pipelined), the owner's included.
+  std::vector<PendingPtr> reads;
+  reads.reserve(children.size());
+  for (const Child& child : children) {
+    const std::string path = parent + "/" + child.name;
+    reads.push_back(Start([&](const void* data) {
+      return zoo_aget(zh, path.c_str(), 0, &OnData, data);
+    }));
+  }
+  std::string owner;
+  bool owner_seen = false;
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    // ZNONODE: the node left meanwhile (released, evicted, session ended).
+    SIMBA_RETURN_IF_ERROR(
+        Await(reads[i], deadline, "reading " + parent + "/" + children[i].name, {ZNONODE}));
+    if (reads[i]->rc == ZNONODE) continue;
+    const std::string& id = reads[i]->value;
+    if (!owner_seen) {
+      // The lowest node still there leads.
+      owner = id;
+      owner_seen = true;
+      continue;
+    }
+    if (id.empty() || id == owner || !seen.insert(id).second) continue;
+    waiters.push_back(id);
+  }
+  return waiters;
+}
+
 // ---- the Backend -------------------------------------------------------------------
 
 class ZookeeperBackend final : public Backend {
@@ -1424,6 +1491,10 @@ class ZookeeperBackend final : public Backend {
   }
   Result<std::vector<ListedMutex>> list(Deadline deadline) override {
     return store_->List(deadline);
+  }
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override {
+    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+    return store_->Waiters(mutex, deadline);
   }
   using Backend::subscribe;
   Result<std::unique_ptr<Subscription>> subscribe(
