@@ -121,6 +121,11 @@ struct ClusteredLockOptions {
   // Threads running completion callbacks, shared by all locks of the
   // manager. In [1, 64]. Default: 2.
   int callback_threads = 2;
+  // For open() and create(backend): where the factory's holds report
+  // (FactoryOptions::metrics and ::events). A manager made over a factory
+  // reports where that factory does. Default: none.
+  std::shared_ptr<Metrics> metrics;
+  std::shared_ptr<LockEventListener> events;
 };
 
 // One clustered lock as seen from this node. Obtained from

@@ -50,6 +50,8 @@
 #include "simba/clock.h"
 #include "simba/contend_period.h"
 #include "simba/contender.h"
+#include "simba/events.h"
+#include "simba/metrics.h"
 #include "simba/mutex_owner.h"
 #include "simba/status.h"
 
@@ -142,6 +144,12 @@ struct FactoryOptions {
   // How often a retrieval service re-reads the owner when the store cannot
   // push. Default: 1 s.
   std::chrono::milliseconds retrieval_poll_interval{1000};
+  // Where contend services report counts and latencies (metrics.h), e.g. a
+  // PrometheusMetrics. Default: none (nothing is measured).
+  std::shared_ptr<Metrics> metrics;
+  // Where contend services report what happens to their holds (events.h).
+  // Default: none.
+  std::shared_ptr<LockEventListener> events;
 };
 
 class MutexContendServiceFactory {

@@ -114,9 +114,12 @@ class KeyedLockBackend {
 // held by a contender of its own under a lease of `lease.ttl` renewed in the
 // background (push hand-off, fencing tokens and loss signals as the store
 // gives them). A crashed holder's key frees itself ttl + transition after its
-// last renewal. Errors: kInvalidArgument for bad lease options.
-Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(std::shared_ptr<Backend> backend,
-                                                                   ContendOptions lease);
+// last renewal. Each hold reports to `metrics` and `events` (either may be
+// null) as a contend service does, under its key's name. Errors:
+// kInvalidArgument for bad lease options.
+Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(
+    std::shared_ptr<Backend> backend, ContendOptions lease,
+    std::shared_ptr<Metrics> metrics = nullptr, std::shared_ptr<LockEventListener> events = nullptr);
 
 // Keyed locks inside one process (memory://NAME): a per-key FIFO queue, no
 // store. Backends with the same name share their keys. Tokens come from one

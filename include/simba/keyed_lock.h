@@ -74,6 +74,12 @@ struct KeyedLockOptions {
   }();
   // Time source of the max_hold watchdog. Default: Clock::Steady().
   std::shared_ptr<Clock> clock;
+  // Where holds on lease stores (SQLite, Redis, ZooKeeper, etcd) report, as
+  // FactoryOptions::metrics and ::events; each key is a mutex there. The
+  // PostgreSQL, MySQL and memory keyed backends (the server's own locks)
+  // report nothing yet. Default: none.
+  std::shared_ptr<Metrics> metrics;
+  std::shared_ptr<LockEventListener> events;
 };
 
 // One hold of a key by one thread (or one re-entry of it). Move-only.

@@ -779,6 +779,8 @@ Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
   FactoryOptions factory_options;
   if (options.lease) factory_options.contend = *options.lease;
   factory_options.clock = options.clock;
+  factory_options.metrics = options.metrics;
+  factory_options.events = options.events;
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<MutexContendServiceFactory> factory,
                          MutexContendServiceFactory::create(std::move(backend), factory_options));
   return create(std::shared_ptr<MutexContendServiceFactory>(std::move(factory)),

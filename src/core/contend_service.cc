@@ -25,7 +25,7 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
                          std::shared_ptr<MutexContender> contender, ContendOptions options,
                          milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
                          std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
-                         ServiceHooks hooks)
+                         ServiceHooks hooks, Observers observers)
     : mode_(mode),
       retriever_(std::move(retriever)),
       contender_(std::move(contender)),
@@ -39,7 +39,8 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
       random_(std::move(random)),
       period_(contender_id_, random_),
       strand_(runtime_->MakeStrand()),
-      hooks_(std::move(hooks)) {}
+      hooks_(std::move(hooks)),
+      observers_(std::move(observers)) {}
 
 Status ServiceCore::Start() {
   Generation gen;
@@ -78,6 +79,12 @@ Status ServiceCore::Start() {
   std::lock_guard<std::mutex> lock(mu_);
   subscription_ = std::move(subscription);
   status_ = ServiceStatus::kRunning;
+  if (mode_ == Mode::kContend) {
+    wait_began_ = clock_->Now();
+    busy_seen_ = false;
+    free_known_at_.reset();
+    SetWaitingLocked(true);
+  }
   ScheduleAttemptLocked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
   return OkStatus();
 }
@@ -105,8 +112,10 @@ Status ServiceCore::Stop() {
     // answer delayed, still worked; the fault runs caught it.)
     if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
       released_token = state_.after.fencing_token;
+      ReportLocked(MakeEventLocked(LockEvent::Kind::kReleased, released_token));
       ApplyLocked(MutexOwner::None());
     }
+    SetWaitingLocked(false);
   }
   // Unsubscribing may wait for the backend; never under our lock.
   subscription.reset();
@@ -276,7 +285,11 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           // may predate it (a renewal answered from a client's cache, an
           // acquire that raced a dropped connection). Ask again rather than
           // hold on its word.
-          if (state_.after.is_owner(contender_id_)) ApplyLocked(MutexOwner::None());
+          if (state_.after.is_owner(contender_id_)) {
+            ReportLossLocked(LossCause::kOtherOwner,
+                             "the store reported a loss while a renewal was out");
+            ApplyLocked(MutexOwner::None());
+          }
           next = milliseconds(0);
         } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
           // What the store granted, measured from when we asked, minus a
@@ -289,9 +302,14 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           if (deadline <= now) {
             // The reply took longer than the lease it grants: it cannot be
             // trusted locally. Drop ownership now and ask again at once.
-            if (state_.after.is_owner(contender_id_)) ApplyLocked(MutexOwner::None());
+            if (state_.after.is_owner(contender_id_)) {
+              ReportLossLocked(LossCause::kDeadlinePassed,
+                               "the renewal's answer came back after the lease it granted");
+              ApplyLocked(MutexOwner::None());
+            }
             next = milliseconds(0);
           } else {
+            if (observers_.any()) ReportHoldLocked(owner, now, deadline);
             lease_deadline_ = deadline;
             runtime_->Cancel(deadline_timer_);
             std::weak_ptr<ServiceCore> weak = weak_from_this();
@@ -302,6 +320,22 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
             next = period_.ensure_next_delay(owner, reply->store_now);
           }
         } else {
+          if (mode_ == Mode::kContend && observers_.any()) {
+            if (state_.after.is_owner(contender_id_)) {
+              ReportLossLocked(LossCause::kOtherOwner,
+                               owner.has_owner_id()
+                                   ? "the store names " + owner.owner_id + " as the owner"
+                                   : std::string("the store says nobody owns it"));
+            }
+            if (owner.has_owner(reply->store_now)) {
+              // Another owner: the mutex is free at the end of its lease at
+              // the latest (a pushed release may tell us earlier).
+              busy_seen_ = true;
+              free_known_at_ = now + duration_cast<Clock::Duration>(
+                                         std::max(owner.transition_at - reply->store_now,
+                                                  milliseconds(0)));
+            }
+          }
           ApplyLocked(owner);
           // A retriever has no lease to time: it re-reads at its poll
           // interval (and at once when the store pushes a change).
@@ -310,6 +344,13 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
         }
       } else {
         ++failures_;
+        if (mode_ == Mode::kContend && observers_.any()) {
+          const bool renewal = IsOwnerLocked(now);
+          LockEvent event = MakeEventLocked(LockEvent::Kind::kStoreError,
+                                            renewal ? state_.after.fencing_token : 0);
+          event.error = reply.status();
+          ReportLocked(std::move(event), renewal);
+        }
         next = FailureDelayLocked(now);
         if (failures_ == 1 || failures_ % 10 == 0) {
           SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': store call failed (" << failures_
@@ -353,6 +394,10 @@ void ServiceCore::OnLeaseDeadline(Generation gen) {
   if (!state_.after.is_owner(contender_id_) || clock_->Now() < lease_deadline_) return;
   SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': lease lost (no successful renewal before its "
                              << "deadline); revoking locally");
+  ReportLossLocked(failures_ > 0 ? LossCause::kRenewalFailed : LossCause::kDeadlinePassed,
+                   failures_ > 0 ? std::to_string(failures_) +
+                                       " renewal(s) failed before the lease deadline"
+                                 : std::string("no renewal came back before the lease deadline"));
   ApplyLocked(MutexOwner::None());
   if (in_flight_) {
     rerun_ = true;
@@ -379,10 +424,17 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
       if (!owner) return;
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the store ended our hold (token "
                                  << state_.after.fencing_token << "); revoking locally");
+      ReportLossLocked(event.forced ? LossCause::kForcedRelease : LossCause::kOtherOwner,
+                       event.forced ? "the store says our hold was taken away"
+                                    : "the store says our hold ended");
       ApplyLocked(MutexOwner::None());
     } else if (event.kind != MutexEvent::Kind::kReleased || owner) {
       // Only a release is news to a contender; the owner itself ignores it.
       return;
+    } else if (busy_seen_) {
+      // For the hand-off latency: the mutex is free from now.
+      const auto now = clock_->Now();
+      if (!free_known_at_ || now < *free_known_at_) free_known_at_ = now;
     }
   }
   if (in_flight_) {
@@ -401,6 +453,95 @@ void ServiceCore::ApplyLocked(const MutexOwner& owner) {
   }
   // Callbacks run on the strand: in order, one at a time, outside our lock.
   strand_->Post([retriever = retriever_, state] { retriever->on_owner(state); });
+}
+
+void ServiceCore::ReportHoldLocked(const MutexOwner& owner, Clock::TimePoint now,
+                                   Clock::TimePoint deadline) {
+  const auto micros = [](Clock::Duration d) {
+    return duration_cast<std::chrono::microseconds>(std::max(d, Clock::Duration(0)));
+  };
+  const bool renewed = state_.after.is_owner(contender_id_) &&
+                       state_.after.fencing_token == owner.fencing_token;
+  if (!renewed && state_.after.is_owner(contender_id_)) {
+    // Our tenure ended at the store and this call began a new one.
+    ReportLossLocked(LossCause::kOtherOwner,
+                     "the store gave us a new token: our previous hold had ended there");
+  }
+  LockEvent event = MakeEventLocked(
+      renewed ? LockEvent::Kind::kRenewed : LockEvent::Kind::kAcquired, owner.fencing_token);
+  event.lease_left = duration_cast<milliseconds>(deadline - now);
+  if (renewed) {
+    event.margin = micros(lease_deadline_ - now);
+  } else {
+    event.waited = micros(now - wait_began_);
+    if (busy_seen_ && free_known_at_) event.handoff = micros(now - *free_known_at_);
+    busy_seen_ = false;
+    free_known_at_.reset();
+  }
+  ReportLocked(std::move(event));
+  if (!renewed) SetWaitingLocked(false);
+}
+
+void ServiceCore::ReportLossLocked(LossCause cause, std::string why) {
+  if (!observers_.any()) return;
+  LockEvent event = MakeEventLocked(LockEvent::Kind::kLost, state_.after.fencing_token);
+  event.cause = cause;
+  event.error = AbortedError(std::move(why));
+  ReportLocked(std::move(event));
+  wait_began_ = clock_->Now();
+  busy_seen_ = false;
+  free_known_at_.reset();
+  SetWaitingLocked(status_ == ServiceStatus::kRunning);
+}
+
+LockEvent ServiceCore::MakeEventLocked(LockEvent::Kind kind, std::uint64_t token) const {
+  LockEvent event;
+  event.kind = kind;
+  event.store = std::string(backend_->scheme());
+  event.mutex = mutex_;
+  event.contender_id = contender_id_;
+  event.fencing_token = token;
+  event.time = std::chrono::system_clock::now();
+  event.monotonic = clock_->Now().time_since_epoch();
+  return event;
+}
+
+void ServiceCore::ReportLocked(LockEvent event, bool renewal) {
+  if (!observers_.any()) return;
+  strand_->Post([observers = observers_, event = std::move(event), renewal] {
+    if (observers.metrics) {
+      const MetricLabels labels{event.store, event.mutex};
+      Metrics& metrics = *observers.metrics;
+      switch (event.kind) {
+        case LockEvent::Kind::kAcquired:
+          metrics.acquired(labels, event.waited.value_or(std::chrono::microseconds(0)),
+                           event.handoff);
+          break;
+        case LockEvent::Kind::kRenewed:
+          metrics.renewed(labels, event.margin.value_or(std::chrono::microseconds(0)));
+          break;
+        case LockEvent::Kind::kLost:
+          metrics.lost(labels, event.cause.value_or(LossCause::kOtherOwner));
+          break;
+        case LockEvent::Kind::kReleased:
+          metrics.released(labels);
+          break;
+        case LockEvent::Kind::kStoreError:
+          metrics.store_error(labels, renewal);
+          break;
+      }
+    }
+    if (observers.events) observers.events->on_event(event);
+  });
+}
+
+void ServiceCore::SetWaitingLocked(bool waiting) {
+  if (!observers_.metrics || waiting == counted_waiting_) return;
+  counted_waiting_ = waiting;
+  strand_->Post([metrics = observers_.metrics, store = std::string(backend_->scheme()),
+                 mutex = mutex_, waiting] {
+    metrics->waiting_changed(MetricLabels{store, mutex}, waiting ? 1 : -1);
+  });
 }
 
 }  // namespace simba::internal

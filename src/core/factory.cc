@@ -95,6 +95,7 @@ FactoryImpl::FactoryImpl(std::shared_ptr<Backend> backend, FactoryOptions option
   if (!options_.random) options_.random = Random::Default();
   runtime_ = std::make_shared<Runtime>(options_.clock, options_.io_threads,
                                        options_.callback_threads);
+  observers_ = Observers{options_.metrics, options_.events};
 }
 
 FactoryImpl::~FactoryImpl() {
@@ -149,7 +150,8 @@ Result<std::unique_ptr<MutexContendService>> FactoryImpl::CreateContendService(
   SIMBA_RETURN_IF_ERROR(backend_->validate_contender_id(contender->contender_id()));
   auto core = std::make_shared<ServiceCore>(ServiceCore::Mode::kContend, contender, contender,
                                             options, options_.retrieval_poll_interval, runtime_,
-                                            backend_, options_.random, std::move(hooks));
+                                            backend_, options_.random, std::move(hooks),
+                                            observers_);
   Track(core);
   return std::unique_ptr<MutexContendService>(
       std::make_unique<ContendServiceHandle>(std::move(core), std::move(contender)));

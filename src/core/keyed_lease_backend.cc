@@ -93,12 +93,15 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend {
 
 }  // namespace
 
-Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(std::shared_ptr<Backend> backend,
-                                                                   ContendOptions lease) {
+Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(
+    std::shared_ptr<Backend> backend, ContendOptions lease, std::shared_ptr<Metrics> metrics,
+    std::shared_ptr<LockEventListener> events) {
   if (backend == nullptr) return InvalidArgumentError("backend must not be null");
   SIMBA_RETURN_IF_ERROR(lease.Validate());
   FactoryOptions options;
   options.contend = lease;
+  options.metrics = std::move(metrics);
+  options.events = std::move(events);
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<MutexContendServiceFactory> factory,
                          MutexContendServiceFactory::create(std::move(backend), options));
   return std::shared_ptr<KeyedLockBackend>(std::make_shared<LeaseKeyedLockBackend>(

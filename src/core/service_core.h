@@ -18,6 +18,8 @@
 #include "simba/contend_period.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
+#include "simba/events.h"
+#include "simba/metrics.h"
 
 namespace simba::internal {
 
@@ -33,6 +35,14 @@ struct ServiceHooks {
   std::function<void(std::uint64_t run)> started;
 };
 
+// Where a contend service reports (FactoryOptions::metrics and ::events);
+// either may be null.
+struct Observers {
+  std::shared_ptr<Metrics> metrics;
+  std::shared_ptr<LockEventListener> events;
+  bool any() const { return metrics != nullptr || events != nullptr; }
+};
+
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
  public:
   enum class Mode { kContend, kRetrieve };
@@ -41,7 +51,7 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
               std::shared_ptr<MutexContender> contender, ContendOptions options,
               std::chrono::milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
               std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
-              ServiceHooks hooks);
+              ServiceHooks hooks, Observers observers = {});
 
   Status Start();
   Status Stop();
@@ -71,6 +81,19 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // Records `owner` as the new "after" state and queues the callback.
   void ApplyLocked(const MutexOwner& owner);
   bool IsOwnerLocked(Clock::TimePoint now) const;
+  // Reports to the observers, in order on the strand, outside every lock.
+  // `renewal` marks a store error of an owner. No-ops without observers.
+  void ReportLocked(LockEvent event, bool renewal = false);
+  // A LockEvent of `kind` about this contender and `token`, stamped now.
+  LockEvent MakeEventLocked(LockEvent::Kind kind, std::uint64_t token) const;
+  // A reply made us the owner (or renewed us) until `deadline`: report it
+  // (before lease_deadline_ and state_ take the new values).
+  void ReportHoldLocked(const MutexOwner& owner, Clock::TimePoint now,
+                        Clock::TimePoint deadline);
+  // Our hold (state_.after) ended without our giving it up: report the loss.
+  void ReportLossLocked(LossCause cause, std::string why);
+  // Counts this contender as waiting (or not) in the metrics' gauge.
+  void SetWaitingLocked(bool waiting);
   StoreTime EstimatedStoreNowLocked(Clock::TimePoint now) const;
   std::chrono::milliseconds FailureDelayLocked(Clock::TimePoint now);
   Deadline StoreDeadline() const;
@@ -89,6 +112,7 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   const ContendPeriod period_;
   const std::shared_ptr<Strand> strand_;
   const ServiceHooks hooks_;
+  const Observers observers_;
 
   mutable std::mutex mu_;
   ServiceStatus status_ = ServiceStatus::kInitial;
@@ -114,6 +138,17 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   std::uint64_t losses_ = 0;
   int failures_ = 0;
   std::unique_ptr<Subscription> subscription_;
+
+  // For metrics and events (kept only with observers).
+  // Since when this contender has wanted the mutex without owning it.
+  Clock::TimePoint wait_began_{};
+  // Whether the waiting gauge counts us now.
+  bool counted_waiting_ = false;
+  // While waiting: the earliest moment the mutex was known to be free since
+  // we last saw another owner (a pushed release, or that owner's lease end
+  // estimated on our clock); busy_seen_ says we saw another owner at all.
+  bool busy_seen_ = false;
+  std::optional<Clock::TimePoint> free_known_at_;
 };
 
 // The factory's state, shared with Locker and Scheduler.
@@ -145,6 +180,7 @@ class FactoryImpl final : public MutexContendServiceFactory {
   const std::shared_ptr<Backend> backend_;
   FactoryOptions options_;
   std::shared_ptr<Runtime> runtime_;
+  Observers observers_;
   std::mutex mu_;
   std::vector<std::weak_ptr<ServiceCore>> services_;
 };

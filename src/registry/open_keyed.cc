@@ -36,7 +36,8 @@ Result<std::shared_ptr<KeyedLockBackend>> OpenKeyedBackend(std::string_view text
   if (uri.scheme == "mysql" || uri.scheme == "mariadb") return OpenMysqlKeyedLockBackend(uri);
 #endif
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(text));
-  return NewLeaseKeyedLockBackend(std::move(backend), options.lease);
+  return NewLeaseKeyedLockBackend(std::move(backend), options.lease, options.metrics,
+                                  options.events);
 }
 
 }  // namespace
