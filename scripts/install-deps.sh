@@ -5,7 +5,8 @@
 #   install-deps.sh             what building needs (compiler, client libraries,
 #                               GoogleTest): the README's first command
 #   install-deps.sh --servers   that plus the database servers the tests start
-#                               (and ZooKeeper's JVM): the test suite, CI
+#                               (and ZooKeeper's JVM) and Chromium for the
+#                               dashboard test: the test suite, CI
 set -euo pipefail
 
 packages=(
@@ -29,6 +30,7 @@ if [ "${1:-}" = "--servers" ]; then
     libslf4j-java             #   slf4j-simple, the logging binding zookeeper.jar lacks
     etcd-server               # scripts/servers/etcd.sh,
     etcd-client               #   which queries it with etcdctl
+    chromium chromium-driver  # the dashboard's browser test (ctest -L dashboard)
   )
 elif [ $# -gt 0 ]; then
   echo "usage: install-deps.sh [--servers]" >&2

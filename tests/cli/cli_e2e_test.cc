@@ -1115,6 +1115,95 @@ TEST_P(CliE2E, LeaseLossEscalatesToSigkillAfterKillAfter) {
       << "the child survived";
 }
 
+// ---- 6b. lock events on stderr (--verbose, --log-format json) --------------------------
+
+// Every stderr line of `err` as a JSON object (failing the test for a line
+// that is not one).
+std::vector<Json> JsonLines(const std::string& err) {
+  std::vector<Json> out;
+  for (const auto& line : Lines(err)) {
+    std::string error;
+    auto parsed = JsonParser(line).Parse(&error);
+    if (!parsed || parsed->type != Json::Type::kObject) {
+      ADD_FAILURE() << "not a JSON object: " << line << " (" << error << ")";
+      continue;
+    }
+    out.push_back(*parsed);
+  }
+  return out;
+}
+
+std::string Field(const Json& object, const std::string& key) {
+  const Json* value = object.Get(key);
+  if (value == nullptr) return "";
+  return value->type == Json::Type::kString ? value->string : value->number;
+}
+
+TEST_P(CliE2E, JsonLogsCarryEveryLockEventOfAHold) {
+  const std::string mutex = Mutex("json-events");
+  // Held for 2.5 renewals of the 1 s ttl.
+  const Ran ran = Exec(RunArgs(mutex, {"--verbose", "--log-format", "json"},
+                               {"sh", "-c", "echo $SIMBA_FENCING_TOKEN > " + Path("token") +
+                                                "; sleep 2.5"}));
+  ASSERT_EQ(ran.code, 0) << ran.describe;
+  const auto token = WaitForNumber("token", seconds(1));
+  ASSERT_TRUE(token.has_value());
+  std::vector<std::string> kinds;
+  for (const Json& line : JsonLines(ran.err)) {
+    ASSERT_NE(line.Get("time"), nullptr) << ran.describe;
+    const std::string kind = Field(line, "event");
+    if (kind == "info") continue;  // --verbose's own reports
+    kinds.push_back(kind);
+    EXPECT_EQ(Field(line, "mutex"), mutex);
+    EXPECT_EQ(Field(line, "token"), std::to_string(*token)) << ran.describe;
+    EXPECT_FALSE(Field(line, "contender").empty());
+    EXPECT_EQ(Field(line, "store") + ":", uri().substr(0, Field(line, "store").size() + 1));
+    if (kind == "acquired") {
+      EXPECT_NE(line.Get("waited_ms"), nullptr) << ran.describe;
+    }
+    if (kind == "renewed") {
+      EXPECT_NE(line.Get("margin_ms"), nullptr) << ran.describe;
+    }
+  }
+  ASSERT_GE(kinds.size(), 3u) << ran.describe;
+  EXPECT_EQ(kinds.front(), "acquired") << ran.describe;
+  EXPECT_EQ(kinds.back(), "released") << ran.describe;
+  EXPECT_GE(std::count(kinds.begin(), kinds.end(), "renewed"), 1) << ran.describe;
+}
+
+TEST_P(CliE2E, JsonLogsTellALossAndItsCauseEvenWithoutVerbose) {
+  const std::string mutex = Mutex("json-loss");
+  // (The child's own stderr, which it shares with simba, stays quiet.)
+  std::vector<std::string> child = TrappingChild("holder");
+  child.back() = "exec 2>/dev/null; " + child.back();
+  auto holder = Start(RunArgs(mutex, {"--log-format", "json"}, child));
+  TrackPids("holder.pid");
+  ASSERT_TRUE(WaitForNumber("holder.pid", seconds(10)).has_value()) << holder->Describe();
+  const Ran release = Simba({"release", "--store", uri(), "--mutex", mutex, "--force"});
+  ASSERT_EQ(release.code, 0) << release.describe;
+  const auto code = holder->Wait(kTtl + seconds(1) + seconds(3));
+  ASSERT_TRUE(code.has_value()) << holder->Describe();
+  EXPECT_EQ(*code, 76) << holder->Describe();
+  bool lost = false;
+  bool said_why = false;
+  for (const Json& line : JsonLines(holder->Stderr())) {
+    const std::string kind = Field(line, "event");
+    EXPECT_NE(kind, "acquired") << "acquisitions are --verbose only";
+    if (kind == "lost") {
+      lost = true;
+      const std::string cause = Field(line, "cause");
+      // Stores that push the loss can tell it was forced; the others learn
+      // at the next renewal that the store has somebody else (or nobody).
+      EXPECT_TRUE(cause == "forced_release" || cause == "other_owner") << cause;
+    }
+    if (kind == "error" && Field(line, "message").find("lost the lease") != std::string::npos) {
+      said_why = true;
+    }
+  }
+  EXPECT_TRUE(lost) << holder->Describe();
+  EXPECT_TRUE(said_why) << holder->Describe();
+}
+
 // ---- 7. simba elect ----------------------------------------------------------------------
 
 struct Leader {

@@ -53,6 +53,9 @@ struct FlagSpec {
 // names the unknown flag or the flag missing its value.
 Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec);
 
+// How simba writes to stderr (--log-format).
+enum class LogFormat { kText, kJson };
+
 // What `run` and `elect` share: a store, a mutex, lease settings and a
 // command to run while holding it.
 struct LeaseJob {
@@ -61,25 +64,39 @@ struct LeaseJob {
   ContendOptions contend;
   std::chrono::milliseconds kill_after{10000};
   bool verbose = false;
+  LogFormat log_format = LogFormat::kText;
   std::vector<std::string> command;
 };
 
 // Reads --store/$SIMBA_STORE, --mutex, --ttl, --transition, --kill-after,
-// --verbose and "-- CMD". kInvalidArgument names the flag at fault.
+// --verbose, --log-format and "-- CMD". kInvalidArgument names the flag at fault.
 Result<LeaseJob> ParseLeaseJob(const Args& args);
-// The factory for `job`'s store with its lease settings, after one read of
-// the mutex shows the store can be reached (errors name the store).
+// The factory for `job`'s store with its lease settings and an event printer
+// (MakeEventPrinter), after one read of the mutex shows the store can be
+// reached (errors name the store).
 Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job);
 // `status`'s message prefixed with the store URI, password masked: a network
 // store's own messages name only its host and port.
 std::string StoreError(const std::string& store, const Status& status);
 
-// Prints "simba: <message>" to stderr.
+// --log-format: text (the default) or json.
+Result<LogFormat> ParseLogFormat(const Args& args);
+// From now on PrintError/PrintInfo write in `format` (JSON: one object per
+// line, {"event":"error"|"info","time":...,"message":...}).
+void SetLogFormat(LogFormat format);
+// Prints lock events to stderr: with `verbose` all of them, otherwise (JSON
+// only) losses and store errors (event_log.cc says why).
+std::shared_ptr<LockEventListener> MakeEventPrinter(LogFormat format, bool verbose);
+// Prints "simba: <message>" to stderr (or its JSON form).
 void PrintError(const std::string& message);
+// The same for what --verbose reports.
+void PrintInfo(const std::string& message);
 // The exit code for a status from opening or using a store.
 int ExitCodeFor(const Status& status);
 // The store URI: --store, else $SIMBA_STORE. kInvalidArgument when neither.
 Result<std::string> StoreUri(const Args& args);
+// `s` as a JSON string literal, quotes included.
+std::string JsonString(const std::string& s);
 // "1.5s", "250ms", "2m3s"-like text for humans.
 std::string Human(std::chrono::milliseconds d);
 
@@ -88,6 +105,7 @@ int ElectCommand(const std::vector<std::string>& argv);
 int StatusCommand(const std::vector<std::string>& argv);
 int ReleaseCommand(const std::vector<std::string>& argv);
 int SchemaCommand(const std::vector<std::string>& argv);
+int DashboardCommand(const std::vector<std::string>& argv);
 
 // Help texts, one per command (nullptr for an unknown command).
 const char* HelpFor(const std::string& command);

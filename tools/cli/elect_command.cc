@@ -13,7 +13,7 @@ namespace simba::cli {
 int ElectCommand(const std::vector<std::string>& argv) {
   using std::chrono::milliseconds;
   FlagSpec spec;
-  spec.with_value = {"--store", "--mutex", "--ttl", "--transition", "--kill-after"};
+  spec.with_value = {"--store", "--mutex", "--ttl", "--transition", "--kill-after", "--log-format"};
   spec.switches = {"--verbose"};
   spec.command = true;
   auto parsed = ParseArgs(argv, spec);
@@ -29,6 +29,7 @@ int ElectCommand(const std::vector<std::string>& argv) {
   }
   auto job = ParseLeaseJob(args);
   if (!job.ok()) return usage(job.status().message());
+  SetLogFormat(job->log_format);
   auto factory = OpenFactory(*job);
   if (!factory.ok()) {
     PrintError(factory.status().message());
@@ -42,7 +43,7 @@ int ElectCommand(const std::vector<std::string>& argv) {
     return ExitCodeFor(s);
   }
   auto say = [&](const std::string& line) {
-    if (job->verbose) std::fprintf(stderr, "simba: %s\n", line.c_str());
+    if (job->verbose) PrintInfo(line);
   };
   say("contending for mutex '" + job->mutex + "' as " + (*service)->contender_id());
 

@@ -75,6 +75,7 @@ Result<LeaseJob> ParseLeaseJob(const Args& args) {
   }
   job.command = args.command;
   job.verbose = args.Has("--verbose");
+  SIMBA_ASSIGN_OR_RETURN(job.log_format, ParseLogFormat(args));
   SIMBA_ASSIGN_OR_RETURN(job.contend.ttl, args.Duration("--ttl", job.contend.ttl));
   SIMBA_ASSIGN_OR_RETURN(job.contend.transition,
                          args.Duration("--transition", job.contend.transition));
@@ -93,6 +94,7 @@ std::string StoreError(const std::string& store, const Status& status) {
 Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job) {
   FactoryOptions options;
   options.contend = job.contend;
+  options.events = MakeEventPrinter(job.log_format, job.verbose);
   auto factory = MutexContendServiceFactory::open(job.store, options);
   if (!factory.ok()) return factory;
   // Network stores connect lazily and the services retry for ever; a store
@@ -105,10 +107,6 @@ Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& 
     if (!probe.ok()) return Status(probe.status().code(), StoreError(job.store, probe.status()));
   }
   return factory;
-}
-
-void PrintError(const std::string& message) {
-  std::fprintf(stderr, "simba: %s\n", message.c_str());
 }
 
 int ExitCodeFor(const Status& status) {
@@ -129,6 +127,28 @@ Result<std::string> StoreUri(const Args& args) {
     return std::string(env);
   }
   return InvalidArgumentError("missing --store URI (or the SIMBA_STORE environment variable)");
+}
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
 }
 
 std::string Human(std::chrono::milliseconds d) {

@@ -31,7 +31,10 @@ options:
   --no-wait           one attempt; exit 75 if another process holds it
   --timeout D         wait at most D; exit 75 if not acquired by then
   --kill-after D      SIGKILL this long after SIGTERM (default 10s)
-  --verbose           report waiting, acquisition and release on stderr
+  --verbose           report waiting and every lock event (acquired, renewed,
+                      lost, released, store error) on stderr
+  --log-format F      text (default) or json: one JSON object per stderr line;
+                      json always reports losses and store errors
 Durations carry a unit: 500ms, 10s, 2m, 1h.
 
 exit codes: CMD's own; 64 usage; 69 store unavailable; 75 not acquired;
@@ -57,7 +60,9 @@ options:
   --ttl D             renew the lease this often (default 10s)
   --transition D      grace after ttl for a late renewal (default 6s)
   --kill-after D      SIGKILL this long after SIGTERM (default 10s)
-  --verbose           report leadership changes on stderr
+  --verbose           report leadership changes and every lock event on stderr
+  --log-format F      text (default) or json: one JSON object per stderr line;
+                      json always reports losses and store errors
 
 example:
   simba elect --store sqlite:///var/lib/app/simba.db --mutex scheduler-leader \
@@ -108,6 +113,24 @@ example:
   simba schema --store 'postgresql://app@db.example/app?table=simba_mutex' | psql -h db.example app
 )";
   }
+  if (command == "dashboard") {
+    return R"(usage: simba dashboard --store URI [--listen HOST:PORT] [--refresh D]
+
+Serve a live status page for operators: every mutex with its owner, fencing
+token, a countdown to the end of its lease and who waits for it (on stores
+that keep a queue), and the hand-overs seen. Also GET /api/state (JSON) and
+GET /metrics (Prometheus). The page has no authentication: keep it on
+loopback (the default) or behind a proxy that has. SIGINT/SIGTERM stop it.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --listen HOST:PORT  where to serve (default 127.0.0.1:8080; port 0: any free)
+  --refresh D         read the store this often (default 1s)
+
+example:
+  simba dashboard --store redis://127.0.0.1:6379 --listen 127.0.0.1:8080
+)";
+  }
   if (command.empty()) {
     return R"(usage: simba COMMAND [options]
 
@@ -119,6 +142,7 @@ commands:
   status    show the owners, leases and fencing tokens of mutexes
   release   force-release a stuck mutex (operators)
   schema    print the SQL that creates a SQL store's table (for a DBA)
+  dashboard serve a live status page of a store's mutexes (operators)
   help      show help for a command
 
 Stores: memory://NAME (one process), sqlite:///path/to/file.db,
@@ -164,6 +188,7 @@ int main(int argc, char** argv) {
   if (command == "status") return StatusCommand(rest);
   if (command == "release") return ReleaseCommand(rest);
   if (command == "schema") return SchemaCommand(rest);
+  if (command == "dashboard") return DashboardCommand(rest);
   PrintError("unknown command '" + command + "' (see 'simba --help')");
   return kExitUsage;
 }

@@ -29,14 +29,15 @@ std::string DescribeHolder(Backend& backend, const std::string& mutex,
 }
 
 void Verbose(bool verbose, const std::string& line) {
-  if (verbose) std::fprintf(stderr, "simba: %s\n", line.c_str());
+  if (verbose) PrintInfo(line);
 }
 
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& argv) {
   FlagSpec spec;
-  spec.with_value = {"--store", "--mutex", "--ttl", "--transition", "--timeout", "--kill-after"};
+  spec.with_value = {"--store", "--mutex",      "--ttl",       "--transition",
+                     "--timeout", "--kill-after", "--log-format"};
   spec.switches = {"--wait", "--no-wait", "--verbose"};
   spec.command = true;
   auto parsed = ParseArgs(argv, spec);
@@ -55,6 +56,7 @@ int RunCommand(const std::vector<std::string>& argv) {
   };
   auto job = ParseLeaseJob(args);
   if (!job.ok()) return usage(job.status().message());
+  SetLogFormat(job->log_format);
   const int modes = (args.Has("--wait") ? 1 : 0) + (args.Has("--no-wait") ? 1 : 0) +
                     (args.Has("--timeout") ? 1 : 0);
   if (modes > 1) return usage("--wait, --no-wait and --timeout exclude each other");
@@ -122,9 +124,8 @@ int RunCommand(const std::vector<std::string>& argv) {
     PrintError("mutex '" + job->mutex + "' not acquired: " + DescribeHolder(backend, job->mutex));
     return kExitNotAcquired;
   }
+  // (--verbose has printed the acquisition event with its token.)
   const std::uint64_t token = (*locker)->fencing_token();
-  Verbose(job->verbose, "acquired mutex '" + job->mutex + "' as " + (*locker)->contender_id() +
-                       " with fencing token " + std::to_string(token));
 
   auto child = Child::Start(job->command, {{"SIMBA_MUTEX", job->mutex},
                                            {"SIMBA_CONTENDER_ID", (*locker)->contender_id()},
@@ -165,10 +166,9 @@ int RunCommand(const std::vector<std::string>& argv) {
     }
     std::this_thread::sleep_for(milliseconds(10));
   }
+  // (--verbose prints the release event.)
   if (Status s = (*locker)->release(); !s.ok()) {
     PrintError("releasing mutex '" + job->mutex + "': " + s.message() + " (the lease will expire)");
-  } else {
-    Verbose(job->verbose, "released mutex '" + job->mutex + "'");
   }
   return lost ? kExitLeaseLost : *status;
 }

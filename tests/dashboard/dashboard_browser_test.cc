@@ -1,0 +1,963 @@
+// `simba dashboard` end to end (docs/cli.md): the real binary, real `simba
+// run` contenders, and the page in headless Chromium driven over W3C
+// WebDriver (tests/dashboard/webdriver_client.h).
+//
+// The store comes from $SIMBA_DASHBOARD_STORE (sqlite when unset): ctest runs
+// this program once per store (dashboard_<store>, tests/dashboard/
+// CMakeLists.txt). DashboardServer.* need no browser and run on SQLite
+// (dashboard_server).
+//
+// Every wait has a timeout (scaled by SIMBA_TEST_TIME_SCALE). Every process a
+// test starts is ended by PID in TearDown: the `simba` processes by their
+// Subprocess, the children `simba run` put in process groups of their own by
+// the pid files they write, and Chromium (started by chromedriver) by the
+// profile directory unique to this test.
+#include <dirent.h>
+#include <sys/prctl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "simba/backend.h"
+#include "simba/registry.h"
+#include "simba/uri.h"
+#include "testing/subprocess.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+#include "tests/dashboard/webdriver_client.h"
+
+#ifndef SIMBA_CLI_PATH
+#error "SIMBA_CLI_PATH must name the simba binary"
+#endif
+#ifndef SIMBA_CHROMIUM_PATH
+#define SIMBA_CHROMIUM_PATH "/usr/bin/chromium"
+#endif
+#ifndef SIMBA_CHROMEDRIVER_PATH
+#define SIMBA_CHROMEDRIVER_PATH "/usr/bin/chromedriver"
+#endif
+
+namespace simba::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const std::string kSimba = SIMBA_CLI_PATH;
+
+// The contenders' lease: short, so that a killed holder's mutex moves on soon.
+constexpr milliseconds kTtl{1000};
+constexpr milliseconds kTransition{500};
+// How long after the holder is killed the page must show the next owner: the
+// lease runs out (ttl + transition at most after its last renewal), the waiter
+// takes it at its next attempt, the dashboard's next poll (200 ms) and the
+// page's next fetch (1 s) show it; 5 s covers the last three and a loaded
+// machine.
+constexpr milliseconds kHandOverBound = kTtl + kTransition + seconds(5);
+
+std::string Env(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+
+std::string StoreKind() { return Env("SIMBA_DASHBOARD_STORE", "sqlite"); }
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool IsDigits(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+bool Contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+int g_counter = 0;
+
+// A unique name part for this test: keys, tables and roots on shared servers.
+std::string Unique() {
+  return "t" + std::to_string(::getpid()) + "_" + std::to_string(++g_counter);
+}
+
+// The store URI for one test of `kind`, or "" (with a failure) when its
+// server is missing.
+std::string StoreUriFor(const std::string& kind, const std::string& dir) {
+  const std::string unique = Unique();
+  if (kind == "sqlite") return "sqlite://" + dir + "/dash.db";
+  if (kind == "memory") return "memory://dash-" + unique;
+  std::string server = SharedServerUri(kind);
+  if (server.empty()) {
+    ADD_FAILURE() << "no " << kind << " server (see the messages above)";
+    return "";
+  }
+  if (kind == "redis" || kind == "etcd") return server + "?key_prefix=dash-" + unique;
+  if (kind == "postgres" || kind == "mysql") return server + "?table=dash_" + unique;
+  // The fault runs' setting for a 1.5 s lease (docs/backends.md): a session
+  // near 2 x (ttl + transition).
+  if (kind == "zookeeper") return server + "?root=/dash-" + unique + "&session_timeout=3s";
+  ADD_FAILURE() << "unknown store kind '" << kind << "'";
+  return "";
+}
+
+// ---- the dashboard process ---------------------------------------------------------
+
+// `simba dashboard` with its port read from the line it prints.
+struct Dashboard {
+  std::unique_ptr<Subprocess> proc;
+  int port = 0;
+  std::string line;  // "simba: dashboard for ... at http://127.0.0.1:PORT/"
+};
+
+Dashboard StartDashboard(const std::string& uri, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {kSimba,     "dashboard",    "--store",
+                                   uri,        "--listen",     "127.0.0.1:0",
+                                   "--refresh", "200ms"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  Dashboard d;
+  d.proc = std::make_unique<Subprocess>(argv);
+  EXPECT_TRUE(d.proc->started());
+  auto line = d.proc->WaitForLine("simba: dashboard for ", seconds(20));
+  if (!line) {
+    ADD_FAILURE() << "the dashboard did not print where it listens";
+    return d;
+  }
+  d.line = *line;
+  std::smatch m;
+  if (std::regex_search(*line, m, std::regex(R"(at http://127\.0\.0\.1:(\d+)/$)"))) {
+    d.port = std::stoi(m[1]);
+  } else {
+    ADD_FAILURE() << "unexpected line: " << *line;
+  }
+  return d;
+}
+
+// SIGTERM (or `signal`); expects a clean exit 0 within 10 s.
+void StopDashboard(Dashboard& d, int signal = SIGTERM) {
+  if (!d.proc || !d.proc->started()) return;
+  d.proc->Signal(signal);
+  const auto status = d.proc->WaitFor(Scaled(seconds(10)));
+  ASSERT_TRUE(status.has_value()) << "the dashboard did not stop on signal " << signal;
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0)
+      << "the dashboard did not exit 0 on signal " << signal << " (wait status " << *status
+      << ")";
+}
+
+HttpReply Get(int port, const std::string& path, const std::string& method = "GET") {
+  std::string error;
+  auto reply = HttpCall(port, method, path, "", Scaled(seconds(10)), &error);
+  EXPECT_TRUE(reply.has_value()) << method << " " << path << ": " << error;
+  return reply.value_or(HttpReply{});
+}
+
+std::optional<Json> GetState(int port) {
+  const HttpReply reply = Get(port, "/api/state");
+  if (reply.status != 200) return std::nullopt;
+  std::string error;
+  auto doc = ParseJson(reply.body, &error);
+  EXPECT_TRUE(doc.has_value()) << error;
+  return doc;
+}
+
+const Json* FindMutex(const Json& state, const std::string& name) {
+  const Json* mutexes = state.Get("mutexes");
+  if (mutexes == nullptr) return nullptr;
+  for (const auto& m : mutexes->array) {
+    const Json* n = m.Get("mutex");
+    if (n != nullptr && n->string == name) return &m;
+  }
+  return nullptr;
+}
+
+std::string StringField(const Json* object, const std::string& key) {
+  if (object == nullptr) return "";
+  const Json* v = object->Get(key);
+  return v != nullptr && v->type == Json::Type::kString ? v->string : "";
+}
+
+// Checks the shape of /api/state (docs/cli.md).
+void ExpectWellFormedState(const Json& s) {
+  ASSERT_EQ(s.type, Json::Type::kObject);
+  for (const char* key : {"store", "scheme"}) {
+    ASSERT_NE(s.Get(key), nullptr) << key;
+    EXPECT_EQ(s.Get(key)->type, Json::Type::kString) << key;
+  }
+  for (const char* key : {"refreshed_at_ms", "refreshed_ms_ago", "polled_at_ms", "served_at_ms"}) {
+    ASSERT_NE(s.Get(key), nullptr) << key;
+    EXPECT_TRUE(s.Get(key)->IsNull() || s.Get(key)->IsInteger()) << key;
+  }
+  ASSERT_NE(s.Get("error"), nullptr);
+  EXPECT_TRUE(s.Get("error")->IsNull() || s.Get("error")->type == Json::Type::kString);
+  ASSERT_NE(s.Get("waiters_supported"), nullptr);
+  EXPECT_EQ(s.Get("waiters_supported")->type, Json::Type::kBool);
+  ASSERT_NE(s.Get("mutexes"), nullptr);
+  ASSERT_EQ(s.Get("mutexes")->type, Json::Type::kArray);
+  for (const auto& m : s.Get("mutexes")->array) {
+    ASSERT_NE(m.Get("mutex"), nullptr);
+    ASSERT_NE(m.Get("held"), nullptr);
+    ASSERT_EQ(m.Get("held")->type, Json::Type::kBool);
+    ASSERT_NE(m.Get("owner"), nullptr);
+    EXPECT_EQ(m.Get("owner")->type, Json::Type::kString);
+    ASSERT_NE(m.Get("fencing_token"), nullptr);
+    EXPECT_TRUE(m.Get("fencing_token")->IsInteger());
+    for (const char* key : {"acquired_ms_ago", "ttl_ends_in_ms", "lease_ends_in_ms"}) {
+      ASSERT_NE(m.Get(key), nullptr) << key;
+      EXPECT_EQ(m.Get(key)->IsInteger(), m.Get("held")->boolean) << key;
+    }
+    ASSERT_NE(m.Get("waiters"), nullptr);
+    EXPECT_TRUE(m.Get("waiters")->IsNull() || m.Get("waiters")->type == Json::Type::kArray);
+  }
+  ASSERT_NE(s.Get("handovers"), nullptr);
+  ASSERT_EQ(s.Get("handovers")->type, Json::Type::kArray);
+  long long previous_at = 0;
+  for (const auto& h : s.Get("handovers")->array) {
+    for (const char* key : {"mutex", "from", "to"}) {
+      ASSERT_NE(h.Get(key), nullptr) << key;
+      EXPECT_EQ(h.Get(key)->type, Json::Type::kString) << key;
+    }
+    ASSERT_NE(h.Get("fencing_token"), nullptr);
+    EXPECT_TRUE(h.Get("fencing_token")->IsInteger());
+    ASSERT_NE(h.Get("at_ms"), nullptr);
+    ASSERT_TRUE(h.Get("at_ms")->IsInteger());
+    if (previous_at != 0) {
+      EXPECT_LE(h.Get("at_ms")->Int(), previous_at) << "not newest first";
+    }
+    previous_at = h.Get("at_ms")->Int();
+  }
+}
+
+// Checks that every line of /metrics is a comment or a sample.
+void ExpectWellFormedMetrics(const HttpReply& reply) {
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(reply.Header("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u)
+      << reply.Header("Content-Type");
+  EXPECT_EQ(reply.Header("Cache-Control"), "no-store");
+  const std::regex sample(R"(^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*",?)*\})? -?[0-9.eE+]+(Inf|NaN)?$)");
+  const std::regex comment(R"(^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$)");
+  std::istringstream in(reply.body);
+  int samples = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("#", 0) == 0) {
+      EXPECT_TRUE(std::regex_match(line, comment)) << line;
+    } else {
+      EXPECT_TRUE(std::regex_match(line, sample)) << line;
+      ++samples;
+    }
+  }
+  EXPECT_GT(samples, 0);
+  EXPECT_FALSE(reply.body.empty() || reply.body.back() != '\n');
+}
+
+// Kills (SIGKILL) the process whose pid is the first line of `path`, and its
+// process group (`simba run` puts its child in a group of its own).
+void KillPidFile(const std::string& path) {
+  std::istringstream in(ReadFile(path));
+  long pid = 0;
+  if (in >> pid && pid > 1) {
+    ::kill(-static_cast<pid_t>(pid), SIGKILL);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+}
+
+// Processes whose command line holds `marker` (Chromium, by its profile dir).
+std::vector<pid_t> PidsWithArgument(const std::string& marker) {
+  std::vector<pid_t> pids;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = ::readdir(proc)) {
+    const std::string name = e->d_name;
+    if (!IsDigits(name)) continue;
+    std::string cmdline = ReadFile("/proc/" + name + "/cmdline");
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (Contains(cmdline, marker)) pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+// The children of this process (orphans it adopted as a subreaper among them).
+std::vector<pid_t> ChildrenOfThisProcess() {
+  std::vector<pid_t> pids;
+  const std::string self = std::to_string(::getpid());
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return pids;
+  while (dirent* e = ::readdir(proc)) {
+    const std::string name = e->d_name;
+    if (!IsDigits(name)) continue;
+    const std::string stat = ReadFile("/proc/" + name + "/stat");
+    const auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream fields(stat.substr(paren + 2));
+    std::string state, ppid;
+    if (fields >> state >> ppid && ppid == self) pids.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  ::closedir(proc);
+  return pids;
+}
+
+// Reaps every child left once the test's own processes are gone: as a child
+// subreaper this process adopts what Chromium and `simba run` leave behind
+// (Chromium's crash handler double-forks), which would otherwise linger as
+// zombies where init does not reap. What still runs after 3 s is killed.
+void ReapOrphans() {
+  const auto start = Clock::now();
+  while (Clock::now() - start < seconds(10)) {
+    int status = 0;
+    pid_t r = 0;
+    while ((r = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    }
+    if (r < 0 && errno == ECHILD) return;
+    if (Clock::now() - start > seconds(3)) {
+      for (const pid_t pid : ChildrenOfThisProcess()) ::kill(pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+// ---- fast tests: the server without a browser ---------------------------------------
+
+class DashboardServer : public ::testing::Test {
+ protected:
+  TempDir dir_;
+};
+
+TEST_F(DashboardServer, ServesThePageTheStateAndMetrics) {
+  const std::string uri = "sqlite://" + dir_.path() + "/fast.db";
+  // A holder in this process, so that the state has something to show.
+  auto backend = OpenBackend(uri);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  auto held = (*backend)->acquire_or_renew(
+      AcquireRequest{"held-here", "dash-test-owner", seconds(60), seconds(10)},
+      Clock::now() + seconds(10));
+  ASSERT_TRUE(held.ok()) << held.status().message();
+  ASSERT_EQ(held->owner.owner_id, "dash-test-owner");
+
+  Dashboard d = StartDashboard(uri);
+  ASSERT_GT(d.port, 0);
+  EXPECT_TRUE(Contains(d.line, "sqlite://" + dir_.path() + "/fast.db")) << d.line;
+
+  // The page: self-contained HTML, no caching.
+  const HttpReply page = Get(d.port, "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_EQ(page.Header("Content-Type"), "text/html; charset=utf-8");
+  EXPECT_EQ(page.Header("Cache-Control"), "no-store");
+  EXPECT_TRUE(Contains(page.body, "<script>")) << "the script is not inline";
+  EXPECT_TRUE(Contains(page.body, "id=\"handovers\""));
+  for (const char* external : {"src=", "href=", "@import", "http://", "https://"}) {
+    EXPECT_FALSE(Contains(page.body, external)) << "the page loads something: " << external;
+  }
+  EXPECT_FALSE(Contains(page.body, "innerHTML")) << "data must reach the DOM as text only";
+  const HttpReply head = Get(d.port, "/", "HEAD");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_EQ(head.Header("Content-Length"), std::to_string(page.body.size()));
+  EXPECT_TRUE(head.body.empty());
+
+  // The state, once the first poll is in.
+  std::optional<Json> state;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        return state && FindMutex(*state, "held-here") != nullptr;
+      },
+      seconds(10)))
+      << "the held mutex never showed up";
+  const HttpReply json = Get(d.port, "/api/state");
+  EXPECT_EQ(json.Header("Content-Type"), "application/json");
+  EXPECT_EQ(json.Header("Cache-Control"), "no-store");
+  ExpectWellFormedState(*state);
+  EXPECT_EQ(StringField(&*state, "scheme"), "sqlite");
+  EXPECT_TRUE(state->Get("error")->IsNull());
+  const Json* m = FindMutex(*state, "held-here");
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->Get("held")->boolean);
+  EXPECT_EQ(StringField(m, "owner"), "dash-test-owner");
+  EXPECT_EQ(m->Get("fencing_token")->Int(), static_cast<long long>(held->owner.fencing_token));
+  EXPECT_GT(m->Get("lease_ends_in_ms")->Int(), 0);
+  EXPECT_LE(m->Get("lease_ends_in_ms")->Int(), 70000);
+  if (!state->Get("waiters_supported")->boolean) {
+    EXPECT_TRUE(m->Get("waiters")->IsNull());
+  }
+
+  // The query string is not part of the route.
+  EXPECT_EQ(Get(d.port, "/api/state?x=1").status, 200);
+
+  const HttpReply metrics = Get(d.port, "/metrics");
+  ExpectWellFormedMetrics(metrics);
+  EXPECT_TRUE(Contains(metrics.body, "simba_store_up 1\n")) << metrics.body;
+  EXPECT_TRUE(Contains(metrics.body, "simba_mutex_held{mutex=\"held-here\"} 1\n")) << metrics.body;
+  EXPECT_TRUE(Contains(metrics.body, "simba_mutex_fencing_token{mutex=\"held-here\"} " +
+                                         std::to_string(held->owner.fencing_token) + "\n"))
+      << metrics.body;
+  EXPECT_TRUE(Contains(metrics.body, "# TYPE simba_dashboard_handovers_total counter\n"));
+
+  // Unknown paths and other methods.
+  EXPECT_EQ(Get(d.port, "/nope").status, 404);
+  EXPECT_EQ(Get(d.port, "/api/state/").status, 404);
+  const HttpReply post = Get(d.port, "/api/state", "POST");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.Header("Allow"), "GET, HEAD");
+  EXPECT_EQ(Get(d.port, "/", "DELETE").status, 405);
+  std::string error;
+  auto garbage = HttpRaw(d.port, "GARBAGE\r\n\r\n", Scaled(seconds(5)), &error);
+  ASSERT_TRUE(garbage.has_value()) << error;
+  EXPECT_EQ(garbage->status, 400);
+
+  // A release is a hand-over to "free".
+  auto released = (*backend)->release("held-here", "dash-test-owner", Clock::now() + seconds(10));
+  ASSERT_TRUE(released.ok()) << released.status().message();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        if (!state || state->Get("handovers") == nullptr) return false;
+        for (const auto& h : state->Get("handovers")->array) {
+          if (StringField(&h, "mutex") == "held-here" &&
+              StringField(&h, "from") == "dash-test-owner" && StringField(&h, "to").empty()) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(10)))
+      << "the release was not recorded as a hand-over";
+  ExpectWellFormedState(*state);
+  EXPECT_FALSE(FindMutex(*state, "held-here")->Get("held")->boolean);
+  EXPECT_TRUE(Contains(Get(d.port, "/metrics").body,
+                       "simba_dashboard_handovers_total{mutex=\"held-here\"} 1\n"));
+  StopDashboard(d);
+}
+
+// A client that connects and sends nothing (or half a request) must not hold
+// up the others; an oversized request is refused.
+TEST_F(DashboardServer, SurvivesIdleSlowAndOversizedClients) {
+  Dashboard d = StartDashboard("sqlite://" + dir_.path() + "/slow.db");
+  ASSERT_GT(d.port, 0);
+  auto connect_idle = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(d.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    return fd;
+  };
+  std::string error;
+  // More idle connections than the server keeps open at once (it drops the
+  // oldest for a new one).
+  {
+    std::vector<int> crowd;
+    for (int i = 0; i < 100; ++i) crowd.push_back(connect_idle());
+    auto reply = HttpCall(d.port, "GET", "/api/state", "", Scaled(seconds(2)), &error);
+    ASSERT_TRUE(reply.has_value()) << "a crowd of idle clients blocked the others: " << error;
+    EXPECT_EQ(reply->status, 200);
+    for (const int fd : crowd) ::close(fd);
+  }
+
+  const int idle = connect_idle();
+  const int partial = connect_idle();
+  const std::string half = "GET / HTTP/1.1\r\nHost: x\r\n";
+  ASSERT_EQ(::send(partial, half.data(), half.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(half.size()));
+  const auto start = Clock::now();
+  auto reply = HttpCall(d.port, "GET", "/api/state", "", Scaled(seconds(2)), &error);
+  ASSERT_TRUE(reply.has_value()) << "an idle client blocked the others: " << error;
+  EXPECT_EQ(reply->status, 200);
+  EXPECT_LT(Clock::now() - start, Scaled(seconds(2)));
+
+  // Oversized: a 20 KiB header.
+  auto big = HttpRaw(d.port,
+                     "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + std::string(20 * 1024, 'a') +
+                         "\r\n\r\n",
+                     Scaled(seconds(5)), &error);
+  ASSERT_TRUE(big.has_value()) << error;
+  EXPECT_EQ(big->status, 431);
+  // A body announced larger than the limit.
+  auto big_body = HttpRaw(d.port,
+                          "POST /api/state HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+                          Scaled(seconds(5)), &error);
+  ASSERT_TRUE(big_body.has_value()) << error;
+  EXPECT_EQ(big_body->status, 413);
+
+  // The idle clients are dropped after the server's request timeout (5 s);
+  // the half request gets 408.
+  auto read_all = [](int fd, milliseconds timeout) -> std::optional<std::string> {
+    timeval tv{};
+    tv.tv_sec = static_cast<long>(timeout.count() / 1000);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string got;
+    char buf[512];
+    for (;;) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0) return got;
+      if (n < 0) return errno == ECONNRESET ? std::optional<std::string>(got) : std::nullopt;
+      got.append(buf, static_cast<std::size_t>(n));
+    }
+  };
+  const auto idle_got = read_all(idle, Scaled(seconds(15)));
+  ASSERT_TRUE(idle_got.has_value()) << "the server never closed an idle connection";
+  EXPECT_EQ(*idle_got, "");
+  const auto partial_got = read_all(partial, Scaled(seconds(15)));
+  ASSERT_TRUE(partial_got.has_value()) << "the server never closed a half request";
+  EXPECT_EQ(partial_got->rfind("HTTP/1.1 408", 0), 0u) << *partial_got;
+  ::close(idle);
+  ::close(partial);
+  EXPECT_EQ(Get(d.port, "/metrics").status, 200);
+  StopDashboard(d, SIGINT);
+}
+
+// A URI with a password never shows it: not on stdout, the page, the JSON,
+// the metrics, nor in the store error (the store cannot be reached here).
+TEST_F(DashboardServer, MasksThePasswordAndShowsStoreErrors) {
+  const std::string secret = "s3cr3t-pw";
+#if SIMBA_DASHBOARD_HAVE_REDIS
+  const std::string uri = "redis://:" + secret + "@127.0.0.1:1";
+#elif SIMBA_DASHBOARD_HAVE_POSTGRES
+  const std::string uri = "postgresql://u:" + secret + "@127.0.0.1:1/db";
+#elif SIMBA_DASHBOARD_HAVE_MYSQL
+  const std::string uri = "mysql://u:" + secret + "@127.0.0.1:1/db";
+#else
+  GTEST_SKIP() << "no store with a password in this build";
+  const std::string uri;
+#endif
+  const std::string masked = Uri::Parse(uri)->ToString();
+  ASSERT_FALSE(Contains(masked, secret));
+  Dashboard d = StartDashboard(uri);
+  ASSERT_GT(d.port, 0);
+  EXPECT_TRUE(Contains(d.line, masked)) << d.line;
+  EXPECT_FALSE(Contains(d.line, secret)) << d.line;
+
+  std::optional<Json> state;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        return state && state->Get("error") != nullptr && !state->Get("error")->IsNull();
+      },
+      seconds(15)))
+      << "an unreachable store shows no error";
+  ExpectWellFormedState(*state);
+  EXPECT_EQ(StringField(&*state, "store"), masked);
+  const std::string error = StringField(&*state, "error");
+  EXPECT_TRUE(Contains(error, masked)) << "the error does not name the store: " << error;
+  EXPECT_TRUE(state->Get("refreshed_at_ms")->IsNull()) << "no good read yet";
+  // The poll keeps going.
+  const long long polled = state->Get("polled_at_ms")->Int();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        return state && state->Get("polled_at_ms")->IsInteger() &&
+               state->Get("polled_at_ms")->Int() > polled;
+      },
+      seconds(15)))
+      << "the dashboard stopped polling after a store error";
+  for (const char* path : {"/", "/api/state", "/metrics"}) {
+    const HttpReply reply = Get(d.port, path);
+    EXPECT_EQ(reply.status, 200) << path;
+    EXPECT_FALSE(Contains(reply.body, secret)) << path << " shows the password:\n" << reply.body;
+  }
+  const std::string metrics = Get(d.port, "/metrics").body;
+  EXPECT_TRUE(Contains(metrics, "simba_store_up 0\n")) << metrics;
+  EXPECT_TRUE(Contains(metrics, "simba_dashboard_info{store=\"" + masked + "\"")) << metrics;
+  StopDashboard(d);
+}
+
+// memory:// is one process: the dashboard's own store, empty. Still served.
+TEST_F(DashboardServer, MemoryStoreIsEmpty) {
+  Dashboard d = StartDashboard("memory://dash-empty");
+  ASSERT_GT(d.port, 0);
+  std::optional<Json> state;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        return state && state->Get("refreshed_at_ms") != nullptr &&
+               state->Get("refreshed_at_ms")->IsInteger();
+      },
+      seconds(10)));
+  ExpectWellFormedState(*state);
+  EXPECT_TRUE(state->Get("error")->IsNull());
+  EXPECT_TRUE(state->Get("mutexes")->array.empty());
+  EXPECT_EQ(StringField(&*state, "scheme"), "memory");
+  ExpectWellFormedMetrics(Get(d.port, "/metrics"));
+  StopDashboard(d);
+}
+
+TEST_F(DashboardServer, UsageErrorsExit64) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"dashboard"},  // no store
+      {"dashboard", "--store", "memory://x", "--listen", "nonsense"},
+      {"dashboard", "--store", "memory://x", "--listen", "127.0.0.1:99999"},
+      {"dashboard", "--store", "memory://x", "--listen", "::1:80"},
+      {"dashboard", "--store", "memory://x", "--refresh", "0ms"},
+      {"dashboard", "--store", "memory://x", "--refresh", "5"},
+      {"dashboard", "--store", "memory://x", "--bogus"},
+      {"dashboard", "--store", "nosuch://x"},
+  };
+  for (const auto& args : cases) {
+    std::vector<std::string> argv = {"/usr/bin/env", "-u", "SIMBA_STORE", kSimba};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Subprocess p(argv);
+    const auto status = p.WaitFor(Scaled(seconds(10)));
+    ASSERT_TRUE(status.has_value()) << argv.back();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 64)
+        << "wait status " << *status << " for: " << args.back();
+  }
+}
+
+TEST_F(DashboardServer, WarnsWhenListeningBeyondLoopback) {
+  const std::string err = dir_.path() + "/stderr";
+  Subprocess p({"/bin/sh", "-c",
+                "exec \"$0\" dashboard --store memory://x --listen 0.0.0.0:0 2>\"$1\"", kSimba,
+                err});
+  ASSERT_TRUE(p.WaitForLine("simba: dashboard for ", seconds(10)).has_value());
+  EXPECT_TRUE(Contains(ReadFile(err), "no authentication")) << ReadFile(err);
+  p.Signal(SIGTERM);
+  const auto status = p.WaitFor(Scaled(seconds(10)));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+}
+
+// ---- the browser test -------------------------------------------------------------------
+
+class DashboardBrowser : public ::testing::Test {
+ protected:
+  // Orphans of the processes this test starts become its children, so that
+  // TearDown can reap them.
+  void SetUp() override { ::prctl(PR_SET_CHILD_SUBREAPER, 1); }
+
+  void TearDown() override {
+    // The browser first (chromedriver ends Chromium when the session is
+    // deleted), then every process by PID.
+    if (driver_) {
+      driver_->DeleteSession();
+      driver_.reset();
+    }
+    if (chromedriver_ && chromedriver_->started()) {
+      chromedriver_->Signal(SIGTERM);
+      if (!chromedriver_->WaitFor(Scaled(seconds(5)))) chromedriver_->Signal(SIGKILL);
+      chromedriver_.reset();
+    }
+    if (!profile_.empty()) {
+      // Chromium outliving its driver: ours only, found by its profile dir.
+      for (int round = 0; round < 50; ++round) {
+        const auto pids = PidsWithArgument("--user-data-dir=" + profile_);
+        if (pids.empty()) break;
+        for (const pid_t pid : pids) ::kill(pid, SIGKILL);
+        std::this_thread::sleep_for(milliseconds(100));
+      }
+    }
+    if (dashboard_.proc) StopDashboard(dashboard_);
+    for (auto* proc : {&b_, &a_}) {
+      if (*proc && (*proc)->started()) {
+        (*proc)->Signal(SIGTERM);
+        if (!(*proc)->WaitFor(Scaled(seconds(10)))) (*proc)->Signal(SIGKILL);
+        proc->reset();
+      }
+    }
+    for (const char* name : {"a.pid", "b.pid"}) KillPidFile(Path(name));
+    ReapOrphans();
+  }
+
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+
+  // `simba run` whose child writes its contender id and pid, then sleeps.
+  std::unique_ptr<Subprocess> StartContender(const std::string& uri, const std::string& tag) {
+    auto proc = std::make_unique<Subprocess>(std::vector<std::string>{
+        kSimba, "run", "--store", uri, "--mutex", kMutex, "--ttl", "1s", "--transition",
+        "500ms", "--", "sh", "-c",
+        "echo $$ > " + Path(tag + ".pid") + "; echo $SIMBA_CONTENDER_ID > " +
+            Path(tag + ".id.tmp") + "; mv " + Path(tag + ".id.tmp") + " " + Path(tag + ".id") +
+            "; exec sleep 600"});
+    EXPECT_TRUE(proc->started());
+    return proc;
+  }
+  // The contender id `tag`'s child wrote ("" until it runs).
+  std::string ContenderId(const std::string& tag) const {
+    std::string id = ReadFile(Path(tag + ".id"));
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    return id;
+  }
+
+  // The row of kMutex as the page shows it, or nullopt when there is none.
+  struct Row {
+    std::string owner, token, countdown, waiters;
+    std::vector<std::string> waiter_ids;
+    std::string marker;
+  };
+  std::optional<Row> ReadRow() {
+    const std::string script =
+        "const tr = document.querySelector('tr[data-mutex=\"' + CSS.escape(" + JsonQuote(kMutex) +
+        ") + '\"]');"
+        "if (!tr) return null;"
+        "const text = (sel) => { const e = tr.querySelector(sel); return e ? e.textContent : null; };"
+        "return JSON.stringify({owner: text('.owner'), token: text('.token'),"
+        "  countdown: text('.countdown'), waiters: text('.waiters'),"
+        "  waiter_ids: [...tr.querySelectorAll('.waiters .waiter')].map((e) => e.textContent),"
+        "  marker: String(window.__marker)});";
+    const std::string json = driver_->ExecuteString(script);
+    if (json.empty()) return std::nullopt;
+    std::string error;
+    auto doc = ParseJson(json, &error);
+    if (!doc) return std::nullopt;
+    Row row;
+    row.owner = StringField(&*doc, "owner");
+    row.token = StringField(&*doc, "token");
+    row.countdown = StringField(&*doc, "countdown");
+    row.waiters = StringField(&*doc, "waiters");
+    row.marker = StringField(&*doc, "marker");
+    if (const Json* ids = doc->Get("waiter_ids")) {
+      for (const auto& id : ids->array) row.waiter_ids.push_back(id.string);
+    }
+    return row;
+  }
+  // The hand-overs the page lists, as (mutex, from, to).
+  std::vector<std::vector<std::string>> ReadTimeline() {
+    const std::string json = driver_->ExecuteString(
+        "return JSON.stringify([...document.querySelectorAll('#handovers li')]"
+        ".map((li) => [li.dataset.mutex, li.dataset.from, li.dataset.to]));");
+    std::vector<std::vector<std::string>> out;
+    std::string error;
+    auto doc = ParseJson(json, &error);
+    if (!doc) return out;
+    for (const auto& item : doc->array) {
+      std::vector<std::string> fields;
+      for (const auto& f : item.array) fields.push_back(f.string);
+      if (fields.size() == 3) out.push_back(fields);
+    }
+    return out;
+  }
+
+  const std::string kMutex = "dash-demo";
+  TempDir dir_;
+  std::string profile_;
+  std::unique_ptr<Subprocess> a_, b_, chromedriver_;
+  Dashboard dashboard_;
+  std::unique_ptr<WebDriver> driver_;
+};
+
+TEST_F(DashboardBrowser, ShowsOwnerCountdownWaitersAndHandOverLive) {
+  const std::string kind = StoreKind();
+  if (kind == "memory") {
+    GTEST_SKIP() << "memory:// lives in one process: `simba run` contenders in other processes "
+                    "cannot share it, so there is nothing for a browser to watch (the dashboard "
+                    "on memory:// is covered by DashboardServer.MemoryStoreIsEmpty)";
+  }
+  const std::string chromium = Env("SIMBA_CHROMIUM", SIMBA_CHROMIUM_PATH);
+  const std::string chromedriver = Env("SIMBA_CHROMEDRIVER", SIMBA_CHROMEDRIVER_PATH);
+  ASSERT_EQ(::access(chromium.c_str(), X_OK), 0)
+      << "no Chromium at " << chromium
+      << ": install Debian's chromium and chromium-driver (or set SIMBA_CHROMIUM)";
+  ASSERT_EQ(::access(chromedriver.c_str(), X_OK), 0)
+      << "no ChromeDriver at " << chromedriver
+      << ": install Debian's chromium-driver (or set SIMBA_CHROMEDRIVER)";
+  const std::string uri = StoreUriFor(kind, dir_.path());
+  ASSERT_FALSE(uri.empty());
+  SCOPED_TRACE("store " + Uri::Parse(uri)->ToString());
+  RecordProperty("store", kind);
+
+  // 1. A holds the mutex.
+  a_ = StartContender(uri, "a");
+  ASSERT_TRUE(Eventually([&] { return !ContenderId("a").empty(); }, seconds(20)))
+      << "A never acquired " << kMutex;
+  const std::string a_id = ContenderId("a");
+
+  // 2. B waits for it.
+  b_ = StartContender(uri, "b");
+
+  // 3. The dashboard.
+  dashboard_ = StartDashboard(uri);
+  ASSERT_GT(dashboard_.port, 0);
+  const int port = dashboard_.port;
+  std::optional<Json> state;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(port);
+        return state && StringField(FindMutex(*state, kMutex), "owner") == a_id;
+      },
+      seconds(15)))
+      << "/api/state never showed A as the owner";
+  const bool waiters_supported = state->Get("waiters_supported")->boolean;
+  RecordProperty("waiters_supported", waiters_supported ? "true" : "false");
+  if (waiters_supported) {
+    ASSERT_TRUE(Eventually(
+        [&] {
+          state = GetState(port);
+          const Json* m = state ? FindMutex(*state, kMutex) : nullptr;
+          return m != nullptr && m->Get("waiters")->type == Json::Type::kArray &&
+                 !m->Get("waiters")->array.empty();
+        },
+        seconds(15)))
+        << "the store keeps a queue, but B never showed up in it";
+  }
+  EXPECT_EQ(ContenderId("b"), "") << "B ran while A held the mutex";
+
+  // 4. The browser.
+  const int driver_port = FreePort();
+  ASSERT_GT(driver_port, 0);
+  chromedriver_ = std::make_unique<Subprocess>(std::vector<std::string>{
+      chromedriver, "--port=" + std::to_string(driver_port),
+      "--log-path=" + Path("chromedriver.log")});
+  ASSERT_TRUE(chromedriver_->started());
+  driver_ = std::make_unique<WebDriver>(driver_port);
+  ASSERT_TRUE(Eventually([&] { return driver_->Ready(); }, seconds(20)))
+      << "chromedriver did not become ready\n" << ReadFile(Path("chromedriver.log"));
+  profile_ = Path("chromium-profile");
+  std::string args;
+  for (const std::string& arg : std::vector<std::string>{
+           "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--no-first-run", "--disable-extensions", "--disable-background-networking",
+        "--disable-sync", "--disable-default-apps", "--disable-component-update",
+        "--user-data-dir=" + profile_}) {
+    args += (args.empty() ? "" : ",") + JsonQuote(arg);
+  }
+  std::string error;
+  ASSERT_TRUE(driver_->NewSession("{\"browserName\":\"chrome\",\"goog:chromeOptions\":{"
+                                  "\"binary\":" + JsonQuote(chromium) + ",\"args\":[" + args +
+                                      "]}}",
+                                  &error))
+      << error << "\n" << ReadFile(Path("chromedriver.log"));
+  const std::string url = "http://127.0.0.1:" + std::to_string(port) + "/";
+  ASSERT_TRUE(driver_->Navigate(url, &error)) << error;
+
+  // 5. The row: A's id, a token, a countdown that ticks, the waiters.
+  std::optional<Row> row;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        row = ReadRow();
+        return row && row->owner == a_id;
+      },
+      seconds(15)))
+      << "the page never showed A (" << a_id << ") as the owner; the row: "
+      << (row ? row->owner : "none");
+  ASSERT_TRUE(IsDigits(row->token)) << row->token;
+  const long long a_token = std::stoll(row->token);
+  EXPECT_GT(a_token, 0);
+  EXPECT_EQ(driver_->ExecuteString("return document.getElementById('store').textContent;"),
+            Uri::Parse(uri)->ToString());
+  // The countdown changes between fetches (the page fetches every second and
+  // ticks every 100 ms): read it over about a second.
+  std::set<std::string> countdowns;
+  for (int i = 0; i < 5; ++i) {
+    const auto r = ReadRow();
+    ASSERT_TRUE(r.has_value());
+    EXPECT_TRUE(std::regex_match(r->countdown, std::regex(R"(\d+\.\d s|expired)")))
+        << r->countdown;
+    countdowns.insert(r->countdown);
+    std::this_thread::sleep_for(milliseconds(250));
+  }
+  EXPECT_GE(countdowns.size(), 2u) << "the countdown does not tick";
+  std::vector<std::string> waiting;
+  if (waiters_supported) {
+    ASSERT_TRUE(Eventually(
+        [&] {
+          row = ReadRow();
+          return row && !row->waiter_ids.empty();
+        },
+        seconds(10)))
+        << "the page lists no waiter: " << (row ? row->waiters : "no row");
+    waiting = row->waiter_ids;
+    EXPECT_EQ(std::count(waiting.begin(), waiting.end(), a_id), 0) << "the owner is waiting";
+  } else {
+    EXPECT_EQ(row->waiters, "store cannot tell");
+  }
+
+  // 6. Kill A; the same page (no reload) shows B taking over.
+  auto marker = driver_->Execute("window.__marker = 1; return window.__marker;", &error);
+  ASSERT_TRUE(marker.has_value()) << error;
+  a_->Signal(SIGKILL);
+  ASSERT_TRUE(a_->WaitFor(Scaled(seconds(10))).has_value());
+  KillPidFile(Path("a.pid"));
+  const auto killed = Clock::now();
+  std::string b_id;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        b_id = ContenderId("b");
+        row = ReadRow();
+        return !b_id.empty() && row && row->owner == b_id;
+      },
+      kHandOverBound))
+      << "the page did not show B (" << (b_id.empty() ? "not acquired" : b_id)
+      << ") as the owner within " << kHandOverBound.count() << " ms; it shows "
+      << (row ? row->owner : "no row");
+  RecordProperty("handover_shown_ms",
+                 std::to_string(
+                     std::chrono::duration_cast<milliseconds>(Clock::now() - killed).count()));
+  EXPECT_EQ(row->marker, "1") << "the page was reloaded";
+  ASSERT_TRUE(IsDigits(row->token)) << row->token;
+  EXPECT_GT(std::stoll(row->token), a_token);
+  if (waiters_supported) {
+    EXPECT_EQ(std::count(waiting.begin(), waiting.end(), b_id), 1)
+        << "B (" << b_id << ") was not among the waiters shown";
+  }
+  // The timeline: A -> B, or A -> free -> B.
+  const auto timeline = ReadTimeline();
+  auto has = [&](const std::string& from, const std::string& to) {
+    return std::any_of(timeline.begin(), timeline.end(), [&](const auto& h) {
+      return h[0] == kMutex && h[1] == from && h[2] == to;
+    });
+  };
+  EXPECT_TRUE(has(a_id, b_id) || (has(a_id, "") && has("", b_id)))
+      << "the timeline does not show A -> B; it has " << timeline.size() << " entries";
+
+  // 7. The API and the metrics, directly.
+  state = GetState(port);
+  ASSERT_TRUE(state.has_value());
+  ExpectWellFormedState(*state);
+  const Json* m = FindMutex(*state, kMutex);
+  ASSERT_NE(m, nullptr);
+  EXPECT_TRUE(m->Get("held")->boolean);
+  EXPECT_EQ(StringField(m, "owner"), b_id);
+  EXPECT_TRUE(state->Get("error")->IsNull());
+  const HttpReply metrics = Get(port, "/metrics");
+  ExpectWellFormedMetrics(metrics);
+  EXPECT_TRUE(Contains(metrics.body, "simba_mutex_held{mutex=\"dash-demo\"} 1\n")) << metrics.body;
+  EXPECT_TRUE(Contains(metrics.body, "simba_dashboard_handovers_total{mutex=\"dash-demo\"} "))
+      << metrics.body;
+  if (waiters_supported) {
+    EXPECT_TRUE(Contains(metrics.body, "simba_mutex_waiters{mutex=\"dash-demo\"} ")) << metrics.body;
+  }
+
+  // No password anywhere (the MySQL fixture's URI has one; the others have
+  // none, and DashboardServer.MasksThePasswordAndShowsStoreErrors covers it).
+  const auto parsed = Uri::Parse(uri);
+  if (parsed->password && !parsed->password->empty()) {
+    const std::string& password = *parsed->password;
+    const std::string dom =
+        driver_->ExecuteString("return document.documentElement.outerHTML;");
+    ASSERT_FALSE(dom.empty());
+    EXPECT_TRUE(Contains(dom, "****")) << "the page does not show the masked store";
+    EXPECT_FALSE(Contains(dom, password)) << "the page shows the password";
+    EXPECT_FALSE(Contains(Get(port, "/api/state").body, password));
+    EXPECT_FALSE(Contains(metrics.body, password));
+    EXPECT_FALSE(Contains(dashboard_.line, password));
+  }
+
+  // 8. Teardown (the rest in TearDown): the session first.
+  EXPECT_TRUE(driver_->DeleteSession());
+}
+
+}  // namespace
+}  // namespace simba::testing
