@@ -7,6 +7,8 @@
 #include <stop_token>
 
 #include "simba/contend_service.h"
+#include "simba/events.h"
+#include "simba/metrics.h"
 #include "simba/locker.h"
 #include "simba/scheduler.h"
 
@@ -51,6 +53,26 @@ void Scheduling(FactoryResult& factory) {
   (void)scheduler->start();
 }
 
+// README: "Metrics and events".
+class LogEvents : public simba::LockEventListener {
+ public:
+  void on_event(const simba::LockEvent& event) override {
+    std::clog << simba::LockEventJson(event) << "\n";  // or through your own logger
+  }
+};
+
+std::string Observability() {
+  auto metrics = std::make_shared<simba::PrometheusMetrics>();
+  simba::FactoryOptions options;
+  options.metrics = metrics;                        // counts, gauges, histograms
+  options.events = std::make_shared<LogEvents>();  // acquired, renewed, lost, released, store error
+  auto factory = simba::MutexContendServiceFactory::open("sqlite:///tmp/simba-readme.db", options);
+  if (!factory.ok()) return "";
+  auto locker = simba::Locker::create(**factory, "nightly-report").value();
+  if (locker->acquire(std::chrono::seconds(30)).ok()) (void)locker->release();
+  return metrics->expose();  // serve this at GET /metrics
+}
+
 }  // namespace
 
 int main() {
@@ -58,6 +80,7 @@ int main() {
   auto factory = simba::MutexContendServiceFactory::open("memory://readme");
   if (!factory.ok() || !Locking(factory).ok()) return 1;
   Scheduling(factory);
+  if (Observability().find("simba_acquisitions_total") == std::string::npos) return 1;
   std::cout << "README samples ran\n";
   return 0;
 }
