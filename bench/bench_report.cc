@@ -7,25 +7,12 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/json.h"
+
 namespace simba::bench {
 namespace {
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+using internal::JsonString;
 
 std::string FormatNumber(const char* format, double value) {
   char buf[64];

@@ -7,37 +7,13 @@
 #include <string>
 #include <string_view>
 
+#include "core/json.h"
+
 namespace simba {
 namespace {
 
+using internal::AppendJsonString;
 using std::chrono::microseconds;
-
-// `s` as a JSON string literal, quotes included. Control characters become
-// \u00XX (or their short forms); bytes >= 0x80 pass through, so UTF-8 text
-// stays readable.
-void AppendJsonString(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(c));
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-}
 
 // "2026-11-21T21:40:13.123Z": UTC, milliseconds, the time truncated toward
 // the past (so a time never prints later than it was).

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "simba/uri.h"
+#include "testing/json_reader.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -325,197 +326,7 @@ struct Ran {
   std::string describe;
 };
 
-// ---- a minimal JSON reader (enough to check `simba status --json`) -------------------
-
-struct Json {
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject } type = Type::kNull;
-  bool boolean = false;
-  std::string number;  // the literal, e.g. "7"
-  std::string string;
-  std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-
-  const Json* Get(const std::string& key) const {
-    for (const auto& [k, v] : object) {
-      if (k == key) return &v;
-    }
-    return nullptr;
-  }
-  bool IsInteger() const {
-    if (type != Type::kNumber || number.empty()) return false;
-    const std::size_t start = number[0] == '-' ? 1 : 0;
-    return start < number.size() &&
-           std::all_of(number.begin() + static_cast<std::ptrdiff_t>(start), number.end(),
-                       [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
-  }
-  long long Int() const { return std::stoll(number); }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& text) : s_(text) {}
-
-  // The document, or nullopt (with `error`) if it is not exactly one value.
-  std::optional<Json> Parse(std::string* error) {
-    Json v;
-    if (!Value(&v) || (SkipWs(), i_ != s_.size())) {
-      *error = "invalid JSON at offset " + std::to_string(i_);
-      return std::nullopt;
-    }
-    return v;
-  }
-
- private:
-  void SkipWs() {
-    while (i_ < s_.size() && std::strchr(" \t\r\n", s_[i_]) != nullptr) ++i_;
-  }
-  bool Literal(const char* word) {
-    const std::size_t n = std::strlen(word);
-    if (s_.compare(i_, n, word) != 0) return false;
-    i_ += n;
-    return true;
-  }
-  bool String(std::string* out) {
-    if (i_ >= s_.size() || s_[i_] != '"') return false;
-    ++i_;
-    while (i_ < s_.size()) {
-      const char c = s_[i_++];
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c != '\\') {
-        out->push_back(c);
-        continue;
-      }
-      if (i_ >= s_.size()) return false;
-      const char e = s_[i_++];
-      switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
-        case 'u':
-          if (i_ + 4 > s_.size()) return false;
-          for (int k = 0; k < 4; ++k) {
-            if (std::isxdigit(static_cast<unsigned char>(s_[i_ + static_cast<std::size_t>(k)])) == 0) return false;
-          }
-          out->append("?");  // the code point itself does not matter here
-          i_ += 4;
-          break;
-        default: return false;
-      }
-    }
-    return false;
-  }
-  bool Number(std::string* out) {
-    const std::size_t start = i_;
-    if (i_ < s_.size() && s_[i_] == '-') ++i_;
-    const std::size_t digits = i_;
-    while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
-    if (i_ == digits) return false;
-    if (i_ < s_.size() && s_[i_] == '.') {
-      ++i_;
-      const std::size_t frac = i_;
-      while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
-      if (i_ == frac) return false;
-    }
-    if (i_ < s_.size() && (s_[i_] == 'e' || s_[i_] == 'E')) {
-      ++i_;
-      if (i_ < s_.size() && (s_[i_] == '+' || s_[i_] == '-')) ++i_;
-      const std::size_t exp = i_;
-      while (i_ < s_.size() && std::isdigit(static_cast<unsigned char>(s_[i_])) != 0) ++i_;
-      if (i_ == exp) return false;
-    }
-    *out = s_.substr(start, i_ - start);
-    return true;
-  }
-  bool Value(Json* v) {
-    if (++depth_ > 64) return false;
-    SkipWs();
-    bool ok = false;
-    if (i_ >= s_.size()) {
-      ok = false;
-    } else if (s_[i_] == '{') {
-      v->type = Json::Type::kObject;
-      ++i_;
-      SkipWs();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        ok = true;
-      } else {
-        for (;;) {
-          SkipWs();
-          std::string key;
-          if (!String(&key)) break;
-          SkipWs();
-          if (i_ >= s_.size() || s_[i_] != ':') break;
-          ++i_;
-          Json member;
-          if (!Value(&member)) break;
-          v->object.emplace_back(std::move(key), std::move(member));
-          SkipWs();
-          if (i_ < s_.size() && s_[i_] == ',') {
-            ++i_;
-            continue;
-          }
-          if (i_ < s_.size() && s_[i_] == '}') {
-            ++i_;
-            ok = true;
-          }
-          break;
-        }
-      }
-    } else if (s_[i_] == '[') {
-      v->type = Json::Type::kArray;
-      ++i_;
-      SkipWs();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        ok = true;
-      } else {
-        for (;;) {
-          Json item;
-          if (!Value(&item)) break;
-          v->array.push_back(std::move(item));
-          SkipWs();
-          if (i_ < s_.size() && s_[i_] == ',') {
-            ++i_;
-            continue;
-          }
-          if (i_ < s_.size() && s_[i_] == ']') {
-            ++i_;
-            ok = true;
-          }
-          break;
-        }
-      }
-    } else if (s_[i_] == '"') {
-      v->type = Json::Type::kString;
-      ok = String(&v->string);
-    } else if (Literal("true")) {
-      v->type = Json::Type::kBool;
-      v->boolean = true;
-      ok = true;
-    } else if (Literal("false")) {
-      v->type = Json::Type::kBool;
-      ok = true;
-    } else if (Literal("null")) {
-      ok = true;
-    } else {
-      v->type = Json::Type::kNumber;
-      ok = Number(&v->number);
-    }
-    --depth_;
-    return ok;
-  }
-
-  const std::string& s_;
-  std::size_t i_ = 0;
-  int depth_ = 0;
-};
+// ---- JSON (testing/json_reader.h) ----------------------------------------------------
 
 // Store-agnostic tests run once, in the SQLite build of this file.
 #if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL && !SIMBA_CLI_ZOOKEEPER && \
@@ -525,7 +336,7 @@ TEST(CliJsonReader, ReadsTheDocumentedShape) {
     {"mutex": "orders", "held": true, "owner": "0:4711@host/9f2c01aa", "fencing_token": 7,
      "acquired_ms_ago": 1200, "ttl_ends_in_ms": 8800, "x": [1.5e3, null, false, "a\"b"]}]})";
   std::string error;
-  auto json = JsonParser(doc).Parse(&error);
+  auto json = ParseJson(doc, &error);
   ASSERT_TRUE(json.has_value()) << error;
   const Json* mutexes = json->Get("mutexes");
   ASSERT_NE(mutexes, nullptr);
@@ -533,8 +344,8 @@ TEST(CliJsonReader, ReadsTheDocumentedShape) {
   EXPECT_EQ(mutexes->array[0].Get("mutex")->string, "orders");
   EXPECT_TRUE(mutexes->array[0].Get("held")->boolean);
   EXPECT_EQ(mutexes->array[0].Get("fencing_token")->Int(), 7);
-  EXPECT_FALSE(JsonParser(R"({"a": 1,})").Parse(&error).has_value());
-  EXPECT_FALSE(JsonParser(R"({"a": 1} x)").Parse(&error).has_value());
+  EXPECT_FALSE(ParseJson(R"({"a": 1,})", &error).has_value());
+  EXPECT_FALSE(ParseJson(R"({"a": 1} x)", &error).has_value());
 }
 #endif  // store-agnostic tests
 
@@ -1123,7 +934,7 @@ std::vector<Json> JsonLines(const std::string& err) {
   std::vector<Json> out;
   for (const auto& line : Lines(err)) {
     std::string error;
-    auto parsed = JsonParser(line).Parse(&error);
+    auto parsed = ParseJson(line, &error);
     if (!parsed || parsed->type != Json::Type::kObject) {
       ADD_FAILURE() << "not a JSON object: " << line << " (" << error << ")";
       continue;
@@ -1365,7 +1176,7 @@ TEST_P(CliE2E, ElectExitsWithTheChildsStatusAndHandsOver) {
 
 std::optional<Json> ParseStatus(const Ran& ran) {
   std::string error;
-  auto json = JsonParser(ran.out).Parse(&error);
+  auto json = ParseJson(ran.out, &error);
   EXPECT_TRUE(json.has_value()) << error << "\n" << ran.describe;
   return json;
 }

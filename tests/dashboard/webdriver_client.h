@@ -10,30 +10,12 @@
 #include <utility>
 #include <vector>
 
+#include "src/core/json.h"
+#include "testing/json_reader.h"
+
 namespace simba::testing {
 
-// ---- JSON ---------------------------------------------------------------------
-
-struct Json {
-  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
-  Type type = Type::kNull;
-  bool boolean = false;
-  std::string number;  // the literal
-  std::string string;  // decoded (UTF-8)
-  std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
-
-  // The member `key` of an object, or nullptr.
-  const Json* Get(const std::string& key) const;
-  bool IsNull() const { return type == Type::kNull; }
-  bool IsInteger() const;
-  long long Int() const;  // REQUIRES: IsInteger()
-};
-
-// The document, or nullopt (with `error`) unless `text` is exactly one value.
-std::optional<Json> ParseJson(const std::string& text, std::string* error);
-// `s` as a JSON string literal.
-std::string JsonQuote(const std::string& s);
+using internal::JsonString;
 
 // ---- HTTP ----------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "simba/contend_service.h"
+#include "src/core/json.h"
 #include "simba/status.h"
 
 namespace simba::cli {
@@ -96,7 +97,7 @@ int ExitCodeFor(const Status& status);
 // The store URI: --store, else $SIMBA_STORE. kInvalidArgument when neither.
 Result<std::string> StoreUri(const Args& args);
 // `s` as a JSON string literal, quotes included.
-std::string JsonString(const std::string& s);
+using internal::JsonString;
 // "1.5s", "250ms", "2m3s"-like text for humans.
 std::string Human(std::chrono::milliseconds d);
 

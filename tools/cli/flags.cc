@@ -129,28 +129,6 @@ Result<std::string> StoreUri(const Args& args) {
   return InvalidArgumentError("missing --store URI (or the SIMBA_STORE environment variable)");
 }
 
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
 std::string Human(std::chrono::milliseconds d) {
   const bool negative = d.count() < 0;
   const long long ms = negative ? -d.count() : d.count();

@@ -1,0 +1,36 @@
+// A small JSON reader for tests (`simba status --json`, the CLI's JSON logs,
+// the dashboard's API, WebDriver replies): strict RFC 8259 values, strings
+// decoded to UTF-8, numbers kept as their literal. Writing JSON is
+// src/core/json.h's.
+#ifndef SIMBA_TESTING_JSON_READER_H_
+#define SIMBA_TESTING_JSON_READER_H_
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace simba::testing {
+
+struct Json {
+  enum class Type { kNull, kBool, kNumber, kString, kArray, kObject };
+  Type type = Type::kNull;
+  bool boolean = false;
+  std::string number;  // the literal
+  std::string string;  // decoded (UTF-8)
+  std::vector<Json> array;
+  std::vector<std::pair<std::string, Json>> object;
+
+  // The member `key` of an object, or nullptr.
+  const Json* Get(const std::string& key) const;
+  bool IsNull() const { return type == Type::kNull; }
+  bool IsInteger() const;
+  long long Int() const;  // REQUIRES: IsInteger()
+};
+
+// The document, or nullopt (with `error`) unless `text` is exactly one value.
+std::optional<Json> ParseJson(const std::string& text, std::string* error);
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTING_JSON_READER_H_
