@@ -37,9 +37,10 @@ int CountThreads() {
   return count;
 }
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base != nullptr ? base : "/tmp") + "/simba-test-XXXXXX";
+TempDir::TempDir(const std::string& base) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string parent = !base.empty() ? base : env != nullptr ? env : "/tmp";
+  std::string tmpl = parent + "/simba-test-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) {

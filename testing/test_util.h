@@ -27,7 +27,8 @@ int CountThreads();
 // the object is destroyed.
 class TempDir {
  public:
-  TempDir();
+  // A fresh directory under $TMPDIR (else /tmp), or under `base`.
+  explicit TempDir(const std::string& base = "");
   ~TempDir();
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;

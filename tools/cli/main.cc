@@ -148,7 +148,9 @@ commands:
 Stores: memory://NAME (one process), sqlite:///path/to/file.db,
         redis://[user:password@]host:port[/db],
         postgresql://user[:password]@host:port/db,
-        mysql://user[:password]@host:port/db
+        mysql://user[:password]@host:port/db,
+        zookeeper://host:port[,host:port...][/chroot],
+        etcd://host:port[,host:port...]
 'simba COMMAND --help' shows a command's options and an example.
 )";
   }
