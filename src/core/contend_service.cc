@@ -112,7 +112,9 @@ Status ServiceCore::Stop() {
     // answer delayed, still worked; the fault runs caught it.)
     if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
       released_token = state_.after.fencing_token;
-      ReportLocked(MakeEventLocked(LockEvent::Kind::kReleased, released_token));
+      if (observers_.any()) {
+        ReportLocked(MakeEventLocked(LockEvent::Kind::kReleased, released_token));
+      }
       ApplyLocked(MutexOwner::None());
     }
     SetWaitingLocked(false);
@@ -394,10 +396,12 @@ void ServiceCore::OnLeaseDeadline(Generation gen) {
   if (!state_.after.is_owner(contender_id_) || clock_->Now() < lease_deadline_) return;
   SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': lease lost (no successful renewal before its "
                              << "deadline); revoking locally");
-  ReportLossLocked(failures_ > 0 ? LossCause::kRenewalFailed : LossCause::kDeadlinePassed,
-                   failures_ > 0 ? std::to_string(failures_) +
-                                       " renewal(s) failed before the lease deadline"
-                                 : std::string("no renewal came back before the lease deadline"));
+  if (observers_.any()) {
+    ReportLossLocked(failures_ > 0 ? LossCause::kRenewalFailed : LossCause::kDeadlinePassed,
+                     failures_ > 0 ? std::to_string(failures_) +
+                                         " renewal(s) failed before the lease deadline"
+                                   : std::string("no renewal came back before the lease deadline"));
+  }
   ApplyLocked(MutexOwner::None());
   if (in_flight_) {
     rerun_ = true;
