@@ -31,6 +31,9 @@ if [ "${1:-}" = "--servers" ]; then
     etcd-server               # scripts/servers/etcd.sh,
     etcd-client               #   which queries it with etcdctl
     chromium chromium-driver  # the dashboard's browser test (ctest -L dashboard)
+    dpkg-dev file binutils    # cpack -G DEB's dpkg-shlibdeps, and the package
+                              #   test's checks (tests/install/deb_test.sh)
+    man-db groff-base         # the man page test renders simba.1
   )
 elif [ $# -gt 0 ]; then
   echo "usage: install-deps.sh [--servers]" >&2
