@@ -35,6 +35,7 @@ options:
                       lost, released, store error) on stderr
   --log-format F      text (default) or json: one JSON object per stderr line;
                       json always reports losses and store errors
+
 Durations carry a unit: 500ms, 10s, 2m, 1h.
 
 exit codes: CMD's own; 64 usage; 69 store unavailable; 75 not acquired;
@@ -52,7 +53,8 @@ Stay in the election while simba runs: start CMD whenever this process becomes
 the leader, stop it (SIGTERM, then SIGKILL after --kill-after) when leadership
 is lost, start it again when re-elected. If CMD exits by itself while leading,
 simba gives up leadership and exits with CMD's status. SIGINT/SIGTERM stop CMD,
-release leadership and exit 0.
+release leadership and exit 0. CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and
+SIMBA_FENCING_TOKEN (the token of that leadership) in its environment.
 
 options:
   --store URI         the store (default: $SIMBA_STORE)
@@ -96,7 +98,8 @@ options:
   --force             required: this takes the mutex away from its holder
 
 example:
-  simba release --store sqlite:///var/lib/app/simba.db --mutex nightly-report --force
+  simba release --store sqlite:///var/lib/app/simba.db --mutex nightly-report \
+      --force
 )";
   }
   if (command == "schema") {
@@ -110,7 +113,8 @@ options:
   --store URI         the store (default: $SIMBA_STORE)
 
 example:
-  simba schema --store 'postgresql://app@db.example/app?table=simba_mutex' | psql -h db.example app
+  simba schema --store 'postgresql://app@db.example/app?table=simba_mutex' \
+      | psql -h db.example app
 )";
   }
   if (command == "dashboard") {
@@ -137,21 +141,31 @@ example:
 Distributed mutual exclusion from the command line.
 
 commands:
-  run       run a command while holding a mutex (like flock, across machines)
-  elect     run a command whenever this process is the elected leader
-  status    show the owners, leases and fencing tokens of mutexes
-  release   force-release a stuck mutex (operators)
-  schema    print the SQL that creates a SQL store's table (for a DBA)
-  dashboard serve a live status page of a store's mutexes (operators)
-  help      show help for a command
+  run        run a command while holding a mutex (like flock, across machines)
+  elect      run a command whenever this process is the elected leader
+  status     show the owners, leases and fencing tokens of mutexes
+  release    force-release a stuck mutex (operators)
+  schema     print the SQL that creates a SQL store's table (for a DBA)
+  dashboard  serve a live status page of a store's mutexes (operators)
+  help       show help for a command
 
-Stores: memory://NAME (one process), sqlite:///path/to/file.db,
-        redis://[user:password@]host:port[/db],
-        postgresql://user[:password]@host:port/db,
-        mysql://user[:password]@host:port/db,
-        zookeeper://host:port[,host:port...][/chroot],
-        etcd://host:port[,host:port...]
-'simba COMMAND --help' shows a command's options and an example.
+stores:
+  memory://NAME                                  one process only
+  sqlite:///path/to/file.db
+  redis://[user:password@]host:port[/db]
+  postgresql://user[:password]@host:port/db
+  mysql://user[:password]@host:port/db           also mariadb://
+  zookeeper://host:port[,host:port...][/chroot]
+  etcd://host:port[,host:port...]
+
+environment:
+  SIMBA_STORE   the store URI when --store is not given
+  SIMBA_LOG     how much the library logs on stderr: error, warn (default),
+                info or debug
+
+Flags take their value as the next argument or after '=' (--ttl 5s, --ttl=5s).
+'simba COMMAND --help' shows a command's options and an example;
+'simba --version' prints the version.
 )";
   }
   return nullptr;
