@@ -443,6 +443,72 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   EXPECT_THAT(backend.force_release("", deadline()), StatusIs(StatusCode::kInvalidArgument));
 }
 
+// Contenders already waiting when an operator forces the release are later
+// acquisitions too: whoever owns the mutex next, its token exceeds the floor
+// (a store that queues waiters must not hand the mutex to a queue entry that
+// predates the floor).
+TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
+  Fixture fx(GetParam());
+  auto factory = fx.Factory();
+  ASSERT_TRUE(factory);
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  auto& backend = *factory->backend();
+  const std::string mutex = "forced-queue";
+  std::mutex mu;
+  std::vector<std::uint64_t> tokens;  // of every acquisition, in order
+  const auto contender = [&] {
+    return MakeContender(
+        mutex,
+        [&](const MutexState& s) {
+          std::lock_guard<std::mutex> lock(mu);
+          tokens.push_back(s.after.fencing_token);
+        },
+        [](const MutexState&) {});
+  };
+  auto holder = factory->create_contend_service(contender()).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(Eventually([&] { return holder->is_owner(); }, seconds(10)));
+  std::vector<std::unique_ptr<MutexContendService>> waiting;
+  for (int i = 0; i < 3; ++i) {
+    waiting.push_back(factory->create_contend_service(contender()).value());
+    SIMBA_ASSERT_OK(waiting.back()->start());
+  }
+  // The waiters have made their first attempt (and joined the queue where
+  // the store keeps one) before the force.
+  auto listed = backend.waiters(mutex, deadline());
+  if (listed.ok()) {
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto now = backend.waiters(mutex, deadline());
+          return now.ok() && now->size() == waiting.size();
+        },
+        seconds(10)));
+  } else {
+    std::this_thread::sleep_for(milliseconds(500));
+  }
+  std::size_t before = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    before = tokens.size();
+  }
+  auto forced = backend.force_release(mutex, deadline());
+  SIMBA_ASSERT_OK(forced);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return tokens.size() > before;
+      },
+      fx.ExpiryBound()));
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (std::size_t i = before; i < tokens.size(); ++i) {
+      EXPECT_GT(tokens[i], forced->fencing_floor) << "acquisition " << i << " after the force";
+    }
+  }
+  for (auto& service : waiting) SIMBA_EXPECT_OK(service->stop());
+  SIMBA_EXPECT_OK(holder->stop());
+}
+
 // ---- waiters -------------------------------------------------------------------
 
 TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {

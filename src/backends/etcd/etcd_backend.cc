@@ -290,6 +290,27 @@ HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revisi
                              {"failure", Json::array()}});
 }
 
+// An operator's release: if `owner_key` still has `create_revision`, deletes
+// every key of the mutex, the owner's and its queue's. The queue goes too
+// because tokens are create revisions: a waiter's key, older than the floor
+// this returns, would otherwise make it the next owner with a token below the
+// floor. The waiters see their keys deleted and queue again, with keys (and
+// so tokens) created after it, as ZooKeeper's waiters do.
+HttpRequest DeleteQueueIfOwnerCreatedAt(const std::string& mutex_prefix,
+                                        const std::string& owner_key,
+                                        std::int64_t create_revision) {
+  Json compare = Json::array({Json{{"key", Base64Encode(owner_key)},
+                                   {"target", "CREATE"},
+                                   {"result", "EQUAL"},
+                                   {"create_revision", std::to_string(create_revision)}}});
+  Json success = Json::array({Json{{"request_delete_range",
+                                    {{"key", Base64Encode(mutex_prefix)},
+                                     {"range_end", Base64Encode(PrefixEnd(mutex_prefix))}}}}});
+  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+                             {"success", std::move(success)},
+                             {"failure", Json::array()}});
+}
+
 // ---- connecting ---------------------------------------------------------------------
 
 std::string DescribeEndpoints(const std::vector<Endpoint>& endpoints) {
@@ -1201,7 +1222,7 @@ class EtcdBackend final : public Backend {
       const Kv& owner = lowest.front();
       SIMBA_ASSIGN_OR_RETURN(
           std::vector<HttpResponse> deleted,
-          turn.Call({DeleteIfCreatedAt(owner.key, owner.create_revision),
+          turn.Call({DeleteQueueIfOwnerCreatedAt(mutex_prefix, owner.key, owner.create_revision),
                      LeaseTimeToLive(owner.lease)}));
       SIMBA_ASSIGN_OR_RETURN(Json txn, ParseReply(deleted[0], context));
       if (!txn.value("succeeded", false)) continue;  // it changed meanwhile
