@@ -60,7 +60,7 @@ function(simba_add_test)
   # PROPERTIES, so "unit;sqlite" would reach ctest as the label "unit" alone.
   set(fixture_props "")
   if(T_FIXTURES)
-    set(fixture_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${PROJECT_BINARY_DIR}/test-servers\"")
+    set(fixture_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${SIMBA_TEST_SERVERS_DIR}\"")
   endif()
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake)
   # Scale tests measure how much one process gets through a store while the

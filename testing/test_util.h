@@ -23,11 +23,14 @@ bool Eventually(const std::function<bool()>& condition, std::chrono::millisecond
 // Threads of this process, counted from /proc/self/task.
 int CountThreads();
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents when
+// The folder scratch files go under: $SIMBA_TEST_TMPDIR, else $TMPDIR,
+// else /dev/shm (memory: no fsync stalls under short leases), else /tmp.
+std::string ScratchParent();
+
+// A fresh directory under ScratchParent() (or `base`), removed with its contents when
 // the object is destroyed.
 class TempDir {
  public:
-  // A fresh directory under $TMPDIR (else /tmp), or under `base`.
   explicit TempDir(const std::string& base = "");
   ~TempDir();
   TempDir(const TempDir&) = delete;

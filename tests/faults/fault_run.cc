@@ -67,6 +67,7 @@
 #include "testing/subprocess.h"
 #include "testing/tcp_proxy.h"
 #include "testing/test_servers.h"
+#include "testing/test_util.h"
 
 #ifndef SIMBA_FAULT_WORKER_PATH
 #define SIMBA_FAULT_WORKER_PATH "simba-fault-worker"
@@ -869,8 +870,8 @@ int main(int argc, char** argv) {
   }
   bool temporary = false;
   if (options.out.empty()) {
-    char pattern[] = "/tmp/simba-fault-run-XXXXXX";
-    if (mkdtemp(pattern) == nullptr) {
+    std::string pattern = simba::testing::ScratchParent() + "/simba-fault-run-XXXXXX";
+    if (mkdtemp(pattern.data()) == nullptr) {
       std::perror("mkdtemp");
       return 3;
     }

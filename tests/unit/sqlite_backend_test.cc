@@ -36,6 +36,7 @@
 #include "simba/backends/sqlite.h"
 #include "simba/status.h"
 #include "simba/uri.h"
+#include "testing/test_util.h"
 
 namespace simba {
 namespace {
@@ -102,8 +103,8 @@ struct RawDb {
 class SqliteBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/simba-sqlite-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr) << "mkdtemp: " << errno;
+    std::string pattern = testing::ScratchParent() + "/simba-sqlite-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern.data()), nullptr) << "mkdtemp: " << errno;
     dir_ = pattern;
   }
 
