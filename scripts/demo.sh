@@ -40,8 +40,9 @@ cleanup() {
     kill -KILL "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
-  # Children of a simba killed with SIGKILL run on in process groups of their
-  # own; they wrote their pids.
+  # Children of a simba killed with SIGKILL die with it (its reaper kills
+  # their groups); should a reaper itself have been killed, they wrote their
+  # pids.
   for f in "$work"/*.pid; do
     [ -e "$f" ] || continue
     read -r pid _ < "$f" || true

@@ -808,9 +808,15 @@ TEST_P(CliE2E, KilledHolderIsReplacedWithinTheLease) {
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_FALSE(Exists("waiter.token")) << "the waiter ran while the holder held the mutex";
 
+  const auto job = WaitForNumber("holder.pid", seconds(1));
+  ASSERT_TRUE(job.has_value());
   holder->Signal(SIGKILL);
   ASSERT_TRUE(holder->Wait(seconds(5)).has_value());
   const auto killed = Clock::now();
+  // The job dies with simba (its reaper kills the job's group), long before
+  // the lease could pass to the waiter: no job runs on without its lease.
+  EXPECT_TRUE(Eventually([&] { return !Alive(static_cast<pid_t>(*job)); }, seconds(2)))
+      << "simba run was SIGKILLed but its job runs on";
   const auto waiter_token = WaitForNumber("waiter.token", kFailoverBound);
   ASSERT_TRUE(waiter_token.has_value())
       << "the waiter did not take over within ttl + transition + 2 s\n" << waiter->Describe();
@@ -1058,11 +1064,14 @@ TEST_P(CliE2E, ElectRunsOneLeaderAndFailsOver) {
       << "the leader's child is not a child of either simba elect";
   EXPECT_TRUE(Alive(leaders[0].pid));
 
-  // Kill the leader and its child.
+  // Kill the leader: its child dies with it (simba's reaper), long before
+  // the lease could pass to the other elect.
   leader->Signal(SIGKILL);
-  KillPid(leaders[0].pid);
   ASSERT_TRUE(leader->Wait(seconds(5)).has_value());
   const auto killed = Clock::now();
+  EXPECT_TRUE(Eventually([&] { return !Alive(leaders[0].pid); }, seconds(2)))
+      << "simba elect was SIGKILLed but its child runs on";
+  KillPid(leaders[0].pid);  // (only if the check above failed)
   ASSERT_TRUE(Eventually([&] { return ParseLeaders(Read("leaders")).size() >= 2; },
                          kFailoverBound))
       << "the other elect did not take over within ttl + transition + 2 s\n"

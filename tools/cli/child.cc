@@ -1,5 +1,6 @@
 #include "tools/cli/child.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 extern char** environ;
 
@@ -18,6 +20,35 @@ namespace {
 std::atomic<int> g_signal{0};
 
 void OnSignal(int signal) { g_signal = signal; }
+
+// The reaper: a process of simba's own that outlives simba only to kill the
+// job's group when simba dies without saying the job has ended. It holds the
+// read end of a pipe whose only write end is simba's: simba writes one byte
+// once it has collected the job (the reaper then exits quietly); end of file
+// without that byte means simba is gone, so the job's group is killed.
+// Forked from a process with threads, it calls only async-signal-safe
+// functions until it exits.
+[[noreturn]] void RunReaper(int read_fd, pid_t job) {
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  // Ctrl-C and a kill of simba's own group must not end the reaper before it
+  // has done its one job; SIGKILL still can (nothing is lost but the guard).
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) sigaction(s, &ignore, nullptr);
+  // No descriptor of simba's but its own pipe: other reapers' pipes must
+  // reach end of file when simba dies, and simba's output pipes must close.
+  if (read_fd > 0) close_range(0, static_cast<unsigned>(read_fd) - 1, 0);
+  close_range(static_cast<unsigned>(read_fd) + 1, ~0U, 0);
+  char byte = 0;
+  ssize_t n;
+  do {
+    n = read(read_fd, &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n != 1) {
+    kill(-job, SIGKILL);
+    kill(job, SIGKILL);
+  }
+  _exit(0);
+}
 
 int ShellStatus(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
@@ -65,7 +96,82 @@ Result<Child> Child::Start(const std::vector<std::string>& command,
     return PermissionDeniedError("cannot execute " + command[0] + ": " + std::strerror(rc));
   }
   if (rc != 0) return InternalError("cannot start " + command[0] + ": " + std::strerror(rc));
-  return Child(pid);
+
+  // The reaper (see RunReaper). The write end is close-on-exec, so no child
+  // started later keeps it open.
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    const int error = errno;
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return InternalError(std::string("cannot guard the command (pipe): ") + std::strerror(error));
+  }
+  const pid_t reaper = fork();
+  if (reaper == 0) RunReaper(fds[0], pid);
+  const int fork_error = errno;
+  close(fds[0]);
+  if (reaper < 0) {
+    close(fds[1]);
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return InternalError(std::string("cannot guard the command (fork): ") +
+                         std::strerror(fork_error));
+  }
+  return Child(pid, reaper, fds[1]);
+}
+
+Child::Child(Child&& other) noexcept
+    : pid_(other.pid_),
+      status_(other.status_),
+      reaper_(std::exchange(other.reaper_, -1)),
+      reaper_fd_(std::exchange(other.reaper_fd_, -1)) {}
+
+Child& Child::operator=(Child&& other) noexcept {
+  if (this != &other) {
+    ReleaseReaper();
+    pid_ = other.pid_;
+    status_ = other.status_;
+    reaper_ = std::exchange(other.reaper_, -1);
+    reaper_fd_ = std::exchange(other.reaper_fd_, -1);
+  }
+  return *this;
+}
+
+Child::~Child() { ReleaseReaper(); }
+
+void Child::DismissReaper() {
+  if (reaper_fd_ >= 0) {
+    const char done = 'x';
+    ssize_t n;
+    do {
+      n = write(reaper_fd_, &done, 1);
+    } while (n < 0 && errno == EINTR);
+    close(reaper_fd_);
+    reaper_fd_ = -1;
+  }
+  if (reaper_ > 0) {
+    while (waitpid(reaper_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    reaper_ = -1;
+  }
+}
+
+void Child::ReleaseReaper() {
+  if (status_) {
+    DismissReaper();
+    return;
+  }
+  if (reaper_fd_ >= 0) {
+    close(reaper_fd_);
+    reaper_fd_ = -1;
+  }
+  if (reaper_ > 0) {
+    while (waitpid(reaper_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    reaper_ = -1;
+  }
 }
 
 void Child::Signal(int signal) const {
@@ -79,7 +185,11 @@ std::optional<int> Child::Poll() {
   if (status_) return status_;
   int wait_status = 0;
   const pid_t r = waitpid(pid_, &wait_status, WNOHANG);
-  if (r == pid_) status_ = ShellStatus(wait_status);
+  if (r == pid_) {
+    status_ = ShellStatus(wait_status);
+    // At once: from now on the job's pid may be reused by someone else.
+    DismissReaper();
+  }
   return status_;
 }
 

@@ -1,5 +1,8 @@
 // A child command run in a process group of its own, so that it (and its own
-// children, e.g. a shell pipeline) can be signalled as one.
+// children, e.g. a shell pipeline) can be signalled as one. The group dies
+// with simba: if simba is killed (SIGKILL, the OOM killer) while the child
+// runs, a small reaper process kills the group at once, so a job never runs
+// on without the lease that made it safe to run.
 #ifndef SIMBA_TOOLS_CLI_CHILD_H_
 #define SIMBA_TOOLS_CLI_CHILD_H_
 
@@ -23,6 +26,14 @@ class Child {
   static Result<Child> Start(const std::vector<std::string>& command,
                              const std::map<std::string, std::string>& env);
 
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  // A child still running when its Child is destroyed is killed (by its
+  // reaper): nothing may outlive the simba that started it.
+  ~Child();
+
   pid_t pid() const { return pid_; }
   // Sends `signal` to the child's process group.
   void Signal(int signal) const;
@@ -31,9 +42,19 @@ class Child {
   std::optional<int> Poll();
 
  private:
-  explicit Child(pid_t pid) : pid_(pid) {}
+  Child(pid_t pid, pid_t reaper, int reaper_fd)
+      : pid_(pid), reaper_(reaper), reaper_fd_(reaper_fd) {}
+  // Tells the reaper the child has exited (it then exits without killing)
+  // and collects it.
+  void DismissReaper();
+  // Closes the reaper's pipe without a word (it kills the group) and
+  // collects it.
+  void ReleaseReaper();
+
   pid_t pid_;
   std::optional<int> status_;
+  pid_t reaper_ = -1;
+  int reaper_fd_ = -1;
 };
 
 // Stops `child`: SIGTERM to its group, then SIGKILL after `kill_after`.
