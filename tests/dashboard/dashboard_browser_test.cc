@@ -122,7 +122,7 @@ std::string StoreUriFor(const std::string& kind, const std::string& dir) {
   }
   if (kind == "redis" || kind == "etcd") return server + "?key_prefix=dash-" + unique;
   if (kind == "postgres" || kind == "mysql") return server + "?table=dash_" + unique;
-  // docs/backends.md's advice: a session near 2 x (ttl + transition).
+  // docs/backends/zookeeper.md's advice: a session near 2 x (ttl + transition).
   if (kind == "zookeeper") {
     return server + "?root=/dash-" + unique + "&session_timeout=" +
            std::to_string(2 * (kTtl + kTransition).count()) + "ms";

@@ -609,7 +609,7 @@ class Run {
     }
     std::string query = options_.uri_query;
     if (options_.store == "zookeeper" && query.find("session_timeout") == std::string::npos) {
-      // As docs/backends.md advises for a short lease: the C client waits
+      // As docs/backends/zookeeper.md advises for a short lease: the C client waits
       // 2/3 of the session timeout on a connection that reached a server
       // still starting, and 10 s (the default) would outlast the takeover
       // bound of a 1.5 s lease after a restart.

@@ -3,7 +3,7 @@
 // Keyed locks on MySQL and MariaDB: each key is a GET_LOCK name held by the
 // session of a connection pinned to the hold. The session's end frees the key,
 // so a crashed holder's keys are freed when the server sees its connection
-// close. docs/backends.md ("Keyed locks on MySQL/MariaDB") has the details.
+// close. docs/backends/mysql.md ("Keyed locks") has the details.
 //
 //   mysql://user[:password]@host[:port]/db?lock_connections=8&op_timeout=5s
 //

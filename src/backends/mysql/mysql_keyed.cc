@@ -1,6 +1,6 @@
 // Keyed locks on MySQL and MariaDB: one key is one GET_LOCK name, held by
-// the session of a connection pinned to the hold (docs/backends.md, "Keyed
-// locks on MySQL/MariaDB").
+// the session of a connection pinned to the hold (docs/backends/mysql.md, "Keyed
+// locks").
 //
 // Threads: none per hold or per wait. A waiter blocks in its own thread on
 // its connection's socket; one loss monitor per backend polls the sockets of

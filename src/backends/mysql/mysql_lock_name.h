@@ -1,5 +1,5 @@
-// How a key becomes a GET_LOCK name (docs/backends.md, "Keyed locks on
-// MySQL/MariaDB"). Stable: every process, and every version of Simba, must
+// How a key becomes a GET_LOCK name (docs/backends/mysql.md, "Keyed
+// locks"). Stable: every process, and every version of Simba, must
 // map a key to the same name, or they would not exclude each other.
 #ifndef SIMBA_BACKENDS_MYSQL_MYSQL_LOCK_NAME_H_
 #define SIMBA_BACKENDS_MYSQL_MYSQL_LOCK_NAME_H_
