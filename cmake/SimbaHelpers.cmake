@@ -78,3 +78,17 @@ function(simba_add_test)
     "endif()\n")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${labels_file})
 endfunction()
+
+# simba_add_suite_objects(NAME name SOURCE file [DEFINITIONS ...])
+# A conformance suite's TESTs (testing/*_conformance.cc), compiled once for
+# every store's test binary to link: an OBJECT library, so its objects go
+# into each binary whole and every TEST registers. (Compiled per store, the
+# three suites cost CI's cold build minutes of the same work.)
+function(simba_add_suite_objects)
+  cmake_parse_arguments(S "" "NAME;SOURCE" "DEFINITIONS" ${ARGN})
+  add_library(${S_NAME} OBJECT ${S_SOURCE})
+  simba_target_settings(${S_NAME})
+  target_compile_options(${S_NAME} PRIVATE -Wno-null-dereference)
+  target_compile_definitions(${S_NAME} PRIVATE ${S_DEFINITIONS})
+  target_link_libraries(${S_NAME} PUBLIC simba simba_testing GTest::gtest GTest::gmock)
+endfunction()
