@@ -93,7 +93,7 @@ for command in "${commands[@]}"; do
   while read -r flag; do
     checks=$((checks + 1))
     escaped=${flag//-/\\\\-}
-    grep -A1 -x '\.TP' <<<"$subsection" | grep -qE "^\\\\fB$escaped\\\\fR" ||
+    grep -qE "^\\\\fB$escaped\\\\fR" <<<"$(grep -A1 -x '\.TP' <<<"$subsection")" ||
       fail "'.SS $command' has no .TP item for $flag"
   done < <(list_items options <<<"$help" | grep -E '^--')
   while read -r flag; do

@@ -20,6 +20,8 @@
 # --help` and a real `simba run` on SQLite inside the chroot. Needs root and
 # the network to deb.debian.org; takes minutes, so CI does not run it.
 set -euo pipefail
+# (No `cmd | grep -q`: grep -q stops reading at its match, and under pipefail
+# the writer's SIGPIPE then fails the check. Here-strings instead.)
 src="$1"
 build="$2"
 chroot_too="${SIMBA_DEB_CHROOT:-0}"
@@ -49,10 +51,10 @@ libs_package="$(dpkg-deb -f "$libs_deb" Package)"
 # The package of this machine that holds a library file (by its soname).
 package_of_library() {
   local path
-  path="$(ldconfig -p | awk -v lib="$1" '$1 == lib { print $NF; exit }')"
+  path="$(ldconfig -p | awk -v lib="$1" '$1 == lib && !found { print $NF; found = 1 }')"
   [ -n "$path" ] || return 1
-  dpkg -S "$(readlink -f "$path")" 2>/dev/null | head -n1 | cut -d: -f1 ||
-    dpkg -S "$path" 2>/dev/null | head -n1 | cut -d: -f1
+  dpkg -S "$(readlink -f "$path")" 2>/dev/null | sed -n '1s/:.*//p' ||
+    dpkg -S "$path" 2>/dev/null | sed -n '1s/:.*//p'
 }
 
 # Every DT_NEEDED of every ELF file in DEB is provided by a package it depends on.
@@ -61,11 +63,11 @@ check_depends() {  # check_depends DEB
   dpkg-deb -x "$deb" "$root"
   depends="$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//; s/[ (].*//')"
   while IFS= read -r file; do
-    file -b "$file" | grep -q '^ELF' || continue
+    grep -q '^ELF' <<<"$(file -b "$file")" || continue
     for needed in $(objdump -p "$file" | awk '$1 == "NEEDED" { print $2 }'); do
       case "$needed" in libsimba*) continue ;; esac  # ours: in libsimba<ABI>
       package="$(package_of_library "$needed")" || fail "$(basename "$file") needs $needed, which no package here provides"
-      echo "$depends" | grep -qx "$package" ||
+      grep -qx "$package" <<<"$depends" ||
         fail "$(basename "$deb"): $(basename "$file") needs $needed from $package, which Depends does not name"
     done
   done < <(find "$root" -type f \( -perm -u+x -o -name '*.so*' \))
@@ -75,21 +77,21 @@ step "Depends names the packages of every library the binaries load"
 check_depends "$runtime_deb"
 check_depends "$libs_deb"
 for client in libhiredis libpq5 libmariadb3 libzookeeper-mt libsqlite3; do
-  dpkg-deb -f "$runtime_deb" Depends | grep -q "$client" ||
+  grep -q "$client" <<<"$(dpkg-deb -f "$runtime_deb" Depends)" ||
     fail "simba's Depends names no $client package"
 done
 
 step "libsimba-dev depends on $libs_package (= $version-...) and the client -dev packages"
 dev_depends="$(dpkg-deb -f "$dev_deb" Depends)"
-echo "$dev_depends" | grep -q "$libs_package (= $version" || fail "libsimba-dev: no exact dependency on $libs_package"
+grep -qF "$libs_package (= $version" <<<"$dev_depends" || fail "libsimba-dev: no exact dependency on $libs_package"
 for dev in libsqlite3-dev libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev nlohmann-json3-dev; do
-  echo "$dev_depends" | grep -q "$dev" || fail "libsimba-dev's Depends names no $dev"
+  grep -q "$dev" <<<"$dev_depends" || fail "libsimba-dev's Depends names no $dev"
 done
 
 step "the simba package, unpacked, runs"
 root="$work/unpacked-$(basename "$runtime_deb" .deb)"
-"$root/usr/bin/simba" --help | head -n 3
-if ldd "$root/usr/bin/simba" | grep -q "not found"; then
+"$root/usr/bin/simba" --help | sed -n '1,3p'
+if grep -q "not found" <<<"$(ldd "$root/usr/bin/simba")"; then
   ldd "$root/usr/bin/simba" >&2
   fail "simba has unresolved libraries"
 fi
@@ -122,7 +124,7 @@ if [ "$chroot_too" = "1" ]; then
     { tail -n 30 "$work/apt.log"; fail "apt-get install of the simba package failed in the chroot"; }
   in_root apt-get install -y -q --no-install-recommends "/tmp/$(basename "$libs_deb")" >>"$work/apt.log" 2>&1 ||
     { tail -n 30 "$work/apt.log"; fail "apt-get install of the $libs_package package failed in the chroot"; }
-  in_root simba --help | head -n 3
+  in_root simba --help | sed -n '1,3p'
   in_root simba run --store sqlite:///tmp/chroot.db --mutex deb-test -- sh -c 'echo "ran as $SIMBA_MUTEX with token $SIMBA_FENCING_TOKEN"'
   in_root man -w simba 2>/dev/null || true
   umount "$work/root/proc"

@@ -5,6 +5,8 @@
 #
 #   install_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
+# (No `cmd | grep -q`: grep -q stops reading at its match, and under pipefail
+# the writer's SIGPIPE then fails the check. Here-strings instead.)
 src="$1"
 build="$2"
 work="$(mktemp -d "${TMPDIR:-/tmp}/simba-install-test-XXXXXX")"
@@ -61,12 +63,12 @@ build_consumer() {  # build_consumer NAME [cmake args...]
 
 build_consumer shared
 grep -q "shared libraries" "$work/shared.configure.log" || fail "shared: not the shared libraries"
-ldd "$work/shared/lock_by_uri" | grep -q "$prefix/.*libsimba\.so" ||
+grep -q "$prefix/.*libsimba\.so" <<<"$(ldd "$work/shared/lock_by_uri")" ||
   { ldd "$work/shared/lock_by_uri" >&2; fail "shared: lock_by_uri does not load libsimba.so from the prefix"; }
 
 build_consumer static -DSIMBA_USE_STATIC_LIBS=ON
 grep -q "static libraries" "$work/static.configure.log" || fail "static: not the static libraries"
-if ldd "$work/static/lock_by_uri" | grep -q "libsimba"; then
+if grep -q "libsimba" <<<"$(ldd "$work/static/lock_by_uri")"; then
   ldd "$work/static/lock_by_uri" >&2
   fail "static: lock_by_uri loads a libsimba shared library"
 fi
