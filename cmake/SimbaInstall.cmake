@@ -12,6 +12,22 @@ include(CMakePackageConfigHelpers)
 
 set(SIMBA_CMAKE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/simba)
 
+# simba_values_of_built_backends(<out> "backend=value"...): the values of the
+# backends this build has, in the order given (pkg-config modules here,
+# Debian packages in SimbaPackaging.cmake).
+function(simba_values_of_built_backends out)
+  set(values "")
+  foreach(pair IN LISTS ARGN)
+    string(REPLACE "=" ";" pair "${pair}")
+    list(GET pair 0 backend)
+    list(GET pair 1 value)
+    if(backend IN_LIST SIMBA_BUILTIN_BACKENDS)
+      list(APPEND values ${value})
+    endif()
+  endforeach()
+  set(${out} ${values} PARENT_SCOPE)
+endfunction()
+
 # Headers: the core's, and each built backend's (a header of a backend not
 # built would declare functions no library defines).
 set(simba_header_excludes "")
@@ -62,14 +78,8 @@ if(SIMBA_WITH_POSTGRES OR SIMBA_WITH_MYSQL)
   string(APPEND SIMBA_PC_LIBS " -lsimba_backend_sql")
 endif()
 string(APPEND SIMBA_PC_LIBS " -lsimba_core")
-foreach(pair "sqlite=sqlite3" "redis=hiredis" "postgres=libpq" "mysql=libmariadb")
-  string(REPLACE "=" ";" pair "${pair}")
-  list(GET pair 0 backend)
-  list(GET pair 1 module)
-  if(backend IN_LIST SIMBA_BUILTIN_BACKENDS)
-    list(APPEND simba_pc_requires ${module})
-  endif()
-endforeach()
+simba_values_of_built_backends(simba_pc_requires
+  "sqlite=sqlite3" "redis=hiredis" "postgres=libpq" "mysql=libmariadb")
 if("zookeeper" IN_LIST SIMBA_BUILTIN_BACKENDS)
   list(APPEND simba_pc_private -lzookeeper_mt)  # Debian's client ships no .pc
 endif()

@@ -36,16 +36,9 @@ set(CPACK_DEBIAN_DEV_PACKAGE_NAME libsimba-dev)
 set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 
 # What a static link (or find_package's find_dependency) needs besides.
-set(simba_dev_depends "")
-foreach(pair "sqlite=libsqlite3-dev" "redis=libhiredis-dev" "postgres=libpq-dev"
-             "mysql=libmariadb-dev" "zookeeper=libzookeeper-mt-dev" "etcd=nlohmann-json3-dev")
-  string(REPLACE "=" ";" pair "${pair}")
-  list(GET pair 0 backend)
-  list(GET pair 1 package)
-  if(backend IN_LIST SIMBA_BUILTIN_BACKENDS)
-    list(APPEND simba_dev_depends ${package})
-  endif()
-endforeach()
+simba_values_of_built_backends(simba_dev_depends
+  "sqlite=libsqlite3-dev" "redis=libhiredis-dev" "postgres=libpq-dev"
+  "mysql=libmariadb-dev" "zookeeper=libzookeeper-mt-dev" "etcd=nlohmann-json3-dev")
 list(APPEND simba_dev_depends pkg-config)
 list(JOIN simba_dev_depends ", " CPACK_DEBIAN_DEV_PACKAGE_DEPENDS)
 
