@@ -84,14 +84,24 @@ void FaultInjectingBackend::set_acquire_mode(Mode mode) {
 
 Status FaultInjectingBackend::Gate(Mode FaultInjectingBackend::*which, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (this->*which == Mode::kFail) return UnavailableError("injected failure");
+  auto failure = [&] {
+    Status status = UnavailableError("injected failure");
+    return failure_retry_after_ ? status.WithRetryAfter(*failure_retry_after_) : status;
+  };
+  if (this->*which == Mode::kFail) return failure();
   if (this->*which == Mode::kHang) {
     if (!cv_.wait_until(lock, deadline, [&] { return this->*which != Mode::kHang; })) {
       return DeadlineExceededError("injected hang reached the call's deadline");
     }
-    if (this->*which == Mode::kFail) return UnavailableError("injected failure");
+    if (this->*which == Mode::kFail) return failure();
   }
   return OkStatus();
+}
+
+void FaultInjectingBackend::set_failure_retry_after(
+    std::optional<std::chrono::milliseconds> delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failure_retry_after_ = delay;
 }
 
 Result<OwnerRecord> FaultInjectingBackend::acquire_or_renew(const AcquireRequest& request,

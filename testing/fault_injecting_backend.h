@@ -5,11 +5,13 @@
 #define SIMBA_TESTING_FAULT_INJECTING_BACKEND_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ class FaultInjectingBackend final : public Backend {
   void set_mode(Mode mode);
   // Applies `mode` to acquire_or_renew only; other calls keep their mode.
   void set_acquire_mode(Mode mode);
+  // Injected failures carry this retry_after() hint (nullopt: none), as a
+  // store that knows when trying can succeed again would.
+  void set_failure_retry_after(std::optional<std::chrono::milliseconds> delay);
   // Runs `action` once, inside the next acquire_or_renew, after the store
   // has answered and before the answer is returned: what happens while a
   // reply is on its way.
@@ -75,6 +80,7 @@ class FaultInjectingBackend final : public Backend {
   std::condition_variable cv_;
   Mode mode_ = Mode::kPass;
   Mode acquire_mode_ = Mode::kPass;
+  std::optional<std::chrono::milliseconds> failure_retry_after_;
   std::function<void()> before_next_acquire_reply_;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};

@@ -30,7 +30,9 @@
 #ifndef SIMBA_STATUS_H_
 #define SIMBA_STATUS_H_
 
+#include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <string_view>
@@ -73,8 +75,16 @@ class [[nodiscard]] Status {
   // "OK", or "<CODE_NAME>: <message>".
   std::string ToString() const;
 
-  // Prepends context ("opening sqlite:///x.db: ") to a non-OK status.
+  // Prepends context ("opening sqlite:///x.db: ") to a non-OK status. Keeps
+  // retry_after().
   Status WithContext(std::string_view context) const;
+
+  // A store's word that trying again sooner than `delay` cannot succeed
+  // (Redis's restart guard knows when it will grant leases again). The
+  // contend loop then waits that long instead of its doubling backoff, which
+  // would overshoot. Ignored on an OK status; not part of ToString() or ==.
+  Status WithRetryAfter(std::chrono::milliseconds delay) const;
+  std::optional<std::chrono::milliseconds> retry_after() const { return retry_after_; }
 
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
@@ -83,6 +93,7 @@ class [[nodiscard]] Status {
  private:
   StatusCode code_ = StatusCode::kOk;
   std::string message_;
+  std::optional<std::chrono::milliseconds> retry_after_;
 };
 
 std::ostream& operator<<(std::ostream& os, const Status& status);

@@ -353,7 +353,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           event.error = reply.status();
           ReportLocked(std::move(event), renewal);
         }
-        next = FailureDelayLocked(now);
+        next = FailureDelayLocked(now, reply.status());
         if (failures_ == 1 || failures_ % 10 == 0) {
           SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': store call failed (" << failures_
                                      << " in a row): " << reply.status());
@@ -377,12 +377,19 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
   if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status(), gen);
 }
 
-milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now) {
+milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now, const Status& error) {
   if (IsOwnerLocked(now)) {
     // Keep retrying the renewal inside what is left of the lease (JVM Simba
     // retried once per ttl, i.e. usually after the lease had ended).
     const auto left = duration_cast<milliseconds>(lease_deadline_ - now);
     return std::clamp(left / 4, kMinRenewRetry, kMaxRenewRetry);
+  }
+  if (const auto after = error.retry_after()) {
+    // The store said when trying can succeed again: be there then (with a
+    // jitter so the contenders it turned away do not arrive together),
+    // rather than where the doubling backoff happens to land, up to a ttl
+    // later.
+    return *after + milliseconds(random_->Uniform(0, 100));
   }
   const int shift = std::min(failures_ - 1, 16);
   const milliseconds backoff = std::min<milliseconds>(options_.ttl, kFirstErrorRetry * (1LL << shift));

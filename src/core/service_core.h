@@ -95,7 +95,7 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // Counts this contender as waiting (or not) in the metrics' gauge.
   void SetWaitingLocked(bool waiting);
   StoreTime EstimatedStoreNowLocked(Clock::TimePoint now) const;
-  std::chrono::milliseconds FailureDelayLocked(Clock::TimePoint now);
+  std::chrono::milliseconds FailureDelayLocked(Clock::TimePoint now, const Status& error);
   Deadline StoreDeadline() const;
 
   const Mode mode_;

@@ -1,5 +1,6 @@
 #include "simba/status.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace simba {
@@ -38,7 +39,15 @@ Status Status::WithContext(std::string_view context) const {
   std::string message(context);
   message += ": ";
   message += message_;
-  return Status(code_, std::move(message));
+  Status out(code_, std::move(message));
+  out.retry_after_ = retry_after_;
+  return out;
+}
+
+Status Status::WithRetryAfter(std::chrono::milliseconds delay) const {
+  Status out = *this;
+  if (!ok()) out.retry_after_ = std::max(delay, std::chrono::milliseconds(0));
+  return out;
 }
 
 std::ostream& operator<<(std::ostream& os, const Status& status) {

@@ -468,6 +468,29 @@ TEST(RedisFailures, RestartGuardLastsTheWholeLeaseFromTheServersStart) {
   EXPECT_GE(system_clock::now() - before_restart, milliseconds(2000));
 }
 
+// The guard says when leases resume; a contender comes back then, not at
+// the next step of its error backoff (with ttl 6 s: tries at 0.1, 0.3, 0.7,
+// 1.5, 3.1, 6.3 s, then 12.3 s, up to 5 s after a guard of 6.5-7.5 s).
+TEST(RedisFailures, ContenderAcquiresWhenTheRestartGuardEnds) {
+  const milliseconds ttl(6000), transition(500);
+  const auto before_start = steady_clock::now();
+  auto server = TestServer::Start("redis");  // keeps nothing: a guard from its start
+  ASSERT_THAT(server, IsOk());
+  const auto after_start = steady_clock::now();
+  auto factory = Factory((*server)->uri(), ttl, transition);
+  ASSERT_TRUE(factory);
+  Recorder a;
+  auto service = factory->create_contend_service(a.Contender("m", "a")).value();
+  SIMBA_ASSERT_OK(service->start());
+  // The guard lasts ttl + transition from the start, up to a second more
+  // (INFO's uptime counts whole seconds); then one jitter (< 100 ms) and a
+  // round trip.
+  ASSERT_TRUE(a.acquired.Wait(std::chrono::duration_cast<milliseconds>(
+      after_start + ttl + transition + milliseconds(1500) - steady_clock::now())));
+  EXPECT_GE(steady_clock::now() - before_start, ttl + transition);
+  SIMBA_ASSERT_OK(service->stop());
+}
+
 TEST(RedisFailures, ServicesStartWhileTheServerIsDownAndAcquireWhenItIsBack) {
   auto server = TestServer::Start("redis", kDurable);
   ASSERT_THAT(server, IsOk());

@@ -372,6 +372,26 @@ TEST_F(ContendServiceTest, StoreErrorsAreRetriedWithGrowingBackoff) {
   SIMBA_ASSERT_OK(a->stop());
 }
 
+TEST_F(ContendServiceTest, StoreSayingWhenToRetryIsRetriedThenNotByBackoff) {
+  // Redis's restart guard says when it grants leases again: the contender
+  // comes back then (+ jitter pinned at 1 ms), not where the doubling
+  // backoff lands (100, 300, 700, 1500, 3100 ms...: up to a ttl late).
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  faults_->set_failure_retry_after(milliseconds(2500));
+  faults_->set_mode(Mode::kFail);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Waiting(milliseconds(2501)));
+  EXPECT_EQ(faults_->acquire_calls(), 1);
+  clock_->Advance(milliseconds(2500));
+  Settle();
+  EXPECT_EQ(faults_->acquire_calls(), 1);
+  faults_->set_mode(Mode::kPass);
+  clock_->Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  EXPECT_EQ(faults_->acquire_calls(), 2);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, CallbacksMayCallBackIntoTheServiceEvenStop) {
   std::unique_ptr<MutexContendService> service;
   std::atomic<bool> was_owner{false};

@@ -798,13 +798,16 @@ class RedisBackend final : public Backend {
     const std::string outcome = fields.Text(0);
     SIMBA_ASSIGN_OR_RETURN(LockFields lock, ParseLock(fields, 1));
     if (outcome == "free") {
+      // Contenders come back when the guard ends (pttl), not at the next
+      // step of their error backoff.
       return UnavailableError(
           Context(what) + ": the server started " +
           FormatDuration(milliseconds(lock.now - facts.started_ms)) +
           " ago and keeps no durable copy of its data (it needs appendonly yes and "
           "appendfsync always), so a lease granted before it restarted may still be in use; "
           "new leases in " + FormatDuration(milliseconds(lock.pttl)) +
-          " (restart_guard=off in the URI skips this wait)");
+          " (restart_guard=off in the URI skips this wait)")
+          .WithRetryAfter(milliseconds(lock.pttl));
     }
     return ToRecord(lock, request.ttl, request.transition);
   }
