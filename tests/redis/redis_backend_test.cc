@@ -273,6 +273,80 @@ TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
   EXPECT_GT(again->owner.fencing_token, held->owner.fencing_token);
 }
 
+// ---- forced release ---------------------------------------------------------------
+
+// An operator's force_release tells the owner at once, on its personal
+// channel, in the form JVM Simba reads there (`released@@<id>`: "the owner
+// is gone, try now"); our subscriber turns its own id as the releaser into a
+// forced kLost, so the holder stops long before its next renewal.
+TEST(RedisForce, ForcedReleaseTellsTheOwnerAtOnce) {
+  const std::string uri = SharedUri();
+  auto backend = Open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  RawRedis jvm_owner(uri);  // what a JVM owner's personal channel receives
+  jvm_owner.Call({"SUBSCRIBE", Key("m", ":holder")});
+  EventLog holder_events, waiter_events;
+  auto holder_sub = backend->subscribe("m", "holder", holder_events.Listener());
+  auto waiter_sub = backend->subscribe("m", "waiter", waiter_events.Listener());
+  ASSERT_THAT(holder_sub, IsOk());
+  ASSERT_THAT(waiter_sub, IsOk());
+  ASSERT_TRUE(Subscribed(raw, Key("m", ":waiter")));
+  auto held = backend->acquire_or_renew(Request("m", "holder"), In(seconds(3)));
+  ASSERT_THAT(held, IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(Request("m", "waiter"), In(seconds(3))), IsOk());
+
+  auto forced = backend->force_release("m", In(seconds(3)));
+  ASSERT_THAT(forced, IsOk());
+  EXPECT_EQ(forced->previous.owner_id, "holder");
+  RawReply message = jvm_owner.Next(2000);
+  ASSERT_EQ(message.elements.size(), 3u);
+  EXPECT_EQ(message.elements[2].str, "released@@holder");
+  {
+    // (The holder may also hear a "look again" release once its
+    // subscription is confirmed.)
+    std::unique_lock<std::mutex> lock(holder_events.mu);
+    const auto is_lost = [](const MutexEvent& e) { return e.kind == MutexEvent::Kind::kLost; };
+    ASSERT_TRUE(holder_events.cv.wait_for(lock, seconds(2), [&] {
+      return std::any_of(holder_events.events.begin(), holder_events.events.end(), is_lost);
+    }));
+    const MutexEvent& lost =
+        *std::find_if(holder_events.events.begin(), holder_events.events.end(), is_lost);
+    EXPECT_EQ(lost.owner_id, "holder");
+    EXPECT_EQ(lost.fencing_token, 0u);  // the message names no token
+    EXPECT_TRUE(lost.forced);
+  }
+  // The oldest waiter is woken as by a release, and hears no loss.
+  ASSERT_TRUE(waiter_events.WaitReleased(seconds(2), "holder"));
+  std::lock_guard<std::mutex> lock(waiter_events.mu);
+  for (const MutexEvent& e : waiter_events.events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
+}
+
+TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
+  const std::string uri = SharedUri();
+  const milliseconds ttl(20000), transition(5000);
+  auto factory = Factory(uri, ttl, transition);
+  ASSERT_TRUE(factory);
+  Recorder a;
+  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  const std::uint64_t token = holder->fencing_token();
+  auto operator_backend = Open(uri);
+  ASSERT_TRUE(operator_backend);
+  const auto forced_at = steady_clock::now();
+  auto forced = operator_backend->force_release("m", In(seconds(3)));
+  ASSERT_THAT(forced, IsOk());
+  // Without the push A would hold on until its renewal, 20 s later.
+  ASSERT_TRUE(a.released.Wait(seconds(2)));
+  EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
+  // It contends again, and any new hold is above the floor.
+  ASSERT_TRUE(Eventually([&] { return holder->is_owner(); }, seconds(5)));
+  EXPECT_GT(holder->fencing_token(), forced->fencing_floor);
+  EXPECT_GT(holder->fencing_token(), token);
+  SIMBA_ASSERT_OK(holder->stop());
+}
+
 // ---- hand-off -------------------------------------------------------------------
 
 TEST(RedisHandOff, ReleaseWakesTheOldestLiveWaiterSkippingDeadOnes) {

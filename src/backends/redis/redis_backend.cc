@@ -662,6 +662,14 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
                                                              : payload.substr(split + 2));
         if (suffix.empty() && event == "acquired") {
           AddWorkLocked(mutex, MutexEvent::Kind::kAcquired, by, nullptr, &work);
+        } else if (event == "released" && !suffix.empty() && by == suffix) {
+          // Our own id as the releaser on our personal channel: only a
+          // forced release sends that (see kLuaForceRelease). The message
+          // names no token, so it ends whichever hold the owner has; a
+          // renewal that re-took the mutex in the moment the message was
+          // on its way is given up too, which errs on the safe side.
+          AddWorkLocked(mutex, MutexEvent::Kind::kLost, by, &suffix, &work);
+          for (auto& item : work) item.second.forced = true;
         } else if (event == "released") {
           // The release channel reaches retrievers; a personal channel its
           // one contender.

@@ -17,7 +17,9 @@
 //   - an acquisition removes the acquirer from the queue, and a failed one
 //     removes the current owner and the oldest entries nobody listens for;
 //   - every release is also published on simba:{M}:@@released (no JVM id can
-//     contain "@@"), which retrievers listen to.
+//     contain "@@"), which retrievers listen to;
+//   - a forced release also sends `released@@<owner>` to the owner's own
+//     personal channel, so the owner learns of its loss at once.
 //
 // Replies are arrays of strings (Lua numbers above 2^31 are not safe to send
 // through redis.call as numbers, so they are formatted with %d):
@@ -141,6 +143,11 @@ local floor = math.max(tonumber(redis.call('HGET', fence, 'token') or '0') + 1, 
 redis.call('HSET', fence, 'token', fmt(floor), 'owner', '')
 if owner then
   redis.call('DEL', lock)
+  -- Tell the owner at once on its personal channel, where nothing else
+  -- ever names it as the releaser (wake() skips the releaser). JVM Simba
+  -- takes any `released@@` there as "the owner is gone, try now", so it
+  -- learns too.
+  redis.call('PUBLISH', lock .. ':' .. owner, 'released@@' .. owner)
   wake(owner)
 end
 return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
