@@ -1,7 +1,6 @@
 #include "backends/etcd/etcd_client.h"
 
 #include <fcntl.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -12,9 +11,11 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
+#include "core/host_lookup.h"
 #include "core/poll_timeout.h"
 
 namespace simba::internal::etcd {
@@ -89,27 +90,20 @@ Result<std::unique_ptr<HttpConnection>> HttpConnection::Open(const Endpoint& end
                                                              Deadline deadline,
                                                              bool tcp_keepalive) {
   const std::string peer = endpoint.Describe();
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port = std::to_string(endpoint.port);
-  if (const int rc = ::getaddrinfo(endpoint.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return UnavailableError("etcd at " + peer + ": cannot resolve host: " + gai_strerror(rc));
-  }
-  std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+  // The port came from a std::uint16_t option.
+  Result<std::vector<ResolvedAddress>> addresses =
+      LookUpHost(endpoint.host, static_cast<std::uint16_t>(endpoint.port), deadline);
+  if (!addresses.ok()) return addresses.status().WithContext("etcd at " + peer);
 
   Status last = UnavailableError("etcd at " + peer + ": no address to connect to");
-  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            a->ai_protocol);
+  for (const ResolvedAddress& a : *addresses) {
+    const int fd = ::socket(a.family, a.socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.protocol);
     if (fd < 0) {
       last = UnavailableError("etcd at " + peer + ": socket: " + std::strerror(errno));
       continue;
     }
     std::unique_ptr<HttpConnection> conn(new HttpConnection(fd, peer, peer));
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+    if (::connect(fd, a.address(), a.length) != 0) {
       if (errno != EINPROGRESS) {
         last = conn->Fail("connect", errno);
         continue;
