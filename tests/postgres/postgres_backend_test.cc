@@ -10,6 +10,7 @@
 #include <cctype>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,6 +231,81 @@ TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   EXPECT_GT(b.token.load(), a.token.load());
   SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// An operator's force_release NOTIFYs the holder with its token in the same
+// transaction: the holder stops at once, not at its next renewal (20 s
+// here), and the waiter is woken as by a release.
+TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
+  auto factory_a = Factory(SharedUri(), seconds(20), seconds(5));
+  auto factory_b = Factory(SharedUri(), seconds(20), seconds(5));
+  ASSERT_TRUE(factory_a && factory_b);
+  Recorder a, b;
+  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  const std::uint64_t a_token = holder->fencing_token();
+  // What the store pushes about a's hold, as the core's subscription hears it.
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  std::mutex events_mu;
+  std::vector<MutexEvent> events;
+  auto listening = backend->subscribe("m", "a", [&](const MutexEvent& e) {
+    std::lock_guard<std::mutex> lock(events_mu);
+    events.push_back(e);
+  });
+  ASSERT_THAT(listening, IsOk());
+  SIMBA_ASSERT_OK(waiter->start());
+  std::this_thread::sleep_for(milliseconds(500));  // listening, and b waits
+  EXPECT_FALSE(b.acquired.IsSet());
+
+  const auto forced_at = steady_clock::now();
+  auto forced = backend->force_release("m", In(seconds(3)));
+  ASSERT_THAT(forced, IsOk());
+  EXPECT_EQ(forced->previous.owner_id, holder->contender_id());
+  ASSERT_TRUE(a.released.Wait(seconds(3)));
+  EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
+  ASSERT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); }, seconds(3)));
+  EXPECT_GT(std::max(holder->fencing_token(), waiter->fencing_token()), forced->fencing_floor);
+  {
+    std::lock_guard<std::mutex> lock(events_mu);
+    const auto lost = std::find_if(events.begin(), events.end(), [](const MutexEvent& e) {
+      return e.kind == MutexEvent::Kind::kLost;
+    });
+    ASSERT_NE(lost, events.end());
+    EXPECT_EQ(lost->owner_id, holder->contender_id());
+    EXPECT_EQ(lost->fencing_token, a_token);
+    EXPECT_TRUE(lost->forced);
+  }
+  SIMBA_ASSERT_OK(waiter->stop());
+  SIMBA_ASSERT_OK(holder->stop());
+}
+
+// A free mutex has nobody to tell: forcing it pushes no loss (an empty
+// owner would match every owner).
+TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
+  auto backend = Open(SharedUri());
+  ASSERT_TRUE(backend);
+  std::mutex events_mu;
+  std::vector<MutexEvent> events;
+  auto listening = backend->subscribe("free", "x", [&](const MutexEvent& e) {
+    std::lock_guard<std::mutex> lock(events_mu);
+    events.push_back(e);
+  });
+  ASSERT_THAT(listening, IsOk());
+  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_THAT(backend->force_release("free", In(seconds(3))), IsOk());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(events_mu);
+        return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
+          return e.kind == MutexEvent::Kind::kReleased && e.mutex == "free";
+        });
+      },
+      seconds(3)));
+  std::lock_guard<std::mutex> lock(events_mu);
+  for (const MutexEvent& e : events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
 }
 
 // ---- failures -----------------------------------------------------------------------

@@ -313,6 +313,12 @@ class PgDriver final : public SqlDriver {
     return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text) FROM simba_mutex "
            "WHERE mutex = {0} AND owner_id = ''";
   }
+  std::string ForcedNoticeSql() const override {
+    // The holder and its token (the version) as they are before the update.
+    return "SELECT pg_notify('simba_mutex', mutex || chr(10) || owner_id || chr(10) || "
+           "version::text || chr(10) || 'forced') FROM simba_mutex "
+           "WHERE mutex = {0} AND owner_id <> ''";
+  }
 
  private:
   // In ON CONFLICT DO UPDATE, columns must say which row they mean: the

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -218,29 +219,35 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     const std::string what = "force-releasing mutex " + Quoted(mutex);
     const std::string m(mutex);
     const std::string notice = driver_->ReleaseNoticeSql();
+    const std::string forced_notice = driver_->ForcedNoticeSql();
+    // (For push stores; a no-op statement otherwise.)
+    auto push = [&](const std::string& sql, std::vector<std::string> params) -> Statement {
+      if (sql.empty()) return {"SELECT 1", {}};
+      return {sql, std::move(params)};
+    };
     // Create the row if missing, so the floor is recorded; then read the
-    // holder, free the row and announce it, in one transaction.
+    // holder, tell it (push stores), free the row and announce that, in one
+    // transaction.
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
         RunOnTable({{driver_->InsertFreeRowSql(), {m}},
                     {"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
                          " FROM simba_mutex WHERE mutex = {0} FOR UPDATE",
                      {m}},
+                    push(forced_notice, {m}),
                     {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
                      "transition_at = 0, owner_id = '' WHERE mutex = {0}",
                      {m}},
                     {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}},
-                    // (For push stores; a no-op statement otherwise.)
-                    {notice.empty() ? "SELECT 1" : notice,
-                     notice.empty() ? std::vector<std::string>{} : std::vector<std::string>{m, ""}}},
+                    push(notice, {m, ""})},
                    true, deadline, what));
-    if (results.size() != 5 || results[1].rows.size() != 1 || results[3].rows.size() != 1 ||
-        results[3].rows[0].empty()) {
+    if (results.size() != 6 || results[1].rows.size() != 1 || results[4].rows.size() != 1 ||
+        results[4].rows[0].empty()) {
       return InternalError(driver_->description() + ": " + what + ": unexpected result");
     }
     SIMBA_ASSIGN_OR_RETURN(OwnerRecord previous, ToRecord(results[1].rows[0]));
     ForcedRelease forced{previous.owner,
-                         static_cast<std::uint64_t>(ToInt(results[3].rows[0][0])),
+                         static_cast<std::uint64_t>(ToInt(results[4].rows[0][0])),
                          previous.store_now};
     return forced;
   }
@@ -359,6 +366,21 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   }
 
   void OnRelease(const std::string& mutex, const std::string& by) {
+    // ForcedNoticeSql()'s "<owner>\n<token>\nforced": that hold was taken
+    // away, which its owner must hear at once (the release notice that
+    // follows wakes the waiters).
+    MutexEvent pushed{MutexEvent::Kind::kReleased, mutex, by};
+    const std::size_t first = by.find('\n');
+    if (first != std::string::npos) {
+      const std::size_t second = by.find('\n', first + 1);
+      if (second == std::string::npos || by.substr(second + 1) != "forced" || first == 0) return;
+      pushed.kind = MutexEvent::Kind::kLost;
+      pushed.owner_id = by.substr(0, first);
+      pushed.fencing_token = static_cast<std::uint64_t>(
+          std::strtoull(by.substr(first + 1, second - first - 1).c_str(), nullptr, 10));
+      pushed.forced = true;
+      if (mutex.empty()) return;
+    }
     std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -366,7 +388,9 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // "" after a reconnect: anything may have been missed.
         if (!mutex.empty() && name != mutex) continue;
         for (const auto& slot : list) {
-          work.emplace_back(slot, MutexEvent{MutexEvent::Kind::kReleased, name, by});
+          MutexEvent for_slot = pushed;
+          for_slot.mutex = name;
+          work.emplace_back(slot, std::move(for_slot));
         }
       }
     }

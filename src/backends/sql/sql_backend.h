@@ -132,6 +132,13 @@ class SqlDriver {
   // then, and delivered when it commits); empty when the driver has no
   // push. Like every statement, "simba_mutex" in it stands for the table.
   virtual std::string ReleaseNoticeSql() const { return {}; }
+  // A statement announcing that {0}'s holder is being forced out, run in
+  // the forcing transaction after the row is locked and before it is freed;
+  // it must announce nothing when the row has no owner. Its announcement
+  // reaches `on_release(mutex, by)` with `by` = "<owner>\n<token>\nforced"
+  // (names cannot contain control characters, so this is unambiguous).
+  // Empty when the driver has no push.
+  virtual std::string ForcedNoticeSql() const { return {}; }
 };
 
 struct SqlBackendOptions {
