@@ -42,6 +42,10 @@
 //   simba_acquire_latency_seconds    histogram LockEvent::waited
 //   simba_handoff_latency_seconds    histogram LockEvent::handoff
 //   simba_lease_margin_seconds       histogram LockEvent::margin
+// A mutex's series appear with the first report about it (a contender
+// starting to wait is one): every counter from then on, at 0 until it
+// counts (every cause of simba_losses_total too), so increase() sees the
+// first loss; the gauges once touched, the histograms once observed.
 //
 // Thread safety: PrometheusMetrics is safe to use from any thread.
 

@@ -290,12 +290,15 @@ std::string PrometheusMetrics::expose() const {
     AppendFamilyHeader(out, name, type, help);
     out += samples;
   };
+  // Counters are exposed from the moment their series exists, zeros too:
+  // a series that first appears at 1 hides that step from increase() and
+  // rate(), so an alert on the first loss would never fire.
   const auto counter = [&](std::string_view name, std::string_view help,
                            std::uint64_t Series::*field) {
     family(
         name, "counter", help,
         [&](std::string& o, const std::string& store, const std::string& mutex, const Series& s) {
-          if (s.*field != 0) AppendSample(o, name, store, mutex, {}, {}, std::to_string(s.*field));
+          AppendSample(o, name, store, mutex, {}, {}, std::to_string(s.*field));
         });
   };
   const auto gauge = [&](std::string_view name, std::string_view help, std::int64_t Series::*field,
@@ -335,12 +338,10 @@ std::string PrometheusMetrics::expose() const {
   counter("simba_releases_total", "Holds of a mutex given up.", &Series::releases);
   family("simba_losses_total", "counter", "Holds of a mutex lost, by cause.",
          [](std::string& o, const std::string& store, const std::string& mutex, const Series& s) {
+           // Every cause, zeros too (see `counter`).
            for (const LossCause cause : kCausesByName) {
-             const std::uint64_t n = s.losses[CauseIndex(cause)];
-             if (n != 0) {
-               AppendSample(o, "simba_losses_total", store, mutex, "cause", LossCauseName(cause),
-                            std::to_string(n));
-             }
+             AppendSample(o, "simba_losses_total", store, mutex, "cause", LossCauseName(cause),
+                          std::to_string(s.losses[CauseIndex(cause)]));
            }
          });
   counter("simba_renewals_total", "Successful lease renewals.", &Series::renewals);

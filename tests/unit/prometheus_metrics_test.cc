@@ -153,15 +153,19 @@ TEST(PrometheusMetricsTest, CountersPerLabel) {
   EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "2");
   EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="b"})"), "1");
   EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="a"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="b"})"), "<absent>");
+  // Counters of a series that exists are there at 0 (so increase() sees
+  // their first step).
+  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="b"})"), "0");
   EXPECT_EQ(Value(text, R"(simba_renewals_total{store="redis",mutex="a"})"), "2");
   EXPECT_EQ(Value(text, R"(simba_renewals_total{store="redis",mutex="b"})"), "1");
   EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "2");
   EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="b"})"), "1");
   EXPECT_EQ(Value(text, R"(simba_renew_failures_total{store="redis",mutex="a"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_renew_failures_total{store="redis",mutex="b"})"), "<absent>");
-  // Nothing lost, nobody waiting, no hand-off: those families are left out.
-  EXPECT_FALSE(HasFamily(text, "simba_losses_total"));
+  EXPECT_EQ(Value(text, R"(simba_renew_failures_total{store="redis",mutex="b"})"), "0");
+  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="a",cause="other_owner"})"), "0");
+  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="b",cause="forced_release"})"),
+            "0");
+  // Gauges never touched and histograms never observed are left out.
   EXPECT_FALSE(HasFamily(text, "simba_contenders_waiting"));
   EXPECT_FALSE(HasFamily(text, "simba_handoff_latency_seconds"));
 }
@@ -196,7 +200,7 @@ TEST(PrometheusMetricsTest, HelpAndTypeOfEachFamily) {
   }
 }
 
-// One sample per cause seen, sorted by cause name; unseen causes are absent.
+// One sample per cause, sorted by cause name; causes not seen are 0.
 TEST(PrometheusMetricsTest, LossesByCause) {
   PrometheusMetrics metrics;
   metrics.lost(kRedisA, LossCause::kRenewalFailed);
@@ -210,11 +214,9 @@ TEST(PrometheusMetricsTest, LossesByCause) {
   EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="renewal_failed"})"), "2");
   EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="other_owner"})"), "1");
   EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="deadline_passed"})"), "1");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="forced_release"})"),
-            "<absent>");
+  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="forced_release"})"), "0");
   EXPECT_EQ(Value(text, family + R"({store="redis",mutex="b",cause="forced_release"})"), "1");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="b",cause="renewal_failed"})"),
-            "<absent>");
+  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="b",cause="renewal_failed"})"), "0");
   const auto deadline = text.find(R"(mutex="a",cause="deadline_passed")");
   const auto other = text.find(R"(mutex="a",cause="other_owner")");
   const auto renewal = text.find(R"(mutex="a",cause="renewal_failed")");
@@ -222,6 +224,28 @@ TEST(PrometheusMetricsTest, LossesByCause) {
   EXPECT_LT(deadline, other);
   EXPECT_LT(other, renewal);
   EXPECT_LT(renewal, forced_b);
+}
+
+// The alert on a first loss needs the counter at 0 before it: a contender
+// that starts waiting creates its series, and every counter shows 0.
+TEST(PrometheusMetricsTest, ACountersFirstStepIsVisibleToIncrease) {
+  PrometheusMetrics metrics;
+  metrics.waiting_changed(kRedisA, 1);
+  std::string text = metrics.expose();
+  EXPECT_TRUE(WellFormed(text)) << text;
+  for (const char* cause :
+       {"deadline_passed", "forced_release", "other_owner", "renewal_failed"}) {
+    EXPECT_EQ(Value(text, std::string(R"(simba_losses_total{store="redis",mutex="a",cause=")") +
+                              cause + R"("})"),
+              "0")
+        << cause;
+  }
+  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "0");
+  EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "0");
+  metrics.lost(kRedisA, LossCause::kForcedRelease);
+  text = metrics.expose();
+  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="a",cause="forced_release"})"),
+            "1");
 }
 
 TEST(PrometheusMetricsTest, HistogramBucketsAreCumulative) {
