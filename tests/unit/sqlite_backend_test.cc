@@ -34,8 +34,10 @@
 #include "gtest/gtest.h"
 #include "simba/backend.h"
 #include "simba/backends/sqlite.h"
+#include "simba/contend_service.h"
 #include "simba/status.h"
 #include "simba/uri.h"
+#include "testing/store_test_helpers.h"
 #include "testing/test_util.h"
 
 namespace simba {
@@ -1095,15 +1097,87 @@ TEST_F(SqliteBackendTest, ForceReleaseNotifiesSubscribers) {
   auto remote_sub = waiter->subscribe("m", remote.Listener());
   auto local_sub = holder->subscribe("m", local.Listener());
   ASSERT_TRUE(remote_sub.ok() && local_sub.ok());
-  ASSERT_TRUE(Acquire(*holder, "m", "alice").ok());
+  auto alice = Acquire(*holder, "m", "alice");
+  ASSERT_TRUE(alice.ok());
   LetWatcherSeeTheOwner();
 
   auto forced = holder->force_release("m", Soon());
   ASSERT_TRUE(forced.ok()) << forced.status();
-  ASSERT_TRUE(remote.WaitFor(1, kPushBound));
-  ASSERT_TRUE(local.WaitFor(1, kPushBound));
-  ExpectReleased(remote.events()[0], "m", "alice");
-  ExpectReleased(local.events()[0], "m", "alice");
+  // First alice's loss (so a subscriber that is alice stops at once, not at
+  // its next renewal), marked forced, for her tenure; then the release
+  // that wakes the waiters.
+  for (EventLog* log : {&remote, &local}) {
+    ASSERT_TRUE(log->WaitFor(2, kPushBound));
+    const MutexEvent lost = log->events()[0];
+    EXPECT_EQ(lost.kind, MutexEvent::Kind::kLost);
+    EXPECT_EQ(lost.mutex, "m");
+    EXPECT_EQ(lost.owner_id, "alice");
+    EXPECT_EQ(lost.fencing_token, alice->owner.fencing_token);
+    EXPECT_TRUE(lost.forced);
+    ExpectReleased(log->events()[1], "m", "alice");
+  }
+}
+
+// Forcing a mutex nobody held since the watcher looked tells nobody of a
+// loss (a loss naming nobody would match every owner): only the release.
+TEST_F(SqliteBackendTest, ForcingAFreeMutexAnnouncesNoLoss) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  EventLog log;
+  auto subscription = backend->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(backend->force_release("m", Soon()).ok());
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_EQ(log.events()[0].kind, MutexEvent::Kind::kReleased);
+}
+
+// A plain release is no loss: its owner ended its subscription before it
+// released, and nobody else is named.
+TEST_F(SqliteBackendTest, PlainReleaseAnnouncesNoLoss) {
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  EventLog log;
+  auto subscription = backend->subscribe("m", log.Listener());
+  ASSERT_TRUE(subscription.ok());
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
+  LetWatcherSeeTheOwner();
+  ASSERT_TRUE(*backend->release("m", "alice", Soon()));
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
+  std::this_thread::sleep_for(100ms);
+  ASSERT_EQ(log.size(), 1u);
+  ExpectReleased(log.events()[0], "m", "alice");
+}
+
+// The holder (a service of another backend object, as another process
+// would be) stops within a tick of the forced release, not at its renewal
+// 20 s later.
+TEST_F(SqliteBackendTest, ForceReleasedHolderStopsAtOnce) {
+  auto factory = testing::Factory("sqlite://" + DbPath(), 20s, 5s);
+  ASSERT_NE(factory, nullptr);
+  testing::Recorder a;
+  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
+  ASSERT_TRUE(holder->start().ok());
+  ASSERT_TRUE(a.acquired.Wait(5s));
+  const std::uint64_t token = holder->fencing_token();
+  auto operator_backend = Open();
+  ASSERT_NE(operator_backend, nullptr);
+  // At once after the acquisition: the holder's watcher may not have looked
+  // at the row yet (then the loss names nobody, which matches every owner).
+  const auto forced_at = steady_clock::now();
+  auto forced = operator_backend->force_release("m", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  ASSERT_TRUE(a.released.Wait(2s));
+  EXPECT_LT(steady_clock::now() - forced_at, 2s);
+  // It contends again; any new hold is above the floor.
+  ASSERT_TRUE(testing::Eventually([&] { return holder->is_owner(); }, 5s));
+  EXPECT_GT(holder->fencing_token(), forced->fencing_floor);
+  EXPECT_GT(holder->fencing_token(), token);
+  EXPECT_TRUE(holder->stop().ok());
 }
 
 TEST_F(SqliteBackendTest, EverySubscriberOfAMutexHearsAndOnlyOfThatMutex) {
@@ -1135,20 +1209,28 @@ TEST_F(SqliteBackendTest, EverySubscriberOfAMutexHearsAndOnlyOfThatMutex) {
   EXPECT_EQ(first.size(), 1u);
 }
 
-TEST_F(SqliteBackendTest, HandOverWithoutReleaseIsNotAnnounced) {
+TEST_F(SqliteBackendTest, HandOverWithoutReleaseIsAnnouncedOnlyAsTheOldOwnersLoss) {
   auto backend = Open();
   ASSERT_NE(backend, nullptr);
   EventLog log;
   auto subscription = backend->subscribe("m", log.Listener());
   ASSERT_TRUE(subscription.ok());
-  ASSERT_TRUE(Acquire(*backend, "m", "alice", 30ms, 30ms).ok());
+  auto alice = Acquire(*backend, "m", "alice", 30ms, 30ms);
+  ASSERT_TRUE(alice.ok());
   LetWatcherSeeTheOwner();  // also past alice's lease
-  // bob takes over an ended lease: held -> held, nobody can take it now.
+  // bob takes over an ended lease: held -> held, nobody can take it now, so
+  // no release; but alice (were she still running) learns her hold is gone.
   auto bob = Acquire(*backend, "m", "bob");
   ASSERT_TRUE(bob.ok());
   ASSERT_EQ(bob->owner.owner_id, "bob");
+  ASSERT_TRUE(log.WaitFor(1, kPushBound));
   LetWatcherSeeTheOwner();
-  EXPECT_EQ(log.size(), 0u);
+  ASSERT_EQ(log.size(), 1u);
+  const MutexEvent lost = log.events()[0];
+  EXPECT_EQ(lost.kind, MutexEvent::Kind::kLost);
+  EXPECT_EQ(lost.owner_id, "alice");
+  EXPECT_EQ(lost.fencing_token, alice->owner.fencing_token);
+  EXPECT_FALSE(lost.forced);
 }
 
 TEST_F(SqliteBackendTest, NoEventAfterTheSubscriptionIsDestroyed) {

@@ -260,10 +260,10 @@ constexpr char kCreateWatchedSql[] =
 constexpr char kClearWatchedSql[] = "DELETE FROM temp.simba_watched";
 constexpr char kInsertWatchedSql[] =
     "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES (?1)";
-// owner_id and version are NULL for a watched mutex without a row (never
-// used): free, version 0.
+// owner_id, version and fencing_token are NULL for a watched mutex without
+// a row (never used): free, version 0.
 constexpr char kSelectWatchedSql[] =
-    "SELECT w.mutex, m.owner_id, m.version FROM temp.simba_watched AS w"
+    "SELECT w.mutex, m.owner_id, m.version, m.fencing_token FROM temp.simba_watched AS w"
     " LEFT JOIN main.simba_mutex AS m ON m.mutex = w.mutex";
 
 // Column order shared by kSelectOneSql and kSelectAllSql.
@@ -433,6 +433,7 @@ using Listener = std::function<void(const MutexEvent&)>;
 struct RowState {
   std::string owner;
   std::int64_t version = 0;
+  std::int64_t fencing_token = 0;
 };
 
 // The watcher's own connection: opened, used and closed on the watcher
@@ -520,7 +521,8 @@ class WatchConnection {
     int rc = SQLITE_ROW;
     while ((rc = sqlite3_step(use.get())) == SQLITE_ROW) {
       rows->emplace_back(ColumnText(use.get(), 0),
-                         RowState{ColumnText(use.get(), 1), sqlite3_column_int64(use.get(), 2)});
+                         RowState{ColumnText(use.get(), 1), sqlite3_column_int64(use.get(), 2),
+                                  sqlite3_column_int64(use.get(), 3)});
     }
     if (rc != SQLITE_DONE) return Fail(rc);
     return SQLITE_OK;
@@ -849,10 +851,36 @@ void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>&
     // Free now and changed since last seen: released (or force-released)
     // since. A row held now, by anyone, is not news to a waiter: nobody can
     // take it until it is released, which a later look will catch.
-    if (row.owner.empty() && row.version != watched.seen->version) {
+    const RowState& seen = *watched.seen;
+    // A free row whose token is its version was freed by force_release (a
+    // release leaves the token below the version).
+    const bool forced = row.owner.empty() && row.version != seen.version &&
+                        row.fencing_token == row.version;
+    if ((!seen.owner.empty() && row.owner != seen.owner && (forced || !row.owner.empty())) ||
+        (seen.owner.empty() && forced && row.version > seen.version + 1)) {
+      // The holder last seen holds it no more, and not by its own release:
+      // it was forced out, or its lease ran out and another took the mutex.
+      // Its own release never reaches it here (a service ends its
+      // subscription before it releases), so a subscriber with its id
+      // hears of a hold that ended without it, at once rather than at its
+      // next renewal. (Everyone else ignores a loss naming another id.)
+      // Forced out of a hold this watcher never saw (taken and forced
+      // between two looks: the version moved more than the force's one
+      // step): the row is free, so whoever believes it owns the mutex is
+      // wrong; the loss names nobody, which matches every owner. (One that
+      // acquired after this look is told too, and simply contends again.)
+      // A force of a mutex that was free all along tells nobody.
+      MutexEvent lost{MutexEvent::Kind::kLost, mutex, seen.owner};
+      lost.fencing_token = static_cast<std::uint64_t>(seen.owner.empty() ? 0 : seen.fencing_token);
+      lost.forced = forced;
+      for (const std::shared_ptr<Slot>& slot : watched.slots) {
+        deliveries->push_back(Delivery{slot, lost});
+      }
+    }
+    if (row.owner.empty() && row.version != seen.version) {
       // The holder the watcher last saw; '' if it never saw one (the whole
       // hold fell between two looks).
-      const std::string& previous = watched.seen->owner;
+      const std::string& previous = seen.owner;
       for (const std::shared_ptr<Slot>& slot : watched.slots) {
         deliveries->push_back(
             Delivery{slot, MutexEvent{MutexEvent::Kind::kReleased, mutex, previous}});
@@ -1401,7 +1429,9 @@ Result<RowState> SqliteBackend::ReadRowState(std::string_view mutex, Deadline de
   SIMBA_RETURN_IF_ERROR(Transact(TxKind::kRead, op, deadline, [&]() -> int {
     std::optional<StoredRow> row;
     if (const int rc = SelectOne(mutex, &row); rc != SQLITE_OK) return rc;
-    state = row.has_value() ? RowState{row->owner.owner_id, row->version} : RowState{};
+    state = row.has_value() ? RowState{row->owner.owner_id, row->version,
+                                       static_cast<std::int64_t>(row->owner.fencing_token)}
+                            : RowState{};
     return SQLITE_OK;
   }));
   return state;
