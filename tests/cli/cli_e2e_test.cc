@@ -1228,6 +1228,30 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   EXPECT_NE(all.out.find(free), std::string::npos) << all.describe;
   EXPECT_NE(all.out.find(std::to_string(*token)), std::string::npos)
       << "the table does not show the fencing token\n" << all.describe;
+  // Columns line up whatever the token's length (Redis's have 16 digits),
+  // and a free mutex shows no token.
+  {
+    std::istringstream lines(all.out);
+    std::string header, line, held_line, free_line;
+    std::getline(lines, header);
+    while (std::getline(lines, line)) {
+      if (line.rfind(held + " ", 0) == 0) held_line = line;
+      if (line.rfind(free + " ", 0) == 0) free_line = line;
+    }
+    const std::size_t token_at = header.find("TOKEN");
+    const std::size_t acquired_at = header.find("ACQUIRED");
+    ASSERT_NE(token_at, std::string::npos) << all.describe;
+    ASSERT_NE(acquired_at, std::string::npos) << all.describe;
+    EXPECT_EQ(held_line.find(std::to_string(*token) + " "), token_at) << all.describe;
+    // "<n>s ago" starts right under ACQUIRED.
+    ASSERT_GT(held_line.size(), acquired_at) << all.describe;
+    EXPECT_EQ(held_line[acquired_at - 1], ' ') << all.describe;
+    EXPECT_NE(held_line[acquired_at], ' ') << all.describe;
+    EXPECT_NE(held_line.substr(acquired_at).find(" ago"), std::string::npos) << all.describe;
+    ASSERT_GT(free_line.size(), token_at) << all.describe;
+    EXPECT_EQ(free_line[token_at], '-') << all.describe;
+    EXPECT_EQ(free_line[token_at + 1], ' ') << all.describe;
+  }
 
   // Named: only that one.
   const Ran named = Simba({"status", "--store", uri(), held});
@@ -1425,6 +1449,12 @@ TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
       << version.describe;
   const Ran unknown = Simba({"help", "frobnicate"});
   EXPECT_EQ(unknown.code, 64) << unknown.describe;
+  // Asking help about itself gets the overview, not a usage error.
+  for (const char* about_help : {"--help", "-h", "help"}) {
+    const Ran ran = Simba({"help", about_help});
+    EXPECT_EQ(ran.code, 0) << ran.describe;
+    EXPECT_EQ(ran.out, help.out) << ran.describe;
+  }
 }
 
 TEST_F(Cli, ErrorsNeverShowAPassword) {

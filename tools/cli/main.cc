@@ -191,7 +191,11 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (command == "help") {
-    const char* help = HelpFor(rest.empty() ? "" : rest.front());
+    // `simba help --help` and `simba help help` are questions about help
+    // itself: the overview answers them.
+    const bool about_help =
+        !rest.empty() && (rest.front() == "--help" || rest.front() == "-h" || rest.front() == "help");
+    const char* help = HelpFor(rest.empty() || about_help ? "" : rest.front());
     if (help == nullptr) {
       PrintError("unknown command '" + rest.front() + "' (see 'simba --help')");
       return kExitUsage;

@@ -99,19 +99,26 @@ int StatusCommand(const std::vector<std::string>& argv) {
     return kExitOk;
   }
 
-  std::size_t name_width = 5, owner_width = 5;
+  // A free mutex shows no token: stores report 0 there, which is no token
+  // anybody holds (the next owner's is above the last one handed out).
+  const auto token_text = [](const ListedMutex& r) {
+    const MutexOwner& o = r.record.owner;
+    return o.has_owner(r.record.store_now) ? std::to_string(o.fencing_token) : std::string("-");
+  };
+  std::size_t name_width = 5, owner_width = 5, token_width = 5;
   for (const auto& r : rows) {
     name_width = std::max(name_width, r.mutex.size());
     owner_width = std::max(owner_width, r.record.owner.owner_id.size());
+    token_width = std::max(token_width, token_text(r).size());
   }
-  std::string out = Pad("MUTEX", name_width) + "  " + Pad("OWNER", owner_width) +
-                    "  TOKEN  ACQUIRED      TTL ENDS      LEASE ENDS\n";
+  std::string out = Pad("MUTEX", name_width) + "  " + Pad("OWNER", owner_width) + "  " +
+                    Pad("TOKEN", token_width) + "  ACQUIRED      TTL ENDS      LEASE ENDS\n";
   for (const auto& r : rows) {
     const MutexOwner& o = r.record.owner;
     const StoreTime now = r.record.store_now;
     const bool held = o.has_owner(now);
     out += Pad(r.mutex, name_width) + "  " + Pad(held ? o.owner_id : "-", owner_width) + "  " +
-           Pad(std::to_string(o.fencing_token), 5) + "  ";
+           Pad(token_text(r), token_width) + "  ";
     if (held) {
       out += Pad(Human(now - o.acquired_at) + " ago", 12) + "  " +
              Pad("in " + Human(o.ttl_at - now), 12) + "  in " + Human(o.transition_at - now);
