@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <mysql.h>
 #include <mysqld_error.h>
+#include <netdb.h>
 
 #include <algorithm>
 #include <atomic>
@@ -28,6 +29,7 @@
 
 #include <unistd.h>
 
+#include "core/host_lookup.h"
 #include "simba/backends/mysql.h"
 #include "simba/contend_period.h"
 #include "simba/contend_service.h"
@@ -235,6 +237,106 @@ TEST(MysqlUri, ConnectErrorsAreClearAndNeverShowThePassword) {
   EXPECT_TRUE(read.status().code() == StatusCode::kNotFound ||
               read.status().code() == StatusCode::kPermissionDenied)
       << read.status();
+}
+
+// ---- host names ------------------------------------------------------------------
+
+constexpr char kFakeHost[] = "db.simba-test.invalid";
+
+// `uri` with the test server's host (127.0.0.1) replaced by `host`.
+std::string WithHost(std::string uri, const std::string& host) {
+  const std::string server_host = "127.0.0.1";
+  return uri.replace(uri.find(server_host), server_host.size(), host);
+}
+
+// A resolver that, once released, answers `addresses` in order (or fails
+// with `error`). Shared with the lookup workers, which may outlive a test.
+struct FakeResolver {
+  Latch release;
+  std::vector<std::string> addresses = {"127.0.0.1"};
+  int error = 0;
+};
+
+class MysqlHostNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    internal::SetGetAddrInfoForTesting([fake = fake_](const char*, const char* service,
+                                                      const addrinfo* hints, addrinfo** found) {
+      // Bounded, so that a failing test cannot leave a worker behind forever.
+      fake->release.Wait(seconds(60));
+      if (fake->error != 0) return fake->error;
+      // One list of every address: glibc's freeaddrinfo frees node by node.
+      addrinfo* head = nullptr;
+      addrinfo** tail = &head;
+      for (const std::string& address : fake->addresses) {
+        if (const int rc = ::getaddrinfo(address.c_str(), service, hints, tail); rc != 0) {
+          if (head != nullptr) ::freeaddrinfo(head);
+          return rc;
+        }
+        while (*tail != nullptr) tail = &(*tail)->ai_next;
+      }
+      *found = head;
+      return 0;
+    });
+  }
+
+  void TearDown() override {
+    fake_->release.Set();
+    EXPECT_TRUE(
+        Eventually([] { return internal::HostLookupsInFlightForTesting() == 0; }, seconds(10)));
+    internal::SetGetAddrInfoForTesting({});
+  }
+
+  std::shared_ptr<FakeResolver> fake_ = std::make_shared<FakeResolver>();
+};
+
+TEST_F(MysqlHostNames, AHungResolverCannotStallACallPastItsDeadline) {
+  // With verify_identity the library must get the name (for the
+  // certificate), but our lookup first still bounds a hung resolver.
+  for (const std::string query : {"", "&ssl_mode=verify_identity"}) {
+    auto backend = Open(WithHost(SharedUri(), kFakeHost) + query);
+    ASSERT_TRUE(backend);
+    const auto deadline = milliseconds(300);
+    const auto start = steady_clock::now();
+    auto read = backend->read("m", start + deadline);
+    const auto took = steady_clock::now() - start;
+    ASSERT_FALSE(read.ok()) << query;
+    EXPECT_THAT(read.status().code(),
+                ::testing::AnyOf(StatusCode::kDeadlineExceeded, StatusCode::kUnavailable))
+        << query;
+    EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost)) << query;
+    EXPECT_LT(took, deadline + Scaled(milliseconds(1500)))
+        << query << ": " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+  }
+  // Both lookups were ours, one still hanging: the library was never asked.
+  EXPECT_EQ(internal::HostLookupsInFlightForTesting(), 1u);
+  // Once the resolver answers, a backend connects to the address.
+  fake_->release.Set();
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+}
+
+TEST_F(MysqlHostNames, AnUnknownHostIsUnavailableAndNamed) {
+  fake_->error = EAI_NONAME;
+  fake_->release.Set();
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  auto read = backend->read("m", In(seconds(5)));
+  EXPECT_THAT(read, StatusIs(StatusCode::kUnavailable, HasSubstr("cannot resolve host")));
+  EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
+}
+
+TEST_F(MysqlHostNames, EveryAddressOfANameIsTriedInTurn) {
+#ifndef __GLIBC__
+  GTEST_SKIP() << "the fake resolver chains getaddrinfo() lists, which needs glibc";
+#endif
+  // Nothing listens on 127.0.0.2 (the server is bound to 127.0.0.1).
+  fake_->addresses = {"127.0.0.2", "127.0.0.1"};
+  fake_->release.Set();
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
 }
 
 // ---- the table ---------------------------------------------------------------------

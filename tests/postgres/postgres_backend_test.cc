@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
+#include <netdb.h>
 
 #include <algorithm>
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/host_lookup.h"
 #include "simba/backends/postgres.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
@@ -131,6 +133,131 @@ TEST(PostgresUri, LibpqOptionsReachTheConnection) {
   auto disabled = Open(WithQuery(SharedUri(), "sslmode=disable"));
   ASSERT_TRUE(disabled);
   SIMBA_EXPECT_OK(disabled->read("m", In(seconds(5))));
+}
+
+// ---- host names ------------------------------------------------------------------
+
+constexpr char kFakeHost[] = "db.simba-test.invalid";
+
+// `uri` with the test server's host (127.0.0.1) replaced by `host`.
+std::string WithHost(std::string uri, const std::string& host) {
+  const std::string server_host = "127.0.0.1";
+  return uri.replace(uri.find(server_host), server_host.size(), host);
+}
+
+// A resolver that, once released, answers `addresses` in order (or fails
+// with `error`, and always for `unknown_host`). Shared with the lookup
+// workers, which may outlive a test.
+struct FakeResolver {
+  Latch release;
+  std::vector<std::string> addresses = {"127.0.0.1"};
+  int error = 0;
+  std::string unknown_host;
+};
+
+class PostgresHostNames : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    internal::SetGetAddrInfoForTesting([fake = fake_](const char* host, const char* service,
+                                                      const addrinfo* hints, addrinfo** found) {
+      // Bounded, so that a failing test cannot leave a worker behind forever.
+      fake->release.Wait(seconds(60));
+      if (fake->error != 0) return fake->error;
+      if (host == fake->unknown_host) return EAI_NONAME;
+      // One list of every address: glibc's freeaddrinfo frees node by node.
+      addrinfo* head = nullptr;
+      addrinfo** tail = &head;
+      for (const std::string& address : fake->addresses) {
+        if (const int rc = ::getaddrinfo(address.c_str(), service, hints, tail); rc != 0) {
+          if (head != nullptr) ::freeaddrinfo(head);
+          return rc;
+        }
+        while (*tail != nullptr) tail = &(*tail)->ai_next;
+      }
+      *found = head;
+      return 0;
+    });
+  }
+
+  void TearDown() override {
+    fake_->release.Set();
+    EXPECT_TRUE(
+        Eventually([] { return internal::HostLookupsInFlightForTesting() == 0; }, seconds(10)));
+    internal::SetGetAddrInfoForTesting({});
+  }
+
+  std::shared_ptr<FakeResolver> fake_ = std::make_shared<FakeResolver>();
+};
+
+TEST_F(PostgresHostNames, AHungResolverCannotStallACallPastItsDeadline) {
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  const auto deadline = milliseconds(300);
+  const auto start = steady_clock::now();
+  auto read = backend->read("m", start + deadline);
+  const auto took = steady_clock::now() - start;
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(read.status().code(),
+              ::testing::AnyOf(StatusCode::kDeadlineExceeded, StatusCode::kUnavailable));
+  EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
+  EXPECT_LT(took, deadline + Scaled(milliseconds(1500)))
+      << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
+  // The lookup was ours, and still hangs: libpq was never asked to resolve.
+  EXPECT_EQ(internal::HostLookupsInFlightForTesting(), 1u);
+  // Once the resolver answers, the same backend connects to the address.
+  fake_->release.Set();
+  EXPECT_TRUE(Eventually([&] { return backend->read("m", In(seconds(5))).ok(); }, seconds(20)));
+}
+
+TEST_F(PostgresHostNames, AnUnknownHostIsUnavailableAndNamed) {
+  fake_->error = EAI_NONAME;
+  fake_->release.Set();
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  auto read = backend->read("m", In(seconds(5)));
+  EXPECT_THAT(read, StatusIs(StatusCode::kUnavailable, HasSubstr("cannot resolve host")));
+  EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
+}
+
+TEST_F(PostgresHostNames, EveryAddressOfANameIsTriedInTurn) {
+#ifndef __GLIBC__
+  GTEST_SKIP() << "the fake resolver chains getaddrinfo() lists, which needs glibc";
+#endif
+  // Nothing listens on 127.0.0.2 (the server is bound to 127.0.0.1).
+  fake_->addresses = {"127.0.0.2", "127.0.0.1"};
+  fake_->release.Set();
+  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  ASSERT_TRUE(backend);
+  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+}
+
+TEST_F(PostgresHostNames, HostListsAreResolvedEntryByEntry) {
+  fake_->unknown_host = "unknown.simba-test.invalid";
+  fake_->release.Set();
+  auto uri = Uri::Parse(SharedUri());
+  ASSERT_THAT(uri, IsOk());
+  auto options = PostgresOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  // A socket directory without a server, a name that does not resolve (left
+  // out), then the server by name: libpq tries them in turn.
+  options->params["host"] =
+      std::string("/nonexistent-simba-dir,unknown.simba-test.invalid,") + kFakeHost;
+  auto backend = NewPostgresBackend(*options);
+  ASSERT_THAT(backend, IsOk());
+  SIMBA_EXPECT_OK((*backend)->read("m", In(seconds(10))));
+  // With no entry left to try, the lookup's error.
+  options->params["host"] = "unknown.simba-test.invalid";
+  auto unknown = NewPostgresBackend(*options);
+  ASSERT_THAT(unknown, IsOk());
+  EXPECT_THAT((*unknown)->read("m", In(seconds(5))),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("unknown.simba-test.invalid")));
+}
+
+TEST_F(PostgresHostNames, LocalhostStillConnects) {
+  internal::SetGetAddrInfoForTesting({});  // the system's resolver
+  auto backend = Open(WithHost(SharedUri(), "localhost"));
+  ASSERT_TRUE(backend);
+  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
 }
 
 TEST(PostgresTable, MissingTableWithoutPrivilegeSaysWhatToRun) {

@@ -2,12 +2,15 @@
 
 #include <errmsg.h>
 #include <mysqld_error.h>
+#include <netdb.h>
 #include <poll.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <mutex>
 
+#include "core/host_lookup.h"
 #include "core/poll_timeout.h"
 
 namespace simba::internal::mysql {
@@ -118,9 +121,53 @@ Failure ErrorOf(MYSQL* m) {
   return f;
 }
 
-Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
-                          Deadline deadline, const ConnectExtras& extras) {
-  InitLibraryOnce();
+namespace {
+
+// How often a lookup that may be cancelled looks at the wake fd: LookUpHost
+// itself watches only its deadline.
+constexpr std::chrono::milliseconds kWakeCheckInterval(50);
+
+bool Readable(int fd) {
+  pollfd p = {fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+// LookUpHost, giving up with kCancelled once `wake_fd` (if >= 0) is
+// readable. Each slice rejoins the same in-flight lookup, so slicing costs
+// no extra query.
+Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
+                                                           std::uint16_t port, Deadline deadline,
+                                                           int wake_fd) {
+  for (;;) {
+    if (wake_fd >= 0 && Readable(wake_fd)) {
+      return CancelledError("cancelled while resolving the host");
+    }
+    const Deadline slice =
+        wake_fd < 0 ? deadline : std::min(deadline, steady_clock::now() + kWakeCheckInterval);
+    Result<std::vector<ResolvedAddress>> found = LookUpHost(host, port, slice);
+    if (found.ok() || found.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) {
+      return found;
+    }
+  }
+}
+
+// "10.0.0.7", "fe80::1%eth0" ("" if none).
+std::string NumericAddress(const ResolvedAddress& address) {
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(address.address(), address.length, text, sizeof text, nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return text;
+}
+
+// One connection attempt to `host` (the endpoint's own, or one of its
+// addresses) on a new handle. `*unreachable` says whether another address
+// of the same server is worth a try.
+Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
+                            const std::string& description, Deadline deadline,
+                            const ConnectExtras& extras, bool* unreachable) {
+  *unreachable = false;
   MysqlConn conn(mysql_init(nullptr));
   if (!conn) return UnavailableError(description + ": out of memory");
   MYSQL* m = conn.get();
@@ -144,11 +191,9 @@ Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& descripti
     const my_bool verify = endpoint.ssl_mode == "verify_identity" ? 1 : 0;
     mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
   }
-  // The connect timeout, in case the call's deadline is far away.
-  deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
   MYSQL* connected = nullptr;
   int status = mysql_real_connect_start(
-      &connected, m, endpoint.host.c_str(), endpoint.user.c_str(),
+      &connected, m, host.c_str(), endpoint.user.c_str(),
       endpoint.password.empty() ? nullptr : endpoint.password.c_str(), endpoint.database.c_str(),
       endpoint.port, nullptr, extras.multi_statements ? CLIENT_MULTI_STATEMENTS : 0);
   auto cont = [&](int ready) { return mysql_real_connect_cont(&connected, m, ready); };
@@ -159,11 +204,57 @@ Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& descripti
     return DeadlineExceededError(description + ": connecting timed out");
   }
   if (connected == nullptr) {
+    const unsigned int code = mysql_errno(m);
+    *unreachable = code == CR_CONN_HOST_ERROR || code == CR_CONNECTION_ERROR;
     Failure f = ErrorOf(m);
     if (f.status.code() == StatusCode::kInternal) f.status = UnavailableError(f.status.message());
     return Status(f.status.code(), description + ": connecting: " + f.status.message());
   }
   return conn;
+}
+
+}  // namespace
+
+Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
+                          Deadline deadline, const ConnectExtras& extras) {
+  InitLibraryOnce();
+  // The connect timeout, in case the call's deadline is far away.
+  deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
+  bool unreachable = false;
+  // To libmariadb "localhost" is its Unix socket: nothing to resolve.
+  if (endpoint.host == "localhost") {
+    return ConnectTo(endpoint.host, endpoint, description, deadline, extras, &unreachable);
+  }
+  // libmariadb resolves a name with a blocking getaddrinfo() that no timeout
+  // bounds, so a hung DNS server would stall the connect past its deadline:
+  // resolve it here, within the deadline, and hand the library addresses.
+  // The port does not change the addresses; it only lets concurrent lookups
+  // of one server share a worker.
+  Result<std::vector<ResolvedAddress>> found = LookUpHostUnlessWoken(
+      endpoint.host, static_cast<std::uint16_t>(std::min(endpoint.port, 65535u)), deadline,
+      extras.wake_fd);
+  if (!found.ok()) return found.status().WithContext(description);
+  if (endpoint.ssl_mode == "verify_identity") {
+    // libmariadb checks the certificate against the host it was given, and
+    // has no option to name another: it must get the name, and looks it up
+    // again itself, unbounded. The lookup above still ends the common case,
+    // a resolver that is down or hung, by the deadline.
+    return ConnectTo(endpoint.host, endpoint, description, deadline, extras, &unreachable);
+  }
+  // Each address in the resolver's order until one answers, as libmariadb
+  // itself would try them.
+  std::vector<std::string> tried;
+  Status last = UnavailableError(description + ": cannot resolve host: no address");
+  for (const ResolvedAddress& address : *found) {
+    std::string text = NumericAddress(address);
+    if (text.empty() || std::find(tried.begin(), tried.end(), text) != tried.end()) continue;
+    if (!tried.empty() && steady_clock::now() >= deadline) break;
+    Result<MysqlConn> conn = ConnectTo(text, endpoint, description, deadline, extras, &unreachable);
+    if (conn.ok() || !unreachable) return conn;
+    last = conn.status();
+    tried.push_back(std::move(text));
+  }
+  return last;
 }
 
 ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {

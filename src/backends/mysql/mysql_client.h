@@ -93,10 +93,13 @@ struct ConnectExtras {
 };
 
 // Connects without blocking past `deadline` or the endpoint's connect
-// timeout (the host name is resolved by the library, which may block; use
-// an address or a local resolver). Errors: kDeadlineExceeded,
-// kUnavailable, kPermissionDenied, kNotFound (no such database),
-// kCancelled (woken), each prefixed with `description` (never a password).
+// timeout. The host name is resolved here within that bound and the library
+// gets its addresses (tried in turn), except "localhost" (the library's Unix
+// socket) and with ssl_mode "verify_identity", where the library needs the
+// name to verify the certificate and resolves it again itself, unbounded.
+// Errors: kDeadlineExceeded, kUnavailable (also a host that cannot be
+// resolved), kPermissionDenied, kNotFound (no such database), kCancelled
+// (woken), each prefixed with `description` (never a password).
 Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras);
 

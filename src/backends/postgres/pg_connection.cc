@@ -1,13 +1,19 @@
 #include "backends/postgres/pg_connection.h"
 
+#include <netdb.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
+#include "core/host_lookup.h"
 #include "core/log.h"
 #include "core/poll_timeout.h"
 
@@ -18,6 +24,159 @@ namespace {
 std::string WithoutTrailingNewlines(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
+}
+
+// How often a lookup that may be cancelled looks at the wake fd: LookUpHost
+// itself watches only its deadline.
+constexpr std::chrono::milliseconds kWakeCheckInterval(50);
+
+bool Readable(int fd) {
+  pollfd p = {fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+}
+
+// LookUpHost, giving up with kCancelled once `wake_fd` (if >= 0) is
+// readable. Each slice rejoins the same in-flight lookup, so slicing costs
+// no extra query.
+Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
+                                                           std::uint16_t port, Deadline deadline,
+                                                           int wake_fd) {
+  for (;;) {
+    if (wake_fd >= 0 && Readable(wake_fd)) {
+      return CancelledError("cancelled while resolving the host");
+    }
+    const Deadline slice =
+        wake_fd < 0 ? deadline
+                    : std::min(deadline, std::chrono::steady_clock::now() + kWakeCheckInterval);
+    Result<std::vector<ResolvedAddress>> found = LookUpHost(host, port, slice);
+    if (found.ok() || found.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) {
+      return found;
+    }
+  }
+}
+
+// "10.0.0.7", "fe80::1%eth0": the form libpq's hostaddr takes ("" if none).
+std::string NumericAddress(const ResolvedAddress& address) {
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(address.address(), address.length, text, sizeof text, nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return text;
+}
+
+// libpq's lists ("a,b"): split at every comma, no escapes, no trimming.
+std::vector<std::string> SplitList(const std::string& list) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = list.find(',', start);
+    items.push_back(list.substr(start, comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
+std::string JoinList(const std::vector<std::string>& items) {
+  std::string list;
+  for (std::size_t i = 0; i < items.size(); ++i) list += (i == 0 ? "" : ",") + items[i];
+  return list;
+}
+
+// A Unix-socket directory to libpq, or its default (a socket or localhost):
+// nothing to resolve.
+bool NeedsNoLookUp(const std::string& host) {
+  return host.empty() || host.front() == '/' || host.front() == '@';
+}
+
+// libpq resolves `host` with a blocking getaddrinfo() that no timeout bounds,
+// so a hung DNS server would stall the connect past its deadline. Resolving
+// here, within the deadline, and passing the addresses as `hostaddr` spares
+// libpq the lookup; `host` stays, and libpq still uses it for TLS
+// verification, .pgpass and its messages. A name with several addresses
+// becomes one list entry per address (the name repeated in `host`), so libpq
+// still tries each in turn, and so does a list of hosts, one entry after
+// another; a host that does not resolve is left out unless none does, as
+// libpq would skip it. Params that name `hostaddr` already, or whose `port`
+// list does not match `host`'s (libpq reports that), are left alone.
+Result<std::map<std::string, std::string>> WithHostAddresses(
+    std::map<std::string, std::string> params, const std::string& description,
+    Deadline deadline, int wake_fd) {
+  const auto host = params.find("host");
+  if (host == params.end() || params.count("hostaddr") != 0) return params;
+  const std::vector<std::string> hosts = SplitList(host->second);
+  const auto port = params.find("port");
+  const std::vector<std::string> ports =
+      port == params.end() ? std::vector<std::string>{""} : SplitList(port->second);
+  if (ports.size() != 1 && ports.size() != hosts.size()) return params;
+
+  std::vector<std::string> new_hosts;
+  std::vector<std::string> new_addresses;
+  std::vector<std::string> new_ports;
+  bool looked_up = false;
+  Status first_failure;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    const std::string& name = hosts[i];
+    const std::string& port_text = ports.size() == 1 ? ports.front() : ports[i];
+    if (NeedsNoLookUp(name)) {
+      new_hosts.push_back(name);
+      new_addresses.emplace_back();
+      new_ports.push_back(port_text);
+      continue;
+    }
+    // The port does not change the addresses; it only lets concurrent
+    // lookups of one server share a worker. PGPORT is not consulted.
+    std::uint16_t port_number = 5432;
+    std::uint16_t parsed = 0;
+    const char* end = port_text.data() + port_text.size();
+    if (auto [at, error] = std::from_chars(port_text.data(), end, parsed);
+        error == std::errc() && at == end && parsed != 0) {
+      port_number = parsed;
+    }
+    looked_up = true;
+    const std::string context =
+        hosts.size() == 1 ? description : description + ", host " + Quoted(name);
+    Result<std::vector<ResolvedAddress>> found =
+        LookUpHostUnlessWoken(name, port_number, deadline, wake_fd);
+    if (!found.ok()) {
+      // Past the deadline or cancelled: no other host could be tried either.
+      if (found.status().code() != StatusCode::kUnavailable) {
+        return found.status().WithContext(context);
+      }
+      if (first_failure.ok()) first_failure = found.status().WithContext(context);
+      continue;
+    }
+    std::vector<std::string> seen;
+    for (const ResolvedAddress& address : *found) {
+      std::string text = NumericAddress(address);
+      if (text.empty() || std::find(seen.begin(), seen.end(), text) != seen.end()) continue;
+      seen.push_back(text);
+      new_hosts.push_back(name);
+      new_addresses.push_back(std::move(text));
+      new_ports.push_back(port_text);
+    }
+  }
+  if (!looked_up) return params;
+  if (new_hosts.empty()) return first_failure;
+  host->second = JoinList(new_hosts);
+  params["hostaddr"] = JoinList(new_addresses);
+  if (ports.size() > 1) port->second = JoinList(new_ports);
+  return params;
+}
+
+// libpq's connect_timeout (whole seconds) as a bound on the lookup too, in
+// case the call's deadline is far away; `deadline` when it is unset or bad.
+Deadline WithConnectTimeout(const std::map<std::string, std::string>& params, Deadline deadline) {
+  const auto timeout = params.find("connect_timeout");
+  if (timeout == params.end()) return deadline;
+  const std::string& text = timeout->second;
+  int seconds = 0;
+  const char* end = text.data() + text.size();
+  if (auto [at, error] = std::from_chars(text.data(), end, seconds);
+      error != std::errc() || at != end || seconds <= 0) {
+    return deadline;
+  }
+  return std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(seconds));
 }
 
 }  // namespace
@@ -94,9 +253,12 @@ Status ResultStatus(PGresult* result, sql::SqlFailure* failure) {
 
 Result<PgConn> Connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd) {
+  SIMBA_ASSIGN_OR_RETURN(
+      const auto resolved,
+      WithHostAddresses(params, description, WithConnectTimeout(params, deadline), wake_fd));
   std::vector<const char*> keys;
   std::vector<const char*> values;
-  for (const auto& [k, v] : params) {
+  for (const auto& [k, v] : resolved) {
     keys.push_back(k.c_str());
     values.push_back(v.c_str());
   }

@@ -64,8 +64,11 @@ Status ResultStatus(PGresult* result, sql::SqlFailure* failure);
 // Connects without blocking past `deadline`, and returns the connection in
 // nonblocking mode with libpq's notices sent to our debug log. When
 // `wake_fd` (if >= 0) becomes readable first, gives up with kCancelled.
+// Host names are resolved here within the deadline (and `connect_timeout`),
+// not by libpq, unless `params` name a `hostaddr` already.
 // Errors: kPermissionDenied (authentication), kNotFound (no such database
-// or role), kUnavailable, kDeadlineExceeded.
+// or role), kUnavailable (also a host that cannot be resolved),
+// kDeadlineExceeded.
 Result<PgConn> Connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd = -1);
 
