@@ -53,9 +53,9 @@ enum class LossCause {
   // gone.
   kOtherOwner,
   // The store pushed that our hold was taken away before its lease ended
-  // (an operator's `simba release --force`, a deleted key or node). Stores
-  // that cannot tell (the SQL stores, Redis) report a forced release as
-  // kOtherOwner, at the owner's next renewal.
+  // (an operator's `simba release --force`, a deleted key or node). A store
+  // that cannot tell (MySQL) reports a forced release as kOtherOwner, at the
+  // owner's next renewal.
   kForcedRelease,
 };
 

@@ -57,6 +57,10 @@ struct KeyedLockCapabilities {
   // Longest key in bytes (longer keys are kInvalidArgument, never truncated;
   // a backend that hashes long keys says so in `mechanism` and allows them).
   std::size_t max_key_length = 255;
+  // The backend reports each hold to metrics and lock events itself (the
+  // lease backend, whose holds are contend services). Otherwise the
+  // provider reports them (KeyedLockOptions::metrics and ::events).
+  bool reports_holds = false;
 };
 
 // One store-level hold of a key. Destroying it without release() must still

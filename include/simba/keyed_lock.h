@@ -74,10 +74,13 @@ struct KeyedLockOptions {
   }();
   // Time source of the max_hold watchdog. Default: Clock::Steady().
   std::shared_ptr<Clock> clock;
-  // Where holds on lease stores (SQLite, Redis, ZooKeeper, etcd) report, as
-  // FactoryOptions::metrics and ::events; each key is a mutex there. The
-  // PostgreSQL, MySQL and memory keyed backends (the server's own locks)
-  // report nothing yet. Default: none.
+  // Where holds report, as FactoryOptions::metrics and ::events; each key is
+  // a mutex there. On lease stores (SQLite, Redis, ZooKeeper, etcd) a hold
+  // is a contend service and reports as one (renewals included). On the
+  // servers' own locks (PostgreSQL, MySQL, memory) the provider reports:
+  // acquired (with the wait), released, lost (kOtherOwner when the store
+  // ended the hold, kDeadlinePassed at max_hold) and store errors, with the
+  // provider's contender id, on the thread where each happens. Default: none.
   std::shared_ptr<Metrics> metrics;
   std::shared_ptr<LockEventListener> events;
 };

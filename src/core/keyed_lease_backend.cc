@@ -43,6 +43,7 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend {
     capabilities_.push_handoff = store.push_release;
     capabilities_.freed_with_session = store.ends_with_session;
     capabilities_.max_key_length = store.max_mutex_length;
+    capabilities_.reports_holds = true;
   }
 
   std::string_view scheme() const override { return factory_->backend()->scheme(); }

@@ -12,6 +12,7 @@
 
 #include "core/log.h"
 #include "core/runtime.h"
+#include "simba/contender.h"
 
 namespace simba {
 
@@ -31,6 +32,77 @@ constexpr milliseconds kReleaseTimeout{5000};
 Deadline ReleaseDeadline() { return std::chrono::steady_clock::now() + kReleaseTimeout; }
 
 }  // namespace
+
+// Reports the holds of a backend that does not report them itself (the
+// servers' own keyed locks: PostgreSQL, MySQL, memory) the way contend
+// services report theirs: each key is a mutex, the provider one contender.
+// Events go out on the thread where they happen (the acquiring or
+// releasing thread, the watchdog's timer, the store's callback), never
+// under a lock of ours; the holds of one key by one thread come in order.
+class HoldReporter {
+ public:
+  HoldReporter() = default;
+  HoldReporter(std::string store, std::shared_ptr<Metrics> metrics,
+               std::shared_ptr<LockEventListener> events, std::shared_ptr<Clock> clock)
+      : store_(std::move(store)),
+        contender_id_(MutexContender::GenerateHostContenderId()),
+        metrics_(std::move(metrics)),
+        events_(std::move(events)),
+        clock_(std::move(clock)) {}
+
+  bool active() const { return metrics_ != nullptr || events_ != nullptr; }
+
+  void Waiting(const std::string& key, int delta) const {
+    if (metrics_) metrics_->waiting_changed(MetricLabels{store_, key}, delta);
+  }
+  void Acquired(const std::string& key, std::uint64_t token, std::chrono::microseconds waited,
+                milliseconds max_hold) const {
+    if (metrics_) metrics_->acquired(MetricLabels{store_, key}, waited, std::nullopt);
+    if (!events_) return;
+    LockEvent event = Make(LockEvent::Kind::kAcquired, key, token);
+    event.waited = waited;
+    event.lease_left = max_hold;  // the hold ends at max_hold unless released
+    events_->on_event(event);
+  }
+  void Released(const std::string& key, std::uint64_t token) const {
+    if (metrics_) metrics_->released(MetricLabels{store_, key});
+    if (events_) events_->on_event(Make(LockEvent::Kind::kReleased, key, token));
+  }
+  void Lost(const std::string& key, std::uint64_t token, LossCause cause, std::string why) const {
+    if (metrics_) metrics_->lost(MetricLabels{store_, key}, cause);
+    if (!events_) return;
+    LockEvent event = Make(LockEvent::Kind::kLost, key, token);
+    event.cause = cause;
+    event.error = AbortedError(std::move(why));
+    events_->on_event(event);
+  }
+  void StoreError(const std::string& key, const Status& error) const {
+    if (metrics_) metrics_->store_error(MetricLabels{store_, key}, false);
+    if (!events_) return;
+    LockEvent event = Make(LockEvent::Kind::kStoreError, key, 0);
+    event.error = error;
+    events_->on_event(event);
+  }
+
+ private:
+  LockEvent Make(LockEvent::Kind kind, const std::string& key, std::uint64_t token) const {
+    LockEvent event;
+    event.kind = kind;
+    event.store = store_;
+    event.mutex = key;
+    event.contender_id = contender_id_;
+    event.fencing_token = token;
+    event.time = std::chrono::system_clock::now();
+    event.monotonic = clock_->Now().time_since_epoch();
+    return event;
+  }
+
+  std::string store_;
+  std::string contender_id_;
+  std::shared_ptr<Metrics> metrics_;
+  std::shared_ptr<LockEventListener> events_;
+  std::shared_ptr<Clock> clock_ = Clock::Steady();
+};
 
 class KeyedProviderState;
 
@@ -113,15 +185,18 @@ class KeyedHold {
 // and the table of (thread, key) acquisitions for reentrancy.
 class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderState> {
  public:
-  KeyedProviderState(std::shared_ptr<KeyedLockBackend> backend, std::shared_ptr<Clock> clock)
+  KeyedProviderState(std::shared_ptr<KeyedLockBackend> backend, std::shared_ptr<Clock> clock,
+                     HoldReporter reporter)
       : backend_(std::move(backend)),
         clock_(std::move(clock)),
+        reporter_(std::move(reporter)),
         // One timer thread for the watchdogs and one I/O thread to free
         // keys they (or a loss) end: the holder's threads do the rest.
         runtime_(std::make_unique<Runtime>(clock_, 1, 1)) {}
 
   const std::shared_ptr<KeyedLockBackend>& backend() const { return backend_; }
   const std::shared_ptr<Clock>& clock() const { return clock_; }
+  const HoldReporter& reporter() const { return reporter_; }
 
   // The live acquisition of `key` by this thread, with one more lease on it.
   std::shared_ptr<KeyedHold> Reenter(const std::string& key) {
@@ -165,6 +240,8 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kReleased, &watchdog);
     if (watchdog != 0) runtime_->Cancel(watchdog);
     if (store_hold == nullptr) return OkStatus();  // the watchdog or a loss was first
+    // Given up before the store hears it, as a contend service's stop().
+    reporter_.Released(hold->key(), hold->token());
     return store_hold->release(std::chrono::steady_clock::now() + kReleaseTimeout)
         .WithContext("releasing key '" + hold->key() + "'");
   }
@@ -179,8 +256,12 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     if (store_hold == nullptr) return;
     if (why == KeyedHold::Ending::kWatchdog) {
       SIMBA_LOG(kWarn, "key '" << hold->key() << "': held for its whole max_hold; freeing it");
+      reporter_.Lost(hold->key(), hold->token(), LossCause::kDeadlinePassed,
+                     "held for its whole max_hold");
     } else {
       SIMBA_LOG(kWarn, "key '" << hold->key() << "': the store ended the hold");
+      reporter_.Lost(hold->key(), hold->token(), LossCause::kOtherOwner,
+                     "the store ended the hold (its session or lock was lost)");
     }
     auto shared = std::make_shared<std::unique_ptr<KeyHold>>(std::move(store_hold));
     const std::string key = hold->key();
@@ -208,7 +289,9 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     for (const auto& hold : holds) {
       Runtime::TimerId watchdog = 0;
       std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kProviderClosed, &watchdog);
-      if (store_hold != nullptr) (void)store_hold->release(ReleaseDeadline());
+      if (store_hold == nullptr) continue;
+      reporter_.Released(hold->key(), hold->token());
+      (void)store_hold->release(ReleaseDeadline());
     }
     runtime_->Shutdown();
   }
@@ -221,6 +304,7 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
 
   const std::shared_ptr<KeyedLockBackend> backend_;
   const std::shared_ptr<Clock> clock_;
+  const HoldReporter reporter_;
   const std::unique_ptr<Runtime> runtime_;
   std::mutex mu_;
   std::map<std::pair<std::thread::id, std::string>, Entry> table_;
@@ -285,11 +369,28 @@ class KeyedLockProviderImpl final : public KeyedLockProvider {
       auto state = provider.lock();
       if (h != nullptr && state != nullptr) state->EndInBackground(h, KeyedHold::Ending::kLost);
     };
-    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<KeyHold> store_hold,
-                           state_->backend()->acquire(request));
+    const HoldReporter& reporter = state_->reporter();
+    const auto asked = std::chrono::steady_clock::now();
+    reporter.Waiting(key, +1);
+    Result<std::unique_ptr<KeyHold>> acquired = state_->backend()->acquire(request);
+    reporter.Waiting(key, -1);
+    if (!acquired.ok()) {
+      // The caller's own doing (a cancel, a bad request) is no store error.
+      const StatusCode code = acquired.status().code();
+      if (code != StatusCode::kCancelled && code != StatusCode::kInvalidArgument) {
+        reporter.StoreError(key, acquired.status());
+      }
+      return acquired.status();
+    }
+    std::unique_ptr<KeyHold> store_hold = std::move(*acquired);
     if (store_hold == nullptr) return std::optional<Lease>();
+    const std::uint64_t token = store_hold->fencing_token();
     // max_hold counts from the grant: the wait is not part of the hold.
     hold->Granted(std::move(store_hold), state_->clock()->Now() + max_hold, state_->clock());
+    reporter.Acquired(key, token,
+                      std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - asked),
+                      max_hold);
     state_->Track(hold);
     return std::optional<Lease>(Lease(std::move(hold)));
   }
@@ -355,7 +456,14 @@ Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::create(
   if (backend == nullptr) return InvalidArgumentError("backend must not be null");
   SIMBA_RETURN_IF_ERROR(options.lease.Validate());
   if (options.clock == nullptr) options.clock = Clock::Steady();
-  auto state = std::make_shared<internal::KeyedProviderState>(std::move(backend), options.clock);
+  // A backend that reports its holds itself got the sinks when it was made.
+  internal::HoldReporter reporter;
+  if (!backend->capabilities().reports_holds) {
+    reporter = internal::HoldReporter(std::string(backend->scheme()), std::move(options.metrics),
+                                      std::move(options.events), options.clock);
+  }
+  auto state = std::make_shared<internal::KeyedProviderState>(std::move(backend), options.clock,
+                                                              std::move(reporter));
   return std::unique_ptr<KeyedLockProvider>(
       std::make_unique<internal::KeyedLockProviderImpl>(std::move(state)));
 }

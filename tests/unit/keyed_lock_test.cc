@@ -6,11 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
+#include <vector>
 #include <mutex>
 #include <thread>
 
 #include "simba/clock.h"
+#include "simba/backends/memory.h"
 #include "simba/keyed_lock.h"
+#include "simba/metrics.h"
+#include "simba/registry.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 
@@ -198,6 +203,136 @@ TEST_F(KeyedLockTest, WaitersOfTheMemoryStoreAreServedInArrivalOrder) {
   SIMBA_ASSERT_OK(holder->release());
   for (auto& waiter : waiters) waiter.join();
   EXPECT_THAT(order, ::testing::ElementsAre(0, 1, 2, 3, 4));
+}
+
+// What the provider reported, as text: "kind key token [cause]".
+class EventRecorder final : public LockEventListener {
+ public:
+  void on_event(const LockEvent& e) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::string line = std::string(LockEventKindName(e.kind)) + " " + e.mutex + " " +
+                       std::to_string(e.fencing_token);
+    if (e.cause) line += " " + std::string(LossCauseName(*e.cause));
+    lines_.push_back(line);
+    if (e.kind == LockEvent::Kind::kAcquired) {
+      waited_ok_ = waited_ok_ && e.waited.has_value() && !e.contender_id.empty() &&
+                   e.store == "memory";
+    }
+  }
+  std::vector<std::string> lines() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lines_;
+  }
+  bool waited_ok() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return waited_ok_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::string> lines_;
+  bool waited_ok_ = true;
+};
+
+// The servers' own keyed locks (here memory://) report through the provider,
+// as contend services do: acquired, released, lost (at max_hold), and the
+// waiting gauge while a thread waits.
+TEST_F(KeyedLockTest, NativeHoldsReportToMetricsAndEvents) {
+  auto metrics = std::make_shared<PrometheusMetrics>();
+  auto events = std::make_shared<EventRecorder>();
+  KeyedLockOptions options;
+  options.clock = clock_;
+  options.metrics = metrics;
+  options.events = events;
+  auto provider =
+      KeyedLockProvider::create(NewMemoryKeyedLockBackend("reports").value(), options).value();
+  auto other = Provider("reports");
+
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  const std::uint64_t first = lease->fencing_token();
+  SIMBA_ASSERT_OK(lease->release());
+
+  // A wait: the waiting gauge shows it while the key is held elsewhere.
+  auto blocker = other->acquire("w", seconds(60));
+  ASSERT_THAT(blocker, testing::IsOk());
+  Lease held_w;  // kept until max_hold: the watchdog ends it (a loss)
+  std::thread waiter([&] {
+    auto waited = provider->acquire("w", seconds(1));
+    ASSERT_THAT(waited, testing::IsOk());
+    held_w = std::move(*waited);
+  });
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return metrics->expose().find("simba_contenders_waiting{store=\"memory\",mutex=\"w\"} 1") !=
+               std::string::npos;
+      },
+      seconds(5)));
+  SIMBA_ASSERT_OK(blocker->release());
+  waiter.join();
+  ASSERT_TRUE(TimerWaitsFor(clock_->Now() + seconds(1)));
+  clock_->Advance(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return events->lines().size() == 4; }, seconds(5)));
+
+  const std::vector<std::string> lines = events->lines();
+  EXPECT_EQ(lines[0], "acquired k " + std::to_string(first));
+  EXPECT_EQ(lines[1], "released k " + std::to_string(first));
+  EXPECT_EQ(lines[2].rfind("acquired w ", 0), 0u) << lines[2];
+  EXPECT_EQ(lines[3].rfind("lost w ", 0), 0u) << lines[3];
+  EXPECT_NE(lines[3].find(" deadline_passed"), std::string::npos) << lines[3];
+  EXPECT_TRUE(events->waited_ok());
+  const std::string text = metrics->expose();
+  EXPECT_NE(text.find("simba_acquisitions_total{store=\"memory\",mutex=\"k\"} 1"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("simba_releases_total{store=\"memory\",mutex=\"k\"} 1"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("simba_losses_total{store=\"memory\",mutex=\"w\",cause=\"deadline_passed\"} 1"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("simba_contenders_waiting{store=\"memory\",mutex=\"w\"} 0"),
+            std::string::npos) << text;
+}
+
+// A store that ends a hold (a lost session) is a loss the store caused.
+TEST_F(KeyedLockTest, AStoreLossIsReportedAsOtherOwner) {
+  auto backend = std::make_shared<LosingBackend>();
+  auto events = std::make_shared<EventRecorder>();
+  KeyedLockOptions options;
+  options.clock = clock_;
+  options.events = events;
+  auto provider = KeyedLockProvider::create(backend, options).value();
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  backend->LoseTheHold();
+  SIMBA_EXPECT_OK(lease->release());  // after the loss: no second ending
+  const std::vector<std::string> lines = events->lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], "acquired k 1");
+  EXPECT_EQ(lines[1], "lost k 1 other_owner");
+}
+
+// Holds of the lease backend are contend services, which report
+// themselves: the provider adds nothing (nothing counted twice).
+TEST_F(KeyedLockTest, LeaseHoldsAreReportedOnce) {
+  auto metrics = std::make_shared<PrometheusMetrics>();
+  auto store = OpenBackend("memory://keyed-once").value();
+  auto backend = NewLeaseKeyedLockBackend(store, KeyedLockOptions().lease, metrics).value();
+  EXPECT_TRUE(backend->capabilities().reports_holds);
+  KeyedLockOptions options;
+  options.metrics = metrics;
+  auto provider = KeyedLockProvider::create(backend, options).value();
+  auto lease = provider->acquire("k", seconds(10));
+  ASSERT_THAT(lease, testing::IsOk());
+  SIMBA_ASSERT_OK(lease->release());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return metrics->expose().find("simba_releases_total{store=\"memory\",mutex=\"k\"} 1") !=
+               std::string::npos;
+      },
+      seconds(5)))
+      << metrics->expose();
+  EXPECT_NE(metrics->expose().find("simba_acquisitions_total{store=\"memory\",mutex=\"k\"} 1"),
+            std::string::npos)
+      << metrics->expose();
 }
 
 }  // namespace
