@@ -1,5 +1,8 @@
 #include "core/host_lookup.h"
 
+#include <poll.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -136,6 +139,37 @@ Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::ui
   }
   // A copy: other callers may be waiting for the same answer.
   return *lookup->result;
+}
+
+Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
+                                                           std::uint16_t port, Deadline deadline,
+                                                           int wake_fd) {
+  constexpr std::chrono::milliseconds kWakeCheckInterval(50);
+  const auto readable = [](int fd) {
+    pollfd p = {fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
+  };
+  for (;;) {
+    if (wake_fd >= 0 && readable(wake_fd)) {
+      return CancelledError("cancelled while resolving the host");
+    }
+    const Deadline slice =
+        wake_fd < 0 ? deadline
+                    : std::min(deadline, std::chrono::steady_clock::now() + kWakeCheckInterval);
+    Result<std::vector<ResolvedAddress>> found = LookUpHost(host, port, slice);
+    if (found.ok() || found.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) {
+      return found;
+    }
+  }
+}
+
+std::string NumericAddress(const ResolvedAddress& address) {
+  char text[NI_MAXHOST] = {};
+  if (::getnameinfo(address.address(), address.length, text, sizeof text, nullptr, 0,
+                    NI_NUMERICHOST) != 0) {
+    return "";
+  }
+  return text;
 }
 
 void SetGetAddrInfoForTesting(GetAddrInfoFunction get_addr_info) {

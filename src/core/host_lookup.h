@@ -55,6 +55,18 @@ struct ResolvedAddress {
 Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::uint16_t port,
                                                 Deadline deadline);
 
+// LookUpHost, also giving up (kCancelled) once `wake_fd` is readable (-1:
+// never), for callers that can be cancelled through a wake fd. It looks at
+// the fd every 50 ms; each look rejoins the same in-flight lookup, so this
+// costs no extra query.
+Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
+                                                           std::uint16_t port, Deadline deadline,
+                                                           int wake_fd);
+
+// The numeric form of `address` ("10.0.0.7", "fe80::1%eth0"), as client
+// libraries take it in place of a name; "" if it has none.
+std::string NumericAddress(const ResolvedAddress& address);
+
 // getaddrinfo()'s signature and contract: 0 and `*found` (to be freed with
 // freeaddrinfo()), or an EAI_ code.
 using GetAddrInfoFunction = std::function<int(const char* host, const char* service,

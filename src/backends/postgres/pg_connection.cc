@@ -26,45 +26,6 @@ std::string WithoutTrailingNewlines(std::string text) {
   return text;
 }
 
-// How often a lookup that may be cancelled looks at the wake fd: LookUpHost
-// itself watches only its deadline.
-constexpr std::chrono::milliseconds kWakeCheckInterval(50);
-
-bool Readable(int fd) {
-  pollfd p = {fd, POLLIN, 0};
-  return ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN) != 0;
-}
-
-// LookUpHost, giving up with kCancelled once `wake_fd` (if >= 0) is
-// readable. Each slice rejoins the same in-flight lookup, so slicing costs
-// no extra query.
-Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
-                                                           std::uint16_t port, Deadline deadline,
-                                                           int wake_fd) {
-  for (;;) {
-    if (wake_fd >= 0 && Readable(wake_fd)) {
-      return CancelledError("cancelled while resolving the host");
-    }
-    const Deadline slice =
-        wake_fd < 0 ? deadline
-                    : std::min(deadline, std::chrono::steady_clock::now() + kWakeCheckInterval);
-    Result<std::vector<ResolvedAddress>> found = LookUpHost(host, port, slice);
-    if (found.ok() || found.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) {
-      return found;
-    }
-  }
-}
-
-// "10.0.0.7", "fe80::1%eth0": the form libpq's hostaddr takes ("" if none).
-std::string NumericAddress(const ResolvedAddress& address) {
-  char text[NI_MAXHOST] = {};
-  if (::getnameinfo(address.address(), address.length, text, sizeof text, nullptr, 0,
-                    NI_NUMERICHOST) != 0) {
-    return "";
-  }
-  return text;
-}
-
 // libpq's lists ("a,b"): split at every comma, no escapes, no trimming.
 std::vector<std::string> SplitList(const std::string& list) {
   std::vector<std::string> items;
