@@ -21,6 +21,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "testing/fake_resolver.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
@@ -145,49 +146,7 @@ std::string WithHost(std::string uri, const std::string& host) {
   return uri.replace(uri.find(server_host), server_host.size(), host);
 }
 
-// A resolver that, once released, answers `addresses` in order (or fails
-// with `error`, and always for `unknown_host`). Shared with the lookup
-// workers, which may outlive a test.
-struct FakeResolver {
-  Latch release;
-  std::vector<std::string> addresses = {"127.0.0.1"};
-  int error = 0;
-  std::string unknown_host;
-};
-
-class PostgresHostNames : public ::testing::Test {
- protected:
-  void SetUp() override {
-    internal::SetGetAddrInfoForTesting([fake = fake_](const char* host, const char* service,
-                                                      const addrinfo* hints, addrinfo** found) {
-      // Bounded, so that a failing test cannot leave a worker behind forever.
-      fake->release.Wait(seconds(60));
-      if (fake->error != 0) return fake->error;
-      if (host == fake->unknown_host) return EAI_NONAME;
-      // One list of every address: glibc's freeaddrinfo frees node by node.
-      addrinfo* head = nullptr;
-      addrinfo** tail = &head;
-      for (const std::string& address : fake->addresses) {
-        if (const int rc = ::getaddrinfo(address.c_str(), service, hints, tail); rc != 0) {
-          if (head != nullptr) ::freeaddrinfo(head);
-          return rc;
-        }
-        while (*tail != nullptr) tail = &(*tail)->ai_next;
-      }
-      *found = head;
-      return 0;
-    });
-  }
-
-  void TearDown() override {
-    fake_->release.Set();
-    EXPECT_TRUE(
-        Eventually([] { return internal::HostLookupsInFlightForTesting() == 0; }, seconds(10)));
-    internal::SetGetAddrInfoForTesting({});
-  }
-
-  std::shared_ptr<FakeResolver> fake_ = std::make_shared<FakeResolver>();
-};
+using PostgresHostNames = FakeResolverTest;
 
 TEST_F(PostgresHostNames, AHungResolverCannotStallACallPastItsDeadline) {
   auto backend = Open(WithHost(SharedUri(), kFakeHost));
