@@ -1242,7 +1242,10 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
     const std::size_t acquired_at = header.find("ACQUIRED");
     ASSERT_NE(token_at, std::string::npos) << all.describe;
     ASSERT_NE(acquired_at, std::string::npos) << all.describe;
-    EXPECT_EQ(held_line.find(std::to_string(*token) + " "), token_at) << all.describe;
+    // (Compared in place: a short token like "1" also occurs in the names.)
+    const std::string token_cell = std::to_string(*token) + " ";
+    EXPECT_EQ(held_line.compare(token_at, token_cell.size(), token_cell), 0) << all.describe;
+    EXPECT_EQ(held_line[token_at - 1], ' ') << all.describe;
     // "<n>s ago" starts right under ACQUIRED.
     ASSERT_GT(held_line.size(), acquired_at) << all.describe;
     EXPECT_EQ(held_line[acquired_at - 1], ' ') << all.describe;
