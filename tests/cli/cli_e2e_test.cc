@@ -2,8 +2,8 @@
 // the real binary, started as separate processes, sharing a store.
 //
 // Value-parameterized over the stores that several processes can share. A
-// backend joins with one more CliTarget in the INSTANTIATE_TEST_SUITE_P list
-// at the bottom of this file.
+// backend joins with one more CliTarget function (listed in
+// TargetsOfThisBinary at the bottom) and a binary in tests/CMakeLists.txt.
 //
 // Every wait has a timeout (scaled by SIMBA_TEST_TIME_SCALE), so a hang fails
 // the test instead of hanging ctest. Every process a test starts is killed and
@@ -24,6 +24,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -33,6 +34,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -49,6 +51,11 @@
 extern char** environ;
 
 namespace simba::testing {
+
+// The store this binary's tests run on ("sqlite", "redis", ...): defined by
+// tests/cli/cli_store.cc, built into each store's binary with its name.
+std::string_view CliStoreOfThisBinary();
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -85,7 +92,7 @@ std::string CliTargetName(const ::testing::TestParamInfo<CliTarget>& info) {
   return info.param.name;
 }
 
-[[maybe_unused]] CliTarget SqliteTarget() {
+CliTarget SqliteTarget() {
   return {"sqlite",
           [](const std::string& dir, const std::string& unique) {
             return "sqlite://" + dir + "/" + unique + ".db";
@@ -93,7 +100,6 @@ std::string CliTargetName(const ::testing::TestParamInfo<CliTarget>& info) {
           "sqlite:///nonexistent-dir/x.db"};
 }
 
-#if SIMBA_CLI_REDIS
 // Every test gets a key prefix of its own on the shared server. Port 1 on
 // loopback refuses connections: an unreachable store.
 CliTarget RedisTarget() {
@@ -103,8 +109,6 @@ CliTarget RedisTarget() {
           },
           "redis://127.0.0.1:1"};
 }
-#endif
-#if SIMBA_CLI_POSTGRES
 // Every test gets a table of its own in the shared database.
 CliTarget PostgresTarget() {
   return {"postgres",
@@ -115,8 +119,6 @@ CliTarget PostgresTarget() {
           },
           "postgresql://nobody@127.0.0.1:1/db"};
 }
-#endif
-#if SIMBA_CLI_MYSQL
 // Every test gets a table of its own in the shared database.
 CliTarget MysqlTarget() {
   return {"mysql",
@@ -127,8 +129,6 @@ CliTarget MysqlTarget() {
           },
           "mysql://nobody@127.0.0.1:1/db"};
 }
-#endif
-#if SIMBA_CLI_ZOOKEEPER
 // Every test gets a root node of its own on the shared server.
 CliTarget ZookeeperTarget() {
   return {"zookeeper",
@@ -137,8 +137,6 @@ CliTarget ZookeeperTarget() {
           },
           "zookeeper://127.0.0.1:1?connect_timeout=1s"};
 }
-#endif
-#if SIMBA_CLI_ETCD
 // Every test gets a key prefix of its own on the shared server.
 CliTarget EtcdTarget() {
   return {"etcd",
@@ -147,7 +145,6 @@ CliTarget EtcdTarget() {
           },
           "etcd://127.0.0.1:1"};
 }
-#endif
 
 // ---- processes -------------------------------------------------------------------
 
@@ -328,9 +325,9 @@ struct Ran {
 
 // ---- JSON (testing/json_reader.h) ----------------------------------------------------
 
-// Store-agnostic tests run once, in the SQLite build of this file.
-#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL && !SIMBA_CLI_ZOOKEEPER && \
-    !SIMBA_CLI_ETCD
+// Store-agnostic tests run once: SIMBA_CLI_STORE_AGNOSTIC is set only in the
+// SQLite binary's build of this file.
+#if SIMBA_CLI_STORE_AGNOSTIC
 TEST(CliJsonReader, ReadsTheDocumentedShape) {
   const std::string doc = R"({"store": "sqlite:///tmp/s.db", "mutexes": [
     {"mutex": "orders", "held": true, "owner": "0:4711@host/9f2c01aa", "fencing_token": 7,
@@ -1427,8 +1424,7 @@ TEST_P(CliE2E, ForcedReleaseOfAFreeMutexSucceeds) {
 
 // ---- 10. help, version, passwords -----------------------------------------------------------
 
-#if !SIMBA_CLI_REDIS && !SIMBA_CLI_POSTGRES && !SIMBA_CLI_MYSQL && !SIMBA_CLI_ZOOKEEPER && \
-    !SIMBA_CLI_ETCD
+#if SIMBA_CLI_STORE_AGNOSTIC
 TEST_F(Cli, HelpForEveryCommandShowsAnExample) {
   for (const std::string command : {"run", "elect", "status", "release"}) {
     for (const auto& args : std::vector<std::vector<std::string>>{{command, "--help"},
@@ -1496,22 +1492,23 @@ TEST_F(Cli, ErrorsNeverShowAPassword) {
 
 #endif  // store-agnostic tests
 
-// This file builds once per store: simba_cli_tests on SQLite, and with
-// SIMBA_CLI_REDIS / _POSTGRES / _MYSQL / _ZOOKEEPER / _ETCD simba_cli_<store>_tests on the test
-// servers (ctest fixtures), so `ctest -L <store>` covers the CLI there.
-#if SIMBA_CLI_REDIS
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(RedisTarget()), CliTargetName);
-#elif SIMBA_CLI_POSTGRES
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(PostgresTarget()), CliTargetName);
-#elif SIMBA_CLI_MYSQL
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(MysqlTarget()), CliTargetName);
-#elif SIMBA_CLI_ZOOKEEPER
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(ZookeeperTarget()), CliTargetName);
-#elif SIMBA_CLI_ETCD
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(EtcdTarget()), CliTargetName);
-#else
-INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::Values(SqliteTarget()), CliTargetName);
-#endif
+// Each store's binary (simba_cli_tests on SQLite, simba_cli_<store>_tests
+// on the test servers, whose ctest fixtures start them) links these tests
+// and names its store in CliStoreOfThisBinary(), so `ctest -L <store>`
+// covers the CLI there while the tests compile once.
+std::vector<CliTarget> TargetsOfThisBinary() {
+  const std::string_view store = CliStoreOfThisBinary();
+  for (CliTarget (*make)() : {SqliteTarget, RedisTarget, PostgresTarget, MysqlTarget,
+                              ZookeeperTarget, EtcdTarget}) {
+    if (CliTarget target = make(); target.name == store) return {target};
+  }
+  std::fprintf(stderr, "cli tests: no store named '%.*s'\n", static_cast<int>(store.size()),
+               store.data());
+  std::abort();
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::ValuesIn(TargetsOfThisBinary()),
+                         CliTargetName);
 
 }  // namespace
 }  // namespace simba::testing
