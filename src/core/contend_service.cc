@@ -520,30 +520,33 @@ LockEvent ServiceCore::MakeEventLocked(LockEvent::Kind kind, std::uint64_t token
 void ServiceCore::ReportLocked(LockEvent event, bool renewal) {
   if (!observers_.any()) return;
   strand_->Post([observers = observers_, event = std::move(event), renewal] {
-    if (observers.metrics) {
-      const MetricLabels labels{event.store, event.mutex};
-      Metrics& metrics = *observers.metrics;
-      switch (event.kind) {
-        case LockEvent::Kind::kAcquired:
-          metrics.acquired(labels, event.waited.value_or(std::chrono::microseconds(0)),
-                           event.handoff);
-          break;
-        case LockEvent::Kind::kRenewed:
-          metrics.renewed(labels, event.margin.value_or(std::chrono::microseconds(0)));
-          break;
-        case LockEvent::Kind::kLost:
-          metrics.lost(labels, event.cause.value_or(LossCause::kOtherOwner));
-          break;
-        case LockEvent::Kind::kReleased:
-          metrics.released(labels);
-          break;
-        case LockEvent::Kind::kStoreError:
-          metrics.store_error(labels, renewal);
-          break;
-      }
-    }
-    if (observers.events) observers.events->on_event(event);
+    observers.Deliver(event, renewal);
   });
+}
+
+void Observers::Deliver(const LockEvent& event, bool renewal) const {
+  if (metrics) {
+    const MetricLabels labels{event.store, event.mutex};
+    switch (event.kind) {
+      case LockEvent::Kind::kAcquired:
+        metrics->acquired(labels, event.waited.value_or(std::chrono::microseconds(0)),
+                          event.handoff);
+        break;
+      case LockEvent::Kind::kRenewed:
+        metrics->renewed(labels, event.margin.value_or(std::chrono::microseconds(0)));
+        break;
+      case LockEvent::Kind::kLost:
+        metrics->lost(labels, event.cause.value_or(LossCause::kOtherOwner));
+        break;
+      case LockEvent::Kind::kReleased:
+        metrics->released(labels);
+        break;
+      case LockEvent::Kind::kStoreError:
+        metrics->store_error(labels, renewal);
+        break;
+    }
+  }
+  if (events) events->on_event(event);
 }
 
 void ServiceCore::SetWaitingLocked(bool waiting) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/observers.h"
 #include "core/runtime.h"
 #include "simba/contender.h"
 
@@ -42,46 +43,38 @@ Deadline ReleaseDeadline() { return std::chrono::steady_clock::now() + kReleaseT
 class HoldReporter {
  public:
   HoldReporter() = default;
-  HoldReporter(std::string store, std::shared_ptr<Metrics> metrics,
-               std::shared_ptr<LockEventListener> events, std::shared_ptr<Clock> clock)
+  HoldReporter(std::string store, Observers observers, std::shared_ptr<Clock> clock)
       : store_(std::move(store)),
         contender_id_(MutexContender::GenerateHostContenderId()),
-        metrics_(std::move(metrics)),
-        events_(std::move(events)),
+        observers_(std::move(observers)),
         clock_(std::move(clock)) {}
 
-  bool active() const { return metrics_ != nullptr || events_ != nullptr; }
-
   void Waiting(const std::string& key, int delta) const {
-    if (metrics_) metrics_->waiting_changed(MetricLabels{store_, key}, delta);
+    if (observers_.metrics) observers_.metrics->waiting_changed(MetricLabels{store_, key}, delta);
   }
   void Acquired(const std::string& key, std::uint64_t token, std::chrono::microseconds waited,
                 milliseconds max_hold) const {
-    if (metrics_) metrics_->acquired(MetricLabels{store_, key}, waited, std::nullopt);
-    if (!events_) return;
+    if (!observers_.any()) return;
     LockEvent event = Make(LockEvent::Kind::kAcquired, key, token);
     event.waited = waited;
     event.lease_left = max_hold;  // the hold ends at max_hold unless released
-    events_->on_event(event);
+    observers_.Deliver(event);
   }
   void Released(const std::string& key, std::uint64_t token) const {
-    if (metrics_) metrics_->released(MetricLabels{store_, key});
-    if (events_) events_->on_event(Make(LockEvent::Kind::kReleased, key, token));
+    if (observers_.any()) observers_.Deliver(Make(LockEvent::Kind::kReleased, key, token));
   }
   void Lost(const std::string& key, std::uint64_t token, LossCause cause, std::string why) const {
-    if (metrics_) metrics_->lost(MetricLabels{store_, key}, cause);
-    if (!events_) return;
+    if (!observers_.any()) return;
     LockEvent event = Make(LockEvent::Kind::kLost, key, token);
     event.cause = cause;
     event.error = AbortedError(std::move(why));
-    events_->on_event(event);
+    observers_.Deliver(event);
   }
   void StoreError(const std::string& key, const Status& error) const {
-    if (metrics_) metrics_->store_error(MetricLabels{store_, key}, false);
-    if (!events_) return;
+    if (!observers_.any()) return;
     LockEvent event = Make(LockEvent::Kind::kStoreError, key, 0);
     event.error = error;
-    events_->on_event(event);
+    observers_.Deliver(event);
   }
 
  private:
@@ -99,8 +92,7 @@ class HoldReporter {
 
   std::string store_;
   std::string contender_id_;
-  std::shared_ptr<Metrics> metrics_;
-  std::shared_ptr<LockEventListener> events_;
+  Observers observers_;
   std::shared_ptr<Clock> clock_ = Clock::Steady();
 };
 
@@ -459,8 +451,9 @@ Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::create(
   // A backend that reports its holds itself got the sinks when it was made.
   internal::HoldReporter reporter;
   if (!backend->capabilities().reports_holds) {
-    reporter = internal::HoldReporter(std::string(backend->scheme()), std::move(options.metrics),
-                                      std::move(options.events), options.clock);
+    reporter = internal::HoldReporter(
+        std::string(backend->scheme()),
+        internal::Observers{std::move(options.metrics), std::move(options.events)}, options.clock);
   }
   auto state = std::make_shared<internal::KeyedProviderState>(std::move(backend), options.clock,
                                                               std::move(reporter));

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/observers.h"
 #include "core/runtime.h"
 #include "simba/backend.h"
 #include "simba/contend_period.h"
@@ -33,14 +34,6 @@ struct ServiceHooks {
   // In start(), on its caller's thread, before the first attempt: the
   // generation that start() begins.
   std::function<void(std::uint64_t run)> started;
-};
-
-// Where a contend service reports (FactoryOptions::metrics and ::events);
-// either may be null.
-struct Observers {
-  std::shared_ptr<Metrics> metrics;
-  std::shared_ptr<LockEventListener> events;
-  bool any() const { return metrics != nullptr || events != nullptr; }
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
