@@ -856,20 +856,22 @@ void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>&
     // release leaves the token below the version).
     const bool forced = row.owner.empty() && row.version != seen.version &&
                         row.fencing_token == row.version;
-    if ((!seen.owner.empty() && row.owner != seen.owner && (forced || !row.owner.empty())) ||
-        (seen.owner.empty() && forced && row.version > seen.version + 1)) {
-      // The holder last seen holds it no more, and not by its own release:
-      // it was forced out, or its lease ran out and another took the mutex.
-      // Its own release never reaches it here (a service ends its
-      // subscription before it releases), so a subscriber with its id
-      // hears of a hold that ended without it, at once rather than at its
-      // next renewal. (Everyone else ignores a loss naming another id.)
-      // Forced out of a hold this watcher never saw (taken and forced
-      // between two looks: the version moved more than the force's one
-      // step): the row is free, so whoever believes it owns the mutex is
-      // wrong; the loss names nobody, which matches every owner. (One that
-      // acquired after this look is told too, and simply contends again.)
-      // A force of a mutex that was free all along tells nobody.
+    // The holder last seen holds it no more, and not by its own release: it
+    // was forced out, or its lease ran out and another took the mutex. Its
+    // own release never reaches it here (a service ends its subscription
+    // before it releases), so a subscriber with its id hears of a hold that
+    // ended without it, at once rather than at its next renewal. (Everyone
+    // else ignores a loss naming another id.)
+    const bool holder_gone =
+        !seen.owner.empty() && row.owner != seen.owner && (forced || !row.owner.empty());
+    // Forced out of a hold this watcher never saw (taken and forced between
+    // two looks: the version moved more than the force's one step): the row
+    // is free, so whoever believes it owns the mutex is wrong; the loss
+    // names nobody, which matches every owner. (One that acquired after
+    // this look is told too, and simply contends again.) A force of a mutex
+    // that was free all along tells nobody.
+    const bool unseen_hold_forced = seen.owner.empty() && forced && row.version > seen.version + 1;
+    if (holder_gone || unseen_hold_forced) {
       MutexEvent lost{MutexEvent::Kind::kLost, mutex, seen.owner};
       lost.fencing_token = static_cast<std::uint64_t>(seen.owner.empty() ? 0 : seen.fencing_token);
       lost.forced = forced;
