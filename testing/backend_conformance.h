@@ -29,6 +29,31 @@ namespace simba::testing {
 struct BadUri {
   std::string uri;
   StatusCode expected;
+  // What the error must name: the URI part or parameter at fault (DESIGN §2:
+  // "an error naming the parameter").
+  std::string names;
+};
+
+// What a store promises (docs/backends/<store>.md), stated per store so the
+// suite asserts it instead of branching on whatever capabilities() says: a
+// backend that stops doing one of these fails, it does not quietly take the
+// weaker branch.
+struct StoreExpectations {
+  // A release is pushed to waiters (Capabilities::push_release): hand-off
+  // within a round trip or two, not at the waiter's next poll.
+  bool push_release = false;
+  // force_release() pushes a forced kLost to the holder at once (not only
+  // at its next renewal).
+  bool forced_loss_pushed = false;
+  // waiters() lists who waits (else it is kUnimplemented).
+  bool lists_waiters = false;
+  // Waiters get the mutex in the order they first asked (Capabilities::fifo).
+  bool fifo = false;
+  // The push channel (a LISTEN connection, a watcher's first look, a
+  // subscriber connection) comes up asynchronously after the backend's
+  // first subscribe, and any subscription hears releases once it is up: a
+  // test that needs a push waits for a probe's release first.
+  bool push_channel_starts_on_subscribe = false;
 };
 
 // What a backend supplies to the suite.
@@ -44,6 +69,7 @@ struct BackendTarget {
   // Lease settings for the suite (JVM Simba's TCK uses ttl 2 s with a short
   // transition).
   ContendOptions options;
+  StoreExpectations expect;
 };
 
 std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info);

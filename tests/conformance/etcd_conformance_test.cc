@@ -16,17 +16,22 @@ BackendTarget EtcdTarget() {
     return SharedServerUri("etcd") + "?key_prefix=t-" + unique;
   };
   target.bad_uris = {
-      {"etcd://", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379/some/path", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379?unknown=1", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379?connect_timeout=fast", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379?connect_timeout=0ms", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379?key_prefix=a/b", StatusCode::kInvalidArgument},
-      {"etcd://127.0.0.1:2379?key_prefix=", StatusCode::kInvalidArgument},
-      {"etcd://user:secret@127.0.0.1:2379", StatusCode::kInvalidArgument},
+      {"etcd://", StatusCode::kInvalidArgument, "host"},
+      {"etcd://127.0.0.1:2379/some/path", StatusCode::kInvalidArgument, "path"},
+      {"etcd://127.0.0.1:2379?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"etcd://127.0.0.1:2379?connect_timeout=fast", StatusCode::kInvalidArgument, "connect_timeout"},
+      {"etcd://127.0.0.1:2379?connect_timeout=0ms", StatusCode::kInvalidArgument, "connect_timeout"},
+      {"etcd://127.0.0.1:2379?key_prefix=a/b", StatusCode::kInvalidArgument, "key_prefix"},
+      {"etcd://127.0.0.1:2379?key_prefix=", StatusCode::kInvalidArgument, "key_prefix"},
+      {"etcd://user:secret@127.0.0.1:2379", StatusCode::kInvalidArgument, "user and password"},
   };
   target.options.ttl = std::chrono::seconds(2);
   target.options.transition = std::chrono::seconds(1);
+  // docs/backends/etcd.md: a queue of keys by create revision, watched
+  target.expect = {.push_release = true,
+                   .forced_loss_pushed = true,
+                   .lists_waiters = true,
+                   .fifo = true};
   return target;
 }
 

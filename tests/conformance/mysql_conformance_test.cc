@@ -30,16 +30,22 @@ BackendTarget MysqlTarget() {
     return SharedServerUri("mysql") + "?table=" + TableFor(unique);
   };
   target.bad_uris = {
-      {"mysql://", StatusCode::kInvalidArgument},
-      {"mysql://u@127.0.0.1:3306", StatusCode::kInvalidArgument},  // no database
-      {"mysql://u@127.0.0.1:3306/db?unknown=1", StatusCode::kInvalidArgument},
-      {"mysql://u@127.0.0.1:3306/db?connections=0", StatusCode::kInvalidArgument},
-      {"mysql://u@127.0.0.1:3306/db?table=a-b", StatusCode::kInvalidArgument},
-      {"mysql://u@127.0.0.1:3306/db?ssl_mode=maybe", StatusCode::kInvalidArgument},
-      {"mysql://a:1,b:2/db", StatusCode::kInvalidArgument},
+      {"mysql://", StatusCode::kInvalidArgument, "host"},
+      {"mysql://u@127.0.0.1:3306", StatusCode::kInvalidArgument, "database"},  // no database
+      {"mysql://u@127.0.0.1:3306/db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"mysql://u@127.0.0.1:3306/db?connections=0", StatusCode::kInvalidArgument, "connections"},
+      {"mysql://u@127.0.0.1:3306/db?table=a-b", StatusCode::kInvalidArgument, "table"},
+      {"mysql://u@127.0.0.1:3306/db?ssl_mode=maybe", StatusCode::kInvalidArgument, "ssl_mode"},
+      {"mysql://a:1,b:2/db", StatusCode::kInvalidArgument, "one host"},
   };
   target.options.ttl = std::chrono::seconds(2);
   target.options.transition = std::chrono::seconds(1);
+  // docs/backends/mysql.md: MySQL cannot notify, so waiters poll and a forced holder learns at its
+  // next renewal
+  target.expect = {.push_release = false,
+                   .forced_loss_pushed = false,
+                   .lists_waiters = false,
+                   .fifo = false};
   return target;
 }
 

@@ -30,15 +30,21 @@ BackendTarget PostgresTarget() {
     return SharedServerUri("postgres") + "?table=" + TableFor(unique);
   };
   target.bad_uris = {
-      {"postgresql://", StatusCode::kInvalidArgument},
-      {"postgresql://u@127.0.0.1:5432", StatusCode::kInvalidArgument},  // no database
-      {"postgresql://u@127.0.0.1:5432/db?unknown=1", StatusCode::kInvalidArgument},
-      {"postgresql://u@127.0.0.1:5432/db?connections=0", StatusCode::kInvalidArgument},
-      {"postgresql://u@127.0.0.1:5432/db?table=a-b", StatusCode::kInvalidArgument},
-      {"postgresql://a:1,b:2/db", StatusCode::kInvalidArgument},
+      {"postgresql://", StatusCode::kInvalidArgument, "host"},
+      {"postgresql://u@127.0.0.1:5432", StatusCode::kInvalidArgument, "database"},  // no database
+      {"postgresql://u@127.0.0.1:5432/db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"postgresql://u@127.0.0.1:5432/db?connections=0", StatusCode::kInvalidArgument, "connections"},
+      {"postgresql://u@127.0.0.1:5432/db?table=a-b", StatusCode::kInvalidArgument, "table"},
+      {"postgresql://a:1,b:2/db", StatusCode::kInvalidArgument, "one host"},
   };
   target.options.ttl = std::chrono::seconds(2);
   target.options.transition = std::chrono::seconds(1);
+  // docs/backends/postgres.md: LISTEN/NOTIFY pushes releases and forced releases; no queue
+  target.expect = {.push_release = true,
+                   .forced_loss_pushed = true,
+                   .lists_waiters = false,
+                   .fifo = false,
+                   .push_channel_starts_on_subscribe = true};
   return target;
 }
 

@@ -30,19 +30,29 @@ BackendTarget SqliteTarget() {
   const std::string read_only = Dir().path() + "/read-only";
   ::mkdir(read_only.c_str(), 0555);
   target.bad_uris = {
-      {"sqlite://", StatusCode::kInvalidArgument},
-      {"sqlite://" + Dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound},
+      {"sqlite://", StatusCode::kInvalidArgument, "path"},
+      {"sqlite://" + Dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound, "/no/such/dir"},
       // Nobody can create a file in /proc: root is told ENOENT, others EACCES.
       {"sqlite:///proc/simba-conformance.db",
-       ::geteuid() == 0 ? StatusCode::kNotFound : StatusCode::kPermissionDenied},
-      {"sqlite://" + Dir().path() + "/x.db?unknown=1", StatusCode::kInvalidArgument},
-      {"sqlite://" + Dir().path() + "/x.db?busy_timeout=fast", StatusCode::kInvalidArgument},
+       ::geteuid() == 0 ? StatusCode::kNotFound : StatusCode::kPermissionDenied,
+       "/proc/simba-conformance.db"},
+      {"sqlite://" + Dir().path() + "/x.db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"sqlite://" + Dir().path() + "/x.db?busy_timeout=fast", StatusCode::kInvalidArgument,
+       "busy_timeout"},
   };
   if (::geteuid() != 0) {
-    target.bad_uris.push_back({"sqlite://" + read_only + "/x.db", StatusCode::kPermissionDenied});
+    target.bad_uris.push_back(
+        {"sqlite://" + read_only + "/x.db", StatusCode::kPermissionDenied, read_only});
   }
   target.options.ttl = std::chrono::seconds(2);
   target.options.transition = std::chrono::seconds(1);
+  // docs/backends/sqlite.md: the data_version watcher pushes releases and forced releases; no
+  // queue
+  target.expect = {.push_release = true,
+                   .forced_loss_pushed = true,
+                   .lists_waiters = false,
+                   .fifo = false,
+                   .push_channel_starts_on_subscribe = true};
   return target;
 }
 

@@ -17,16 +17,21 @@ BackendTarget ZookeeperTarget() {
     return SharedServerUri("zookeeper") + "?root=/t-" + unique;
   };
   target.bad_uris = {
-      {"zookeeper://", StatusCode::kInvalidArgument},
-      {"zookeeper://u:p@127.0.0.1:2181", StatusCode::kInvalidArgument},
-      {"zookeeper://127.0.0.1:2181?unknown=1", StatusCode::kInvalidArgument},
-      {"zookeeper://127.0.0.1:2181?session_timeout=fast", StatusCode::kInvalidArgument},
-      {"zookeeper://127.0.0.1:2181?root=relative", StatusCode::kInvalidArgument},
-      {"zookeeper://127.0.0.1:2181?root=/trailing/", StatusCode::kInvalidArgument},
-      {"zookeeper://127.0.0.1:2181/chroot/", StatusCode::kInvalidArgument},
+      {"zookeeper://", StatusCode::kInvalidArgument, "host"},
+      {"zookeeper://u:p@127.0.0.1:2181", StatusCode::kInvalidArgument, "user info"},
+      {"zookeeper://127.0.0.1:2181?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"zookeeper://127.0.0.1:2181?session_timeout=fast", StatusCode::kInvalidArgument, "session_timeout"},
+      {"zookeeper://127.0.0.1:2181?root=relative", StatusCode::kInvalidArgument, "root"},
+      {"zookeeper://127.0.0.1:2181?root=/trailing/", StatusCode::kInvalidArgument, "root"},
+      {"zookeeper://127.0.0.1:2181/chroot/", StatusCode::kInvalidArgument, "chroot"},
   };
   target.options.ttl = std::chrono::seconds(2);
   target.options.transition = std::chrono::seconds(1);
+  // docs/backends/zookeeper.md: a queue of sequential nodes, each watching its predecessor
+  target.expect = {.push_release = true,
+                   .forced_loss_pushed = true,
+                   .lists_waiters = true,
+                   .fifo = true};
   return target;
 }
 
