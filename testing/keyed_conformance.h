@@ -24,8 +24,21 @@
 #include <string>
 
 #include "simba/keyed_lock.h"
+#include "simba/status.h"
 
 namespace simba::testing {
+
+// What a store promises for keys (docs/keyed-locks.md, "What each store
+// does"), stated per store so the suite asserts it instead of branching on
+// capabilities().
+struct KeyedExpectations {
+  bool fencing_tokens = false;
+  bool fifo = false;
+  bool push_handoff = false;
+  // A killed holder's key is free as soon as the server sees its session
+  // end (its connection close), not when a lease runs out.
+  bool freed_with_session = false;
+};
 
 struct KeyedTarget {
   // ctest label and test name part: "memory", "sqlite", ...
@@ -38,7 +51,19 @@ struct KeyedTarget {
   KeyedLockOptions options;
   // How long after a holder's process dies its key must be free again.
   std::chrono::milliseconds crash_freed_within{std::chrono::seconds(5)};
+  KeyedExpectations expect;
+  // How many wait for `key` at the store (for the arrival-order case), where
+  // the store can tell. A fifo store without one has its order tested by
+  // its own suite (memory: KeyedLockTest.WaitersOfTheMemoryStoreAreServedIn-
+  // ArrivalOrder; PostgreSQL: PostgresKeyed.WaitersAreServedInArrivalOrder),
+  // and says so in `order_tested_by`.
+  std::function<Result<std::size_t>(const std::string& uri, const std::string& key)> waiting;
+  std::string order_tested_by;
 };
+
+// `waiting` for the lease stores whose backend lists waiters: a key is the
+// store's mutex of that name.
+Result<std::size_t> lease_store_waiting(const std::string& uri, const std::string& key);
 
 std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info);
 inline void PrintTo(const KeyedTarget& target, std::ostream* os) { *os << target.name; }

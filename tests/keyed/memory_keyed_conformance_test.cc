@@ -11,6 +11,11 @@ KeyedTarget Target() {
   target.options.lease.ttl = std::chrono::seconds(2);
   target.options.lease.transition = std::chrono::seconds(1);
   target.crash_freed_within = std::chrono::seconds(5);
+  target.expect = {.fencing_tokens = true,
+                   .fifo = true,
+                   .push_handoff = true,
+                   .freed_with_session = true};
+  target.order_tested_by = "KeyedLockTest.WaitersOfTheMemoryStoreAreServedInArrivalOrder (tests/unit/keyed_lock_test.cc)";
   return target;
 }
 

@@ -23,6 +23,10 @@ KeyedTarget Target() {
   target.options.lease.ttl = std::chrono::seconds(2);
   target.options.lease.transition = std::chrono::seconds(1);
   target.crash_freed_within = std::chrono::seconds(6);
+  target.expect = {.fencing_tokens = true,
+                   .fifo = false,
+                   .push_handoff = true,
+                   .freed_with_session = false};
   return target;
 }
 

@@ -12,6 +12,11 @@ KeyedTarget Target() {
   target.options.lease.ttl = std::chrono::seconds(2);
   target.options.lease.transition = std::chrono::seconds(1);
   target.crash_freed_within = std::chrono::seconds(8);
+  target.expect = {.fencing_tokens = true,
+                   .fifo = true,
+                   .push_handoff = true,
+                   .freed_with_session = true};
+  target.waiting = lease_store_waiting;
   return target;
 }
 
