@@ -92,3 +92,13 @@ function(simba_add_suite_objects)
   target_compile_definitions(${S_NAME} PRIVATE ${S_DEFINITIONS})
   target_link_libraries(${S_NAME} PUBLIC simba simba_testing GTest::gtest GTest::gmock)
 endfunction()
+
+# simba_add_unavailable_test(NAME name LABELS labels WHY text)
+# A test this machine cannot run (a tool is missing) is still registered: it
+# reports Skipped (exit 77) and says what to install, and under CI a skipped
+# test fails the run (scripts/test.sh). Nothing is left out silently.
+function(simba_add_unavailable_test)
+  cmake_parse_arguments(U "" "NAME;LABELS;WHY" "" ${ARGN})
+  add_test(NAME ${U_NAME} COMMAND sh -c "echo \"$0\" >&2; exit 77" "${U_NAME}: ${U_WHY}")
+  set_tests_properties(${U_NAME} PROPERTIES LABELS "${U_LABELS}" SKIP_RETURN_CODE 77)
+endfunction()

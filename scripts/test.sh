@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command, and exactly what CI runs (.ci/run): the whole
 # test suite on every backend, then the unit and conformance tests again
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
+# under AddressSanitizer + UndefinedBehaviorSanitizer, and the unit,
+# conformance and CLI tests on memory and SQLite under ThreadSanitizer.
 #
 # Environment:
 #   JOBS                    parallel build/test jobs (default: nproc)
@@ -69,5 +70,23 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   echo "== Keyed and clustered locks on the embedded stores under ASan/UBSan =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan-embedded -L 'keyed|clustered' -R '^(Memory|Sqlite)/'
+
+  echo "== Build (ThreadSanitizer) =="
+  # The unit tests and the conformance suite on the two stores that need no
+  # server, and the CLI's tests on SQLite: its reaper forks in a threaded
+  # process (tools/cli), which only a TSan run of the real binary checks.
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+    -DSIMBA_SANITIZE=thread -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_BENCH=OFF \
+    -DSIMBA_BUILD_SHARED=OFF
+  cmake --build build-tsan -j "$jobs" --target simba_unit_tests simba_sqlite_tests \
+    simba_conformance_memory simba_conformance_sqlite simba-cli simba-man simba_cli_tests
+  echo "== Unit, conformance and CLI tests (memory, SQLite) under TSan =="
+  # halt_on_error: a data race fails its test (the report is in the log).
+  # The scale stretches real-time waits; TSan runs code 5-15x slower.
+  # ThousandServices measures capacity (1,000 renewals per ttl), which TSan's
+  # slowdown would turn into lost leases; the other tests cover its paths.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/testing/tsan.supp" \
+    SIMBA_TEST_TIME_SCALE=3 run_ctest build-tsan tsan -L 'unit|conformance|cli' \
+    -E 'ThousandServices'
 fi
 echo "test.sh: all passed"
