@@ -215,9 +215,17 @@ WorkerEvent FaultWorker::PublishAcquired(const Clock& clock, std::uint64_t token
   // than the acquisition it logs, so its write lies inside the tenure
   // (the checker matches a write to a tenure by check >= acquired).
   const Nanos at = NowNanos(clock);
-  ++tenures_;
-  token_ = token;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++tenures_;
+    token_ = token;
+  }
   return {WorkerEvent::Kind::kAcquired, at, token};
+}
+
+std::uint64_t FaultWorker::published_token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return token_;
 }
 
 void FaultWorker::Log(WorkerEvent e) {
@@ -236,7 +244,10 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
       options_.mutex,
       [this](const MutexState& s) { Log(PublishAcquired(*clock_, s.after.fencing_token)); },
       [this](const MutexState& s) {
-        token_ = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          token_ = 0;
+        }
         Log({letting_go_ ? Kind::kReleased : Kind::kLost, 0, s.before.fencing_token});
       },
       "fault-worker-" + std::to_string(options_.id) + "-" +
@@ -255,8 +266,12 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
   std::uint64_t deadline_tenure = 0;
   Nanos last_deadline = 0;
   while (!stop_requested()) {
-    const std::uint64_t tenure = tenures_;
-    const std::uint64_t token = token_;
+    std::uint64_t tenure, token;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tenure = tenures_;
+      token = token_;
+    }
     if (token != 0) {
       if (!hold_until) hold_until = clock_->Now() + uniform(options_.hold_min, options_.hold_max);
       // The check time is read before is_owner(), which reads the clock

@@ -555,7 +555,7 @@ class Run {
     // (40 a second); the mutex goes without an owner only between a fault
     // and its takeover (at most ttl + transition + 2 s = 3.5 s of each fault
     // cycle of 5.5 s or more) and for the few milliseconds of a hand-over,
-    // so a working run accepts more than 13 a second (28 in the long runs
+    // so a working run accepts more than 13 a second (28-34 in the long runs
     // of docs/reliability.md): 5 is well below anything that wrote at all.
     check->min_writes_accepted = static_cast<int>(5 * span);
     // Acquisitions: half the slowest pace the workers' loop allows. A holder
