@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <utility>
@@ -198,6 +199,8 @@ std::string CheckReport::Summary() const {
   out << "faults:";
   if (faults.empty()) out << " none";
   for (const auto& [kind, n] : faults) out << " " << kind << "=" << n;
+  out << "; " << holder_faults << " of " << aimed_faults
+      << " aimed at a worker found it holding the mutex";
   out << "\nworst time to a new owner after a fault healed: " << Ms(worst_takeover);
   if (!worst_takeover_by_fault.empty()) {
     out << " (";
@@ -216,6 +219,30 @@ std::string CheckReport::Summary() const {
     for (const Violation& v : violations) out << "  [" << v.rule << "] " << v.detail << "\n";
   }
   return out.str();
+}
+
+std::string UnprovenOverlap(const CheckReport& report) {
+  static const char* const kOverlapRules[] = {"acted-after-takeover", "overlap", "stale-write"};
+  bool overlap = false;
+  std::string others;
+  for (const Violation& v : report.violations) {
+    if (std::find_if(std::begin(kOverlapRules), std::end(kOverlapRules), [&](const char* rule) {
+          return v.rule == rule;
+        }) != std::end(kOverlapRules)) {
+      overlap = true;
+    } else if (others.find("[" + v.rule + "]") == std::string::npos) {
+      others += (others.empty() ? "" : " ") + ("[" + v.rule + "]");
+    }
+  }
+  if (!others.empty()) {
+    return "the checker reported " + others +
+           ", which says nothing about two owners: the control did not run as set up";
+  }
+  if (!overlap) {
+    return "no acted-after-takeover, overlap or stale-write: the checker did not see the two "
+           "owners this run was set up to make";
+  }
+  return "";
 }
 
 CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
@@ -283,7 +310,12 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
           // Matched to a tenure below, by its check time: a write is logged
           // when the resource answers, which for a paused worker is after
           // its on_released.
-          if (e.check >= e.deadline) {
+          if (e.deadline == 0) {
+            violate("write-after-deadline",
+                    "worker " + std::to_string(h.worker) +
+                        ": is_owner() was true but the service never reported a lease "
+                        "deadline for that tenure (token " + std::to_string(e.token) + ")");
+          } else if (e.check >= e.deadline) {
             violate("write-after-deadline",
                     "worker " + std::to_string(h.worker) + ": is_owner() was true " +
                         Ms(e.check - e.deadline) + " after its own lease deadline (token " +
@@ -449,6 +481,31 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       }
     }
   }
+
+  // Faults that hit a holder: the worker they aimed at had a tenure open
+  // when they began (a kill ends one at that very instant).
+  for (const FaultEvent& f : faults) {
+    if (f.worker == 0) continue;
+    ++report.aimed_faults;
+    const bool holding =
+        std::any_of(report.tenures.begin(), report.tenures.end(), [&](const Tenure& t) {
+          return t.worker == f.worker && t.acquired <= f.start && end_of(t) >= f.start;
+        });
+    if (holding) ++report.holder_faults;
+  }
+  // Minimum activity: a run that wrote, changed hands or hit holders less
+  // than this exercised nothing the rules above could fail on.
+  auto too_little = [&](const char* what, int seen, int minimum) {
+    if (seen < minimum) {
+      violate("too-little-activity", std::string("only ") + std::to_string(seen) + " " + what +
+                                         " (minimum " + std::to_string(minimum) +
+                                         "): the run proves nothing");
+    }
+  };
+  too_little("acquisitions", report.acquisitions, options.min_acquisitions);
+  too_little("writes accepted by the fence", report.writes_accepted, options.min_writes_accepted);
+  too_little("faults aimed at a worker found it holding the mutex", report.holder_faults,
+             options.min_holder_faults);
 
   // Liveness: after each fault healed, somebody owns the mutex again within
   // the bound (an acquisition or a passed ownership check in the window).

@@ -34,8 +34,9 @@ struct WorkerEvent {
     kStart,     // the worker began (t)
     kAcquired,  // on_acquired with `token` (t)
     kWrite,     // a guarded write: is_owner() was true for `token` at `check`
-                // (read before the call), the lease deadline it reported was
-                // `deadline`; the resource answered `accepted` at `t`
+                // (read before the call), the last lease deadline the service
+                // reported for this tenure was `deadline` (0: none ever); the
+                // resource answered `accepted` at `t`
     kLost,      // on_released that the worker did not ask for (t)
     kReleased,  // on_released after the worker's own stop() (t)
     kBeat,      // the worker's loop is alive (t)
@@ -108,6 +109,16 @@ struct CheckOptions {
   // When the run ended (the harness stopped the workers); liveness after the
   // last heal is checked only if the run went on long enough.
   Nanos run_end = 0;
+  // Minimum activity: a run below any of these proves nothing about the
+  // store (nobody wrote, nobody took over, the faults missed the holder)
+  // and fails with `too-little-activity`. 0: not required. The harness
+  // sets them from the run's length (tests/faults/fault_run.cc, Judge,
+  // which says why each number is what it is).
+  int min_acquisitions = 0;
+  int min_writes_accepted = 0;
+  // Faults aimed at one worker (worker != 0) that found it holding the
+  // mutex: a tenure of that worker open at the fault's start.
+  int min_holder_faults = 0;
 };
 
 // A stretch of ownership as one worker saw it: from its on_acquired to its
@@ -126,7 +137,8 @@ struct Tenure {
 struct Violation {
   std::string rule;    // stale-write, acted-after-takeover, overlap, token-order,
                        // unsignalled-loss, write-after-deadline, write-outside-tenure,
-                       // resource-mismatch, stuck, crash, hang
+                       // resource-mismatch, stuck, crash, hang,
+                       // too-little-activity
   std::string detail;  // what, who, when
 };
 
@@ -139,6 +151,8 @@ struct CheckReport {
   int writes_accepted = 0;
   int writes_rejected = 0;  // stale tokens the resource turned away
   std::map<std::string, int> faults;  // by kind
+  int aimed_faults = 0;   // faults aimed at one worker
+  int holder_faults = 0;  // of those, the ones that found it holding the mutex
   // Longest time the mutex went without an owner after a fault healed, in
   // all and by kind of fault.
   Nanos worst_takeover = 0;
@@ -150,6 +164,14 @@ struct CheckReport {
   // A few lines for people: counts, the worst figures, each violation.
   std::string Summary() const;
 };
+
+// The verdict on a run set up to break mutual exclusion (a negative
+// control, `--expect-violations on`): it shows the checker sees two owners
+// only if the report names at least one of the rules that two owners break
+// (acted-after-takeover, overlap, stale-write) and no other rule, since a
+// stuck mutex, a crash, a hang, a mismatch or too little activity proves
+// nothing about overlaps. Empty when it does; otherwise why not.
+std::string UnprovenOverlap(const CheckReport& report);
 
 CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
                          const std::vector<ResourceEvent>& resource,

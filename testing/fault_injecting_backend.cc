@@ -110,12 +110,23 @@ Result<OwnerRecord> FaultInjectingBackend::acquire_or_renew(const AcquireRequest
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::acquire_mode_, deadline));
   auto reply = target_->acquire_or_renew(request, deadline);
   std::function<void()> action;
+  std::chrono::milliseconds stretch{0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     action.swap(before_next_acquire_reply_);
+    stretch = lease_stretch_;
   }
   if (action) action();
+  if (reply.ok() && stretch.count() > 0 && reply->owner.is_owner(request.contender_id)) {
+    reply->owner.ttl_at += stretch;
+    reply->owner.transition_at += stretch;
+  }
   return reply;
+}
+
+void FaultInjectingBackend::set_lease_stretch(std::chrono::milliseconds stretch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  lease_stretch_ = stretch;
 }
 
 void FaultInjectingBackend::set_before_next_acquire_reply(std::function<void()> action) {

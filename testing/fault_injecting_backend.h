@@ -41,6 +41,12 @@ class FaultInjectingBackend final : public Backend {
   // has answered and before the answer is returned: what happens while a
   // reply is on its way.
   void set_before_next_acquire_reply(std::function<void()> action);
+  // Reports every lease acquire_or_renew grants to the caller `stretch`
+  // longer than the store granted it (its ttl_at and transition_at moved
+  // later; the store is untouched): a broken backend whose owner keeps
+  // believing in a lease after the store has given the mutex to another.
+  // The fault run's negative control (tests/faults) uses it. 0: off.
+  void set_lease_stretch(std::chrono::milliseconds stretch);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
@@ -82,6 +88,7 @@ class FaultInjectingBackend final : public Backend {
   Mode acquire_mode_ = Mode::kPass;
   std::optional<std::chrono::milliseconds> failure_retry_after_;
   std::function<void()> before_next_acquire_reply_;
+  std::chrono::milliseconds lease_stretch_{0};
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> release_calls_{0};
   std::atomic<std::uint64_t> last_release_token_{0};

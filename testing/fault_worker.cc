@@ -210,6 +210,24 @@ FaultWorker::FaultWorker(MutexContendServiceFactory* factory, FencedResource* re
       options_(std::move(options)),
       clock_(factory->clock()) {}
 
+WorkerEvent FaultWorker::PublishAcquired(const Clock& clock, std::uint64_t token) {
+  // The time first: a loop that sees the token checks ownership no earlier
+  // than the acquisition it logs, so its write lies inside the tenure
+  // (the checker matches a write to a tenure by check >= acquired).
+  const Nanos at = NowNanos(clock);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++tenures_;
+    token_ = token;
+  }
+  return {WorkerEvent::Kind::kAcquired, at, token};
+}
+
+std::uint64_t FaultWorker::published_token() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return token_;
+}
+
 void FaultWorker::Log(WorkerEvent e) {
   if (e.t == 0) e.t = NowNanos(*clock_);
   log_(FormatWorkerEvent(e));
@@ -224,12 +242,12 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
   };
   auto contender = MakeContender(
       options_.mutex,
+      [this](const MutexState& s) { Log(PublishAcquired(*clock_, s.after.fencing_token)); },
       [this](const MutexState& s) {
-        token_ = s.after.fencing_token;
-        Log({Kind::kAcquired, 0, s.after.fencing_token});
-      },
-      [this](const MutexState& s) {
-        token_ = 0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          token_ = 0;
+        }
         Log({letting_go_ ? Kind::kReleased : Kind::kLost, 0, s.before.fencing_token});
       },
       "fault-worker-" + std::to_string(options_.id) + "-" +
@@ -243,24 +261,49 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
   std::int64_t seq = 0;
   std::optional<Clock::TimePoint> hold_until;
   Clock::TimePoint next_beat = clock_->Now();
+  // The last lease deadline the service reported in the tenure numbered
+  // `deadline_tenure` (0: none yet).
+  std::uint64_t deadline_tenure = 0;
+  Nanos last_deadline = 0;
   while (!stop_requested()) {
-    const std::uint64_t token = token_;
+    std::uint64_t tenure, token;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      tenure = tenures_;
+      token = token_;
+    }
     if (token != 0) {
       if (!hold_until) hold_until = clock_->Now() + uniform(options_.hold_min, options_.hold_max);
       // The check time is read before is_owner(), which reads the clock
       // again: a check that passes proves ownership at `check` or later.
       const Nanos check = NowNanos(*clock_);
-      const bool owner = contend.is_owner() && contend.fencing_token() == token;
+      const bool owner = contend.is_owner();
+      // Read after the check: a renewal in between only moves it later, so
+      // it never makes a true violation look fine.
       const auto deadline = contend.lease_deadline();
-      if (owner && deadline) {
+      const std::uint64_t current = contend.fencing_token();
+      if (tenure != deadline_tenure) {
+        deadline_tenure = tenure;
+        last_deadline = 0;
+      }
+      if (deadline) {
+        last_deadline =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
+                .count();
+      }
+      // Every check that passes is acted on, with the last deadline the
+      // service reported for this tenure: an is_owner() that stopped
+      // reading the clock passes after lease_deadline() has gone quiet, and
+      // must still produce a write for the checker to judge
+      // (write-after-deadline). Only a service that names another token
+      // (its on_acquired not delivered yet) is not written for.
+      if (owner && (current == token || current == 0)) {
         if (options_.write_gap.count() > 0) SleepOn(*clock_, options_.write_gap);
         const Result<bool> accepted = resource_->Write(options_.id, token, seq);
         if (accepted.ok()) {
           WorkerEvent e{Kind::kWrite, 0, token, seq};
           e.check = check;
-          e.deadline = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                           deadline->time_since_epoch())
-                           .count();
+          e.deadline = last_deadline;
           e.accepted = *accepted;
           Log(e);
         } else {

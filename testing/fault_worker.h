@@ -124,6 +124,13 @@ class FaultWorker {
   // Non-OK only when the service could not be made or started.
   Status Run(const std::function<bool()>& stop_requested);
 
+  // What on_acquired does before it logs: reads `clock`, then publishes
+  // `token` to the writing loop; returns the ev=acquired event stamped with
+  // that earlier time. Public for its unit test.
+  WorkerEvent PublishAcquired(const Clock& clock, std::uint64_t token);
+  // The token on_acquired published (0: none, or on_released since).
+  std::uint64_t published_token() const;
+
  private:
   void Log(WorkerEvent e);
 
@@ -133,7 +140,11 @@ class FaultWorker {
   FaultWorkerOptions options_;
   std::shared_ptr<Clock> clock_;
   // The token of the ownership on_acquired announced (0: none).
-  std::atomic<std::uint64_t> token_{0};
+  // and how many times on_acquired came (the last reported lease deadline
+  // is remembered per tenure); read together under mu_.
+  mutable std::mutex mu_;
+  std::uint64_t token_ = 0;
+  std::uint64_t tenures_ = 0;
   // The worker itself is stopping its service: on_released is a release,
   // not a loss.
   std::atomic<bool> letting_go_{false};

@@ -27,15 +27,26 @@
 //
 // `--volatile on` runs Redis without its append-only file, so that a restart
 // forgets every lease and the backend's restart guard is what keeps two
-// owners apart. With `--uri-query restart_guard=off` as well, nothing does:
-// `--expect-violations on` makes such a run pass only if the checker
-// catches the overlaps it must cause.
+// owners apart. With `--uri-query restart_guard=off` as well, nothing does.
+// `--stretch-lease-ms N` (memory) makes every worker's backend report its
+// leases N ms longer than the store grants them, so a hung holder keeps
+// acting after a waiter took over; with `--hold-ms 60000,60000` workers hold
+// until a fault takes the mutex away, and every hang on a holder makes two
+// owners. Such runs are negative controls: `--expect-violations on` makes
+// one pass only if the checker reports two owners (acted-after-takeover,
+// overlap or stale-write) and no other rule (a stuck mutex, a crash or too
+// little activity proves nothing about overlaps); `--expect-violations
+// acted-after-takeover` requires that rule in particular.
 //
 // At the end the workers are stopped, the logs read and the checker
-// (testing/fault_history.h) names every broken guarantee. Exit status: 0 when
-// the checker found nothing, 1 when it did, 2 for bad usage, 3 when the run
-// could not be set up. The logs stay in --out (or a temporary directory that
-// is kept when the check fails).
+// (testing/fault_history.h) names every broken guarantee. A run must also
+// have done enough to prove anything (Run::SetMinimums): 5 accepted writes
+// per second of run, half the slowest hand-over pace the workers allow (at
+// least 2 acquisitions), and half of the faults aimed at a worker must have
+// found it holding the mutex; below that it fails with too-little-activity.
+// Exit status: 0 when the checker found nothing, 1 when it did, 2 for bad
+// usage, 3 when the run could not be set up. The logs stay in --out (or a
+// temporary directory that is kept when the check fails).
 
 #include <signal.h>
 #include <sys/wait.h>
@@ -95,9 +106,21 @@ struct RunOptions {
   bool volatile_store = false;
   // Appended to the workers' store URI ("restart_guard=off").
   std::string uri_query;
-  // The run is meant to break a guarantee (a store set up unsafely): exit 0
-  // only if the checker finds a violation. Proves the checker is not blind.
+  // The run is meant to break mutual exclusion (a store set up unsafely):
+  // exit 0 only if the checker reports two owners (acted-after-takeover,
+  // overlap or stale-write) and nothing else. Proves the checker is not blind.
   bool expect_violations = false;
+  // With expect_violations: this rule in particular must be among them
+  // (`--expect-violations acted-after-takeover`); empty: any of the three.
+  std::string expect_rule;
+  // (memory) Every worker's backend reports each lease it is granted this
+  // much longer than the store granted it (FaultInjectingBackend's lease
+  // stretch): a holder cut off from the store keeps passing is_owner()
+  // after the store gave the mutex to another. Unsafe on purpose, for the
+  // negative control. Hangs then last the stretched lease + 0.2-1 s.
+  milliseconds lease_stretch{0};
+  // How long a worker holds the mutex before it lets go (uniform).
+  milliseconds hold_min{300}, hold_max{1500};
 };
 
 std::vector<std::string> FaultsFor(const std::string& store) {
@@ -164,7 +187,8 @@ class ProcessWorkers final : public Workers {
     auto process = std::make_unique<Subprocess>(std::vector<std::string>{
         options_.worker_path, "--store", uri, "--id", std::to_string(id), "--log", LogPath(id),
         "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
-        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--seed",
+        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--hold-min-ms",
+        ms(options_.hold_min), "--hold-max-ms", ms(options_.hold_max), "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
     if (!process->started()) return UnavailableError("cannot start " + options_.worker_path);
     workers_[id] = {std::move(process), std::move(proxy), WorkerFate{}};
@@ -309,6 +333,7 @@ class ThreadWorkers final : public Workers {
   Status Spawn(int id) override {
     auto w = std::make_unique<Entry>();
     w->faults = std::make_shared<FaultInjectingBackend>(store_);
+    w->faults->set_lease_stretch(options_.lease_stretch);
     FactoryOptions factory_options;
     factory_options.clock = clock_;
     factory_options.contend.ttl = options_.ttl;
@@ -321,6 +346,8 @@ class ThreadWorkers final : public Workers {
     worker_options.id = id;
     worker_options.contend = factory_options.contend;
     worker_options.seed = options_.seed * 1000 + static_cast<std::uint64_t>(id);
+    worker_options.hold_min = options_.hold_min;
+    worker_options.hold_max = options_.hold_max;
     Entry* raw = w.get();
     w->thread = std::thread([this, raw, worker_options] {
       FaultWorker worker(raw->factory.get(), resource_,
@@ -494,16 +521,61 @@ class Run {
     check.hang_after = Scaled(milliseconds(3000)) + 2 * options.op_timeout;
     check.signal_slack = Scaled(milliseconds(500));
     check.takeover_bound = options.ttl + options.transition + milliseconds(2000);
+    SetMinimums(options, histories, faults, run_end, &check);
     const CheckReport report = CheckHistory(histories, decisions, faults, check);
     std::cout << report.Summary();
     std::ofstream(options.out + "/report.txt") << report.Summary();
     if (options.expect_violations) {
-      Say(report.ok() ? "FAIL: violations were expected and the checker found none"
-                      : "PASS: the checker caught the violations this run was set up to make");
-      return report.ok() ? 1 : 0;
+      std::string unproven = UnprovenOverlap(report);
+      if (unproven.empty() && !options.expect_rule.empty() &&
+          std::none_of(report.violations.begin(), report.violations.end(),
+                       [&](const Violation& v) { return v.rule == options.expect_rule; })) {
+        unproven = "no [" + options.expect_rule + "], which this run was set up to make";
+      }
+      Say(unproven.empty() ? "PASS: the checker caught the two owners this run was set up to make"
+                           : "FAIL: " + unproven + " (logs kept in " + options.out + ")");
+      return unproven.empty() ? 0 : 1;
     }
     Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options.out + ")");
     return report.ok() ? 0 : 1;
+  }
+
+  // The least a run must do to prove anything (CheckOptions::min_*); a run
+  // below it fails with too-little-activity. `span` is from the first
+  // worker's start to the end of the run.
+  static void SetMinimums(const RunOptions& options, const std::vector<WorkerHistory>& histories,
+                          const std::vector<FaultEvent>& faults, Nanos run_end,
+                          CheckOptions* check) {
+    Nanos first = run_end;
+    for (const WorkerHistory& h : histories) {
+      if (!h.events.empty()) first = std::min(first, h.events.front().t);
+    }
+    const double span = static_cast<double>(std::max<Nanos>(run_end - first, 0)) / 1e9;
+    // Writes: 5 accepted per second of run. An owner writes every 25 ms
+    // (40 a second); the mutex goes without an owner only between a fault
+    // and its takeover (at most ttl + transition + 2 s = 3.5 s of each fault
+    // cycle of 5.5 s or more) and for the few milliseconds of a hand-over,
+    // so a working run accepts more than 13 a second (28-34 in the long runs
+    // of docs/reliability.md): 5 is well below anything that wrote at all.
+    check->min_writes_accepted = static_cast<int>(5 * span);
+    // Acquisitions: half the slowest pace the workers' loop allows. A holder
+    // lets go within hold_max, rests at most rest_max (300 ms), and the next
+    // owner comes within the takeover bound even after a fault, so the mutex
+    // changes hands at least once per hold_max + 0.3 s + bound (5.3 s with
+    // the defaults; the long runs see one a second); at least 2, or the
+    // mutex never changed hands.
+    const double cycle =
+        static_cast<double>((options.hold_max + milliseconds(300) + *check->takeover_bound).count()) /
+        1000;
+    check->min_acquisitions = std::max(2, static_cast<int>(span / (2 * cycle)));
+    // Faults aimed at a worker: at least half must find it holding the
+    // mutex. The harness aims them at the worker whose write the fence
+    // accepted in the last 300 ms (waiting up to 3 s for one), so one misses
+    // only when that holder let go in those 300 ms; more than half missing
+    // means the faults tested waiters, which any store survives.
+    const auto aimed = std::count_if(faults.begin(), faults.end(),
+                                     [](const FaultEvent& f) { return f.worker != 0; });
+    check->min_holder_faults = static_cast<int>((aimed + 1) / 2);
   }
 
   // --check DIR: the checker again over the logs of an earlier run (after a
@@ -524,6 +596,13 @@ class Run {
         options.ttl = milliseconds(std::atoll(w["ttl_ms"].c_str()));
         options.transition = milliseconds(std::atoll(w["transition_ms"].c_str()));
         options.op_timeout = milliseconds(std::atoll(w["op_timeout_ms"].c_str()));
+        if (w.count("hold_max_ms") != 0) {
+          options.hold_max = milliseconds(std::atoll(w["hold_max_ms"].c_str()));
+        }
+        if (w.count("expect_violations") != 0) {
+          options.expect_violations = w["expect_violations"] == "1";
+          options.expect_rule = w["expect_rule"];
+        }
         run_end = std::atoll(w["run_end"].c_str());
       } else if (w["ev"] == "fate") {
         WorkerFate& f = fates[std::atoi(w["worker"].c_str())];
@@ -700,7 +779,9 @@ class Run {
       return f;
     }
     if (kind == "pause" || kind == "hang") {
-      return workers_->Pause(Holder(), lease + Uniform(milliseconds(200), milliseconds(1000)));
+      // Longer than the lease the holder believes in (stretched or not).
+      return workers_->Pause(Holder(), lease + options_.lease_stretch +
+                                           Uniform(milliseconds(200), milliseconds(1000)));
     }
     if (kind == "clock-jump" && threads_ != nullptr) {
       return threads_->Jump(lease + Uniform(milliseconds(100), milliseconds(1000)));
@@ -736,8 +817,12 @@ class Run {
     run << "ev=run store=" << options_.store << " volatile=" << (options_.volatile_store ? 1 : 0)
         << " ttl_ms=" << options_.ttl.count()
         << " transition_ms=" << options_.transition.count()
-        << " op_timeout_ms=" << options_.op_timeout.count() << " seed=" << options_.seed
-        << " run_end=" << run_end << "\n";
+        << " op_timeout_ms=" << options_.op_timeout.count()
+        << " hold_max_ms=" << options_.hold_max.count()
+        << " lease_stretch_ms=" << options_.lease_stretch.count()
+        << " expect_violations=" << (options_.expect_violations ? 1 : 0)
+        << " expect_rule=" << options_.expect_rule
+        << " seed=" << options_.seed << " run_end=" << run_end << "\n";
     for (const WorkerHistory& h : histories) {
       std::string detail = h.fate.detail;
       std::replace(detail.begin(), detail.end(), ' ', '_');
@@ -776,7 +861,9 @@ int Usage() {
                "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
                "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
                "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
-               "         [--expect-violations on|off]\n"
+               "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
+               "         [--hold-ms MIN,MAX]\n"
+               "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
                "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
 }
@@ -840,7 +927,28 @@ int main(int argc, char** argv) {
     } else if (flag == "--uri-query") {
       options.uri_query = value;
     } else if (flag == "--expect-violations") {
-      if (!on_off(&options.expect_violations)) return 2;
+      if (value == "acted-after-takeover" || value == "overlap" || value == "stale-write") {
+        options.expect_violations = true;
+        options.expect_rule = value;
+      } else if (!on_off(&options.expect_violations)) {
+        std::cerr << "fault-run: (or acted-after-takeover, overlap, stale-write)\n";
+        return 2;
+      }
+    } else if (flag == "--stretch-lease-ms") {
+      if (!need_number()) return 2;
+      options.lease_stretch = std::chrono::milliseconds(number);
+    } else if (flag == "--hold-ms") {
+      const auto parts = simba::testing::Split(value, ',');
+      char* a_end = nullptr;
+      char* b_end = nullptr;
+      const long long lo = parts.size() == 2 ? std::strtoll(parts[0].c_str(), &a_end, 10) : 0;
+      const long long hi = parts.size() == 2 ? std::strtoll(parts[1].c_str(), &b_end, 10) : 0;
+      if (parts.size() != 2 || *a_end != '\0' || *b_end != '\0' || lo <= 0 || hi < lo) {
+        std::cerr << "fault-run: --hold-ms takes MIN,MAX milliseconds\n";
+        return 2;
+      }
+      options.hold_min = std::chrono::milliseconds(lo);
+      options.hold_max = std::chrono::milliseconds(hi);
     } else if (flag == "--check") {
       check_dir = value;
     } else {
@@ -854,6 +962,10 @@ int main(int argc, char** argv) {
   static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
                                                 "mysql",  "zookeeper", "etcd"};
   if (kStores.count(options.store) == 0) return simba::testing::Usage();
+  if (options.lease_stretch.count() > 0 && options.store != "memory") {
+    std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
+    return 2;
+  }
   if (options.volatile_store && options.store != "redis") {
     std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";
     return 2;

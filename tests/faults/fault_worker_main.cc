@@ -24,7 +24,7 @@ int Usage() {
   std::fprintf(stderr,
                "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
                "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
-               "         [--seed N]\n");
+               "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n");
   return 2;
 }
 
@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
       options.contend.transition = std::chrono::milliseconds(number);
     } else if (flag == "--op-timeout-ms") {
       options.contend.operation_timeout = std::chrono::milliseconds(number);
+    } else if (flag == "--hold-min-ms") {
+      options.hold_min = std::chrono::milliseconds(number);
+    } else if (flag == "--hold-max-ms") {
+      options.hold_max = std::chrono::milliseconds(number);
     } else if (flag == "--seed") {
       options.seed = static_cast<std::uint64_t>(number);
     } else {

@@ -3,13 +3,16 @@
 // contends for one mutex and reports on stdout, one line per event:
 //   ACQUIRED <token>   it became the owner
 //   RELEASED           it stopped being the owner (lease lost or stop)
-//   VIOLATION <text>   is_owner() was true after the lease deadline it had
-//                      itself reported: the local lease check is broken
+//   VIOLATION <text>   is_owner() was true after the last lease deadline it
+//                      had itself reported for this tenure: the local lease
+//                      check is broken
 // It samples is_owner() every millisecond, so a pause (SIGSTOP) that outlives
 // the lease is caught the moment the process resumes. SIGTERM/SIGINT stop it
 // cleanly.
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,8 +63,15 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "taker: %s\n", factory.status().ToString().c_str());
     return 3;
   }
+  // How many times on_acquired came: the last lease deadline the service
+  // reported is remembered per tenure.
+  static std::atomic<std::uint64_t> tenures{0};
   auto contender = simba::MakeContender(
-      mutex, [](const simba::MutexState& s) { EmitLine("ACQUIRED " + std::to_string(s.after.fencing_token)); },
+      mutex,
+      [](const simba::MutexState& s) {
+        ++tenures;
+        EmitLine("ACQUIRED " + std::to_string(s.after.fencing_token));
+      },
       [](const simba::MutexState&) { EmitLine("RELEASED"); });
   auto service = (*factory)->create_contend_service(contender);
   if (!service.ok()) {
@@ -73,13 +83,25 @@ int main(int argc, char** argv) {
     return 3;
   }
   const auto clock = (*factory)->clock();
+  std::uint64_t deadline_tenure = 0;
+  // max(): none reported yet in this tenure.
+  simba::Clock::TimePoint last_deadline = simba::Clock::TimePoint::max();
   while (!StopRequested()) {
+    const std::uint64_t tenure = tenures;
     // Read the deadline after the ownership check: a renewal in between can
     // only move it later, never make a true violation look fine.
     const auto before = clock->Now();
     const bool owner = (*service)->is_owner();
     const auto deadline = (*service)->lease_deadline();
-    if (owner && deadline && before >= *deadline) {
+    if (tenure != deadline_tenure) {
+      deadline_tenure = tenure;
+      last_deadline = simba::Clock::TimePoint::max();
+    }
+    if (deadline) last_deadline = *deadline;
+    // Judged against the last deadline the service reported in this tenure:
+    // an is_owner() that stopped reading the clock still passes once
+    // lease_deadline() has gone quiet, and that is the violation.
+    if (owner && before >= last_deadline) {
       EmitLine("VIOLATION is_owner() true after the lease deadline");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));

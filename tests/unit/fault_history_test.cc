@@ -402,6 +402,96 @@ TEST(FaultHistory, PauseExcusesLateLoggedAcquisition) {
   EXPECT_TRUE(r.ok()) << r.Summary();
 }
 
+// ---------------------------------------------------------------- minimum activity
+
+TEST(FaultHistory, WriteWithNoDeadlineEverReported) {
+  // is_owner() passed but the service never gave a lease deadline for the
+  // tenure (the worker logs 0): nothing bounds the check, it is reported.
+  EXPECT_THAT(
+      Rules(Check({Worker(1, {Acquired(ms(100), 1), Write(ms(200), 1, 0), Released(ms(300), 1)})})),
+      ElementsAre("write-after-deadline"));
+}
+
+TEST(FaultHistory, TooFewWritesOrAcquisitions) {
+  // CleanWorkers(): 3 acquisitions, 3 writes accepted.
+  CheckOptions opts = Opts();
+  opts.min_acquisitions = 3;
+  opts.min_writes_accepted = 3;
+  const CheckReport enough = Check(CleanWorkers(), CleanResource(), {}, opts);
+  EXPECT_TRUE(enough.ok()) << enough.Summary();
+
+  opts.min_writes_accepted = 4;
+  const CheckReport few_writes = Check(CleanWorkers(), CleanResource(), {}, opts);
+  EXPECT_THAT(Rules(few_writes), ElementsAre("too-little-activity"));
+  EXPECT_THAT(few_writes.violations[0].detail, HasSubstr("only 3 writes accepted"));
+  EXPECT_THAT(few_writes.violations[0].detail, HasSubstr("minimum 4"));
+
+  opts.min_writes_accepted = 3;
+  opts.min_acquisitions = 4;
+  EXPECT_THAT(Rules(Check(CleanWorkers(), CleanResource(), {}, opts)),
+              ElementsAre("too-little-activity"));
+
+  // A run in which nobody ever wrote is the case that used to pass.
+  opts.min_acquisitions = 1;
+  opts.min_writes_accepted = 1;
+  const CheckReport idle =
+      Check({Worker(1, {Start(ms(100)), Beat(ms(200)), Exit(ms(300))})}, {}, {}, opts);
+  EXPECT_THAT(Rules(idle), ElementsAre("too-little-activity", "too-little-activity"));
+  EXPECT_TRUE(Check({Worker(1, {Start(ms(100)), Beat(ms(200)), Exit(ms(300))})}).ok())
+      << "no minimum unless one is set";
+}
+
+TEST(FaultHistory, FaultsThatMissTheHolder) {
+  // CleanWorkers(): worker 1 holds 100..1200 and 2300..2600 ms, worker 2
+  // 1300..2200 ms. A cut of everyone is aimed at nobody.
+  CheckOptions opts = Opts(ms(2700));
+  opts.min_holder_faults = 1;
+  const FaultEvent on_holder{"pause", 1, ms(500), ms(600)};
+  const FaultEvent on_waiter{"pause", 2, ms(500), ms(600)};
+  const FaultEvent on_nobody{"cut-all", 0, ms(500), ms(500)};
+  const FaultEvent kill_at_grant{"kill", 2, ms(1300), ms(1300)};  // the instant it acquired
+
+  const CheckReport hit = Check(CleanWorkers(), CleanResource(), {on_holder, on_nobody}, opts);
+  EXPECT_TRUE(hit.ok()) << hit.Summary();
+  EXPECT_EQ(hit.aimed_faults, 1);
+  EXPECT_EQ(hit.holder_faults, 1);
+  EXPECT_THAT(hit.Summary(), HasSubstr("1 of 1 aimed at a worker found it holding"));
+
+  const CheckReport missed = Check(CleanWorkers(), CleanResource(), {on_waiter, on_nobody}, opts);
+  EXPECT_EQ(missed.aimed_faults, 1);
+  EXPECT_EQ(missed.holder_faults, 0);
+  EXPECT_THAT(Rules(missed), ElementsAre("too-little-activity"));
+  EXPECT_THAT(missed.violations[0].detail, HasSubstr("found it holding the mutex"));
+
+  // The bounds of a tenure count (a kill ends one at its own instant).
+  opts.min_holder_faults = 0;
+  EXPECT_EQ(Check(CleanWorkers(), CleanResource(), {kill_at_grant}, opts).holder_faults, 1);
+}
+
+TEST(FaultHistory, ExpectedViolationsNeedAnOverlapRuleAndNothingElse) {
+  auto report = [](std::vector<std::string> rules) {
+    CheckReport r;
+    for (auto& rule : rules) r.violations.push_back({std::move(rule), "made up"});
+    return r;
+  };
+  EXPECT_EQ(UnprovenOverlap(report({"acted-after-takeover"})), "");
+  EXPECT_EQ(UnprovenOverlap(report({"overlap", "overlap"})), "");
+  EXPECT_EQ(UnprovenOverlap(report({"stale-write", "acted-after-takeover", "overlap"})), "");
+  // Nothing, or only rules that do not speak of two owners: not proven.
+  EXPECT_THAT(UnprovenOverlap(report({})), HasSubstr("did not see the two owners"));
+  for (const char* other : {"stuck", "crash", "hang", "resource-mismatch", "token-order",
+                            "unsignalled-loss", "write-after-deadline", "write-outside-tenure",
+                            "too-little-activity"}) {
+    EXPECT_THAT(UnprovenOverlap(report({other})), HasSubstr(std::string("[") + other + "]"))
+        << other;
+    EXPECT_THAT(UnprovenOverlap(report({"acted-after-takeover", other})),
+                HasSubstr(std::string("[") + other + "]"))
+        << "an overlap with " << other << " beside it proves nothing either";
+  }
+  // The real checker on a real overlap history.
+  EXPECT_EQ(UnprovenOverlap(Check(LateLoss(ms(3500)))), "");
+}
+
 // ---------------------------------------------------------------- summary
 
 TEST(FaultHistory, Summary) {

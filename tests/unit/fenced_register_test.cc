@@ -3,10 +3,18 @@
 // socket, or the checker would judge the store by a broken fence.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "simba/backends/memory.h"
 #include "simba/clock.h"
+#include "simba/contend_service.h"
 #include "testing/fault_worker.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
@@ -52,6 +60,62 @@ TEST(FencedRegister, AClientWithoutAServerGetsAnErrorNotAHang) {
   const Result<bool> r = client.Write(1, 1, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
+}
+
+// A clock that notes, each time the watching thread reads it, which token
+// the worker had published to its writing loop by then (reads by the
+// service's own threads are not noted).
+class SpyClock final : public Clock {
+ public:
+  explicit SpyClock(std::shared_ptr<ManualClock> base) : base_(std::move(base)) {}
+  TimePoint Now() const override {
+    const FaultWorker* worker = worker_.load();
+    if (worker != nullptr && std::this_thread::get_id() == watcher_) {
+      seen_.push_back(worker->published_token());
+    }
+    return base_->Now();
+  }
+  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 TimePoint deadline) const override {
+    base_->WaitUntil(cv, lock, deadline);
+  }
+  // Call before any thread of the service can read the clock's worker_.
+  void watch(const FaultWorker* worker) {
+    watcher_ = std::this_thread::get_id();
+    worker_ = worker;
+  }
+  const std::vector<std::uint64_t>& seen() const { return seen_; }
+
+ private:
+  std::shared_ptr<ManualClock> base_;
+  std::atomic<const FaultWorker*> worker_{nullptr};
+  std::thread::id watcher_;
+  mutable std::vector<std::uint64_t> seen_;
+};
+
+// on_acquired stamps its ev=acquired before the writing loop can see the
+// token: the loop reads the clock for its ownership check after it read the
+// token, so every write is no earlier than the acquisition it belongs to. The
+// other order let a write's check fall before its tenure's logged start (a
+// false write-outside-tenure).
+TEST(FaultWorker, OnAcquiredReadsTheClockBeforeItPublishesTheToken) {
+  auto base = std::make_shared<ManualClock>();
+  auto spy = std::make_shared<SpyClock>(base);
+  FactoryOptions options;
+  options.clock = spy;
+  auto factory = MutexContendServiceFactory::create(NewMemoryBackend({"spy", spy}).value(), options);
+  SIMBA_ASSERT_OK(factory.status());
+  FencedRegister fence(base);
+  FaultWorker worker(factory->get(), &fence, [](const std::string&) {}, FaultWorkerOptions{});
+  spy->watch(&worker);
+  base->Advance(std::chrono::milliseconds(7));
+  const WorkerEvent e = worker.PublishAcquired(*spy, 42);
+  EXPECT_EQ(e.kind, WorkerEvent::Kind::kAcquired);
+  EXPECT_EQ(e.token, 42u);
+  EXPECT_EQ(e.t, NowNanos(*base));
+  EXPECT_EQ(worker.published_token(), 42u);
+  ASSERT_EQ(spy->seen().size(), 1u) << "one clock read, for the event's time";
+  EXPECT_EQ(spy->seen()[0], 0u) << "the time was read after the token was published";
 }
 
 }  // namespace
