@@ -150,11 +150,12 @@ CliTarget PostgresTarget() {
           },
           true};
 }
-// The mysql client on the shared server's database, as its URI's user.
+// The MariaDB client (scripts/install-deps.sh --servers installs it for
+// scripts/servers/mysql.sh) on the shared server's database, as its URI's user.
 std::vector<std::string> MysqlClient() {
   auto server = Uri::Parse(SharedServerUri("mysql"));
   if (!server.ok() || server->hosts.empty()) return {"false"};
-  return {"mysql",
+  return {"mariadb",
           "--protocol=TCP",
           "--host=" + server->hosts.front().host,
           "--port=" + std::to_string(server->hosts.front().port.value_or(3306)),
