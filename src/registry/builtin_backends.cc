@@ -31,6 +31,9 @@
 #if SIMBA_HAVE_ETCD
 #include "simba/backends/etcd.h"
 #endif
+#if SIMBA_HAVE_POSTGRES || SIMBA_HAVE_MYSQL
+#include "backends/sql/sql_backend.h"
+#endif
 
 namespace simba {
 
@@ -126,15 +129,19 @@ std::string ForTable(std::string ddl, const std::string& table) {
 
 Result<std::string> SchemaSql(std::string_view text) {
   SIMBA_ASSIGN_OR_RETURN(Uri uri, Uri::Parse(text));
+  // The table name goes into the DDL as it is: only a name the backend
+  // itself would accept (a DBA pipes this into psql or mysql).
 #if SIMBA_HAVE_POSTGRES
   if (uri.scheme == "postgresql" || uri.scheme == "postgres") {
     SIMBA_ASSIGN_OR_RETURN(PostgresOptions options, PostgresOptionsFromUri(uri));
+    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
     return ForTable(PostgresSchemaSql(), options.table);
   }
 #endif
 #if SIMBA_HAVE_MYSQL
   if (uri.scheme == "mysql" || uri.scheme == "mariadb") {
     SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(uri));
+    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
     return ForTable(MysqlSchemaSql(), options.table);
   }
 #endif

@@ -84,6 +84,17 @@ struct CliTarget {
   std::function<std::string(const std::string& dir, const std::string& unique)> uri;
   // A URI of this scheme that cannot be opened (exit 69).
   std::string unavailable_uri;
+  // SQL servers: the argv of a client that runs the SQL on its stdin in the
+  // database of uri(), as a DBA would run what `simba schema` prints. Empty
+  // for stores without a schema (`simba schema` exits 64 there).
+  // (A function: the server's URI is known only once the test runs.)
+  std::function<std::vector<std::string>()> sql_client;
+  // Stores whose URI may carry a password: uri() with `secret` as the
+  // password (empty function otherwise), and whether the server lets that
+  // password in (PostgreSQL's test server trusts every local connection;
+  // MySQL's and Redis's refuse a wrong password).
+  std::function<std::string(const std::string& unique, const std::string& secret)> password_uri;
+  bool password_accepted = false;
 };
 
 void PrintTo(const CliTarget& target, std::ostream* os) { *os << target.name; }
@@ -97,7 +108,10 @@ CliTarget SqliteTarget() {
           [](const std::string& dir, const std::string& unique) {
             return "sqlite://" + dir + "/" + unique + ".db";
           },
-          "sqlite:///nonexistent-dir/x.db"};
+          "sqlite:///nonexistent-dir/x.db",
+          nullptr,
+          nullptr,
+          false};
 }
 
 // Every test gets a key prefix of its own on the shared server. Port 1 on
@@ -107,7 +121,14 @@ CliTarget RedisTarget() {
           [](const std::string&, const std::string& unique) {
             return SharedServerUri("redis") + "?key_prefix=cli-" + unique;
           },
-          "redis://127.0.0.1:1"};
+          "redis://127.0.0.1:1",
+          nullptr,
+          [](const std::string& unique, const std::string& secret) {
+            // redis://127.0.0.1:PORT -> redis://:SECRET@127.0.0.1:PORT
+            std::string uri = RedisTarget().uri("", unique);
+            return uri.insert(uri.find("://") + 3, ":" + secret + "@");
+          },
+          false};
 }
 // Every test gets a table of its own in the shared database.
 CliTarget PostgresTarget() {
@@ -117,7 +138,30 @@ CliTarget PostgresTarget() {
             std::replace(table.begin(), table.end(), '-', '_');
             return SharedServerUri("postgres") + "?table=" + table;
           },
-          "postgresql://nobody@127.0.0.1:1/db"};
+          "postgresql://nobody@127.0.0.1:1/db",
+          [] {
+            return std::vector<std::string>{"psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+                                            SharedServerUri("postgres")};
+          },
+          [](const std::string& unique, const std::string& secret) {
+            // postgresql://postgres@... -> postgresql://postgres:SECRET@...
+            std::string uri = PostgresTarget().uri("", unique);
+            return uri.insert(uri.find('@'), ":" + secret);
+          },
+          true};
+}
+// The MariaDB client (scripts/install-deps.sh --servers installs it for
+// scripts/servers/mysql.sh) on the shared server's database, as its URI's user.
+std::vector<std::string> MysqlClient() {
+  auto server = Uri::Parse(SharedServerUri("mysql"));
+  if (!server.ok() || server->hosts.empty()) return {"false"};
+  return {"mariadb",
+          "--protocol=TCP",
+          "--host=" + server->hosts.front().host,
+          "--port=" + std::to_string(server->hosts.front().port.value_or(3306)),
+          "--user=" + server->user.value_or(""),
+          "--password=" + server->password.value_or(""),
+          server->path.substr(1)};
 }
 // Every test gets a table of its own in the shared database.
 CliTarget MysqlTarget() {
@@ -127,7 +171,15 @@ CliTarget MysqlTarget() {
             std::replace(table.begin(), table.end(), '-', '_');
             return SharedServerUri("mysql") + "?table=" + table;
           },
-          "mysql://nobody@127.0.0.1:1/db"};
+          "mysql://nobody@127.0.0.1:1/db",
+          MysqlClient,
+          [](const std::string& unique, const std::string& secret) {
+            // mysql://simba:simba-test@... -> mysql://simba:SECRET@...
+            const std::string uri = MysqlTarget().uri("", unique);
+            const auto colon = uri.find(':', uri.find("://") + 3);
+            return uri.substr(0, colon + 1) + secret + uri.substr(uri.find('@'));
+          },
+          false};
 }
 // Every test gets a root node of its own on the shared server.
 CliTarget ZookeeperTarget() {
@@ -135,7 +187,10 @@ CliTarget ZookeeperTarget() {
           [](const std::string&, const std::string& unique) {
             return SharedServerUri("zookeeper") + "?root=/cli-" + unique;
           },
-          "zookeeper://127.0.0.1:1?connect_timeout=1s"};
+          "zookeeper://127.0.0.1:1?connect_timeout=1s",
+          nullptr,
+          nullptr,
+          false};
 }
 // Every test gets a key prefix of its own on the shared server.
 CliTarget EtcdTarget() {
@@ -143,7 +198,10 @@ CliTarget EtcdTarget() {
           [](const std::string&, const std::string& unique) {
             return SharedServerUri("etcd") + "?key_prefix=cli-" + unique;
           },
-          "etcd://127.0.0.1:1"};
+          "etcd://127.0.0.1:1",
+          nullptr,
+          nullptr,
+          false};
 }
 
 // ---- processes -------------------------------------------------------------------
@@ -1179,6 +1237,127 @@ TEST_P(CliE2E, ElectExitsWithTheChildsStatusAndHandsOver) {
   EXPECT_GT(leaders[1].token, leaders[0].token);
 }
 
+// docs/cli.md, `simba elect`: "SIGINT/SIGTERM/SIGHUP stop CMD (if running),
+// release leadership and exit with code 0 (137 if CMD ignored SIGTERM and had
+// to be killed after --kill-after)", and when leadership is lost "it stops
+// CMD (SIGTERM, then SIGKILL after --kill-after) and waits to be elected
+// again".
+TEST_P(CliE2E, ElectKillAfterSigkillsAChildThatIgnoresSigterm) {
+  const std::string mutex = Mutex("elect-stubborn");
+  // 2 s: long enough that a SIGKILL sent at once (--kill-after ignored) ends
+  // the child far sooner than the lower bounds below, short enough to wait.
+  constexpr milliseconds kKillAfter{2000};
+  std::vector<std::string> argv = {kSimba, "elect", "--store", uri(), "--mutex", mutex,
+                                   "--kill-after", "2s"};
+  argv.insert(argv.end(), kLeaseFlags.begin(), kLeaseFlags.end());
+  argv.push_back("--");
+  // The child records its token and pid (a line per start) and, on SIGTERM,
+  // a line in child.terms, but runs on: only SIGKILL ends it. (Its `sleep`
+  // gets the SIGTERM too and ends; the loop goes on.)
+  const std::vector<std::string> child = {
+      "sh", "-c",
+      "trap 'echo term >> " + Path("child.terms") + "' TERM; echo $SIMBA_FENCING_TOKEN >> " +
+          Path("child.tokens") + "; echo $$ >> " + Path("child.pids") +
+          "; while :; do sleep 0.1; done"};
+  argv.insert(argv.end(), child.begin(), child.end());
+  auto elect = Start(argv);
+  TrackPids("child.pids");
+  const auto first = WaitForNumber("child.pids", seconds(10));
+  ASSERT_TRUE(first.has_value()) << elect->Describe();
+
+  // 1. Leadership lost (an operator's forced release): SIGTERM, ignored, then
+  // SIGKILL no sooner than --kill-after after the release began (the loss
+  // cannot be seen before it, and SIGKILL follows the SIGTERM by
+  // --kill-after), and simba elect stays in the election.
+  const auto release_began = Clock::now();
+  const Ran release = Simba({"release", "--store", uri(), "--mutex", mutex, "--force"});
+  ASSERT_EQ(release.code, 0) << release.describe;
+  // Bound: the loss is seen within a renewal (ttl; MySQL learns it there),
+  // then --kill-after, plus 3 s for a loaded machine.
+  ASSERT_TRUE(Eventually([&] { return !Alive(static_cast<pid_t>(*first)); },
+                         kTtl + kKillAfter + seconds(3)))
+      << "the child that ignores SIGTERM survived the loss of leadership\n" << elect->Describe();
+  const auto first_died = Clock::now();
+  EXPECT_GE(first_died - release_began, kKillAfter)
+      << "the child was killed before --kill-after passed\n" << elect->Describe();
+  // (SIGTERM goes to the group and to the child: sh may run its trap twice.)
+  const std::size_t terms = Lines(Read("child.terms")).size();
+  EXPECT_GE(terms, 1u) << "the child did not get SIGTERM before SIGKILL\n" << elect->Describe();
+  EXPECT_NE(elect->Stderr().find("lost leadership"), std::string::npos) << elect->Describe();
+
+  // Still in the election: it leads again (the mutex is free) with a new token.
+  ASSERT_TRUE(Eventually([&] { return Lines(Read("child.pids")).size() >= 2; }, kFailoverBound))
+      << "simba elect did not lead again after the lost leadership\n" << elect->Describe();
+  ASSERT_TRUE(elect->Running()) << elect->Describe();
+  ASSERT_TRUE(Eventually([&] { return Lines(Read("child.tokens")).size() >= 2; }, seconds(2)));
+  const std::vector<std::string> tokens = Lines(Read("child.tokens"));
+  EXPECT_GT(std::stoll(tokens[1]), std::stoll(tokens[0])) << Read("child.tokens");
+  const pid_t second = static_cast<pid_t>(std::stol(Lines(Read("child.pids"))[1]));
+  ASSERT_TRUE(Alive(second));
+
+  // 2. simba elect stopped: SIGTERM to the child, SIGKILL after --kill-after,
+  // exit 137 (the signal reaches simba after it is sent: the lower bound holds).
+  const auto signalled = Clock::now();
+  elect->Signal(SIGTERM);
+  const auto code = elect->Wait(kKillAfter + seconds(5));
+  ASSERT_TRUE(code.has_value()) << "simba elect did not exit\n" << elect->Describe();
+  EXPECT_EQ(*code, 128 + SIGKILL) << elect->Describe();
+  EXPECT_GE(Clock::now() - signalled, kKillAfter)
+      << "simba elect killed its child before --kill-after passed\n" << elect->Describe();
+  EXPECT_FALSE(Alive(second)) << "the child survived simba elect";
+  EXPECT_GT(Lines(Read("child.terms")).size(), terms)
+      << "the second child did not get SIGTERM before SIGKILL\n" << elect->Describe();
+  // Leadership was released on the way out.
+  const Ran next = Exec(RunArgs(mutex, {"--no-wait"}, {"true"}));
+  EXPECT_EQ(next.code, 0) << next.describe;
+}
+
+// docs/cli.md's exit codes as they apply to `simba elect`: the child's status
+// (128 + N when a signal N ended it), 0 when stopped by SIGINT, SIGTERM or
+// SIGHUP whatever the child's status then, 126/127 when the command cannot
+// run. Each time leadership is given up.
+TEST_P(CliE2E, ElectExitCodes) {
+  const std::string mutex = Mutex("elect-codes");
+  auto expect_released = [&](const std::string& what) {
+    const Ran next = Exec(RunArgs(mutex, {"--no-wait"}, {"true"}));
+    EXPECT_EQ(next.code, 0) << "leadership not released after " << what << "\n" << next.describe;
+  };
+  // Stopped by a signal: 0, although the child exits 3 on it.
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    SCOPED_TRACE(strsignal(sig));
+    const std::string tag = "stopped" + std::to_string(sig);
+    auto elect = Start(ElectArgs(mutex, TrappingChild(tag, 3)));
+    TrackPids(tag + ".pid");
+    ASSERT_TRUE(WaitForFile(tag + ".pid", seconds(10))) << elect->Describe();
+    elect->Signal(sig);
+    const auto code = elect->Wait(seconds(10));
+    ASSERT_TRUE(code.has_value()) << elect->Describe();
+    EXPECT_EQ(*code, 0) << elect->Describe();
+    EXPECT_TRUE(Exists(tag + ".marker")) << "the child was not stopped with SIGTERM";
+    expect_released(strsignal(sig));
+  }
+  // The child killed by a signal: 128 + N.
+  {
+    const Ran ran = Exec(ElectArgs(mutex, {"sh", "-c", "kill -USR1 $$"}));
+    EXPECT_EQ(ran.code, 128 + SIGUSR1) << ran.describe;
+    expect_released("a child killed by SIGUSR1");
+  }
+  // The command cannot be run.
+  {
+    const Ran ran = Exec(ElectArgs(mutex, {Path("no-such-command")}));
+    EXPECT_EQ(ran.code, 127) << ran.describe;
+    EXPECT_NE(ran.err.find("no-such-command"), std::string::npos) << ran.describe;
+    expect_released("a command not found");
+  }
+  {
+    std::ofstream(Path("not-executable")) << "#!/bin/sh\ntrue\n";
+    ::chmod(Path("not-executable").c_str(), 0644);
+    const Ran ran = Exec(ElectArgs(mutex, {Path("not-executable")}));
+    EXPECT_EQ(ran.code, 126) << ran.describe;
+    expect_released("a command that cannot be executed");
+  }
+}
+
 // ---- 8. simba status ---------------------------------------------------------------------
 
 std::optional<Json> ParseStatus(const Ran& ran) {
@@ -1422,6 +1601,172 @@ TEST_P(CliE2E, ForcedReleaseOfAFreeMutexSucceeds) {
   EXPECT_GT(*token, *first);
 }
 
+// ---- 9b. simba schema ---------------------------------------------------------------------
+
+// docs/cli.md, `simba schema`: prints the CREATE TABLE statement of a SQL
+// store's table (the URI's `table`), which a DBA runs when the application's
+// user may not create tables; the backends' error then quotes the same
+// statement. Other stores: exit 64.
+// (The SQL servers' suite: CliE2ESql, instantiated on the targets with a
+// sql_client; the others are CliE2ENoSchema.)
+class CliE2ESql : public CliE2E {};
+class CliE2ENoSchema : public CliE2E {};
+
+TEST_P(CliE2ENoSchema, SchemaExits64NamingTheScheme) {
+  const Ran schema = Simba({"schema", "--store", uri()});
+  EXPECT_EQ(schema.code, 64) << schema.describe;
+  EXPECT_EQ(schema.out, "") << schema.describe;
+  const std::string scheme = uri().substr(0, uri().find(':'));
+  EXPECT_NE(schema.err.find("'" + scheme + "'"), std::string::npos)
+      << "the error does not name the store's scheme\n" << schema.describe;
+}
+
+TEST_P(CliE2ESql, SchemaPrintsTheDdlThatMakesAWorkingStore) {
+  const CliTarget& target = GetParam();
+  const Ran schema = Simba({"schema", "--store", uri()});
+  ASSERT_EQ(schema.code, 0) << schema.describe;
+  EXPECT_EQ(schema.err, "") << schema.describe;
+  const auto table = Uri::Parse(uri())->Query("table");
+  ASSERT_TRUE(table.has_value()) << uri();
+  EXPECT_EQ(schema.out.rfind("CREATE TABLE IF NOT EXISTS " + *table + " (\n", 0), 0u)
+      << "not the DDL of the URI's table\n" << schema.describe;
+  EXPECT_EQ(schema.out.find("simba_mutex"), std::string::npos) << schema.describe;
+  ASSERT_GE(schema.out.size(), 2u);
+  EXPECT_EQ(schema.out.substr(schema.out.size() - 2), ";\n") << schema.describe;
+
+  // create_table=off: only the DBA's table will do.
+  const std::string store = uri() + "&create_table=off";
+  const std::string mutex = Mutex("schema");
+  auto run = [&](const std::string& tag) {
+    return Exec({kSimba, "run", "--store", store, "--mutex", mutex, "--no-wait", "--", "sh", "-c",
+                 "echo $SIMBA_FENCING_TOKEN > " + Path(tag)});
+  };
+  const Ran before = run("before.token");
+  EXPECT_EQ(before.code, 69) << before.describe;
+  EXPECT_FALSE(Exists("before.token"));
+  const std::string statement = schema.out.substr(0, schema.out.size() - 2);
+  EXPECT_NE(before.err.find(statement), std::string::npos)
+      << "the backend's error does not quote what `simba schema` prints\n" << before.describe;
+
+  // The DBA runs it, as printed.
+  {
+    std::ofstream(Path("schema.sql")) << schema.out;
+  }
+  std::vector<std::string> apply = {"/bin/sh", "-c", "exec \"$@\" < '" + Path("schema.sql") + "'",
+                                    "sh"};
+  const std::vector<std::string> client = target.sql_client();
+  apply.insert(apply.end(), client.begin(), client.end());
+  const Ran applied = Exec(apply);
+  ASSERT_EQ(applied.code, 0) << applied.describe;
+
+  const Ran after = run("after.token");
+  EXPECT_EQ(after.code, 0) << after.describe;
+  const auto token = WaitForNumber("after.token", seconds(1));
+  ASSERT_TRUE(token.has_value()) << after.describe;
+  EXPECT_GT(*token, 0);
+  // The table keeps the fencing counter: the next holder's token is greater.
+  const Ran again = run("again.token");
+  EXPECT_EQ(again.code, 0) << again.describe;
+  const auto next_token = WaitForNumber("again.token", seconds(1));
+  ASSERT_TRUE(next_token.has_value()) << again.describe;
+  EXPECT_GT(*next_token, *token);
+  const Ran status = Simba({"status", "--store", store, mutex, "--json"});
+  EXPECT_EQ(status.code, 0) << status.describe;
+  auto doc = ParseStatus(status);
+  ASSERT_TRUE(doc.has_value());
+  EXPECT_NE(FindMutex(*doc, mutex), nullptr) << status.describe;
+}
+
+// Bad URIs: exit 64, and the message names the part at fault (docs/cli.md:
+// "Errors ... name the flag or the URI at fault"). A bad table name must not
+// reach the DDL a DBA is told to run.
+TEST_P(CliE2ESql, SchemaUriErrorsExit64NamingThePart) {
+  const std::string base = uri().substr(0, uri().find('?'));
+  struct Case {
+    std::string uri;
+    std::string named;  // must appear in stderr
+  };
+  const std::vector<Case> cases = {
+      {base + "?tabel=x", "tabel"},
+      {base + "?table=bad-name", "bad-name"},
+      {base + "?table=x;DROP%20TABLE%20y", "table"},
+      {base + "?table=", "table"},
+      {base + "?create_table=maybe", "create_table"},
+      {base.substr(0, base.rfind('/')), "database"},
+  };
+  for (const auto& c : cases) {
+    const Ran ran = Simba({"schema", "--store", c.uri});
+    EXPECT_EQ(ran.code, 64) << ran.describe;
+    EXPECT_EQ(ran.out, "") << "printed DDL for a bad URI\n" << ran.describe;
+    EXPECT_NE(ran.err.find(c.named), std::string::npos)
+        << "the error does not name " << c.named << "\n" << ran.describe;
+  }
+  // No store at all.
+  const Ran missing = Simba({"schema"});
+  EXPECT_EQ(missing.code, 64) << missing.describe;
+  EXPECT_NE(missing.err.find("--store"), std::string::npos) << missing.describe;
+}
+
+// ---- 9c. passwords on a live server ----------------------------------------------------------
+
+// docs/cli.md: errors "never show a password"; the JSON events name the
+// store masked. Here with a real server: one that lets the password in
+// (every event of a leadership printed) or refuses it (the error path).
+// (Instantiated on the targets whose URIs carry a password.)
+class CliE2EPassword : public CliE2E {};
+
+TEST_P(CliE2EPassword, ElectAndSchemaNeverShowThePassword) {
+  const std::string secret = "Pw4Cli" + std::to_string(::getpid()) + "xQz";
+  const std::string store = GetParam().password_uri(unique_, secret);
+  ASSERT_NE(store.find(secret), std::string::npos) << store;
+  const std::string masked = Uri::Parse(store)->ToString();
+  ASSERT_EQ(masked.find(secret), std::string::npos) << masked;
+  const std::string mutex = Mutex("secret");
+  auto expect_clean = [&](const Ran& ran) {
+    EXPECT_EQ(ran.out.find(secret), std::string::npos) << "stdout shows the password\n"
+                                                       << ran.describe;
+    EXPECT_EQ(ran.err.find(secret), std::string::npos) << "stderr shows the password\n"
+                                                       << ran.describe;
+  };
+  for (const std::string format : {"text", "json"}) {
+    SCOPED_TRACE(format);
+    const Ran elect = Exec({kSimba, "elect", "--store", store, "--mutex", mutex, "--ttl", "1s",
+                            "--transition", "500ms", "--verbose", "--log-format", format, "--",
+                            "sh", "-c", "echo $SIMBA_FENCING_TOKEN > " + Path(format + ".token")});
+    expect_clean(elect);
+    if (GetParam().password_accepted) {
+      // Led, ran the child (which exited 0), gave up leadership: every event.
+      EXPECT_EQ(elect.code, 0) << elect.describe;
+      EXPECT_TRUE(Exists(format + ".token")) << elect.describe;
+      EXPECT_NE(elect.err.find("acquired"), std::string::npos) << elect.describe;
+      EXPECT_NE(elect.err.find("released"), std::string::npos) << elect.describe;
+    } else {
+      EXPECT_EQ(elect.code, 69) << elect.describe;
+      EXPECT_FALSE(Exists(format + ".token"));
+      EXPECT_NE(elect.err.find(masked.substr(0, masked.find('?'))), std::string::npos)
+          << "the error does not name the store (password masked)\n" << elect.describe;
+    }
+    if (format == "json") {
+      for (const Json& line : JsonLines(elect.err)) {
+        const std::string kind = Field(line, "event");
+        if (kind == "error" || kind == "info") continue;
+        EXPECT_EQ(Field(line, "store").find(secret), std::string::npos);
+      }
+    }
+  }
+  // schema does not connect: it prints the DDL (SQL stores) or refuses (64),
+  // never the password; nor does a bad URI's error.
+  const Ran schema = Simba({"schema", "--store", store});
+  EXPECT_EQ(schema.code, GetParam().sql_client ? 0 : 64) << schema.describe;
+  expect_clean(schema);
+  const Ran bad = Simba({"schema", "--store", store + "&tabel=x"});
+  EXPECT_EQ(bad.code, 64) << bad.describe;
+  expect_clean(bad);
+  const Ran from_env = Simba({"schema"}, {{"SIMBA_STORE", store + "&tabel=x"}});
+  EXPECT_EQ(from_env.code, 64) << from_env.describe;
+  expect_clean(from_env);
+}
+
 // ---- 10. help, version, passwords -----------------------------------------------------------
 
 #if SIMBA_CLI_STORE_AGNOSTIC
@@ -1471,12 +1816,30 @@ TEST_F(Cli, ErrorsNeverShowAPassword) {
         {{"status", "--store", bad}, {}},
         {{"status", "--json"}, {{"SIMBA_STORE", bad}}},
         {{"release", "--store", bad, "--mutex", "m", "--force"}, {}},
+        {{"elect", "--store", bad, "--mutex", "m", "--", "true"}, {}},
+        {{"elect", "--store", bad, "--mutex", "m", "--verbose", "--log-format", "json", "--",
+          "true"},
+         {}},
+        {{"elect", "--mutex", "m", "--", "true"}, {{"SIMBA_STORE", bad}}},
+        {{"schema", "--store", bad + "?tabel=x"}, {}},
         // A usage error with the URI around.
         {{"run", "--store", bad, "--mutex", "m", "--ttl", "x", "--", "true"}, {}},
     };
     for (const auto& [args, env] : invocations) {
       const Ran ran = Simba(args, env);
       EXPECT_NE(ran.code, 0) << ran.describe;
+      EXPECT_EQ(ran.err.find("secret"), std::string::npos) << "stderr shows the password\n"
+                                                           << ran.describe;
+      EXPECT_EQ(ran.out.find("secret"), std::string::npos) << "stdout shows the password\n"
+                                                           << ran.describe;
+    }
+    // schema does not connect: it prints the DDL of a SQL store (exit 0),
+    // refuses the others (64); never with the password.
+    for (const Env& env : {Env{}, Env{{"SIMBA_STORE", bad}}}) {
+      const Ran ran = Simba(env.empty() ? std::vector<std::string>{"schema", "--store", bad}
+                                        : std::vector<std::string>{"schema"},
+                            env);
+      EXPECT_TRUE(ran.code == 0 || ran.code == 64) << ran.describe;
       EXPECT_EQ(ran.err.find("secret"), std::string::npos) << "stderr shows the password\n"
                                                            << ran.describe;
       EXPECT_EQ(ran.out.find("secret"), std::string::npos) << "stdout shows the password\n"
@@ -1509,6 +1872,37 @@ std::vector<CliTarget> TargetsOfThisBinary() {
 
 INSTANTIATE_TEST_SUITE_P(Stores, CliE2E, ::testing::ValuesIn(TargetsOfThisBinary()),
                          CliTargetName);
+
+// The suites that apply to some stores only: each binary instantiates those
+// its store has (an empty list generates no test).
+std::vector<CliTarget> TargetsOfThisBinaryWhere(bool (*applies)(const CliTarget&)) {
+  std::vector<CliTarget> out;
+  for (CliTarget& target : TargetsOfThisBinary()) {
+    if (applies(target)) out.push_back(std::move(target));
+  }
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(
+    Stores, CliE2ESql,
+    ::testing::ValuesIn(TargetsOfThisBinaryWhere([](const CliTarget& candidate) {
+      return static_cast<bool>(candidate.sql_client);
+    })),
+    CliTargetName);
+INSTANTIATE_TEST_SUITE_P(
+    Stores, CliE2ENoSchema,
+    ::testing::ValuesIn(TargetsOfThisBinaryWhere([](const CliTarget& candidate) {
+      return !candidate.sql_client;
+    })),
+    CliTargetName);
+INSTANTIATE_TEST_SUITE_P(
+    Stores, CliE2EPassword,
+    ::testing::ValuesIn(TargetsOfThisBinaryWhere([](const CliTarget& candidate) {
+      return static_cast<bool>(candidate.password_uri);
+    })),
+    CliTargetName);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CliE2ESql);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CliE2ENoSchema);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CliE2EPassword);
 
 }  // namespace
 }  // namespace simba::testing

@@ -27,6 +27,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -36,6 +37,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "simba/backend.h"
@@ -454,6 +456,130 @@ TEST_F(DashboardServer, ServesThePageTheStateAndMetrics) {
   EXPECT_FALSE(FindMutex(*state, "held-here")->Get("held")->boolean);
   EXPECT_TRUE(Contains(Get(d.port, "/metrics").body,
                        "simba_dashboard_handovers_total{mutex=\"held-here\"} 1\n"));
+  StopDashboard(d);
+}
+
+// The sum of the samples of metric `name` (one per mutex) and their count.
+std::pair<long long, std::size_t> SumSamples(const std::string& metrics, const std::string& name) {
+  long long sum = 0;
+  std::size_t count = 0;
+  std::istringstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name + "{", 0) != 0) continue;
+    sum += std::stoll(line.substr(line.rfind(' ') + 1));
+    ++count;
+  }
+  return {sum, count};
+}
+
+// docs/cli.md: "Per-mutex series are limited to the first 1,000 mutexes by
+// name ...; the rest are left out ... and counted by
+// simba_dashboard_mutexes_omitted. simba_mutexes counts them all."
+TEST_F(DashboardServer, MetricsKeepPerMutexSeriesForTheFirst1000ByName) {
+  constexpr int kMutexes = 1003;
+  const std::string uri = "sqlite://" + dir_.path() + "/many.db";
+  auto backend = OpenBackend(uri);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  auto name = [](int i) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "m-%04d", i);
+    return std::string(buf);
+  };
+  // Acquired last-name first: "first by name" is not the store's order.
+  for (int i = kMutexes - 1; i >= 0; --i) {
+    auto held = (*backend)->acquire_or_renew(
+        AcquireRequest{name(i), "dash-test-owner", seconds(600), seconds(10)},
+        Clock::now() + seconds(10));
+    ASSERT_TRUE(held.ok()) << held.status().message();
+  }
+  Dashboard d = StartDashboard(uri);
+  ASSERT_GT(d.port, 0);
+  std::string metrics;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        metrics = Get(d.port, "/metrics").body;
+        return Contains(metrics, "simba_mutexes{state=\"held\"} " + std::to_string(kMutexes) +
+                                     "\n");
+      },
+      seconds(20)))
+      << metrics.substr(0, 2000);
+  EXPECT_TRUE(Contains(metrics, "simba_mutexes{state=\"free\"} 0\n"));
+  EXPECT_TRUE(Contains(metrics, "simba_dashboard_mutexes_omitted 3\n"));
+  for (const char* family : {"simba_mutex_held", "simba_mutex_fencing_token",
+                             "simba_mutex_lease_seconds_left", "simba_dashboard_handovers_total"}) {
+    SCOPED_TRACE(family);
+    EXPECT_EQ(SumSamples(metrics, family).second, 1000u);
+    EXPECT_TRUE(Contains(metrics, std::string(family) + "{mutex=\"m-0000\"}"));
+    EXPECT_TRUE(Contains(metrics, std::string(family) + "{mutex=\"m-0999\"}"));
+    for (int i = 1000; i < kMutexes; ++i) {
+      EXPECT_FALSE(Contains(metrics, std::string(family) + "{mutex=\"" + name(i) + "\"}"))
+          << name(i) << " is beyond the first 1000 by name";
+    }
+  }
+  EXPECT_EQ(SumSamples(metrics, "simba_mutex_held").first, 1000);
+  // The state API is not limited: every mutex.
+  auto state = GetState(d.port);
+  ASSERT_TRUE(state.has_value());
+  EXPECT_EQ(state->Get("mutexes")->array.size(), static_cast<std::size_t>(kMutexes));
+  StopDashboard(d);
+}
+
+// docs/cli.md: "The latest 200 [hand-overs] are kept", newest first, while
+// simba_dashboard_handovers_total counts every hand-over seen.
+TEST_F(DashboardServer, KeepsTheLatest200HandOvers) {
+  constexpr int kFirst = 150;
+  constexpr int kSecond = 100;
+  constexpr std::size_t kKept = 200;
+  const std::string uri = "sqlite://" + dir_.path() + "/handovers.db";
+  auto backend = OpenBackend(uri);
+  ASSERT_TRUE(backend.ok()) << backend.status().message();
+  Dashboard d = StartDashboard(uri);
+  ASSERT_GT(d.port, 0);
+  std::optional<Json> state;
+  // The first good read is the baseline: hand-overs are changes after it.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        state = GetState(d.port);
+        return state && state->Get("refreshed_at_ms")->IsInteger();
+      },
+      seconds(10)));
+  // Each acquisition of a new mutex is one hand-over (free -> owner), in
+  // whichever poll sees it; the second batch starts once a poll has seen
+  // all of the first, so its hand-overs are the newer ones.
+  auto acquire_batch = [&](const std::string& prefix, int count, std::size_t total) {
+    for (int i = 0; i < count; ++i) {
+      auto held = (*backend)->acquire_or_renew(
+          AcquireRequest{prefix + std::to_string(i), "owner-" + prefix, seconds(600), seconds(10)},
+          Clock::now() + seconds(10));
+      ASSERT_TRUE(held.ok()) << held.status().message();
+    }
+    ASSERT_TRUE(Eventually(
+        [&] {
+          state = GetState(d.port);
+          return state && state->Get("mutexes")->array.size() == total;
+        },
+        seconds(10)))
+        << "the dashboard did not see the batch " << prefix;
+  };
+  acquire_batch("a-", kFirst, kFirst);
+  acquire_batch("b-", kSecond, kFirst + kSecond);
+  ExpectWellFormedState(*state);
+  const auto& handovers = state->Get("handovers")->array;
+  ASSERT_EQ(handovers.size(), kKept);
+  for (std::size_t i = 0; i < handovers.size(); ++i) {
+    const std::string mutex = StringField(&handovers[i], "mutex");
+    // Newest first: the whole second batch, then the newest of the first.
+    EXPECT_EQ(mutex.substr(0, 2), i < static_cast<std::size_t>(kSecond) ? "b-" : "a-")
+        << "hand-over " << i << ": " << mutex;
+    EXPECT_EQ(StringField(&handovers[i], "from"), "");
+    EXPECT_EQ(StringField(&handovers[i], "to"), "owner-" + mutex.substr(0, 2));
+  }
+  // The counters count all of them.
+  const std::string metrics = Get(d.port, "/metrics").body;
+  EXPECT_EQ(SumSamples(metrics, "simba_dashboard_handovers_total"),
+            std::make_pair(static_cast<long long>(kFirst + kSecond),
+                           static_cast<std::size_t>(kFirst + kSecond)))
+      << metrics;
   StopDashboard(d);
 }
 

@@ -52,8 +52,9 @@ example:
 Stay in the election while simba runs: start CMD whenever this process becomes
 the leader, stop it (SIGTERM, then SIGKILL after --kill-after) when leadership
 is lost, start it again when re-elected. If CMD exits by itself while leading,
-simba gives up leadership and exits with CMD's status. SIGINT/SIGTERM stop CMD,
-release leadership and exit 0. CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and
+simba gives up leadership and exits with CMD's status. SIGINT/SIGTERM/SIGHUP
+stop CMD, release leadership and exit 0 (137 if CMD ignored SIGTERM and was
+killed after --kill-after). CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and
 SIMBA_FENCING_TOKEN (the token of that leadership) in its environment.
 
 options:

@@ -453,11 +453,8 @@ Result<std::unique_ptr<Subscription>> SqlBackend::subscribe(
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
-                                               SqlBackendOptions options) {
-  if (!driver) return InvalidArgumentError("no SQL driver");
-  if (options.connections < 1) return InvalidArgumentError("connections must be at least 1");
-  const std::string& t = options.table;
+Status ValidateTableName(const std::string& table) {
+  const std::string& t = table;
   const bool identifier =
       !t.empty() && t.size() <= 63 && !(t[0] >= '0' && t[0] <= '9') &&
       std::all_of(t.begin(), t.end(), [](char c) {
@@ -469,6 +466,14 @@ Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver
                                 " must be a plain identifier of at most 63 characters "
                                 "(A-Z a-z 0-9 _, not starting with a digit)");
   }
+  return OkStatus();
+}
+
+Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
+                                               SqlBackendOptions options) {
+  if (!driver) return InvalidArgumentError("no SQL driver");
+  if (options.connections < 1) return InvalidArgumentError("connections must be at least 1");
+  SIMBA_RETURN_IF_ERROR(ValidateTableName(options.table));
   return std::shared_ptr<Backend>(std::make_shared<SqlBackend>(std::move(driver), options));
 }
 

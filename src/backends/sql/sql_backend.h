@@ -153,6 +153,12 @@ struct SqlBackendOptions {
   std::size_t max_contender_id_length = 128;
 };
 
+// OK when `table` is a name the statements may carry as it is: a plain
+// identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a
+// digit). Otherwise kInvalidArgument naming the table. The backend and the
+// DDL printed for a DBA (SchemaSql) both check it.
+Status ValidateTableName(const std::string& table);
+
 Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
                                                SqlBackendOptions options);
 
