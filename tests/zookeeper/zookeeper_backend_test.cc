@@ -618,8 +618,11 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   // A chroot must exist (the client does not create it).
   ASSERT_EQ(CreatePersistent(raw, chroot_a), ZOK);
   ASSERT_EQ(CreatePersistent(raw, chroot_b), ZOK);
-  auto a = Open(server + chroot_a + "?root=/locks");
-  auto b = Open(server + chroot_b + "?root=/locks");
+  // The root: a name of this test's own, so that its absence outside the
+  // chroots means something on the shared server.
+  const std::string root = TestRoot() + "-root";
+  auto a = Open(server + chroot_a + "?root=" + root);
+  auto b = Open(server + chroot_b + "?root=" + root);
   ASSERT_TRUE(a && b);
   // Both own "m" at once: different stores.
   auto owned_a = a->acquire_or_renew(Request("m", "in-a"), In(seconds(5)));
@@ -629,17 +632,17 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   EXPECT_EQ(owned_a->owner.owner_id, "in-a");
   EXPECT_EQ(owned_b->owner.owner_id, "in-b");
   ASSERT_THAT(a->acquire_or_renew(Request("only-a", "in-a"), In(seconds(5))), IsOk());
-  // The nodes, seen without a chroot: under <chroot>/locks, and nothing
-  // at /locks.
-  const auto nodes_a = raw.Children(chroot_a + "/locks/m");
-  const auto nodes_b = raw.Children(chroot_b + "/locks/m");
+  // The nodes, seen without a chroot: under <chroot><root>, and nothing
+  // at <root>.
+  const auto nodes_a = raw.Children(chroot_a + root + "/m");
+  const auto nodes_b = raw.Children(chroot_b + root + "/m");
   ASSERT_EQ(nodes_a.size(), 1u);
   ASSERT_EQ(nodes_b.size(), 1u);
-  EXPECT_EQ(raw.Get(chroot_a + "/locks/m/" + nodes_a[0]), "in-a");
-  EXPECT_EQ(raw.Get(chroot_b + "/locks/m/" + nodes_b[0]), "in-b");
-  EXPECT_EQ(raw.Children(chroot_a + "/locks-sessions").size(), 1u) << "the heartbeat node";
+  EXPECT_EQ(raw.Get(chroot_a + root + "/m/" + nodes_a[0]), "in-a");
+  EXPECT_EQ(raw.Get(chroot_b + root + "/m/" + nodes_b[0]), "in-b");
+  EXPECT_EQ(raw.Children(chroot_a + root + "-sessions").size(), 1u) << "the heartbeat node";
   Stat stat{};
-  EXPECT_EQ(zoo_exists(raw.handle(), "/locks", 0, &stat), ZNONODE);
+  EXPECT_EQ(zoo_exists(raw.handle(), root.c_str(), 0, &stat), ZNONODE);
   // Each store lists only its own mutexes.
   auto listed_a = a->list(In(seconds(5)));
   auto listed_b = b->list(In(seconds(5)));
@@ -654,7 +657,7 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   EXPECT_THAT(a->release("m", "in-a", In(seconds(5))), IsOkAndHolds(true));
   EXPECT_THAT(a->release("only-a", "in-a", In(seconds(5))), IsOkAndHolds(true));
   EXPECT_THAT(b->release("m", "in-b", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_TRUE(raw.Children(chroot_a + "/locks/m").empty());
+  EXPECT_TRUE(raw.Children(chroot_a + root + "/m").empty());
 }
 
 TEST(ZookeeperUri, AnUnreachableEnsembleFailsByTheDeadline) {
