@@ -417,7 +417,16 @@ TEST(EtcdLayout, ForceReleaseDeletesTheOwnersKeyAndTellsTheOwner) {
 
 // ---- failures ------------------------------------------------------------------------------
 
-TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
+// A lease revoked under a live owner (an operator's `etcdctl lease revoke`):
+// the store ends the hold at once. What is promised (etcd.md, "The owner is
+// told when it loses"): the store never has two owners (the revocation
+// deletes the owner's key before the waiter's key can be the lowest), the
+// owner is told through its watch within kPushBound of the revocation (not
+// at its renewal 10 s later), and the waiter's token is greater. Which of
+// the two processes hears first is not promised: their watch streams are fed
+// by the server at the same time, and the waiter then needs one more round
+// trip, which it sometimes wins. The fencing token covers that window.
+TEST(EtcdFailures, RevokedLeaseIsPushedToTheOwnerAndTheWaiterTakesOver) {
   const std::string uri = WithPrefix(SharedEtcd());
   // Separate factories: separate backends and watches, like processes.
   auto fa = Factory(uri, seconds(10), seconds(5));
@@ -425,16 +434,7 @@ TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
   ASSERT_TRUE(fa && fb);
   Timeline timeline;
   auto a = fa->create_contend_service(timeline.Contender("revoked", "A")).value();
-  // What A believed when B was told it owns the mutex. (Comparing the two
-  // callbacks' times would compare two callback threads' scheduling; the
-  // guarantee is about A's state: not an owner any more once B acts.)
-  std::atomic<int> a_owner_when_b_acquired{-1};
-  MutexContendService* a_service = a.get();
-  auto b_contender = MakeContender(
-      "revoked",
-      [&, a_service](const MutexState&) { a_owner_when_b_acquired = a_service->is_owner() ? 1 : 0; },
-      nullptr);
-  auto b = fb->create_contend_service(b_contender).value();
+  auto b = fb->create_contend_service(timeline.Contender("revoked", "B")).value();
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = a->fencing_token();
@@ -446,23 +446,39 @@ TEST(EtcdFailures, RevokedLeaseReleasesTheOwnerBeforeTheWaiterAcquires) {
   const std::vector<RawKv> keys = raw.Range(TestPrefix() + "/revoked/");
   ASSERT_EQ(keys.size(), 2u);
   ASSERT_EQ(keys.front().value, a->contender_id());
+  ASSERT_EQ(keys.back().value, b->contender_id());
   const auto revoked_at = steady_clock::now();
   raw.Revoke(keys.front().lease);
 
-  // Both learn within a few seconds (the lease had 15 s left).
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(3)));
-  ASSERT_TRUE(Eventually([&] { return a_owner_when_b_acquired.load() >= 0; }, seconds(3)));
-  // Whether A had heard of the revocation when B was told it owns the mutex
-  // is a race between two watch streams the server feeds at the same time
-  // (B then needs one more round trip): no store can order them, and with
-  // the server's disk in memory B sometimes wins. What protects the resource
-  // meanwhile is the fencing token; what is promised is that A is told, and
-  // soon. Recorded, not asserted.
-  RecordProperty("a_was_owner_when_b_acquired", a_owner_when_b_acquired.load());
-  // (A's callback runs on its factory's callback thread, after its state.)
-  ASSERT_TRUE(Eventually([&] { return timeline.When("A released").has_value(); }, seconds(3)));
-  EXPECT_LT(*timeline.When("A released") - revoked_at, Scaled(seconds(3)));
+  // The push: one watch event on loopback takes milliseconds; the bound is
+  // 1 s (etcd.md), far below the 10 s until A's next renewal, which is what
+  // a missing push would cost. The margin absorbs a loaded machine.
+  const auto kPushBound = Scaled(seconds(1));
+  ASSERT_TRUE(Eventually([&] { return timeline.When("A released").has_value(); }, seconds(15)))
+      << "A was never told";
+  const auto a_told = timeline.When("A released");
+  ASSERT_TRUE(a_told.has_value());
+  EXPECT_LT(*a_told - revoked_at, kPushBound) << "A was told late: not pushed";
   EXPECT_FALSE(a->is_owner());
+  // B is woken by the same push (its predecessor's key went) and takes over.
+  ASSERT_TRUE(Eventually([&] { return timeline.When("B acquired").has_value(); }, seconds(15)))
+      << "B never took over";
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(3)));
+  const auto b_told = timeline.When("B acquired");
+  ASSERT_TRUE(b_told.has_value());
+  EXPECT_LT(*b_told - revoked_at, kPushBound) << "B took over late: not pushed";
+  // At the store, one owner: A's key is gone, B's (the same one it queued
+  // with) is the lowest, and its token, the key's create revision, is
+  // greater than A's. (A, still running, may have queued again behind B
+  // with a new key.)
+  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/revoked/");
+  ASSERT_GE(after.size(), 1u);
+  EXPECT_EQ(after.front().value, b->contender_id());
+  EXPECT_EQ(after.front().create_revision, keys.back().create_revision);
+  for (const RawKv& kv : after) {
+    EXPECT_NE(kv.create_revision, keys.front().create_revision) << "A's key outlived its lease";
+  }
+  EXPECT_EQ(b->fencing_token(), static_cast<std::uint64_t>(keys.back().create_revision));
   EXPECT_GT(b->fencing_token(), a_token);
   SIMBA_EXPECT_OK(b->stop());
   SIMBA_EXPECT_OK(a->stop());
@@ -585,6 +601,113 @@ TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
   SIMBA_EXPECT_OK(waiter->stop());
 }
 
+// An owner whose backend talks to the cluster through endpoint 1 (a proxy in
+// front of the server) while endpoint 2 reaches the same server directly.
+// Endpoint 1 dies (`kill`: the proxy goes away, its connections reset and
+// its port refuses) or falls silent (`blackhole`: connections stay open and
+// nothing passes, as with a paused member or a dead link): the owner's calls
+// move to endpoint 2 and it keeps its lease (same key, same token), while a
+// waiter queued directly on the server never gets the mutex. Then its
+// release still hands over by push, through the watch it re-made on
+// endpoint 2.
+void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
+  const std::string server_uri = SharedEtcd();
+  auto parsed = Uri::Parse(server_uri);
+  SIMBA_ASSERT_OK(parsed);
+  const std::string live = server_uri.substr(std::string("etcd://").size());
+  auto proxy = std::make_unique<TcpProxy>(*parsed->hosts.front().port);
+  const std::string two_endpoints = "etcd://127.0.0.1:" + std::to_string(proxy->port()) + "," +
+                                    live + "?key_prefix=" + TestPrefix() +
+                                    "&connect_timeout=500ms";
+  // ttl 1 s + transition 5 s: a 6 s etcd lease. A silent endpoint holds a
+  // call until its operation_timeout (3 s) ends it; the retry then goes to
+  // endpoint 2 within what is left of the lease (ContendService retries a
+  // failed renewal after a quarter of it): the renewal sent at most ttl
+  // after the last good one, its 3 s timeout and a retry at most 1 s later
+  // land by 5 s, inside the 6 s lease that last good renewal secured.
+  FactoryOptions options;
+  options.contend.ttl = seconds(1);
+  options.contend.transition = seconds(5);
+  auto owner_factory = MutexContendServiceFactory::open(two_endpoints, options);
+  auto waiter_factory = MutexContendServiceFactory::open(WithPrefix(server_uri), options);
+  SIMBA_ASSERT_OK(owner_factory);
+  SIMBA_ASSERT_OK(waiter_factory);
+  Timeline timeline;
+  auto owner = (*owner_factory)->create_contend_service(timeline.Contender("failover", "O")).value();
+  auto waiter =
+      (*waiter_factory)->create_contend_service(timeline.Contender("failover", "W")).value();
+  SIMBA_ASSERT_OK(owner->start());
+  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
+  SIMBA_ASSERT_OK(waiter->start());
+  ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
+                         seconds(10)));
+  // Both of the owner backend's connections (calls and watch) use endpoint 1.
+  ASSERT_EQ(proxy->connections(), 2);
+  const std::uint64_t token = owner->fencing_token();
+  Raw raw(server_uri);
+  const std::vector<RawKv> before = raw.Range(TestPrefix() + "/failover/");
+  ASSERT_EQ(before.size(), 2u);
+
+  std::atomic<bool> sampling{true};
+  std::atomic<int> not_owner{0};
+  std::atomic<long> samples{0};
+  std::thread sampler([&] {
+    while (sampling) {
+      if (!owner->is_owner()) ++not_owner;
+      ++samples;
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+  });
+  if (blackhole) {
+    proxy->set_blackhole(true);
+  } else {
+    proxy.reset();
+  }
+  // Three whole leases: without a working endpoint the lease would have
+  // ended twice over and the waiter would own the mutex.
+  std::this_thread::sleep_for(seconds(18));
+  sampling = false;
+  sampler.join();
+  EXPECT_EQ(not_owner.load(), 0) << "the owner lost the mutex while endpoint 2 was up";
+  EXPECT_GT(samples.load(), 1000);
+  EXPECT_FALSE(timeline.When("W acquired").has_value()) << "the waiter took over";
+  EXPECT_EQ(owner->fencing_token(), token);
+  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/failover/");
+  ASSERT_EQ(after.size(), 2u);
+  EXPECT_EQ(after.front().create_revision, before.front().create_revision) << "a new key";
+  EXPECT_EQ(after.front().lease, before.front().lease) << "a new lease";
+
+  // The owner's backend still hears of a delete of its key (a forced
+  // release, here), so it never goes on as owner after the store ended its
+  // hold: by its watch, re-made on endpoint 2, or else by its renewal, which
+  // checks the key with a transaction while no watch vouches for it. The
+  // bound: a renewal comes at most ttl (1 s) after the last, plus one round
+  // trip; 1 s more of margin for a loaded machine. (A watch left on the
+  // silent endpoint that still vouched for the key would let the renewals be
+  // bare keep-alives that never see the delete: told never.)
+  const auto forced_at = steady_clock::now();
+  auto forced = (*waiter_factory)->backend()->force_release("failover", In(seconds(10)));
+  SIMBA_ASSERT_OK(forced);
+  EXPECT_EQ(forced->previous.fencing_token, token);
+  ASSERT_TRUE(Eventually([&] { return timeline.When("O released").has_value(); }, seconds(10)))
+      << "the owner was never told its key was deleted";
+  EXPECT_LT(*timeline.When("O released") - forced_at, Scaled(seconds(2)));
+  // Whoever owns the mutex next has a token above the floor.
+  ASSERT_TRUE(Eventually([&] { return owner->is_owner() || waiter->is_owner(); }, seconds(10)));
+  EXPECT_GT(owner->is_owner() ? owner->fencing_token() : waiter->fencing_token(),
+            forced->fencing_floor);
+  SIMBA_EXPECT_OK(owner->stop());
+  SIMBA_EXPECT_OK(waiter->stop());
+}
+
+TEST(EtcdFailover, OwnerKeepsItsLeaseWhenItsEndpointIsKilled) {
+  OwnerKeepsItsLeaseWhenItsEndpointDies(/*blackhole=*/false);
+}
+
+TEST(EtcdFailover, OwnerKeepsItsLeaseWhenItsEndpointFallsSilent) {
+  OwnerKeepsItsLeaseWhenItsEndpointDies(/*blackhole=*/true);
+}
+
 // ---- hand-off ----------------------------------------------------------------------------------
 
 TEST(EtcdHandOff, CleanReleaseHandsOverInAFewRoundTrips) {
@@ -682,10 +805,13 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   // Let start-up settle (each watch wakes its subscribers once when created).
   std::this_thread::sleep_for(milliseconds(500));
   Raw raw(uri);
-  long long most = 0;
-  const long long start = raw.Requests();
+  // Requests per hand-off, counted from just before one owner's stop to
+  // just before the next one's, so a straggler (a waiter woken that should
+  // not have been, which would call a moment after the hand-off) is counted
+  // in the window where it lands, and no sleep is needed to catch it.
+  std::vector<long long> per_handoff;
+  long long before = raw.Requests();
   for (std::size_t handoff = 1; handoff < kContenders; ++handoff) {
-    const long long before = raw.Requests();
     int current;
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -693,19 +819,22 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
     }
     SIMBA_ASSERT_OK(services[static_cast<std::size_t>(current)]->stop());
     ASSERT_TRUE(wait_for(handoff + 1)) << "hand-off " << handoff;
-    // The new owner's callback runs after its reply: give stragglers (a
-    // woken waiter that should not have been) a moment to show up.
-    std::this_thread::sleep_for(milliseconds(20));
-    most = std::max(most, raw.Requests() - before);
+    if (handoff + 1 < kContenders) {
+      // (The last hand-off has no next stop to close its window.)
+      const long long now = raw.Requests();
+      per_handoff.push_back(now - before);
+      before = now;
+    }
   }
-  const long long total = raw.Requests() - start;
   // A release (range + revoke) and the next waiter's attempt (keep-alive +
-  // transaction): four requests, whatever the number of waiters. A herd
-  // would be ~2 per waiter.
-  RecordProperty("requests_per_handoff_max", std::to_string(most));
-  RecordProperty("requests_total", std::to_string(total));
-  EXPECT_LE(most, 8) << "a hand-off woke more than the next waiter";
-  EXPECT_LE(total, 5 * (kContenders - 1));
+  // transaction): exactly four requests, whatever the number of waiters. A
+  // herd would be ~2 per waiter; a second look by the new owner, 2 more.
+  std::string counts;
+  for (long long n : per_handoff) counts += std::to_string(n) + " ";
+  RecordProperty("requests_per_handoff", counts);
+  for (std::size_t i = 0; i < per_handoff.size(); ++i) {
+    EXPECT_EQ(per_handoff[i], 4) << "hand-off " << i + 1 << "; all: " << counts;
+  }
   {
     std::lock_guard<std::mutex> lock(mu);
     std::vector<int> expected(kContenders);

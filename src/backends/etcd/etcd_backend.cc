@@ -24,6 +24,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -351,10 +352,14 @@ Result<std::unique_ptr<HttpConnection>> ConnectAny(const std::vector<Endpoint>& 
 
 class RequestChannel {
  public:
-  RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout)
+  // `left_endpoint(i)` is called (with the call's turn held) when calls
+  // leave endpoint i because it failed them, so the watch can leave it too.
+  RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout,
+                 std::function<void(std::size_t)> left_endpoint)
       : endpoints_(std::move(endpoints)),
         described_("etcd at " + DescribeEndpoints(endpoints_)),
-        connect_timeout_(connect_timeout) {}
+        connect_timeout_(connect_timeout),
+        left_endpoint_(std::move(left_endpoint)) {}
 
   const std::string& Describe() const { return described_; }
 
@@ -386,17 +391,27 @@ class RequestChannel {
     }
 
     // Writes the requests at once and reads every reply, in order. A failed
-    // or late call closes the connection.
+    // or late call closes the connection, and the next call tries the next
+    // endpoint first: an endpoint that resets, or that accepts connections
+    // but answers nothing (a paused or cut-off member), must not hold every
+    // later call until its deadline while another endpoint could serve it.
     Result<std::vector<HttpResponse>> Call(const std::vector<HttpRequest>& requests) {
       SIMBA_ASSIGN_OR_RETURN(HttpConnection * conn, channel_->ConnectedLocked(deadline_));
       auto replies = conn->Call(requests, deadline_);
-      if (!replies.ok() || !conn->reusable()) channel_->DropLocked(false);
+      if (!replies.ok()) {
+        channel_->LeaveLocked();
+      } else if (!conn->reusable()) {
+        channel_->DropLocked(false);
+      }
       return replies;
     }
 
     // The server answered but cannot serve (no leader, ...): close the
-    // connection and try the next endpoint first next time.
-    void Abandon() { channel_->DropLocked(true); }
+    // connection and try the next endpoint first next time. (Nothing to do
+    // if the call itself failed: it left the endpoint already.)
+    void Abandon() {
+      if (channel_->conn_) channel_->LeaveLocked();
+    }
 
    private:
     RequestChannel* channel_;
@@ -405,9 +420,17 @@ class RequestChannel {
   };
 
  private:
+  // Closes the connection and moves on from its endpoint; the watch is
+  // told, so it leaves that endpoint too.
+  void LeaveLocked() {
+    const std::size_t left = conn_at_;
+    DropLocked(true);
+    if (endpoints_.size() > 1 && left_endpoint_) left_endpoint_(left);
+  }
+
   void DropLocked(bool next_endpoint) {
     conn_.reset();
-    if (next_endpoint) next_ = (next_ + 1) % endpoints_.size();
+    if (next_endpoint) next_ = (conn_at_ + 1) % endpoints_.size();
     // The first reconnect after a working connection is immediate.
     next_connect_ = {};
     reconnect_delay_ = milliseconds(0);
@@ -429,6 +452,7 @@ class RequestChannel {
       return opened.status();
     }
     conn_ = std::move(*opened);
+    conn_at_ = next_;  // ConnectAny leaves next_ at the endpoint that answered
     reconnect_delay_ = milliseconds(0);
     return conn_.get();
   }
@@ -436,11 +460,13 @@ class RequestChannel {
   const std::vector<Endpoint> endpoints_;
   const std::string described_;
   const milliseconds connect_timeout_;
+  const std::function<void(std::size_t)> left_endpoint_;
 
   std::mutex turn_mu_;
   std::condition_variable turn_cv_;
   bool busy_ = false;  // a call has the turn; it alone touches what follows
   std::unique_ptr<HttpConnection> conn_;
+  std::size_t conn_at_ = 0;  // the endpoint conn_ (or the last one) is on
   std::size_t next_ = 0;
   Status last_error_;
   steady_clock::time_point next_connect_{};
@@ -618,6 +644,18 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     if (list.empty()) slots_.erase(it);
   }
 
+  // The calls left endpoint `index` because it failed them: if the watch is
+  // on it, it moves to the next endpoint as well. Its events may have
+  // stopped without its connection failing (a paused member's kernel keeps
+  // the connection open), and a watch that is no longer heard from must not
+  // go on vouching for owners' keys (StillOwner).
+  void LeaveEndpoint(std::size_t index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!conn_ || conn_at_ != index) return;
+    leave_ = true;
+    conn_->Shutdown();
+  }
+
   void Stop() {
     std::thread thread;
     {
@@ -645,6 +683,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       // Watch only while somebody listens.
       cv_.wait(lock, [&] { return stopping_ || !slots_.empty(); });
       if (stopping_) break;
+      connected_ = false;
       lock.unlock();
       bool created = false;
       const Status status = Session(&created);
@@ -654,6 +693,17 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       // session must check with the store again.
       live_ = false;
       if (stopping_) break;
+      if (leave_) {
+        leave_ = false;
+        next_endpoint_ = (conn_at_ + 1) % endpoints_.size();
+        delay = milliseconds(0);
+        continue;
+      }
+      if (connected_ && !created && endpoints_.size() > 1) {
+        // Connected, but no watch was created (the endpoint accepts and
+        // answers nothing, or answers an error): next time, the next one.
+        next_endpoint_ = (conn_at_ + 1) % endpoints_.size();
+      }
       if (restart_now_) {
         restart_now_ = false;
         delay = milliseconds(0);
@@ -684,6 +734,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return OkStatus();
       conn_ = conn;
+      conn_at_ = next_endpoint_;  // ConnectAny leaves it at the one that answered
+      connected_ = true;
       // Resume after the last event handled; the first time, after the
       // earliest decision a call made without a watch (or from now).
       if (processed_ > 0) {
@@ -893,6 +945,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // none), and whether the watch must start again from it at once.
   std::int64_t unwatched_from_ = 0;
   bool restart_now_ = false;
+  // The calls asked the watch to leave its endpoint (LeaveEndpoint).
+  bool leave_ = false;
+  // Session() got a connection, on endpoint conn_at_.
+  bool connected_ = false;
+  std::size_t conn_at_ = 0;
   // A watch session failed before any was established.
   bool gave_up_ = false;
   // Keys deleted lately, as (key, create revision), oldest first in
@@ -921,7 +978,8 @@ class EtcdBackend final : public Backend {
   explicit EtcdBackend(const EtcdOptions& options)
       : options_(options),
         endpoints_(ToEndpoints(options.endpoints)),
-        channel_(endpoints_, options.connect_timeout),
+        channel_(endpoints_, options.connect_timeout,
+                 [this](std::size_t index) { watcher_->LeaveEndpoint(index); }),
         watcher_(std::make_shared<Watcher>(endpoints_, options.key_prefix,
                                            options.connect_timeout)),
         random_(Seed()) {
