@@ -109,7 +109,9 @@ Status AcquireAndRelease(const std::string& uri) {
   auto acquired = (*backend)->acquire_or_renew(Request("tls", "c"), start + kCallDeadline);
   EXPECT_LT(steady_clock::now() - start, kCallDeadline + Scaled(kDeadlineSlack)) << uri;
   if (!acquired.ok()) return acquired.status();
-  if (acquired->owner.owner_id != "c") return InternalError("not acquired: " + acquired->owner.owner_id);
+  if (acquired->owner.owner_id != "c") {
+    return InternalError("not acquired: " + acquired->owner.owner_id);
+  }
   auto released = (*backend)->release("tls", "c", In(kCallDeadline));
   if (!released.ok()) return released.status();
   return *released ? OkStatus() : InternalError("release found nothing to release");
@@ -154,7 +156,7 @@ TEST(MysqlTls, TheSessionReportsACipher) {
   mysql_options(m, MYSQL_OPT_SSL_CA, ca.c_str());
   mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &on);
   const auto colon = Tls().host_port.find(':');
-  const unsigned int port = static_cast<unsigned int>(std::stoul(Tls().host_port.substr(colon + 1)));
+  const auto port = static_cast<unsigned int>(std::stoul(Tls().host_port.substr(colon + 1)));
   ASSERT_NE(mysql_real_connect(m, "127.0.0.1", "simba", kPassword, "simba", port, nullptr, 0),
             nullptr)
       << mysql_error(m);
@@ -214,7 +216,8 @@ TEST(MysqlTls, VerifyIdentityChecksTheHostNameAndVerifyCaDoesNot) {
   const std::string other_name = "127.1" + port;
   const std::string ca = "&ssl_ca=" + Cert("ca.pem");
   SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=verify_ca" + ca, "simba", other_name)));
-  const Status status = AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca, "simba", other_name));
+  const Status status =
+      AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca, "simba", other_name));
   EXPECT_THAT(status,
               StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(other_name, "certificate")));
   std::cout << "verify_identity to 127.1: " << status << "\n";
@@ -300,7 +303,8 @@ TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {
   for (const auto& [text, named] : bad) {
     auto parsed = Uri::Parse(text);
     ASSERT_THAT(parsed, IsOk()) << text;
-    EXPECT_THAT(MysqlOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument, HasSubstr(named)))
+    EXPECT_THAT(MysqlOptionsFromUri(*parsed),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(named)))
         << text;
   }
   // The same checks on options built in code.

@@ -306,10 +306,6 @@ class MysqlDriver final : public SqlDriver {
   std::string description_;
 };
 
-}  // namespace
-
-namespace {
-
 // ssl_mode and the TLS files, for NewMysqlBackend and MysqlOptionsFromUri.
 Status CheckTlsOptions(const MysqlOptions& options) {
   if (options.ssl_mode != "disabled" && options.ssl_mode != "required" &&

@@ -185,8 +185,9 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
   // connection is never used (the server's greeting had no TLS, so an
   // attacker in the path may have removed it).
   if (endpoint.tls() && mysql_get_ssl_cipher(m) == nullptr) {
-    const std::string why = endpoint.ssl_mode != "disabled" ? "ssl_mode=" + endpoint.ssl_mode
-                                                             : std::string("a TLS file (ssl_ca, ssl_cert)");
+    const std::string why = endpoint.ssl_mode != "disabled"
+                                ? "ssl_mode=" + endpoint.ssl_mode
+                                : std::string("a TLS file (ssl_ca, ssl_cert)");
     return UnavailableError(description + ": connecting: the server does not offer TLS, which " +
                             why + " requires");
   }
