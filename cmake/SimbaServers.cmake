@@ -1,9 +1,10 @@
 # Real servers for the tests of the server backends, run by ctest fixtures.
 #
-# simba_add_server_fixture(name [ARGS redis-server/... args...])
+# simba_add_server_fixture(name [SCRIPT kind] [ARGS redis-server/... args...])
 # Adds the ctest tests server_<name>_start (FIXTURES_SETUP <name>) and
 # server_<name>_stop (FIXTURES_CLEANUP <name>), labelled <name>, which run
-# scripts/servers/<name>.sh start|stop on the directory
+# scripts/servers/<kind>.sh (kind: SCRIPT, default <name>) start|stop on the
+# directory
 # ${SIMBA_TEST_SERVERS_DIR}/<name> (below). ARGS go to the server after the
 # script's own options (so they may override them). A test that needs the
 # server says `FIXTURES <name>` to simba_add_test; it finds the server's uri
@@ -33,8 +34,11 @@ if(NOT DEFINED SIMBA_TEST_SERVERS_DIR)
 endif()
 
 function(simba_add_server_fixture name)
-  cmake_parse_arguments(S "" "" "ARGS" ${ARGN})
-  set(script ${PROJECT_SOURCE_DIR}/scripts/servers/${name}.sh)
+  cmake_parse_arguments(S "" "SCRIPT" "ARGS" ${ARGN})
+  if(NOT S_SCRIPT)
+    set(S_SCRIPT ${name})
+  endif()
+  set(script ${PROJECT_SOURCE_DIR}/scripts/servers/${S_SCRIPT}.sh)
   if(NOT EXISTS ${script})
     message(FATAL_ERROR "simba_add_server_fixture(${name}): no ${script}")
   endif()

@@ -25,6 +25,7 @@ if [ "${1:-}" = "--servers" ]; then
     postgresql                # scripts/servers/postgres.sh
     mariadb-server            # scripts/servers/mysql.sh,
     mariadb-client            #   which queries it with the mariadb client
+    openssl                   # scripts/servers/test-ca.sh (the TLS tests' certificates)
     zookeeper                 # scripts/servers/zookeeper.sh; it depends on
                               #   default-jre, the JVM it runs in
     libslf4j-java             #   slf4j-simple, the logging binding zookeeper.jar lacks

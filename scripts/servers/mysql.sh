@@ -5,7 +5,8 @@
 # recorded in DIR, never by name, so servers of other people or other test
 # runs are left alone.
 #
-#   mysql.sh start DIR [mariadbd args...]  start (again) and print the uri
+#   mysql.sh start DIR [--tls CERTS] [mariadbd args...]
+#                         start (again) and print the uri
 #   mysql.sh stop DIR     SIGTERM, then SIGKILL after 30 s; no server is fine
 #   mysql.sh kill DIR     SIGKILL (a crash); DIR/port and the data are kept
 #                         for a restart, which runs crash recovery
@@ -20,6 +21,17 @@
 # its defaults (innodb_flush_log_at_trx_commit=1), so a commit survives a
 # kill. Extra start args come after ours, and mariadbd lets a later option
 # override an earlier one (e.g. `--max-connections=300`).
+#
+# TLS: with `--tls CERTS` (first after DIR), the server also accepts TLS
+# with the certificate CERTS/server-cert.pem (CN localhost, SAN localhost and
+# 127.0.0.1), signed by CERTS/ca.pem; scripts/servers/test-ca.sh makes them
+# in CERTS first if they are missing, and this script copies them to DIR/tls.
+# Clients that do not ask for TLS are still served; `--require-secure-transport=ON`
+# as an extra arg makes a TLS-only server (this script's own readiness check
+# uses TLS then too). Every data directory also has a user simba_x509
+# (password simba-test, the same privileges as simba) that REQUIREs X509: it
+# gets in only with a client certificate signed by the CA the server trusts
+# (CERTS/client-cert.pem with CERTS/client-key.pem).
 #
 # As root, DIR is given to the Debian user mysql and the server runs as that
 # user (DIR's parents must let it in); otherwise it runs as the current user.
@@ -42,11 +54,12 @@ start_timeout=30
 stop_timeout=30
 
 user=simba
+x509_user=simba_x509
 password=simba-test
 database=simba
 
 usage() {
-  echo "usage: mysql.sh start|stop|kill|pause|resume|uri DIR [mariadbd args...]" >&2
+  echo "usage: mysql.sh start|stop|kill|pause|resume|uri DIR [--tls CERTS] [mariadbd args...]" >&2
   exit 2
 }
 
@@ -113,6 +126,8 @@ FLUSH PRIVILEGES;
 CREATE DATABASE IF NOT EXISTS \`$database\`;
 CREATE USER IF NOT EXISTS '$user'@'%' IDENTIFIED BY '$password';
 GRANT ALL PRIVILEGES ON \`$database\`.* TO '$user'@'%';
+CREATE USER IF NOT EXISTS '$x509_user'@'%' IDENTIFIED BY '$password' REQUIRE X509;
+GRANT ALL PRIVILEGES ON \`$database\`.* TO '$x509_user'@'%';
 EOF
   if ! "$install_db" --no-defaults "${user_args[@]}" --auth-root-authentication-method=socket \
       --datadir="$dir/data" --skip-test-db --skip-name-resolve \
@@ -143,10 +158,27 @@ clean_leftovers() {
   done
 }
 
+# With --tls CERTS: copies the server's certificate, key and CA to DIR/tls
+# (made first by test-ca.sh if missing; as root, readable by the user mysql)
+# and sets tls_args for the server and client_tls_args for our client.
+prepare_tls() {
+  tls_args=()
+  client_tls_args=()
+  [ -n "$tls_src" ] || return 0
+  bash "$(dirname "$script")/test-ca.sh" "$tls_src"
+  mkdir -p "$dir/tls"
+  cp "$tls_src/ca.pem" "$tls_src/server-cert.pem" "$tls_src/server-key.pem" "$dir/tls/"
+  if [ "$(id -u)" -eq 0 ]; then chown -R mysql:mysql "$dir/tls"; fi
+  tls_args=(--ssl-ca="$dir/tls/ca.pem" --ssl-cert="$dir/tls/server-cert.pem"
+    --ssl-key="$dir/tls/server-key.pem")
+  client_tls_args=(--ssl --ssl-ca="$dir/tls/ca.pem" --ssl-verify-server-cert)
+}
+
 # Runs SQL $2 as the TCP user on port $1; prints tab-separated rows.
 query() {
   timeout 10 "$client" --no-defaults --protocol=tcp -h 127.0.0.1 -P "$1" \
-    -u "$user" "-p$password" --connect-timeout=2 -N -B -e "$2" "$database"
+    "${client_tls_args[@]}" -u "$user" "-p$password" --connect-timeout=2 -N -B -e "$2" \
+    "$database"
 }
 
 # Starts mariadbd on port $1 (extra args in ${extra[@]}), detached, and waits
@@ -176,7 +208,7 @@ launch() {
     "$mysqld" --no-defaults "${user_args[@]}" --datadir="$dir/data" \
     --bind-address=127.0.0.1 --port="$port" --socket="$dir/mysqld.sock" \
     --pid-file="$dir/mysqld.pid" --skip-name-resolve \
-    "${extra[@]}" </dev/null >>"$dir/mysqld.log" 2>&1) &
+    "${tls_args[@]}" "${extra[@]}" </dev/null >>"$dir/mysqld.log" 2>&1) &
 
   deadline=$((SECONDS + start_timeout))
   while :; do
@@ -231,6 +263,7 @@ cmd_start() {
     cmd_stop
   fi
   prepare_dir
+  prepare_tls
   init_data
   if [ -s "$dir/port" ]; then
     # A restart keeps the address clients already know.
@@ -298,9 +331,17 @@ cmd_uri() {
 cmd="$1"
 dir="$2"
 shift 2
+tls_src=""
+if [ "${1:-}" = --tls ]; then
+  [ $# -ge 2 ] || usage
+  tls_src="$(mkdir -p "$2" && cd "$2" && pwd -P)"
+  shift 2
+fi
 extra=("$@")
 mysqld="" install_db="" client=""
 user_args=()
+tls_args=()
+client_tls_args=()
 case "$cmd" in
   start) cmd_start ;;
   stop) [ ! -d "$dir" ] || cmd_stop ;;

@@ -32,9 +32,10 @@
 //
 // URI query keys: `connections` (1..64), `create_table` (on|off), `table`
 // (default simba_mutex, a plain identifier), `connect_timeout` (a duration,
-// default 10s), `ssl_mode` (disabled|required|verify_identity, default
-// disabled) and `ssl_ca` (a CA file; implies at least required). Any other
-// key is an error. Passwords are never logged.
+// default 10s), `ssl_mode` (disabled|required|verify_ca|verify_identity,
+// default disabled), `ssl_ca` (a CA file), `ssl_cert` and `ssl_key` (a client
+// certificate and its key); any of the three files implies at least
+// required. Any other key is an error. Passwords are never logged.
 
 #ifndef SIMBA_BACKENDS_MYSQL_H_
 #define SIMBA_BACKENDS_MYSQL_H_
@@ -65,15 +66,24 @@ struct MysqlOptions {
   std::string table = "simba_mutex";
   // A bound on connecting even when a call's deadline is far away.
   std::chrono::milliseconds connect_timeout{10000};
-  // TLS: "disabled", "required" (encrypted, server not verified) or
-  // "verify_identity" (encrypted, certificate and host name verified).
+  // TLS: "disabled", "required" (encrypted; the server's certificate is
+  // verified only if ssl_ca is given), "verify_ca" (encrypted, certificate
+  // verified against ssl_ca, which it needs) or "verify_identity"
+  // (encrypted, certificate verified against ssl_ca or the system's CAs, and
+  // the host name checked against it). A server without TLS is refused in
+  // every mode but "disabled".
   std::string ssl_mode = "disabled";
   // A CA certificate file for verifying the server (implies "required").
   std::string ssl_ca;
+  // A client certificate file (PEM) to send, for users that REQUIRE X509,
+  // and its private key file (unencrypted PEM; empty: in ssl_cert's file).
+  // ssl_cert implies "required"; ssl_key needs ssl_cert.
+  std::string ssl_cert;
+  std::string ssl_key;
 };
 
 // Errors (kInvalidArgument): no host, no database, connections < 1, a bad
-// ssl_mode.
+// ssl_mode, verify_ca without ssl_ca, ssl_key without ssl_cert.
 Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options);
 
 // Errors (kInvalidArgument): another scheme, several hosts, no database, an

@@ -306,6 +306,27 @@ class MysqlDriver final : public SqlDriver {
   std::string description_;
 };
 
+// ssl_mode and the TLS files, for NewMysqlBackend and MysqlOptionsFromUri.
+Status CheckTlsOptions(const MysqlOptions& options) {
+  if (options.ssl_mode != "disabled" && options.ssl_mode != "required" &&
+      options.ssl_mode != "verify_ca" && options.ssl_mode != "verify_identity") {
+    return InvalidArgumentError(
+        "mysql: ssl_mode must be disabled, required, verify_ca or verify_identity, not " +
+        Quoted(options.ssl_mode));
+  }
+  // libmariadb verifies a chain without the host name only against a CA
+  // file; without one, verify_ca would verify nothing.
+  if (options.ssl_mode == "verify_ca" && options.ssl_ca.empty()) {
+    return InvalidArgumentError(
+        "mysql: ssl_mode=verify_ca needs ssl_ca (the CA file that signed the server's "
+        "certificate)");
+  }
+  if (!options.ssl_key.empty() && options.ssl_cert.empty()) {
+    return InvalidArgumentError("mysql: ssl_key needs ssl_cert (the client certificate)");
+  }
+  return OkStatus();
+}
+
 }  // namespace
 
 std::string MysqlSchemaSql() { return std::string(kCreateTable) + ";\n"; }
@@ -316,11 +337,7 @@ Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
   if (options.connections < 1) {
     return InvalidArgumentError("mysql: connections must be at least 1");
   }
-  if (options.ssl_mode != "disabled" && options.ssl_mode != "required" &&
-      options.ssl_mode != "verify_identity") {
-    return InvalidArgumentError("mysql: ssl_mode must be disabled, required or verify_identity, "
-                                "not " + Quoted(options.ssl_mode));
-  }
+  SIMBA_RETURN_IF_ERROR(CheckTlsOptions(options));
   if (options.connect_timeout <= milliseconds::zero()) {
     return InvalidArgumentError("mysql: connect_timeout must be positive");
   }
@@ -333,6 +350,8 @@ Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
   endpoint.connect_timeout = options.connect_timeout;
   endpoint.ssl_mode = options.ssl_mode;
   endpoint.ssl_ca = options.ssl_ca;
+  endpoint.ssl_cert = options.ssl_cert;
+  endpoint.ssl_key = options.ssl_key;
   internal::sql::SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
@@ -357,7 +376,8 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
   // (mysql_keyed.h), ignored here so one URI serves both.
   SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"connections", "create_table", "table",
                                             "connect_timeout", "ssl_mode", "ssl_ca",
-                                            "lock_connections", "op_timeout"}));
+                                            "ssl_cert", "ssl_key", "lock_connections",
+                                            "op_timeout"}));
   MysqlOptions options;
   options.host = uri.hosts.front().host;
   if (uri.hosts.front().port) options.port = *uri.hosts.front().port;
@@ -386,16 +406,16 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
         return InvalidArgumentError("mysql: connect_timeout must be positive");
       }
     } else if (key == "ssl_mode") {
-      if (value != "disabled" && value != "required" && value != "verify_identity") {
-        return InvalidArgumentError(
-            "mysql: ssl_mode must be disabled, required or verify_identity, not " +
-            Quoted(value));
-      }
       options.ssl_mode = value;
     } else if (key == "ssl_ca") {
       options.ssl_ca = value;
+    } else if (key == "ssl_cert") {
+      options.ssl_cert = value;
+    } else if (key == "ssl_key") {
+      options.ssl_key = value;
     }
   }
+  SIMBA_RETURN_IF_ERROR(CheckTlsOptions(options));
   return options;
 }
 

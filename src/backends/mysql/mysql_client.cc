@@ -146,10 +146,18 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
   for (const auto& [key, value] : extras.attributes) {
     mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, key.c_str(), value.c_str());
   }
-  if (endpoint.ssl_mode != "disabled" || !endpoint.ssl_ca.empty()) {
+  if (endpoint.tls()) {
     const my_bool on = 1;
     mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
+    // With a CA file, libmariadb verifies the server's certificate chain
+    // against it (in every mode: "verify_ca" is "required" with a CA).
     if (!endpoint.ssl_ca.empty()) mysql_options(m, MYSQL_OPT_SSL_CA, endpoint.ssl_ca.c_str());
+    if (!endpoint.ssl_cert.empty()) {
+      mysql_options(m, MYSQL_OPT_SSL_CERT, endpoint.ssl_cert.c_str());
+    }
+    if (!endpoint.ssl_key.empty()) mysql_options(m, MYSQL_OPT_SSL_KEY, endpoint.ssl_key.c_str());
+    // The host name check; also the chain against the system's CAs when
+    // there is no CA file.
     const my_bool verify = endpoint.ssl_mode == "verify_identity" ? 1 : 0;
     mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
   }
@@ -171,6 +179,17 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
     Failure f = ErrorOf(m);
     if (f.status.code() == StatusCode::kInternal) f.status = UnavailableError(f.status.message());
     return Status(f.status.code(), description + ": connecting: " + f.status.message());
+  }
+  // libmariadb 3.3 refuses a server without TLS only when it also verifies
+  // the host name: in the other modes it goes on in the clear. Such a
+  // connection is never used (the server's greeting had no TLS, so an
+  // attacker in the path may have removed it).
+  if (endpoint.tls() && mysql_get_ssl_cipher(m) == nullptr) {
+    const std::string why = endpoint.ssl_mode != "disabled"
+                                ? "ssl_mode=" + endpoint.ssl_mode
+                                : std::string("a TLS file (ssl_ca, ssl_cert)");
+    return UnavailableError(description + ": connecting: the server does not offer TLS, which " +
+                            why + " requires");
   }
   return conn;
 }

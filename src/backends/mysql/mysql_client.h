@@ -79,6 +79,14 @@ struct Endpoint {
   std::chrono::milliseconds connect_timeout{10000};
   std::string ssl_mode = "disabled";
   std::string ssl_ca;
+  std::string ssl_cert;
+  std::string ssl_key;
+
+  // Whether the connection must be encrypted (any mode but "disabled", or
+  // any of the TLS files given).
+  bool tls() const {
+    return ssl_mode != "disabled" || !ssl_ca.empty() || !ssl_cert.empty() || !ssl_key.empty();
+  }
 };
 
 // What differs between the backends' connections.

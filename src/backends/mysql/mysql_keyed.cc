@@ -648,6 +648,8 @@ Result<KeyedMysqlConfig> KeyedConfigFromUri(const Uri& uri) {
   config.endpoint.connect_timeout = options.connect_timeout;
   config.endpoint.ssl_mode = options.ssl_mode;
   config.endpoint.ssl_ca = options.ssl_ca;
+  config.endpoint.ssl_cert = options.ssl_cert;
+  config.endpoint.ssl_key = options.ssl_key;
   if (auto value = uri.Query("lock_connections")) {
     SIMBA_ASSIGN_OR_RETURN(config.lock_connections, ParseLockConnections(*value));
   }

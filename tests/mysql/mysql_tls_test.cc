@@ -1,0 +1,323 @@
+// TLS of the MySQL/MariaDB backends against real MariaDB servers: a TLS-only
+// server (the ctest fixture mysql_tls: `--require-secure-transport=ON`, its
+// certificates made by scripts/servers/test-ca.sh) and the shared server
+// without TLS (fixture mysql).
+//
+// The TLS-only server refuses every client that does not encrypt (checked
+// below with ssl_mode=disabled), so a call that succeeds there went over TLS.
+// Its certificate names localhost and 127.0.0.1 and is signed by ca.pem;
+// other-ca.pem is an unrelated CA with the same subject. The user
+// simba_x509 REQUIREs X509: it gets in only with a client certificate signed
+// by ca.pem.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <mysql.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "simba/backends/mysql.h"
+#include "simba/keyed_lock.h"
+#include "testing/status_matchers.h"
+#include "testing/store_test_helpers.h"
+#include "testing/test_servers.h"
+#include "testing/test_util.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The scripts' password for simba and simba_x509: no error may show it.
+constexpr char kPassword[] = "simba-test";
+
+// A call's deadline in these tests. Every failure here is local and decided
+// in one or two round trips on loopback (a refused handshake, a certificate
+// check), so it must come long before the deadline; a hang would run to it.
+constexpr milliseconds kCallDeadline{5000};
+// A call may end a little past its deadline: it closes its connection first.
+constexpr milliseconds kDeadlineSlack{500};
+
+struct TlsServer {
+  std::string host_port;  // "127.0.0.1:PORT"
+  std::string certs;      // test-ca.sh's directory
+};
+
+std::string FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The fixture's TLS-only server; run by hand (no SIMBA_TEST_SERVERS_DIR), a
+// private one made the same way, once per process.
+const TlsServer& Tls() {
+  static const TlsServer* server = [] {
+    auto* s = new TlsServer;
+    std::string uri;
+    if (const char* dir = std::getenv("SIMBA_TEST_SERVERS_DIR"); dir != nullptr && dir[0] != 0) {
+      uri = FirstLine(std::string(dir) + "/mysql_tls/uri");
+      s->certs = std::string(dir) + "/mysql_tls-certs";
+    }
+    if (uri.empty()) {
+      static TempDir certs;
+      static auto started =
+          TestServer::Start("mysql", {"--tls", certs.path(), "--require-secure-transport=ON"});
+      if (!started.ok()) {
+        std::cerr << "cannot start a TLS MariaDB: " << started.status() << "\n";
+        return s;
+      }
+      uri = (*started)->uri();
+      s->certs = certs.path();
+    }
+    // mysql://simba:simba-test@127.0.0.1:PORT/simba
+    const auto at = uri.find('@');
+    const auto slash = uri.find('/', at);
+    s->host_port = uri.substr(at + 1, slash - at - 1);
+    return s;
+  }();
+  return *server;
+}
+
+std::string Cert(const std::string& file) { return Tls().certs + "/" + file; }
+
+// A URI for `user` on the TLS server (or `host_port`), with `query`.
+std::string TlsUri(const std::string& query, const std::string& user = "simba",
+                   std::optional<std::string> host_port = std::nullopt) {
+  return "mysql://" + user + ":" + kPassword + "@" + host_port.value_or(Tls().host_port) +
+         "/simba?table=tls_mutex&" + query;
+}
+
+// Acquires and releases a mutex through `uri`'s backend: OK or the first
+// error. Also fails the test if the call ran past its deadline.
+Status AcquireAndRelease(const std::string& uri) {
+  auto backend = OpenBackend(uri);
+  if (!backend.ok()) return backend.status();
+  const auto start = steady_clock::now();
+  auto acquired = (*backend)->acquire_or_renew(Request("tls", "c"), start + kCallDeadline);
+  EXPECT_LT(steady_clock::now() - start, kCallDeadline + Scaled(kDeadlineSlack)) << uri;
+  if (!acquired.ok()) return acquired.status();
+  if (acquired->owner.owner_id != "c") {
+    return InternalError("not acquired: " + acquired->owner.owner_id);
+  }
+  auto released = (*backend)->release("tls", "c", In(kCallDeadline));
+  if (!released.ok()) return released.status();
+  return *released ? OkStatus() : InternalError("release found nothing to release");
+}
+
+// The error of a connection that must fail: names the store and the cause,
+// never the password.
+::testing::Matcher<std::string> NamesStoreAndCause(const std::string& host_port,
+                                                   const std::string& cause) {
+  return AllOf(HasSubstr("mysql at " + host_port), HasSubstr(cause), Not(HasSubstr(kPassword)));
+}
+
+// ---- the right CA ------------------------------------------------------------------
+
+// verify_ca and verify_identity with the CA that signed the server's
+// certificate: acquire + release work, and (the server being TLS-only) over
+// TLS; the negative control shows that the server does refuse a plain client.
+TEST(MysqlTls, TheRightCaConnectsEncryptedInEveryMode) {
+  ASSERT_FALSE(Tls().host_port.empty());
+  for (const std::string mode : {"verify_ca", "verify_identity", "required"}) {
+    SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=" + mode + "&ssl_ca=" + Cert("ca.pem"))))
+        << mode;
+  }
+  // required without a CA: encrypted, the server not verified.
+  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=required")));
+  // The control: without TLS this server lets nobody in.
+  EXPECT_THAT(AcquireAndRelease(TlsUri("ssl_mode=disabled")),
+              StatusIs(StatusCode::kPermissionDenied));
+}
+
+// The server really encrypts what it accepts: a session set up as the
+// backends' verify_identity is (CA, host name check) has a cipher, as the
+// server reports it. And the keyed backend, whose connect code is the
+// mutex backend's, holds and releases a key on this TLS-only server.
+TEST(MysqlTls, TheSessionReportsACipher) {
+  ASSERT_FALSE(Tls().host_port.empty());
+  MYSQL* m = mysql_init(nullptr);
+  ASSERT_NE(m, nullptr);
+  const my_bool on = 1;
+  const std::string ca = Cert("ca.pem");
+  mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
+  mysql_options(m, MYSQL_OPT_SSL_CA, ca.c_str());
+  mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &on);
+  const auto colon = Tls().host_port.find(':');
+  const auto port = static_cast<unsigned int>(std::stoul(Tls().host_port.substr(colon + 1)));
+  ASSERT_NE(mysql_real_connect(m, "127.0.0.1", "simba", kPassword, "simba", port, nullptr, 0),
+            nullptr)
+      << mysql_error(m);
+  ASSERT_EQ(mysql_query(m, "SHOW SESSION STATUS LIKE 'Ssl_cipher'"), 0) << mysql_error(m);
+  MYSQL_RES* result = mysql_store_result(m);
+  ASSERT_NE(result, nullptr);
+  MYSQL_ROW row = mysql_fetch_row(result);
+  ASSERT_NE(row, nullptr);
+  ASSERT_NE(row[1], nullptr);
+  EXPECT_STRNE(row[1], "");
+  mysql_free_result(result);
+  mysql_close(m);
+  // The keyed backend over the same URI holds and releases a key there.
+  auto provider = KeyedLockProvider::open(
+      TlsUri("ssl_mode=verify_identity&ssl_ca=" + Cert("ca.pem")));
+  ASSERT_THAT(provider, IsOk());
+  auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+  ASSERT_THAT(lease, IsOk());
+  ASSERT_TRUE(lease->has_value());
+  SIMBA_EXPECT_OK((*lease)->release());
+}
+
+// ---- a wrong CA, a wrong name ------------------------------------------------------
+
+// Verified against an unrelated CA (with the same subject name), the server
+// is refused in every mode that verifies, by the deadline, with an error
+// that names the store and the certificate.
+TEST(MysqlTls, AWrongCaFailsClearly) {
+  ASSERT_FALSE(Tls().host_port.empty());
+  for (const std::string mode : {"verify_ca", "verify_identity", "required"}) {
+    const Status status =
+        AcquireAndRelease(TlsUri("ssl_mode=" + mode + "&ssl_ca=" + Cert("other-ca.pem")));
+    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+                                 NamesStoreAndCause(Tls().host_port, "certificate")))
+        << mode;
+    std::cout << mode << ": " << status << "\n";
+  }
+  // The keyed backend says the same.
+  auto provider = KeyedLockProvider::open(
+      TlsUri("ssl_mode=verify_ca&ssl_ca=" + Cert("other-ca.pem")));
+  if (provider.ok()) {  // it connects lazily
+    auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable,
+                                NamesStoreAndCause(Tls().host_port, "certificate")));
+  } else {
+    EXPECT_THAT(provider, StatusIs(StatusCode::kUnavailable,
+                                   NamesStoreAndCause(Tls().host_port, "certificate")));
+  }
+}
+
+// "127.1" is 127.0.0.1 to the resolver but not a name in the certificate
+// (which has DNS:localhost and IP:127.0.0.1): verify_ca, which checks only
+// the chain, connects; verify_identity refuses the name.
+TEST(MysqlTls, VerifyIdentityChecksTheHostNameAndVerifyCaDoesNot) {
+  ASSERT_FALSE(Tls().host_port.empty());
+  const std::string port = Tls().host_port.substr(Tls().host_port.find(':'));
+  const std::string other_name = "127.1" + port;
+  const std::string ca = "&ssl_ca=" + Cert("ca.pem");
+  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=verify_ca" + ca, "simba", other_name)));
+  const Status status =
+      AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca, "simba", other_name));
+  EXPECT_THAT(status,
+              StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(other_name, "certificate")));
+  std::cout << "verify_identity to 127.1: " << status << "\n";
+  // The same mode with a name the certificate has connects.
+  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca)));
+}
+
+// ---- a client certificate ----------------------------------------------------------
+
+// simba_x509 REQUIREs X509: the server lets it in with the client
+// certificate (ssl_cert + ssl_key), and without it refuses it.
+TEST(MysqlTls, AClientCertificateIsSentWhenGiven) {
+  ASSERT_FALSE(Tls().host_port.empty());
+  const std::string ca = "ssl_mode=verify_identity&ssl_ca=" + Cert("ca.pem");
+  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri(
+      ca + "&ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem"),
+      "simba_x509")));
+  const Status without = AcquireAndRelease(TlsUri(ca, "simba_x509"));
+  EXPECT_THAT(without, StatusIs(StatusCode::kPermissionDenied,
+                                NamesStoreAndCause(Tls().host_port, "simba_x509")));
+  std::cout << "without a client certificate: " << without << "\n";
+  // The keyed backend sends it too.
+  auto provider = KeyedLockProvider::open(TlsUri(
+      ca + "&ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem"),
+      "simba_x509"));
+  ASSERT_THAT(provider, IsOk());
+  auto lease = (*provider)->try_acquire("tls-x509", milliseconds(0), seconds(10));
+  ASSERT_THAT(lease, IsOk());
+  ASSERT_TRUE(lease->has_value());
+  SIMBA_EXPECT_OK((*lease)->release());
+}
+
+// ---- a server without TLS ----------------------------------------------------------
+
+// Every mode but disabled needs TLS: the shared server, which has none, is
+// refused, by the deadline, naming the store and the cause; it never goes
+// on in the clear.
+TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
+  const std::string uri = SharedServerUri("mysql");
+  ASSERT_FALSE(uri.empty());
+  const auto at = uri.find('@');
+  const std::string host_port = uri.substr(at + 1, uri.find('/', at) - at - 1);
+  const std::string ca = "&ssl_ca=" + Cert("ca.pem");
+  for (const std::string& query :
+       {std::string("ssl_mode=required"), "ssl_mode=verify_ca" + ca,
+        "ssl_mode=verify_identity" + ca, "ssl_mode=required" + ca, ca.substr(1),
+        "ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem")}) {
+    const Status status = AcquireAndRelease(TlsUri(query, "simba", host_port));
+    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")))
+        << query;
+    std::cout << query << ": " << status << "\n";
+  }
+  // The keyed backend refuses it too.
+  auto provider = KeyedLockProvider::open(TlsUri("ssl_mode=required", "simba", host_port));
+  if (provider.ok()) {
+    auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")));
+  } else {
+    EXPECT_THAT(provider, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")));
+  }
+  // The control: without TLS the same server and user are fine.
+  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=disabled", "simba", host_port)));
+}
+
+// ---- options -----------------------------------------------------------------------
+
+TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {
+  auto uri = Uri::Parse(
+      "mysql://u:pw@h/db?ssl_mode=verify_ca&ssl_ca=/c/ca.pem&ssl_cert=/c/cert.pem&"
+      "ssl_key=/c/key.pem");
+  ASSERT_THAT(uri, IsOk());
+  auto options = MysqlOptionsFromUri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->ssl_mode, "verify_ca");
+  EXPECT_EQ(options->ssl_ca, "/c/ca.pem");
+  EXPECT_EQ(options->ssl_cert, "/c/cert.pem");
+  EXPECT_EQ(options->ssl_key, "/c/key.pem");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"mysql://h/db?ssl_mode=verify_full", "ssl_mode"},
+      {"mysql://h/db?ssl_mode=verify_ca", "ssl_ca"},
+      {"mysql://h/db?ssl_key=/c/key.pem", "ssl_cert"},
+  };
+  for (const auto& [text, named] : bad) {
+    auto parsed = Uri::Parse(text);
+    ASSERT_THAT(parsed, IsOk()) << text;
+    EXPECT_THAT(MysqlOptionsFromUri(*parsed),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr(named)))
+        << text;
+  }
+  // The same checks on options built in code.
+  MysqlOptions direct;
+  direct.host = "h";
+  direct.database = "db";
+  direct.ssl_mode = "verify_ca";
+  EXPECT_THAT(NewMysqlBackend(direct), StatusIs(StatusCode::kInvalidArgument, HasSubstr("ssl_ca")));
+  direct.ssl_mode = "required";
+  direct.ssl_key = "/c/key.pem";
+  EXPECT_THAT(NewMysqlBackend(direct),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("ssl_cert")));
+}
+
+}  // namespace
+}  // namespace simba::testing
