@@ -44,14 +44,16 @@ class VirtualTimeTest : public ::testing::Test {
   }
 
   // Lets the factory's threads react to what the test just did, when the test
-  // wants to check that something did NOT happen: returns once no runtime of
-  // the process has work left (no timer due on the virtual clock, nothing
+  // wants to check that something did NOT happen: returns once every thread
+  // waiting on the virtual clock has seen it move (a Scheduler's worker
+  // too) and no runtime of the process has work left (no timer due, nothing
   // queued or running on its threads but the store calls hanging in faults_
   // on purpose). What is still to come then waits for the clock to move.
   void Settle() {
     EXPECT_TRUE(Eventually(
         [&] {
-          return internal::Runtime::all_idle(static_cast<std::size_t>(faults_->hanging_calls()));
+          return !clock_->HasDueWaiter() &&
+                 internal::Runtime::all_idle(static_cast<std::size_t>(faults_->hanging_calls()));
         },
         std::chrono::seconds(5)))
         << "the factory's threads never went idle";
