@@ -390,6 +390,16 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
   ASSERT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); }, seconds(3)));
   EXPECT_GT(std::max(holder->fencing_token(), waiter->fencing_token()), forced->fencing_floor);
+  // The loss reaches this backend's own LISTEN session, which need not have
+  // read it yet.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(events_mu);
+        return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
+          return e.kind == MutexEvent::Kind::kLost;
+        });
+      },
+      seconds(3)));
   {
     std::lock_guard<std::mutex> lock(events_mu);
     const auto lost = std::find_if(events.begin(), events.end(), [](const MutexEvent& e) {
