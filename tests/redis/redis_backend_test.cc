@@ -346,6 +346,13 @@ TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   const std::uint64_t token = holder->fencing_token();
+  // Force only once the server confirmed the holder's personal channel: a
+  // forced release published before that does not reach it (its first
+  // attempt does not wait for the subscription, and the wake-up sent once
+  // the channel is confirmed is a release, which an owner ignores), and the
+  // holder would learn at its renewal, 20 s later.
+  RawRedis raw(SharedServerUri("redis"));
+  ASSERT_TRUE(Subscribed(raw, Key("m", ":a")));
   auto operator_backend = Open(uri);
   ASSERT_TRUE(operator_backend);
   const auto forced_at = steady_clock::now();
