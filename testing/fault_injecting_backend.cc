@@ -90,9 +90,11 @@ Status FaultInjectingBackend::Gate(Mode FaultInjectingBackend::*which, Deadline 
   };
   if (this->*which == Mode::kFail) return failure();
   if (this->*which == Mode::kHang) {
-    if (!cv_.wait_until(lock, deadline, [&] { return this->*which != Mode::kHang; })) {
-      return DeadlineExceededError("injected hang reached the call's deadline");
-    }
+    hanging_calls_.fetch_add(1);
+    const bool ended =
+        cv_.wait_until(lock, deadline, [&] { return this->*which != Mode::kHang; });
+    hanging_calls_.fetch_sub(1);
+    if (!ended) return DeadlineExceededError("injected hang reached the call's deadline");
     if (this->*which == Mode::kFail) return failure();
   }
   return OkStatus();

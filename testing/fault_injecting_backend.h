@@ -49,6 +49,8 @@ class FaultInjectingBackend final : public Backend {
   void set_lease_stretch(std::chrono::milliseconds stretch);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
+  // Calls blocked in an injected hang right now.
+  int hanging_calls() const { return hanging_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
   // The fencing token the last release named (0: any ownership).
   std::uint64_t last_release_token() const { return last_release_token_.load(); }
@@ -90,6 +92,7 @@ class FaultInjectingBackend final : public Backend {
   std::function<void()> before_next_acquire_reply_;
   std::chrono::milliseconds lease_stretch_{0};
   std::atomic<int> acquire_calls_{0};
+  std::atomic<int> hanging_calls_{0};
   std::atomic<int> release_calls_{0};
   std::atomic<std::uint64_t> last_release_token_{0};
   // Listeners by mutex, for Push().

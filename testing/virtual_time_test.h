@@ -12,28 +12,14 @@
 #include <string>
 #include <thread>
 
+#include "core/runtime.h"
 #include "simba/backends/memory.h"
 #include "simba/contend_service.h"
 #include "testing/fault_injecting_backend.h"
+#include "testing/fixed_random.h"
 #include "testing/test_util.h"
 
 namespace simba::testing {
-
-// Returns `value` clamped into the requested range, so a test can pin the
-// jitter (or any draw) to a known point.
-class FixedRandom final : public Random {
- public:
-  explicit FixedRandom(std::int64_t value) : value_(value) {}
-  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
-    last_lo = lo;
-    last_hi = hi;
-    return std::clamp(value_, lo, hi - 1);
-  }
-  std::int64_t last_lo = 0, last_hi = 0;
-
- private:
-  std::int64_t value_;
-};
 
 class VirtualTimeTest : public ::testing::Test {
  protected:
@@ -58,8 +44,20 @@ class VirtualTimeTest : public ::testing::Test {
   }
 
   // Lets the factory's threads react to what the test just did, when the test
-  // wants to check that something did NOT happen.
-  static void Settle() { std::this_thread::sleep_for(std::chrono::milliseconds(30)); }
+  // wants to check that something did NOT happen: returns once every thread
+  // waiting on the virtual clock has seen it move (a Scheduler's worker
+  // too) and no runtime of the process has work left (no timer due, nothing
+  // queued or running on its threads but the store calls hanging in faults_
+  // on purpose). What is still to come then waits for the clock to move.
+  void Settle() {
+    EXPECT_TRUE(Eventually(
+        [&] {
+          return !clock_->HasDueWaiter() &&
+                 internal::Runtime::all_idle(static_cast<std::size_t>(faults_->hanging_calls()));
+        },
+        std::chrono::seconds(5)))
+        << "the factory's threads never went idle";
+  }
 
   // True once some thread waits for the virtual instant `from_now` ahead:
   // advancing before that would move the very deadline being tested.

@@ -73,6 +73,9 @@ class ManualClock final : public Clock {
   // instant they mean to reach (advancing earlier would move the very
   // deadline they are testing).
   bool HasWaiterUntil(TimePoint deadline) const;
+  // True while some thread waits on this clock for an instant already
+  // reached: it has not yet noticed that the clock moved.
+  bool HasDueWaiter() const;
 
  private:
   mutable std::mutex mu_;

@@ -51,6 +51,11 @@ bool ManualClock::HasWaiterUntil(TimePoint deadline) const {
   return waiting_.count(deadline) > 0;
 }
 
+bool ManualClock::HasDueWaiter() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !waiting_.empty() && *waiting_.begin() <= now_;
+}
+
 void ManualClock::Advance(Duration d) {
   if (d <= Duration::zero()) return;
   std::lock_guard<std::mutex> lock(mu_);

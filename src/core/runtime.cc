@@ -1,6 +1,8 @@
 #include "core/runtime.h"
 
+#include <atomic>
 #include <exception>
+#include <set>
 
 #include "core/log.h"
 
@@ -16,6 +18,18 @@ void RunGuarded(const Task& task, const char* where) {
     SIMBA_LOG(kError, where << ": a task threw a non-standard exception");
   }
 }
+
+// Every live Runtime, and a count of tasks handed on between threads, for
+// Runtime::all_idle.
+std::mutex& RegistryMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::set<const Runtime*>& Registry() {
+  static std::set<const Runtime*> runtimes;
+  return runtimes;
+}
+std::atomic<std::uint64_t> posts{0};
 
 }  // namespace
 
@@ -36,6 +50,7 @@ bool ThreadPool::Post(Task task, bool urgent) {
     } else {
       queue_.push_back(std::move(task));
     }
+    posts.fetch_add(1);
   }
   cv_.notify_one();
   return true;
@@ -64,6 +79,11 @@ bool ThreadPool::closed() const {
   return closed_;
 }
 
+std::size_t ThreadPool::busy() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.size() + running_;
+}
+
 void ThreadPool::Work() {
   for (;;) {
     Task task;
@@ -75,8 +95,11 @@ void ThreadPool::Work() {
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
     }
     RunGuarded(task, name_.c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    --running_;
   }
 }
 
@@ -146,9 +169,38 @@ Runtime::Runtime(std::shared_ptr<Clock> clock, int io_threads, int callback_thre
       io_(std::make_shared<ThreadPool>("io", io_threads)),
       callbacks_(std::make_shared<ThreadPool>("callbacks", callback_threads)) {
   timer_thread_ = std::thread([this] { TimerLoop(); });
+  std::lock_guard<std::mutex> lock(RegistryMutex());
+  Registry().insert(this);
 }
 
-Runtime::~Runtime() { Shutdown(); }
+Runtime::~Runtime() {
+  {
+    std::lock_guard<std::mutex> lock(RegistryMutex());
+    Registry().erase(this);
+  }
+  Shutdown();
+}
+
+bool Runtime::all_idle(std::size_t blocked_io) {
+  std::lock_guard<std::mutex> registry(RegistryMutex());
+  const std::uint64_t before = posts.load();
+  std::size_t io = 0;
+  for (const Runtime* runtime : Registry()) {
+    {
+      std::lock_guard<std::mutex> lock(runtime->mu_);
+      if (runtime->timer_running_) return false;
+      if (!runtime->closed_ && !runtime->timers_.empty() &&
+          runtime->timers_.begin()->first.first <= runtime->clock_->Now()) {
+        return false;
+      }
+    }
+    if (runtime->callbacks_->busy() > 0) return false;
+    io += runtime->io_->busy();
+  }
+  // Work moves between threads only by a post: none while we looked means
+  // nothing moved from a part not yet looked at into one already seen idle.
+  return io <= blocked_io && posts.load() == before;
+}
 
 Runtime::TimerId Runtime::ScheduleAt(Clock::TimePoint when, Task task) {
   TimerId id;
@@ -158,6 +210,7 @@ Runtime::TimerId Runtime::ScheduleAt(Clock::TimePoint when, Task task) {
     id = next_id_++;
     timers_.emplace(std::make_pair(when, id), std::move(task));
     due_.emplace(id, when);
+    posts.fetch_add(1);
   }
   cv_.notify_one();
   return id;
@@ -213,9 +266,12 @@ void Runtime::TimerLoop() {
     Task task = std::move(first->second);
     due_.erase(first->first.second);
     timers_.erase(first);
+    timer_running_ = true;
+    posts.fetch_add(1);
     lock.unlock();
     RunGuarded(task, "timer");
     lock.lock();
+    timer_running_ = false;
   }
 }
 

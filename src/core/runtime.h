@@ -41,6 +41,8 @@ class ThreadPool {
   // Runs what is queued, then joins the threads. Idempotent.
   void Shutdown();
   bool closed() const;
+  // Tasks queued or running (for Runtime::all_idle).
+  std::size_t busy() const;
 
  private:
   void Work();
@@ -49,6 +51,7 @@ class ThreadPool {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  std::size_t running_ = 0;
   bool closed_ = false;
   std::vector<std::thread> threads_;
 };
@@ -103,6 +106,13 @@ class Runtime {
   void Shutdown();
   bool closed() const;
 
+  // A hook for tests on a ManualClock that must check that something did
+  // NOT happen: true when no runtime of this process has work to do — no
+  // timer due by its clock or running, nothing queued or running on its
+  // pools — except `blocked_io` store calls that block on purpose (a
+  // test's injected hang), and nothing was posted while it looked.
+  static bool all_idle(std::size_t blocked_io);
+
  private:
   void TimerLoop();
 
@@ -114,6 +124,7 @@ class Runtime {
   std::condition_variable cv_;
   bool closed_ = false;
   TimerId next_id_ = 1;
+  bool timer_running_ = false;
   std::map<std::pair<Clock::TimePoint, TimerId>, Task> timers_;
   std::unordered_map<TimerId, Clock::TimePoint> due_;
   std::thread timer_thread_;

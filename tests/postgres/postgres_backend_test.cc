@@ -80,6 +80,33 @@ class Psql {
   PGconn* conn_;
 };
 
+// The application_name of this test's session(s) called `who`: sessions of
+// other tests on the shared server never carry it.
+std::string AppName(const std::string& who) { return (who + "_" + TestTable()).substr(0, 63); }
+
+// SharedUri() for the sessions called `who`.
+std::string NamedUri(const std::string& who) {
+  return WithQuery(SharedUri(), "application_name=" + AppName(who));
+}
+
+// True once the backend whose sessions carry application_name `app` listens
+// for pushes: its LISTEN session has finished the LISTEN (pg_stat_activity
+// shows it idle after it; the listener sends nothing else for 15 s), so a
+// NOTIFY from now on reaches it.
+bool Listening(Psql& admin, const std::string& app) {
+  return Eventually(
+      [&] {
+        return admin.Exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                          app + "' AND state = 'idle' AND query LIKE 'LISTEN %'") != "0";
+      },
+      seconds(5));
+}
+
+// True once `waiter` has asked the store and been told `owner` holds it.
+bool ToldOwnerIs(const MutexContendService& waiter, const std::string& owner) {
+  return Eventually([&] { return waiter.after_owner().owner_id == owner; }, seconds(5));
+}
+
 // ---- names, URIs, the table -----------------------------------------------------
 
 TEST(PostgresNames, LongNamesAreRejectedNotTruncated) {
@@ -299,8 +326,10 @@ TEST(PostgresTable, ConcurrentFirstUseCreatesTheTableOnce) {
 // ---- hand-off ---------------------------------------------------------------------
 
 TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
+  Psql admin(SharedServerUri("postgres"));
+  ASSERT_TRUE(admin.ok());
   auto factory_a = Factory(SharedUri(), seconds(10), seconds(6));
-  auto factory_b = Factory(SharedUri(), seconds(10), seconds(6));
+  auto factory_b = Factory(NamedUri("b"), seconds(10), seconds(6));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
   auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
@@ -308,7 +337,9 @@ TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
-  std::this_thread::sleep_for(milliseconds(500));  // b has looked and is waiting
+  // b has looked and is waiting, and listens.
+  ASSERT_TRUE(ToldOwnerIs(*waiter, "a"));
+  ASSERT_TRUE(Listening(admin, AppName("b")));
   EXPECT_FALSE(b.acquired.IsSet());
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
@@ -323,8 +354,10 @@ TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
 // transaction: the holder stops at once, not at its next renewal (20 s
 // here), and the waiter is woken as by a release.
 TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
+  Psql admin(SharedServerUri("postgres"));
+  ASSERT_TRUE(admin.ok());
   auto factory_a = Factory(SharedUri(), seconds(20), seconds(5));
-  auto factory_b = Factory(SharedUri(), seconds(20), seconds(5));
+  auto factory_b = Factory(NamedUri("b"), seconds(20), seconds(5));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
   auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
@@ -333,7 +366,7 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   const std::uint64_t a_token = holder->fencing_token();
   // What the store pushes about a's hold, as the core's subscription hears it.
-  auto backend = Open(SharedUri());
+  auto backend = Open(NamedUri("events"));
   ASSERT_TRUE(backend);
   std::mutex events_mu;
   std::vector<MutexEvent> events;
@@ -343,7 +376,10 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   });
   ASSERT_THAT(listening, IsOk());
   SIMBA_ASSERT_OK(waiter->start());
-  std::this_thread::sleep_for(milliseconds(500));  // listening, and b waits
+  // Both listen, and b has looked and waits.
+  ASSERT_TRUE(Listening(admin, AppName("events")));
+  ASSERT_TRUE(Listening(admin, AppName("b")));
+  ASSERT_TRUE(ToldOwnerIs(*waiter, holder->contender_id()));
   EXPECT_FALSE(b.acquired.IsSet());
 
   const auto forced_at = steady_clock::now();
@@ -354,6 +390,16 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
   ASSERT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); }, seconds(3)));
   EXPECT_GT(std::max(holder->fencing_token(), waiter->fencing_token()), forced->fencing_floor);
+  // The loss reaches this backend's own LISTEN session, which need not have
+  // read it yet.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(events_mu);
+        return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
+          return e.kind == MutexEvent::Kind::kLost;
+        });
+      },
+      seconds(3)));
   {
     std::lock_guard<std::mutex> lock(events_mu);
     const auto lost = std::find_if(events.begin(), events.end(), [](const MutexEvent& e) {
@@ -371,7 +417,9 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
 // A free mutex has nobody to tell: forcing it pushes no loss (an empty
 // owner would match every owner).
 TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
-  auto backend = Open(SharedUri());
+  Psql admin(SharedServerUri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  auto backend = Open(NamedUri("x"));
   ASSERT_TRUE(backend);
   std::mutex events_mu;
   std::vector<MutexEvent> events;
@@ -380,7 +428,7 @@ TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
     events.push_back(e);
   });
   ASSERT_THAT(listening, IsOk());
-  std::this_thread::sleep_for(milliseconds(300));
+  ASSERT_TRUE(Listening(admin, AppName("x")));
   ASSERT_THAT(backend->force_release("free", In(seconds(3))), IsOk());
   ASSERT_TRUE(Eventually(
       [&] {
@@ -409,10 +457,12 @@ TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
-  std::this_thread::sleep_for(milliseconds(500));
-
+  // b has looked, and both backends' sessions (b's listener too) are up
+  // before they are killed.
   Psql admin(SharedServerUri("postgres"));
   ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE(ToldOwnerIs(*waiter, "a"));
+  ASSERT_TRUE(Listening(admin, "simba_kill_b"));
   const std::string killed = admin.Exec(
       "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name IN "
       "('simba_kill_a', 'simba_kill_b')");
@@ -422,12 +472,7 @@ TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
   EXPECT_TRUE(holder->is_owner());
   EXPECT_FALSE(a.released.IsSet());
   // The waiter's listener reconnected: a release still reaches it at once.
-  ASSERT_TRUE(Eventually(
-      [&] {
-        return admin.Exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-                          "'simba_kill_b' AND query LIKE 'LISTEN%'") != "0";
-      },
-      seconds(5)));
+  ASSERT_TRUE(Listening(admin, "simba_kill_b"));
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
   ASSERT_TRUE(b.acquired.Wait(seconds(3)));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +20,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "testing/fixed_random.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
@@ -174,6 +176,18 @@ TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
 
 // subscribe() returns before the server confirms; tests that need the
 // subscription live at the server wait for it.
+// True once contender `id` of `mutex` has tried (it is in the mutex's queue)
+// and listens for its wake-up (the server confirmed its personal channel).
+bool TriedAndListening(RawRedis& raw, const std::string& mutex, const std::string& id) {
+  return Eventually(
+      [&] {
+        RawReply score = raw.Call({"ZSCORE", Key(mutex, ":contender"), id});
+        RawReply r = raw.Call({"PUBSUB", "NUMSUB", Key(mutex, ":" + id)});
+        return !score.nil() && r.elements.size() == 2 && r.elements[1].integer >= 1;
+      },
+      seconds(5));
+}
+
 bool Subscribed(RawRedis& raw, const std::string& channel) {
   return Eventually(
       [&] {
@@ -332,6 +346,13 @@ TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   const std::uint64_t token = holder->fencing_token();
+  // Force only once the server confirmed the holder's personal channel: a
+  // forced release published before that does not reach it (its first
+  // attempt does not wait for the subscription, and the wake-up sent once
+  // the channel is confirmed is a release, which an owner ignores), and the
+  // holder would learn at its renewal, 20 s later.
+  RawRedis raw(SharedServerUri("redis"));
+  ASSERT_TRUE(Subscribed(raw, Key("m", ":a")));
   auto operator_backend = Open(uri);
   ASSERT_TRUE(operator_backend);
   const auto forced_at = steady_clock::now();
@@ -401,7 +422,8 @@ TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
-  std::this_thread::sleep_for(milliseconds(300));  // b has tried and queued
+  RawRedis raw(SharedServerUri("redis"));
+  ASSERT_TRUE(TriedAndListening(raw, "m", "b"));
   EXPECT_FALSE(b.acquired.IsSet());
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
@@ -412,31 +434,76 @@ TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
   SIMBA_ASSERT_OK(waiter->stop());
 }
 
+// How long after a never-renewing owner's lock key expires a waiter on `uri`
+// owns the mutex, at the latest: measured from the latest instant the key can
+// expire (the end of the owner's acquire call + its 1.5 s hard lease). The
+// waiter's jitter is pinned at its largest value (+999 ms after the hard
+// lease), so a waiter that only polls owns it ~1 s after the expiry.
+std::optional<milliseconds> TakeoverAfterExpiry(const std::string& uri) {
+  auto crashed = Open(uri);
+  if (!crashed) return std::nullopt;
+  // Connected and scripts loaded first, so the acquire below is one round
+  // trip and `expired_by` is within about a millisecond of the expiry.
+  EXPECT_THAT(crashed->read("m", In(seconds(3))), IsOk());
+  // An owner that never renews: its hard lease is 1.5 s.
+  constexpr milliseconds kHardLease(1500);
+  auto held = crashed->acquire_or_renew(
+      Request("m", "crashed", milliseconds(1000), milliseconds(500)), In(seconds(3)));
+  const auto expired_by = steady_clock::now() + kHardLease;
+  EXPECT_THAT(held, IsOk());
+  if (!held.ok() || !held->owner.is_owner("crashed")) return std::nullopt;
+  // The waiter's own lease is long (ttl 20 s) and does not matter: it asks
+  // again at the owner's transition_at plus its jitter, or when pushed.
+  FactoryOptions options;
+  options.contend.ttl = seconds(20);
+  options.contend.transition = seconds(10);
+  options.random = std::make_shared<FixedRandom>(ContendPeriod::kJitterMax);
+  auto factory = MutexContendServiceFactory::open(uri, options);
+  EXPECT_THAT(factory, IsOk());
+  if (!factory.ok()) return std::nullopt;
+  Recorder b;
+  auto waiter = (*factory)->create_contend_service(b.Contender("m", "b")).value();
+  EXPECT_THAT(waiter->start(), IsOk());
+  EXPECT_TRUE(b.acquired.Wait(kHardLease + seconds(5)));
+  EXPECT_THAT(waiter->stop(), IsOk());
+  if (!b.acquired.IsSet()) return std::nullopt;
+  return std::chrono::duration_cast<milliseconds>(b.AcquiredAt() - expired_by);
+}
+
+// Redis deletes an expired key within ~100 ms on an idle server (its active
+// expiry runs hz = 10 times a second), then publishes the event; the waiter
+// needs one push and one round trip on localhost more. 500 ms leaves 400 ms
+// of that for scheduling, and stays half a second below where polling lands
+// (the pinned jitter: expiry + 999 ms), which the control below shows. Not
+// scaled: Redis tests do not run sanitized, and a bound stretched past
+// 999 ms could no longer tell push from polling.
+constexpr milliseconds kExpiryPushBound(500);
+
 TEST(RedisHandOff, ExpiryIsPushedWhenTheServerPublishesKeyEvents) {
   auto server = TestServer::Start("redis", {"--notify-keyspace-events", "Ex", "--appendonly",
                                             "yes", "--appendfsync", "always"});
   ASSERT_THAT(server, IsOk());
-  const std::string uri = (*server)->uri();
-  auto crashed = Open(uri);
-  ASSERT_TRUE(crashed);
-  // An owner that never renews: its hard lease is 1.5 s.
-  ASSERT_THAT(crashed->acquire_or_renew(Request("m", "crashed", milliseconds(1000),
-                                                milliseconds(500)),
-                                        In(seconds(3))),
-              IsOk());
-  // The waiter's own hard lease is long (ttl 20 s): without the expiry
-  // event it would next look at the mutex ~1.5 s + its jitter later than
-  // from its first reply, and with the event at once.
-  auto factory = Factory(uri, seconds(20), seconds(10));
-  ASSERT_TRUE(factory);
-  Recorder b;
-  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
-  SIMBA_ASSERT_OK(waiter->start());
-  const auto started = steady_clock::now();
-  ASSERT_TRUE(b.acquired.Wait(seconds(5)));
-  // Redis expires keys within ~100 ms of their time on an idle server.
-  EXPECT_LT(steady_clock::now() - started, milliseconds(1500 + 1000));
-  SIMBA_ASSERT_OK(waiter->stop());
+  const auto after_expiry = TakeoverAfterExpiry((*server)->uri());
+  ASSERT_TRUE(after_expiry);
+  RecordProperty("after_expiry_ms", static_cast<int>(after_expiry->count()));
+  EXPECT_LT(*after_expiry, kExpiryPushBound);
+}
+
+// The control: the same server and timeline, but the backend told not to use
+// the expiry events. The waiter finds the expiry at its poll, ~1 s after it,
+// and so misses the bound above: the test above can tell push from polling.
+// And the polling bound of docs/backends/redis.md: the takeover comes at the
+// end of the hard lease plus the jitter (< 1 s), plus the waiter's timer and
+// one round trip; 250 ms of room for those on a loaded machine.
+TEST(RedisHandOff, WithoutKeyEventsExpiryIsFoundOnlyAtThePoll) {
+  auto server = TestServer::Start("redis", {"--notify-keyspace-events", "Ex", "--appendonly",
+                                            "yes", "--appendfsync", "always"});
+  ASSERT_THAT(server, IsOk());
+  const auto after_expiry = TakeoverAfterExpiry((*server)->uri() + "?keyspace_events=off");
+  ASSERT_TRUE(after_expiry);
+  RecordProperty("after_expiry_ms", static_cast<int>(after_expiry->count()));
+  EXPECT_GE(*after_expiry, kExpiryPushBound);
+  EXPECT_LT(*after_expiry, milliseconds(ContendPeriod::kJitterMax) + milliseconds(250));
 }
 
 // ---- failures ---------------------------------------------------------------------
@@ -616,9 +683,16 @@ TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
-  std::this_thread::sleep_for(milliseconds(200));
-
+  // The waiter has tried (it is queued) and listens (both connections are
+  // up) before they are killed. The default key prefix: "simba".
   RawRedis raw(uri);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        RawReply r = raw.Call({"PUBSUB", "NUMSUB", "simba:{m}:b"});
+        return !raw.Call({"ZSCORE", "simba:{m}:contender", "b"}).nil() &&
+               r.elements.size() == 2 && r.elements[1].integer >= 1;
+      },
+      seconds(5)));
   for (const char* name : {"simba-commands", "simba-events"}) {
     // Only this process's connections: CLIENT LIST shows every client.
     RawReply list = raw.Call({"CLIENT", "LIST"});

@@ -786,6 +786,22 @@ TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
 
 // ---- d. dead JVM entries in the queue --------------------------------------------
 
+// Passes a contender's owner updates on, counting them: a waiter's service
+// applies one per answered attempt.
+class AnswerCounter final : public MutexContender {
+ public:
+  explicit AnswerCounter(std::shared_ptr<MutexContender> inner)
+      : MutexContender(inner->mutex(), inner->contender_id()), inner_(std::move(inner)) {}
+  void on_owner(const MutexState& state) override {
+    inner_->on_owner(state);
+    answers.fetch_add(1);
+  }
+  std::atomic<int> answers{0};
+
+ private:
+  std::shared_ptr<MutexContender> inner_;
+};
+
 TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
   auto server = StartDurableServer();
   ASSERT_TRUE(server);
@@ -801,7 +817,8 @@ TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
   const std::string a_id = CppId("cpp-owner");
   const std::string b_id = CppId("cpp-waiter");
   auto holder = factory->create_contend_service(a.Contender(mutex, a_id)).value();
-  auto waiter = factory->create_contend_service(b.Contender(mutex, b_id)).value();
+  auto b_answers = std::make_shared<AnswerCounter>(b.Contender(mutex, b_id));
+  auto waiter = factory->create_contend_service(b_answers).value();
   const auto holder_started = steady_clock::now();
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(a.acquired.Wait(seconds(5)));
@@ -816,14 +833,17 @@ TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
   EXPECT_FALSE(InQueue(raw, mutex, dead_before));
   // subscribe() does not wait for the server; once the server confirms, the
   // waiter looks once more (and that attempt trims too). Let that happen
-  // before planting the entries below, or it would trim them first.
+  // before planting the entries below, or it would trim them first: the
+  // subscription was confirmed, and the waiter's second answer is in (its
+  // first attempt went out in start(), before the subscriber had even
+  // connected; the wake-up either reran it or made a second one).
   ASSERT_TRUE(Eventually(
       [&] {
         return raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + b_id}).elements[1].integer ==
                1;
       },
       seconds(5)));
-  std::this_thread::sleep_for(Scaled(milliseconds(300)));
+  ASSERT_TRUE(Eventually([&] { return b_answers->answers.load() >= 2; }, seconds(5)));
   ASSERT_TRUE(InQueue(raw, mutex, b_id));
 
   // Dead JVM entries that appear after the waiter's attempt sit ahead of it
