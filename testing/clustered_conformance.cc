@@ -97,15 +97,17 @@ class Fixture {
   }
 
   // A waiting node notices a release: at once where the store pushes
-  // (2 s covers the hops), otherwise within one contend period (the hard
-  // lease plus the largest jitter), with 2 s of slack for a loaded machine.
+  // (2 s covers the hops), otherwise within one contend period.
   milliseconds HandoffBound(const ClusteredLockManager& node) const {
     return node.factory()->backend()->capabilities().push_release ? milliseconds(seconds(2))
                                                                   : ExpiryBound();
   }
-  // A dead holder's lease runs out and a waiter notices.
+  // A dead holder's lease runs out and a waiter notices: the hard lease
+  // (ttl + transition) plus the contender's largest jitter (DESIGN §3:
+  // U[-200, 1000) ms), the docs' "ttl + transition + 1 s"; plus 0.5 s for
+  // the acquisition's round trip and the callback on a loaded machine.
   milliseconds ExpiryBound() const {
-    return lease().ttl + lease().transition + milliseconds(1000) + seconds(2);
+    return lease().ttl + lease().transition + milliseconds(1000) + Scaled(milliseconds(500));
   }
 
  private:
