@@ -1,5 +1,6 @@
 #include "testing/fault_injecting_backend.h"
 
+#include <atomic>
 #include <map>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@ struct FaultListeners {
   std::mutex mu;
   std::uint64_t next_id = 0;
   std::map<std::uint64_t, std::pair<std::string, std::function<void(const MutexEvent&)>>> by_id;
+  std::atomic<bool> store_pushes_lost{false};
 };
 
 namespace {
@@ -40,7 +42,10 @@ FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<Backend> target)
 Result<std::unique_ptr<Subscription>> FaultInjectingBackend::subscribe(
     std::string_view mutex, std::string_view contender_id,
     std::function<void(const MutexEvent&)> listener) {
-  auto target = target_->subscribe(mutex, contender_id, listener);
+  auto target = target_->subscribe(
+      mutex, contender_id, [listeners = listeners_, listener](const MutexEvent& event) {
+        if (!listeners->store_pushes_lost.load()) listener(event);
+      });
   if (!target.ok() && target.status().code() != StatusCode::kUnimplemented) {
     return target.status();
   }
@@ -52,6 +57,10 @@ Result<std::unique_ptr<Subscription>> FaultInjectingBackend::subscribe(
   }
   return std::unique_ptr<Subscription>(std::make_unique<FaultSubscription>(
       listeners_, id, target.ok() ? std::move(*target) : nullptr));
+}
+
+void FaultInjectingBackend::set_store_pushes_lost(bool lost) {
+  listeners_->store_pushes_lost = lost;
 }
 
 void FaultInjectingBackend::Push(const MutexEvent& event) {

@@ -47,6 +47,9 @@ class FaultInjectingBackend final : public Backend {
   // believing in a lease after the store has given the mutex to another.
   // The fault run's negative control (tests/faults) uses it. 0: off.
   void set_lease_stretch(std::chrono::milliseconds stretch);
+  // While on, what the store pushes never reaches this backend's listeners
+  // (a push channel not up yet, or down); Push() still does.
+  void set_store_pushes_lost(bool lost);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   // Calls blocked in an injected hang right now.

@@ -439,9 +439,17 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
                        event.forced ? "the store says our hold was taken away"
                                     : "the store says our hold ended");
       ApplyLocked(MutexOwner::None());
-    } else if (event.kind != MutexEvent::Kind::kReleased || owner) {
-      // Only a release is news to a contender; the owner itself ignores it.
+    } else if (event.kind != MutexEvent::Kind::kReleased) {
       return;
+    } else if (owner) {
+      // A release naming someone is no news to the owner. One naming nobody
+      // is the store saying "look again": its push channel has just come up
+      // (a LISTEN or SUBSCRIBE confirmed, a reconnect) or a key expired, and
+      // whatever happened before may have gone unheard, a forced release of
+      // this very hold included. The owner renews at once, which finds out
+      // (a hold that ended at the store comes back with a new token or
+      // another owner) instead of at its next renewal.
+      if (!event.owner_id.empty()) return;
     } else if (busy_seen_) {
       // For the hand-off latency: the mutex is free from now.
       const auto now = clock_->Now();

@@ -154,6 +154,39 @@ TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
   SIMBA_ASSERT_OK(a->stop());
 }
 
+// A release naming nobody is a store's "look again" (its push channel just
+// came up, so a push may have been missed): the owner renews at once, which
+// is how it learns of a forced release it was not told of; a release naming
+// another contender is no news to it.
+TEST_F(ContendServiceTest, AReleaseNamingNobodyMakesTheOwnerRenewAtOnce) {
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  Settle();
+  const int calls = faults_->acquire_calls();
+  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "someone-else", 0});
+  Settle();
+  EXPECT_EQ(faults_->acquire_calls(), calls) << "an owner renewed on another's release";
+  // The store ends A's hold without a word reaching A (a forced release
+  // pushed before A's subscription was up), and B holds it now.
+  faults_->set_store_pushes_lost(true);
+  SIMBA_ASSERT_OK(store_->force_release("m", std::chrono::steady_clock::now() + seconds(5)));
+  ASSERT_THAT(store_->acquire_or_renew(AcquireRequest{"m", "B", seconds(10), seconds(6)},
+                                       std::chrono::steady_clock::now() + seconds(5)),
+              testing::IsOk());
+  Settle();
+  EXPECT_TRUE(a->is_owner()) << "A heard of the force although its pushes were lost";
+  // No clock movement: only the "look again" can make A ask the store.
+  faults_->set_store_pushes_lost(false);
+  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
+  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)))
+      << "the owner did not renew on a release naming nobody";
+  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
+  EXPECT_FALSE(a->is_owner());
+  EXPECT_EQ(a->after_owner().owner_id, "B");
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, AnAnswerThatMayPredateALossIsAskedAgain) {
   auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
   // A loss reaches the service while its first acquire's answer ("you own
