@@ -490,9 +490,10 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   if (fx.expect().push_channel_starts_on_subscribe) {
     // A push needs the store's push channel up (PostgreSQL's LISTEN
     // connection, SQLite's watcher baseline, Redis's subscriber), which a
-    // backend sets up after the first subscribe; a force in that window
-    // reaches the holder at its renewal (docs/backends/postgres.md). Wait
-    // for the channel: a probe's release on this mutex is heard.
+    // backend sets up after the first subscribe; a force in that window is
+    // not pushed (its holder learns when the channel comes up and it
+    // renews: docs/backends/postgres.md). What is tested here is the push:
+    // wait for the channel first, until a probe's release is heard.
     ASSERT_TRUE(push_is_live(backend, "forced", [&] {
       std::lock_guard<std::mutex> lock(events_mu);
       return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
