@@ -328,18 +328,20 @@ TEST_P(KeyedConformance, FifoStoresServeWaitersInArrivalOrder) {
     EXPECT_FALSE(a->capabilities().fifo);
     return;
   }
-  if (!target.waiting) {
+  if (!target.store_lists_waiters) {
     // Not a skip: the store's own suite asserts the order, named here.
     EXPECT_FALSE(target.order_tested_by.empty())
-        << "a fifo store needs `waiting` or a test of its order named in order_tested_by";
+        << "a fifo store needs store_lists_waiters or a test of its order in order_tested_by";
     return;
   }
+  auto store = OpenBackend(fx.uri());
+  ASSERT_THAT(store, IsOk());
   const std::string key = fx.Key("fifo");
   const auto waiting_is = [&](std::size_t n) {
     return Eventually(
         [&] {
-          auto now = target.waiting(fx.uri(), key);
-          return now.ok() && *now == n;
+          auto now = (*store)->waiters(key, steady_clock::now() + seconds(10));
+          return now.ok() && now->size() == n;
         },
         seconds(10));
   };
@@ -528,13 +530,6 @@ TEST_P(KeyedCrossProcess, HoldersInTwoProcessesExcludeEachOther) {
 }
 
 }  // namespace
-
-Result<std::size_t> lease_store_waiting(const std::string& uri, const std::string& key) {
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
-  SIMBA_ASSIGN_OR_RETURN(std::vector<std::string> waiters,
-                         backend->waiters(key, steady_clock::now() + seconds(10)));
-  return waiters.size();
-}
 
 std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info) {
   return info.param.name;

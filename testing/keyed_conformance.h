@@ -24,7 +24,6 @@
 #include <string>
 
 #include "simba/keyed_lock.h"
-#include "simba/status.h"
 
 namespace simba::testing {
 
@@ -52,18 +51,15 @@ struct KeyedTarget {
   // How long after a holder's process dies its key must be free again.
   std::chrono::milliseconds crash_freed_within{std::chrono::seconds(5)};
   KeyedExpectations expect;
-  // How many wait for `key` at the store (for the arrival-order case), where
-  // the store can tell. A fifo store without one has its order tested by
-  // its own suite (memory: KeyedLockTest.WaitersOfTheMemoryStoreAreServedIn-
-  // ArrivalOrder; PostgreSQL: PostgresKeyed.WaitersAreServedInArrivalOrder),
-  // and says so in `order_tested_by`.
-  std::function<Result<std::size_t>(const std::string& uri, const std::string& key)> waiting;
+  // The store's Backend::waiters() lists who waits for a key (a lease store
+  // holds a key as the store's mutex of that name): the arrival-order case
+  // sees B queue before C through it. A fifo store without it has its order
+  // tested by its own suite and names that test in `order_tested_by`
+  // (memory: KeyedLockTest.WaitersOfTheMemoryStoreAreServedInArrivalOrder;
+  // PostgreSQL: PostgresKeyed.WaitersAreServedInArrivalOrder).
+  bool store_lists_waiters = false;
   std::string order_tested_by;
 };
-
-// `waiting` for the lease stores whose backend lists waiters: a key is the
-// store's mutex of that name.
-Result<std::size_t> lease_store_waiting(const std::string& uri, const std::string& key);
 
 std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info);
 inline void PrintTo(const KeyedTarget& target, std::ostream* os) { *os << target.name; }

@@ -16,7 +16,7 @@ KeyedTarget Target() {
                    .fifo = true,
                    .push_handoff = true,
                    .freed_with_session = false};
-  target.waiting = lease_store_waiting;
+  target.store_lists_waiters = true;
   return target;
 }
 
