@@ -360,7 +360,9 @@ TEST(MysqlKeyedLosses, AKilledHolderConnectionIsReportedAndFreesTheKey) {
   auto got = b->acquire(Request(key, In(seconds(2))));
   ASSERT_THAT(got, IsOk());
   ASSERT_NE(*got, nullptr);
-  EXPECT_THAT(held->release(In(seconds(5))), StatusIs(StatusCode::kAborted));
+  // Releasing a lost hold is fine: the session's end freed the key (an error
+  // would mean the store may still hold it).
+  SIMBA_EXPECT_OK(held->release(In(seconds(5))));
   EXPECT_EQ(lost.load(), 1);
   SIMBA_EXPECT_OK((*got)->release(In(seconds(5))));
   // a works on with a fresh connection.
@@ -405,7 +407,7 @@ TEST(MysqlKeyedLosses, AServerRestartIsReportedAndTheBackendRecovers) {
   ASSERT_TRUE(held);
   SIMBA_ASSERT_OK((*server)->Restart());
   EXPECT_TRUE(Eventually([&] { return lost.load() > 0; }, seconds(2)));
-  EXPECT_THAT(held->release(In(seconds(5))), StatusIs(StatusCode::kAborted));
+  SIMBA_EXPECT_OK(held->release(In(seconds(5))));  // the restart freed the key
   auto again = backend->acquire(Request(key, In(seconds(10))));
   ASSERT_THAT(again, IsOk());
   ASSERT_NE(*again, nullptr);

@@ -1,7 +1,8 @@
 // Keyed locks on PostgreSQL: pg_advisory_lock on connections of their own
-// (simba/backends/postgres_keyed.h says what a user sees). The pieces:
-// KeyedConnectionPool (the budget), HoldMonitor (lost sessions), and here
-// the lock round trip, its cancellation, and the hold.
+// (simba/backends/postgres_keyed.h says what a user sees). The session-lock
+// engine (backends/sql/session_lock.h) owns the budget, the holds, lost
+// sessions and the cancel's wake-up; here are the store's calls: the lock
+// round trip, its cancellation (PQcancel), the token sequence, the unlock.
 #include "simba/backends/postgres_keyed.h"
 
 #include <libpq-fe.h>
@@ -19,34 +20,21 @@
 #include <utility>
 #include <vector>
 
-#include "backends/postgres/hold_monitor.h"
-#include "backends/postgres/keyed_connection_pool.h"
 #include "backends/postgres/pg_connection.h"
+#include "backends/sql/session_lock.h"
 #include "core/log.h"
 #include "simba/backends/postgres.h"
 
-namespace simba {
+namespace simba::internal::pg {
 namespace {
 
-using internal::pg::ConnMessage;
-using internal::pg::DescribeServer;
-using internal::pg::HoldMonitor;
-using internal::pg::KeyedConnectionPool;
-using internal::pg::PgResult;
-using internal::pg::Quoted;
-using internal::pg::ResultStatus;
-using internal::pg::SocketWait;
-using internal::pg::SqlState;
-using internal::pg::WaitSocket;
-using internal::pg::WakeFd;
-using Loan = KeyedConnectionPool::Loan;
+using sql::LockSession;
+using sql::SessionLockDriver;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr char kCreateSequence[] = "CREATE SEQUENCE IF NOT EXISTS simba_keyed_token";
 constexpr std::size_t kMaxKeyLength = 64 * 1024;
-constexpr int kDefaultLockConnections = 8;
-constexpr int kMaxLockConnections = 1024;
 // Bounds every store call other than the wait itself: checking and creating
 // the sequence, unlocking, and the reply after lock_timeout has fired.
 constexpr milliseconds kStoreCallTimeout{10000};
@@ -54,7 +42,7 @@ constexpr int kDefaultConnectTimeoutSeconds = 10;
 // How long a cancelled wait waits for the server's answer to the cancel
 // request (a round trip, normally). A request that reaches the session just
 // before it has read the query is ignored by the server; the session is then
-// closed instead (see Lock()).
+// closed instead (see PgLockDriver::lock()).
 constexpr milliseconds kAfterWake{250};
 
 // `d` + `by`, saturating at Deadline::max() (which means "no deadline").
@@ -66,7 +54,7 @@ Deadline Later(Deadline d, milliseconds by) {
 
 struct KeyedOptions {
   std::map<std::string, std::string> params;  // libpq keywords
-  int lock_connections = kDefaultLockConnections;
+  int lock_connections = 0;
   bool create_sequence = true;
   milliseconds connect_timeout{kDefaultConnectTimeoutSeconds * 1000};
 };
@@ -81,18 +69,7 @@ Result<KeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
   // The contention backend's parser checks everything else; it does not
   // know our one key.
   Uri shared = uri;
-  if (auto it = shared.query.find("lock_connections"); it != shared.query.end()) {
-    const std::string& value = it->second;
-    int n = 0;
-    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (error != std::errc() || end != value.data() + value.size() || n < 1 ||
-        n > kMaxLockConnections) {
-      return InvalidArgumentError("postgresql: lock_connections must be 1.." +
-                                  std::to_string(kMaxLockConnections) + ", not " + Quoted(value));
-    }
-    options.lock_connections = n;
-    shared.query.erase(it);
-  }
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, sql::TakeLockConnections("postgresql", shared));
   SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, PostgresOptionsFromUri(shared));
   options.params = std::move(postgres.params);
   options.create_sequence = postgres.create_table;
@@ -227,75 +204,31 @@ bool SendCancel(PGconn* conn) {
   return sent;
 }
 
-// Frees `lock_key` on `conn` by `deadline`.
-Status Unlock(PGconn* conn, std::int64_t lock_key, Deadline deadline) {
-  const QueryReply reply =
-      RunQuery(conn, "SELECT pg_advisory_unlock(" + std::to_string(lock_key) + ")", deadline);
-  if (!reply.transport.ok()) return reply.transport;
-  if (const StatementReply* failed = FirstError(reply)) return failed->error;
-  if (reply.statements.size() != 1 || reply.statements[0].value != "t") {
-    return InternalError("pg_advisory_unlock: the session did not hold the key");
-  }
-  return OkStatus();
-}
+// ---- the driver of the session-lock engine -----------------------------------------
 
-// ---- the hold ---------------------------------------------------------------------
-
-// One held key: its connection, pinned until release, watched for a lost
-// session meanwhile.
-class PgKeyHold final : public KeyHold {
+// One connection of the budget, and the key its session holds.
+class PgSession final : public LockSession {
  public:
-  PgKeyHold(std::shared_ptr<HoldMonitor> monitor, Loan loan, std::int64_t lock_key,
-            std::uint64_t token, std::function<void()> on_lost, std::string description)
-      : monitor_(std::move(monitor)),
-        loan_(std::move(loan)),
-        lock_key_(lock_key),
-        token_(token),
-        description_(std::move(description)) {
-    watch_ = monitor_->Watch(loan_.get(), std::move(on_lost));
+  explicit PgSession(PgConn conn) : conn_(std::move(conn)) {}
+
+  PGconn* get() const { return conn_.get(); }
+  int socket() const override {
+    return PQstatus(conn_.get()) == CONNECTION_OK ? PQsocket(conn_.get()) : -1;
+  }
+  // Readable: the server's goodbye ("terminating connection due to
+  // administrator command") or a harmless notice; libpq keeps either.
+  bool ended(short revents) override {
+    if ((revents & (POLLHUP | POLLERR | POLLNVAL | POLLRDHUP)) != 0) return true;
+    return PQconsumeInput(conn_.get()) != 1 || PQstatus(conn_.get()) == CONNECTION_BAD;
   }
 
-  ~PgKeyHold() override {
-    if (!freed_.exchange(true)) {
-      const Status status = Free(steady_clock::now() + kStoreCallTimeout);
-      if (!status.ok()) SIMBA_LOG(kDebug, status.ToString());
-    }
-  }
-
-  std::uint64_t fencing_token() const override { return token_; }
-
-  Status release(Deadline deadline) override {
-    if (freed_.exchange(true)) return OkStatus();
-    return Free(deadline);
-  }
+  std::int64_t lock_key = 0;  // the key held, once granted
 
  private:
-  Status Free(Deadline deadline) {
-    if (!monitor_->Unwatch(watch_)) {
-      // The session ended (on_lost said so), and its lock with it.
-      loan_.Discard();
-      return OkStatus();
-    }
-    const Status unlocked = Unlock(loan_.get(), lock_key_, deadline);
-    if (!unlocked.ok()) {
-      // Ending the session frees the key, as soon as the server sees it.
-      loan_.Discard();
-      return unlocked.WithContext(description_ + ": releasing a key");
-    }
-    loan_.Return();
-    return OkStatus();
-  }
-
-  const std::shared_ptr<HoldMonitor> monitor_;
-  Loan loan_;
-  const std::int64_t lock_key_;
-  const std::uint64_t token_;
-  const std::string description_;
-  HoldMonitor::WatchId watch_ = 0;
-  std::atomic<bool> freed_{false};
+  PgConn conn_;
 };
 
-// ---- the backend ------------------------------------------------------------------
+PgSession& Pg(LockSession& session) { return static_cast<PgSession&>(session); }
 
 // How one acquisition waits at the server.
 struct WaitPlan {
@@ -343,65 +276,33 @@ Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
   return s.size() >= 3 && s[2].error.ok() ? Held::kYes : Held::kNo;
 }
 
-class PgKeyedBackend final : public KeyedLockBackend {
+class PgLockDriver final : public SessionLockDriver {
  public:
-  explicit PgKeyedBackend(KeyedOptions options)
-      : description_(DescribeServer(options.params)),
-        user_(options.params.count("user") != 0 ? options.params.at("user") : "<user>"),
+  explicit PgLockDriver(KeyedOptions options, std::string description)
+      : params_(std::move(options.params)),
+        description_(std::move(description)),
+        user_(params_.count("user") != 0 ? params_.at("user") : "<user>"),
         create_sequence_(options.create_sequence),
-        pool_(std::make_shared<KeyedConnectionPool>(std::move(options.params), description_,
-                                                    options.lock_connections,
-                                                    options.connect_timeout)),
-        monitor_(std::make_shared<HoldMonitor>()) {
-    capabilities_.mechanism = "pg_advisory_lock (session; key hashed to 64 bits)";
-    capabilities_.cross_process = true;
-    capabilities_.fencing_tokens = true;
-    // The server queues a lock's waiters in arrival order and grants the
-    // first at once on release; each of our sessions waits for one key
-    // only, so the deadlock detector never reorders a queue. Waiters for a
-    // connection of the budget line up in arrival order too.
-    capabilities_.fifo = true;
-    capabilities_.push_handoff = true;
-    capabilities_.freed_with_session = true;
-    capabilities_.max_key_length = kMaxKeyLength;
-  }
+        connect_timeout_(options.connect_timeout) {}
 
-  std::string_view scheme() const override { return "postgresql"; }
-  const KeyedLockCapabilities& capabilities() const override { return capabilities_; }
-
-  Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override {
-    SIMBA_RETURN_IF_ERROR(validate_key(request.key));
-    if (request.cancel.stop_requested()) return Cancelled();
-    // A cancel posts here; the waits below (for a connection, for the
-    // server) watch it. Declared before the callback, which uses it.
-    WakeFd wake;
-    if (!wake.ok()) return UnavailableError(description_ + ": out of file descriptors");
-    std::stop_callback on_cancel(request.cancel, [&wake] { wake.Post(); });
-    SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
-                           pool_->Borrow(request.wait_deadline, request.cancel, wake.fd()));
-    if (!loan) return NotAcquired();
-    if (!sequence_ready_.load()) SIMBA_RETURN_IF_ERROR(EnsureTokenSequence(*loan));
-    return Lock(std::move(*loan), request, wake.fd());
-  }
-
- private:
-  static Result<std::unique_ptr<KeyHold>> NotAcquired() { return std::unique_ptr<KeyHold>(); }
-  Status Cancelled() const { return CancelledError(description_ + ": acquire cancelled"); }
-
-  std::string SequenceAdvice() const {
-    return "run: CREATE SEQUENCE simba_keyed_token; GRANT USAGE ON SEQUENCE simba_keyed_token TO " +
-           user_ + ";";
+  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
+    SIMBA_ASSIGN_OR_RETURN(
+        PgConn conn,
+        Connect(params_, description_, steady_clock::now() + connect_timeout_, wake_fd));
+    return std::unique_ptr<LockSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
   // Creates the token sequence unless it exists (once per backend: after
   // that, its absence shows up as an error of nextval).
-  Status EnsureTokenSequence(Loan& loan) {
+  Status prepare(LockSession& session) override {
+    if (sequence_ready_.load()) return OkStatus();
     const Deadline deadline = steady_clock::now() + kStoreCallTimeout;
     // Looked up first: CREATE ... IF NOT EXISTS needs the CREATE privilege
     // even when the sequence exists, which a DBA may have made for us.
+    PGconn* conn = Pg(session).get();
     const QueryReply found =
-        RunQuery(loan.get(), "SELECT to_regclass('simba_keyed_token') IS NOT NULL", deadline);
-    SIMBA_RETURN_IF_ERROR(SetupOutcome(loan, found, "looking up the token sequence"));
+        RunQuery(conn, "SELECT to_regclass('simba_keyed_token') IS NOT NULL", deadline);
+    SIMBA_RETURN_IF_ERROR(SetupOutcome(session, found, "looking up the token sequence"));
     if (found.statements.empty() || found.statements[0].value != "t") {
       if (!create_sequence_) {
         return FailedPreconditionError(description_ +
@@ -409,7 +310,7 @@ class PgKeyedBackend final : public KeyedLockBackend {
                                        "create_table=off; " +
                                        SequenceAdvice());
       }
-      const QueryReply created = RunQuery(loan.get(), kCreateSequence, deadline);
+      const QueryReply created = RunQuery(conn, kCreateSequence, deadline);
       const StatementReply* failed = FirstError(created);
       // A concurrent creator that won the race (duplicate name or catalog
       // row) leaves what we wanted.
@@ -421,66 +322,52 @@ class PgKeyedBackend final : public KeyedLockBackend {
                                      failed->error.message() + "); " + SequenceAdvice());
       }
       if (!lost_race) {
-        SIMBA_RETURN_IF_ERROR(SetupOutcome(loan, created, "creating the token sequence"));
+        SIMBA_RETURN_IF_ERROR(SetupOutcome(session, created, "creating the token sequence"));
       }
     }
     sequence_ready_.store(true);
     return OkStatus();
   }
 
-  // The status of a setup query; a connection in an unknown state is closed.
-  Status SetupOutcome(Loan& loan, const QueryReply& reply, const std::string& what) const {
-    if (!reply.transport.ok()) {
-      loan.Discard();
-      return reply.transport.WithContext(description_ + ": " + what);
-    }
-    if (const StatementReply* failed = FirstError(reply)) {
-      return failed->error.WithContext(description_ + ": " + what);
-    }
-    return OkStatus();
-  }
-
-  // The lock round trip on `loan`, and what its outcome means.
-  Result<std::unique_ptr<KeyHold>> Lock(Loan loan, const KeyAcquireRequest& request, int wake_fd) {
-    // A cancel request sent before the session has read the query would be
-    // ignored: a cancel that came while we set up is answered here.
-    if (request.cancel.stop_requested()) return Cancelled();
-    const std::int64_t lock_key = PostgresAdvisoryLockKey(request.key);
-    const WaitPlan plan = PlanWait(request.wait_deadline);
-    PGconn* conn = loan.get();
+  // The lock round trip, and what its outcome means.
+  Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
+                                            Deadline wait_deadline, int wake_fd) override {
+    const std::int64_t lock_key = PostgresAdvisoryLockKey(key);
+    const WaitPlan plan = PlanWait(wait_deadline);
+    PGconn* conn = Pg(session).get();
     bool cancel_sent = false;
     // A try is one quick round trip: it is not worth cancelling.
-    const QueryReply reply =
-        RunQuery(conn, LockSql(lock_key, plan),
-                 plan.try_only ? steady_clock::now() + kStoreCallTimeout
-                               : Later(request.wait_deadline, kStoreCallTimeout),
-                 plan.try_only ? -1 : wake_fd, [&] {
-                   cancel_sent = SendCancel(conn);
-                   // Unsent, the wait would go on: give up on the session instead.
-                   return cancel_sent;
-                 });
+    const QueryReply reply = RunQuery(
+        conn, LockSql(lock_key, plan),
+        plan.try_only ? steady_clock::now() + kStoreCallTimeout
+                      : Later(wait_deadline, kStoreCallTimeout),
+        plan.try_only ? -1 : wake_fd, [&] {
+          cancel_sent = SendCancel(conn);
+          // Unsent, the wait would go on: give up on the session instead.
+          return cancel_sent;
+        });
     if (!reply.transport.ok()) {
       // Whatever the session holds or waits for ends with it (a wait the
       // server still has for it ends when it is granted: the session then
       // finds nobody to answer to).
-      loan.Discard();
-      if (request.cancel.stop_requested()) return Cancelled();
+      session.set_broken();
       return reply.transport.WithContext(description_ + ": acquiring a key");
     }
     const Held held = HeldAfter(reply, plan);
     const StatementReply* failed = FirstError(reply);
     if (failed == nullptr) {
-      if (held == Held::kNo) {
-        return NotAcquired();  // a try that found the key taken
-      }
-      return Granted(std::move(loan), lock_key, reply, plan, cancel_sent, request);
+      if (held == Held::kNo) return std::optional<std::uint64_t>();  // a try found it taken
+      // A cancel request already sent may still reach the session and hit
+      // the next statement.
+      if (cancel_sent) session.set_broken();
+      return Granted(Pg(session), lock_key, plan.try_only ? reply.statements[1].value
+                                                          : reply.statements.back().value);
     }
     // A statement failed. A session that may hold the key, or that a cancel
     // request may still reach (it would hit the next statement), is closed.
-    if (held != Held::kNo || (cancel_sent && failed->sqlstate != "57014")) loan.Discard();
+    if (held != Held::kNo || (cancel_sent && failed->sqlstate != "57014")) session.set_broken();
     if (held == Held::kNo) {
-      if (request.cancel.stop_requested()) return Cancelled();
-      if (failed->sqlstate == "55P03") return NotAcquired();  // lock_timeout
+      if (failed->sqlstate == "55P03") return std::optional<std::uint64_t>();  // lock_timeout
       if (failed->sqlstate == "57014") {
         return UnavailableError(
             description_ +
@@ -499,43 +386,90 @@ class PgKeyedBackend final : public KeyedLockBackend {
     return failed->error.WithContext(description_ + ": acquiring a key");
   }
 
-  // The key was granted: a hold, unless the caller cancelled meanwhile.
-  Result<std::unique_ptr<KeyHold>> Granted(Loan loan, std::int64_t lock_key,
-                                           const QueryReply& reply, const WaitPlan& plan,
-                                           bool cancel_sent, const KeyAcquireRequest& request) {
-    if (request.cancel.stop_requested()) {
-      // Granted as the cancel came. A cancel request already sent may still
-      // reach the session and hit the next statement: close it then.
-      if (cancel_sent ||
-          !Unlock(loan.get(), lock_key, steady_clock::now() + kStoreCallTimeout).ok()) {
-        loan.Discard();
-      }
-      return Cancelled();
+  Status unlock(LockSession& session, Deadline deadline) override {
+    const QueryReply reply = RunQuery(
+        Pg(session).get(),
+        "SELECT pg_advisory_unlock(" + std::to_string(Pg(session).lock_key) + ")", deadline);
+    if (!reply.transport.ok()) return reply.transport;
+    if (const StatementReply* failed = FirstError(reply)) return failed->error;
+    if (reply.statements.size() != 1 || reply.statements[0].value != "t") {
+      return InternalError("pg_advisory_unlock: the session did not hold the key");
     }
-    const std::optional<std::string>& token_text =
-        plan.try_only ? reply.statements[1].value : reply.statements.back().value;
+    return OkStatus();
+  }
+
+ private:
+  std::string SequenceAdvice() const {
+    return "run: CREATE SEQUENCE simba_keyed_token; GRANT USAGE ON SEQUENCE simba_keyed_token TO " +
+           user_ + ";";
+  }
+
+  // The status of a setup query; a session in an unknown state is closed.
+  Status SetupOutcome(LockSession& session, const QueryReply& reply,
+                      const std::string& what) const {
+    if (!reply.transport.ok()) {
+      session.set_broken();
+      return reply.transport.WithContext(description_ + ": " + what);
+    }
+    if (const StatementReply* failed = FirstError(reply)) {
+      return failed->error.WithContext(description_ + ": " + what);
+    }
+    return OkStatus();
+  }
+
+  // The key was granted: its fencing token, from nextval.
+  Result<std::optional<std::uint64_t>> Granted(PgSession& session, std::int64_t lock_key,
+                                               const std::optional<std::string>& token_text) {
+    session.lock_key = lock_key;
     std::uint64_t token = 0;
     if (!token_text ||
         std::from_chars(token_text->data(), token_text->data() + token_text->size(), token).ec !=
             std::errc() ||
         token == 0) {
-      loan.Discard();
+      session.set_broken();
       return InternalError(description_ + ": nextval gave no fencing token");
     }
-    return std::unique_ptr<KeyHold>(std::make_unique<PgKeyHold>(
-        monitor_, std::move(loan), lock_key, token, request.on_lost, description_));
+    return std::optional<std::uint64_t>(token);
   }
 
+  const std::map<std::string, std::string> params_;
   const std::string description_;
   const std::string user_;
   const bool create_sequence_;
-  KeyedLockCapabilities capabilities_;
-  const std::shared_ptr<KeyedConnectionPool> pool_;
-  const std::shared_ptr<HoldMonitor> monitor_;
+  const milliseconds connect_timeout_;
   std::atomic<bool> sequence_ready_{false};
 };
 
+KeyedLockCapabilities PgCapabilities() {
+  KeyedLockCapabilities capabilities;
+  capabilities.mechanism = "pg_advisory_lock (session; key hashed to 64 bits)";
+  capabilities.fencing_tokens = true;
+  // The server queues a lock's waiters in arrival order and grants the
+  // first at once on release; each of our sessions waits for one key only,
+  // so the deadlock detector never reorders a queue. Waiters for a
+  // connection of the budget line up in arrival order too.
+  capabilities.fifo = true;
+  capabilities.push_handoff = true;
+  capabilities.max_key_length = kMaxKeyLength;
+  return capabilities;
+}
+
+Result<std::shared_ptr<KeyedLockBackend>> OpenKeyed(const Uri& uri) {
+  SIMBA_ASSIGN_OR_RETURN(KeyedOptions options, KeyedOptionsFromUri(uri));
+  sql::SessionLockConfig config;
+  config.scheme = "postgresql";
+  config.description = DescribeServer(options.params);
+  config.capabilities = PgCapabilities();
+  config.budget = options.lock_connections;
+  config.store_call_timeout = kStoreCallTimeout;
+  auto driver = std::make_shared<PgLockDriver>(std::move(options), config.description);
+  return sql::NewSessionLockBackend(std::move(config), std::move(driver));
+}
+
 }  // namespace
+}  // namespace simba::internal::pg
+
+namespace simba {
 
 std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
   constexpr std::uint64_t kOffsetBasis = 0xcbf29ce484222325ULL;
@@ -550,8 +484,7 @@ std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
 }
 
 Result<std::shared_ptr<KeyedLockBackend>> OpenPostgresKeyedLockBackend(const Uri& uri) {
-  SIMBA_ASSIGN_OR_RETURN(KeyedOptions options, KeyedOptionsFromUri(uri));
-  return std::shared_ptr<KeyedLockBackend>(std::make_shared<PgKeyedBackend>(std::move(options)));
+  return internal::pg::OpenKeyed(uri);
 }
 
 }  // namespace simba

@@ -1,0 +1,458 @@
+#include "backends/sql/session_lock.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <list>
+#include <map>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "core/log.h"
+
+namespace simba::internal::sql {
+
+bool LockSession::ended(short revents) { return revents != 0; }
+
+Result<int> TakeLockConnections(std::string_view store, Uri& uri) {
+  constexpr int kDefault = 8, kMax = 1024;
+  const auto it = uri.query.find("lock_connections");
+  if (it == uri.query.end()) return kDefault;
+  const std::string value = it->second;
+  uri.query.erase(it);
+  int n = 0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > kMax) {
+    return InvalidArgumentError(std::string(store) + ": lock_connections must be 1.." +
+                                std::to_string(kMax) + ", not '" + value + "'");
+  }
+  return n;
+}
+
+Status SessionLockDriver::prepare(LockSession& /*session*/) { return OkStatus(); }
+
+namespace {
+
+using std::chrono::steady_clock;
+using SessionPtr = std::unique_ptr<LockSession>;
+
+// An eventfd another thread posts to, to wake a poll() of ours: how a
+// stop_callback (run on the canceller's thread, which must not wait on the
+// network) hands a cancel to the thread that waits on a socket.
+class WakeFd {
+ public:
+  WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~WakeFd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+  int fd() const { return fd_; }
+  // Makes fd() readable until drain(). Safe from any thread.
+  void post() const {
+    const std::uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(fd_, &one, sizeof one);
+  }
+  void drain() const {
+    std::uint64_t value = 0;
+    [[maybe_unused]] const ssize_t n = ::read(fd_, &value, sizeof value);
+  }
+
+ private:
+  const int fd_;
+};
+
+// Whether an idle session may have ended: it has no socket, or its socket
+// has something to say. A server says nothing to an idle session but its
+// goodbye (whose end of stream may not be here yet), so anything to read
+// disqualifies it; a rare notice only costs a new session.
+bool IdleSessionEnded(const LockSession& session) {
+  const int fd = session.socket();
+  if (fd < 0) return true;
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
+
+// ---- the budget -------------------------------------------------------------------
+
+// The sessions: a fixed budget, opened on demand and kept for reuse. A hold
+// pins its session, so unlike a pool of short calls, a borrower may keep one
+// for as long as it holds a key. Thread-safe; loans keep it alive.
+class SessionPool : public std::enable_shared_from_this<SessionPool> {
+ public:
+  // One session on loan: given back when destroyed, or closed if broken
+  // (freeing its place in the budget). Move-only.
+  class Loan {
+   public:
+    Loan(std::shared_ptr<SessionPool> pool, SessionPtr session)
+        : pool_(std::move(pool)), session_(std::move(session)) {}
+    Loan(Loan&&) noexcept = default;
+    Loan& operator=(Loan&&) = delete;
+    Loan(const Loan&) = delete;
+    Loan& operator=(const Loan&) = delete;
+    ~Loan() { give_back(); }
+
+    LockSession& operator*() const { return *session_; }
+    // Back to the pool now, for the next borrower (closed if broken).
+    void give_back() {
+      if (session_) pool_->give_back(std::move(session_));
+    }
+    // Closes the session now: it ends, and with it every lock it held (at
+    // once when the server is reachable, else when it notices).
+    void discard() {
+      if (session_) session_->set_broken();
+      give_back();
+    }
+
+   private:
+    std::shared_ptr<SessionPool> pool_;
+    SessionPtr session_;
+  };
+
+  SessionPool(std::shared_ptr<SessionLockDriver> driver, std::string description, int budget)
+      : driver_(std::move(driver)), description_(std::move(description)), budget_(budget) {}
+
+  // A session: an idle one that is still alive, or a new one when fewer than
+  // the budget exist. Borrowers wait in arrival order. An empty optional when
+  // none came free by `wait_deadline` (a deadline already past gets one
+  // look); kCancelled when `cancel` is stopped first (`wake_fd`, readable
+  // once it is, also ends connecting); otherwise the error of connecting.
+  Result<std::optional<Loan>> borrow(Deadline wait_deadline, const std::stop_token& cancel,
+                                     int wake_fd) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const auto ticket = line_.insert(line_.end(), next_ticket_++);
+    auto leave_line = [&] {
+      line_.erase(ticket);
+      changed_.notify_all();  // the next in line may be able to go now
+    };
+    auto my_turn = [&] { return line_.front() == *ticket && (!idle_.empty() || open_ < budget_); };
+    for (;;) {
+      if (!my_turn()) {
+        const bool ready = wait_deadline == Deadline::max()
+                               ? changed_.wait(lock, cancel, my_turn)
+                               : changed_.wait_until(lock, cancel, wait_deadline, my_turn);
+        if (!ready) {
+          leave_line();
+          if (cancel.stop_requested()) {
+            return CancelledError(description_ + ": cancelled while waiting for a connection");
+          }
+          return std::optional<Loan>();
+        }
+      }
+      if (idle_.empty()) break;
+      SessionPtr session = std::move(idle_.back());
+      idle_.pop_back();
+      // An idle session the server ended (terminated, a restart) is
+      // replaced here rather than failing the caller's lock call.
+      if (!IdleSessionEnded(*session)) {
+        leave_line();
+        return std::optional<Loan>(std::in_place, shared_from_this(), std::move(session));
+      }
+      --open_;
+      lock.unlock();
+      session->abandon();
+      session.reset();  // closed outside the lock
+      lock.lock();
+    }
+    ++open_;
+    leave_line();
+    lock.unlock();
+    Result<SessionPtr> session = driver_->connect(wake_fd);
+    if (!session.ok()) {
+      lock.lock();
+      --open_;
+      changed_.notify_all();
+      return session.status();
+    }
+    return std::optional<Loan>(std::in_place, shared_from_this(), std::move(*session));
+  }
+
+ private:
+  void give_back(SessionPtr session) {
+    const bool broken = session->broken();
+    if (broken) {
+      session->abandon();
+      session.reset();  // closed outside the lock
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken) {
+      --open_;
+    } else {
+      idle_.push_back(std::move(session));
+    }
+    changed_.notify_all();
+  }
+
+  const std::shared_ptr<SessionLockDriver> driver_;
+  const std::string description_;
+  const int budget_;
+
+  std::mutex mu_;
+  std::condition_variable_any changed_;
+  std::vector<SessionPtr> idle_;   // guarded by mu_
+  int open_ = 0;                   // idle, lent, being opened; guarded by mu_
+  std::list<std::uint64_t> line_;  // borrowers waiting, in arrival order; guarded by mu_
+  std::uint64_t next_ticket_ = 0;  // guarded by mu_
+};
+
+using Loan = SessionPool::Loan;
+
+// ---- lost sessions ----------------------------------------------------------------
+
+// Notices when the server ends a session that holds a key (killed, a
+// restart, a reset connection): the key is gone with it, and its holder must
+// be told at once. One thread, started by the first watch, whatever the
+// number of holds. Thread-safe.
+class HoldMonitor {
+ public:
+  using WatchId = std::uint64_t;
+
+  HoldMonitor() : state_(std::make_shared<State>()) {}
+  ~HoldMonitor() {
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stopping = true;
+    }
+    state_->wake.post();
+    if (!thread_.joinable()) return;
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // destroyed from an on_lost: the loop ends by itself
+    } else {
+      thread_.join();
+    }
+  }
+  HoldMonitor(const HoldMonitor&) = delete;
+  HoldMonitor& operator=(const HoldMonitor&) = delete;
+
+  bool ok() const { return state_->wake.ok(); }
+
+  // Watches `session`, idle and holding a key; nobody else may use it until
+  // unwatch(). If the session ends first, `on_lost` runs once, on the
+  // monitor's thread, and must not block.
+  WatchId watch(LockSession* session, std::function<void()> on_lost) {
+    WatchId id = 0;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      id = state_->next_id++;
+      state_->watched.emplace(id, Watched{session, std::move(on_lost)});
+      if (!thread_.joinable()) thread_ = std::thread(Run, state_);
+    }
+    state_->wake.post();  // poll the new socket too
+    return id;
+  }
+
+  // Stops watching: the session is the caller's again (the monitor no
+  // longer touches it once this returns). False when the monitor found the
+  // session ended first (its on_lost ran or is running).
+  bool unwatch(WatchId id) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->watched.erase(id) == 1;
+  }
+
+ private:
+  struct Watched {
+    LockSession* session;
+    std::function<void()> on_lost;
+  };
+  // What the thread shares with us: it keeps the state alive by itself, so
+  // the monitor may be destroyed from an on_lost callback (on its thread).
+  struct State {
+    std::mutex mu;
+    std::map<WatchId, Watched> watched;  // guarded by mu
+    WatchId next_id = 1;                 // guarded by mu
+    bool stopping = false;               // guarded by mu
+    WakeFd wake;                         // a watch() or the end
+  };
+
+  static void Run(const std::shared_ptr<State>& state) {
+    std::vector<pollfd> fds;
+    std::vector<WatchId> ids;
+    for (;;) {
+      // The poll set is rebuilt each time around: a socket unwatched while
+      // we slept may wake us once more, and is then skipped by its id.
+      fds.assign(1, pollfd{state->wake.fd(), POLLIN, 0});
+      ids.assign(1, 0);
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (state->stopping) return;
+        for (const auto& [id, watched] : state->watched) {
+          fds.push_back(pollfd{watched.session->socket(), POLLIN | POLLRDHUP, 0});
+          ids.push_back(id);
+        }
+      }
+      if (::poll(fds.data(), fds.size(), -1) < 0) {
+        if (errno == EINTR) continue;
+        SIMBA_LOG(kWarn, "keyed locks: hold monitor: poll failed (errno " << errno << ")");
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      if (fds[0].revents != 0) state->wake.drain();
+      std::vector<std::function<void()>> lost;
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        for (std::size_t i = 1; i < fds.size(); ++i) {
+          if (fds[i].revents == 0) continue;
+          auto it = state->watched.find(ids[i]);
+          if (it == state->watched.end()) continue;
+          // Reading here is safe: nobody else uses a watched session.
+          if (!it->second.session->ended(fds[i].revents)) continue;
+          lost.push_back(std::move(it->second.on_lost));
+          state->watched.erase(it);
+        }
+      }
+      // Outside the lock: a callback may release or destroy holds.
+      for (auto& on_lost : lost) {
+        if (on_lost) on_lost();
+      }
+    }
+  }
+
+  std::shared_ptr<State> state_;
+  std::thread thread_;  // guarded by state_->mu until the destructor
+};
+
+// ---- the hold ---------------------------------------------------------------------
+
+// What the backend and its holds share (a hold may outlive its backend).
+struct Engine {
+  Engine(SessionLockConfig config_in, std::shared_ptr<SessionLockDriver> driver_in)
+      : config(std::move(config_in)),
+        driver(std::move(driver_in)),
+        pool(std::make_shared<SessionPool>(driver, config.description, config.budget)) {}
+
+  const SessionLockConfig config;
+  const std::shared_ptr<SessionLockDriver> driver;
+  const std::shared_ptr<SessionPool> pool;
+  HoldMonitor monitor;
+};
+
+// One held key: its session, pinned until release, watched for its end
+// meanwhile.
+class SessionKeyHold final : public KeyHold {
+ public:
+  SessionKeyHold(std::shared_ptr<Engine> engine, Loan loan, std::uint64_t token,
+                 std::function<void()> on_lost)
+      : engine_(std::move(engine)), loan_(std::move(loan)), token_(token) {
+    watch_ = engine_->monitor.watch(&*loan_, std::move(on_lost));
+  }
+
+  ~SessionKeyHold() override {
+    if (freed_.exchange(true)) return;
+    const Status status = free(Deadline::max());
+    if (!status.ok()) SIMBA_LOG(kWarn, "dropping a key hold: " << status);
+  }
+
+  std::uint64_t fencing_token() const override { return token_; }
+
+  Status release(Deadline deadline) override {
+    if (freed_.exchange(true)) return OkStatus();
+    return free(deadline);
+  }
+
+ private:
+  Status free(Deadline deadline) {
+    if (!engine_->monitor.unwatch(watch_)) {
+      // The session ended (on_lost said so), and its key with it.
+      loan_.discard();
+      return OkStatus();
+    }
+    deadline = std::min(deadline, steady_clock::now() + engine_->config.store_call_timeout);
+    const Status unlocked = engine_->driver->unlock(*loan_, deadline);
+    if (!unlocked.ok()) {
+      // Ending the session frees the key, as soon as the server sees it.
+      loan_.discard();
+      return unlocked.WithContext(engine_->config.description + ": releasing a key");
+    }
+    loan_.give_back();  // for the next acquire, even while this hold object lives on
+    return OkStatus();
+  }
+
+  const std::shared_ptr<Engine> engine_;
+  Loan loan_;
+  const std::uint64_t token_;
+  HoldMonitor::WatchId watch_ = 0;
+  std::atomic<bool> freed_{false};
+};
+
+// ---- the backend ------------------------------------------------------------------
+
+class SessionLockBackend final : public KeyedLockBackend {
+ public:
+  explicit SessionLockBackend(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {}
+
+  std::string_view scheme() const override { return engine_->config.scheme; }
+  const KeyedLockCapabilities& capabilities() const override {
+    return engine_->config.capabilities;
+  }
+
+  Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override {
+    SIMBA_RETURN_IF_ERROR(validate_key(request.key));
+    if (request.cancel.stop_requested()) return Cancelled();
+    // A cancel posts here; the waits below (for a session, for the server)
+    // watch it. It belongs to this call, not to a session: it outlives the
+    // stop_callback (declared after it), so a late cancel can neither touch
+    // a closed session nor interrupt its next user.
+    WakeFd wake;
+    if (!wake.ok()) {
+      return UnavailableError(engine_->config.description + ": eventfd: " + std::strerror(errno));
+    }
+    std::stop_callback on_cancel(request.cancel, [&wake] { wake.post(); });
+    SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
+                           engine_->pool->borrow(request.wait_deadline, request.cancel, wake.fd()));
+    if (!loan) return NotAcquired();
+    SIMBA_RETURN_IF_ERROR(engine_->driver->prepare(**loan));
+    // A cancel that came while we set up is answered here (a cancel request
+    // sent before the session has read the lock call may be ignored).
+    if (request.cancel.stop_requested()) return Cancelled();
+    Result<std::optional<std::uint64_t>> token =
+        engine_->driver->lock(**loan, request.key, request.wait_deadline, wake.fd());
+    if (request.cancel.stop_requested()) {
+      if (token.ok() && token->has_value() && !(**loan).broken()) {
+        // Granted as the cancel came: freed again (or the session closed).
+        const Deadline deadline = steady_clock::now() + engine_->config.store_call_timeout;
+        if (!engine_->driver->unlock(**loan, deadline).ok()) loan->discard();
+      }
+      return Cancelled();  // a broken session is closed by the loan, freeing a grant
+    }
+    if (!token.ok()) return token.status();
+    if (!token->has_value()) return NotAcquired();
+    return std::unique_ptr<KeyHold>(
+        std::make_unique<SessionKeyHold>(engine_, std::move(*loan), **token, request.on_lost));
+  }
+
+ private:
+  static Result<std::unique_ptr<KeyHold>> NotAcquired() { return std::unique_ptr<KeyHold>(); }
+  Status Cancelled() const {
+    return CancelledError(engine_->config.description + ": acquire cancelled");
+  }
+
+  const std::shared_ptr<Engine> engine_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<KeyedLockBackend>> NewSessionLockBackend(
+    SessionLockConfig config, std::shared_ptr<SessionLockDriver> driver) {
+  config.capabilities.cross_process = true;
+  config.capabilities.freed_with_session = true;
+  auto engine = std::make_shared<Engine>(std::move(config), std::move(driver));
+  if (!engine->monitor.ok()) {
+    return UnavailableError(engine->config.description + ": eventfd: " + std::strerror(errno));
+  }
+  return std::shared_ptr<KeyedLockBackend>(std::make_shared<SessionLockBackend>(engine));
+}
+
+}  // namespace simba::internal::sql
