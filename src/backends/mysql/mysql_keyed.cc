@@ -38,8 +38,6 @@
 namespace simba::internal::mysql {
 namespace {
 
-using sql::LockSession;
-using sql::SessionLockDriver;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -66,7 +64,7 @@ struct ServerTraits {
 };
 
 // One connection of the budget, and the name its session holds.
-class MysqlSession final : public LockSession {
+class MysqlSession final : public sql::LockSession {
  public:
   explicit MysqlSession(MysqlConn conn) : conn_(std::move(conn)) {}
 
@@ -82,7 +80,7 @@ class MysqlSession final : public LockSession {
   MysqlConn conn_;
 };
 
-MysqlSession& My(LockSession& session) { return static_cast<MysqlSession&>(session); }
+MysqlSession& My(sql::LockSession& session) { return static_cast<MysqlSession&>(session); }
 
 // Dead peers on a silently cut network are noticed by TCP keepalive (about
 // 8 s); a server that closes the session is noticed at once.
@@ -113,14 +111,14 @@ std::string TimeoutArgument(milliseconds wait, bool fractional) {
   return std::to_string(ms / 1000) + "." + fraction;
 }
 
-class MysqlLockDriver final : public SessionLockDriver {
+class MysqlLockDriver final : public sql::SessionLockDriver {
  public:
   MysqlLockDriver(KeyedMysqlConfig config, std::string description)
       : config_(std::move(config)), description_(std::move(description)) {}
 
   // Connects (by the connect timeout; `wake_fd` readable gives up) and
   // learns the server's traits on the first connection.
-  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
+  Result<std::unique_ptr<sql::LockSession>> connect(int wake_fd) override {
     ConnectExtras extras;
     // A held lock lives as long as its session: the server's idle timeout
     // (wait_timeout, 8 h by default) must not end it, so it is a year.
@@ -131,7 +129,7 @@ class MysqlLockDriver final : public SessionLockDriver {
                                                                     Deadline::max(), extras));
     auto session = std::make_unique<MysqlSession>(std::move(conn));
     EnableKeepalive(session->socket());
-    if (traits().has_value()) return std::unique_ptr<LockSession>(std::move(session));
+    if (traits().has_value()) return std::unique_ptr<sql::LockSession>(std::move(session));
     Result<ServerTraits> probed = ProbeTraits(*session, wake_fd);
     if (!probed.ok()) {
       session->abandon();
@@ -146,12 +144,12 @@ class MysqlLockDriver final : public SessionLockDriver {
                                     << " lock names");
       traits_ = std::move(*probed);
     }
-    return std::unique_ptr<LockSession>(std::move(session));
+    return std::unique_ptr<sql::LockSession>(std::move(session));
   }
 
   // GET_LOCK in slices until it is granted, the wait deadline passes, or the
   // caller cancels.
-  Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
+  Result<std::optional<std::uint64_t>> lock(sql::LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
     const ServerTraits traits = *this->traits();
     MYSQL* m = My(session).get();
@@ -204,7 +202,7 @@ class MysqlLockDriver final : public SessionLockDriver {
     }
   }
 
-  Status unlock(LockSession& session, Deadline deadline) override {
+  Status unlock(sql::LockSession& session, Deadline deadline) override {
     MYSQL* m = My(session).get();
     ScalarReply reply = QueryScalar(
         m, "SELECT RELEASE_LOCK(" + Literal(m, My(session).held_name) + ")",

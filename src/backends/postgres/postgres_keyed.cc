@@ -28,8 +28,6 @@
 namespace simba::internal::pg {
 namespace {
 
-using sql::LockSession;
-using sql::SessionLockDriver;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -207,7 +205,7 @@ bool SendCancel(PGconn* conn) {
 // ---- the driver of the session-lock engine -----------------------------------------
 
 // One connection of the budget, and the key its session holds.
-class PgSession final : public LockSession {
+class PgSession final : public sql::LockSession {
  public:
   explicit PgSession(PgConn conn) : conn_(std::move(conn)) {}
 
@@ -228,7 +226,7 @@ class PgSession final : public LockSession {
   PgConn conn_;
 };
 
-PgSession& Pg(LockSession& session) { return static_cast<PgSession&>(session); }
+PgSession& Pg(sql::LockSession& session) { return static_cast<PgSession&>(session); }
 
 // How one acquisition waits at the server.
 struct WaitPlan {
@@ -276,7 +274,7 @@ Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
   return s.size() >= 3 && s[2].error.ok() ? Held::kYes : Held::kNo;
 }
 
-class PgLockDriver final : public SessionLockDriver {
+class PgLockDriver final : public sql::SessionLockDriver {
  public:
   explicit PgLockDriver(KeyedOptions options, std::string description)
       : params_(std::move(options.params)),
@@ -285,16 +283,16 @@ class PgLockDriver final : public SessionLockDriver {
         create_sequence_(options.create_sequence),
         connect_timeout_(options.connect_timeout) {}
 
-  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
+  Result<std::unique_ptr<sql::LockSession>> connect(int wake_fd) override {
     SIMBA_ASSIGN_OR_RETURN(
         PgConn conn,
         Connect(params_, description_, steady_clock::now() + connect_timeout_, wake_fd));
-    return std::unique_ptr<LockSession>(std::make_unique<PgSession>(std::move(conn)));
+    return std::unique_ptr<sql::LockSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
   // Creates the token sequence unless it exists (once per backend: after
   // that, its absence shows up as an error of nextval).
-  Status prepare(LockSession& session) override {
+  Status prepare(sql::LockSession& session) override {
     if (sequence_ready_.load()) return OkStatus();
     const Deadline deadline = steady_clock::now() + kStoreCallTimeout;
     // Looked up first: CREATE ... IF NOT EXISTS needs the CREATE privilege
@@ -330,7 +328,7 @@ class PgLockDriver final : public SessionLockDriver {
   }
 
   // The lock round trip, and what its outcome means.
-  Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
+  Result<std::optional<std::uint64_t>> lock(sql::LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
     const std::int64_t lock_key = PostgresAdvisoryLockKey(key);
     const WaitPlan plan = PlanWait(wait_deadline);
@@ -386,7 +384,7 @@ class PgLockDriver final : public SessionLockDriver {
     return failed->error.WithContext(description_ + ": acquiring a key");
   }
 
-  Status unlock(LockSession& session, Deadline deadline) override {
+  Status unlock(sql::LockSession& session, Deadline deadline) override {
     const QueryReply reply = RunQuery(
         Pg(session).get(),
         "SELECT pg_advisory_unlock(" + std::to_string(Pg(session).lock_key) + ")", deadline);
@@ -405,7 +403,7 @@ class PgLockDriver final : public SessionLockDriver {
   }
 
   // The status of a setup query; a session in an unknown state is closed.
-  Status SetupOutcome(LockSession& session, const QueryReply& reply,
+  Status SetupOutcome(sql::LockSession& session, const QueryReply& reply,
                       const std::string& what) const {
     if (!reply.transport.ok()) {
       session.set_broken();
