@@ -154,7 +154,7 @@ TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
   const Capabilities& caps = backend->capabilities();
   EXPECT_TRUE(caps.push_release);
   EXPECT_TRUE(caps.cross_process);
-  EXPECT_EQ(caps.fencing_source, "row version at acquisition (simba_mutex.fencing_token)");
+  EXPECT_EQ(caps.fencing_source, "simba_mutex.version at acquisition");
   EXPECT_EQ(caps.max_mutex_length, 66u);
   EXPECT_EQ(caps.max_contender_id_length, 128u);
   auto subscription = backend->subscribe("m", [](const MutexEvent&) {});
@@ -166,7 +166,9 @@ TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
   EXPECT_EQ(backend->subscribe("m", nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
+// Simba's table, column for column: the version is the token (the SQL
+// protocol's rule, shared with PostgreSQL and MySQL).
+TEST_F(SqliteBackendTest, CreatesSimbaTable) {
   auto backend = Open();
   ASSERT_NE(backend, nullptr);
   RawDb raw(DbPath());
@@ -175,8 +177,7 @@ TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
             (std::vector<std::string>{
                 "mutex|TEXT|0|1|NULL", "acquired_at|INTEGER|1|0|NULL",
                 "ttl_at|INTEGER|1|0|NULL", "transition_at|INTEGER|1|0|NULL",
-                "owner_id|TEXT|1|0|NULL", "version|INTEGER|1|0|NULL",
-                "fencing_token|INTEGER|1|0|0"}));
+                "owner_id|TEXT|1|0|NULL", "version|INTEGER|1|0|NULL"}));
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), std::vector<std::string>{"wal"});
 }
 
@@ -198,9 +199,10 @@ TEST_F(SqliteBackendTest, AcquireFreeMutexMakesOwnerWithToken) {
   EXPECT_LE(record->store_now.count(), after + 5);
 
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT owner_id, version, fencing_token, ttl_at - acquired_at,"
+  EXPECT_EQ(raw.Query("SELECT owner_id, version, ttl_at - acquired_at,"
                       " transition_at - ttl_at FROM simba_mutex WHERE mutex = 'orders'"),
-            std::vector<std::string>{"alice|1|1|10000|5000"});
+            std::vector<std::string>{"alice|1|10000|5000"});
+  EXPECT_EQ(owner.fencing_token, 1u);
 }
 
 TEST_F(SqliteBackendTest, RenewKeepsTokenAndExtendsTimes) {
@@ -218,10 +220,9 @@ TEST_F(SqliteBackendTest, RenewKeepsTokenAndExtendsTimes) {
   EXPECT_EQ(second->owner.ttl_at, second->owner.acquired_at + 20s);
   EXPECT_EQ(second->owner.transition_at, second->owner.ttl_at + 1s);
 
-  // The version still counts the renewal (Simba's bookkeeping).
+  // A renewal keeps the version: it is the token.
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT version, fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"2|1"});
+  EXPECT_EQ(raw.Query("SELECT version FROM simba_mutex"), std::vector<std::string>{"1"});
 }
 
 TEST_F(SqliteBackendTest, OtherContenderGetsCurrentOwnerBack) {
@@ -264,9 +265,9 @@ TEST_F(SqliteBackendTest, ReleaseKeepsTokenAndFreesRow) {
   ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
   ASSERT_TRUE(*backend->release("m", "alice", Soon()));
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"0|0|0||2|1"});
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||2"});
 }
 
 TEST_F(SqliteBackendTest, ExpiredLeaseLetsAnotherTakeOverWithGreaterToken) {
@@ -571,7 +572,7 @@ TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
   ASSERT_NE(backend, nullptr);
   auto alice = Acquire(*backend, "m", "alice");
   ASSERT_TRUE(alice.ok()) << alice.status();
-  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // a renewal: version 2, token 1
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // a renewal: version and token 1
 
   auto forced = backend->force_release("m", Soon());
   ASSERT_TRUE(forced.ok()) << forced.status();
@@ -583,12 +584,12 @@ TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
   auto read = backend->read("m", Soon());
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->owner, MutexOwner::None());
-  // Simba's free row, version moved on, the floor recorded as the token.
+  // Simba's free row, version moved on: the floor.
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"0|0|0||3|3"});
-  EXPECT_EQ(forced->fencing_floor, 3u);
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||2"});
+  EXPECT_EQ(forced->fencing_floor, 2u);
 
   auto bob = Acquire(*backend, "m", "bob");
   ASSERT_TRUE(bob.ok()) << bob.status();
@@ -605,9 +606,9 @@ TEST_F(SqliteBackendTest, ForceReleaseOfUnknownOrFreeMutexStillRaisesTheFloor) {
   EXPECT_EQ(unknown->fencing_floor, 1u);
   EXPECT_GT(unknown->store_now.count(), 0);
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex WHERE mutex = 'never-used'"),
-            std::vector<std::string>{"0|0|0||1|1"});
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex WHERE mutex = 'never-used'"),
+            std::vector<std::string>{"0|0|0||1"});
 
   // Free now: again, and the floor still grows.
   auto again = backend->force_release("never-used", Soon());
@@ -906,7 +907,7 @@ TEST_F(SqliteBackendTest, DataVersionSeesCommitsOfAnotherConnectionInTheProcess)
   RawDb watcher(DbPath());
   const std::vector<std::string> before = watcher.Query("PRAGMA data_version");
   EXPECT_EQ(watcher.Query("PRAGMA data_version"), before);  // nothing committed
-  ASSERT_EQ(writer.Exec("INSERT INTO simba_mutex VALUES ('x', 0, 0, 0, '', 1, 0)"), SQLITE_OK)
+  ASSERT_EQ(writer.Exec("INSERT INTO simba_mutex VALUES ('x', 0, 0, 0, '', 1)"), SQLITE_OK)
       << writer.last_error;
   const std::vector<std::string> after_raw = watcher.Query("PRAGMA data_version");
   EXPECT_NE(after_raw, before);
