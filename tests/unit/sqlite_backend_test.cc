@@ -565,6 +565,101 @@ TEST_F(SqliteBackendTest, AdoptsSimbaTableWithoutFencingColumn) {
   EXPECT_EQ(alice->owner.fencing_token, 1u);
 }
 
+// ---- files written before SQLite was a driver of the SQL protocol ----------------------
+
+// What the SQLite backend before #21 left in a file: its DDL, verbatim
+// (checked against a file made by that build's `simba run` and
+// `simba release --force`), and rows as its statements wrote them: version
+// + 1 on every acquisition, renewal and release, the acquisition's version
+// kept in fencing_token, and a force leaving token = version.
+void WriteFileOfTheOldTokenRule(const std::string& path) {
+  RawDb raw(path);
+  const std::int64_t now = SystemNowMs();
+  const std::string held = std::to_string(now) + ", " + std::to_string(now + 60'000) + ", " +
+                           std::to_string(now + 120'000);
+  ASSERT_EQ(raw.Exec("PRAGMA journal_mode=WAL"), SQLITE_OK) << raw.last_error;
+  ASSERT_EQ(raw.Exec("CREATE TABLE IF NOT EXISTS simba_mutex ("
+                     " mutex TEXT PRIMARY KEY,"
+                     " acquired_at INTEGER NOT NULL,"
+                     " ttl_at INTEGER NOT NULL,"
+                     " transition_at INTEGER NOT NULL,"
+                     " owner_id TEXT NOT NULL,"
+                     " version INTEGER NOT NULL,"
+                     " fencing_token INTEGER NOT NULL DEFAULT 0);"
+                     // Acquired (version 1, token 1), renewed twice.
+                     "INSERT INTO simba_mutex VALUES ('held', " + held + ", 'alice', 3, 1);"
+                     // Acquired, renewed twice, released.
+                     "INSERT INTO simba_mutex VALUES ('released', 0, 0, 0, '', 4, 1);"
+                     // Acquired, renewed, forced: the floor is the token.
+                     "INSERT INTO simba_mutex VALUES ('forced', 0, 0, 0, '', 3, 3);"
+                     // Edited by hand: a token above the version.
+                     "INSERT INTO simba_mutex VALUES ('edited', 0, 0, 0, '', 2, 7)"),
+            SQLITE_OK)
+      << raw.last_error;
+}
+
+// Tokens keep growing across the upgrade: every token the old rule handed
+// out is at most max(version, fencing_token), which becomes the version, and
+// the next acquisition (or force) takes one more. The file then has Simba's
+// table exactly, and the current holder stays the holder.
+TEST_F(SqliteBackendTest, MigratesAFileOfTheOldTokenRuleOnOpen) {
+  WriteFileOfTheOldTokenRule(DbPath());
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT name FROM pragma_table_info('simba_mutex') ORDER BY cid"),
+            (std::vector<std::string>{"mutex", "acquired_at", "ttl_at", "transition_at",
+                                      "owner_id", "version"}));
+  EXPECT_EQ(raw.Query("SELECT mutex, owner_id, version FROM simba_mutex ORDER BY mutex"),
+            (std::vector<std::string>{"edited||7", "forced||3", "held|alice|3",
+                                      "released||4"}));
+
+  auto held = backend->read("held", Soon());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->owner.owner_id, "alice");
+  EXPECT_EQ(held->owner.fencing_token, 3u);
+  // alice renews: same token; releases: the next owner's is greater.
+  auto renewed = Acquire(*backend, "held", "alice", 60s, 60s);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->owner.fencing_token, 3u);
+  ASSERT_TRUE(*backend->release("held", "alice", Soon()));
+  for (const auto& [mutex, next] : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"held", 5}, {"released", 5}, {"forced", 4}, {"edited", 8}}) {
+    auto bob = Acquire(*backend, mutex, "bob");
+    ASSERT_TRUE(bob.ok()) << bob.status();
+    EXPECT_EQ(bob->owner.owner_id, "bob") << mutex;
+    EXPECT_EQ(bob->owner.fencing_token, next) << mutex;
+  }
+  auto forced = backend->force_release("edited", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->fencing_floor, 9u);
+}
+
+// Processes opening an old file at once: one migrates it, in one write
+// transaction; the others find it migrated (never half-done, never twice).
+TEST_F(SqliteBackendTest, MigrationIsSafeWhenSeveralOpenTheOldFileAtOnce) {
+  WriteFileOfTheOldTokenRule(DbPath());
+  constexpr int kOpeners = 4;
+  std::vector<Result<std::shared_ptr<Backend>>> opened(
+      kOpeners, Result<std::shared_ptr<Backend>>(InternalError("not run")));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] { opened[i] = NewSqliteBackend({.path = DbPath()}); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const auto& backend : opened) ASSERT_TRUE(backend.ok()) << backend.status();
+  auto edited = Acquire(**opened[0], "edited", "carol");
+  ASSERT_TRUE(edited.ok()) << edited.status();
+  EXPECT_EQ(edited->owner.fencing_token, 8u);
+  // Opening it again changes nothing.
+  opened.clear();
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT mutex, version FROM simba_mutex ORDER BY mutex"),
+            (std::vector<std::string>{"edited|8", "forced|3", "held|3", "released|4"}));
+}
+
 // ---- force_release --------------------------------------------------------------------
 
 TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
