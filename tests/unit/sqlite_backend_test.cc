@@ -154,7 +154,7 @@ TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
   const Capabilities& caps = backend->capabilities();
   EXPECT_TRUE(caps.push_release);
   EXPECT_TRUE(caps.cross_process);
-  EXPECT_EQ(caps.fencing_source, "row version at acquisition (simba_mutex.fencing_token)");
+  EXPECT_EQ(caps.fencing_source, "simba_mutex.version at acquisition");
   EXPECT_EQ(caps.max_mutex_length, 66u);
   EXPECT_EQ(caps.max_contender_id_length, 128u);
   auto subscription = backend->subscribe("m", [](const MutexEvent&) {});
@@ -166,7 +166,9 @@ TEST_F(SqliteBackendTest, SchemeAndCapabilities) {
   EXPECT_EQ(backend->subscribe("m", nullptr).status().code(), StatusCode::kInvalidArgument);
 }
 
-TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
+// Simba's table, column for column: the version is the token (the SQL
+// protocol's rule, shared with PostgreSQL and MySQL).
+TEST_F(SqliteBackendTest, CreatesSimbaTable) {
   auto backend = Open();
   ASSERT_NE(backend, nullptr);
   RawDb raw(DbPath());
@@ -175,8 +177,7 @@ TEST_F(SqliteBackendTest, CreatesSimbaTableWithFencingColumn) {
             (std::vector<std::string>{
                 "mutex|TEXT|0|1|NULL", "acquired_at|INTEGER|1|0|NULL",
                 "ttl_at|INTEGER|1|0|NULL", "transition_at|INTEGER|1|0|NULL",
-                "owner_id|TEXT|1|0|NULL", "version|INTEGER|1|0|NULL",
-                "fencing_token|INTEGER|1|0|0"}));
+                "owner_id|TEXT|1|0|NULL", "version|INTEGER|1|0|NULL"}));
   EXPECT_EQ(raw.Query("PRAGMA journal_mode"), std::vector<std::string>{"wal"});
 }
 
@@ -198,9 +199,10 @@ TEST_F(SqliteBackendTest, AcquireFreeMutexMakesOwnerWithToken) {
   EXPECT_LE(record->store_now.count(), after + 5);
 
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT owner_id, version, fencing_token, ttl_at - acquired_at,"
+  EXPECT_EQ(raw.Query("SELECT owner_id, version, ttl_at - acquired_at,"
                       " transition_at - ttl_at FROM simba_mutex WHERE mutex = 'orders'"),
-            std::vector<std::string>{"alice|1|1|10000|5000"});
+            std::vector<std::string>{"alice|1|10000|5000"});
+  EXPECT_EQ(owner.fencing_token, 1u);
 }
 
 TEST_F(SqliteBackendTest, RenewKeepsTokenAndExtendsTimes) {
@@ -218,10 +220,9 @@ TEST_F(SqliteBackendTest, RenewKeepsTokenAndExtendsTimes) {
   EXPECT_EQ(second->owner.ttl_at, second->owner.acquired_at + 20s);
   EXPECT_EQ(second->owner.transition_at, second->owner.ttl_at + 1s);
 
-  // The version still counts the renewal (Simba's bookkeeping).
+  // A renewal keeps the version: it is the token.
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT version, fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"2|1"});
+  EXPECT_EQ(raw.Query("SELECT version FROM simba_mutex"), std::vector<std::string>{"1"});
 }
 
 TEST_F(SqliteBackendTest, OtherContenderGetsCurrentOwnerBack) {
@@ -264,9 +265,9 @@ TEST_F(SqliteBackendTest, ReleaseKeepsTokenAndFreesRow) {
   ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());
   ASSERT_TRUE(*backend->release("m", "alice", Soon()));
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"0|0|0||2|1"});
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||2"});
 }
 
 TEST_F(SqliteBackendTest, ExpiredLeaseLetsAnotherTakeOverWithGreaterToken) {
@@ -564,6 +565,101 @@ TEST_F(SqliteBackendTest, AdoptsSimbaTableWithoutFencingColumn) {
   EXPECT_EQ(alice->owner.fencing_token, 1u);
 }
 
+// ---- files written before SQLite was a driver of the SQL protocol ----------------------
+
+// What the SQLite backend before #21 left in a file: its DDL, verbatim
+// (checked against a file made by that build's `simba run` and
+// `simba release --force`), and rows as its statements wrote them: version
+// + 1 on every acquisition, renewal and release, the acquisition's version
+// kept in fencing_token, and a force leaving token = version.
+void WriteFileOfTheOldTokenRule(const std::string& path) {
+  RawDb raw(path);
+  const std::int64_t now = SystemNowMs();
+  const std::string held = std::to_string(now) + ", " + std::to_string(now + 60'000) + ", " +
+                           std::to_string(now + 120'000);
+  ASSERT_EQ(raw.Exec("PRAGMA journal_mode=WAL"), SQLITE_OK) << raw.last_error;
+  ASSERT_EQ(raw.Exec("CREATE TABLE IF NOT EXISTS simba_mutex ("
+                     " mutex TEXT PRIMARY KEY,"
+                     " acquired_at INTEGER NOT NULL,"
+                     " ttl_at INTEGER NOT NULL,"
+                     " transition_at INTEGER NOT NULL,"
+                     " owner_id TEXT NOT NULL,"
+                     " version INTEGER NOT NULL,"
+                     " fencing_token INTEGER NOT NULL DEFAULT 0);"
+                     // Acquired (version 1, token 1), renewed twice.
+                     "INSERT INTO simba_mutex VALUES ('held', " + held + ", 'alice', 3, 1);"
+                     // Acquired, renewed twice, released.
+                     "INSERT INTO simba_mutex VALUES ('released', 0, 0, 0, '', 4, 1);"
+                     // Acquired, renewed, forced: the floor is the token.
+                     "INSERT INTO simba_mutex VALUES ('forced', 0, 0, 0, '', 3, 3);"
+                     // Edited by hand: a token above the version.
+                     "INSERT INTO simba_mutex VALUES ('edited', 0, 0, 0, '', 2, 7)"),
+            SQLITE_OK)
+      << raw.last_error;
+}
+
+// Tokens keep growing across the upgrade: every token the old rule handed
+// out is at most max(version, fencing_token), which becomes the version, and
+// the next acquisition (or force) takes one more. The file then has Simba's
+// table exactly, and the current holder stays the holder.
+TEST_F(SqliteBackendTest, MigratesAFileOfTheOldTokenRuleOnOpen) {
+  WriteFileOfTheOldTokenRule(DbPath());
+  auto backend = Open();
+  ASSERT_NE(backend, nullptr);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT name FROM pragma_table_info('simba_mutex') ORDER BY cid"),
+            (std::vector<std::string>{"mutex", "acquired_at", "ttl_at", "transition_at",
+                                      "owner_id", "version"}));
+  EXPECT_EQ(raw.Query("SELECT mutex, owner_id, version FROM simba_mutex ORDER BY mutex"),
+            (std::vector<std::string>{"edited||7", "forced||3", "held|alice|3",
+                                      "released||4"}));
+
+  auto held = backend->read("held", Soon());
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(held->owner.owner_id, "alice");
+  EXPECT_EQ(held->owner.fencing_token, 3u);
+  // alice renews: same token; releases: the next owner's is greater.
+  auto renewed = Acquire(*backend, "held", "alice", 60s, 60s);
+  ASSERT_TRUE(renewed.ok()) << renewed.status();
+  EXPECT_EQ(renewed->owner.fencing_token, 3u);
+  ASSERT_TRUE(*backend->release("held", "alice", Soon()));
+  for (const auto& [mutex, next] : std::vector<std::pair<std::string, std::uint64_t>>{
+           {"held", 5}, {"released", 5}, {"forced", 4}, {"edited", 8}}) {
+    auto bob = Acquire(*backend, mutex, "bob");
+    ASSERT_TRUE(bob.ok()) << bob.status();
+    EXPECT_EQ(bob->owner.owner_id, "bob") << mutex;
+    EXPECT_EQ(bob->owner.fencing_token, next) << mutex;
+  }
+  auto forced = backend->force_release("edited", Soon());
+  ASSERT_TRUE(forced.ok()) << forced.status();
+  EXPECT_EQ(forced->fencing_floor, 9u);
+}
+
+// Processes opening an old file at once: one migrates it, in one write
+// transaction; the others find it migrated (never half-done, never twice).
+TEST_F(SqliteBackendTest, MigrationIsSafeWhenSeveralOpenTheOldFileAtOnce) {
+  WriteFileOfTheOldTokenRule(DbPath());
+  constexpr int kOpeners = 4;
+  std::vector<Result<std::shared_ptr<Backend>>> opened(
+      kOpeners, Result<std::shared_ptr<Backend>>(InternalError("not run")));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kOpeners; ++i) {
+    threads.emplace_back([&, i] { opened[i] = NewSqliteBackend({.path = DbPath()}); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const auto& backend : opened) ASSERT_TRUE(backend.ok()) << backend.status();
+  auto edited = Acquire(**opened[0], "edited", "carol");
+  ASSERT_TRUE(edited.ok()) << edited.status();
+  EXPECT_EQ(edited->owner.fencing_token, 8u);
+  // Opening it again changes nothing.
+  opened.clear();
+  auto again = Open();
+  ASSERT_NE(again, nullptr);
+  RawDb raw(DbPath());
+  EXPECT_EQ(raw.Query("SELECT mutex, version FROM simba_mutex ORDER BY mutex"),
+            (std::vector<std::string>{"edited|8", "forced|3", "held|3", "released|4"}));
+}
+
 // ---- force_release --------------------------------------------------------------------
 
 TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
@@ -571,7 +667,7 @@ TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
   ASSERT_NE(backend, nullptr);
   auto alice = Acquire(*backend, "m", "alice");
   ASSERT_TRUE(alice.ok()) << alice.status();
-  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // a renewal: version 2, token 1
+  ASSERT_TRUE(Acquire(*backend, "m", "alice").ok());  // a renewal: version and token 1
 
   auto forced = backend->force_release("m", Soon());
   ASSERT_TRUE(forced.ok()) << forced.status();
@@ -583,12 +679,12 @@ TEST_F(SqliteBackendTest, ForceReleaseFreesHeldMutexAboveItsTokens) {
   auto read = backend->read("m", Soon());
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->owner, MutexOwner::None());
-  // Simba's free row, version moved on, the floor recorded as the token.
+  // Simba's free row, version moved on: the floor.
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex"),
-            std::vector<std::string>{"0|0|0||3|3"});
-  EXPECT_EQ(forced->fencing_floor, 3u);
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex"),
+            std::vector<std::string>{"0|0|0||2"});
+  EXPECT_EQ(forced->fencing_floor, 2u);
 
   auto bob = Acquire(*backend, "m", "bob");
   ASSERT_TRUE(bob.ok()) << bob.status();
@@ -605,9 +701,9 @@ TEST_F(SqliteBackendTest, ForceReleaseOfUnknownOrFreeMutexStillRaisesTheFloor) {
   EXPECT_EQ(unknown->fencing_floor, 1u);
   EXPECT_GT(unknown->store_now.count(), 0);
   RawDb raw(DbPath());
-  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version,"
-                      " fencing_token FROM simba_mutex WHERE mutex = 'never-used'"),
-            std::vector<std::string>{"0|0|0||1|1"});
+  EXPECT_EQ(raw.Query("SELECT acquired_at, ttl_at, transition_at, owner_id, version"
+                      " FROM simba_mutex WHERE mutex = 'never-used'"),
+            std::vector<std::string>{"0|0|0||1"});
 
   // Free now: again, and the floor still grows.
   auto again = backend->force_release("never-used", Soon());
@@ -906,7 +1002,7 @@ TEST_F(SqliteBackendTest, DataVersionSeesCommitsOfAnotherConnectionInTheProcess)
   RawDb watcher(DbPath());
   const std::vector<std::string> before = watcher.Query("PRAGMA data_version");
   EXPECT_EQ(watcher.Query("PRAGMA data_version"), before);  // nothing committed
-  ASSERT_EQ(writer.Exec("INSERT INTO simba_mutex VALUES ('x', 0, 0, 0, '', 1, 0)"), SQLITE_OK)
+  ASSERT_EQ(writer.Exec("INSERT INTO simba_mutex VALUES ('x', 0, 0, 0, '', 1)"), SQLITE_OK)
       << writer.last_error;
   const std::vector<std::string> after_raw = watcher.Query("PRAGMA data_version");
   EXPECT_NE(after_raw, before);

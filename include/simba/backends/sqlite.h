@@ -3,8 +3,10 @@
 // The embedded default store: `sqlite:///path/to/file.db`. Several processes
 // on one host share mutexes through the file. Leases are judged by the
 // database's clock (SQLite's 'now', which is the host clock shared by those
-// processes); each mutex is a row of Simba's `simba_mutex` table plus a
-// `fencing_token` column holding the row version at acquisition.
+// processes); each mutex is a row of Simba's `simba_mutex` table, whose
+// version at the acquisition is the fencing token (renewals keep it), as on
+// PostgreSQL and MySQL. A file written by an older build (a fencing_token
+// column, version bumped on renewal) is migrated when opened.
 //
 // The database runs in WAL mode; writers take the write lock up front
 // (BEGIN IMMEDIATE) and wait for it up to the call's deadline, so contention
@@ -17,8 +19,8 @@
 // (MutexOwner::None()) when it was released or its hard lease
 // (transition_at) has ended by the database clock: exactly the rows
 // acquire_or_renew would hand to the next caller. force_release() frees the
-// row whoever holds it and sets its version and fencing_token to
-// version + 1, the returned fencing_floor; the next acquisition's token is
+// row whoever holds it and sets its version to version + 1, the returned
+// fencing_floor; the next acquisition's token is
 // greater still.
 //
 // Push (capabilities().push_release): subscribe() delivers releases,

@@ -179,11 +179,11 @@ class PgListener final : public SqlDriver::Listener {
  public:
   PgListener(std::map<std::string, std::string> params, std::string description,
              std::string channel,
-             std::function<void(const std::string&, const std::string&)> on_release)
+             std::function<void(const MutexEvent&)> on_event)
       : params_(std::move(params)),
         description_(std::move(description)),
         channel_(std::move(channel)),
-        on_release_(std::move(on_release)) {
+        on_event_(std::move(on_event)) {
     if (::pipe(wake_) != 0) wake_[0] = wake_[1] = -1;
     thread_ = std::thread([this] { Loop(); });
   }
@@ -229,7 +229,7 @@ class PgListener final : public SqlDriver::Listener {
     // Releases before we listened (a subscription made while the first
     // LISTEN was on its way, or anything while we were disconnected) were
     // missed: everyone looks once.
-    on_release_("", "");
+    on_event_(MutexEvent{MutexEvent::Kind::kReleased, "", ""});
     for (;;) {
       pollfd p[2] = {{PQsocket(c), POLLIN, 0}, {wake_[0], POLLIN, 0}};
       const int n = ::poll(p, 2, 15000);
@@ -247,8 +247,10 @@ class PgListener final : public SqlDriver::Listener {
         const std::string payload = notify->extra != nullptr ? notify->extra : "";
         PQfreemem(notify);
         const std::size_t split = payload.find('\n');
-        on_release_(payload.substr(0, split),
-                    split == std::string::npos ? std::string() : payload.substr(split + 1));
+        const auto event = internal::sql::NoticeEvent(
+            payload.substr(0, split),
+            split == std::string::npos ? std::string() : payload.substr(split + 1));
+        if (event) on_event_(*event);
       }
     }
   }
@@ -256,7 +258,7 @@ class PgListener final : public SqlDriver::Listener {
   const std::map<std::string, std::string> params_;
   const std::string description_;
   const std::string channel_;
-  const std::function<void(const std::string&, const std::string&)> on_release_;
+  const std::function<void(const MutexEvent&)> on_event_;
   std::atomic<bool> stopping_{false};
   int wake_[2] = {-1, -1};
   std::thread thread_;
@@ -305,8 +307,8 @@ class PgDriver final : public SqlDriver {
   }
 
   std::unique_ptr<Listener> MakeListener(
-      std::function<void(const std::string&, const std::string&)> on_release) override {
-    return std::make_unique<PgListener>(params_, description_, table_, std::move(on_release));
+      std::function<void(const MutexEvent&)> on_event) override {
+    return std::make_unique<PgListener>(params_, description_, table_, std::move(on_event));
   }
   std::string ReleaseNoticeSql() const override {
     // Only if the row is free now: the release may have found another owner.

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <exception>
 #include <condition_variable>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -19,6 +21,14 @@ using std::chrono::steady_clock;
 
 constexpr milliseconds kFirstReconnectDelay{100};
 constexpr milliseconds kMaxReconnectDelay{2000};
+
+// ttl and transition above this would overflow now + ttl + transition in
+// 64-bit milliseconds (now is about 2^41); no real lease comes close.
+constexpr milliseconds kMaxLeasePart{std::numeric_limits<std::int64_t>::max() / 4};
+
+// How long subscribe() may wait for a connection to read the row a
+// row-watching listener starts from (see SqlBackend::subscribe).
+constexpr milliseconds kSubscribeReadBound{1000};
 
 constexpr char kColumns[] = "acquired_at, ttl_at, transition_at, owner_id, version";
 
@@ -137,7 +147,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.fencing_source = "simba_mutex.version at acquisition";
     capabilities_.max_mutex_length = options.max_mutex_length;
     capabilities_.max_contender_id_length = options.max_contender_id_length;
-    capabilities_.push_release = !driver_->ReleaseNoticeSql().empty();
+    capabilities_.push_release = driver_->pushes();
   }
 
   ~SqlBackend() override {
@@ -157,6 +167,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
     if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
       return InvalidArgumentError("ttl must be positive and transition not negative");
+    }
+    if (request.ttl > kMaxLeasePart || request.transition > kMaxLeasePart) {
+      return InvalidArgumentError("ttl and transition must each be at most " +
+                                  std::to_string(kMaxLeasePart.count()) + "ms");
     }
     const std::string now = driver_->NowMs();
     AcquireParts parts;
@@ -200,9 +214,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     std::string update =
         "UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
         "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}";
-    if (fencing_token != 0) update += " AND version = " + std::to_string(fencing_token);
-    std::vector<Statement> statements = {
-        {update, {std::string(mutex), std::string(contender_id)}}};
+    std::vector<std::string> params = {std::string(mutex), std::string(contender_id)};
+    if (fencing_token != 0) {
+      update += " AND version = {#2}";
+      params.push_back(std::to_string(fencing_token));
+    }
+    std::vector<Statement> statements = {{update, std::move(params)}};
     // Push stores announce it in the same transaction (delivered when it
     // commits): one round trip.
     const std::string notice = driver_->ReleaseNoticeSql();
@@ -232,7 +249,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         std::vector<SqlResult> results,
         RunOnTable({{driver_->InsertFreeRowSql(), {m}},
                     {"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
-                         " FROM simba_mutex WHERE mutex = {0} FOR UPDATE",
+                         " FROM simba_mutex WHERE mutex = {0}" + driver_->ForUpdateSql(),
                      {m}},
                     push(forced_notice, {m}),
                     {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
@@ -299,7 +316,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     if (it == slots_.end()) return;
     auto& list = it->second;
     list.erase(std::remove(list.begin(), list.end(), slot), list.end());
-    if (list.empty()) slots_.erase(it);
+    if (list.empty()) {
+      slots_.erase(it);
+      if (listener_) listener_->unwatch(slot->mutex);
+    }
   }
 
  private:
@@ -365,22 +385,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return OkStatus();
   }
 
-  void OnRelease(const std::string& mutex, const std::string& by) {
-    // ForcedNoticeSql()'s "<owner>\n<token>\nforced": that hold was taken
-    // away, which its owner must hear at once (the release notice that
-    // follows wakes the waiters).
-    MutexEvent pushed{MutexEvent::Kind::kReleased, mutex, by};
-    const std::size_t first = by.find('\n');
-    if (first != std::string::npos) {
-      const std::size_t second = by.find('\n', first + 1);
-      if (second == std::string::npos || by.substr(second + 1) != "forced" || first == 0) return;
-      pushed.kind = MutexEvent::Kind::kLost;
-      pushed.owner_id = by.substr(0, first);
-      pushed.fencing_token = static_cast<std::uint64_t>(
-          std::strtoull(by.substr(first + 1, second - first - 1).c_str(), nullptr, 10));
-      pushed.forced = true;
-      if (mutex.empty()) return;
-    }
+  // One event from the driver's listener, for every subscriber of its
+  // mutex (a release of "" after a reconnect: for every subscriber).
+  void OnEvent(const MutexEvent& pushed) {
+    const std::string& mutex = pushed.mutex;
     std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -396,9 +404,23 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     }
     std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
     for (const auto& [slot, event] : work) {
-      if (slot->alive) slot->listener(event);
+      if (!slot->alive) continue;
+      try {
+        slot->listener(event);
+      } catch (const std::exception& e) {
+        // Listeners must not throw; one that does must not end the push
+        // for everyone else.
+        SIMBA_LOG(kError, driver_->description() << ": a listener for mutex "
+                                                 << Quoted(event.mutex) << " threw: " << e.what());
+      } catch (...) {
+        SIMBA_LOG(kError, driver_->description() << ": a listener for mutex "
+                                                 << Quoted(event.mutex) << " threw");
+      }
     }
   }
+
+  // Creates the driver's listener on first use. REQUIRES: mu_.
+  void StartListenerLocked();
 
   friend class SqlSubscription;
 
@@ -437,21 +459,71 @@ Result<std::unique_ptr<Subscription>> SqlBackend::subscribe(
   auto slot = std::make_shared<Slot>();
   slot->mutex = std::string(mutex);
   slot->listener = std::move(listener);
+  bool watches_rows = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!listener_) {
-      std::weak_ptr<SqlBackend> weak = weak_from_this();
-      listener_ = driver_->MakeListener([weak](const std::string& m, const std::string& by) {
-        if (auto self = weak.lock()) self->OnRelease(m, by);
-      });
+    StartListenerLocked();
+    watches_rows = listener_ && listener_->watches_rows();
+  }
+  // A row-watching listener starts from the row as of now, so a release
+  // committed after this call returns is delivered even if it comes before
+  // the listener first looks. Reading only waits for a connection; failing
+  // costs only that guarantee (the first look becomes the baseline), so it
+  // does not fail the subscription.
+  std::optional<SqlDriver::Listener::Row> seen;
+  if (watches_rows) {
+    auto row = RunOnTable({{"SELECT owner_id, version FROM simba_mutex WHERE mutex = {0}",
+                            {slot->mutex}}},
+                          false, steady_clock::now() + kSubscribeReadBound,
+                          "subscribing to mutex " + Quoted(mutex) + ": reading the row");
+    if (!row.ok()) {
+      SIMBA_LOG(kDebug, row.status() << " (subscribing anyway)");
+    } else if (row->empty() || row->front().rows.empty()) {
+      seen.emplace();  // no row: free, version 0
+    } else if (row->front().rows.front().size() == 2) {
+      const SqlRow& values = row->front().rows.front();
+      seen = SqlDriver::Listener::Row{values[0], ToInt(values[1])};
     }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    StartListenerLocked();
     slots_[slot->mutex].push_back(slot);
+    if (listener_) listener_->watch(slot->mutex, std::move(seen));
   }
   return std::unique_ptr<Subscription>(
       std::make_unique<SqlSubscription>(weak_from_this(), std::move(slot)));
 }
 
+void SqlBackend::StartListenerLocked() {
+  if (listener_) return;
+  std::weak_ptr<SqlBackend> weak = weak_from_this();
+  listener_ = driver_->MakeListener([weak](const MutexEvent& event) {
+    if (auto self = weak.lock()) self->OnEvent(event);
+  });
+}
+
 }  // namespace
+
+std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::string& by) {
+  MutexEvent event{MutexEvent::Kind::kReleased, mutex, by};
+  const std::size_t first = by.find('\n');
+  if (first == std::string::npos) return event;
+  // ForcedNoticeSql()'s "<owner>\n<token>\nforced": that hold was taken
+  // away, which its owner must hear at once (the release notice that
+  // follows wakes the waiters).
+  const std::size_t second = by.find('\n', first + 1);
+  if (second == std::string::npos || by.substr(second + 1) != "forced" || first == 0 ||
+      mutex.empty()) {
+    return std::nullopt;
+  }
+  event.kind = MutexEvent::Kind::kLost;
+  event.owner_id = by.substr(0, first);
+  event.fencing_token = static_cast<std::uint64_t>(
+      std::strtoull(by.substr(first + 1, second - first - 1).c_str(), nullptr, 10));
+  event.forced = true;
+  return event;
+}
 
 Status ValidateTableName(const std::string& table) {
   const std::string& t = table;

@@ -1,7 +1,8 @@
-// Simba's `simba_mutex` table on a SQL server, written once for every
+// Simba's `simba_mutex` table on an SQL database, written once for every
 // dialect. A backend is this protocol plus an SqlDriver: how to connect,
 // how to run statements, and the few SQL fragments that differ (the clock,
-// placeholders, the upsert, the column types).
+// placeholders, the upsert, the column types). PostgreSQL, MySQL/MariaDB
+// and SQLite are its drivers.
 //
 // The table (JVM Simba's, simba-behaviour.md §3.1.1):
 //   mutex varchar(66) PRIMARY KEY, acquired_at, ttl_at, transition_at
@@ -18,7 +19,8 @@
 //   fencing  the token is the row's version after the acquisition*. A
 //            renewal by us keeps the version (JVM Simba bumps it, but never
 //            reads it), so the token is the acquisition's and grows with
-//            every change of owner.
+//            every change of owner. One rule for every driver, so a JVM
+//            Simba fleet on the same MySQL table keeps working.
 //   release  the owner's conditional update to the free row, version + 1.
 //   force    the same whoever owns it*; the new version is the floor.
 
@@ -28,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -114,19 +117,42 @@ class SqlDriver {
   virtual std::vector<Statement> AcquireStatements(const AcquireParts& parts,
                                                    const std::vector<std::string>& params) const = 0;
 
-  // Push. While the returned handle lives, `on_release(mutex, by)` is
-  // called (from one thread of the driver's, one call at a time) for every
-  // release announced by ReleaseNoticeSql() in any process, and
-  // `on_release("", "")` after the driver reconnected (announcements may
-  // have been missed). Drivers without push return nullptr.
+  // Push. While the returned handle lives, `on_event` is called (from one
+  // thread of the driver's, one call at a time) for every release
+  // announced by ReleaseNoticeSql() in any process (kReleased, owner_id the
+  // releaser) or seen by a row-watching listener (below), for every hold
+  // taken away (kLost), and with kReleased for mutex "" after the driver
+  // reconnected (announcements may have been missed). Drivers without push
+  // return nullptr.
   struct Listener {
     virtual ~Listener() = default;
+    // A listener that learns of releases by watching the subscribed rows
+    // (SQLite's data_version watcher) rather than hearing announcements of
+    // every release: subscribe() then reads the row first and calls
+    // watch(); unwatch() follows when its last subscription is gone.
+    virtual bool watches_rows() const { return false; }
+    // `seen` is the row as subscribe() read it (nullopt if that read
+    // failed): changes committed after it are delivered.
+    struct Row {
+      std::string owner_id;
+      std::int64_t version = 0;
+    };
+    virtual void watch(const std::string& mutex, std::optional<Row> seen) {
+      (void)mutex;
+      (void)seen;
+    }
+    virtual void unwatch(const std::string& mutex) { (void)mutex; }
   };
   virtual std::unique_ptr<Listener> MakeListener(
-      std::function<void(const std::string& mutex, const std::string& by)> on_release) {
-    (void)on_release;
+      std::function<void(const MutexEvent& event)> on_event) {
+    (void)on_event;
     return nullptr;
   }
+  // Whether MakeListener gives push (default: when releases are announced).
+  virtual bool pushes() const { return !ReleaseNoticeSql().empty(); }
+  // What follows a SELECT that locks the row for the transaction (SQLite's
+  // write transaction has locked the whole file already).
+  virtual std::string ForUpdateSql() const { return " FOR UPDATE"; }
   // A statement announcing that {0} was released by {1}, run in the
   // releasing transaction after the update (so only when the row is free
   // then, and delivered when it commits); empty when the driver has no
@@ -134,10 +160,10 @@ class SqlDriver {
   virtual std::string ReleaseNoticeSql() const { return {}; }
   // A statement announcing that {0}'s holder is being forced out, run in
   // the forcing transaction after the row is locked and before it is freed;
-  // it must announce nothing when the row has no owner. Its announcement
-  // reaches `on_release(mutex, by)` with `by` = "<owner>\n<token>\nforced"
-  // (names cannot contain control characters, so this is unambiguous).
-  // Empty when the driver has no push.
+  // it must announce nothing when the row has no owner. A NOTIFY carries
+  // "<mutex>\n<owner>\n<token>\nforced", which NoticeEvent() reads (names
+  // cannot contain control characters, so this is unambiguous). Empty when
+  // the driver has no push.
   virtual std::string ForcedNoticeSql() const { return {}; }
 };
 
@@ -158,6 +184,11 @@ struct SqlBackendOptions {
 // digit). Otherwise kInvalidArgument naming the table. The backend and the
 // DDL printed for a DBA (SchemaSql) both check it.
 Status ValidateTableName(const std::string& table);
+
+// The event a release notice announces: `mutex` released by `by`, or, for
+// ForcedNoticeSql()'s "<owner>\n<token>\nforced", that hold lost (forced).
+// nullopt for a malformed notice.
+std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::string& by);
 
 Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
                                                SqlBackendOptions options);
