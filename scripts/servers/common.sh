@@ -275,7 +275,7 @@ cmd_stop() {
   if server_alive "$pid"; then
     kill "-$stop_signal" "$pid" 2>/dev/null || true
     # A paused server acts on the signal only once resumed.
-    continue_server "$pid" || true
+    continue_server "$pid" 2>/dev/null || true
     if ! wait_gone "$pid" "$stop_timeout"; then
       echo "$kind.sh: pid $pid did not stop within $stop_timeout s of SIG$stop_signal; sending SIGKILL" >&2
       kill_server "$pid"
