@@ -18,6 +18,7 @@
 #include "testing/fault_injecting_backend.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
+#include "testing/test_servers.h"
 #include "testing/test_util.h"
 
 #ifndef SIMBA_TAKER_PATH
@@ -987,6 +988,95 @@ TEST_P(Conformance, ThousandServicesShareAFewThreads) {
   for (auto& s : services) SIMBA_EXPECT_OK(s->stop());
 }
 
+// ---- a restarted server -------------------------------------------------------
+
+// The server is killed (a crash) and restarted while a lease is held and
+// another contender waits: connections do not survive, the store's state
+// does (every store with a server here keeps its writes durable). Whoever
+// holds the mutex afterwards, nobody held it together, and if it changed
+// hands the token grew. (Was PostgresFailures/MysqlFailures.
+// RestartWhileALeaseIsHeldKeepsOneOwner, one copy per store.)
+TEST_P(ServerRestartConformance, RestartWhileALeaseIsHeldKeepsOneOwner) {
+  const BackendTarget& target = GetParam();
+  ASSERT_TRUE(target.uri_on) << target.name << ": no store on a private server";
+  auto server = TestServer::Start(target.server, target.server_args);
+  ASSERT_THAT(server, IsOk());
+  const std::string uri = target.uri_on((*server)->uri(), UniqueTestName());
+  // The lease of the per-store tests this case replaces: ttl 2 s,
+  // transition as long as the ttl.
+  ContendOptions contend = target.options;
+  contend.transition = contend.ttl;
+  auto open_factory = [&] {
+    FactoryOptions options;
+    options.contend = contend;
+    auto factory = MutexContendServiceFactory::open(uri, options);
+    EXPECT_THAT(factory, IsOk()) << uri;
+    return factory.ok() ? std::move(factory).value() : nullptr;
+  };
+  auto factory_a = open_factory();
+  auto factory_b = open_factory();
+  ASSERT_TRUE(factory_a && factory_b);
+  std::mutex mu;
+  int inside = 0;
+  int max_inside = 0;
+  auto enter = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    max_inside = std::max(max_inside, ++inside);
+  };
+  auto leave = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    --inside;
+  };
+  Latch a_acquired, b_acquired;
+  std::atomic<std::uint64_t> a_token{0}, b_token{0};
+  auto holder = factory_a
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          a_token = s.after.fencing_token;
+                          enter();
+                          a_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "a"))
+                    .value();
+  auto waiter = factory_b
+                    ->create_contend_service(MakeContender(
+                        "m",
+                        [&](const MutexState& s) {
+                          b_token = s.after.fencing_token;
+                          enter();
+                          b_acquired.Set();
+                        },
+                        [&](const MutexState&) { leave(); }, "b"))
+                    .value();
+  SIMBA_ASSERT_OK(holder->start());
+  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
+  SIMBA_ASSERT_OK(waiter->start());
+  // A crash, a second without the server, and a restart on the same port
+  // and data.
+  SIMBA_ASSERT_OK((*server)->Kill());
+  std::this_thread::sleep_for(seconds(1));
+  SIMBA_ASSERT_OK((*server)->Restart());
+  const auto restarted = std::chrono::steady_clock::now();
+  // Someone owns it again within the store's bound, and nobody shares it
+  // while we watch: for at least 6 s after the restart (two leases).
+  EXPECT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); },
+                         target.restart_owner_within))
+      << "no owner within " << Scaled(target.restart_owner_within).count()
+      << " ms of the restart";
+  const auto watched_until = restarted + Scaled(seconds(6));
+  if (std::chrono::steady_clock::now() < watched_until) {
+    std::this_thread::sleep_until(watched_until);
+  }
+  EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
+  if (b_acquired.IsSet()) {
+    EXPECT_GT(b_token.load(), a_token.load());
+  }
+  SIMBA_ASSERT_OK(holder->stop());
+  SIMBA_ASSERT_OK(waiter->stop());
+  EXPECT_LE(max_inside, 1);
+}
+
 // ---- other processes -----------------------------------------------------------
 
 std::vector<std::string> TakerArgs(const Fixture& fx, const std::string& mutex) {
@@ -1057,11 +1147,7 @@ TEST_P(CrossProcessConformance, PausedOwnerLearnsItLostTheLease) {
 }
 
 }  // namespace
-
-std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info) {
-  return info.param.name;
-}
-
 }  // namespace simba::testing
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CrossProcessConformance);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ServerRestartConformance);

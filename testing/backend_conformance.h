@@ -8,6 +8,9 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, CrossProcessConformance, ...);
 //
+// (testing/stores/store.h does that from the store's description), and for
+// stores with a server ServerRestartConformance.
+//
 // It holds JVM Simba's five TCK cases with Simba's mutex names and timings
 // (start, restart, guard, multiContend, schedule) plus fencing, hand-off,
 // lease-loss, bad-input and scale cases. Every wait has a timeout, so a broken
@@ -17,7 +20,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -70,13 +75,28 @@ struct BackendTarget {
   // transition).
   ContendOptions options;
   StoreExpectations expect;
+
+  // For ServerRestartConformance, a store with a server: its kind and the
+  // arguments a private one gets (TestServer::Start), and the store one
+  // test uses on the server at `server_uri` (what `uri` gives on the shared
+  // server). After the server's restart someone owns the mutex again
+  // within `restart_owner_within` (scaled).
+  std::string server;
+  std::vector<std::string> server_args;
+  std::function<std::string(const std::string& server_uri, const std::string& unique)> uri_on;
+  std::chrono::milliseconds restart_owner_within{std::chrono::seconds(6)};
 };
 
-std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info);
+inline std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info) {
+  return info.param.name;
+}
 inline void PrintTo(const BackendTarget& target, std::ostream* os) { *os << target.name; }
 
 class Conformance : public ::testing::TestWithParam<BackendTarget> {};
 class CrossProcessConformance : public ::testing::TestWithParam<BackendTarget> {};
+// The store's server is killed and restarted under a held lease: stores
+// with a server (testing/stores/<store>.cc says which).
+class ServerRestartConformance : public ::testing::TestWithParam<BackendTarget> {};
 
 }  // namespace simba::testing
 

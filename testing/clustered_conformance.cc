@@ -650,11 +650,6 @@ TEST_P(ClusteredCrossProcess, KilledNodeIsReplacedWithinTheLease) {
 }
 
 }  // namespace
-
-std::string ClusteredTargetName(const ::testing::TestParamInfo<ClusteredTarget>& info) {
-  return info.param.name;
-}
-
 }  // namespace simba::testing
 
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ClusteredCrossProcess);

@@ -40,7 +40,9 @@ struct ClusteredTarget {
   ContendOptions lease;
 };
 
-std::string ClusteredTargetName(const ::testing::TestParamInfo<ClusteredTarget>& info);
+inline std::string ClusteredTargetName(const ::testing::TestParamInfo<ClusteredTarget>& info) {
+  return info.param.name;
+}
 inline void PrintTo(const ClusteredTarget& target, std::ostream* os) { *os << target.name; }
 
 class ClusteredConformance : public ::testing::TestWithParam<ClusteredTarget> {};

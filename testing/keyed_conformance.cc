@@ -530,9 +530,6 @@ TEST_P(KeyedCrossProcess, HoldersInTwoProcessesExcludeEachOther) {
 }
 
 }  // namespace
-
-std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info) {
-  return info.param.name;
-}
-
 }  // namespace simba::testing
+
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KeyedCrossProcess);

@@ -61,7 +61,9 @@ struct KeyedTarget {
   std::string order_tested_by;
 };
 
-std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info);
+inline std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info) {
+  return info.param.name;
+}
 inline void PrintTo(const KeyedTarget& target, std::ostream* os) { *os << target.name; }
 
 class KeyedConformance : public ::testing::TestWithParam<KeyedTarget> {};

@@ -3,7 +3,8 @@
 # 127.0.0.1, on a free port, with its data directory (DIR/data), Unix socket,
 # log, pid, port and uri files in DIR. Every process is addressed by the PID
 # recorded in DIR, never by name, so servers of other people or other test
-# runs are left alone.
+# runs are left alone. The commands are scripts/servers/common.sh's; this
+# script says how mariadbd runs.
 #
 #   mysql.sh start DIR [--tls CERTS] [mariadbd args...]
 #                         start (again) and print the uri
@@ -12,6 +13,7 @@
 #                         for a restart, which runs crash recovery
 #   mysql.sh pause DIR    SIGSTOP (a server that hangs)
 #   mysql.sh resume DIR   SIGCONT
+#   mysql.sh status DIR   "running PID URI" or "stopped" (exit 3)
 #   mysql.sh uri DIR      print mysql://simba:simba-test@127.0.0.1:PORT/simba
 #
 # The first start initializes DIR/data (mariadb-install-db) with a database
@@ -41,14 +43,18 @@
 #                           a watchdog stops the server once that process is
 #                           gone, so a test binary that crashes or a ctest
 #                           that is interrupted leaks no server.
+# shellcheck disable=SC2034  # the settings above server_main are read by common.sh
 set -euo pipefail
 
 script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
-# Port picking, PID bookkeeping and the owner watchdog, shared by every
-# server script.
 # shellcheck source=scripts/servers/common.sh
 source "$(dirname "$script")/common.sh"
 
+kind=mysql
+server_name=mariadbd
+server_comm=mariadbd
+log_name=mysqld.log
+usage_args="[--tls CERTS] [mariadbd args...]"
 # Generous: after a kill the server first runs crash recovery.
 start_timeout=30
 stop_timeout=30
@@ -58,10 +64,11 @@ x509_user=simba_x509
 password=simba-test
 database=simba
 
-usage() {
-  echo "usage: mysql.sh start|stop|kill|pause|resume|uri DIR [--tls CERTS] [mariadbd args...]" >&2
-  exit 2
-}
+mysqld="" install_db="" client=""
+user_args=()
+tls_src=""
+tls_args=()
+client_tls_args=()
 
 # Sets mysqld, install_db and client to the MariaDB programs (the server is
 # in /usr/sbin, which a user's PATH may lack).
@@ -81,18 +88,6 @@ find_programs() {
     echo "mysql.sh: found no MariaDB server and client (install mariadb-server mariadb-client)" >&2
     return 1
   fi
-}
-
-# True if PID runs and is a mariadbd. A zombie counts as gone: PID 1 of
-# some containers reaps late, and a server that has exited serves nobody.
-# The name check keeps a recycled PID from being signalled.
-server_alive() {
-  local pid="$1" state comm
-  [ -n "$pid" ] || return 1
-  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)" || return 1
-  [ -n "$state" ] && [ "$state" != Z ] || return 1
-  comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
-  [ "$comm" = mariadbd ]
 }
 
 # As root, hands DIR to the user mysql (the server writes its socket and pid
@@ -181,174 +176,46 @@ query() {
     "$database"
 }
 
-# Starts mariadbd on port $1 (extra args in ${extra[@]}), detached, and waits
-# until it accepts our user. Returns 3 if the port was taken under our feet.
-launch() {
-  local port="$1" pid="" deadline log_start
-  rm -f "$dir/pid"
-  clean_leftovers
-  touch "$dir/mysqld.log"
-  log_start=$(($(stat -c %s "$dir/mysqld.log") + 1))
-  # setsid: the server outlives this script and is out of the reach of
-  # signals sent to ctest's process group. Its stdin goes to /dev/null and
-  # its log to DIR/mysqld.log (ctest waits for its pipes to close), and the
-  # wrapper closes every other inherited descriptor (a test's client socket
-  # held open by the server would hide the client's disconnects). The
-  # wrapper writes its own PID, which stays the server's after exec, whether
-  # or not setsid had to fork.
-  # shellcheck disable=SC2016  # expanded by the wrapper, not here
-  (cd "$dir" && exec setsid bash -c '
-    for fd in /proc/self/fd/*; do
-      fd="${fd##*/}"
-      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
-    done
-    echo $$ >"$0.tmp" && mv "$0.tmp" "$0"
-    exec "$@"
-  ' "$dir/pid" \
-    "$mysqld" --no-defaults "${user_args[@]}" --datadir="$dir/data" \
-    --bind-address=127.0.0.1 --port="$port" --socket="$dir/mysqld.sock" \
-    --pid-file="$dir/mysqld.pid" --skip-name-resolve \
-    "${tls_args[@]}" "${extra[@]}" </dev/null >>"$dir/mysqld.log" 2>&1) &
-
-  deadline=$((SECONDS + start_timeout))
-  while :; do
-    pid="$(read_pid)"
-    if [ -n "$pid" ]; then
-      if ! server_alive "$pid" && ! process_alive "$pid"; then
-        break  # it died
-      fi
-      # Our own server (its data directory), not another one on the same
-      # port, and it lets our user in.
-      if [ "$(query "$port" 'select @@datadir' 2>/dev/null || true)" = "$dir/data/" ]; then
-        return 0
-      fi
-    fi
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "mysql.sh: mariadbd on port $port was not ready within $start_timeout s" >&2
-      if [ -n "$pid" ] && server_alive "$pid"; then
-        kill -KILL "$pid" 2>/dev/null || true
-        wait_gone "$pid" 10 || true
-      fi
-      rm -f "$dir/pid"
-      tail -c "+$log_start" "$dir/mysqld.log" | tail -n 20 >&2 || true
-      return 1
-    fi
-    sleep 0.05
-  done
-  rm -f "$dir/pid"
-  if tail -c "+$log_start" "$dir/mysqld.log" | grep -q "Address already in use"; then
-    return 3
+# `--tls CERTS` first after DIR, then the server's args.
+parse_args() {
+  if [ "${1:-}" = --tls ]; then
+    [ $# -ge 2 ] || usage
+    tls_src="$(mkdir -p "$2" && cd "$2" && pwd -P)"
+    shift 2
   fi
-  echo "mysql.sh: mariadbd exited at start" >&2
-  tail -c "+$log_start" "$dir/mysqld.log" | tail -n 20 >&2 || true
-  return 1
+  extra=("$@")
 }
 
-cmd_start() {
-  local port="" rc
-  mkdir -p "$dir"
-  dir="$(cd "$dir" && pwd -P)"
-  find_programs
+prepare_start() {
   # A Unix socket path longer than 107 bytes is refused.
   if [ $((${#dir} + 12)) -gt 107 ]; then
     echo "mysql.sh: $dir/mysqld.sock is too long for a Unix socket (107 bytes at most)" >&2
     exit 1
   fi
-  # A server still running here is a leftover (an interrupted run): replace
-  # it, so that the extra args asked for now are the ones in force.
-  local old
-  old="$(read_pid)"
-  if server_alive "$old"; then
-    echo "mysql.sh: stopping the server left running in $dir (pid $old)" >&2
-    cmd_stop
-  fi
   prepare_dir
   prepare_tls
   init_data
-  if [ -s "$dir/port" ]; then
-    # A restart keeps the address clients already know.
-    port="$(cat "$dir/port")"
-    launch "$port" || { rc=$?; [ "$rc" -ne 3 ] || echo "mysql.sh: port $port is taken" >&2; exit 1; }
-  else
-    for _ in 1 2 3 4 5; do
-      port="$(pick_port)"
-      rc=0
-      launch "$port" || rc=$?
-      [ "$rc" -eq 3 ] || break  # 3: another process took the port since we looked
-    done
-    [ "$rc" -eq 0 ] || exit 1
-  fi
-  echo "$port" >"$dir/port"
-  echo "mysql://$user:$password@127.0.0.1:$port/$database" >"$dir/uri"
-  start_watchdog
-  cat "$dir/uri"
 }
 
-cmd_stop() {
-  local pid
-  pid="$(read_pid)"
-  if server_alive "$pid"; then
-    kill -TERM "$pid" 2>/dev/null || true
-    kill -CONT "$pid" 2>/dev/null || true  # a paused server acts on SIGTERM only once resumed
-    if ! wait_gone "$pid" "$stop_timeout"; then
-      echo "mysql.sh: pid $pid ignored SIGTERM for $stop_timeout s; sending SIGKILL" >&2
-      kill -KILL "$pid" 2>/dev/null || true
-      wait_gone "$pid" 10
-    fi
-  fi
-  rm -f "$dir/pid"
+before_launch() {
+  clean_leftovers
 }
 
-cmd_kill() {
-  local pid
-  pid="$(read_pid)"
-  if server_alive "$pid"; then
-    kill -KILL "$pid" 2>/dev/null || true
-    wait_gone "$pid" 10
-  fi
-  rm -f "$dir/pid"
+server_command() {
+  server_cmd=("$mysqld" --no-defaults "${user_args[@]}" --datadir="$dir/data"
+    --bind-address=127.0.0.1 --port="$1" --socket="$dir/mysqld.sock"
+    --pid-file="$dir/mysqld.pid" --skip-name-resolve
+    "${tls_args[@]}" "${extra[@]}")
 }
 
-cmd_signal() {  # cmd_signal SIG
-  local pid
-  pid="$(read_pid)"
-  if ! server_alive "$pid"; then
-    echo "mysql.sh: no server running in $dir" >&2
-    exit 1
-  fi
-  kill "-$1" "$pid"
+# Our own server (its data directory), not another one on the same port,
+# and it lets our user in.
+server_ready() {
+  [ "$(query "$1" 'select @@datadir' 2>/dev/null || true)" = "$dir/data/" ]
 }
 
-cmd_uri() {
-  if [ ! -s "$dir/uri" ]; then
-    echo "mysql.sh: no server was started in $dir" >&2
-    exit 1
-  fi
-  cat "$dir/uri"
+server_uri() {
+  echo "mysql://$user:$password@127.0.0.1:$1/$database"
 }
 
-[ $# -ge 2 ] || usage
-cmd="$1"
-dir="$2"
-shift 2
-tls_src=""
-if [ "${1:-}" = --tls ]; then
-  [ $# -ge 2 ] || usage
-  tls_src="$(mkdir -p "$2" && cd "$2" && pwd -P)"
-  shift 2
-fi
-extra=("$@")
-mysqld="" install_db="" client=""
-user_args=()
-tls_args=()
-client_tls_args=()
-case "$cmd" in
-  start) cmd_start ;;
-  stop) [ ! -d "$dir" ] || cmd_stop ;;
-  kill) [ ! -d "$dir" ] || cmd_kill ;;
-  pause) cmd_signal STOP ;;
-  resume) cmd_signal CONT ;;
-  uri) cmd_uri ;;
-  watch) [ $# -eq 2 ] || usage; cmd_watch "$1" "$2" ;;
-  *) usage ;;
-esac
+server_main "$@"

@@ -3,7 +3,8 @@
 # 127.0.0.1, on a free port, with its data directory (DIR/data), Unix socket,
 # log, pid, port and uri files in DIR. Every process is addressed by the PID
 # recorded in DIR (the postmaster) or as one of its children, never by name,
-# so servers of other people or other test runs are left alone.
+# so servers of other people or other test runs are left alone. The commands
+# are scripts/servers/common.sh's; this script says how postgres runs.
 #
 #   postgres.sh start DIR [postgres args...]  start (again) and print the uri
 #   postgres.sh stop DIR    SIGINT (fast shutdown), then SIGKILL after 30 s
@@ -12,6 +13,7 @@
 #                           restart, which runs crash recovery
 #   postgres.sh pause DIR   SIGSTOP to the postmaster and its children
 #   postgres.sh resume DIR  SIGCONT
+#   postgres.sh status DIR  "running PID URI" or "stopped" (exit 3)
 #   postgres.sh uri DIR     print postgresql://postgres@127.0.0.1:PORT/simba
 #
 # The first start initializes DIR/data (initdb, user postgres, trust
@@ -29,22 +31,22 @@
 #                           a watchdog stops the server once that process is
 #                           gone, so a test binary that crashes or a ctest
 #                           that is interrupted leaks no server.
+# shellcheck disable=SC2034  # the settings above server_main are read by common.sh
 set -euo pipefail
 
 script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
-# Port picking, PID bookkeeping and the owner watchdog, shared by every
-# server script.
 # shellcheck source=scripts/servers/common.sh
 source "$(dirname "$script")/common.sh"
 
+kind=postgres
+server_comm=postgres
+usage_args="[postgres args...]"
 # Generous: after a kill the server first replays its WAL.
 start_timeout=30
 stop_timeout=30
-
-usage() {
-  echo "usage: postgres.sh start|stop|kill|pause|resume|uri DIR [postgres args...]" >&2
-  exit 2
-}
+# Fast shutdown.
+stop_signal=INT
+bindir=""
 
 # The directory of initdb, postgres, pg_isready and psql: Debian keeps them
 # in /usr/lib/postgresql/<version>/bin (the newest is taken), other systems
@@ -63,18 +65,6 @@ find_bindir() {
     return 1
   fi
   echo "$best"
-}
-
-# True if PID runs and is a postgres. A zombie counts as gone: PID 1 of
-# some containers reaps late, and a server that has exited serves nobody.
-# The name check keeps a recycled PID from being signalled.
-server_alive() {
-  local pid="$1" state comm
-  [ -n "$pid" ] || return 1
-  state="$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status" 2>/dev/null)" || return 1
-  [ -n "$state" ] && [ "$state" != Z ] || return 1
-  comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
-  [ "$comm" = postgres ]
 }
 
 # The PIDs of the live children of $1 (the postmaster's backends and
@@ -192,73 +182,6 @@ pidfile_line() {
   sed -n "${1}p" "$dir/data/postmaster.pid" 2>/dev/null | tr -d '[:space:]'
 }
 
-# Starts postgres on port $1 (extra args in ${extra[@]}), detached, and waits
-# until it accepts connections. Returns 3 if the port was taken under our
-# feet.
-launch() {
-  local port="$1" pid="" deadline log_start socket_dir="$dir"
-  rm -f "$dir/pid"
-  clean_leftovers
-  # A Unix socket path longer than 107 bytes is refused, and a postmaster
-  # that can create none of its sockets does not start: clients use TCP, so
-  # without room the socket is left out.
-  if [ "${#dir}" -gt $((107 - 16)) ]; then socket_dir=""; fi
-  touch "$dir/postgres.log"
-  log_start=$(($(stat -c %s "$dir/postgres.log") + 1))
-  # setsid: the server outlives this script and is out of the reach of
-  # signals sent to ctest's process group. Its stdin goes to /dev/null and
-  # its log to DIR/postgres.log (ctest waits for its pipes to close), and the
-  # wrapper closes every other inherited descriptor (a test's client socket
-  # held open by the server would hide the client's disconnects). The
-  # wrapper writes its own PID, which stays the server's after exec (setpriv
-  # execs too), whether or not setsid had to fork.
-  # shellcheck disable=SC2016  # expanded by the wrapper, not here
-  (cd "$dir" && exec setsid bash -c '
-    for fd in /proc/self/fd/*; do
-      fd="${fd##*/}"
-      if [ "$fd" -gt 2 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
-    done
-    echo $$ >"$0.tmp" && mv "$0.tmp" "$0"
-    if [ "$(id -u)" -eq 0 ]; then
-      exec setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
-    fi
-    exec "$@"
-  ' "$dir/pid" \
-    "$bindir/postgres" -D "$dir/data" -h 127.0.0.1 -p "$port" -k "$socket_dir" \
-    "${extra[@]}" </dev/null >>"$dir/postgres.log" 2>&1) &
-
-  deadline=$((SECONDS + start_timeout))
-  while :; do
-    pid="$(read_pid)"
-    if [ -n "$pid" ]; then
-      if ! server_alive "$pid" && ! process_alive "$pid"; then
-        break  # it died
-      fi
-      # Our own postmaster (its lock file names it), done with recovery and
-      # listening on our port (so whatever answers there is ours).
-      if [ "$(pidfile_line 1)" = "$pid" ] && [ "$(pidfile_line 8)" = ready ] &&
-         timeout 5 "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -t 2 >/dev/null 2>&1; then
-        return 0
-      fi
-    fi
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "postgres.sh: postgres on port $port was not ready within $start_timeout s" >&2
-      if [ -n "$pid" ] && server_alive "$pid"; then kill_server "$pid"; fi
-      rm -f "$dir/pid"
-      tail -c "+$log_start" "$dir/postgres.log" | tail -n 20 >&2 || true
-      return 1
-    fi
-    sleep 0.05
-  done
-  rm -f "$dir/pid"
-  if tail -c "+$log_start" "$dir/postgres.log" | grep -q "Address already in use"; then
-    return 3
-  fi
-  echo "postgres.sh: postgres exited at start" >&2
-  tail -c "+$log_start" "$dir/postgres.log" | tail -n 20 >&2 || true
-  return 1
-}
-
 # Creates the database simba unless it exists (a restart finds it).
 create_database() {
   local port="$1" have
@@ -271,45 +194,6 @@ create_database() {
     timeout 30 "$bindir/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
       -v ON_ERROR_STOP=1 -c "create database simba" >/dev/null
   fi
-}
-
-cmd_start() {
-  local port="" rc
-  mkdir -p "$dir"
-  dir="$(cd "$dir" && pwd -P)"
-  bindir="$(find_bindir)"
-  # A server still running here is a leftover (an interrupted run): replace
-  # it, so that the extra args asked for now are the ones in force.
-  local old
-  old="$(read_pid)"
-  if server_alive "$old"; then
-    echo "postgres.sh: stopping the server left running in $dir (pid $old)" >&2
-    cmd_stop
-  fi
-  prepare_dir
-  init_data
-  if [ -s "$dir/port" ]; then
-    # A restart keeps the address clients already know.
-    port="$(cat "$dir/port")"
-    launch "$port" || { rc=$?; [ "$rc" -ne 3 ] || echo "postgres.sh: port $port is taken" >&2; exit 1; }
-  else
-    for _ in 1 2 3 4 5; do
-      port="$(pick_port)"
-      rc=0
-      launch "$port" || rc=$?
-      [ "$rc" -eq 3 ] || break  # 3: another process took the port since we looked
-    done
-    [ "$rc" -eq 0 ] || exit 1
-  fi
-  echo "$port" >"$dir/port"
-  # Watched from here on: a failure below must not leak the server.
-  start_watchdog
-  if ! create_database "$port"; then
-    cmd_stop
-    exit 1
-  fi
-  echo "postgresql://postgres@127.0.0.1:$port/simba" >"$dir/uri"
-  cat "$dir/uri"
 }
 
 # SIGKILL to postmaster $1 and its children: the postmaster is stopped first
@@ -326,75 +210,63 @@ kill_server() {
   for child in $children; do wait_gone "$child" 10 || true; done
 }
 
-cmd_stop() {
-  local pid child
-  pid="$(read_pid)"
-  if server_alive "$pid"; then
-    kill -INT "$pid" 2>/dev/null || true
-    # A paused server acts on SIGINT only once resumed, and its paused
-    # children would not heed the postmaster's SIGTERM.
-    for child in $(children_of "$pid"); do kill -CONT "$child" 2>/dev/null || true; done
-    kill -CONT "$pid" 2>/dev/null || true
-    if ! wait_gone "$pid" "$stop_timeout"; then
-      echo "postgres.sh: pid $pid did not shut down within $stop_timeout s; sending SIGKILL" >&2
-      kill_server "$pid"
-    fi
-  fi
-  rm -f "$dir/pid"
+find_programs() {
+  bindir="$(find_bindir)"
 }
 
-cmd_kill() {
-  local pid
-  pid="$(read_pid)"
-  if server_alive "$pid"; then kill_server "$pid"; fi
-  rm -f "$dir/pid"
+prepare_start() {
+  prepare_dir
+  init_data
 }
 
-cmd_pause() {
-  local pid child
-  pid="$(read_pid)"
-  if ! server_alive "$pid"; then
-    echo "postgres.sh: no server running in $dir" >&2
-    exit 1
+before_launch() {
+  clean_leftovers
+}
+
+server_command() {
+  local socket_dir="$dir"
+  # A Unix socket path longer than 107 bytes is refused, and a postmaster
+  # that can create none of its sockets does not start: clients use TCP, so
+  # without room the socket is left out.
+  if [ "${#dir}" -gt $((107 - 16)) ]; then socket_dir=""; fi
+  server_cmd=()
+  if [ "$(id -u)" -eq 0 ]; then
+    server_cmd=(setpriv --reuid=postgres --regid=postgres --init-groups --)
   fi
-  # The postmaster first, so that it starts no child that would run on.
+  server_cmd+=("$bindir/postgres" -D "$dir/data" -h 127.0.0.1 -p "$1" -k "$socket_dir"
+    "${extra[@]}")
+}
+
+# Our own postmaster (its lock file names it), done with recovery and
+# listening on our port (so whatever answers there is ours).
+server_ready() {
+  local port="$1" pid="$2"
+  [ "$(pidfile_line 1)" = "$pid" ] && [ "$(pidfile_line 8)" = ready ] &&
+    timeout 5 "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -t 2 >/dev/null 2>&1
+}
+
+after_start() {
+  create_database "$1"
+}
+
+server_uri() {
+  echo "postgresql://postgres@127.0.0.1:$1/simba"
+}
+
+# The postmaster first, so that it starts no child that would run on.
+pause_server() {
+  local pid="$1" child
   kill -STOP "$pid"
   wait_stopped "$pid" || true
   for child in $(children_of "$pid"); do kill -STOP "$child" 2>/dev/null || true; done
 }
 
-cmd_resume() {
-  local pid child
-  pid="$(read_pid)"
-  if ! server_alive "$pid"; then
-    echo "postgres.sh: no server running in $dir" >&2
-    exit 1
-  fi
+# Its children too: a paused server acts on SIGINT only once resumed, and
+# its paused children would not heed the postmaster's SIGTERM.
+continue_server() {
+  local pid="$1" child
   for child in $(children_of "$pid"); do kill -CONT "$child" 2>/dev/null || true; done
   kill -CONT "$pid"
 }
 
-cmd_uri() {
-  if [ ! -s "$dir/uri" ]; then
-    echo "postgres.sh: no server was started in $dir" >&2
-    exit 1
-  fi
-  cat "$dir/uri"
-}
-
-[ $# -ge 2 ] || usage
-cmd="$1"
-dir="$2"
-shift 2
-extra=("$@")
-bindir=""
-case "$cmd" in
-  start) cmd_start ;;
-  stop) [ ! -d "$dir" ] || cmd_stop ;;
-  kill) [ ! -d "$dir" ] || cmd_kill ;;
-  pause) cmd_pause ;;
-  resume) cmd_resume ;;
-  uri) cmd_uri ;;
-  watch) [ $# -eq 2 ] || usage; cmd_watch "$1" "$2" ;;
-  *) usage ;;
-esac
+server_main "$@"

@@ -1,6 +1,7 @@
 // The MySQL/MariaDB backend beyond the conformance suite: names and
-// literals, JVM Simba's layout, privileges, killed connections, a restarted
-// server, and JVM Simba's own statements contending with ours on one table.
+// literals, JVM Simba's layout, privileges, killed connections (a restarted
+// server is the conformance suite's ServerRestartConformance), and JVM
+// Simba's own statements contending with ours on one table.
 // Every test runs against a real MariaDB server; raw access goes through
 // libmariadb (as the TCP user of the URI, or as root over the Unix socket of
 // a private server).
@@ -467,64 +468,6 @@ TEST(MysqlFailures, PausedServerMakesCallsEndByTheirDeadline) {
   auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(10)));
   ASSERT_THAT(renewed, IsOk()) << renewed.status();
   EXPECT_EQ(renewed->owner.owner_id, "a");
-}
-
-TEST(MysqlFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
-  auto server = TestServer::Start("mysql");
-  ASSERT_THAT(server, IsOk());
-  const std::string uri = (*server)->uri();
-  auto factory_a = Factory(uri, seconds(2), seconds(2));
-  auto factory_b = Factory(uri, seconds(2), seconds(2));
-  ASSERT_TRUE(factory_a && factory_b);
-  std::mutex mu;
-  int inside = 0;
-  int max_inside = 0;
-  auto enter = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    max_inside = std::max(max_inside, ++inside);
-  };
-  auto leave = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    --inside;
-  };
-  Latch a_acquired, b_acquired;
-  std::atomic<std::uint64_t> a_token{0}, b_token{0};
-  auto holder = factory_a
-                    ->create_contend_service(MakeContender(
-                        "m",
-                        [&](const MutexState& s) {
-                          a_token = s.after.fencing_token;
-                          enter();
-                          a_acquired.Set();
-                        },
-                        [&](const MutexState&) { leave(); }, "a"))
-                    .value();
-  auto waiter = factory_b
-                    ->create_contend_service(MakeContender(
-                        "m",
-                        [&](const MutexState& s) {
-                          b_token = s.after.fencing_token;
-                          enter();
-                          b_acquired.Set();
-                        },
-                        [&](const MutexState&) { leave(); }, "b"))
-                    .value();
-  SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
-  SIMBA_ASSERT_OK(waiter->start());
-  // A crash and restart of the server: the row survives (InnoDB commits are
-  // durable), connections do not.
-  SIMBA_ASSERT_OK((*server)->Kill());
-  std::this_thread::sleep_for(seconds(1));
-  SIMBA_ASSERT_OK((*server)->Restart());
-  std::this_thread::sleep_for(seconds(6));
-  EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
-  if (b_acquired.IsSet()) {
-    EXPECT_GT(b_token.load(), a_token.load());
-  }
-  SIMBA_ASSERT_OK(holder->stop());
-  SIMBA_ASSERT_OK(waiter->stop());
-  EXPECT_LE(max_inside, 1);
 }
 
 // ---- JVM Simba on the same table ---------------------------------------------------

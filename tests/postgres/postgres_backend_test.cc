@@ -1,6 +1,7 @@
 // The PostgreSQL backend beyond the conformance suite: names, the table's
-// creation and privileges, push hand-off, killed sessions and a restarted
-// server. Every test runs against a real PostgreSQL server.
+// creation and privileges, push hand-off, killed sessions (a restarted
+// server is the conformance suite's ServerRestartConformance). Every test
+// runs against a real PostgreSQL server.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
@@ -478,66 +479,6 @@ TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
   ASSERT_TRUE(b.acquired.Wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   SIMBA_ASSERT_OK(waiter->stop());
-}
-
-TEST(PostgresFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
-  auto server = TestServer::Start("postgres");
-  ASSERT_THAT(server, IsOk());
-  const std::string uri = (*server)->uri();
-  auto factory_a = Factory(uri, seconds(2), seconds(2));
-  auto factory_b = Factory(uri, seconds(2), seconds(2));
-  ASSERT_TRUE(factory_a && factory_b);
-  std::mutex mu;
-  int inside = 0;
-  int max_inside = 0;
-  auto enter = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    max_inside = std::max(max_inside, ++inside);
-  };
-  auto leave = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    --inside;
-  };
-  Latch a_acquired, b_acquired;
-  std::atomic<std::uint64_t> a_token{0}, b_token{0};
-  auto holder = factory_a
-                    ->create_contend_service(MakeContender(
-                        "m",
-                        [&](const MutexState& s) {
-                          a_token = s.after.fencing_token;
-                          enter();
-                          a_acquired.Set();
-                        },
-                        [&](const MutexState&) { leave(); }, "a"))
-                    .value();
-  auto waiter = factory_b
-                    ->create_contend_service(MakeContender(
-                        "m",
-                        [&](const MutexState& s) {
-                          b_token = s.after.fencing_token;
-                          enter();
-                          b_acquired.Set();
-                        },
-                        [&](const MutexState&) { leave(); }, "b"))
-                    .value();
-  SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
-  SIMBA_ASSERT_OK(waiter->start());
-  // A crash and restart of the server: the row survives (PostgreSQL is
-  // durable), connections do not.
-  SIMBA_ASSERT_OK((*server)->Kill());
-  std::this_thread::sleep_for(seconds(1));
-  SIMBA_ASSERT_OK((*server)->Restart());
-  // Whoever holds it afterwards, nobody held it together, and if it changed
-  // hands the token grew.
-  std::this_thread::sleep_for(seconds(6));
-  EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
-  if (b_acquired.IsSet()) {
-    EXPECT_GT(b_token.load(), a_token.load());
-  }
-  SIMBA_ASSERT_OK(holder->stop());
-  SIMBA_ASSERT_OK(waiter->stop());
-  EXPECT_LE(max_inside, 1);
 }
 
 }  // namespace

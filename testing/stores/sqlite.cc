@@ -1,10 +1,9 @@
-// The conformance suite on SQLite: every test gets its own database file in a
-// directory removed at exit; the cross-process cases open the same file from
-// a second process.
+// SQLite: every test gets its own database file in a directory removed at
+// exit; the cross-process cases open the same file from a second process.
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "testing/backend_conformance.h"
+#include "testing/stores/store.h"
 #include "testing/test_util.h"
 
 namespace simba::testing {
@@ -21,15 +20,15 @@ struct DirCleanup {
   ~DirCleanup() { delete &Dir(); }
 } cleanup;
 
-BackendTarget SqliteTarget() {
-  BackendTarget target;
-  target.name = "sqlite";
-  target.uri = [](const std::string& unique) {
-    return "sqlite://" + Dir().path() + "/" + unique + ".db";
+StoreDescription SqliteStore() {
+  StoreDescription store;
+  store.name = "sqlite";
+  store.at = [](const std::string&, const std::string& ns) {
+    return "sqlite://" + Dir().path() + "/" + ns + ".db";
   };
   const std::string read_only = Dir().path() + "/read-only";
   ::mkdir(read_only.c_str(), 0555);
-  target.bad_uris = {
+  store.bad_uris = {
       {"sqlite://", StatusCode::kInvalidArgument, "path"},
       {"sqlite://" + Dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound, "/no/such/dir"},
       // Nobody can create a file in /proc: root is told ENOENT, others EACCES.
@@ -41,24 +40,26 @@ BackendTarget SqliteTarget() {
        "busy_timeout"},
   };
   if (::geteuid() != 0) {
-    target.bad_uris.push_back(
+    store.bad_uris.push_back(
         {"sqlite://" + read_only + "/x.db", StatusCode::kPermissionDenied, read_only});
   }
-  target.options.ttl = std::chrono::seconds(2);
-  target.options.transition = std::chrono::seconds(1);
   // docs/backends/sqlite.md: the data_version watcher pushes releases and forced releases; no
   // queue
-  target.expect = {.push_release = true,
-                   .forced_loss_pushed = true,
-                   .lists_waiters = false,
-                   .fifo = false,
-                   .push_channel_starts_on_subscribe = true};
-  return target;
+  store.expect = {.push_release = true,
+                  .forced_loss_pushed = true,
+                  .lists_waiters = false,
+                  .fifo = false,
+                  .push_channel_starts_on_subscribe = true};
+  // keys: leases on the store's mutexes; processes on one host
+  store.keyed_crash_freed_within = std::chrono::seconds(6);
+  store.keyed_expect = {.fencing_tokens = true,
+                        .fifo = false,
+                        .push_handoff = true,
+                        .freed_with_session = false};
+  return store;
 }
-
-INSTANTIATE_TEST_SUITE_P(Sqlite, Conformance, ::testing::Values(SqliteTarget()), TargetName);
-INSTANTIATE_TEST_SUITE_P(Sqlite, CrossProcessConformance, ::testing::Values(SqliteTarget()),
-                         TargetName);
 
 }  // namespace
 }  // namespace simba::testing
+
+SIMBA_STORE_SUITES(Sqlite, SqliteStore);
