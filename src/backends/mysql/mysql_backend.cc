@@ -276,8 +276,9 @@ class MysqlDriver final : public SqlDriver {
   std::string NowMs() const override { return kNowMs; }
   std::string CreateTableSql() const override { return kCreateTable; }
   std::string InsertFreeRowSql() const override {
-    return "INSERT IGNORE INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-           "version) VALUES ({0}, 0, 0, 0, '', 0)";
+    // INSERT IGNORE: the same statement, skipping a row that exists.
+    std::string sql = internal::sql::kInsertFreeRow;
+    return sql.insert(std::string_view("INSERT").size(), " IGNORE");
   }
 
   std::vector<Statement> AcquireStatements(const AcquireParts& parts,
@@ -288,17 +289,13 @@ class MysqlDriver final : public SqlDriver {
     // parts.assignments keeps `may_acquire` meaning the same in each IF.
     // The upsert locks the row (also when it changes nothing) until COMMIT,
     // so the SELECT after it sees the row as decided.
-    std::string upsert =
-        "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-        "version) VALUES ({0}, " + parts.now + ", " + parts.now + " + {#2}, " + parts.now +
-        " + {#2} + {#3}, {1}, 1) ON DUPLICATE KEY UPDATE ";
+    std::string upsert = parts.insert_acquired() + " ON DUPLICATE KEY UPDATE ";
     for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
       const auto& [column, value] = parts.assignments[i];
       if (i > 0) upsert += ", ";
       upsert += column + " = IF(" + parts.may_acquire + ", " + value + ", " + column + ")";
     }
-    return {{upsert, params},
-            {"SELECT " + parts.returning + " FROM simba_mutex WHERE mutex = {0}", {params[0]}}};
+    return {{upsert, params}, parts.read_back(params[0])};
   }
 
  private:

@@ -282,8 +282,7 @@ class PgDriver final : public SqlDriver {
   std::string NowMs() const override { return kNowMs; }
   std::string CreateTableSql() const override { return kCreateTable; }
   std::string InsertFreeRowSql() const override {
-    return "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-           "version) VALUES ({0}, 0, 0, 0, '', 0) ON CONFLICT (mutex) DO NOTHING";
+    return std::string(internal::sql::kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
   }
 
   std::vector<Statement> AcquireStatements(const AcquireParts& parts,
@@ -291,10 +290,7 @@ class PgDriver final : public SqlDriver {
     // Insert the row acquired, or update it where the caller may acquire.
     // ON CONFLICT ... WHERE false still locks the row until the end of the
     // (implicit) transaction, so the read that follows sees it as decided.
-    std::string upsert =
-        "INSERT INTO simba_mutex AS t (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-        "version) VALUES ({0}, " + parts.now + ", " + parts.now + " + {2}, " + parts.now +
-        " + {2} + {3}, {1}, 1) ON CONFLICT (mutex) DO UPDATE SET ";
+    std::string upsert = parts.insert_acquired("t") + " ON CONFLICT (mutex) DO UPDATE SET ";
     for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
       if (i > 0) upsert += ", ";
       upsert += parts.assignments[i].first + " = " + Qualify(parts.assignments[i].second);
@@ -302,8 +298,7 @@ class PgDriver final : public SqlDriver {
     upsert += " WHERE " + Qualify(parts.may_acquire);
     // (Each statement gets only the parameters it uses: libpq cannot type
     // an unused one.)
-    return {{upsert, params},
-            {"SELECT " + parts.returning + " FROM simba_mutex WHERE mutex = {0}", {params[0]}}};
+    return {{upsert, params}, parts.read_back(params[0])};
   }
 
   std::unique_ptr<Listener> MakeListener(

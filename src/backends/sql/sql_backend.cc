@@ -40,6 +40,21 @@ long long ToInt(const std::string& text) {
   return value;
 }
 
+}  // namespace
+
+std::string AcquireParts::insert_acquired(std::string_view alias) const {
+  std::string sql = "INSERT INTO simba_mutex";
+  if (!alias.empty()) sql += " AS " + std::string(alias);
+  return sql + " (mutex, " + kColumns + ") VALUES ({0}, " + now + ", " + now + " + {#2}, " + now +
+         " + {#2} + {#3}, {1}, 1)";
+}
+
+Statement AcquireParts::read_back(const std::string& mutex) const {
+  return {"SELECT " + returning + " FROM simba_mutex WHERE mutex = {0}", {mutex}};
+}
+
+namespace {
+
 // A row of acquired_at, ttl_at, transition_at, owner_id, version, now as an
 // owner record. A released or expired lease (transition_at < now) is free:
 // exactly what the next acquisition may take.

@@ -95,7 +95,19 @@ struct AcquireParts {
   // The columns read back: acquired_at, ttl_at, transition_at, owner_id,
   // version, and the database clock.
   std::string returning;
+  // `INSERT INTO simba_mutex <alias> (...) VALUES (...)` of the acquired row,
+  // to which a driver appends its own conflict clause (PostgreSQL needs the
+  // alias to name the existing row; others pass none).
+  std::string insert_acquired(std::string_view alias = {}) const;
+  // The statement that reads the decided row back (parameter {0}: the mutex).
+  Statement read_back(const std::string& mutex) const;
 };
+
+// The free row of mutex {0} as an INSERT's column list and VALUES, for a
+// driver's InsertFreeRowSql() (each adds how it skips an existing row).
+constexpr char kInsertFreeRow[] =
+    "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, version) "
+    "VALUES ({0}, 0, 0, 0, '', 0)";
 
 class SqlDriver {
  public:

@@ -593,24 +593,19 @@ class SqliteDriver final : public SqlDriver {
   std::string NowMs() const override { return kNowParameter; }
   std::string CreateTableSql() const override { return kCreateTableSql; }
   std::string InsertFreeRowSql() const override {
-    return "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-           "version) VALUES ({0}, 0, 0, 0, '', 0) ON CONFLICT (mutex) DO NOTHING";
+    return std::string(internal::sql::kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
   }
   std::vector<Statement> AcquireStatements(const AcquireParts& parts,
                                            const std::vector<std::string>& params) const override {
     // Under BEGIN IMMEDIATE nothing changes between the two statements. In
     // DO UPDATE, bare column names are the existing row's.
-    std::string upsert =
-        "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, "
-        "version) VALUES ({0}, " + parts.now + ", " + parts.now + " + {#2}, " + parts.now +
-        " + {#2} + {#3}, {1}, 1) ON CONFLICT (mutex) DO UPDATE SET ";
+    std::string upsert = parts.insert_acquired() + " ON CONFLICT (mutex) DO UPDATE SET ";
     for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
       upsert += (i > 0 ? ", " : "") + parts.assignments[i].first + " = " +
                 parts.assignments[i].second;
     }
     upsert += " WHERE " + parts.may_acquire;
-    return {{upsert, params},
-            {"SELECT " + parts.returning + " FROM simba_mutex WHERE mutex = {0}", {params[0]}}};
+    return {{upsert, params}, parts.read_back(params[0])};
   }
   // The write transaction holds the whole file.
   std::string ForUpdateSql() const override { return ""; }
