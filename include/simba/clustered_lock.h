@@ -210,8 +210,7 @@ class ClusteredLockManager {
   // kInvalidArgument for bad options.
   static Result<std::unique_ptr<ClusteredLockManager>> open(std::string_view uri,
                                                             ClusteredLockOptions options = {});
-  // A manager over an existing factory (shared: it must have been made by
-  // MutexContendServiceFactory::open/create), or over an opened backend.
+  // A manager over an existing factory (shared), or over an opened backend.
   static Result<std::unique_ptr<ClusteredLockManager>> create(
       std::shared_ptr<MutexContendServiceFactory> factory, ClusteredLockOptions options = {});
   static Result<std::unique_ptr<ClusteredLockManager>> create(std::shared_ptr<Backend> backend,

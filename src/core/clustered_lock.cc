@@ -75,7 +75,7 @@ Completion ForStatusCallback(ClusteredLock::StatusCallback done) {
 // What a manager shares with its locks (which may outlive it).
 struct ClusteredShared {
   std::shared_ptr<MutexContendServiceFactory> factory;
-  FactoryImpl* impl = nullptr;
+  std::shared_ptr<FactoryImpl> impl;
   std::shared_ptr<Clock> clock;
   std::shared_ptr<Runtime> runtime;
   std::string node_id;
@@ -747,11 +747,6 @@ void ClusteredLock::remove_loss_listener(ListenerId id) { core_->RemoveLossListe
 Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
     std::shared_ptr<MutexContendServiceFactory> factory, ClusteredLockOptions options) {
   if (!factory) return InvalidArgumentError("factory must not be null");
-  auto* impl = internal::FactoryImpl::From(*factory);
-  if (impl == nullptr) {
-    return InvalidArgumentError(
-        "ClusteredLockManager needs a factory made by MutexContendServiceFactory");
-  }
   if (options.callback_threads < 1 || options.callback_threads > 64) {
     return InvalidArgumentError("callback_threads must be in [1, 64] (got " +
                                 std::to_string(options.callback_threads) + ")");
@@ -764,7 +759,7 @@ Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
     return s.WithContext("node_id");
   }
   auto shared = std::make_shared<internal::ClusteredShared>();
-  shared->impl = impl;
+  shared->impl = internal::FactoryAccess::Of(*factory);
   shared->clock = options.clock ? options.clock : factory->clock();
   shared->factory = std::move(factory);
   shared->node_id = std::move(node_id);
