@@ -34,6 +34,14 @@ struct ServiceHooks {
   // In start(), on its caller's thread, before the first attempt: the
   // generation that start() begins.
   std::function<void(std::uint64_t run)> started;
+  // Subscribe to the store's pushes only while waiting: not at start(), but
+  // when an attempt finds another owner (then ask again at once, so nothing
+  // released in between goes unheard), and drop the subscription once we
+  // own the mutex. A holder then neither subscribes nor unsubscribes on its
+  // way in and out; a push telling it of its own loss is not heard (its
+  // next renewal finds out). For keyed leases, which take and give up a key
+  // per hold.
+  bool subscribe_only_while_waiting = false;
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
@@ -71,6 +79,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   void RunAttempt(Generation gen, std::uint64_t losses_seen);
   void OnLeaseDeadline(Generation gen);
   void OnEvent(Generation gen, const MutexEvent& event);
+  // Subscribes to the store's pushes for lifecycle `gen`; null if the store
+  // has none or subscribing failed (logged; polling still works).
+  std::unique_ptr<Subscription> Subscribe(Generation gen, Status* error);
   // Records `owner` as the new "after" state and queues the callback.
   void ApplyLocked(const MutexOwner& owner);
   bool IsOwnerLocked(Clock::TimePoint now) const;
