@@ -190,7 +190,8 @@ class Backend {
   // Stores that hand a released mutex to one waiter at a time (Redis wakes
   // the oldest live waiter, not all of them) address that waiter by its id;
   // others ignore it. A contender must subscribe before its first
-  // acquire_or_renew, as the core does, or it may miss its wake-up.
+  // acquire_or_renew (as a contend service does), or ask again once
+  // subscribed (as a keyed lease does), or it may miss its wake-up.
   virtual Result<std::unique_ptr<Subscription>> subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener);

@@ -119,7 +119,11 @@ struct ClusteredLockOptions {
   // (for open(): Clock::Steady()).
   std::shared_ptr<Clock> clock;
   // Threads running completion callbacks, shared by all locks of the
-  // manager. In [1, 64]. Default: 2.
+  // manager. In [1, 64]. Default: 2. A manager runs on its factory's
+  // threads: open() and create(backend) give the factory this many callback
+  // threads; a manager over an existing factory uses that factory's
+  // (FactoryOptions::callback_threads), unless `clock` is not the factory's
+  // clock, when it starts threads of its own (this many).
   int callback_threads = 2;
   // For open() and create(backend): where the factory's holds report
   // (FactoryOptions::metrics and ::events). A manager made over a factory
@@ -210,8 +214,7 @@ class ClusteredLockManager {
   // kInvalidArgument for bad options.
   static Result<std::unique_ptr<ClusteredLockManager>> open(std::string_view uri,
                                                             ClusteredLockOptions options = {});
-  // A manager over an existing factory (shared: it must have been made by
-  // MutexContendServiceFactory::open/create), or over an opened backend.
+  // A manager over an existing factory (shared), or over an opened backend.
   static Result<std::unique_ptr<ClusteredLockManager>> create(
       std::shared_ptr<MutexContendServiceFactory> factory, ClusteredLockOptions options = {});
   static Result<std::unique_ptr<ClusteredLockManager>> create(std::shared_ptr<Backend> backend,

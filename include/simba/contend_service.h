@@ -152,6 +152,14 @@ struct FactoryOptions {
   std::shared_ptr<LockEventListener> events;
 };
 
+namespace internal {
+class FactoryImpl;
+struct FactoryAccess;
+}  // namespace internal
+
+// A concrete class: its state (the backend, the threads, the live services)
+// is private to the library, which Locker, Scheduler, keyed and clustered
+// locks reach without casting.
 class MutexContendServiceFactory {
  public:
   // Opens the store named by `uri` through the default registry (see
@@ -166,23 +174,35 @@ class MutexContendServiceFactory {
   static Result<std::unique_ptr<MutexContendServiceFactory>> create(
       std::shared_ptr<Backend> backend, FactoryOptions options = {});
 
-  virtual ~MutexContendServiceFactory() = default;
+  // Stops the services still running (their mutexes released), then the
+  // threads.
+  ~MutexContendServiceFactory();
+  MutexContendServiceFactory(const MutexContendServiceFactory&) = delete;
+  MutexContendServiceFactory& operator=(const MutexContendServiceFactory&) = delete;
 
   // A contend service for `contender` with the factory's ContendOptions, or
   // with `options`. Errors: kInvalidArgument for a mutex name or contender
   // id this store cannot hold, or bad options.
-  virtual Result<std::unique_ptr<MutexContendService>> create_contend_service(
-      std::shared_ptr<MutexContender> contender) = 0;
-  virtual Result<std::unique_ptr<MutexContendService>> create_contend_service(
-      std::shared_ptr<MutexContender> contender, const ContendOptions& options) = 0;
+  Result<std::unique_ptr<MutexContendService>> create_contend_service(
+      std::shared_ptr<MutexContender> contender);
+  Result<std::unique_ptr<MutexContendService>> create_contend_service(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options);
 
   // A service that reports the owner of `retriever->mutex()` to it.
-  virtual Result<std::unique_ptr<MutexRetrievalService>> create_retrieval_service(
-      std::shared_ptr<MutexRetriever> retriever) = 0;
+  Result<std::unique_ptr<MutexRetrievalService>> create_retrieval_service(
+      std::shared_ptr<MutexRetriever> retriever);
 
-  virtual const std::shared_ptr<Backend>& backend() const = 0;
-  virtual const std::shared_ptr<Clock>& clock() const = 0;
-  virtual const ContendOptions& contend_options() const = 0;
+  const std::shared_ptr<Backend>& backend() const;
+  const std::shared_ptr<Clock>& clock() const;
+  const ContendOptions& contend_options() const;
+
+ private:
+  friend struct internal::FactoryAccess;
+  explicit MutexContendServiceFactory(std::shared_ptr<internal::FactoryImpl> impl);
+
+  // Shared with what runs on the factory's threads (keyed leases, clustered
+  // locks), which may hold it a little past the factory.
+  std::shared_ptr<internal::FactoryImpl> impl_;
 };
 
 }  // namespace simba

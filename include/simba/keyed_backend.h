@@ -35,6 +35,11 @@
 
 namespace simba {
 
+namespace internal {
+class Runtime;
+class KeyedProviderState;
+}  // namespace internal
+
 // What a keyed-lock backend can and cannot do. The README's backend table
 // and KeyedLockProvider::capabilities() show it, so nothing is silently
 // missing.
@@ -112,6 +117,14 @@ class KeyedLockBackend {
   // call that timed out, ...) when it cannot be asked. Never returns with
   // the key held at the store but no hold returned.
   virtual Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) = 0;
+
+ private:
+  friend class internal::KeyedProviderState;
+  // The library's threads this backend already runs on (a lease backend's:
+  // its factory's), which the provider then uses for its watchdogs and
+  // background releases instead of starting threads of its own. Backends
+  // outside the library keep the default: none.
+  virtual std::shared_ptr<internal::Runtime> shared_runtime() const { return nullptr; }
 };
 
 // Keyed locks over any contention backend: a key is a mutex of that store,

@@ -57,7 +57,7 @@ struct LockerOptions {
 class Locker {
  public:
   // Errors: kInvalidArgument for a mutex name or contender id the store cannot
-  // hold, bad options, or a factory not made by MutexContendServiceFactory.
+  // hold, or bad options.
   static Result<std::unique_ptr<Locker>> create(MutexContendServiceFactory& factory,
                                                 std::string mutex, LockerOptions options = {});
   ~Locker();

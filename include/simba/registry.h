@@ -1,7 +1,19 @@
 // File: simba/registry.h
 //
-// Maps a URI scheme to the function that opens that kind of store, so one URI
-// picks a store:  OpenBackend("sqlite:///var/lib/app/simba.db").
+// The composition root: maps a URI scheme to what that kind of store brings,
+// so one URI picks a store for every API:
+//
+//   StoreEntry::open        its contention backend (simba/backend.h):
+//                           OpenBackend("sqlite:///var/lib/app/simba.db"),
+//                           MutexContendServiceFactory::open,
+//                           ClusteredLockManager::open
+//   StoreEntry::open_keyed  its keyed-lock backend (simba/keyed_backend.h),
+//                           for KeyedLockProvider::open; by default leases on
+//                           the store's mutexes
+//   StoreEntry::schema      the DDL a DBA runs (SchemaSql), for SQL servers
+//
+// Adding a backend is a folder with the store's calls and one Register call
+// in RegisterBuiltinBackends (src/registry/builtin_backends.cc).
 //
 // The default registry holds every backend compiled into this build
 // (RegisterBuiltinBackends, generated from the CMake options). There is no
@@ -24,18 +36,39 @@
 #include <vector>
 
 #include "simba/backend.h"
+#include "simba/keyed_backend.h"
 #include "simba/status.h"
 #include "simba/uri.h"
 
 namespace simba {
 
+struct KeyedLockOptions;
+
 class BackendRegistry {
  public:
   using Opener = std::function<Result<std::shared_ptr<Backend>>(const Uri&)>;
+  // Opens the keyed-lock backend of a URI; `options` are the provider's
+  // (lease, metrics, events).
+  using KeyedOpener = std::function<Result<std::shared_ptr<KeyedLockBackend>>(
+      const Uri&, const KeyedLockOptions& options)>;
+  using SchemaMaker = std::function<Result<std::string>(const Uri&)>;
+
+  // Everything one scheme brings.
+  struct StoreEntry {
+    // Required.
+    Opener open;
+    // Empty: keys are leases on the store's mutexes (NewLeaseKeyedLockBackend
+    // over open()).
+    KeyedOpener open_keyed;
+    // Empty: the store has no table for a DBA to create (kUnimplemented).
+    SchemaMaker schema;
+  };
 
   // Adds `scheme` (lower-cased first). kAlreadyExists if it is registered
   // already; kInvalidArgument for a scheme Uri::Parse would not accept or an
   // empty opener.
+  Status Register(std::string scheme, StoreEntry entry);
+  // Register(scheme, StoreEntry{opener}).
   Status Register(std::string scheme, Opener opener);
 
   // Parses `uri` and calls its scheme's opener with the result, without
@@ -45,6 +78,15 @@ class BackendRegistry {
   // kInternal if the opener returns a null backend.
   Result<std::shared_ptr<Backend>> Open(std::string_view uri) const;
 
+  // The keyed-lock backend of `uri`: its scheme's open_keyed, or leases on
+  // what Open(uri) opens. Errors as Open's, or the keyed opener's own.
+  Result<std::shared_ptr<KeyedLockBackend>> OpenKeyed(std::string_view uri,
+                                                      const KeyedLockOptions& options) const;
+
+  // The DDL of `uri`'s scheme (its query keys applied). kUnimplemented for a
+  // scheme without one (or not registered); kInvalidArgument for a bad URI.
+  Result<std::string> Schema(std::string_view uri) const;
+
   // The registered schemes, sorted.
   std::vector<std::string> Schemes() const;
 
@@ -53,8 +95,11 @@ class BackendRegistry {
   static BackendRegistry& Default();
 
  private:
+  // The entry of `uri`'s scheme, or kUnimplemented listing the schemes.
+  Result<StoreEntry> Find(const Uri& uri) const;
+
   mutable std::mutex mu_;
-  std::map<std::string, Opener, std::less<>> openers_;
+  std::map<std::string, StoreEntry, std::less<>> entries_;
 };
 
 // Registers every backend compiled into this build.
@@ -64,9 +109,9 @@ Status RegisterBuiltinBackends(BackendRegistry& registry);
 Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri);
 
 // The DDL a DBA runs to create the table of the SQL store `uri` names (its
-// `table` query key included), for when the backend may not create it.
-// kUnimplemented for stores without a schema to hand out; kInvalidArgument
-// for a bad URI.
+// `table` query key included), for when the backend may not create it:
+// BackendRegistry::Default().Schema(uri). kUnimplemented for stores without
+// a schema to hand out; kInvalidArgument for a bad URI.
 Result<std::string> SchemaSql(std::string_view uri);
 
 }  // namespace simba

@@ -21,6 +21,7 @@
 #include "simba/clustered_lock.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <deque>
 #include <utility>
 #include <vector>
@@ -75,11 +76,58 @@ Completion ForStatusCallback(ClusteredLock::StatusCallback done) {
 // What a manager shares with its locks (which may outlive it).
 struct ClusteredShared {
   std::shared_ptr<MutexContendServiceFactory> factory;
-  FactoryImpl* impl = nullptr;
+  std::shared_ptr<FactoryImpl> impl;
   std::shared_ptr<Clock> clock;
+  // The factory's, unless the manager has a clock of its own.
   std::shared_ptr<Runtime> runtime;
+  bool owns_runtime = false;
   std::string node_id;
   ContendOptions lease;
+
+  // The manager's store calls on the I/O threads: false (and the task
+  // dropped) once the manager is closed.
+  bool PostIo(Task task) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (closed) return false;
+      ++pending;
+    }
+    if (runtime->PostIo([this_shared = this, task = std::move(task)] {
+          task();
+          this_shared->Done();
+        })) {
+      return true;
+    }
+    Done();
+    return false;
+  }
+  // Whether the manager is gone (its callbacks then run where they are
+  // completed).
+  bool Closed() {
+    std::lock_guard<std::mutex> lock(mu);
+    return closed || runtime->closed();
+  }
+  // The manager's end: waits for its store calls (which release every hold)
+  // to finish, then takes no more. On threads of its own, Runtime::Shutdown
+  // does that.
+  void Close() {
+    if (owns_runtime) {
+      runtime->Shutdown();
+      return;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    idle.wait(lock, [&] { return pending == 0; });
+    closed = true;
+  }
+  void Done() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--pending == 0) idle.notify_all();
+  }
+
+  std::mutex mu;
+  std::condition_variable idle;
+  int pending = 0;
+  bool closed = false;
 };
 
 class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore> {
@@ -92,6 +140,10 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
 
   const std::string& name() const { return name_; }
   const std::string& node_id() const { return shared_->node_id; }
+  // Waits for the callbacks queued so far (not from one of them).
+  void Drain() {
+    if (!strand_->RunningInThisThread()) strand_->Drain();
+  }
 
   void Lock(Completion done);
   void TryLock(Completion done);
@@ -193,7 +245,7 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
 
 void ClusteredLockCore::Flush(Outbox& out) {
   for (auto& item : out.items) {
-    if (item.user && !shared_->runtime->closed()) {
+    if (item.user && !shared_->Closed()) {
       strand_->Post(std::move(item.run));
     } else if (!item.user) {
       item.run();  // makes a future ready: no user code runs
@@ -275,7 +327,7 @@ void ClusteredLockCore::RequestReconcileLocked() {
   if (reconcile_active_) return;  // the running task re-reads the state
   reconcile_active_ = true;
   std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-  if (!shared_->runtime->PostIo([weak] {
+  if (!shared_->PostIo([weak] {
         if (auto self = weak.lock()) self->Reconcile();
       })) {
     reconcile_active_ = false;
@@ -546,7 +598,7 @@ void ClusteredLockCore::IsLocked(Completion done) {
   if (done.fn) {
     auto shared = std::make_shared<Completion>(std::move(done));
     std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-    if (!shared_->runtime->PostIo([weak, shared] {
+    if (!shared_->PostIo([weak, shared] {
           auto self = weak.lock();
           if (!self) return;
           Outbox reply;
@@ -588,7 +640,7 @@ void ClusteredLockCore::IsLockedByMe(Completion done) {
     // there before the next renewal tells us).
     auto shared = std::make_shared<Completion>(std::move(done));
     std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-    if (!shared_->runtime->PostIo([weak, shared, token] {
+    if (!shared_->PostIo([weak, shared, token] {
           auto self = weak.lock();
           if (!self) return;
           Outbox reply;
@@ -747,11 +799,6 @@ void ClusteredLock::remove_loss_listener(ListenerId id) { core_->RemoveLossListe
 Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
     std::shared_ptr<MutexContendServiceFactory> factory, ClusteredLockOptions options) {
   if (!factory) return InvalidArgumentError("factory must not be null");
-  auto* impl = internal::FactoryImpl::From(*factory);
-  if (impl == nullptr) {
-    return InvalidArgumentError(
-        "ClusteredLockManager needs a factory made by MutexContendServiceFactory");
-  }
   if (options.callback_threads < 1 || options.callback_threads > 64) {
     return InvalidArgumentError("callback_threads must be in [1, 64] (got " +
                                 std::to_string(options.callback_threads) + ")");
@@ -764,13 +811,20 @@ Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
     return s.WithContext("node_id");
   }
   auto shared = std::make_shared<internal::ClusteredShared>();
-  shared->impl = impl;
+  shared->impl = internal::FactoryAccess::Of(*factory);
   shared->clock = options.clock ? options.clock : factory->clock();
   shared->factory = std::move(factory);
   shared->node_id = std::move(node_id);
   shared->lease = lease;
-  shared->runtime = std::make_shared<internal::Runtime>(shared->clock, internal::kIoThreads,
-                                                        options.callback_threads);
+  // One set of threads with the factory, unless timers must follow a clock
+  // of the manager's own.
+  if (shared->clock == shared->impl->clock()) {
+    shared->runtime = shared->impl->runtime();
+  } else {
+    shared->runtime = std::make_shared<internal::Runtime>(shared->clock, internal::kIoThreads,
+                                                          options.callback_threads);
+    shared->owns_runtime = true;
+  }
   return std::unique_ptr<ClusteredLockManager>(new ClusteredLockManager(std::move(shared)));
 }
 
@@ -779,6 +833,8 @@ Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
   FactoryOptions factory_options;
   if (options.lease) factory_options.contend = *options.lease;
   factory_options.clock = options.clock;
+  // The manager runs on the factory's threads.
+  factory_options.callback_threads = options.callback_threads;
   factory_options.metrics = options.metrics;
   factory_options.events = options.events;
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<MutexContendServiceFactory> factory,
@@ -805,9 +861,10 @@ ClusteredLockManager::~ClusteredLockManager() {
                                 "': the ClusteredLockManager was destroyed"),
         std::nullopt);
   }
-  // Runs the queued reconciles (which release every hold at the store) and
-  // the callbacks they queue, then joins the threads.
-  shared_->runtime->Shutdown();
+  // Waits for the queued reconciles (which release every hold at the store)
+  // and then for the callbacks they queued.
+  shared_->Close();
+  for (auto& [name, lock] : locks) lock->core_->Drain();
 }
 
 Result<bool> ClusteredLockManager::define(const std::string& name, ClusteredLockConfig config) {

@@ -64,17 +64,14 @@ Status ServiceCore::Start() {
   }
   if (hooks_.started) hooks_.started(gen);
   std::unique_ptr<Subscription> subscription;
-  if (backend_->capabilities().push_release) {
-    std::weak_ptr<ServiceCore> weak = weak_from_this();
-    auto sub = backend_->subscribe(mutex_, contender_id_, [weak, gen](const MutexEvent& event) {
-      if (auto self = weak.lock()) self->OnEvent(gen, event);
-    });
-    if (!sub.ok() && sub.status().code() != StatusCode::kUnimplemented) {
+  if (!hooks_.subscribe_only_while_waiting) {
+    Status error;
+    subscription = Subscribe(gen, &error);
+    if (!error.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       status_ = ServiceStatus::kInitial;
-      return sub.status().WithContext("subscribing to mutex '" + mutex_ + "'");
+      return error;
     }
-    if (sub.ok()) subscription = std::move(*sub);
   }
   std::lock_guard<std::mutex> lock(mu_);
   subscription_ = std::move(subscription);
@@ -87,6 +84,19 @@ Status ServiceCore::Start() {
   }
   ScheduleAttemptLocked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
   return OkStatus();
+}
+
+std::unique_ptr<Subscription> ServiceCore::Subscribe(Generation gen, Status* error) {
+  if (!backend_->capabilities().push_release) return nullptr;
+  std::weak_ptr<ServiceCore> weak = weak_from_this();
+  auto sub = backend_->subscribe(mutex_, contender_id_, [weak, gen](const MutexEvent& event) {
+    if (auto self = weak.lock()) self->OnEvent(gen, event);
+  });
+  if (!sub.ok() && sub.status().code() != StatusCode::kUnimplemented) {
+    *error = sub.status().WithContext("subscribing to mutex '" + mutex_ + "'");
+    return nullptr;
+  }
+  return sub.ok() ? std::move(*sub) : nullptr;
 }
 
 Status ServiceCore::Stop() {
@@ -257,6 +267,12 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           : backend_->read(mutex_, StoreDeadline());
   bool compensate = false;
   bool current = false;
+  // subscribe_only_while_waiting: a subscription to drop (we own the mutex)
+  // or to take out (another owner has it).
+  std::unique_ptr<Subscription> dropped;
+  bool subscribe = false;
+  // When to ask next if subscribing fails.
+  milliseconds unsubscribed_next{0};
   {
     std::lock_guard<std::mutex> lock(mu_);
     in_flight_ = false;
@@ -363,7 +379,19 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
         rerun_ = false;
         if (!IsOwnerLocked(now)) next = milliseconds(0);
       }
-      ScheduleAttemptLocked(next);
+      if (hooks_.subscribe_only_while_waiting && mode_ == Mode::kContend) {
+        if (IsOwnerLocked(now)) {
+          dropped = std::move(subscription_);
+        } else if (reply.ok() && subscription_ == nullptr &&
+                   backend_->capabilities().push_release &&
+                   reply->owner.has_owner(reply->store_now)) {
+          // Waiting from now: subscribe first (below, outside the lock),
+          // then ask again, so a release in between is not missed.
+          subscribe = true;
+          unsubscribed_next = next;
+        }
+      }
+      if (!subscribe) ScheduleAttemptLocked(next);
     }
   }
   if (compensate) {
@@ -375,6 +403,24 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
     }
   }
   if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status(), gen);
+  // After the hook, which a new owner is waiting for. Unsubscribing (and
+  // subscribing) may wait for the backend; never under our lock.
+  dropped.reset();
+  if (subscribe) {
+    Status error;
+    std::unique_ptr<Subscription> subscription = Subscribe(gen, &error);
+    if (!error.ok()) SIMBA_LOG(kWarn, error << " (waiting by polling)");
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gen == generation_ && status_ == ServiceStatus::kRunning) {
+      subscription_ = std::move(subscription);
+      // Ask again now that a release would be pushed (when the contend
+      // period says, as without pushes, if subscribing failed).
+      ScheduleAttemptLocked(subscription_ != nullptr ? milliseconds(0) : unsubscribed_next);
+    } else {
+      dropped = std::move(subscription);
+    }
+  }
+  dropped.reset();
 }
 
 milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now, const Status& error) {

@@ -115,8 +115,15 @@ FactoryImpl::~FactoryImpl() {
   runtime_->Shutdown();
 }
 
-FactoryImpl* FactoryImpl::From(MutexContendServiceFactory& factory) {
-  return dynamic_cast<FactoryImpl*>(&factory);
+Status FactoryImpl::Validate(const FactoryOptions& options) {
+  SIMBA_RETURN_IF_ERROR(options.contend.Validate());
+  if (options.io_threads < 1 || options.io_threads > 64) {
+    return InvalidArgumentError("io_threads must be in [1, 64]");
+  }
+  if (options.callback_threads < 1 || options.callback_threads > 64) {
+    return InvalidArgumentError("callback_threads must be in [1, 64]");
+  }
+  return OkStatus();
 }
 
 void FactoryImpl::Track(const std::shared_ptr<ServiceCore>& core) {
@@ -131,17 +138,7 @@ void FactoryImpl::Track(const std::shared_ptr<ServiceCore>& core) {
   services_.push_back(core);
 }
 
-Result<std::unique_ptr<MutexContendService>> FactoryImpl::create_contend_service(
-    std::shared_ptr<MutexContender> contender) {
-  return CreateContendService(std::move(contender), options_.contend, {});
-}
-
-Result<std::unique_ptr<MutexContendService>> FactoryImpl::create_contend_service(
-    std::shared_ptr<MutexContender> contender, const ContendOptions& options) {
-  return CreateContendService(std::move(contender), options, {});
-}
-
-Result<std::unique_ptr<MutexContendService>> FactoryImpl::CreateContendService(
+Result<std::shared_ptr<ServiceCore>> FactoryImpl::CreateContendCore(
     std::shared_ptr<MutexContender> contender, const ContendOptions& options,
     ServiceHooks hooks) {
   if (!contender) return InvalidArgumentError("contender must not be null");
@@ -153,11 +150,19 @@ Result<std::unique_ptr<MutexContendService>> FactoryImpl::CreateContendService(
                                             backend_, options_.random, std::move(hooks),
                                             observers_);
   Track(core);
+  return core;
+}
+
+Result<std::unique_ptr<MutexContendService>> FactoryImpl::CreateContendService(
+    std::shared_ptr<MutexContender> contender, const ContendOptions& options,
+    ServiceHooks hooks) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ServiceCore> core,
+                         CreateContendCore(contender, options, std::move(hooks)));
   return std::unique_ptr<MutexContendService>(
       std::make_unique<ContendServiceHandle>(std::move(core), std::move(contender)));
 }
 
-Result<std::unique_ptr<MutexRetrievalService>> FactoryImpl::create_retrieval_service(
+Result<std::unique_ptr<MutexRetrievalService>> FactoryImpl::CreateRetrievalService(
     std::shared_ptr<MutexRetriever> retriever) {
   if (!retriever) return InvalidArgumentError("retriever must not be null");
   SIMBA_RETURN_IF_ERROR(backend_->validate_mutex(retriever->mutex()));
@@ -174,18 +179,45 @@ Result<std::unique_ptr<MutexRetrievalService>> FactoryImpl::create_retrieval_ser
 
 }  // namespace internal
 
+// ---- MutexContendServiceFactory: a handle on its FactoryImpl ----
+
 Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::create(
     std::shared_ptr<Backend> backend, FactoryOptions options) {
   if (!backend) return InvalidArgumentError("backend must not be null");
-  SIMBA_RETURN_IF_ERROR(options.contend.Validate());
-  if (options.io_threads < 1 || options.io_threads > 64) {
-    return InvalidArgumentError("io_threads must be in [1, 64]");
-  }
-  if (options.callback_threads < 1 || options.callback_threads > 64) {
-    return InvalidArgumentError("callback_threads must be in [1, 64]");
-  }
-  return std::unique_ptr<MutexContendServiceFactory>(
-      std::make_unique<internal::FactoryImpl>(std::move(backend), std::move(options)));
+  SIMBA_RETURN_IF_ERROR(internal::FactoryImpl::Validate(options));
+  return internal::FactoryAccess::Wrap(
+      std::make_shared<internal::FactoryImpl>(std::move(backend), std::move(options)));
+}
+
+MutexContendServiceFactory::MutexContendServiceFactory(
+    std::shared_ptr<internal::FactoryImpl> impl)
+    : impl_(std::move(impl)) {}
+
+MutexContendServiceFactory::~MutexContendServiceFactory() = default;
+
+Result<std::unique_ptr<MutexContendService>> MutexContendServiceFactory::create_contend_service(
+    std::shared_ptr<MutexContender> contender) {
+  return impl_->CreateContendService(std::move(contender), impl_->contend_options(), {});
+}
+
+Result<std::unique_ptr<MutexContendService>> MutexContendServiceFactory::create_contend_service(
+    std::shared_ptr<MutexContender> contender, const ContendOptions& options) {
+  return impl_->CreateContendService(std::move(contender), options, {});
+}
+
+Result<std::unique_ptr<MutexRetrievalService>>
+MutexContendServiceFactory::create_retrieval_service(std::shared_ptr<MutexRetriever> retriever) {
+  return impl_->CreateRetrievalService(std::move(retriever));
+}
+
+const std::shared_ptr<Backend>& MutexContendServiceFactory::backend() const {
+  return impl_->backend();
+}
+const std::shared_ptr<Clock>& MutexContendServiceFactory::clock() const {
+  return impl_->clock();
+}
+const ContendOptions& MutexContendServiceFactory::contend_options() const {
+  return impl_->contend_options();
 }
 
 }  // namespace simba

@@ -4,6 +4,7 @@
 // the hold; the others find it ended). Backends only take and free a key.
 #include "simba/keyed_lock.h"
 
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -182,9 +183,16 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
       : backend_(std::move(backend)),
         clock_(std::move(clock)),
         reporter_(std::move(reporter)),
-        // One timer thread for the watchdogs and one I/O thread to free
-        // keys they (or a loss) end: the holder's threads do the rest.
-        runtime_(std::make_unique<Runtime>(clock_, 1, 1)) {}
+        runtime_(backend_->shared_runtime()) {
+    // The backend's threads when it runs on the library's (a lease
+    // backend's factory) and they keep the watchdog's clock. Otherwise one
+    // timer thread for the watchdogs and one I/O thread to free keys they
+    // (or a loss) end: the holder's threads do the rest.
+    if (runtime_ == nullptr || runtime_->clock() != clock_) {
+      runtime_ = std::make_shared<Runtime>(clock_, 1, 1);
+      owns_runtime_ = true;
+    }
+  }
 
   const std::shared_ptr<KeyedLockBackend>& backend() const { return backend_; }
   const std::shared_ptr<Clock>& clock() const { return clock_; }
@@ -257,16 +265,23 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     }
     auto shared = std::make_shared<std::unique_ptr<KeyHold>>(std::move(store_hold));
     const std::string key = hold->key();
+    {
+      std::lock_guard<std::mutex> lock(pending_->mu);
+      ++pending_->tasks;
+    }
     // If the pool is closed the task is dropped, and destroying the hold
-    // frees the key.
-    runtime_->PostIo([shared, key, backend = backend_] {
+    // frees the key. The task holds nothing of the provider but the count
+    // Close() waits for (the backend outlives it: Close waits).
+    const bool posted = runtime_->PostIo([shared, key, pending = pending_] {
       const Status released = (*shared)->release(ReleaseDeadline());
       if (!released.ok()) {
         SIMBA_LOG(kWarn, "key '" << key << "': freeing it failed (the store's session or "
                                  << "lease frees it): " << released);
       }
       shared->reset();
+      pending->Done();
     });
+    if (!posted) pending_->Done();
   }
 
   // The provider is going away: free every key still held, then stop the
@@ -281,11 +296,19 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     for (const auto& hold : holds) {
       Runtime::TimerId watchdog = 0;
       std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kProviderClosed, &watchdog);
+      if (watchdog != 0) runtime_->Cancel(watchdog);
       if (store_hold == nullptr) continue;
       reporter_.Released(hold->key(), hold->token());
       (void)store_hold->release(ReleaseDeadline());
     }
-    runtime_->Shutdown();
+    if (owns_runtime_) {
+      runtime_->Shutdown();
+    } else {
+      // The backend's threads go on: wait for the keys this provider is
+      // freeing on them.
+      std::unique_lock<std::mutex> lock(pending_->mu);
+      pending_->cv.wait(lock, [&] { return pending_->tasks == 0; });
+    }
   }
 
  private:
@@ -294,10 +317,23 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     int leases = 0;
   };
 
+  // Background releases not finished yet.
+  struct Pending {
+    std::mutex mu;
+    std::condition_variable cv;
+    int tasks = 0;
+    void Done() {
+      std::lock_guard<std::mutex> lock(mu);
+      if (--tasks == 0) cv.notify_all();
+    }
+  };
+
   const std::shared_ptr<KeyedLockBackend> backend_;
   const std::shared_ptr<Clock> clock_;
   const HoldReporter reporter_;
-  const std::unique_ptr<Runtime> runtime_;
+  std::shared_ptr<Runtime> runtime_;
+  bool owns_runtime_ = false;
+  const std::shared_ptr<Pending> pending_ = std::make_shared<Pending>();
   std::mutex mu_;
   std::map<std::pair<std::thread::id, std::string>, Entry> table_;
 };

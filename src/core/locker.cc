@@ -85,10 +85,7 @@ class LockerContender final : public MutexContender {
 
 Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& factory,
                                                std::string mutex, LockerOptions options) {
-  auto* impl = internal::FactoryImpl::From(factory);
-  if (impl == nullptr) {
-    return InvalidArgumentError("Locker needs a factory made by MutexContendServiceFactory");
-  }
+  internal::FactoryImpl& impl = *internal::FactoryAccess::Of(factory);
   auto state = std::make_shared<State>();
   state->clock = factory.clock();
   state->on_lost = std::move(options.on_lost);
@@ -126,7 +123,7 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
   };
   SIMBA_ASSIGN_OR_RETURN(
       auto service,
-      impl->CreateContendService(contender, state->contend, std::move(hooks)));
+      impl.CreateContendService(contender, state->contend, std::move(hooks)));
   state->service = service.get();
   return std::unique_ptr<Locker>(new Locker(std::move(state), std::move(service)));
 }

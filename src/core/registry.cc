@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "simba/keyed_lock.h"
+
 // BackendRegistry::Default(), OpenBackend() and RegisterBuiltinBackends() are
 // in src/registry/builtin_backends.cc: they depend on the optional backends,
 // which link against simba_core, so they cannot live in simba_core itself.
@@ -23,6 +25,10 @@ bool IsValidScheme(std::string_view scheme) {
 }  // namespace
 
 Status BackendRegistry::Register(std::string scheme, Opener opener) {
+  return Register(std::move(scheme), StoreEntry{std::move(opener), nullptr, nullptr});
+}
+
+Status BackendRegistry::Register(std::string scheme, StoreEntry entry) {
   if (!IsValidScheme(scheme)) {
     return InvalidArgumentError("invalid store scheme '" + scheme +
                                 "': a scheme starts with a letter and has only letters, "
@@ -31,41 +37,42 @@ Status BackendRegistry::Register(std::string scheme, Opener opener) {
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](char c) {
     return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
   });
-  if (!opener) {
+  if (!entry.open) {
     return InvalidArgumentError("no opener given for store scheme '" + scheme + "'");
   }
   const std::lock_guard<std::mutex> lock(mu_);
-  if (openers_.contains(scheme)) {
+  if (entries_.contains(scheme)) {
     return AlreadyExistsError("store scheme '" + scheme + "' is registered already");
   }
-  openers_.emplace(std::move(scheme), std::move(opener));
+  entries_.emplace(std::move(scheme), std::move(entry));
   return OkStatus();
+}
+
+Result<BackendRegistry::StoreEntry> BackendRegistry::Find(const Uri& uri) const {
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = entries_.find(uri.scheme);
+    if (it != entries_.end()) return it->second;
+  }
+  // Schemes() takes the lock again; it is not held here.
+  const std::vector<std::string> schemes = Schemes();
+  std::string supported;
+  for (const std::string& scheme : schemes) {
+    if (!supported.empty()) supported += ", ";
+    supported += scheme;
+  }
+  return UnimplementedError("unknown store scheme '" + uri.scheme + "' in '" + uri.ToString() +
+                            "'; " +
+                            (schemes.empty() ? std::string("no store schemes are registered")
+                                             : "this build supports: " + supported));
 }
 
 Result<std::shared_ptr<Backend>> BackendRegistry::Open(std::string_view text) const {
   SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
-  Opener opener;
-  {
-    const std::lock_guard<std::mutex> lock(mu_);
-    const auto it = openers_.find(uri.scheme);
-    if (it != openers_.end()) opener = it->second;
-  }
-  if (!opener) {
-    // Schemes() takes the lock again; it is not held here.
-    const std::vector<std::string> schemes = Schemes();
-    std::string supported;
-    for (const std::string& scheme : schemes) {
-      if (!supported.empty()) supported += ", ";
-      supported += scheme;
-    }
-    return UnimplementedError("unknown store scheme '" + uri.scheme + "' in '" +
-                              uri.ToString() + "'; " +
-                              (schemes.empty() ? std::string("no store schemes are registered")
-                                               : "this build supports: " + supported));
-  }
+  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, Find(uri));
   // Called without the lock: opening may connect to a server and take a
   // while, and an opener may itself use the registry.
-  Result<std::shared_ptr<Backend>> backend = opener(uri);
+  Result<std::shared_ptr<Backend>> backend = entry.open(uri);
   if (!backend.ok()) return backend.status().WithContext("opening " + uri.ToString());
   if (*backend == nullptr) {
     return InternalError("the opener for store scheme '" + uri.scheme +
@@ -74,11 +81,44 @@ Result<std::shared_ptr<Backend>> BackendRegistry::Open(std::string_view text) co
   return backend;
 }
 
+Result<std::shared_ptr<KeyedLockBackend>> BackendRegistry::OpenKeyed(
+    std::string_view text, const KeyedLockOptions& options) const {
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
+  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, Find(uri));
+  if (entry.open_keyed) {
+    Result<std::shared_ptr<KeyedLockBackend>> keyed = entry.open_keyed(uri, options);
+    if (keyed.ok() && *keyed == nullptr) {
+      return InternalError("the keyed opener for store scheme '" + uri.scheme +
+                           "' returned no backend for " + uri.ToString());
+    }
+    return keyed;
+  }
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, Open(text));
+  return NewLeaseKeyedLockBackend(std::move(backend), options.lease, options.metrics,
+                                  options.events);
+}
+
+Result<std::string> BackendRegistry::Schema(std::string_view text) const {
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
+  SchemaMaker schema;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    const auto it = entries_.find(uri.scheme);
+    if (it != entries_.end()) schema = it->second.schema;
+  }
+  if (!schema) {
+    return UnimplementedError("'" + uri.scheme +
+                              "' stores have no table for a DBA to create (only SQL servers do; "
+                              "the backend creates what it needs)");
+  }
+  return schema(uri);
+}
+
 std::vector<std::string> BackendRegistry::Schemes() const {
   const std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> schemes;
-  schemes.reserve(openers_.size());
-  for (const auto& entry : openers_) schemes.push_back(entry.first);
+  schemes.reserve(entries_.size());
+  for (const auto& entry : entries_) schemes.push_back(entry.first);
   return schemes;
 }
 

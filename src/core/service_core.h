@@ -34,6 +34,14 @@ struct ServiceHooks {
   // In start(), on its caller's thread, before the first attempt: the
   // generation that start() begins.
   std::function<void(std::uint64_t run)> started;
+  // Subscribe to the store's pushes only while waiting: not at start(), but
+  // when an attempt finds another owner (then ask again at once, so nothing
+  // released in between goes unheard), and drop the subscription once we
+  // own the mutex. A holder then neither subscribes nor unsubscribes on its
+  // way in and out; a push telling it of its own loss is not heard (its
+  // next renewal finds out). For keyed leases, which take and give up a key
+  // per hold.
+  bool subscribe_only_while_waiting = false;
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
@@ -71,6 +79,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   void RunAttempt(Generation gen, std::uint64_t losses_seen);
   void OnLeaseDeadline(Generation gen);
   void OnEvent(Generation gen, const MutexEvent& event);
+  // Subscribes to the store's pushes for lifecycle `gen`; null if the store
+  // has none or subscribing failed (logged; polling still works).
+  std::unique_ptr<Subscription> Subscribe(Generation gen, Status* error);
   // Records `owner` as the new "after" state and queues the callback.
   void ApplyLocked(const MutexOwner& owner);
   bool IsOwnerLocked(Clock::TimePoint now) const;
@@ -144,28 +155,38 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   std::optional<Clock::TimePoint> free_known_at_;
 };
 
-// The factory's state, shared with Locker and Scheduler.
-class FactoryImpl final : public MutexContendServiceFactory {
+// The factory's state (MutexContendServiceFactory's private implementation),
+// shared with Locker, keyed leases and clustered locks: the backend, the one
+// Runtime they all run on, and the services still alive.
+class FactoryImpl {
  public:
   FactoryImpl(std::shared_ptr<Backend> backend, FactoryOptions options);
-  ~FactoryImpl() override;
+  // Stops the services still running, then the Runtime.
+  ~FactoryImpl();
+  FactoryImpl(const FactoryImpl&) = delete;
+  FactoryImpl& operator=(const FactoryImpl&) = delete;
 
-  Result<std::unique_ptr<MutexContendService>> create_contend_service(
-      std::shared_ptr<MutexContender> contender) override;
-  Result<std::unique_ptr<MutexContendService>> create_contend_service(
-      std::shared_ptr<MutexContender> contender, const ContendOptions& options) override;
-  Result<std::unique_ptr<MutexRetrievalService>> create_retrieval_service(
-      std::shared_ptr<MutexRetriever> retriever) override;
-  const std::shared_ptr<Backend>& backend() const override { return backend_; }
-  const std::shared_ptr<Clock>& clock() const override { return options_.clock; }
-  const ContendOptions& contend_options() const override { return options_.contend; }
+  // Checks `options` as MutexContendServiceFactory::create does.
+  static Status Validate(const FactoryOptions& options);
 
-  // create_contend_service with internal hooks.
   Result<std::unique_ptr<MutexContendService>> CreateContendService(
       std::shared_ptr<MutexContender> contender, const ContendOptions& options,
       ServiceHooks hooks);
+  Result<std::unique_ptr<MutexRetrievalService>> CreateRetrievalService(
+      std::shared_ptr<MutexRetriever> retriever);
+  // A contend core without a public handle (keyed leases drive it
+  // themselves). Validated as CreateContendService; tracked, so the factory's
+  // end stops it.
+  Result<std::shared_ptr<ServiceCore>> CreateContendCore(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options,
+      ServiceHooks hooks);
 
-  static FactoryImpl* From(MutexContendServiceFactory& factory);
+  const std::shared_ptr<Backend>& backend() const { return backend_; }
+  const std::shared_ptr<Clock>& clock() const { return options_.clock; }
+  const ContendOptions& contend_options() const { return options_.contend; }
+  const FactoryOptions& options() const { return options_; }
+  const std::shared_ptr<Runtime>& runtime() const { return runtime_; }
+  const Observers& observers() const { return observers_; }
 
  private:
   void Track(const std::shared_ptr<ServiceCore>& core);
@@ -176,6 +197,18 @@ class FactoryImpl final : public MutexContendServiceFactory {
   Observers observers_;
   std::mutex mu_;
   std::vector<std::weak_ptr<ServiceCore>> services_;
+};
+
+// How the library reaches a factory's implementation (a friend of
+// MutexContendServiceFactory).
+struct FactoryAccess {
+  static const std::shared_ptr<FactoryImpl>& Of(const MutexContendServiceFactory& factory) {
+    return factory.impl_;
+  }
+  static std::unique_ptr<MutexContendServiceFactory> Wrap(std::shared_ptr<FactoryImpl> impl) {
+    return std::unique_ptr<MutexContendServiceFactory>(
+        new MutexContendServiceFactory(std::move(impl)));
+  }
 };
 
 }  // namespace simba::internal

@@ -1,5 +1,6 @@
-// The backends compiled into this build, and the process-wide registry that
-// holds them. This file belongs to the `simba` library, not simba_core: it
+// The composition root: the backends compiled into this build (one registry
+// entry per store), the process-wide registry that holds them, and the
+// open(uri) doors of the public APIs. This file belongs to the `simba` library, not simba_core: it
 // references every enabled backend library, and simba_core must not depend
 // on them (they depend on it).
 
@@ -10,7 +11,10 @@
 #include <utility>
 
 #include "simba/backends/memory.h"
+#include "simba/clustered_lock.h"
+#include "simba/contend_service.h"
 #include "simba/internal/backends_config.h"
+#include "simba/keyed_lock.h"
 #include "simba/registry.h"
 
 #if SIMBA_HAVE_SQLITE
@@ -21,9 +25,11 @@
 #endif
 #if SIMBA_HAVE_POSTGRES
 #include "simba/backends/postgres.h"
+#include "simba/backends/postgres_keyed.h"
 #endif
 #if SIMBA_HAVE_MYSQL
 #include "simba/backends/mysql.h"
+#include "simba/backends/mysql_keyed.h"
 #endif
 #if SIMBA_HAVE_ZOOKEEPER
 #include "simba/backends/zookeeper.h"
@@ -36,58 +42,104 @@
 #endif
 
 namespace simba {
+namespace {
 
+// The entry of a store opened from its options, `from_uri` reading them: its
+// keyed locks are leases on its mutexes (the default), it has no schema.
+template <typename Options>
+BackendRegistry::StoreEntry EntryOf(Result<Options> (*from_uri)(const Uri&),
+                                       Result<std::shared_ptr<Backend>> (*open)(Options)) {
+  return {[from_uri, open](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
+            SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
+            return open(std::move(options));
+          },
+          nullptr, nullptr};
+}
+
+#if SIMBA_HAVE_POSTGRES || SIMBA_HAVE_MYSQL
+// `ddl` for table `table` instead of simba_mutex.
+std::string ForTable(std::string ddl, const std::string& table) {
+  const std::string name = "simba_mutex";
+  for (std::size_t at = ddl.find(name); at != std::string::npos; at = ddl.find(name, at)) {
+    ddl.replace(at, name.size(), table);
+    at += table.size();
+  }
+  return ddl;
+}
+
+// A SQL server's DDL for the table its URI names. The table name goes into
+// the DDL as it is: only a name the backend itself would accept (a DBA pipes
+// this into psql or mysql).
+template <typename Options>
+BackendRegistry::SchemaMaker SqlSchema(Result<Options> (*from_uri)(const Uri&),
+                                       std::string (*ddl)()) {
+  return [from_uri, ddl](const Uri& uri) -> Result<std::string> {
+    SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
+    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
+    return ForTable(ddl(), options.table);
+  };
+}
+#endif
+
+// Registers `entry` under each of `schemes`.
+Status RegisterAs(BackendRegistry& registry, std::initializer_list<const char*> schemes,
+                  const BackendRegistry::StoreEntry& entry) {
+  for (const char* scheme : schemes) SIMBA_RETURN_IF_ERROR(registry.Register(scheme, entry));
+  return OkStatus();
+}
+
+}  // namespace
+
+// One entry per store: its contention backend, its keyed-lock backend when
+// it is not leases on the mutexes, its schema when it has one.
 Status RegisterBuiltinBackends(BackendRegistry& registry) {
-  SIMBA_RETURN_IF_ERROR(
-      registry.Register("memory", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-        SIMBA_ASSIGN_OR_RETURN(MemoryOptions options, MemoryOptionsFromUri(uri));
-        return NewMemoryBackend(std::move(options));
-      }));
+  {
+    BackendRegistry::StoreEntry memory = EntryOf(&MemoryOptionsFromUri, &NewMemoryBackend);
+    memory.open_keyed = [](const Uri& uri,
+                           const KeyedLockOptions&) -> Result<std::shared_ptr<KeyedLockBackend>> {
+      SIMBA_ASSIGN_OR_RETURN(MemoryKeyedOptions options, MemoryKeyedOptionsFromUri(uri));
+      return NewMemoryKeyedLockBackend(std::move(options));
+    };
+    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"memory"}, memory));
+  }
 #if SIMBA_HAVE_SQLITE
   SIMBA_RETURN_IF_ERROR(
-      registry.Register("sqlite", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-        SIMBA_ASSIGN_OR_RETURN(SqliteOptions options, SqliteOptionsFromUri(uri));
-        return NewSqliteBackend(std::move(options));
-      }));
+      RegisterAs(registry, {"sqlite"}, EntryOf(&SqliteOptionsFromUri, &NewSqliteBackend)));
 #endif
 #if SIMBA_HAVE_REDIS
   SIMBA_RETURN_IF_ERROR(
-      registry.Register("redis", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-        SIMBA_ASSIGN_OR_RETURN(RedisOptions options, RedisOptionsFromUri(uri));
-        return NewRedisBackend(std::move(options));
-      }));
+      RegisterAs(registry, {"redis"}, EntryOf(&RedisOptionsFromUri, &NewRedisBackend)));
 #endif
 #if SIMBA_HAVE_POSTGRES
-  for (const char* scheme : {"postgresql", "postgres"}) {
-    SIMBA_RETURN_IF_ERROR(
-        registry.Register(scheme, [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-          SIMBA_ASSIGN_OR_RETURN(PostgresOptions options, PostgresOptionsFromUri(uri));
-          return NewPostgresBackend(std::move(options));
-        }));
+  {
+    // Keyed locks are the server's advisory locks.
+    BackendRegistry::StoreEntry postgres =
+        EntryOf(&PostgresOptionsFromUri, &NewPostgresBackend);
+    postgres.open_keyed = [](const Uri& uri, const KeyedLockOptions&) {
+      return OpenPostgresKeyedLockBackend(uri);
+    };
+    postgres.schema = SqlSchema(&PostgresOptionsFromUri, &PostgresSchemaSql);
+    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"postgresql", "postgres"}, postgres));
   }
 #endif
 #if SIMBA_HAVE_MYSQL
-  for (const char* scheme : {"mysql", "mariadb"}) {
-    SIMBA_RETURN_IF_ERROR(
-        registry.Register(scheme, [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-          SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(uri));
-          return NewMysqlBackend(std::move(options));
-        }));
+  {
+    // Keyed locks are the server's GET_LOCK.
+    BackendRegistry::StoreEntry mysql = EntryOf(&MysqlOptionsFromUri, &NewMysqlBackend);
+    mysql.open_keyed = [](const Uri& uri, const KeyedLockOptions&) {
+      return OpenMysqlKeyedLockBackend(uri);
+    };
+    mysql.schema = SqlSchema(&MysqlOptionsFromUri, &MysqlSchemaSql);
+    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"mysql", "mariadb"}, mysql));
   }
 #endif
 #if SIMBA_HAVE_ZOOKEEPER
-  SIMBA_RETURN_IF_ERROR(
-      registry.Register("zookeeper", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-        SIMBA_ASSIGN_OR_RETURN(ZookeeperOptions options, ZookeeperOptionsFromUri(uri));
-        return NewZookeeperBackend(std::move(options));
-      }));
+  SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"zookeeper"},
+                                   EntryOf(&ZookeeperOptionsFromUri, &NewZookeeperBackend)));
 #endif
 #if SIMBA_HAVE_ETCD
   SIMBA_RETURN_IF_ERROR(
-      registry.Register("etcd", [](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
-        SIMBA_ASSIGN_OR_RETURN(EtcdOptions options, EtcdOptionsFromUri(uri));
-        return NewEtcdBackend(std::move(options));
-      }));
+      RegisterAs(registry, {"etcd"}, EntryOf(&EtcdOptionsFromUri, &NewEtcdBackend)));
 #endif
   return OkStatus();
 }
@@ -113,42 +165,30 @@ Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri) {
   return BackendRegistry::Default().Open(uri);
 }
 
-namespace {
-
-// `ddl` for table `table` instead of simba_mutex.
-std::string ForTable(std::string ddl, const std::string& table) {
-  const std::string name = "simba_mutex";
-  for (std::size_t at = ddl.find(name); at != std::string::npos; at = ddl.find(name, at)) {
-    ddl.replace(at, name.size(), table);
-    at += table.size();
-  }
-  return ddl;
+Result<std::string> SchemaSql(std::string_view uri) {
+  return BackendRegistry::Default().Schema(uri);
 }
 
-}  // namespace
+// The open() doors of the public APIs: the default registry picks the store.
 
-Result<std::string> SchemaSql(std::string_view text) {
-  SIMBA_ASSIGN_OR_RETURN(Uri uri, Uri::Parse(text));
-  // The table name goes into the DDL as it is: only a name the backend
-  // itself would accept (a DBA pipes this into psql or mysql).
-#if SIMBA_HAVE_POSTGRES
-  if (uri.scheme == "postgresql" || uri.scheme == "postgres") {
-    SIMBA_ASSIGN_OR_RETURN(PostgresOptions options, PostgresOptionsFromUri(uri));
-    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
-    return ForTable(PostgresSchemaSql(), options.table);
-  }
-#endif
-#if SIMBA_HAVE_MYSQL
-  if (uri.scheme == "mysql" || uri.scheme == "mariadb") {
-    SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(uri));
-    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
-    return ForTable(MysqlSchemaSql(), options.table);
-  }
-#endif
-  (void)ForTable;
-  return UnimplementedError("'" + uri.scheme +
-                            "' stores have no table for a DBA to create (only SQL servers do; "
-                            "the backend creates what it needs)");
+Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::open(
+    std::string_view uri, FactoryOptions options) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
+  return create(std::move(backend), std::move(options));
+}
+
+Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::open(
+    std::string_view uri, ClusteredLockOptions options) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
+  return create(std::move(backend), std::move(options));
+}
+
+Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::open(std::string_view uri,
+                                                                   KeyedLockOptions options) {
+  SIMBA_RETURN_IF_ERROR(options.lease.Validate());
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<KeyedLockBackend> backend,
+                         BackendRegistry::Default().OpenKeyed(uri, options));
+  return create(std::move(backend), std::move(options));
 }
 
 }  // namespace simba

@@ -335,5 +335,137 @@ TEST_F(KeyedLockTest, LeaseHoldsAreReportedOnce) {
       << metrics->expose();
 }
 
+// A memory store that counts what the keyed leases ask of it: live
+// subscriptions, and the contender ids that tried to acquire.
+class WatchingBackend final : public Backend {
+ public:
+  explicit WatchingBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
+  std::string_view scheme() const override { return inner_->scheme(); }
+  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ids_.emplace_back(request.contender_id);
+    }
+    return inner_->acquire_or_renew(request, deadline);
+  }
+  Result<bool> release(std::string_view mutex, std::string_view id, std::uint64_t token,
+                       Deadline deadline) override {
+    return inner_->release(mutex, id, token, deadline);
+  }
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+    return inner_->force_release(mutex, deadline);
+  }
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+    return inner_->read(mutex, deadline);
+  }
+  Result<std::vector<ListedMutex>> list(Deadline deadline) override { return inner_->list(deadline); }
+  Result<std::unique_ptr<Subscription>> subscribe(
+      std::string_view mutex, std::string_view id,
+      std::function<void(const MutexEvent&)> listener) override {
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Subscription> inner,
+                           inner_->subscribe(mutex, id, std::move(listener)));
+    ++subscribed_;
+    ++live_;
+    return std::unique_ptr<Subscription>(std::make_unique<Counted>(std::move(inner), live_));
+  }
+
+  int subscribed() const { return subscribed_.load(); }
+  int live() const { return live_.load(); }
+  std::vector<std::string> ids() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return ids_;
+  }
+
+ private:
+  class Counted final : public Subscription {
+   public:
+    Counted(std::unique_ptr<Subscription> inner, std::atomic<int>& live)
+        : inner_(std::move(inner)), live_(live) {}
+    ~Counted() override {
+      inner_.reset();
+      --live_;
+    }
+
+   private:
+    std::unique_ptr<Subscription> inner_;
+    std::atomic<int>& live_;
+  };
+
+  const std::shared_ptr<Backend> inner_;
+  std::atomic<int> subscribed_{0};
+  std::atomic<int> live_{0};
+  mutable std::mutex mu_;
+  std::vector<std::string> ids_;
+};
+
+// Keyed leases subscribe to the store's pushes only while they wait: a free
+// key is taken and given back without a subscription, a waiter subscribes
+// (and hears the release), and drops it once it holds the key.
+TEST_F(KeyedLockTest, LeaseHoldsSubscribeOnlyWhileWaiting) {
+  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-subscribe").value());
+  ASSERT_TRUE(store->capabilities().push_release);
+  // A ttl far beyond the test: only a pushed release can hand the key over.
+  ContendOptions lease;
+  lease.ttl = seconds(60);
+  lease.transition = seconds(10);
+  auto a = KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, lease).value()).value();
+  auto b = KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, lease).value()).value();
+  auto held = a->acquire("k", seconds(60));
+  ASSERT_THAT(held, testing::IsOk());
+  EXPECT_EQ(store->subscribed(), 0) << "a free key was taken with a subscription";
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    auto taken = b->try_acquire("k", seconds(30), seconds(60));
+    got = taken.ok() && taken->has_value();
+  });
+  ASSERT_TRUE(Eventually([&] { return store->live() == 1; }, seconds(10)))
+      << "the waiter never subscribed";
+  SIMBA_ASSERT_OK(held->release());
+  waiter.join();
+  EXPECT_TRUE(got.load());
+  EXPECT_EQ(store->subscribed(), 1);
+  // The new holder gave its subscription up (after telling its caller).
+  EXPECT_TRUE(Eventually([&] { return store->live() == 0; }, seconds(10)));
+}
+
+// One contender per (provider, key), reused by the next hold of the key,
+// however many threads of the provider take it.
+TEST_F(KeyedLockTest, LeaseHoldsOfAKeyReuseTheProvidersContender) {
+  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-reuse").value());
+  auto provider =
+      KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, KeyedLockOptions().lease).value())
+          .value();
+  for (int i = 0; i < 2; ++i) {
+    auto lease = provider->acquire("k", seconds(60));
+    ASSERT_THAT(lease, testing::IsOk());
+    SIMBA_ASSERT_OK(lease->release());
+  }
+  std::thread other([&] {
+    auto lease = provider->acquire("k", seconds(60));
+    EXPECT_TRUE(lease.ok() && lease->is_held());
+  });
+  other.join();
+  const std::vector<std::string> ids = store->ids();
+  ASSERT_GE(ids.size(), 3u);
+  for (const std::string& id : ids) EXPECT_EQ(id, ids.front());
+}
+
+// A provider on a lease store runs on the threads of the store's factory:
+// making it starts none of its own (it used to start three).
+TEST_F(KeyedLockTest, AProviderOnALeaseStoreStartsNoThreadsOfItsOwn) {
+  auto backend =
+      NewLeaseKeyedLockBackend(OpenBackend("memory://keyed-threads").value(), KeyedLockOptions().lease)
+          .value();
+  const int before = testing::CountThreads();
+  auto provider = KeyedLockProvider::create(backend).value();
+  EXPECT_EQ(testing::CountThreads(), before);
+  auto lease = provider->acquire("k", milliseconds(50));
+  ASSERT_THAT(lease, testing::IsOk());
+  // Its watchdog still frees the key at max_hold, on the shared threads.
+  const std::stop_token lost = lease->lost_token();
+  EXPECT_TRUE(Eventually([&] { return lost.stop_requested(); }, seconds(10)));
+}
+
 }  // namespace
 }  // namespace simba

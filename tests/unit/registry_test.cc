@@ -12,6 +12,7 @@
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 #include "simba/internal/backends_config.h"
+#include "simba/keyed_lock.h"
 
 namespace simba {
 
@@ -24,6 +25,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+using ::simba::testing::IsOk;
+using ::simba::testing::IsOkAndHolds;
 using ::simba::testing::StatusIs;
 
 // Stands in for a store: the registry only hands it back, never calls it.
@@ -229,6 +232,83 @@ TEST(BackendRegistryTest, ConcurrentRegisterAndOpen) {
 
 // ---------------------------------------------------------------------------
 // The process-wide registry, with the real built-in backends.
+
+// A keyed backend that only says where it came from.
+class FakeKeyedBackend : public KeyedLockBackend {
+ public:
+  explicit FakeKeyedBackend(std::string mechanism) { capabilities_.mechanism = std::move(mechanism); }
+  std::string_view scheme() const override { return "fake"; }
+  const KeyedLockCapabilities& capabilities() const override { return capabilities_; }
+  Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest&) override {
+    return UnimplementedError("fake");
+  }
+
+ private:
+  KeyedLockCapabilities capabilities_;
+};
+
+TEST(BackendRegistryTest, OneEntryGivesTheStoreItsKeyedLocksAndItsSchema) {
+  BackendRegistry registry;
+  BackendRegistry::StoreEntry entry;
+  entry.open = FakeOpener("sql");
+  std::optional<Uri> keyed_uri;
+  std::chrono::milliseconds keyed_ttl{0};
+  entry.open_keyed = [&](const Uri& uri, const KeyedLockOptions& options)
+      -> Result<std::shared_ptr<KeyedLockBackend>> {
+    keyed_uri = uri;
+    keyed_ttl = options.lease.ttl;
+    return std::shared_ptr<KeyedLockBackend>(std::make_shared<FakeKeyedBackend>("native"));
+  };
+  entry.schema = [](const Uri& uri) -> Result<std::string> {
+    return "CREATE TABLE " + uri.path.substr(1);
+  };
+  ASSERT_THAT(registry.Register("sql", entry), IsOk());
+
+  KeyedLockOptions options;
+  options.lease.ttl = std::chrono::seconds(7);
+  auto keyed = registry.OpenKeyed("sql://h/t1", options);
+  ASSERT_THAT(keyed, IsOk());
+  EXPECT_EQ((*keyed)->capabilities().mechanism, "native");
+  ASSERT_TRUE(keyed_uri.has_value());
+  EXPECT_EQ(keyed_uri->path, "/t1");
+  EXPECT_EQ(keyed_ttl, std::chrono::seconds(7));
+  EXPECT_THAT(registry.Schema("sql://h/t2"), IsOkAndHolds(std::string("CREATE TABLE t2")));
+}
+
+TEST(BackendRegistryTest, WithoutAKeyedOpenerKeysAreLeasesOnTheStoresMutexes) {
+  BackendRegistry registry;
+  int opened = 0;
+  ASSERT_THAT(registry.Register("kv",
+                                [&opened](const Uri&) -> Result<std::shared_ptr<Backend>> {
+                                  ++opened;
+                                  return std::shared_ptr<Backend>(
+                                      std::make_shared<FakeBackend>("kv"));
+                                }),
+              IsOk());
+  auto keyed = registry.OpenKeyed("kv://h", KeyedLockOptions());
+  ASSERT_THAT(keyed, IsOk());
+  EXPECT_EQ(opened, 1);
+  EXPECT_EQ((*keyed)->scheme(), "kv");
+  EXPECT_THAT((*keyed)->capabilities().mechanism, HasSubstr("lease on the store's mutexes"));
+  // No schema: the store makes what it needs.
+  EXPECT_THAT(registry.Schema("kv://h"),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("no table for a DBA")));
+  // An unknown scheme is the same error as Open's.
+  EXPECT_THAT(registry.OpenKeyed("nosuch://h", KeyedLockOptions()),
+              StatusIs(StatusCode::kUnimplemented, HasSubstr("unknown store scheme 'nosuch'")));
+}
+
+TEST(BackendRegistryTest, AKeyedOpenerReturningNullIsInternal) {
+  BackendRegistry registry;
+  BackendRegistry::StoreEntry entry;
+  entry.open = FakeOpener("kv");
+  entry.open_keyed = [](const Uri&, const KeyedLockOptions&) {
+    return Result<std::shared_ptr<KeyedLockBackend>>(std::shared_ptr<KeyedLockBackend>());
+  };
+  ASSERT_THAT(registry.Register("kv", entry), IsOk());
+  EXPECT_THAT(registry.OpenKeyed("kv://h", KeyedLockOptions()),
+              StatusIs(StatusCode::kInternal, HasSubstr("returned no backend")));
+}
 
 TEST(DefaultRegistryTest, HoldsTheBuiltinBackends) {
   const std::vector<std::string> schemes = BackendRegistry::Default().Schemes();

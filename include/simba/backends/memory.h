@@ -19,6 +19,7 @@
 #include <string>
 
 #include "simba/backend.h"
+#include "simba/keyed_backend.h"
 #include "simba/clock.h"
 #include "simba/status.h"
 #include "simba/uri.h"
@@ -39,6 +40,19 @@ Result<std::shared_ptr<Backend>> NewMemoryBackend(MemoryOptions options);
 
 // memory://NAME (no user, port, path or query).
 Result<MemoryOptions> MemoryOptionsFromUri(const Uri& uri);
+
+// Keyed locks inside one process (memory://NAME), KeyedLockProvider::open's
+// memory backend.
+struct MemoryKeyedOptions {
+  // Backends with the same name share their keys. Must not be empty.
+  std::string name;
+};
+
+// A per-key FIFO queue, no store (NewMemoryKeyedLockBackend(name)).
+Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(MemoryKeyedOptions options);
+
+// memory://NAME, checked as MemoryOptionsFromUri checks it.
+Result<MemoryKeyedOptions> MemoryKeyedOptionsFromUri(const Uri& uri);
 
 }  // namespace simba
 

@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "simba/backends/memory.h"
 #include "simba/keyed_backend.h"
 
 namespace simba {
@@ -160,6 +161,15 @@ Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(std::string 
     Spaces()[name] = space;
   }
   return std::shared_ptr<KeyedLockBackend>(std::make_shared<MemoryKeyedLockBackend>(space));
+}
+
+Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(MemoryKeyedOptions options) {
+  return NewMemoryKeyedLockBackend(std::move(options.name));
+}
+
+Result<MemoryKeyedOptions> MemoryKeyedOptionsFromUri(const Uri& uri) {
+  SIMBA_ASSIGN_OR_RETURN(MemoryOptions memory, MemoryOptionsFromUri(uri));
+  return MemoryKeyedOptions{std::move(memory.name)};
 }
 
 }  // namespace simba
