@@ -87,6 +87,15 @@ void ListenerHub::publish(const MutexEvent& event,
   deliver(work);
 }
 
+bool ListenerHub::any(const std::string& mutex,
+                      const std::function<bool(const Slot&)>& match) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slots_.find(mutex);
+  if (it == slots_.end()) return false;
+  return !match || std::any_of(it->second.begin(), it->second.end(),
+                               [&](const SlotPtr& slot) { return match(*slot); });
+}
+
 bool ListenerHub::empty() const {
   std::lock_guard<std::mutex> lock(mu_);
   return slots_.empty();

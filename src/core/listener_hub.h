@@ -69,6 +69,9 @@ class ListenerHub : public std::enable_shared_from_this<ListenerHub> {
   // collect() + deliver().
   void publish(const MutexEvent& event, const std::function<bool(const Slot&)>& match = {});
 
+  // Whether some subscription to `mutex` is accepted by `match` (any, when
+  // empty).
+  bool any(const std::string& mutex, const std::function<bool(const Slot&)>& match = {}) const;
   bool empty() const;
 
  private:

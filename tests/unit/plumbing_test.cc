@@ -64,6 +64,9 @@ TEST(ListenerHubTest, DeliversToMatchingOpenSubscriptionsOnly) {
   b.reset();
   hub->deliver(work);  // neither the ended d nor b is called
   EXPECT_EQ(calls, (std::vector<std::string>{"a:m"}));
+  EXPECT_TRUE(hub->any("m"));
+  EXPECT_FALSE(hub->any("m", [](const ListenerHub::Slot& s) { return s.contender_id.empty(); }));
+  EXPECT_FALSE(hub->any("x"));
   a.reset();
   c.reset();
   EXPECT_TRUE(hub->empty());
@@ -124,14 +127,20 @@ TEST(ListenerHubTest, NoCallAfterTheSubscriptionIsGoneUnderConcurrentDelivery) {
   std::atomic<bool> stop{false};
   std::atomic<int> late_calls{0};
   std::thread deliverer([&] {
-    while (!stop) hub->publish(Released("m"));
+    while (!stop) {
+      hub->publish(Released("m"));
+      std::this_thread::yield();  // lets close() take the delivery lock
+    }
   });
-  for (int i = 0; i < 2000; ++i) {
+  for (int i = 0; i < 300; ++i) {
+    auto calls = std::make_shared<std::atomic<int>>(0);
     auto gone = std::make_shared<std::atomic<bool>>(false);
-    auto sub = hub->subscribe("m", "", [gone, &late_calls](const MutexEvent&) {
+    auto sub = hub->subscribe("m", "", [calls, gone, &late_calls](const MutexEvent&) {
+      ++*calls;
+      std::this_thread::yield();  // a call still running when the handle goes
       if (*gone) ++late_calls;
     });
-    std::this_thread::yield();
+    ASSERT_TRUE(Eventually([&] { return calls->load() > 0; }, milliseconds(10000)));
     sub.reset();
     *gone = true;
   }

@@ -1232,12 +1232,10 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
     // Retrievers get a child watch: any change of the election wakes them.
     bool watch = false;
     std::uint64_t id = 0;
-    ListenerHub::Work retrievers;
-    hub_->collect(MutexEvent{MutexEvent::Kind::kReleased, mutex, "", 0}, &retrievers,
-                  [](const Slot& s) { return s.contender_id.empty(); });
+    const bool retrievers = hub_->any(mutex, [](const Slot& s) { return s.contender_id.empty(); });
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!retrievers.empty() && children_watched_.insert(mutex).second) {
+      if (retrievers && children_watched_.insert(mutex).second) {
         watch = true;
         id = ++next_watch_;
         watches_.emplace(id, WatchContext{WatchContext::Kind::kChildren, mutex, "", 0});
