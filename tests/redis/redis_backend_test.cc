@@ -336,43 +336,8 @@ TEST(RedisForce, ForcedReleaseTellsTheOwnerAtOnce) {
   for (const MutexEvent& e : waiter_events.events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
 }
 
-// A listener may drop the last references to its subscription and to the
-// backend, on the backend's own event thread. That thread cannot join
-// itself: it ends by itself once the listener returns, and must not touch
-// the destroyed backend on the way (the ASan stage catches a use after
-// free; before #21 the thread ran on in a freed Subscriber).
 TEST(RedisEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
-  const std::string uri = SharedUri();
-  auto other = Open(uri);
-  ASSERT_TRUE(other);
-  const int threads = CountThreads();
-  std::mutex mu;
-  std::shared_ptr<Backend> backend = Open(uri);
-  ASSERT_TRUE(backend);
-  std::unique_ptr<Subscription> subscription;
-  Latch destroyed;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    // A retriever: it hears any event on the mutex, and a "look again" once
-    // the store confirms the subscription.
-    auto subscribed = backend->subscribe("gone", [&](const MutexEvent&) {
-      std::lock_guard<std::mutex> listener_lock(mu);
-      if (!backend) return;
-      subscription.reset();
-      backend.reset();
-      destroyed.Set();
-    });
-    SIMBA_ASSERT_OK(subscribed);
-    subscription = std::move(*subscribed);
-  }
-  ASSERT_TRUE(Eventually(
-      [&] {
-        (void)other->acquire_or_renew(Request("gone", "someone"), In(seconds(3)));
-        return destroyed.IsSet();
-      },
-      seconds(20)));
-  // The event thread ends by itself (and `other` started none).
-  EXPECT_TRUE(Eventually([&] { return CountThreads() <= threads; }, seconds(10)));
+  ExpectAListenerMayDestroyItsBackend(SharedUri());
 }
 
 TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
