@@ -33,73 +33,81 @@ std::atomic<std::uint64_t> posts{0};
 
 }  // namespace
 
-ThreadPool::ThreadPool(std::string name, int threads) : name_(std::move(name)) {
+struct ThreadPool::State {
+  explicit State(std::string n) : name(std::move(n)) {}
+  const std::string name;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  std::size_t running = 0;
+  bool closed = false;
+};
+
+ThreadPool::ThreadPool(std::string name, int threads)
+    : state_(std::make_shared<State>(std::move(name))) {
   if (threads < 1) threads = 1;
   threads_.reserve(static_cast<std::size_t>(threads));
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  for (int i = 0; i < threads; ++i) {
+    threads_.push_back(std::make_unique<Worker>());
+    threads_.back()->start([state = state_] { Work(state); });
+  }
 }
 
 ThreadPool::~ThreadPool() { Shutdown(); }
 
 bool ThreadPool::Post(Task task, bool urgent) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return false;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->closed) return false;
     if (urgent) {
-      queue_.push_front(std::move(task));
+      state_->queue.push_front(std::move(task));
     } else {
-      queue_.push_back(std::move(task));
+      state_->queue.push_back(std::move(task));
     }
     posts.fetch_add(1);
   }
-  cv_.notify_one();
+  state_->cv.notify_one();
   return true;
 }
 
 void ThreadPool::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_ && threads_.empty()) return;
-    closed_ = true;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->closed = true;
   }
-  cv_.notify_all();
-  for (auto& t : threads_) {
-    if (t.joinable() && t.get_id() != std::this_thread::get_id()) t.join();
-  }
-  for (auto& t : threads_) {
-    // A pool shut down from one of its own threads cannot join that thread.
-    if (t.joinable()) t.detach();
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  threads_.clear();
+  state_->cv.notify_all();
+  // From one of the pool's own tasks, that thread is left to end by itself
+  // (Worker::join) once the queue is drained: it holds the state it uses.
+  for (auto& thread : threads_) thread->join();
 }
 
 bool ThreadPool::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->closed;
 }
 
 std::size_t ThreadPool::busy() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return queue_.size() + running_;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->queue.size() + state_->running;
 }
 
-void ThreadPool::Work() {
+void ThreadPool::Work(const std::shared_ptr<State>& state) {
   for (;;) {
     Task task;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return closed_ || !queue_.empty(); });
+      std::unique_lock<std::mutex> lock(state->mu);
+      state->cv.wait(lock, [&] { return state->closed || !state->queue.empty(); });
       // Queued tasks still run after Shutdown(): they may be the last
       // notifications a service owes its contender.
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      ++running_;
+      if (state->queue.empty()) return;
+      task = std::move(state->queue.front());
+      state->queue.pop_front();
+      ++state->running;
     }
-    RunGuarded(task, name_.c_str());
-    std::lock_guard<std::mutex> lock(mu_);
-    --running_;
+    RunGuarded(task, state->name.c_str());
+    task = nullptr;  // its captures may own the pool: drop them before the lock
+    std::lock_guard<std::mutex> lock(state->mu);
+    --state->running;
   }
 }
 

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/worker.h"
 #include "simba/clock.h"
 
 namespace simba::internal {
@@ -45,15 +46,13 @@ class ThreadPool {
   std::size_t busy() const;
 
  private:
-  void Work();
+  struct State;
+  // The queue, shared with the threads: a pool shut down (and destroyed)
+  // from one of its own tasks leaves that thread only what it owns.
+  static void Work(const std::shared_ptr<State>& state);
 
-  const std::string name_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Task> queue_;
-  std::size_t running_ = 0;
-  bool closed_ = false;
-  std::vector<std::thread> threads_;
+  const std::shared_ptr<State> state_;
+  std::vector<std::unique_ptr<Worker>> threads_;
 };
 
 // Runs posted tasks one at a time, in order, on a ThreadPool.

@@ -415,6 +415,10 @@ TEST(EtcdLayout, ForceReleaseDeletesTheOwnersKeyAndTellsTheOwner) {
   SIMBA_EXPECT_OK(service->stop());
 }
 
+TEST(EtcdEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
+  ExpectAListenerMayDestroyItsBackend(WithPrefix(SharedEtcd()));
+}
+
 // ---- failures ------------------------------------------------------------------------------
 
 // A lease revoked under a live owner (an operator's `etcdctl lease revoke`):

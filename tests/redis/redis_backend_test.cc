@@ -336,6 +336,10 @@ TEST(RedisForce, ForcedReleaseTellsTheOwnerAtOnce) {
   for (const MutexEvent& e : waiter_events.events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
 }
 
+TEST(RedisEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
+  ExpectAListenerMayDestroyItsBackend(SharedUri());
+}
+
 TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
   const std::string uri = SharedUri();
   const milliseconds ttl(20000), transition(5000);

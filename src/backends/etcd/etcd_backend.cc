@@ -31,12 +31,13 @@
 #include <random>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backends/etcd/etcd_client.h"
+#include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/worker.h"
 
 namespace simba {
 namespace {
@@ -52,12 +53,14 @@ using internal::etcd::Json;
 using internal::etcd::ParseReply;
 using internal::etcd::ParseStreamLine;
 using internal::etcd::PrefixEnd;
+using internal::Backoff;
+using internal::ListenerHub;
+using internal::TurnGate;
+using internal::Worker;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr std::size_t kMaxNameLength = 512;
-constexpr milliseconds kFirstReconnectDelay{100};
-constexpr milliseconds kMaxReconnectDelay{2000};
 // A waiter polls (and so keeps its own lease alive) this long before its
 // lease would end, counting the contend period's largest jitter (1 s) and
 // room for a slow round trip or a late timer.
@@ -368,24 +371,11 @@ class RequestChannel {
   // try_lock_until is invisible to ThreadSanitizer on this glibc.)
   class Turn {
    public:
-    Turn(RequestChannel* channel, Deadline deadline) : channel_(channel), deadline_(deadline) {
-      std::unique_lock<std::mutex> lock(channel_->turn_mu_);
-      taken_ = channel_->turn_cv_.wait_until(lock, deadline, [&] { return !channel_->busy_; });
-      if (taken_) channel_->busy_ = true;
-    }
-    ~Turn() {
-      if (!taken_) return;
-      {
-        std::lock_guard<std::mutex> lock(channel_->turn_mu_);
-        channel_->busy_ = false;
-      }
-      channel_->turn_cv_.notify_one();
-    }
-    Turn(const Turn&) = delete;
-    Turn& operator=(const Turn&) = delete;
+    Turn(RequestChannel* channel, Deadline deadline)
+        : channel_(channel), deadline_(deadline), turn_(channel->turn_.take(deadline)) {}
 
     Status status() const {
-      if (taken_) return OkStatus();
+      if (turn_.taken()) return OkStatus();
       return DeadlineExceededError(channel_->described_ +
                                    ": deadline passed while waiting for the request connection");
     }
@@ -416,7 +406,7 @@ class RequestChannel {
    private:
     RequestChannel* channel_;
     Deadline deadline_;
-    bool taken_ = false;
+    TurnGate::Turn turn_;
   };
 
  private:
@@ -432,28 +422,20 @@ class RequestChannel {
     conn_.reset();
     if (next_endpoint) next_ = (conn_at_ + 1) % endpoints_.size();
     // The first reconnect after a working connection is immediate.
-    next_connect_ = {};
-    reconnect_delay_ = milliseconds(0);
+    backoff_.reset();
   }
 
   Result<HttpConnection*> ConnectedLocked(Deadline deadline) {
     if (conn_) return conn_.get();
-    const auto now = steady_clock::now();
-    if (now < next_connect_) {
-      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
-      return Status(last_error_.code(),
-                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
-    }
+    SIMBA_RETURN_IF_ERROR(backoff_.ready());
     auto opened = ConnectAny(endpoints_, &next_, connect_timeout_, deadline, false);
     if (!opened.ok()) {
-      last_error_ = opened.status();
-      reconnect_delay_ = std::clamp(reconnect_delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
-      next_connect_ = steady_clock::now() + reconnect_delay_;
+      backoff_.failed(opened.status());
       return opened.status();
     }
     conn_ = std::move(*opened);
     conn_at_ = next_;  // ConnectAny leaves next_ at the endpoint that answered
-    reconnect_delay_ = milliseconds(0);
+    backoff_.reset();
     return conn_.get();
   }
 
@@ -462,15 +444,11 @@ class RequestChannel {
   const milliseconds connect_timeout_;
   const std::function<void(std::size_t)> left_endpoint_;
 
-  std::mutex turn_mu_;
-  std::condition_variable turn_cv_;
-  bool busy_ = false;  // a call has the turn; it alone touches what follows
+  TurnGate turn_;  // a call that has it alone touches what follows
   std::unique_ptr<HttpConnection> conn_;
   std::size_t conn_at_ = 0;  // the endpoint conn_ (or the last one) is on
   std::size_t next_ = 0;
-  Status last_error_;
-  steady_clock::time_point next_connect_{};
-  milliseconds reconnect_delay_{0};
+  Backoff backoff_;
 };
 
 // ---- queue positions and the watch -----------------------------------------------
@@ -498,14 +476,7 @@ struct Holder {
   std::uint64_t watched_since = 0;
 };
 
-struct Slot {
-  std::string mutex;
-  std::string contender_id;  // empty: a retriever
-  std::function<void(const MutexEvent&)> listener;
-  bool alive = true;  // guarded by Watcher::dispatch_mu_
-};
-
-using Work = std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>;
+using Work = ListenerHub::Work;
 
 class Watcher : public std::enable_shared_from_this<Watcher> {
  public:
@@ -558,7 +529,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       }
       holders_[mutex][contender] = std::move(holder);
     }
-    Dispatch(work);
+    hub_->deliver(work);
     return fresh;
   }
 
@@ -568,7 +539,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   void AwaitFirstWatch(Deadline deadline) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_until(lock, deadline, [&] {
-      return stopping_ || session_ > 0 || !thread_.joinable() || gave_up_ || slots_.empty();
+      return stopping_ || session_ > 0 || !worker_.running() || gave_up_ || hub_->empty();
     });
   }
 
@@ -612,36 +583,18 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   // ---- subscriptions ----
 
-  std::shared_ptr<Slot> Add(std::string mutex, std::string contender_id,
-                            std::function<void(const MutexEvent&)> listener) {
-    auto slot = std::make_shared<Slot>();
-    slot->mutex = std::move(mutex);
-    slot->contender_id = std::move(contender_id);
-    slot->listener = std::move(listener);
+  std::unique_ptr<Subscription> Add(std::string mutex, std::string contender_id,
+                                    ListenerHub::Listener listener) {
+    auto subscription =
+        hub_->subscribe(std::move(mutex), std::move(contender_id), std::move(listener));
     std::lock_guard<std::mutex> lock(mu_);
-    if (!thread_.joinable() && !stopping_) {
-      thread_ = std::thread([this] { Run(); });
-    }
-    slots_[slot->mutex].push_back(slot);
+    // The thread owns the watcher: a listener may destroy the backend.
+    if (!stopping_) worker_.start([self = shared_from_this()] { self->Run(); });
     cv_.notify_all();
     // No waiting for the watch: the contender's first attempt goes out at
     // once. A subscription made before the watch is established is woken
     // when it is (see Session), in case it missed a release meanwhile.
-    return slot;
-  }
-
-  void Remove(const std::shared_ptr<Slot>& slot) {
-    {
-      // Recursive: a listener may end a subscription from inside a delivery.
-      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-      slot->alive = false;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(slot->mutex);
-    if (it == slots_.end()) return;
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
-    if (list.empty()) slots_.erase(it);
+    return subscription;
   }
 
   // The calls left endpoint `index` because it failed them: if the watch is
@@ -657,31 +610,22 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   }
 
   void Stop() {
-    std::thread thread;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       if (conn_) conn_->Shutdown();
-      thread = std::move(thread_);
       cv_.notify_all();
     }
-    if (!thread.joinable()) return;
-    // A listener that destroys the backend runs on this very thread, which
-    // cannot join itself; it ends by itself now that stopping_ is set.
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else {
-      thread.join();
-    }
+    worker_.join();
   }
 
  private:
   void Run() {
-    milliseconds delay{0};
+    Backoff backoff;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       // Watch only while somebody listens.
-      cv_.wait(lock, [&] { return stopping_ || !slots_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !hub_->empty(); });
       if (stopping_) break;
       connected_ = false;
       lock.unlock();
@@ -696,7 +640,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       if (leave_) {
         leave_ = false;
         next_endpoint_ = (conn_at_ + 1) % endpoints_.size();
-        delay = milliseconds(0);
+        backoff.reset();
         continue;
       }
       if (connected_ && !created && endpoints_.size() > 1) {
@@ -706,14 +650,14 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       }
       if (restart_now_) {
         restart_now_ = false;
-        delay = milliseconds(0);
+        backoff.reset();
         continue;
       }
       // Calls waiting for the first watch stop waiting for one that fails.
       gave_up_ = true;
       cv_.notify_all();
-      delay = created ? kFirstReconnectDelay
-                      : std::clamp(delay * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+      if (created) backoff.reset();  // then the first delay again
+      const milliseconds delay = backoff.failed();
       SIMBA_LOG(kDebug, "etcd watch: " << status << "; reconnecting in " << FormatDuration(delay));
       cv_.wait_for(lock, delay, [&] { return stopping_; });
     }
@@ -808,9 +752,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         }
         // Releases before the watch existed (or while it was away) were
         // missed: everyone looks again once.
-        for (const auto& [mutex, list] : slots_) {
-          AddWorkLocked(mutex, nullptr, MutexEvent::Kind::kReleased, {}, 0, &work);
-        }
+        hub_->collect_all(MutexEvent{MutexEvent::Kind::kReleased, {}, {}, 0}, &work);
       }
       if (Int64Field(result, "compact_revision") > 0) {
         // We asked for history the store no longer has: start again from
@@ -828,7 +770,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         for (const Json& event : *events) HandleEventLocked(event, &work);
       }
     }
-    Dispatch(work);
+    hub_->deliver(work);
     return status;
   }
 
@@ -902,25 +844,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   void AddWorkLocked(const std::string& mutex, const std::string* only, MutexEvent::Kind kind,
                      const std::string& owner, std::uint64_t token, Work* work,
                      bool forced = false) {
-    auto it = slots_.find(mutex);
-    if (it == slots_.end()) return;
-    for (const auto& slot : it->second) {
-      if (only != nullptr && slot->contender_id != *only) continue;
-      MutexEvent event{kind, mutex, owner, token};
-      event.forced = forced;
-      work->emplace_back(slot, std::move(event));
-    }
-  }
-
-  // Calls the listeners, outside mu_ (a listener may subscribe or end a
-  // subscription) and under dispatch_mu_ (so Remove() can wait for a
-  // delivery in progress).
-  void Dispatch(const Work& work) {
-    if (work.empty()) return;
-    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-    for (const auto& [slot, event] : work) {
-      if (slot->alive) slot->listener(event);
-    }
+    MutexEvent event{kind, mutex, owner, token};
+    event.forced = forced;
+    hub_->collect(event, work, [only](const ListenerHub::Slot& slot) {
+      return only == nullptr || slot.contender_id == *only;
+    });
   }
 
   const std::vector<Endpoint> endpoints_;
@@ -928,13 +856,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   const milliseconds connect_timeout_;
   std::size_t next_endpoint_ = 0;  // the watch thread's
 
-  std::recursive_mutex dispatch_mu_;
+  // Its listeners are called outside mu_: one may (un)subscribe.
+  const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
+  Worker worker_;
   std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::thread thread_;
   std::shared_ptr<HttpConnection> conn_;
-  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
   std::map<std::string, std::map<std::string, Holder>> holders_;
   // The highest revision of an event handled.
   std::int64_t processed_ = 0;
@@ -958,17 +886,6 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   std::set<std::pair<std::string, std::int64_t>> recent_;
   std::deque<std::pair<std::int64_t, std::pair<std::string, std::int64_t>>> recent_order_;
   std::int64_t forgotten_upto_ = 0;
-};
-
-class EtcdSubscription final : public Subscription {
- public:
-  EtcdSubscription(std::shared_ptr<Watcher> watcher, std::shared_ptr<Slot> slot)
-      : watcher_(std::move(watcher)), slot_(std::move(slot)) {}
-  ~EtcdSubscription() override { watcher_->Remove(slot_); }
-
- private:
-  std::shared_ptr<Watcher> watcher_;
-  std::shared_ptr<Slot> slot_;
 };
 
 // ---- the backend ------------------------------------------------------------------
@@ -1398,9 +1315,7 @@ class EtcdBackend final : public Backend {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
     if (!listener) return InvalidArgumentError("listener must not be empty");
-    auto slot = watcher_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
-    return std::unique_ptr<Subscription>(
-        std::make_unique<EtcdSubscription>(watcher_, std::move(slot)));
+    return watcher_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
   }
 
  private:

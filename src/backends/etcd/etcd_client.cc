@@ -1,22 +1,10 @@
 #include "backends/etcd/etcd_client.h"
 
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <charconv>
 #include <cstdint>
-#include <cstring>
 #include <utility>
-
-#include "core/host_lookup.h"
-#include "core/poll_timeout.h"
 
 namespace simba::internal::etcd {
 namespace {
@@ -26,23 +14,6 @@ namespace {
 constexpr std::size_t kMaxLine = 16 * 1024;
 constexpr std::size_t kMaxHeaderLines = 200;
 constexpr std::uint64_t kMaxBody = 256ull * 1024 * 1024;
-
-Status WaitFor(int fd, short events, Deadline deadline, std::string_view peer,
-               std::string_view what) {
-  for (;;) {
-    const int timeout = PollTimeout(deadline);
-    if (timeout < 0) {
-      return DeadlineExceededError("etcd at " + std::string(peer) + ": " + std::string(what) +
-                                   " timed out");
-    }
-    pollfd p{fd, events, 0};
-    const int n = ::poll(&p, 1, timeout);
-    if (n > 0) return OkStatus();
-    if (n < 0 && errno != EINTR) {
-      return UnavailableError("etcd at " + std::string(peer) + ": poll: " + std::strerror(errno));
-    }
-  }
-}
 
 std::string Lower(std::string_view text) {
   std::string out(text);
@@ -76,67 +47,20 @@ std::string Endpoint::Describe() const {
 
 // ---- the connection -----------------------------------------------------------
 
-HttpConnection::HttpConnection(int fd, std::string peer, std::string host_header)
-    : fd_(fd), peer_(std::move(peer)), host_header_(std::move(host_header)) {}
+HttpConnection::HttpConnection(std::unique_ptr<Stream> stream, std::string peer)
+    : stream_(std::move(stream)), peer_(std::move(peer)) {}
 
-HttpConnection::~HttpConnection() { ::close(fd_); }
-
-Status HttpConnection::Fail(std::string_view what, int error_number) const {
-  return UnavailableError("etcd at " + peer_ + ": " + std::string(what) + ": " +
-                          std::strerror(error_number));
-}
+HttpConnection::~HttpConnection() = default;
 
 Result<std::unique_ptr<HttpConnection>> HttpConnection::Open(const Endpoint& endpoint,
                                                              Deadline deadline,
                                                              bool tcp_keepalive) {
-  const std::string peer = endpoint.Describe();
+  std::string peer = endpoint.Describe();
   // The port came from a std::uint16_t option.
-  Result<std::vector<ResolvedAddress>> addresses =
-      LookUpHost(endpoint.host, static_cast<std::uint16_t>(endpoint.port), deadline);
-  if (!addresses.ok()) return addresses.status().WithContext("etcd at " + peer);
-
-  Status last = UnavailableError("etcd at " + peer + ": no address to connect to");
-  for (const ResolvedAddress& a : *addresses) {
-    const int fd = ::socket(a.family, a.socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.protocol);
-    if (fd < 0) {
-      last = UnavailableError("etcd at " + peer + ": socket: " + std::strerror(errno));
-      continue;
-    }
-    std::unique_ptr<HttpConnection> conn(new HttpConnection(fd, peer, peer));
-    if (::connect(fd, a.address(), a.length) != 0) {
-      if (errno != EINPROGRESS) {
-        last = conn->Fail("connect", errno);
-        continue;
-      }
-      if (Status ready = WaitFor(fd, POLLOUT, deadline, peer, "connect"); !ready.ok()) {
-        return ready;
-      }
-      int error = 0;
-      socklen_t length = sizeof(error);
-      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-      if (error != 0) {
-        last = conn->Fail("connect", error);
-        continue;
-      }
-    }
-    // Lock traffic is small request/reply pairs: never wait to coalesce.
-    const int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (tcp_keepalive) {
-      // First probe after 15 s of silence, then every 5 s; 3 unanswered
-      // probes end the connection (a peer host gone without a reset is
-      // noticed in about 30 s). A paused server's kernel still answers.
-      const int idle = 15;
-      const int interval = 5;
-      const int count = 3;
-      ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
-      ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
-    }
-    return conn;
-  }
-  return last;
+  SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
+                         connect_tcp(endpoint.host, static_cast<std::uint16_t>(endpoint.port),
+                                     "etcd at " + peer, deadline, tcp_keepalive));
+  return std::unique_ptr<HttpConnection>(new HttpConnection(std::move(stream), std::move(peer)));
 }
 
 Status HttpConnection::Send(const std::vector<HttpRequest>& requests, Deadline deadline) {
@@ -145,31 +69,15 @@ Status HttpConnection::Send(const std::vector<HttpRequest>& requests, Deadline d
     out += "POST ";
     out += request.path;
     out += " HTTP/1.1\r\nHost: ";
-    out += host_header_;
+    out += peer_;
     out += "\r\nContent-Type: application/json\r\nContent-Length: ";
     out += std::to_string(request.body.size());
     out += "\r\n\r\n";
     out += request.body;
   }
-  std::size_t sent = 0;
-  while (sent < out.size()) {
-    const ssize_t n = ::send(fd_, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n > 0) {
-      sent += static_cast<std::size_t>(n);
-      continue;
-    }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (Status ready = WaitFor(fd_, POLLOUT, deadline, peer_, "write"); !ready.ok()) {
-        reusable_ = false;
-        return ready;
-      }
-      continue;
-    }
-    reusable_ = false;
-    return Fail("write", errno);
-  }
-  return OkStatus();
+  Status sent = stream_->write_all(out, deadline);
+  if (!sent.ok()) reusable_ = false;
+  return sent;
 }
 
 void HttpConnection::Consume(std::size_t n) {
@@ -188,26 +96,20 @@ Status HttpConnection::Fill(Deadline deadline) {
     reusable_ = false;
     return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
   }
-  for (;;) {
-    char buffer[16 * 1024];
-    const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
-    if (n > 0) {
-      in_.append(buffer, static_cast<std::size_t>(n));
-      return OkStatus();
-    }
-    if (n == 0) {
-      eof_ = true;
-      reusable_ = false;
-      return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
-    }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) {
-      SIMBA_RETURN_IF_ERROR(WaitFor(fd_, POLLIN, deadline, peer_, "reply"));
-      continue;
-    }
-    reusable_ = false;
-    return Fail("read", errno);
+  char buffer[16 * 1024];
+  Result<std::size_t> n = stream_->read_some(buffer, sizeof buffer, deadline);
+  if (!n.ok()) {
+    // A late reply leaves the connection usable (see ReadLine); a failed one does not.
+    if (n.status().code() != StatusCode::kDeadlineExceeded) reusable_ = false;
+    return n.status();
   }
+  if (*n == 0) {
+    eof_ = true;
+    reusable_ = false;
+    return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
+  }
+  in_.append(buffer, *n);
+  return OkStatus();
 }
 
 Result<std::string> HttpConnection::ReadCrlfLine(Deadline deadline, std::size_t limit) {
@@ -430,8 +332,6 @@ Result<std::optional<std::string>> HttpConnection::ReadLine(Deadline deadline) {
     }
   }
 }
-
-void HttpConnection::Shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 
 // ---- JSON conventions ------------------------------------------------------------
 

@@ -6,8 +6,8 @@
 // google.api annotations, neither packaged by Debian) plus protoc and gRPC at
 // build time. The gateway is built into every etcd server (3.4 serves it
 // under /v3/) and speaks the same v3 API as JSON: byte fields are base64,
-// int64 fields are strings. So the socket is ours: a non-blocking TCP socket
-// driven by poll(), like the Redis backend's, and nlohmann/json for bodies.
+// int64 fields are strings. So the socket is ours (core/net/stream.h), like
+// the Redis backend's, and nlohmann/json for bodies.
 //
 // What the client speaks: POST requests with a JSON body, keep-alive,
 // pipelining (several requests written at once, the replies read in order;
@@ -31,6 +31,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/net/stream.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
@@ -88,13 +89,12 @@ class HttpConnection {
 
   // Makes a read blocked in another thread return (kUnavailable) and every
   // later call fail. Thread-safe.
-  void Shutdown();
+  void Shutdown() { stream_->shutdown(); }
 
   const std::string& peer() const { return peer_; }
 
  private:
-  HttpConnection(int fd, std::string peer, std::string host_header);
-  Status Fail(std::string_view what, int error_number) const;
+  HttpConnection(std::unique_ptr<Stream> stream, std::string peer);
   // Reads more bytes into in_; kUnavailable at EOF, kDeadlineExceeded.
   Status Fill(Deadline deadline);
   // Returns the next "\r\n"-terminated line (without it), reading as needed.
@@ -106,9 +106,8 @@ class HttpConnection {
 
   enum class BodyMode { kNone, kLength, kChunked, kUntilClose };
 
-  int fd_;
-  std::string peer_;
-  std::string host_header_;
+  const std::unique_ptr<Stream> stream_;
+  const std::string peer_;  // also the Host header
   std::string in_;        // received bytes; in_[pos_..] not yet consumed
   std::size_t pos_ = 0;
   bool eof_ = false;

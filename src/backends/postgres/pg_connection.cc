@@ -2,8 +2,6 @@
 
 #include <netdb.h>
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,7 +13,6 @@
 
 #include "core/host_lookup.h"
 #include "core/log.h"
-#include "core/poll_timeout.h"
 
 namespace simba::internal::pg {
 
@@ -156,18 +153,8 @@ std::string DescribeServer(const std::map<std::string, std::string>& params) {
 }
 
 SocketWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd) {
-  for (;;) {
-    const int timeout = PollTimeout(deadline);
-    if (timeout < 0) return SocketWait::kTimedOut;
-    // poll() skips an entry whose fd is negative.
-    pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
-    const int n = ::poll(p, 2, timeout);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return SocketWait::kReady;  // let libpq report the error
-    if (n == 0) continue;                  // PollTimeout rounds up: look again
-    if (p[1].revents != 0) return SocketWait::kWoken;
-    return SocketWait::kReady;
-  }
+  const FdWait waited = wait_fd(fd, events, deadline, wake_fd);
+  return waited == FdWait::kFailed ? FdWait::kReady : waited;
 }
 
 bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
@@ -248,6 +235,7 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
     const short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     switch (WaitSocket(PQsocket(conn.get()), events, deadline, wake_fd)) {
       case SocketWait::kReady:
+      case SocketWait::kFailed:  // not returned by WaitSocket
         break;
       case SocketWait::kWoken:
         return CancelledError(description + ": cancelled while connecting");
@@ -280,23 +268,6 @@ const std::set<std::string>& LibpqKeywords() {
     return set;
   }();
   return *keywords;
-}
-
-WakeFd::WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-
-WakeFd::~WakeFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-void WakeFd::Post() const {
-  const std::uint64_t one = 1;
-  // Only fails when the counter would overflow: it is readable then anyway.
-  (void)!::write(fd_, &one, sizeof one);
-}
-
-void WakeFd::Drain() const {
-  std::uint64_t count = 0;
-  (void)!::read(fd_, &count, sizeof count);
 }
 
 }  // namespace simba::internal::pg

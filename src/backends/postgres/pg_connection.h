@@ -14,6 +14,7 @@
 #include <string_view>
 
 #include "backends/sql/sql_backend.h"
+#include "core/net/stream.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
@@ -39,11 +40,9 @@ std::string ConnMessage(PGconn* conn);
 // password), to start messages.
 std::string DescribeServer(const std::map<std::string, std::string>& params);
 
-enum class SocketWait {
-  kReady,     // `fd` has one of the events (or an error libpq will report)
-  kWoken,     // `wake_fd` became readable first
-  kTimedOut,  // the deadline passed first
-};
+// The kinds are core's (core/net/stream.h); a failed poll() counts as kReady,
+// so libpq reports the error.
+using SocketWait = FdWait;
 
 // Waits until `fd` has one of `events`, `wake_fd` (ignored when < 0) is
 // readable, or `deadline` passes. The wake fd is not drained: it stays
@@ -75,26 +74,7 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
 // The connection keywords this libpq knows, to reject typos in URIs.
 const std::set<std::string>& LibpqKeywords();
 
-// An eventfd another thread posts to, to wake a poll() of ours. This is how a
-// stop_callback (run on the canceller's thread, which must not wait on the
-// network) hands a cancel to the thread that waits on a socket.
-class WakeFd {
- public:
-  WakeFd();
-  ~WakeFd();
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
-
-  // False when the kernel gave us no eventfd (out of descriptors).
-  bool ok() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
-  // Makes fd() readable until Drain(). Safe from any thread.
-  void Post() const;
-  void Drain() const;
-
- private:
-  int fd_;
-};
+using internal::WakeFd;  // core/net/stream.h
 
 }  // namespace simba::internal::pg
 

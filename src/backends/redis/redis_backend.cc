@@ -19,13 +19,14 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backends/redis/redis_connection.h"
 #include "backends/redis/redis_scripts.h"
+#include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/worker.h"
 
 namespace simba {
 namespace {
@@ -36,13 +37,15 @@ using internal::redis::Endpoint;
 using internal::redis::ErrorReplyStatus;
 using internal::redis::IsError;
 using internal::redis::Reply;
+using internal::Backoff;
+using internal::ListenerHub;
+using internal::TurnGate;
+using internal::Worker;
 using internal::redis::ReplyString;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr std::size_t kMaxNameLength = 512;
-constexpr milliseconds kFirstReconnectDelay{100};
-constexpr milliseconds kMaxReconnectDelay{2000};
 // An idle subscriber connection is checked with PING this often; no answer
 // by the next check means it is dead (e.g. a cut that sent no RST).
 constexpr milliseconds kSubscriberPing{15000};
@@ -196,7 +199,7 @@ class CommandChannel {
   Result<Reply> Eval(Script script, std::string_view mutex, const std::vector<std::string>& args,
                      Deadline deadline, ServerFacts* facts = nullptr,
                      std::optional<milliseconds> guard_px = std::nullopt) {
-    Turn turn(this, deadline);
+    const TurnGate::Turn turn = turn_.take(deadline);
     if (!turn.taken()) return Busy();
     SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
     if (facts != nullptr) *facts = facts_;
@@ -221,7 +224,7 @@ class CommandChannel {
 
   // Several commands in one round trip.
   Result<std::vector<Reply>> Pipeline(const std::vector<Command>& commands, Deadline deadline) {
-    Turn turn(this, deadline);
+    const TurnGate::Turn turn = turn_.take(deadline);
     if (!turn.taken()) return Busy();
     SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
     auto replies = conn->Call(commands, deadline);
@@ -232,7 +235,7 @@ class CommandChannel {
   // `script` on each mutex, in one round trip.
   Result<std::vector<Reply>> EvalEach(Script script, const std::vector<std::string>& mutexes,
                                       Deadline deadline) {
-    Turn turn(this, deadline);
+    const TurnGate::Turn turn = turn_.take(deadline);
     if (!turn.taken()) return Busy();
     SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
     std::vector<Command> commands;
@@ -247,34 +250,6 @@ class CommandChannel {
   }
 
  private:
-  // One call at a time on the connection, waiting for its turn no longer
-  // than the call's deadline. (Not std::timed_mutex: its try_lock_until is
-  // invisible to ThreadSanitizer on this glibc, which then reports bogus
-  // unlocks.)
-  class Turn {
-   public:
-    Turn(CommandChannel* channel, Deadline deadline) : channel_(channel) {
-      std::unique_lock<std::mutex> lock(channel_->turn_mu_);
-      taken_ = channel_->turn_cv_.wait_until(lock, deadline, [&] { return !channel_->busy_; });
-      if (taken_) channel_->busy_ = true;
-    }
-    ~Turn() {
-      if (!taken_) return;
-      {
-        std::lock_guard<std::mutex> lock(channel_->turn_mu_);
-        channel_->busy_ = false;
-      }
-      channel_->turn_cv_.notify_one();
-    }
-    Turn(const Turn&) = delete;
-    Turn& operator=(const Turn&) = delete;
-    bool taken() const { return taken_; }
-
-   private:
-    CommandChannel* channel_;
-    bool taken_ = false;
-  };
-
   Status Busy() const {
     return DeadlineExceededError("redis at " + endpoint_.Describe() +
                                  ": deadline passed while waiting for the command connection");
@@ -291,31 +266,23 @@ class CommandChannel {
   void DropLocked() {
     conn_.reset();
     // The first reconnect after a working connection is immediate.
-    next_connect_ = {};
-    reconnect_delay_ = milliseconds(0);
+    backoff_.reset();
   }
 
   Result<Connection*> ConnectedLocked(Deadline deadline) {
     if (conn_) return conn_.get();
-    const auto now = steady_clock::now();
-    if (now < next_connect_) {
-      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
-      return Status(last_error_.code(),
-                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
-    }
-    const Deadline connect_deadline = std::min(deadline, now + connect_timeout_);
+    SIMBA_RETURN_IF_ERROR(backoff_.ready());
+    const Deadline connect_deadline = std::min(deadline, steady_clock::now() + connect_timeout_);
     auto opened = Connection::Open(endpoint_, "simba-commands", connect_deadline);
     Status status = opened.status();
     if (opened.ok()) status = LoadScriptsLocked(**opened, connect_deadline);
     if (opened.ok() && status.ok()) status = ReadFactsLocked(**opened, connect_deadline);
     if (!status.ok()) {
-      last_error_ = status;
-      reconnect_delay_ = std::clamp(reconnect_delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
-      next_connect_ = steady_clock::now() + reconnect_delay_;
+      backoff_.failed(status);
       return status;
     }
     conn_ = std::move(*opened);
-    reconnect_delay_ = milliseconds(0);
+    backoff_.reset();
     return conn_.get();
   }
 
@@ -383,28 +350,15 @@ class CommandChannel {
   const bool restart_guard_;
   std::string scripts_[kScriptCount];
 
-  std::mutex turn_mu_;
-  std::condition_variable turn_cv_;
-  bool busy_ = false;  // a call has the turn; it alone touches what follows
+  TurnGate turn_;  // a call that has it alone touches what follows
   std::unique_ptr<Connection> conn_;
   std::string shas_[kScriptCount];
   ServerFacts facts_;
-  Status last_error_;
-  steady_clock::time_point next_connect_{};
-  milliseconds reconnect_delay_{0};
+  Backoff backoff_;
 };
 
 // ---------------------------------------------------------------------------
 // The subscriber connection.
-
-struct Slot {
-  std::string mutex;
-  std::string contender_id;  // empty: a retriever
-  std::function<void(const MutexEvent&)> listener;
-  bool alive = true;  // guarded by Subscriber::dispatch_mu_
-  // Not yet confirmed by the server; guarded by Subscriber::mu_.
-  bool unconfirmed = true;
-};
 
 class Subscriber : public std::enable_shared_from_this<Subscriber> {
  public:
@@ -421,24 +375,24 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // The channels a slot listens on: a contender only on its personal
   // channel (only releases are news to it), a retriever on the broadcast
   // channel and the release channel.
+  using Slot = ListenerHub::Slot;
+
   std::vector<std::string> ChannelsOf(const Slot& slot) const {
     const std::string lock = LockKey(prefix_, slot.mutex);
     if (!slot.contender_id.empty()) return {lock + ":" + slot.contender_id};
     return {lock, lock + ":@@released"};
   }
 
-  std::shared_ptr<Slot> Add(std::string mutex, std::string contender_id,
-                            std::function<void(const MutexEvent&)> listener) {
-    auto slot = std::make_shared<Slot>();
-    slot->mutex = std::move(mutex);
-    slot->contender_id = std::move(contender_id);
-    slot->listener = std::move(listener);
+  std::unique_ptr<Subscription> Add(std::string mutex, std::string contender_id,
+                                    ListenerHub::Listener listener) {
+    ListenerHub::SlotPtr slot;
+    auto subscription = hub_->subscribe(
+        std::move(mutex), std::move(contender_id), std::move(listener),
+        [self = shared_from_this()](const Slot& gone) { self->Remove(gone); }, &slot);
     const std::vector<std::string> channels = ChannelsOf(*slot);
     std::unique_lock<std::mutex> lock(mu_);
-    if (!thread_.joinable() && !stopping_) {
-      thread_ = std::thread([this] { Run(); });
-    }
-    slots_[slot->mutex].push_back(slot);
+    // The thread owns the subscriber: a listener may destroy the backend.
+    if (!stopping_) worker_.start([self = shared_from_this()] { self->Run(); });
     std::vector<std::string> fresh;
     for (const std::string& channel : channels) {
       if (wanted_[channel]++ == 0) fresh.push_back(channel);
@@ -453,8 +407,8 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
     // goes out at once (an uncontended acquisition is one round trip). A
     // release before the confirmation may miss this contender, so once
     // confirmed it is woken to look again (see Session).
-    slot->unconfirmed = !AllConfirmedLocked(*slot);
-    return slot;
+    if (AllConfirmedLocked(*slot)) settled_.insert(slot.get());
+    return subscription;
   }
 
   bool AllConfirmedLocked(const Slot& slot) const {
@@ -463,18 +417,11 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
                        [&](const std::string& c) { return confirmed_.count(c) > 0; });
   }
 
-  void Remove(const std::shared_ptr<Slot>& slot) {
-    {
-      // Recursive: a listener may end a subscription from inside a delivery.
-      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-      slot->alive = false;
-    }
+  void Remove(const Slot& slot) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& list = slots_[slot->mutex];
-    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
-    if (list.empty()) slots_.erase(slot->mutex);
+    settled_.erase(&slot);
     std::vector<std::string> gone;
-    for (const std::string& channel : ChannelsOf(*slot)) {
+    for (const std::string& channel : ChannelsOf(slot)) {
       auto it = wanted_.find(channel);
       if (it != wanted_.end() && --it->second == 0) {
         wanted_.erase(it);
@@ -490,22 +437,13 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   }
 
   void Stop() {
-    std::thread thread;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
       if (conn_) conn_->Shutdown();
-      thread = std::move(thread_);
       cv_.notify_all();
     }
-    if (!thread.joinable()) return;
-    // A listener that destroys the backend runs on this very thread, which
-    // cannot join itself; it ends by itself now that stopping_ is set.
-    if (thread.get_id() == std::this_thread::get_id()) {
-      thread.detach();
-    } else {
-      thread.join();
-    }
+    worker_.join();
   }
 
  private:
@@ -517,7 +455,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   }
 
   void Run() {
-    milliseconds delay{0};
+    Backoff backoff;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
       // Connect only when somebody listens.
@@ -528,18 +466,17 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       lock.lock();
       conn_.reset();
       confirmed_.clear();
-      for (auto& [mutex, list] : slots_) {
-        for (auto& slot : list) slot->unconfirmed = true;
-      }
+      settled_.clear();
       // Releases published while we are away are lost: wake everyone once
       // the next connection has subscribed again.
       wake_on_confirm_ = true;
       cv_.notify_all();
       if (stopping_) break;
+      milliseconds delay{0};
       if (status.ok()) {
-        delay = milliseconds(0);
+        backoff.reset();
       } else {
-        delay = std::clamp(delay * 2, kFirstReconnectDelay, kMaxReconnectDelay);
+        delay = backoff.failed();
         SIMBA_LOG(kDebug, "redis subscriber: " << status << "; reconnecting in "
                                                << FormatDuration(delay));
       }
@@ -605,7 +542,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       const std::string_view kind = ReplyString(r->element[0]);
       if (kind == "subscribe") {
         const std::string channel(ReplyString(r->element[1]));
-        std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
+        ListenerHub::Work work;
         {
           std::lock_guard<std::mutex> lock(mu_);
           if (wanted_.count(channel) > 0) confirmed_.insert(channel);
@@ -617,25 +554,19 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
             // After a reconnect: everyone, once the whole batch is back.
             if (unconfirmed.empty()) {
               wake_on_confirm_ = false;
-              for (const auto& [name, list] : slots_) {
-                AddWorkLocked(name, MutexEvent::Kind::kReleased, {}, nullptr, &work);
-              }
+              hub_->collect_all(MutexEvent{MutexEvent::Kind::kReleased, {}, {}}, &work);
             }
           } else if (SplitName(prefix_, channel, &mutex, &suffix)) {
             // A subscription made before this confirmation may have missed
             // a release: it looks again once all its channels are confirmed.
-            auto it = slots_.find(mutex);
-            if (it != slots_.end()) {
-              for (const auto& slot : it->second) {
-                if (slot->unconfirmed && AllConfirmedLocked(*slot)) {
-                  work.emplace_back(slot, MutexEvent{MutexEvent::Kind::kReleased, mutex, {}});
-                }
-              }
-            }
+            hub_->collect(MutexEvent{MutexEvent::Kind::kReleased, mutex, {}}, &work,
+                          [&](const Slot& slot) {
+                            return settled_.count(&slot) == 0 && AllConfirmedLocked(slot);
+                          });
           }
-          for (const auto& item : work) item.first->unconfirmed = false;
+          for (const auto& item : work) settled_.insert(item.first.get());
         }
-        Dispatch(work);
+        hub_->deliver(work);
         continue;
       }
       if (kind == "message" && r->elements == 3) {
@@ -645,7 +576,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   }
 
   void Deliver(std::string_view channel, std::string_view payload) {
-    std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
+    ListenerHub::Work work;
     {
       std::lock_guard<std::mutex> lock(mu_);
       std::string mutex;
@@ -678,31 +609,16 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
         }
       }
     }
-    Dispatch(work);
+    hub_->deliver(work);  // outside mu_: a listener may (un)subscribe
   }
 
   // Queues `kind` for the slots of `mutex` (only those with contender id
   // `*only`, when given).
   void AddWorkLocked(const std::string& mutex, MutexEvent::Kind kind, const std::string& by,
-                     const std::string* only,
-                     std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>* work) {
-    auto it = slots_.find(mutex);
-    if (it == slots_.end()) return;
-    for (const auto& slot : it->second) {
-      if (only != nullptr && slot->contender_id != *only) continue;
-      work->emplace_back(slot, MutexEvent{kind, mutex, by});
-    }
-  }
-
-  // Calls the listeners, outside mu_ (a listener may subscribe or end a
-  // subscription) and under dispatch_mu_ (so Remove() can wait for a
-  // delivery in progress).
-  void Dispatch(const std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>>& work) {
-    if (work.empty()) return;
-    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-    for (const auto& [slot, event] : work) {
-      if (slot->alive) slot->listener(event);
-    }
+                     const std::string* only, ListenerHub::Work* work) {
+    hub_->collect(MutexEvent{kind, mutex, by}, work, [only](const Slot& slot) {
+      return only == nullptr || slot.contender_id == *only;
+    });
   }
 
   const Endpoint endpoint_;
@@ -711,28 +627,19 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   const bool use_keyspace_events_;
   const std::string expired_channel_;
 
-  std::recursive_mutex dispatch_mu_;
+  const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
+  Worker worker_;
   std::mutex mu_;  // guards everything below; also serializes writes
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::thread thread_;
   std::shared_ptr<Connection> conn_;
-  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
+  // Subscriptions confirmed by the server since they were made (or woken
+  // once they were): the rest are woken when their channels are confirmed.
+  std::set<const Slot*> settled_;
   std::map<std::string, int> wanted_;  // channel -> listeners
   std::set<std::string> confirmed_;
   // A connection was lost: subscribers may have missed a release.
   bool wake_on_confirm_ = false;
-};
-
-class RedisSubscription final : public Subscription {
- public:
-  RedisSubscription(std::shared_ptr<Subscriber> subscriber, std::shared_ptr<Slot> slot)
-      : subscriber_(std::move(subscriber)), slot_(std::move(slot)) {}
-  ~RedisSubscription() override { subscriber_->Remove(slot_); }
-
- private:
-  std::shared_ptr<Subscriber> subscriber_;
-  std::shared_ptr<Slot> slot_;
 };
 
 // ---------------------------------------------------------------------------
@@ -925,10 +832,7 @@ class RedisBackend final : public Backend {
     SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
     if (!listener) return InvalidArgumentError("listener must not be empty");
-    auto slot = subscriber_->Add(std::string(mutex), std::string(contender_id),
-                                 std::move(listener));
-    return std::unique_ptr<Subscription>(
-        std::make_unique<RedisSubscription>(subscriber_, std::move(slot)));
+    return subscriber_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
   }
 
  private:

@@ -1,10 +1,9 @@
 // One connection to a Redis server, with every wait bounded by a deadline.
 //
 // hiredis 0.14 (Debian 12) has no connect-with-options and no per-call
-// timeout, so the socket is ours: a non-blocking TCP socket driven by poll(),
-// with hiredis used only to format commands and parse replies. That keeps
-// every call inside its deadline and lets another thread wake a blocked
-// reader (Shutdown).
+// timeout, so the socket is ours (core/net/stream.h), with hiredis used only
+// to format commands and parse replies. That keeps every call inside its
+// deadline and lets another thread wake a blocked reader (Shutdown).
 
 #ifndef SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
 #define SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
@@ -16,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/net/stream.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
@@ -61,14 +61,12 @@ class Connection {
 
   // Makes a Read blocked in another thread return (kUnavailable) and every
   // later call fail. Thread-safe.
-  void Shutdown();
+  void Shutdown() { stream_->shutdown(); }
 
  private:
-  Connection(int fd, std::string peer);
-  Status Fail(std::string_view what, int error_number) const;
+  explicit Connection(std::unique_ptr<Stream> stream);
 
-  int fd_;
-  std::string peer_;
+  const std::unique_ptr<Stream> stream_;
   redisReader* reader_;
 };
 

@@ -23,11 +23,15 @@
 #include <utility>
 #include <vector>
 
+#include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/worker.h"
 
 namespace simba {
 namespace {
 
+using internal::ListenerHub;
+using internal::TurnGate;
 using std::chrono::duration_cast;
 using std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
@@ -261,12 +265,7 @@ class ZkHandle {
   std::shared_ptr<ZkStore> store_;
 };
 
-struct Slot {
-  std::string mutex;
-  std::string contender_id;  // empty: a retriever
-  std::function<void(const MutexEvent&)> listener;
-  bool alive = true;  // guarded by ZkStore::dispatch_mu_
-};
+using Slot = ListenerHub::Slot;
 
 // What a node watch is for.
 struct WatchContext {
@@ -281,9 +280,7 @@ struct WatchContext {
 // What this backend knows of one (mutex, contender).
 struct Entry {
   // One call at a time.
-  std::mutex turn_mu;
-  std::condition_variable turn_cv;
-  bool busy = false;
+  TurnGate turn;
 
   // Guarded by the turn.
   std::uint64_t session = 0;  // the session our node belongs to
@@ -346,7 +343,6 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   Result<std::vector<std::string>> Waiters(std::string_view mutex, Deadline deadline);
   std::unique_ptr<Subscription> Subscribe(std::string_view mutex, std::string_view contender_id,
                                           std::function<void(const MutexEvent&)> listener);
-  void Unsubscribe(const std::shared_ptr<Slot>& slot);
 
   static void GlobalWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
   static void NodeWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
@@ -358,8 +354,11 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   // waiting (up to connect_timeout and `deadline`) until it is connected.
   Result<std::shared_ptr<ZkHandle>> Session(Deadline deadline);
   // Our entry for (mutex, contender), with its turn taken.
-  Result<std::shared_ptr<Entry>> TakeEntry(const EntryKey& key, Deadline deadline);
-  void GiveTurn(const std::shared_ptr<Entry>& entry);
+  struct TakenEntry {
+    std::shared_ptr<Entry> entry;
+    TurnGate::Turn turn;  // given back first
+  };
+  Result<TakenEntry> TakeEntry(const EntryKey& key, Deadline deadline);
 
   std::string MutexPath(std::string_view mutex) const {
     return options_.root + "/" + std::string(mutex);
@@ -383,9 +382,7 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   void ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
                    const std::string& contender_id);
 
-  // Delivers `event` to the listeners of event.mutex that `match`.
-  void Deliver(const MutexEvent& event, const std::function<bool(const Slot&)>& match);
-  // To every listener of every mutex.
+  // `kind` to every listener of every mutex.
   void Broadcast(MutexEvent::Kind kind);
   void OnSessionEvent(zhandle_t* zh, int state);
   void OnNodeEvent(std::uint64_t id, int type);
@@ -431,8 +428,7 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   std::uint64_t next_watch_ = 0;
   std::map<std::uint64_t, WatchContext> watches_;
   std::set<std::string> children_watched_;
-  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
-  std::recursive_mutex dispatch_mu_;
+  const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
 };
 
 // ---- sessions and watches -----------------------------------------------------------
@@ -573,8 +569,8 @@ void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
   switch (context.kind) {
     case WatchContext::Kind::kPredecessor:
       // Our predecessor left (or changed): this waiter alone looks again.
-      Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
-              [&](const Slot& s) { return s.contender_id == context.contender_id; });
+      hub_->publish(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+                    [&](const Slot& s) { return s.contender_id == context.contender_id; });
       break;
     case WatchContext::Kind::kOwn:
       if (type == ZOO_DELETED_EVENT) {
@@ -595,15 +591,15 @@ void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
         }
         // Forced out (an operator, or an eviction of a lease we did not
         // renew in time): the owner hears it now, not at its next renewal.
-        Deliver(lost, [&](const Slot& s) { return s.contender_id == context.contender_id; });
-        Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
-                [](const Slot& s) { return s.contender_id.empty(); });
+        hub_->publish(lost, [&](const Slot& s) { return s.contender_id == context.contender_id; });
+        hub_->publish(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+                      [](const Slot& s) { return s.contender_id.empty(); });
       }
       // A change is our own renewal; the renewal arms the next watch.
       break;
     case WatchContext::Kind::kChildren:
-      Deliver(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
-              [](const Slot& s) { return s.contender_id.empty(); });
+      hub_->publish(MutexEvent{MutexEvent::Kind::kReleased, context.mutex, "", 0},
+                    [](const Slot& s) { return s.contender_id.empty(); });
       break;
   }
 }
@@ -644,75 +640,16 @@ void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
   }
 }
 
-void ZkStore::Deliver(const MutexEvent& event, const std::function<bool(const Slot&)>& match) {
-  std::vector<std::shared_ptr<Slot>> targets;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(event.mutex);
-    if (it == slots_.end()) return;
-    for (const auto& slot : it->second) {
-      if (match(*slot)) targets.push_back(slot);
-    }
-  }
-  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-  for (const auto& slot : targets) {
-    if (slot->alive) slot->listener(event);
-  }
-}
-
 void ZkStore::Broadcast(MutexEvent::Kind kind) {
-  std::vector<std::shared_ptr<Slot>> targets;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& [mutex, list] : slots_) targets.insert(targets.end(), list.begin(), list.end());
-  }
-  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-  for (const auto& slot : targets) {
-    if (slot->alive) slot->listener(MutexEvent{kind, slot->mutex, "", 0});
-  }
+  ListenerHub::Work work;
+  hub_->collect_all(MutexEvent{kind, "", "", 0}, &work);
+  hub_->deliver(work);
 }
-
-class ZkSubscription final : public Subscription {
- public:
-  ZkSubscription(std::weak_ptr<ZkStore> store, std::shared_ptr<Slot> slot)
-      : store_(std::move(store)), slot_(std::move(slot)) {}
-  ~ZkSubscription() override {
-    if (auto store = store_.lock()) store->Unsubscribe(slot_);
-  }
-
- private:
-  std::weak_ptr<ZkStore> store_;
-  std::shared_ptr<Slot> slot_;
-};
 
 std::unique_ptr<Subscription> ZkStore::Subscribe(std::string_view mutex,
                                                  std::string_view contender_id,
                                                  std::function<void(const MutexEvent&)> listener) {
-  auto slot = std::make_shared<Slot>();
-  slot->mutex = std::string(mutex);
-  slot->contender_id = std::string(contender_id);
-  slot->listener = std::move(listener);
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    slots_[slot->mutex].push_back(slot);
-  }
-  return std::make_unique<ZkSubscription>(weak_from_this(), std::move(slot));
-}
-
-void ZkStore::Unsubscribe(const std::shared_ptr<Slot>& slot) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(slot->mutex);
-    if (it != slots_.end()) {
-      auto& list = it->second;
-      list.erase(std::remove(list.begin(), list.end(), slot), list.end());
-      if (list.empty()) slots_.erase(it);
-    }
-  }
-  // Waits for a delivery in progress; afterwards the listener is never
-  // called again.
-  std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-  slot->alive = false;
+  return hub_->subscribe(std::string(mutex), std::string(contender_id), std::move(listener));
 }
 
 // ---- helpers for calls --------------------------------------------------------------
@@ -848,40 +785,26 @@ Result<std::optional<Stat>> ZkStore::HeartbeatOf(zhandle_t* zh, const Stat& node
   return std::optional<Stat>(read->stat);
 }
 
-Result<std::shared_ptr<Entry>> ZkStore::TakeEntry(const EntryKey& key, Deadline deadline) {
+Result<ZkStore::TakenEntry> ZkStore::TakeEntry(const EntryKey& key, Deadline deadline) {
   for (;;) {
-    std::shared_ptr<Entry> entry;
+    TakenEntry taken;
     {
       std::lock_guard<std::mutex> lock(mu_);
       auto& slot = entries_[key];
       if (slot == nullptr) slot = std::make_shared<Entry>();
-      entry = slot;
+      taken.entry = slot;
     }
-    {
-      std::unique_lock<std::mutex> turn(entry->turn_mu);
-      if (!entry->turn_cv.wait_until(turn, deadline, [&] { return !entry->busy; })) {
-        return DeadlineExceededError("zookeeper: another call for mutex '" + key.first +
-                                     "' and contender '" + key.second +
-                                     "' is still running at the deadline");
-      }
-      entry->busy = true;
+    taken.turn = taken.entry->turn.take(deadline);
+    if (!taken.turn.taken()) {
+      return DeadlineExceededError("zookeeper: another call for mutex '" + key.first +
+                                   "' and contender '" + key.second +
+                                   "' is still running at the deadline");
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = entries_.find(key);
-      if (it != entries_.end() && it->second == entry) return entry;
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(key);
+    if (it != entries_.end() && it->second == taken.entry) return taken;
     // Released (and forgotten) while we waited: use the new entry.
-    GiveTurn(entry);
   }
-}
-
-void ZkStore::GiveTurn(const std::shared_ptr<Entry>& entry) {
-  {
-    std::lock_guard<std::mutex> turn(entry->turn_mu);
-    entry->busy = false;
-  }
-  entry->turn_cv.notify_one();
 }
 
 OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
@@ -950,13 +873,8 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
   // every mutex of the backend, instead of one per mutex.
   SIMBA_ASSIGN_OR_RETURN(const SteadyClock::time_point heartbeat_sent,
                          Heartbeat(handle, request.ttl / 2, deadline));
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, TakeEntry({mutex, contender}, deadline));
-  struct TurnGuard {
-    ZkStore* store;
-    std::shared_ptr<Entry> entry;
-    ~TurnGuard() { store->GiveTurn(entry); }
-  } guard{this, entry};
-  Entry& e = *entry;
+  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, TakeEntry({mutex, contender}, deadline));
+  Entry& e = *taken.entry;
   if (e.session != handle->generation()) {
     // Our node (if any) ended with its session.
     e.Reset(handle->generation());
@@ -1179,13 +1097,8 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.count({mutex, contender}) == 0) return false;  // nothing of ours there
   }
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, TakeEntry({mutex, contender}, deadline));
-  struct TurnGuard {
-    ZkStore* store;
-    std::shared_ptr<Entry> entry;
-    ~TurnGuard() { store->GiveTurn(entry); }
-  } guard{this, entry};
-  Entry& e = *entry;
+  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, TakeEntry({mutex, contender}, deadline));
+  Entry& e = *taken.entry;
   // Our node now is a later ownership than the one this release is for (its
   // token is the node's czxid): leave it.
   if (token != 0 && e.czxid != 0 && e.czxid != token) return false;
@@ -1231,7 +1144,7 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     watches_.erase(e.own_watch);
     watches_.erase(e.watch_id);
     auto it = entries_.find({mutex, contender});
-    if (it != entries_.end() && it->second == entry) entries_.erase(it);
+    if (it != entries_.end() && it->second == taken.entry) entries_.erase(it);
   }
   e.Reset(0);
   return released;
@@ -1319,12 +1232,9 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
     // Retrievers get a child watch: any change of the election wakes them.
     bool watch = false;
     std::uint64_t id = 0;
+    const bool retrievers = hub_->any(mutex, [](const Slot& s) { return s.contender_id.empty(); });
     {
       std::lock_guard<std::mutex> lock(mu_);
-      auto it = slots_.find(mutex);
-      const bool retrievers =
-          it != slots_.end() && std::any_of(it->second.begin(), it->second.end(),
-                                            [](const auto& s) { return s->contender_id.empty(); });
       if (retrievers && children_watched_.insert(mutex).second) {
         watch = true;
         id = ++next_watch_;

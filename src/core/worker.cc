@@ -1,0 +1,89 @@
+#include "core/worker.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "simba/uri.h"
+
+namespace simba::internal {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+bool Worker::start(std::function<void()> body) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (used_) return false;
+  // Only `body` (a copy the thread owns) runs there: nothing of *this.
+  thread_ = std::thread(std::move(body));
+  used_ = true;
+  return true;
+}
+
+void Worker::join() {
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    used_ = true;
+    thread = std::move(thread_);
+  }
+  if (!thread.joinable()) return;
+  if (thread.get_id() == std::this_thread::get_id()) {
+    // Called from inside `body`: the thread cannot join itself. It ends when
+    // `body` returns, and touches nothing of this Worker on the way.
+    thread.detach();
+  } else {
+    thread.join();
+  }
+}
+
+bool Worker::running() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return thread_.joinable();
+}
+
+milliseconds Backoff::failed(Status error) {
+  last_error_ = std::move(error);
+  delay_ = std::clamp(delay_ * 2, first_, max_);
+  next_ = steady_clock::now() + delay_;
+  return delay_;
+}
+
+void Backoff::reset() {
+  delay_ = milliseconds(0);
+  next_ = {};
+}
+
+Status Backoff::ready() const {
+  const auto now = steady_clock::now();
+  if (now >= next_) return OkStatus();
+  const auto wait = std::chrono::ceil<milliseconds>(next_ - now);
+  return Status(last_error_.code(),
+                last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
+}
+
+TurnGate::Turn& TurnGate::Turn::operator=(Turn&& other) noexcept {
+  if (this != &other) {
+    release();
+    gate_ = std::exchange(other.gate_, nullptr);
+  }
+  return *this;
+}
+
+void TurnGate::Turn::release() {
+  TurnGate* gate = std::exchange(gate_, nullptr);
+  if (gate == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(gate->mu_);
+    gate->busy_ = false;
+  }
+  gate->cv_.notify_one();
+}
+
+TurnGate::Turn TurnGate::take(Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!cv_.wait_until(lock, deadline, [this] { return !busy_; })) return Turn();
+  busy_ = true;
+  return Turn(this);
+}
+
+}  // namespace simba::internal
