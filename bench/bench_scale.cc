@@ -36,14 +36,14 @@ class CountingBackend final : public Backend {
 
   std::string_view scheme() const override { return inner_->scheme(); }
   const Capabilities& capabilities() const override { return inner_->capabilities(); }
-  Status validate_mutex(std::string_view mutex) const override {
+  Status validate_store_mutex(std::string_view mutex) const override {
     return inner_->validate_mutex(mutex);
   }
-  Status validate_contender_id(std::string_view id) const override {
+  Status validate_store_contender_id(std::string_view id) const override {
     return inner_->validate_contender_id(id);
   }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
     ++calls_;
     const auto start = BenchClock::now();
     Result<OwnerRecord> result = inner_->acquire_or_renew(request, deadline);
@@ -61,24 +61,24 @@ class CountingBackend final : public Backend {
     }
     return result;
   }
-  Result<bool> release(std::string_view mutex, std::string_view id, std::uint64_t token,
+  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
                        Deadline deadline) override {
     ++calls_;
     return inner_->release(mutex, id, token, deadline);
   }
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     ++calls_;
     return inner_->force_release(mutex, deadline);
   }
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     ++calls_;
     return inner_->read(mutex, deadline);
   }
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     ++calls_;
     return inner_->list(deadline);
   }
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view id,
       std::function<void(const MutexEvent&)> listener) override {
     return inner_->subscribe(mutex, id, std::move(listener));

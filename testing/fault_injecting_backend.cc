@@ -39,7 +39,7 @@ class FaultSubscription final : public Subscription {
 FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<Backend> target)
     : target_(std::move(target)), listeners_(std::make_shared<FaultListeners>()) {}
 
-Result<std::unique_ptr<Subscription>> FaultInjectingBackend::subscribe(
+Result<std::unique_ptr<Subscription>> FaultInjectingBackend::do_subscribe(
     std::string_view mutex, std::string_view contender_id,
     std::function<void(const MutexEvent&)> listener) {
   auto target = target_->subscribe(
@@ -115,8 +115,8 @@ void FaultInjectingBackend::set_failure_retry_after(
   failure_retry_after_ = delay;
 }
 
-Result<OwnerRecord> FaultInjectingBackend::acquire_or_renew(const AcquireRequest& request,
-                                                            Deadline deadline) {
+Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequest& request,
+                                                               Deadline deadline) {
   ++acquire_calls_;
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::acquire_mode_, deadline));
   auto reply = target_->acquire_or_renew(request, deadline);
@@ -145,32 +145,33 @@ void FaultInjectingBackend::set_before_next_acquire_reply(std::function<void()> 
   before_next_acquire_reply_ = std::move(action);
 }
 
-Result<bool> FaultInjectingBackend::release(std::string_view mutex, std::string_view contender_id,
-                                            std::uint64_t fencing_token, Deadline deadline) {
+Result<bool> FaultInjectingBackend::do_release(std::string_view mutex,
+                                               std::string_view contender_id,
+                                               std::uint64_t fencing_token, Deadline deadline) {
   ++release_calls_;
   last_release_token_ = fencing_token;
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->release(mutex, contender_id, fencing_token, deadline);
 }
 
-Result<ForcedRelease> FaultInjectingBackend::force_release(std::string_view mutex,
-                                                           Deadline deadline) {
+Result<ForcedRelease> FaultInjectingBackend::do_force_release(std::string_view mutex,
+                                                              Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->force_release(mutex, deadline);
 }
 
-Result<OwnerRecord> FaultInjectingBackend::read(std::string_view mutex, Deadline deadline) {
+Result<OwnerRecord> FaultInjectingBackend::do_read(std::string_view mutex, Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->read(mutex, deadline);
 }
 
-Result<std::vector<ListedMutex>> FaultInjectingBackend::list(Deadline deadline) {
+Result<std::vector<ListedMutex>> FaultInjectingBackend::do_list(Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->list(deadline);
 }
 
-Result<std::vector<std::string>> FaultInjectingBackend::waiters(std::string_view mutex,
-                                                                Deadline deadline) {
+Result<std::vector<std::string>> FaultInjectingBackend::do_waiters(std::string_view mutex,
+                                                                   Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
   return target_->waiters(mutex, deadline);
 }

@@ -60,22 +60,23 @@ class FaultInjectingBackend final : public Backend {
 
   std::string_view scheme() const override { return target_->scheme(); }
   const Capabilities& capabilities() const override { return target_->capabilities(); }
-  Status validate_mutex(std::string_view mutex) const override {
+  // Public calls run on this decorator, which checks the inputs by the
+  // target's rules and forwards to the target's public calls.
+  Status validate_store_mutex(std::string_view mutex) const override {
     return target_->validate_mutex(mutex);
   }
-  Status validate_contender_id(std::string_view id) const override {
+  Status validate_store_contender_id(std::string_view id) const override {
     return target_->validate_contender_id(id);
   }
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override;
-  using Backend::release;
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline deadline) override;
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override;
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override;
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override;
-  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override;
-  using Backend::subscribe;
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override;
+  Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline deadline) override;
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override;
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override;
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override;
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override;
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override;
   // Delivers `event` to every listener subscribed through this backend to

@@ -5,14 +5,24 @@
 // callbacks) lives once in the core; a backend answers a few atomic
 // questions about one mutex and declares what it can do.
 //
+// The hot path (what contend and retrieval services call):
 //   acquire_or_renew  take the mutex if its hard lease is over (or renew it if
 //                     the caller already owns it) and return the owner
 //                     afterwards, with the store's time and fencing token
 //   release           free the mutex if the caller owns it
 //   read              the current owner, without changing anything
-//   list              every mutex the store holds (for `simba status`)
-//   waiters           optional: who waits for a mutex (for the dashboard)
 //   subscribe         optional push: tell me when a mutex is released
+// Operator calls (for `simba status`, `simba release`, the dashboard; never
+// on the hot path):
+//   list              every mutex the store holds
+//   waiters           optional: who waits for a mutex
+//   force_release     free a stuck mutex whoever owns it
+//
+// The public calls are not virtual: each checks its inputs once (names,
+// ttl and transition, the listener) and then calls the store's protected
+// do_* virtual, which can rely on valid inputs. A store adds its own name
+// rules through validate_store_mutex / validate_store_contender_id and its
+// lease limits through Capabilities.
 //
 // Every call takes a deadline on the real monotonic clock and must return by
 // it (kDeadlineExceeded or kUnavailable) even if the store hangs.
@@ -27,7 +37,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,11 +65,20 @@ struct Capabilities {
   // A holder's process dying ends its hold as soon as the store notices its
   // session is gone, not only when the lease runs out.
   bool ends_with_session = false;
+  // waiters() lists who waits (the store keeps a wait queue). Otherwise
+  // waiters() is kUnimplemented for every name, and do_waiters is never
+  // called.
+  bool lists_waiters = false;
   // Where the fencing token comes from, for docs and `simba status`.
   std::string fencing_source;
   // Limits a name must respect (bytes).
   std::size_t max_mutex_length = 255;
   std::size_t max_contender_id_length = 128;
+  // Limits of AcquireRequest::ttl and ::transition. The default only keeps
+  // now + ttl + transition from overflowing 64-bit milliseconds (now is
+  // about 2^41); no real lease comes close.
+  std::chrono::milliseconds max_ttl{std::numeric_limits<std::int64_t>::max() / 4};
+  std::chrono::milliseconds max_transition{std::numeric_limits<std::int64_t>::max() / 4};
 };
 
 // The owner of a mutex together with the store's time when it was read, so
@@ -65,6 +86,26 @@ struct Capabilities {
 struct OwnerRecord {
   MutexOwner owner;
   StoreTime store_now{0};
+  // Set when the store cannot know when another owner's hold ends (a
+  // ZooKeeper participant of JVM Simba, whose session is its lease; the
+  // owner ahead of an etcd waiter). The owner's ttl_at and transition_at
+  // are then 0 ("unknown"), never invented: the owner holds the mutex until
+  // the store says otherwise (a pushed release, a later answer). The value
+  // is the store time by which a contender must call acquire_or_renew again
+  // for the store's sake (an etcd waiter keeps its own key's lease alive by
+  // calling); the core comes back before it, with its own margin and
+  // jitter (ContendPeriod). From read(), list() and force_release() it is
+  // the store's now: only the "unknown" matters there.
+  // Never set for the caller's own ownership, whose times are always known.
+  std::optional<StoreTime> ask_again_at{};
+
+  // The owner's times are unknown (see ask_again_at).
+  bool owner_times_unknown() const { return ask_again_at.has_value(); }
+  // Somebody holds the mutex at store_now: its hard lease has not ended,
+  // or its times are unknown and the store names an owner.
+  bool held() const {
+    return owner.has_owner_id() && (owner_times_unknown() || owner.has_owner(store_now));
+  }
 };
 
 // One mutex as listed by list().
@@ -83,6 +124,8 @@ struct AcquireRequest {
 // What an operator's forced release did.
 struct ForcedRelease {
   // The owner that was removed (MutexOwner::None() if the mutex was free).
+  // Its ttl_at and transition_at are 0 when the store could not know them
+  // (a ZooKeeper participant of JVM Simba).
   MutexOwner previous;
   // Every later acquisition of the mutex gets a token greater than this
   // (and this is greater than previous.fencing_token): tell the protected
@@ -129,13 +172,16 @@ class Backend {
   virtual std::string_view scheme() const = 0;
   virtual const Capabilities& capabilities() const = 0;
 
-  // Checks a mutex name against this store's rules. The default accepts
-  // non-empty valid UTF-8 without control characters, up to
-  // capabilities().max_mutex_length bytes. Errors are kInvalidArgument and
-  // name the parameter ("mutex").
-  virtual Status validate_mutex(std::string_view mutex) const;
+  // Checks a mutex name: non-empty valid UTF-8 without control characters,
+  // up to capabilities().max_mutex_length bytes, then the store's own rules
+  // (validate_store_mutex). Errors are kInvalidArgument and name the
+  // parameter ("mutex"). Every call below runs it; the factory runs it too,
+  // to refuse a service up front.
+  Status validate_mutex(std::string_view mutex) const;
   // The same for a contender id ("contender_id").
-  virtual Status validate_contender_id(std::string_view contender_id) const;
+  Status validate_contender_id(std::string_view contender_id) const;
+
+  // ---- the hot path ------------------------------------------------------
 
   // Atomically: if the mutex is free or its hard lease has ended (by the
   // store's clock), make `contender_id` the owner with a new fencing token;
@@ -143,9 +189,11 @@ class Backend {
   // it keeping the token; otherwise change nothing. In every case return the
   // owner afterwards and the store's time of the decision.
   // On success: owner.ttl_at = now + ttl, transition_at = now + ttl +
-  // transition.
-  virtual Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request,
-                                               Deadline deadline) = 0;
+  // transition. Another owner's times are its real lease, or unknown with
+  // ask_again_at set (see OwnerRecord).
+  // Checks: both names, ttl positive, transition not negative, each within
+  // capabilities().max_ttl / max_transition (kInvalidArgument naming it).
+  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline);
 
   // Frees the mutex if `contender_id` owns it (whatever its lease times)
   // and, unless `fencing_token` is 0, only if its ownership is the one that
@@ -156,31 +204,16 @@ class Backend {
   // network after its caller gave up on it may reach the store after the
   // same contender acquired the mutex again, and must not end that newer
   // ownership (the fault runs caught exactly this; docs/reliability.md).
-  virtual Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                               std::uint64_t fencing_token, Deadline deadline) = 0;
+  Result<bool> release(std::string_view mutex, std::string_view contender_id,
+                       std::uint64_t fencing_token, Deadline deadline);
   // Any ownership of `contender_id` (fencing_token 0).
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
                        Deadline deadline) {
     return release(mutex, contender_id, 0, deadline);
   }
 
-  // An operator's release of a stuck lease: frees the mutex whoever owns it
-  // and bumps its fencing counter, so the next owner's token exceeds
-  // `fencing_floor` and every token the old holder was given. Push-capable
-  // stores notify waiters. The old holder learns at its next renewal, or at
-  // once on stores that push kLost with `forced` (memory, ZooKeeper, etcd).
-  virtual Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) = 0;
-
   // The current owner (MutexOwner::None() for an unknown or free mutex).
-  virtual Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) = 0;
-
-  // Every mutex the store has a record of, free ones included.
-  virtual Result<std::vector<ListedMutex>> list(Deadline deadline) = 0;
-
-  // The contenders waiting for `mutex`, first in line first, on stores that
-  // keep a wait queue (for the dashboard). The default, for stores where
-  // waiters just poll and leave no trace, is kUnimplemented.
-  virtual Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline);
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline);
 
   // Push: calls `listener` (on any thread; it must not block) when `mutex`
   // changes hands. Backends without push return kUnimplemented; the core then
@@ -192,7 +225,7 @@ class Backend {
   // others ignore it. A contender must subscribe before its first
   // acquire_or_renew (as a contend service does), or ask again once
   // subscribed (as a keyed lease does), or it may miss its wake-up.
-  virtual Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener);
   // The same for a retriever (no contender id).
@@ -200,9 +233,54 @@ class Backend {
       std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
     return subscribe(mutex, std::string_view(), std::move(listener));
   }
+
+  // ---- operator calls ----------------------------------------------------
+  // For `simba status`, `simba release` and the dashboard: never called by
+  // the services, so a store may make them as slow (full scans, one lease
+  // lookup per mutex) as it needs.
+
+  // Every mutex the store has a record of, free ones included.
+  Result<std::vector<ListedMutex>> list(Deadline deadline);
+
+  // The contenders waiting for `mutex`, first in line first, on stores that
+  // keep a wait queue (capabilities().lists_waiters). Stores where waiters
+  // just poll and leave no trace answer kUnimplemented, whatever the name.
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline);
+
+  // An operator's release of a stuck lease: frees the mutex whoever owns it
+  // and bumps its fencing counter, so the next owner's token exceeds
+  // `fencing_floor` and every token the old holder was given. Push-capable
+  // stores notify waiters. The old holder learns at its next renewal, or at
+  // once on stores that push kLost with `forced` (memory, ZooKeeper, etcd).
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline);
+
+ protected:
+  // A store's own name rules, after the default ones passed (Redis refuses
+  // '{', '}' and "@@", ZooKeeper '/'). kInvalidArgument naming the
+  // parameter. The defaults accept everything.
+  virtual Status validate_store_mutex(std::string_view mutex) const;
+  virtual Status validate_store_contender_id(std::string_view contender_id) const;
+
+  // The calls above, with their inputs already checked.
+  virtual Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                                  Deadline deadline) = 0;
+  virtual Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                                  std::uint64_t fencing_token, Deadline deadline) = 0;
+  virtual Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) = 0;
+  // The default: kUnimplemented (no push).
+  virtual Result<std::unique_ptr<Subscription>> do_subscribe(
+      std::string_view mutex, std::string_view contender_id,
+      std::function<void(const MutexEvent&)> listener);
+
+  virtual Result<std::vector<ListedMutex>> do_list(Deadline deadline) = 0;
+  // Called only when capabilities().lists_waiters. The default:
+  // kUnimplemented.
+  virtual Result<std::vector<std::string>> do_waiters(std::string_view mutex,
+                                                      Deadline deadline);
+  virtual Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) = 0;
 };
 
-// Checks `name` (the parameter `what`) against the default rules used by
+// Checks `name` (the parameter `what`) against the default rules of
 // Backend::validate_mutex: non-empty, at most `max_length` bytes, valid
 // UTF-8, no control characters.
 Status ValidateName(std::string_view what, std::string_view name,

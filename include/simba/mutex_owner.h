@@ -11,7 +11,10 @@
 //   |  ttl: the owner renews by here  | transition: grace for a late renewal |
 //
 // Other contenders are excluded until `transition_at`; after it the mutex is
-// free for anyone. The owner is scheduled to renew at `ttl_at`.
+// free for anyone. The owner is scheduled to renew at `ttl_at`. A store that
+// cannot know another owner's times reports them as 0 ("unknown"; see
+// OwnerRecord::ask_again_at in simba/backend.h): that owner holds the mutex
+// until the store says otherwise, whatever has_owner(now) says.
 //
 // Fencing: every acquisition carries a `fencing_token` strictly greater than
 // the token of every earlier acquisition of the same mutex, on every backend.

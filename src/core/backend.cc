@@ -1,6 +1,7 @@
 #include "simba/backend.h"
 
 #include <string>
+#include <tuple>
 
 namespace simba {
 namespace {
@@ -13,6 +14,10 @@ std::size_t Utf8SequenceLength(unsigned char lead) {
   if (lead >= 0xE0 && lead <= 0xEF) return 3;
   if (lead >= 0xF0 && lead <= 0xF4) return 4;
   return 0;
+}
+
+Status NoWaitQueue(std::string_view scheme) {
+  return UnimplementedError(std::string(scheme) + " keeps no wait queue: waiters poll");
 }
 
 }  // namespace
@@ -58,22 +63,86 @@ Status ValidateName(std::string_view what, std::string_view name, std::size_t ma
 }
 
 Status Backend::validate_mutex(std::string_view mutex) const {
-  return ValidateName("mutex", mutex, capabilities().max_mutex_length);
+  SIMBA_RETURN_IF_ERROR(ValidateName("mutex", mutex, capabilities().max_mutex_length));
+  return validate_store_mutex(mutex);
 }
 
 Status Backend::validate_contender_id(std::string_view contender_id) const {
-  return ValidateName("contender_id", contender_id, capabilities().max_contender_id_length);
+  SIMBA_RETURN_IF_ERROR(
+      ValidateName("contender_id", contender_id, capabilities().max_contender_id_length));
+  return validate_store_contender_id(contender_id);
+}
+
+Status Backend::validate_store_mutex(std::string_view /*mutex*/) const { return OkStatus(); }
+
+Status Backend::validate_store_contender_id(std::string_view /*contender_id*/) const {
+  return OkStatus();
+}
+
+Result<OwnerRecord> Backend::acquire_or_renew(const AcquireRequest& request, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
+  SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+  if (request.ttl <= std::chrono::milliseconds::zero() ||
+      request.transition < std::chrono::milliseconds::zero()) {
+    return InvalidArgumentError("ttl must be positive and transition not negative");
+  }
+  const Capabilities& limits = capabilities();
+  for (const auto& [what, value, max] :
+       {std::tuple("ttl", request.ttl, limits.max_ttl),
+        std::tuple("transition", request.transition, limits.max_transition)}) {
+    if (value > max) {
+      return InvalidArgumentError(std::string(what) + " is " + std::to_string(value.count()) +
+                                  " ms; this store allows at most " +
+                                  std::to_string(max.count()) + " ms");
+    }
+  }
+  return do_acquire_or_renew(request, deadline);
+}
+
+Result<bool> Backend::release(std::string_view mutex, std::string_view contender_id,
+                              std::uint64_t fencing_token, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  return do_release(mutex, contender_id, fencing_token, deadline);
+}
+
+Result<OwnerRecord> Backend::read(std::string_view mutex, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  return do_read(mutex, deadline);
 }
 
 Result<std::unique_ptr<Subscription>> Backend::subscribe(
+    std::string_view mutex, std::string_view contender_id,
+    std::function<void(const MutexEvent&)> listener) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  // Empty: a retriever.
+  if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  if (!listener) return InvalidArgumentError("listener must not be empty");
+  return do_subscribe(mutex, contender_id, std::move(listener));
+}
+
+Result<std::vector<ListedMutex>> Backend::list(Deadline deadline) { return do_list(deadline); }
+
+Result<std::vector<std::string>> Backend::waiters(std::string_view mutex, Deadline deadline) {
+  if (!capabilities().lists_waiters) return NoWaitQueue(scheme());
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  return do_waiters(mutex, deadline);
+}
+
+Result<ForcedRelease> Backend::force_release(std::string_view mutex, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  return do_force_release(mutex, deadline);
+}
+
+Result<std::unique_ptr<Subscription>> Backend::do_subscribe(
     std::string_view /*mutex*/, std::string_view /*contender_id*/,
     std::function<void(const MutexEvent&)> /*listener*/) {
   return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
 }
 
-Result<std::vector<std::string>> Backend::waiters(std::string_view /*mutex*/,
-                                                  Deadline /*deadline*/) {
-  return UnimplementedError(std::string(scheme()) + " keeps no wait queue: waiters poll");
+Result<std::vector<std::string>> Backend::do_waiters(std::string_view /*mutex*/,
+                                                     Deadline /*deadline*/) {
+  return NoWaitQueue(scheme());
 }
 
 }  // namespace simba

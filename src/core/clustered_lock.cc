@@ -607,7 +607,7 @@ void ClusteredLockCore::IsLocked(Completion done) {
             reply.Complete(std::move(*shared),
                            record.status().WithContext("clustered lock '" + self->name_ + "'"));
           } else {
-            reply.Complete(std::move(*shared), record->owner.has_owner(record->store_now));
+            reply.Complete(std::move(*shared), record->held());
           }
           self->Flush(reply);
         })) {
@@ -651,7 +651,7 @@ void ClusteredLockCore::IsLockedByMe(Completion done) {
           } else {
             reply.Complete(std::move(*shared), record->owner.is_owner(self->shared_->node_id) &&
                                                    record->owner.fencing_token == token &&
-                                                   record->owner.has_owner(record->store_now) &&
+                                                   record->held() &&
                                                    self->FencingToken() == token);
           }
           self->Flush(reply);

@@ -1,5 +1,6 @@
 #include "simba/contend_period.h"
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 
@@ -36,10 +37,13 @@ std::chrono::milliseconds ContendPeriod::next_delay(const MutexOwner& owner, Sto
     return owner.ttl_at - now;
   }
   // A zero transition gives no window in which early attempts are harmless,
-  // so the jitter only spreads contenders out after the lease end.
+  // so the jitter only spreads contenders out after the lease end. Nor does
+  // a lease that ends within |kJitterMin|: an attempt before its end would
+  // only be told the same end again (see the header).
   const bool zero_transition = owner.transition_at == owner.ttl_at;
+  const bool ends_soon = owner.transition_at - now <= std::chrono::milliseconds(-kJitterMin);
   const std::int64_t jitter =
-      random_->Uniform(zero_transition ? 0 : kJitterMin, kJitterMax);
+      random_->Uniform(zero_transition || ends_soon ? 0 : kJitterMin, kJitterMax);
   return owner.transition_at - now + std::chrono::milliseconds(jitter);
 }
 
@@ -47,6 +51,18 @@ std::chrono::milliseconds ContendPeriod::ensure_next_delay(const MutexOwner& own
                                                            StoreTime now) const {
   const auto delay = next_delay(owner, now);
   return delay < std::chrono::milliseconds::zero() ? std::chrono::milliseconds::zero() : delay;
+}
+
+std::chrono::milliseconds ContendPeriod::ensure_next_delay(const OwnerRecord& record) const {
+  if (!record.ask_again_at) return ensure_next_delay(record.owner, record.store_now);
+  using std::chrono::milliseconds;
+  const milliseconds left = *record.ask_again_at - record.store_now;
+  if (left <= milliseconds::zero()) return milliseconds::zero();
+  const milliseconds quarter = left / 4;
+  const milliseconds margin = std::min(quarter, kAskAgainMargin);
+  const std::int64_t spread = std::min<std::int64_t>(quarter.count(), kJitterMax);
+  const std::int64_t jitter = spread > 0 ? random_->Uniform(0, spread) : 0;
+  return left - margin - milliseconds(jitter);
 }
 
 }  // namespace simba

@@ -172,7 +172,10 @@ MutexState ServiceCore::mutex_state() const {
 
 bool ServiceCore::has_owner() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return state_.after.has_owner(EstimatedStoreNowLocked(clock_->Now()));
+  // An owner whose times the store could not tell holds until it says so.
+  return state_.after.has_owner_id() &&
+         (owner_times_unknown_ ||
+          state_.after.has_owner(EstimatedStoreNowLocked(clock_->Now())));
 }
 
 bool ServiceCore::is_owner() const {
@@ -297,6 +300,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
         failures_ = 0;
         anchor_store_ = reply->store_now;
         anchor_local_ = now;
+        owner_times_unknown_ = reply->owner_times_unknown();
         const MutexOwner& owner = reply->owner;
         if (mode_ == Mode::kContend && owner.is_owner(contender_id_) && losses_ != losses_seen) {
           // The store told us of a loss while this call was out: the reply
@@ -335,7 +339,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
               if (auto self = weak.lock()) self->OnLeaseDeadline(gen);
             });
             ApplyLocked(owner);
-            next = period_.ensure_next_delay(owner, reply->store_now);
+            next = period_.ensure_next_delay(*reply);
           }
         } else {
           if (mode_ == Mode::kContend && observers_.any()) {
@@ -345,7 +349,11 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
                                    ? "the store names " + owner.owner_id + " as the owner"
                                    : std::string("the store says nobody owns it"));
             }
-            if (owner.has_owner(reply->store_now)) {
+            if (reply->owner_times_unknown() && owner.has_owner_id()) {
+              // Another owner, until a pushed release or a later answer.
+              busy_seen_ = true;
+              free_known_at_.reset();
+            } else if (owner.has_owner(reply->store_now)) {
               // Another owner: the mutex is free at the end of its lease at
               // the latest (a pushed release may tell us earlier).
               busy_seen_ = true;
@@ -357,8 +365,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           ApplyLocked(owner);
           // A retriever has no lease to time: it re-reads at its poll
           // interval (and at once when the store pushes a change).
-          next = mode_ == Mode::kRetrieve ? poll_interval_
-                                          : period_.ensure_next_delay(owner, reply->store_now);
+          next = mode_ == Mode::kRetrieve ? poll_interval_ : period_.ensure_next_delay(*reply);
         }
       } else {
         ++failures_;

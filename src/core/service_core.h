@@ -130,6 +130,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // store time without comparing clocks.
   StoreTime anchor_store_{0};
   Clock::TimePoint anchor_local_{};
+  // The last answer could not tell when state_.after's hold ends
+  // (OwnerRecord::ask_again_at): it holds until the store says otherwise.
+  bool owner_times_unknown_ = false;
   Runtime::TimerId attempt_timer_ = 0;
   Runtime::TimerId deadline_timer_ = 0;
   // One store call at a time per service; a wake-up that arrives meanwhile

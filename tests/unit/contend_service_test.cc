@@ -525,6 +525,113 @@ TEST_F(ContendServiceTest, RetrieverFollowsTheOwner) {
   ASSERT_GE(seen.size(), 3u);
 }
 
+// Answers like a store that cannot know another owner's times (a ZooKeeper
+// participant of JVM Simba; the owner ahead of an etcd waiter): that owner's
+// times unknown (0), and "ask again" 10 s after the store's now.
+class UnknownOwnerTimesBackend final : public Backend {
+ public:
+  explicit UnknownOwnerTimesBackend(std::shared_ptr<Backend> target)
+      : target_(std::move(target)) {}
+  std::string_view scheme() const override { return target_->scheme(); }
+  const Capabilities& capabilities() const override { return target_->capabilities(); }
+  int acquire_calls() const { return acquire_calls_.load(); }
+
+ protected:
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
+    ++acquire_calls_;
+    auto reply = target_->acquire_or_renew(request, deadline);
+    if (reply.ok() && reply->owner.has_owner_id() &&
+        !reply->owner.is_owner(request.contender_id)) {
+      reply->owner.acquired_at = reply->owner.ttl_at = reply->owner.transition_at = StoreTime(0);
+      reply->ask_again_at = reply->store_now + seconds(10);
+    }
+    return reply;
+  }
+  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
+                          Deadline deadline) override {
+    return target_->release(mutex, id, token, deadline);
+  }
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
+    return target_->read(mutex, deadline);
+  }
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
+    return target_->list(deadline);
+  }
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
+    return target_->force_release(mutex, deadline);
+  }
+
+ private:
+  std::shared_ptr<Backend> target_;
+  std::atomic<int> acquire_calls_{0};
+};
+
+TEST_F(ContendServiceTest, OwnerOfUnknownTimesHoldsAndIsAskedAgainBeforeTheStoresTime) {
+  auto backend = std::make_shared<UnknownOwnerTimesBackend>(store_);
+  auto b_factory = MakeFactory(backend, PinJitter);
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto b = b_factory->create_contend_service(Contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
+                         seconds(5)));
+  // Times of 0 are "unknown", not "ended": A holds until the store says not.
+  EXPECT_TRUE(b->has_owner());
+  EXPECT_EQ(b->after_owner().transition_at, StoreTime(0));
+  const int calls = backend->acquire_calls();
+  // 10 s left: back 750 ms early, less the pinned 1 ms of jitter.
+  ASSERT_TRUE(Waiting(milliseconds(9249)));
+  clock_->Advance(milliseconds(9248));
+  Settle();
+  EXPECT_EQ(backend->acquire_calls(), calls) << "asked again before its time";
+  EXPECT_TRUE(b->has_owner());
+  clock_->Advance(milliseconds(1));
+  ASSERT_TRUE(Eventually([&] { return backend->acquire_calls() == calls + 1; }, seconds(5)));
+  SIMBA_ASSERT_OK(b->stop());
+  SIMBA_ASSERT_OK(a->stop());
+}
+
+// Draws -150 ms where the contend period allows negative jitter, +1 ms
+// where it does not.
+class EarlyWhereAllowed final : public Random {
+ public:
+  std::int64_t Uniform(std::int64_t lo, std::int64_t /*hi*/) override { return lo < 0 ? -150 : 1; }
+};
+
+// A waiter's attempt that its negative jitter made land before the owner's
+// lease end finds the lease running, with 150 ms left: its next attempt
+// comes after the end, not early again (and again: a spin until the end).
+TEST_F(ContendServiceTest, WaiterThatCameEarlyComesBackAfterTheLeaseEnd) {
+  auto b_faults = std::make_shared<FaultInjectingBackend>(store_);
+  auto b_factory = MakeFactory(b_faults, [](FactoryOptions& options) {
+    options.random = std::make_shared<EarlyWhereAllowed>();
+    options.contend.operation_timeout = seconds(30);
+  });
+  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto b = b_factory->create_contend_service(Contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  faults_->set_mode(Mode::kFail);  // A dies silently: its lease ends at 16 s
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
+                         seconds(5)));
+  const int calls = b_faults->acquire_calls();
+  ASSERT_TRUE(Waiting(seconds(16) - milliseconds(150)));
+  clock_->Advance(seconds(16) - milliseconds(150));
+  ASSERT_TRUE(Eventually([&] { return b_faults->acquire_calls() == calls + 1; }, seconds(5)));
+  Settle();
+  EXPECT_EQ(b_faults->acquire_calls(), calls + 1) << "came early more than once";
+  EXPECT_FALSE(b->is_owner());
+  clock_->Advance(milliseconds(151));  // the lease end + 1 ms of jitter
+  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  EXPECT_EQ(b_faults->acquire_calls(), calls + 2);
+  faults_->set_mode(Mode::kPass);
+  SIMBA_ASSERT_OK(b->stop());
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, FactoryRejectsBadOptions) {
   FactoryOptions options;
   options.contend.ttl = milliseconds(0);

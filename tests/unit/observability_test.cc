@@ -120,7 +120,7 @@ class ForgingBackend final : public Backend {
   }
   std::string_view scheme() const override { return target_->scheme(); }
   const Capabilities& capabilities() const override { return target_->capabilities(); }
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
     auto reply = target_->acquire_or_renew(request, deadline);
     std::lock_guard<std::mutex> lock(mu_);
     if (reply.ok() && !forged_owner_.empty()) {
@@ -129,18 +129,17 @@ class ForgingBackend final : public Backend {
     }
     return reply;
   }
-  using Backend::release;
-  Result<bool> release(std::string_view mutex, std::string_view id, std::uint64_t token,
+  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
                        Deadline deadline) override {
     return target_->release(mutex, id, token, deadline);
   }
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     return target_->force_release(mutex, deadline);
   }
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     return target_->read(mutex, deadline);
   }
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     return target_->list(deadline);
   }
 

@@ -35,19 +35,19 @@ class FakeBackend : public Backend {
   explicit FakeBackend(std::string scheme) : scheme_(std::move(scheme)) {}
   std::string_view scheme() const override { return scheme_; }
   const Capabilities& capabilities() const override { return capabilities_; }
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest&, Deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest&, Deadline) override {
     return UnimplementedError("fake");
   }
-  Result<bool> release(std::string_view, std::string_view, std::uint64_t, Deadline) override {
+  Result<bool> do_release(std::string_view, std::string_view, std::uint64_t, Deadline) override {
     return UnimplementedError("fake");
   }
-  Result<ForcedRelease> force_release(std::string_view, Deadline) override {
+  Result<ForcedRelease> do_force_release(std::string_view, Deadline) override {
     return UnimplementedError("fake");
   }
-  Result<OwnerRecord> read(std::string_view, Deadline) override {
+  Result<OwnerRecord> do_read(std::string_view, Deadline) override {
     return UnimplementedError("fake");
   }
-  Result<std::vector<ListedMutex>> list(Deadline) override { return UnimplementedError("fake"); }
+  Result<std::vector<ListedMutex>> do_list(Deadline) override { return UnimplementedError("fake"); }
 
  private:
   std::string scheme_;

@@ -50,9 +50,10 @@ struct MutexView {
   std::string owner;  // "" when free
   std::uint64_t fencing_token = 0;
   // Relative to the store's time of the read; meaningful when held.
-  long long acquired_ms_ago = 0;
-  long long ttl_ends_in_ms = 0;
-  long long lease_ends_in_ms = 0;
+  // nullopt: the store cannot know (ZooKeeper's JVM participants).
+  std::optional<long long> acquired_ms_ago;
+  std::optional<long long> ttl_ends_in_ms;
+  std::optional<long long> lease_ends_in_ms;
   // nullopt: the store cannot tell (or the call failed).
   std::optional<std::vector<std::string>> waiters;
 };
@@ -140,13 +141,15 @@ class Poller {
       const StoreTime now = l.record.store_now;
       MutexView v;
       v.mutex = l.mutex;
-      v.held = o.has_owner(now);
+      v.held = l.record.held();
       v.fencing_token = o.fencing_token;
       if (v.held) {
         v.owner = o.owner_id;
-        v.acquired_ms_ago = (now - o.acquired_at).count();
-        v.ttl_ends_in_ms = (o.ttl_at - now).count();
-        v.lease_ends_in_ms = (o.transition_at - now).count();
+        if (o.acquired_at.count() != 0) v.acquired_ms_ago = (now - o.acquired_at).count();
+        if (!l.record.owner_times_unknown()) {
+          v.ttl_ends_in_ms = (o.ttl_at - now).count();
+          v.lease_ends_in_ms = (o.transition_at - now).count();
+        }
       }
       views.push_back(std::move(v));
     }
@@ -282,7 +285,9 @@ std::string StateJson(const Site& site, const Snapshot& s) {
                     ",\"mutexes\":[";
   for (std::size_t i = 0; i < s.mutexes.size(); ++i) {
     const MutexView& m = s.mutexes[i];
-    auto relative = [&](long long v) { return m.held ? std::to_string(v) : "null"; };
+    auto relative = [&](std::optional<long long> v) {
+      return m.held && v ? std::to_string(*v) : "null";
+    };
     out += i == 0 ? "{" : ",{";
     out += "\"mutex\":" + JsonString(m.mutex) + ",\"held\":" + (m.held ? "true" : "false") +
            ",\"owner\":" + JsonString(m.owner) +
@@ -381,8 +386,9 @@ std::string Metrics(const Site& site, const Snapshot& s) {
             [](const MutexView& m) { return std::to_string(m.fencing_token); });
   per_mutex("simba_mutex_lease_seconds_left", "gauge",
             "Seconds left of the owner's lease (ttl + transition); 0 when free.",
-            [&](const MutexView& m) {
-              const long long left = m.held ? std::max(0LL, m.lease_ends_in_ms - age) : 0;
+            [&](const MutexView& m) -> std::optional<std::string> {
+              if (m.held && !m.lease_ends_in_ms) return std::nullopt;  // unknown
+              const long long left = m.held ? std::max(0LL, *m.lease_ends_in_ms - age) : 0;
               char v[32];
               std::snprintf(v, sizeof v, "%.3f", static_cast<double>(left) / 1000.0);
               return std::string(v);

@@ -111,6 +111,7 @@ inline constexpr char kDashboardPage[] = R"html(<!doctype html>
   function tick() {
     for (const [cell, m] of countdowns) {
       if (!m.held) { cell.textContent = "\u2014"; continue; }
+      if (m.lease_ends_in_ms === null) { cell.textContent = "unknown"; continue; }
       const left = leaseLeft(m);
       cell.textContent = left > 0 ? (left / 1000).toFixed(1) + " s" : "expired";
       cell.classList.toggle("expired", left <= 0);

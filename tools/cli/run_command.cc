@@ -22,10 +22,12 @@ std::string DescribeHolder(Backend& backend, const std::string& mutex,
   auto record = backend.read(mutex, std::chrono::steady_clock::now() + std::chrono::seconds(2));
   if (!record.ok()) return "owner unknown (" + record.status().message() + ")";
   const MutexOwner& owner = record->owner;
-  if (!owner.has_owner(record->store_now)) return "free";
+  if (!record->held()) return "free";
   if (owner.owner_id == self) return "";
-  return "held by " + owner.owner_id + " (token " + std::to_string(owner.fencing_token) +
-         "), its lease ends in " + Human(owner.transition_at - record->store_now);
+  return "held by " + owner.owner_id + " (token " + std::to_string(owner.fencing_token) + "), " +
+         (record->owner_times_unknown()
+              ? std::string("its lease end unknown to the store")
+              : "its lease ends in " + Human(owner.transition_at - record->store_now));
 }
 
 void Verbose(bool verbose, const std::string& line) {

@@ -79,18 +79,26 @@ int StatusCommand(const std::vector<std::string>& argv) {
       const auto& r = rows[i];
       const MutexOwner& o = r.record.owner;
       const StoreTime now = r.record.store_now;
-      const bool held = o.has_owner(now);
+      const bool held = r.record.held();
+      // A store that cannot know a holder's times (ZooKeeper's JVM
+      // participants) reports them as 0: shown as null.
+      const auto at = [](StoreTime t) { return t.count() != 0 ? std::to_string(t.count()) : "null"; };
+      const auto in = [&](StoreTime t) {
+        return t.count() != 0 ? std::to_string((t - now).count()) : "null";
+      };
+      const auto ago = [&](StoreTime t) {
+        return t.count() != 0 ? std::to_string((now - t).count()) : "null";
+      };
       out += i == 0 ? "" : ",";
       out += "{\"mutex\":" + JsonString(r.mutex) + ",\"held\":" + (held ? "true" : "false") +
              ",\"owner\":" + JsonString(held ? o.owner_id : "") +
              ",\"fencing_token\":" + std::to_string(o.fencing_token);
       if (held) {
-        out += ",\"acquired_ms_ago\":" + std::to_string((now - o.acquired_at).count()) +
-               ",\"ttl_ends_in_ms\":" + std::to_string((o.ttl_at - now).count()) +
-               ",\"lease_ends_in_ms\":" + std::to_string((o.transition_at - now).count()) +
-               ",\"acquired_at\":" + std::to_string(o.acquired_at.count()) +
-               ",\"ttl_at\":" + std::to_string(o.ttl_at.count()) +
-               ",\"transition_at\":" + std::to_string(o.transition_at.count());
+        out += ",\"acquired_ms_ago\":" + ago(o.acquired_at) +
+               ",\"ttl_ends_in_ms\":" + in(o.ttl_at) +
+               ",\"lease_ends_in_ms\":" + in(o.transition_at) +
+               ",\"acquired_at\":" + at(o.acquired_at) + ",\"ttl_at\":" + at(o.ttl_at) +
+               ",\"transition_at\":" + at(o.transition_at);
       }
       out += "}";
     }
@@ -102,8 +110,7 @@ int StatusCommand(const std::vector<std::string>& argv) {
   // A free mutex shows no token: stores report 0 there, which is no token
   // anybody holds (the next owner's is above the last one handed out).
   const auto token_text = [](const ListedMutex& r) {
-    const MutexOwner& o = r.record.owner;
-    return o.has_owner(r.record.store_now) ? std::to_string(o.fencing_token) : std::string("-");
+    return r.record.held() ? std::to_string(r.record.owner.fencing_token) : std::string("-");
   };
   std::size_t name_width = 5, owner_width = 5, token_width = 5;
   for (const auto& r : rows) {
@@ -116,12 +123,14 @@ int StatusCommand(const std::vector<std::string>& argv) {
   for (const auto& r : rows) {
     const MutexOwner& o = r.record.owner;
     const StoreTime now = r.record.store_now;
-    const bool held = o.has_owner(now);
+    const bool held = r.record.held();
     out += Pad(r.mutex, name_width) + "  " + Pad(held ? o.owner_id : "-", owner_width) + "  " +
            Pad(token_text(r), token_width) + "  ";
+    const auto in = [&](StoreTime t) { return t.count() != 0 ? "in " + Human(t - now) : "unknown"; };
     if (held) {
-      out += Pad(Human(now - o.acquired_at) + " ago", 12) + "  " +
-             Pad("in " + Human(o.ttl_at - now), 12) + "  in " + Human(o.transition_at - now);
+      out += Pad(o.acquired_at.count() != 0 ? Human(now - o.acquired_at) + " ago" : "unknown",
+                 12) +
+             "  " + Pad(in(o.ttl_at), 12) + "  " + in(o.transition_at);
     } else {
       out += "free";
     }

@@ -44,7 +44,8 @@
 //
 // The lease is kept alive only by the calls of the contend service (the
 // owner renews at ttl; a waiter polls a little before its own lease would
-// end), never by a timer of its own: a process that stops calling loses its
+// end: its reply leaves the owner's times unknown and asks again by then,
+// OwnerRecord::ask_again_at), never by a timer of its own: a process that stops calling loses its
 // place when its lease ends, ttl + transition after its last call was sent
 // (plus up to ~0.5 s until etcd's lessor notices).
 //

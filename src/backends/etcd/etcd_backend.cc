@@ -61,10 +61,6 @@ using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
 constexpr std::size_t kMaxNameLength = 512;
-// A waiter polls (and so keeps its own lease alive) this long before its
-// lease would end, counting the contend period's largest jitter (1 s) and
-// room for a slow round trip or a late timer.
-constexpr milliseconds kWaiterLeaseMargin{1750};
 // How many deleted keys the watcher remembers, for a call whose reply
 // names a predecessor the watch already saw deleted.
 constexpr std::size_t kRecentDeletes = 4096;
@@ -903,6 +899,7 @@ class EtcdBackend final : public Backend {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.fifo = true;  // lowest create revision first: the queue of keys
+    capabilities_.lists_waiters = true;
     capabilities_.fencing_source = "etcd create revision of the owner's key";
     capabilities_.max_mutex_length = kMaxNameLength;
     capabilities_.max_contender_id_length = kMaxNameLength;
@@ -913,12 +910,8 @@ class EtcdBackend final : public Backend {
   std::string_view scheme() const override { return "etcd"; }
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
-    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
-      return InvalidArgumentError("ttl must be positive and transition not negative");
-    }
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     const std::string mutex(request.mutex);
     const std::string id(request.contender_id);
     const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
@@ -1095,28 +1088,23 @@ class EtcdBackend final : public Backend {
         return OwnerReply(id, sent, request.ttl, hard, holder.granted_ttl,
                           holder.create_revision);
       }
-      // A waiter. The core polls it at transition_at (+ up to 1 s of
-      // jitter): early enough that its own lease is still alive then. The
-      // watch wakes it at once when its predecessor goes.
-      const milliseconds poll = std::max(
-          milliseconds(0), milliseconds(holder.granted_ttl * 1000) - kWaiterLeaseMargin);
+      // A waiter. The owner's lease is not in the reply, so its times are
+      // unknown; the watch wakes us at once when our predecessor goes, and
+      // we must call again before our own key's lease ends (the core comes
+      // back early enough).
       OwnerRecord record;
       record.store_now = sent;
+      record.ask_again_at = sent + milliseconds(holder.granted_ttl * 1000);
       MutexOwner& owner = record.owner;
       owner.owner_id = lowest.value;
-      owner.acquired_at = sent;
-      owner.ttl_at = sent + poll;
-      owner.transition_at = owner.ttl_at;
       owner.fencing_token = static_cast<std::uint64_t>(lowest.create_revision);
       return record;
     }
     return UnavailableError(context + ": the queue kept changing during the call; try again");
   }
 
-  Result<bool> release(std::string_view mutex_view, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  Result<bool> do_release(std::string_view mutex_view, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline deadline) override {
     const std::string mutex(mutex_view);
     const std::string id(contender_id);
     const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
@@ -1173,8 +1161,8 @@ class EtcdBackend final : public Backend {
     return owned;
   }
 
-  Result<ForcedRelease> force_release(std::string_view mutex_view, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+  Result<ForcedRelease> do_force_release(std::string_view mutex_view,
+                                         Deadline deadline) override {
     const std::string mutex(mutex_view);
     const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
     const std::string context = Context("force-releasing mutex " + Quoted(mutex));
@@ -1211,8 +1199,7 @@ class EtcdBackend final : public Backend {
     return UnavailableError(context + ": the owner kept changing during the call; try again");
   }
 
-  Result<OwnerRecord> read(std::string_view mutex_view, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+  Result<OwnerRecord> do_read(std::string_view mutex_view, Deadline deadline) override {
     const std::string mutex(mutex_view);
     const std::string context = Context("reading mutex " + Quoted(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
@@ -1231,7 +1218,7 @@ class EtcdBackend final : public Backend {
     return records.front();
   }
 
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     const std::string context = Context("listing mutexes");
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
@@ -1281,9 +1268,8 @@ class EtcdBackend final : public Backend {
   // contender's lease, which a waiter keeps alive by polling, so a waiter
   // that went away drops out when its lease ends. A contender with several
   // keys is listed once, at its first; the owner's id is left out.
-  Result<std::vector<std::string>> waiters(std::string_view mutex_view,
-                                           Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex_view));
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex_view,
+                                              Deadline deadline) override {
     const std::string mutex(mutex_view);
     const std::string context = Context("listing the waiters of mutex " + Quoted(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
@@ -1308,13 +1294,9 @@ class EtcdBackend final : public Backend {
     return waiters;
   }
 
-  using Backend::subscribe;
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-    if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
-    if (!listener) return InvalidArgumentError("listener must not be empty");
     return watcher_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
   }
 
@@ -1378,17 +1360,15 @@ class EtcdBackend final : public Backend {
   }
 
   // The owner a key names, with times from its lease's time-to-live reply
-  // (remaining and granted seconds) when there is one.
+  // (remaining and granted seconds) when there is one; without one its
+  // times are unknown (0).
   static MutexOwner OwnerOf(const Kv& kv, StoreTime now, const Json* ttl) {
     MutexOwner owner;
     owner.owner_id = kv.value;
     owner.fencing_token = static_cast<std::uint64_t>(kv.create_revision);
-    std::int64_t left = 0;
-    std::int64_t granted = 0;
-    if (ttl != nullptr) {
-      left = std::max<std::int64_t>(0, Int64Field(*ttl, "TTL"));
-      granted = std::max(left, Int64Field(*ttl, "grantedTTL"));
-    }
+    if (ttl == nullptr) return owner;
+    const std::int64_t left = std::max<std::int64_t>(0, Int64Field(*ttl, "TTL"));
+    const std::int64_t granted = std::max(left, Int64Field(*ttl, "grantedTTL"));
     // etcd keeps only the lease's total, not our ttl/transition split: the
     // lease's end is reported as both.
     owner.transition_at = now + milliseconds(left * 1000);
@@ -1414,6 +1394,7 @@ class EtcdBackend final : public Backend {
         OwnerRecord record;
         record.store_now = sent;
         record.owner = OwnerOf(kvs[j], sent, ttl.ok() ? &*ttl : nullptr);
+        if (!ttl.ok()) record.ask_again_at = sent;  // times unknown
         records.push_back(std::move(record));
       }
     }

@@ -228,6 +228,7 @@ class MemoryBackend final : public Backend {
   explicit MemoryBackend(std::shared_ptr<MemoryStore> store) : store_(std::move(store)) {
     capabilities_.push_release = true;
     capabilities_.cross_process = false;
+    capabilities_.lists_waiters = true;
     capabilities_.fencing_source = "per-mutex counter in process memory";
     capabilities_.max_mutex_length = 255;
     capabilities_.max_contender_id_length = 128;
@@ -236,12 +237,12 @@ class MemoryBackend final : public Backend {
   std::string_view scheme() const override { return "memory"; }
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline) override {
     return store_->AcquireOrRenew(request);
   }
 
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline) override {
+  Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline) override {
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
     const bool released = store_->Release(mutex, contender_id, fencing_token, &to_notify);
     // Listeners run outside the store's lock: they may call back into it.
@@ -251,8 +252,7 @@ class MemoryBackend final : public Backend {
     return released;
   }
 
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline) override {
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
     ForcedRelease result = store_->ForceRelease(mutex, &to_notify);
     // The holder hears at once that its hold was taken away (not at its
@@ -269,21 +269,19 @@ class MemoryBackend final : public Backend {
     return result;
   }
 
-  Result<OwnerRecord> read(std::string_view mutex, Deadline) override {
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline) override {
     return store_->Read(mutex);
   }
 
-  Result<std::vector<ListedMutex>> list(Deadline) override { return store_->List(); }
+  Result<std::vector<ListedMutex>> do_list(Deadline) override { return store_->List(); }
 
-  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline) override {
     return store_->Waiters(mutex);
   }
 
-  using Backend::subscribe;
   // Every subscriber hears every release; the contender id only says who
   // waits (see waiters()).
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
     const std::uint64_t id = store_->Subscribe(mutex, contender_id, std::move(listener));

@@ -656,6 +656,7 @@ class RedisBackend final : public Backend {
                                                  options.keyspace_events)) {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
+    capabilities_.lists_waiters = true;
     capabilities_.fencing_source =
         "counter in simba:{M}:fence: max(last + 1, server time in microseconds)";
     capabilities_.max_mutex_length = kMaxNameLength;
@@ -667,8 +668,7 @@ class RedisBackend final : public Backend {
   std::string_view scheme() const override { return "redis"; }
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  Status validate_mutex(std::string_view mutex) const override {
-    SIMBA_RETURN_IF_ERROR(Backend::validate_mutex(mutex));
+  Status validate_store_mutex(std::string_view mutex) const override {
     if (mutex.find_first_of("{}") != std::string_view::npos) {
       return InvalidArgumentError("mutex " + Quoted(mutex) +
                                   " must not contain '{' or '}' on redis (its keys are "
@@ -681,8 +681,7 @@ class RedisBackend final : public Backend {
     return OkStatus();
   }
 
-  Status validate_contender_id(std::string_view id) const override {
-    SIMBA_RETURN_IF_ERROR(Backend::validate_contender_id(id));
+  Status validate_store_contender_id(std::string_view id) const override {
     if (id.find("@@") != std::string_view::npos) {
       return InvalidArgumentError("contender_id " + Quoted(id) +
                                   " must not contain \"@@\" on redis (Simba's message delimiter)");
@@ -690,12 +689,8 @@ class RedisBackend final : public Backend {
     return OkStatus();
   }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
-    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
-      return InvalidArgumentError("ttl must be positive and transition not negative");
-    }
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     // The restart guard's bound depends on when the server started, which
     // the command channel learns when it connects; it appends the bound.
     const milliseconds px = request.ttl + request.transition;
@@ -727,10 +722,8 @@ class RedisBackend final : public Backend {
     return ToRecord(lock, request.ttl, request.transition);
   }
 
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(
         Reply reply, commands_.Eval(kRelease, mutex,
                                     {std::string(contender_id), std::to_string(fencing_token)},
@@ -741,8 +734,7 @@ class RedisBackend final : public Backend {
     return reply->integer == 1;
   }
 
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kForceRelease, mutex, {}, deadline));
     const std::string what = "force-releasing mutex " + Quoted(mutex);
     if (IsError(reply.get())) return ErrorReplyStatus(reply.get(), Context(what));
@@ -754,13 +746,12 @@ class RedisBackend final : public Backend {
     return ForcedRelease{record.owner, static_cast<std::uint64_t>(floor), record.store_now};
   }
 
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kRead, mutex, {}, deadline));
     return ParseRead(reply.get(), mutex);
   }
 
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     std::set<std::string> mutexes;
     std::string cursor = "0";
     do {
@@ -807,8 +798,8 @@ class RedisBackend final : public Backend {
   // The queue simba:{M}:contender: contenders whose acquisition failed, as
   // JVM Simba keeps it, listed oldest first while they listen on their
   // personal channel (see kLuaWaiters).
-  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
+                                              Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(Reply reply, commands_.Eval(kWaiters, mutex, {}, deadline));
     const std::string what = "listing the waiters of mutex " + Quoted(mutex);
     const redisReply* r = reply.get();
@@ -825,13 +816,9 @@ class RedisBackend final : public Backend {
     return waiters;
   }
 
-  using Backend::subscribe;
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-    if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
-    if (!listener) return InvalidArgumentError("listener must not be empty");
     return subscriber_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
   }
 

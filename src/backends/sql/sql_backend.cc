@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <exception>
 #include <condition_variable>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -22,12 +21,8 @@ using std::chrono::steady_clock;
 constexpr milliseconds kFirstReconnectDelay{100};
 constexpr milliseconds kMaxReconnectDelay{2000};
 
-// ttl and transition above this would overflow now + ttl + transition in
-// 64-bit milliseconds (now is about 2^41); no real lease comes close.
-constexpr milliseconds kMaxLeasePart{std::numeric_limits<std::int64_t>::max() / 4};
-
 // How long subscribe() may wait for a connection to read the row a
-// row-watching listener starts from (see SqlBackend::subscribe).
+// row-watching listener starts from (see SqlBackend::do_subscribe).
 constexpr milliseconds kSubscribeReadBound{1000};
 
 constexpr char kColumns[] = "acquired_at, ttl_at, transition_at, owner_id, version";
@@ -177,16 +172,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   std::string_view scheme() const override { return driver_->scheme(); }
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
-    if (request.ttl <= milliseconds::zero() || request.transition < milliseconds::zero()) {
-      return InvalidArgumentError("ttl must be positive and transition not negative");
-    }
-    if (request.ttl > kMaxLeasePart || request.transition > kMaxLeasePart) {
-      return InvalidArgumentError("ttl and transition must each be at most " +
-                                  std::to_string(kMaxLeasePart.count()) + "ms");
-    }
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     const std::string now = driver_->NowMs();
     AcquireParts parts;
     parts.now = now;
@@ -219,10 +206,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return ToRecord(results.back().rows.front());
   }
 
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline deadline) override {
     const std::string what = "releasing mutex " + Quoted(mutex);
     // The token is the version the acquisition left (our renewals keep it),
     // so a late release of an older ownership matches no row.
@@ -246,8 +231,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return !results.empty() && results.front().affected_rows > 0;
   }
 
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     const std::string what = "force-releasing mutex " + Quoted(mutex);
     const std::string m(mutex);
     const std::string notice = driver_->ReleaseNoticeSql();
@@ -284,8 +268,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return forced;
   }
 
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     const std::string what = "reading mutex " + Quoted(mutex);
     // The clock even when there is no row.
     SIMBA_ASSIGN_OR_RETURN(
@@ -301,7 +284,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return ToRecord(results[0].rows.empty() ? results[1].rows[0] : results[0].rows[0]);
   }
 
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
         RunOnTable({{"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
@@ -316,8 +299,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return listed;
   }
 
-  using Backend::subscribe;
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view /*contender_id*/,
       std::function<void(const MutexEvent&)> listener) override;
 
@@ -463,11 +445,9 @@ class SqlSubscription final : public Subscription {
   std::shared_ptr<Slot> slot_;
 };
 
-Result<std::unique_ptr<Subscription>> SqlBackend::subscribe(
+Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
     std::string_view mutex, std::string_view /*contender_id*/,
     std::function<void(const MutexEvent&)> listener) {
-  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-  if (!listener) return InvalidArgumentError("listener must not be empty");
   if (!capabilities_.push_release) {
     return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
   }

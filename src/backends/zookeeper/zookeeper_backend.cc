@@ -41,11 +41,6 @@ constexpr std::string_view kLatch = "latch-";
 // Curator's protected prefix, then our uuid (36 characters), then "-latch-".
 constexpr std::string_view kProtected = "_c_";
 constexpr std::size_t kUuidLength = 36;
-// Waiters report a leased owner's hard lease this much later than it ends:
-// the core polls a waiter up to 200 ms before the reported end (its
-// jitter), and an early poll would only find the lease still running and
-// poll again at once.
-constexpr milliseconds kPollPad{200};
 // Attempts inside one call when the election changes under it.
 constexpr int kRounds = 5;
 
@@ -401,9 +396,11 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   OwnerRecord Owned(const Entry& entry, std::string_view contender_id,
                     SteadyClock::time_point call_start, SteadyClock::time_point heartbeat_sent,
                     const AcquireRequest& request) const;
-  // The owner as seen from outside: the lowest node's data and times.
-  MutexOwner Seen(const Child& lowest, const Pending& node, std::int64_t start,
-                  const AcquireRequest* fallback) const;
+  // The owner as seen from outside at server time `now`: the lowest node's
+  // data and times. A JVM participant's times are unknown (its session is
+  // its lease): `ask_again_at` is set to `now` plus `ask_after`.
+  OwnerRecord Seen(const Child& lowest, const Pending& node, std::int64_t start,
+                   std::int64_t now, milliseconds ask_after = milliseconds(0)) const;
 
   const ZookeeperOptions options_;
 
@@ -831,9 +828,11 @@ OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
   return record;
 }
 
-MutexOwner ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t start,
-                         const AcquireRequest* fallback) const {
-  MutexOwner owner;
+OwnerRecord ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t start,
+                          std::int64_t now, milliseconds ask_after) const {
+  OwnerRecord record;
+  record.store_now = StoreTime(now);
+  MutexOwner& owner = record.owner;
   owner.owner_id = node.value;
   owner.fencing_token = static_cast<std::uint64_t>(node.stat.czxid);
   owner.acquired_at = StoreTime(start);
@@ -841,18 +840,11 @@ MutexOwner ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t 
     owner.ttl_at = StoreTime(start) + lease->ttl;
     owner.transition_at = StoreTime(start) + lease->ttl + lease->transition;
   } else {
-    // A JVM participant: its session is its lease. Report one of the
-    // asker's leases from now, so a waiter looks again now and then (its
-    // watch wakes it sooner).
-    const milliseconds ttl = fallback != nullptr ? fallback->ttl : milliseconds(10000);
-    const milliseconds transition =
-        fallback != nullptr ? fallback->transition : milliseconds(6000);
-    const std::int64_t now = ServerNow();
+    // A JVM participant: its session is its lease, whose end we cannot see.
     owner.acquired_at = StoreTime(node.stat.ctime);
-    owner.ttl_at = StoreTime(now) + ttl;
-    owner.transition_at = StoreTime(now) + ttl + transition;
+    record.ask_again_at = StoreTime(now) + ask_after;
   }
-  return owner;
+  return record;
 }
 
 // ---- the calls ------------------------------------------------------------------------
@@ -860,12 +852,6 @@ MutexOwner ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t 
 Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline deadline) {
   const std::string mutex(request.mutex);
   const std::string contender(request.contender_id);
-  if (request.ttl.count() <= 0 || request.ttl.count() > 0xffffffffLL ||
-      request.transition.count() < 0 || request.transition.count() > 0x0fffffffLL) {
-    return InvalidArgumentError(
-        "zookeeper: ttl must be 1 ms to 49 days and transition 0 to 74 hours (they are "
-        "written into the node's name)");
-  }
   const SteadyClock::time_point call_start = SteadyClock::now();
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
   zhandle_t* const zh = handle->get();
@@ -1079,11 +1065,9 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         }
       }
     }
-    OwnerRecord record;
-    record.owner = Seen(lowest, *owner_node, start, &request);
-    if (LeaseOf(lowest.name)) record.owner.transition_at += kPollPad;
-    record.store_now = StoreTime(ServerNow(now));
-    return record;
+    // A JVM owner's end is unknown: the watch on our predecessor wakes us
+    // when it goes; ask again a lease of ours from now in case none comes.
+    return Seen(lowest, *owner_node, start, ServerNow(now), request.ttl + request.transition);
   }
   return UnavailableError("zookeeper: the election of mutex '" + mutex +
                           "' kept changing during the call; try again");
@@ -1176,7 +1160,7 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
       SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
       if (node->rc == ZNONODE) continue;
       const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
-      result.previous = Seen(children.front(), *node, start, nullptr);
+      result.previous = Seen(children.front(), *node, start, ServerNow()).owner;
       have_previous = true;
     }
     // Every node goes, and the mutex node is written, in one transaction:
@@ -1279,9 +1263,7 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
     std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
     SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat, HeartbeatOf(zh, node->stat, deadline));
     if (heartbeat.has_value()) start = heartbeat->mtime;
-    record.owner = Seen(children.front(), *node, start, nullptr);
-    record.store_now = StoreTime(now);
-    return record;
+    return Seen(children.front(), *node, start, now);
   }
   return UnavailableError("zookeeper: the election of mutex '" + mutex +
                           "' kept changing during the read; try again");
@@ -1360,18 +1342,21 @@ class ZookeeperBackend final : public Backend {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.fifo = true;  // the queue of sequential nodes
+    capabilities_.lists_waiters = true;
     capabilities_.ends_with_session = true;  // ephemeral nodes
     capabilities_.fencing_source = "creation zxid of the owner's ZooKeeper node";
     capabilities_.max_mutex_length = kMaxNameBytes;
     capabilities_.max_contender_id_length = kMaxNameBytes;
+    // Both are written into the node's name (LeaseUuid): 32 and 28 bits.
+    capabilities_.max_ttl = milliseconds(0xffffffffLL);
+    capabilities_.max_transition = milliseconds(0x0fffffffLL);
   }
   ~ZookeeperBackend() override { store_->Shutdown(); }
 
   std::string_view scheme() const override { return "zookeeper"; }
   const Capabilities& capabilities() const override { return capabilities_; }
 
-  Status validate_mutex(std::string_view mutex) const override {
-    SIMBA_RETURN_IF_ERROR(Backend::validate_mutex(mutex));
+  Status validate_store_mutex(std::string_view mutex) const override {
     if (mutex.find('/') != std::string_view::npos || mutex == "." || mutex == "..") {
       return InvalidArgumentError("mutex: '" + std::string(mutex) +
                                   "' cannot be a ZooKeeper node name (no '/', not . or ..)");
@@ -1379,38 +1364,30 @@ class ZookeeperBackend final : public Backend {
     return OkStatus();
   }
 
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request,
-                                       Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     return store_->Acquire(request, deadline);
   }
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t fencing_token, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
-    SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
+                          std::uint64_t fencing_token, Deadline deadline) override {
     return store_->Release(mutex, contender_id, fencing_token, deadline);
   }
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     return store_->ForceRelease(mutex, deadline);
   }
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     return store_->Read(mutex, deadline);
   }
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override {
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     return store_->List(deadline);
   }
-  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
+                                              Deadline deadline) override {
     return store_->Waiters(mutex, deadline);
   }
-  using Backend::subscribe;
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
     return store_->Subscribe(mutex, contender_id, std::move(listener));
   }
 
