@@ -342,25 +342,29 @@ class WatchingBackend final : public Backend {
   explicit WatchingBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
   std::string_view scheme() const override { return inner_->scheme(); }
   const Capabilities& capabilities() const override { return inner_->capabilities(); }
-  Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+
+ protected:
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ids_.emplace_back(request.contender_id);
     }
     return inner_->acquire_or_renew(request, deadline);
   }
-  Result<bool> release(std::string_view mutex, std::string_view id, std::uint64_t token,
+  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
                        Deadline deadline) override {
     return inner_->release(mutex, id, token, deadline);
   }
-  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline) override {
+  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     return inner_->force_release(mutex, deadline);
   }
-  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline) override {
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     return inner_->read(mutex, deadline);
   }
-  Result<std::vector<ListedMutex>> list(Deadline deadline) override { return inner_->list(deadline); }
-  Result<std::unique_ptr<Subscription>> subscribe(
+  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
+    return inner_->list(deadline);
+  }
+  Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view id,
       std::function<void(const MutexEvent&)> listener) override {
     SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Subscription> inner,
@@ -370,6 +374,8 @@ class WatchingBackend final : public Backend {
     return std::unique_ptr<Subscription>(std::make_unique<Counted>(std::move(inner), live_));
   }
 
+
+ public:
   int subscribed() const { return subscribed_.load(); }
   int live() const { return live_.load(); }
   std::vector<std::string> ids() const {
