@@ -210,6 +210,16 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   };
 
   void Flush(Outbox& out);
+  // Runs `decide` under mu_, then does what it left in the outbox.
+  template <class Fn>
+  void Locked(Fn decide) {
+    Outbox out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      decide(out);
+    }
+    Flush(out);
+  }
   // Queues a call that waits for the lock.
   void WaitLocked(Waiter waiter, Outbox& out);
   // Error for a call on a closed lock, or OK.
@@ -468,20 +478,15 @@ void ClusteredLockCore::OnRetryTimer() {
 }
 
 void ClusteredLockCore::OnServiceEvent(std::uint64_t run) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (run != live_run_) return;  // a stopped run's last words
     SyncLocked(out);
     RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::OnAttemptDone(std::uint64_t run, const Status& status) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (run != live_run_) return;
     ++attempts_in_run_;
     // Most attempts are renewals that change nothing: reconcile only when
@@ -495,35 +500,28 @@ void ClusteredLockCore::OnAttemptDone(std::uint64_t run, const Status& status) {
                           : Result<bool>(status.WithContext("clustered lock '" + name_ + "'")),
                       out);
     if (held_ != held_before || waiters_.size() != waiting_before) RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::OnTimeout(std::uint64_t waiter_id) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     auto it = std::find_if(waiters_.begin(), waiters_.end(),
                            [waiter_id](const Waiter& w) { return w.id == waiter_id; });
     if (it == waiters_.end()) return;  // granted or failed meanwhile
     out.Complete(std::move(it->done), false);
     waiters_.erase(it);
     RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::Lock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
     } else {
       WaitLocked(Waiter{next_waiter_id_++, Kind::kLock, std::move(done), 0, 0}, out);
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::WaitLocked(Waiter waiter, Outbox& out) {
@@ -533,9 +531,7 @@ void ClusteredLockCore::WaitLocked(Waiter waiter, Outbox& out) {
 }
 
 void ClusteredLockCore::TryLock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     SyncLocked(out);
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
@@ -551,8 +547,7 @@ void ClusteredLockCore::TryLock(Completion done) {
       if (service_) min_run = attempts_in_run_ == 0 ? live_run_ : live_run_ + 1;
       WaitLocked(Waiter{next_waiter_id_++, Kind::kOnce, std::move(done), 0, min_run}, out);
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
@@ -587,9 +582,7 @@ void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
 }
 
 void ClusteredLockCore::Unlock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     // A hold lost a moment ago is not this node's to unlock any more.
     SyncLocked(out);
     if (Status usable = UsableLocked(); !usable.ok()) {
@@ -603,8 +596,7 @@ void ClusteredLockCore::Unlock(Completion done) {
       after_release_.push_back(std::move(done));
       RequestReconcileLocked();
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::IsLocked(Completion done) {
@@ -699,9 +691,7 @@ void ClusteredLockCore::RemoveLossListener(ClusteredLock::ListenerId id) {
 
 void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status later,
                               std::optional<Completion> released) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (closed_) {
       if (released) out.Complete(std::move(*released), false);
     } else {
@@ -719,8 +709,7 @@ void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status l
       retry_at_ = {};
       RequestReconcileLocked();
     }
-  }
-  Flush(out);
+  });
 }
 
 }  // namespace internal
