@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -51,24 +52,41 @@ struct Completion {
   bool user = false;
 };
 
-Completion ForBoolPromise(const std::shared_ptr<std::promise<Result<bool>>>& promise) {
-  return {[promise](Result<bool> r) { promise->set_value(std::move(r)); }, false};
+// A call's outcome as the caller asked for it: the answer, or only whether
+// it failed (lock()).
+template <class T>
+T As(Result<bool> r) {
+  if constexpr (std::is_same_v<T, Status>) {
+    return r.ok() ? OkStatus() : r.status();
+  } else {
+    return r;
+  }
 }
-Completion ForStatusPromise(const std::shared_ptr<std::promise<Status>>& promise) {
-  return {[promise](Result<bool> r) { promise->set_value(r.ok() ? OkStatus() : r.status()); },
-          false};
+
+template <class T>
+Completion ForPromise(const std::shared_ptr<std::promise<T>>& promise) {
+  return {[promise](Result<bool> r) { promise->set_value(As<T>(std::move(r))); }, false};
 }
-Completion ForBoolCallback(ClusteredLock::BoolCallback done) {
+template <class T>
+Completion ForCallback(std::function<void(T)> done) {
   return {[done = std::move(done)](Result<bool> r) {
-            if (done) done(std::move(r));
+            if (done) done(As<T>(std::move(r)));
           },
           true};
 }
-Completion ForStatusCallback(ClusteredLock::StatusCallback done) {
-  return {[done = std::move(done)](Result<bool> r) {
-            if (done) done(r.ok() ? OkStatus() : r.status());
-          },
-          true};
+
+// Makes the call with a promise and returns its future.
+template <class T, class Call>
+std::future<T> Promised(Call call) {
+  auto promise = std::make_shared<std::promise<T>>();
+  auto future = promise->get_future();
+  call(ForPromise(promise));
+  return future;
+}
+
+Status ManagerGone(const std::string& name) {
+  return FailedPreconditionError("clustered lock '" + name +
+                                 "': the ClusteredLockManager was destroyed");
 }
 
 }  // namespace
@@ -192,6 +210,18 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   };
 
   void Flush(Outbox& out);
+  // Runs `decide` under mu_, then does what it left in the outbox.
+  template <class Fn>
+  void Locked(Fn decide) {
+    Outbox out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      decide(out);
+    }
+    Flush(out);
+  }
+  // Queues a call that waits for the lock.
+  void WaitLocked(Waiter waiter, Outbox& out);
   // Error for a call on a closed lock, or OK.
   Status UsableLocked() const;
   // Brings the hold in line with the live service: detects a lost hold and
@@ -207,6 +237,9 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   void OnAttemptDone(std::uint64_t run, const Status& status);
   void OnTimeout(std::uint64_t waiter_id);
   void OnRetryTimer();
+  // Answers `done` on the I/O threads from the store's record of the lock.
+  void ReadStore(Completion done, Outbox& out,
+                 std::function<bool(ClusteredLockCore&, const OwnerRecord&)> answer);
   Deadline StoreDeadline() const {
     // Store calls talk to real servers: their deadline is on the real clock.
     return std::chrono::steady_clock::now() + lease_.operation_timeout;
@@ -445,20 +478,15 @@ void ClusteredLockCore::OnRetryTimer() {
 }
 
 void ClusteredLockCore::OnServiceEvent(std::uint64_t run) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (run != live_run_) return;  // a stopped run's last words
     SyncLocked(out);
     RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::OnAttemptDone(std::uint64_t run, const Status& status) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (run != live_run_) return;
     ++attempts_in_run_;
     // Most attempts are renewals that change nothing: reconcile only when
@@ -472,43 +500,38 @@ void ClusteredLockCore::OnAttemptDone(std::uint64_t run, const Status& status) {
                           : Result<bool>(status.WithContext("clustered lock '" + name_ + "'")),
                       out);
     if (held_ != held_before || waiters_.size() != waiting_before) RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::OnTimeout(std::uint64_t waiter_id) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     auto it = std::find_if(waiters_.begin(), waiters_.end(),
                            [waiter_id](const Waiter& w) { return w.id == waiter_id; });
     if (it == waiters_.end()) return;  // granted or failed meanwhile
     out.Complete(std::move(it->done), false);
     waiters_.erase(it);
     RequestReconcileLocked();
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::Lock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
     } else {
-      waiters_.push_back(Waiter{next_waiter_id_++, Kind::kLock, std::move(done), 0, 0});
-      SyncLocked(out);
-      RequestReconcileLocked();
+      WaitLocked(Waiter{next_waiter_id_++, Kind::kLock, std::move(done), 0, 0}, out);
     }
-  }
-  Flush(out);
+  });
+}
+
+void ClusteredLockCore::WaitLocked(Waiter waiter, Outbox& out) {
+  waiters_.push_back(std::move(waiter));
+  SyncLocked(out);
+  RequestReconcileLocked();
 }
 
 void ClusteredLockCore::TryLock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     SyncLocked(out);
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
@@ -522,12 +545,9 @@ void ClusteredLockCore::TryLock(Completion done) {
       // finished yet, otherwise a fresh run's (the node holds nothing).
       std::uint64_t min_run = runs_ + 1;
       if (service_) min_run = attempts_in_run_ == 0 ? live_run_ : live_run_ + 1;
-      waiters_.push_back(Waiter{next_waiter_id_++, Kind::kOnce, std::move(done), 0, min_run});
-      SyncLocked(out);
-      RequestReconcileLocked();
+      WaitLocked(Waiter{next_waiter_id_++, Kind::kOnce, std::move(done), 0, min_run}, out);
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
@@ -552,13 +572,9 @@ void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
             if (auto self = weak.lock()) self->OnTimeout(id);
           });
       if (timer == 0) {
-        out.Complete(std::move(done),
-                     FailedPreconditionError("clustered lock '" + name_ +
-                                             "': the ClusteredLockManager was destroyed"));
+        out.Complete(std::move(done), ManagerGone(name_));
       } else {
-        waiters_.push_back(Waiter{id, Kind::kTimed, std::move(done), timer, 0});
-        SyncLocked(out);
-        RequestReconcileLocked();
+        WaitLocked(Waiter{id, Kind::kTimed, std::move(done), timer, 0}, out);
       }
     }
   }
@@ -566,9 +582,7 @@ void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
 }
 
 void ClusteredLockCore::Unlock(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     // A hold lost a moment ago is not this node's to unlock any more.
     SyncLocked(out);
     if (Status usable = UsableLocked(); !usable.ok()) {
@@ -582,8 +596,7 @@ void ClusteredLockCore::Unlock(Completion done) {
       after_release_.push_back(std::move(done));
       RequestReconcileLocked();
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::IsLocked(Completion done) {
@@ -596,25 +609,9 @@ void ClusteredLockCore::IsLocked(Completion done) {
     }
   }
   if (done.fn) {
-    auto shared = std::make_shared<Completion>(std::move(done));
-    std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-    if (!shared_->PostIo([weak, shared] {
-          auto self = weak.lock();
-          if (!self) return;
-          Outbox reply;
-          auto record = self->shared_->factory->backend()->read(self->name_, self->StoreDeadline());
-          if (!record.ok()) {
-            reply.Complete(std::move(*shared),
-                           record.status().WithContext("clustered lock '" + self->name_ + "'"));
-          } else {
-            reply.Complete(std::move(*shared), record->held());
-          }
-          self->Flush(reply);
-        })) {
-      out.Complete(std::move(*shared),
-                   FailedPreconditionError("clustered lock '" + name_ +
-                                           "': the ClusteredLockManager was destroyed"));
-    }
+    ReadStore(std::move(done), out, [](ClusteredLockCore&, const OwnerRecord& record) {
+      return record.held();
+    });
   }
   Flush(out);
 }
@@ -638,30 +635,35 @@ void ClusteredLockCore::IsLockedByMe(Completion done) {
   if (done.fn) {
     // Held here: confirm with the store (an operator's forced release shows
     // there before the next renewal tells us).
-    auto shared = std::make_shared<Completion>(std::move(done));
-    std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-    if (!shared_->PostIo([weak, shared, token] {
-          auto self = weak.lock();
-          if (!self) return;
-          Outbox reply;
-          auto record = self->shared_->factory->backend()->read(self->name_, self->StoreDeadline());
-          if (!record.ok()) {
-            reply.Complete(std::move(*shared),
-                           record.status().WithContext("clustered lock '" + self->name_ + "'"));
-          } else {
-            reply.Complete(std::move(*shared), record->owner.is_owner(self->shared_->node_id) &&
-                                                   record->owner.fencing_token == token &&
-                                                   record->held() &&
-                                                   self->FencingToken() == token);
-          }
-          self->Flush(reply);
-        })) {
-      out.Complete(std::move(*shared),
-                   FailedPreconditionError("clustered lock '" + name_ +
-                                           "': the ClusteredLockManager was destroyed"));
-    }
+    ReadStore(std::move(done), out, [token](ClusteredLockCore& self, const OwnerRecord& record) {
+      return record.owner.is_owner(self.shared_->node_id) &&
+             record.owner.fencing_token == token && record.held() &&
+             self.FencingToken() == token;
+    });
   }
   Flush(out);
+}
+
+void ClusteredLockCore::ReadStore(
+    Completion done, Outbox& out,
+    std::function<bool(ClusteredLockCore&, const OwnerRecord&)> answer) {
+  auto shared = std::make_shared<Completion>(std::move(done));
+  std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
+  if (!shared_->PostIo([weak, shared, answer = std::move(answer)] {
+        auto self = weak.lock();
+        if (!self) return;
+        Outbox reply;
+        auto record = self->shared_->factory->backend()->read(self->name_, self->StoreDeadline());
+        if (!record.ok()) {
+          reply.Complete(std::move(*shared),
+                         record.status().WithContext("clustered lock '" + self->name_ + "'"));
+        } else {
+          reply.Complete(std::move(*shared), answer(*self, *record));
+        }
+        self->Flush(reply);
+      })) {
+    out.Complete(std::move(*shared), ManagerGone(name_));
+  }
 }
 
 std::uint64_t ClusteredLockCore::FencingToken() const {
@@ -689,9 +691,7 @@ void ClusteredLockCore::RemoveLossListener(ClusteredLock::ListenerId id) {
 
 void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status later,
                               std::optional<Completion> released) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (closed_) {
       if (released) out.Complete(std::move(*released), false);
     } else {
@@ -709,18 +709,16 @@ void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status l
       retry_at_ = {};
       RequestReconcileLocked();
     }
-  }
-  Flush(out);
+  });
 }
 
 }  // namespace internal
 
 // ---- ClusteredLock ---------------------------------------------------------------
 
-using internal::ForBoolCallback;
-using internal::ForBoolPromise;
-using internal::ForStatusCallback;
-using internal::ForStatusPromise;
+using internal::Completion;
+using internal::ForCallback;
+using internal::Promised;
 
 ClusteredLock::ClusteredLock(std::shared_ptr<internal::ClusteredLockCore> core)
     : core_(std::move(core)) {}
@@ -730,59 +728,38 @@ const std::string& ClusteredLock::name() const { return core_->name(); }
 const std::string& ClusteredLock::node_id() const { return core_->node_id(); }
 
 std::future<Status> ClusteredLock::lock() {
-  auto promise = std::make_shared<std::promise<Status>>();
-  auto future = promise->get_future();
-  core_->Lock(ForStatusPromise(promise));
-  return future;
+  return Promised<Status>([&](Completion done) { core_->Lock(std::move(done)); });
 }
-void ClusteredLock::lock(StatusCallback done) { core_->Lock(ForStatusCallback(std::move(done))); }
+void ClusteredLock::lock(StatusCallback done) { core_->Lock(ForCallback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::try_lock() {
-  auto promise = std::make_shared<std::promise<Result<bool>>>();
-  auto future = promise->get_future();
-  core_->TryLock(ForBoolPromise(promise));
-  return future;
+  return Promised<Result<bool>>([&](Completion done) { core_->TryLock(std::move(done)); });
 }
-void ClusteredLock::try_lock(BoolCallback done) {
-  core_->TryLock(ForBoolCallback(std::move(done)));
-}
+void ClusteredLock::try_lock(BoolCallback done) { core_->TryLock(ForCallback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::try_lock(std::chrono::milliseconds timeout) {
-  auto promise = std::make_shared<std::promise<Result<bool>>>();
-  auto future = promise->get_future();
-  core_->TryLockFor(timeout, ForBoolPromise(promise));
-  return future;
+  return Promised<Result<bool>>(
+      [&](Completion done) { core_->TryLockFor(timeout, std::move(done)); });
 }
 void ClusteredLock::try_lock(std::chrono::milliseconds timeout, BoolCallback done) {
-  core_->TryLockFor(timeout, ForBoolCallback(std::move(done)));
+  core_->TryLockFor(timeout, ForCallback(std::move(done)));
 }
 
 std::future<Result<bool>> ClusteredLock::unlock() {
-  auto promise = std::make_shared<std::promise<Result<bool>>>();
-  auto future = promise->get_future();
-  core_->Unlock(ForBoolPromise(promise));
-  return future;
+  return Promised<Result<bool>>([&](Completion done) { core_->Unlock(std::move(done)); });
 }
-void ClusteredLock::unlock(BoolCallback done) { core_->Unlock(ForBoolCallback(std::move(done))); }
+void ClusteredLock::unlock(BoolCallback done) { core_->Unlock(ForCallback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::is_locked() {
-  auto promise = std::make_shared<std::promise<Result<bool>>>();
-  auto future = promise->get_future();
-  core_->IsLocked(ForBoolPromise(promise));
-  return future;
+  return Promised<Result<bool>>([&](Completion done) { core_->IsLocked(std::move(done)); });
 }
-void ClusteredLock::is_locked(BoolCallback done) {
-  core_->IsLocked(ForBoolCallback(std::move(done)));
-}
+void ClusteredLock::is_locked(BoolCallback done) { core_->IsLocked(ForCallback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::is_locked_by_me() {
-  auto promise = std::make_shared<std::promise<Result<bool>>>();
-  auto future = promise->get_future();
-  core_->IsLockedByMe(ForBoolPromise(promise));
-  return future;
+  return Promised<Result<bool>>([&](Completion done) { core_->IsLockedByMe(std::move(done)); });
 }
 void ClusteredLock::is_locked_by_me(BoolCallback done) {
-  core_->IsLockedByMe(ForBoolCallback(std::move(done)));
+  core_->IsLockedByMe(ForCallback(std::move(done)));
 }
 
 bool ClusteredLock::is_held() const { return core_->FencingToken() != 0; }
@@ -857,9 +834,7 @@ ClusteredLockManager::~ClusteredLockManager() {
         CancelledError("clustered lock '" + name + "': the ClusteredLockManager was destroyed"),
         CancelledError("clustered lock '" + name +
                        "': the ClusteredLockManager was destroyed; this node's hold ended"),
-        FailedPreconditionError("clustered lock '" + name +
-                                "': the ClusteredLockManager was destroyed"),
-        std::nullopt);
+        internal::ManagerGone(name), std::nullopt);
   }
   // Waits for the queued reconciles (which release every hold at the store)
   // and then for the callbacks they queued.
@@ -915,7 +890,7 @@ std::future<Result<bool>> ClusteredLockManager::remove(const std::string& name) 
       FailedPreconditionError("clustered lock '" + name +
                               "' was removed from its manager; define it again and get a new "
                               "handle"),
-      ForBoolPromise(promise));
+      internal::ForPromise(promise));
   return future;
 }
 

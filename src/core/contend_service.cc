@@ -567,14 +567,20 @@ void ServiceCore::ReportLossLocked(LossCause cause, std::string why) {
 }
 
 LockEvent ServiceCore::MakeEventLocked(LockEvent::Kind kind, std::uint64_t token) const {
+  return MakeLockEvent(kind, std::string(backend_->scheme()), mutex_, contender_id_, token,
+                       *clock_);
+}
+
+LockEvent MakeLockEvent(LockEvent::Kind kind, std::string store, std::string mutex,
+                        std::string contender_id, std::uint64_t token, const Clock& clock) {
   LockEvent event;
   event.kind = kind;
-  event.store = std::string(backend_->scheme());
-  event.mutex = mutex_;
-  event.contender_id = contender_id_;
+  event.store = std::move(store);
+  event.mutex = std::move(mutex);
+  event.contender_id = std::move(contender_id);
   event.fencing_token = token;
   event.time = std::chrono::system_clock::now();
-  event.monotonic = clock_->Now().time_since_epoch();
+  event.monotonic = clock.Now().time_since_epoch();
   return event;
 }
 

@@ -34,26 +34,7 @@ std::string Rfc3339Millis(std::chrono::system_clock::time_point time) {
 
 // `us` in milliseconds with up to 3 decimals and no trailing zeros:
 // 12345us -> "12.345", 12300us -> "12.3", 12000us -> "12".
-std::string MillisFromMicros(microseconds us) {
-  std::int64_t v = us.count();
-  std::string out;
-  // Work on the magnitude as unsigned so INT64_MIN cannot overflow.
-  std::uint64_t magnitude = static_cast<std::uint64_t>(v);
-  if (v < 0) {
-    out += '-';
-    magnitude = ~magnitude + 1;
-  }
-  out += std::to_string(magnitude / 1000);
-  std::uint64_t frac = magnitude % 1000;
-  if (frac != 0) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, ".%03u", static_cast<unsigned>(frac));
-    std::string digits(buf);
-    while (digits.back() == '0') digits.pop_back();
-    out += digits;
-  }
-  return out;
-}
+std::string MillisFromMicros(microseconds us) { return internal::FixedPoint(us.count(), 3); }
 
 // A duration for people: "250us" is not a unit anyone reads in a log, so
 // below 1 ms it is "0.25ms"; below 1 s whole milliseconds ("312ms"); else
@@ -71,20 +52,8 @@ std::string HumanDuration(microseconds us) {
 // A mutex name between single quotes on one line: quote, backslash and
 // control characters escaped so an odd name cannot break or fake a log line.
 std::string Quoted(std::string_view s) {
-  std::string out = "'";
-  for (const char c : s) {
-    if (c == '\'' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned char>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '\'';
+  std::string out;
+  internal::AppendQuoted(out, s, internal::kLogQuoting);
   return out;
 }
 

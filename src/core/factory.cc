@@ -42,28 +42,12 @@ Status ContendOptions::Validate() const {
 namespace internal {
 namespace {
 
-class RetrievalServiceHandle final : public MutexRetrievalService {
+// What both kinds of service answer from their ServiceCore.
+template <class Service>
+class ServiceHandle : public Service {
  public:
-  explicit RetrievalServiceHandle(std::shared_ptr<ServiceCore> core) : core_(std::move(core)) {}
-  ~RetrievalServiceHandle() override {
-    if (core_->status() == ServiceStatus::kRunning) (void)core_->Stop();
-  }
-  Status start() override { return core_->Start(); }
-  Status stop() override { return core_->Stop(); }
-  ServiceStatus status() const override { return core_->status(); }
-  const std::string& mutex() const override { return core_->mutex(); }
-  MutexState mutex_state() const override { return core_->mutex_state(); }
-  bool has_owner() const override { return core_->has_owner(); }
-
- private:
-  std::shared_ptr<ServiceCore> core_;
-};
-
-class ContendServiceHandle final : public MutexContendService {
- public:
-  ContendServiceHandle(std::shared_ptr<ServiceCore> core, std::shared_ptr<MutexContender> contender)
-      : core_(std::move(core)), contender_(std::move(contender)) {}
-  ~ContendServiceHandle() override {
+  explicit ServiceHandle(std::shared_ptr<ServiceCore> core) : core_(std::move(core)) {}
+  ~ServiceHandle() override {
     // Destroying a running service releases its mutex, like stop().
     if (core_->status() == ServiceStatus::kRunning) (void)core_->Stop();
   }
@@ -73,6 +57,17 @@ class ContendServiceHandle final : public MutexContendService {
   const std::string& mutex() const override { return core_->mutex(); }
   MutexState mutex_state() const override { return core_->mutex_state(); }
   bool has_owner() const override { return core_->has_owner(); }
+
+ protected:
+  std::shared_ptr<ServiceCore> core_;
+};
+
+using RetrievalServiceHandle = ServiceHandle<MutexRetrievalService>;
+
+class ContendServiceHandle final : public ServiceHandle<MutexContendService> {
+ public:
+  ContendServiceHandle(std::shared_ptr<ServiceCore> core, std::shared_ptr<MutexContender> contender)
+      : ServiceHandle(std::move(core)), contender_(std::move(contender)) {}
   const std::string& contender_id() const override { return core_->contender_id(); }
   const std::shared_ptr<MutexContender>& contender() const override { return contender_; }
   bool is_owner() const override { return core_->is_owner(); }
@@ -83,7 +78,6 @@ class ContendServiceHandle final : public MutexContendService {
   }
 
  private:
-  std::shared_ptr<ServiceCore> core_;
   std::shared_ptr<MutexContender> contender_;
 };
 

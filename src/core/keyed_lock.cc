@@ -80,15 +80,7 @@ class HoldReporter {
 
  private:
   LockEvent Make(LockEvent::Kind kind, const std::string& key, std::uint64_t token) const {
-    LockEvent event;
-    event.kind = kind;
-    event.store = store_;
-    event.mutex = key;
-    event.contender_id = contender_id_;
-    event.fencing_token = token;
-    event.time = std::chrono::system_clock::now();
-    event.monotonic = clock_->Now().time_since_epoch();
-    return event;
+    return MakeLockEvent(kind, store_, key, contender_id_, token, *clock_);
   }
 
   std::string store_;

@@ -6,12 +6,13 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <utility>
 #include <vector>
+
+#include "core/json.h"
 
 namespace simba {
 namespace {
@@ -74,16 +75,7 @@ std::size_t CauseIndex(LossCause cause) {
 // A label value escaped per the exposition format: backslash, double quote
 // and line feed.
 void AppendLabelValue(std::string& out, std::string_view value) {
-  out += '"';
-  for (const char c : value) {
-    switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
-    }
-  }
-  out += '"';
+  internal::AppendQuoted(out, value, internal::kLabelQuoting);
 }
 
 // The shortest text that parses back to `value`, in plain decimals where
@@ -100,24 +92,7 @@ std::string FormatDouble(double value) {
 }
 
 // Microseconds as decimal seconds: 1234567 -> "1.234567", 2500000 -> "2.5".
-std::string SecondsFromMicros(std::int64_t us) {
-  std::string out;
-  std::uint64_t magnitude = static_cast<std::uint64_t>(us);
-  if (us < 0) {
-    out += '-';
-    magnitude = ~magnitude + 1;
-  }
-  out += std::to_string(magnitude / 1'000'000);
-  const std::uint64_t frac = magnitude % 1'000'000;
-  if (frac != 0) {
-    char buf[16];
-    std::snprintf(buf, sizeof buf, ".%06u", static_cast<unsigned>(frac));
-    std::string digits(buf);
-    while (digits.back() == '0') digits.pop_back();
-    out += digits;
-  }
-  return out;
-}
+std::string SecondsFromMicros(std::int64_t us) { return internal::FixedPoint(us, 6); }
 
 void AppendFamilyHeader(std::string& out, std::string_view name, std::string_view type,
                         std::string_view help) {

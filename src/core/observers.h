@@ -5,8 +5,11 @@
 #ifndef SIMBA_CORE_OBSERVERS_H_
 #define SIMBA_CORE_OBSERVERS_H_
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
+#include "simba/clock.h"
 #include "simba/events.h"
 #include "simba/metrics.h"
 
@@ -22,6 +25,10 @@ struct Observers {
   // `renewal`), then hands it to the listener. On the caller's thread.
   void Deliver(const LockEvent& event, bool renewal = false) const;
 };
+
+// A LockEvent stamped now: system time, and `clock`'s for `monotonic`.
+LockEvent MakeLockEvent(LockEvent::Kind kind, std::string store, std::string mutex,
+                        std::string contender_id, std::uint64_t token, const Clock& clock);
 
 }  // namespace simba::internal
 

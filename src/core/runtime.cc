@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <exception>
+#include <map>
 #include <set>
+#include <unordered_map>
 
 #include "core/log.h"
 
@@ -172,11 +174,24 @@ void Strand::Run() {
   }
 }
 
+struct Runtime::Timers {
+  explicit Timers(std::shared_ptr<Clock> c) : clock(std::move(c)) {}
+  const std::shared_ptr<Clock> clock;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+  TimerId next_id = 1;
+  bool running = false;
+  std::map<std::pair<Clock::TimePoint, TimerId>, Task> due;
+  std::unordered_map<TimerId, Clock::TimePoint> when;
+};
+
 Runtime::Runtime(std::shared_ptr<Clock> clock, int io_threads, int callback_threads)
     : clock_(std::move(clock)),
       io_(std::make_shared<ThreadPool>("io", io_threads)),
-      callbacks_(std::make_shared<ThreadPool>("callbacks", callback_threads)) {
-  timer_thread_ = std::thread([this] { TimerLoop(); });
+      callbacks_(std::make_shared<ThreadPool>("callbacks", callback_threads)),
+      timers_(std::make_shared<Timers>(clock_)) {
+  timer_thread_.start([timers = timers_] { TimerLoop(timers); });
   std::lock_guard<std::mutex> lock(RegistryMutex());
   Registry().insert(this);
 }
@@ -195,10 +210,11 @@ bool Runtime::all_idle(std::size_t blocked_io) {
   std::size_t io = 0;
   for (const Runtime* runtime : Registry()) {
     {
-      std::lock_guard<std::mutex> lock(runtime->mu_);
-      if (runtime->timer_running_) return false;
-      if (!runtime->closed_ && !runtime->timers_.empty() &&
-          runtime->timers_.begin()->first.first <= runtime->clock_->Now()) {
+      Timers& timers = *runtime->timers_;
+      std::lock_guard<std::mutex> lock(timers.mu);
+      if (timers.running) return false;
+      if (!timers.closed && !timers.due.empty() &&
+          timers.due.begin()->first.first <= timers.clock->Now()) {
         return false;
       }
     }
@@ -213,73 +229,70 @@ bool Runtime::all_idle(std::size_t blocked_io) {
 Runtime::TimerId Runtime::ScheduleAt(Clock::TimePoint when, Task task) {
   TimerId id;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return 0;
-    id = next_id_++;
-    timers_.emplace(std::make_pair(when, id), std::move(task));
-    due_.emplace(id, when);
+    std::lock_guard<std::mutex> lock(timers_->mu);
+    if (timers_->closed) return 0;
+    id = timers_->next_id++;
+    timers_->due.emplace(std::make_pair(when, id), std::move(task));
+    timers_->when.emplace(id, when);
     posts.fetch_add(1);
   }
-  cv_.notify_one();
+  timers_->cv.notify_one();
   return id;
 }
 
 void Runtime::Cancel(TimerId id) {
   if (id == 0) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = due_.find(id);
-  if (it == due_.end()) return;
-  timers_.erase(std::make_pair(it->second, id));
-  due_.erase(it);
+  std::lock_guard<std::mutex> lock(timers_->mu);
+  auto it = timers_->when.find(id);
+  if (it == timers_->when.end()) return;
+  timers_->due.erase(std::make_pair(it->second, id));
+  timers_->when.erase(it);
 }
 
 void Runtime::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    closed_ = true;
-    timers_.clear();
-    due_.clear();
+    std::lock_guard<std::mutex> lock(timers_->mu);
+    if (timers_->closed) return;
+    timers_->closed = true;
+    timers_->due.clear();
+    timers_->when.clear();
   }
-  cv_.notify_all();
-  if (timer_thread_.joinable()) {
-    if (timer_thread_.get_id() == std::this_thread::get_id()) {
-      timer_thread_.detach();
-    } else {
-      timer_thread_.join();
-    }
-  }
+  timers_->cv.notify_all();
+  // From one of its own timers, the timer thread is left to end by itself
+  // (Worker::join) when that timer returns: it holds the state it uses.
+  timer_thread_.join();
   io_->Shutdown();
   callbacks_->Shutdown();
 }
 
 bool Runtime::closed() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return closed_;
+  std::lock_guard<std::mutex> lock(timers_->mu);
+  return timers_->closed;
 }
 
-void Runtime::TimerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!closed_) {
-    if (timers_.empty()) {
-      cv_.wait(lock);
+void Runtime::TimerLoop(const std::shared_ptr<Timers>& timers) {
+  std::unique_lock<std::mutex> lock(timers->mu);
+  while (!timers->closed) {
+    if (timers->due.empty()) {
+      timers->cv.wait(lock);
       continue;
     }
-    auto first = timers_.begin();
+    auto first = timers->due.begin();
     const Clock::TimePoint when = first->first.first;
-    if (clock_->Now() < when) {
-      clock_->WaitUntil(cv_, lock, when);
+    if (timers->clock->Now() < when) {
+      timers->clock->WaitUntil(timers->cv, lock, when);
       continue;
     }
     Task task = std::move(first->second);
-    due_.erase(first->first.second);
-    timers_.erase(first);
-    timer_running_ = true;
+    timers->when.erase(first->first.second);
+    timers->due.erase(first);
+    timers->running = true;
     posts.fetch_add(1);
     lock.unlock();
     RunGuarded(task, "timer");
+    task = nullptr;  // its captures may own the Runtime: drop them before the lock
     lock.lock();
-    timer_running_ = false;
+    timers->running = false;
   }
 }
 

@@ -13,12 +13,10 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "core/worker.h"
@@ -113,20 +111,17 @@ class Runtime {
   static bool all_idle(std::size_t blocked_io);
 
  private:
-  void TimerLoop();
+  struct Timers;
+  // The timers, shared with the timer thread: a Runtime shut down (and
+  // destroyed) from one of its own timers leaves that thread only what it
+  // owns.
+  static void TimerLoop(const std::shared_ptr<Timers>& timers);
 
   const std::shared_ptr<Clock> clock_;
   std::shared_ptr<ThreadPool> io_;
   std::shared_ptr<ThreadPool> callbacks_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool closed_ = false;
-  TimerId next_id_ = 1;
-  bool timer_running_ = false;
-  std::map<std::pair<Clock::TimePoint, TimerId>, Task> timers_;
-  std::unordered_map<TimerId, Clock::TimePoint> due_;
-  std::thread timer_thread_;
+  const std::shared_ptr<Timers> timers_;
+  Worker timer_thread_;
 };
 
 }  // namespace simba::internal

@@ -1,8 +1,10 @@
 #include "simba/uri.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <utility>
 
 namespace simba {
@@ -47,18 +49,17 @@ bool IsSecretQueryKey(std::string_view key) {
   return lower == "pass" || lower == "pwd" || lower == "auth";
 }
 
-// Control characters are shown escaped so that, e.g., a newline read from a
-// config file is visible in the message instead of breaking it.
-std::string Printable(std::string_view s) {
-  static constexpr char kHex[] = "0123456789abcdef";
+// `s` with each byte for which `escape` holds written as `format` (a printf
+// format for the byte).
+template <class Pred>
+std::string Escape(std::string_view s, const char* format, Pred escape) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
-    if (IsControl(c)) {
-      const auto u = static_cast<unsigned char>(c);
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
+    if (escape(c)) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, format, static_cast<unsigned char>(c));
+      out += buf;
     } else {
       out += c;
     }
@@ -66,23 +67,29 @@ std::string Printable(std::string_view s) {
   return out;
 }
 
+// Control characters are shown escaped so that, e.g., a newline read from a
+// config file is visible in the message instead of breaking it.
+std::string Printable(std::string_view s) { return Escape(s, "\\x%02x", IsControl); }
+
 // Percent-encodes what would otherwise be read back differently (`reserved`),
 // '%', blanks and control characters; everything else stays readable.
 std::string Encode(std::string_view s, std::string_view reserved) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u <= 0x20 || u == 0x7f || c == '%' || reserved.find(c) != std::string_view::npos) {
-      out += '%';
-      out += kHex[u >> 4];
-      out += kHex[u & 0xf];
-    } else {
-      out += c;
-    }
+  return Escape(s, "%%%02X", [reserved](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || IsControl(c) || c == '%' ||
+           reserved.find(c) != std::string_view::npos;
+  });
+}
+
+// Calls `item` with each piece of `list` between `separator`s, empty ones
+// included, until it returns an error.
+template <class Fn>
+Status ForEachItem(std::string_view list, char separator, Fn item) {
+  for (;;) {
+    const std::size_t end = list.find(separator);
+    SIMBA_RETURN_IF_ERROR(item(list.substr(0, end)));
+    if (end == std::string_view::npos) return OkStatus();
+    list.remove_prefix(end + 1);
   }
-  return out;
 }
 
 bool IsValidScheme(std::string_view scheme) {
@@ -187,17 +194,13 @@ void Parser::FindSecrets() {
     }
   }
   if (const std::size_t q = text_.find('?', start); q != std::string_view::npos) {
-    std::string_view query = text_.substr(q + 1);
-    while (!query.empty()) {
-      const std::size_t amp = query.find('&');
-      const std::string_view item = query.substr(0, amp);
+    (void)ForEachItem(text_.substr(q + 1), '&', [this](std::string_view item) {
       if (const std::size_t eq = item.find('='); eq != std::string_view::npos) {
         // The raw key is good enough here: "pass%77ord" is not worth decoding.
         if (IsSecretQueryKey(item.substr(0, eq))) Hide(item.substr(eq + 1), /*password=*/false);
       }
-      if (amp == std::string_view::npos) break;
-      query.remove_prefix(amp + 1);
-    }
+      return OkStatus();
+    });
   }
   std::sort(hidden_.begin(), hidden_.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
@@ -270,11 +273,8 @@ Result<std::uint16_t> Parser::ParsePort(std::string_view port, std::string_view 
     return Fail("invalid port", port, " (expected a number from 1 to 65535)");
   }
   std::uint32_t value = 0;
-  for (char c : port) {
-    value = value * 10 + static_cast<std::uint32_t>(c - '0');
-    if (value > 65535) break;
-  }
-  if (value == 0 || value > 65535) {
+  const auto parsed = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (parsed.ec != std::errc() || value == 0 || value > 65535) {
     return Fail("port", port, " is out of range (expected a number from 1 to 65535)");
   }
   return static_cast<std::uint16_t>(value);
@@ -331,41 +331,31 @@ Status Parser::ParseHost(std::string_view entry, Uri& uri) const {
 
 Status Parser::ParseHosts(std::string_view host_list, Uri& uri) const {
   if (host_list.empty()) return OkStatus();
-  std::string_view rest = host_list;
-  while (true) {
-    const std::size_t comma = rest.find(',');
-    const std::string_view entry = rest.substr(0, comma);
+  return ForEachItem(host_list, ',', [&](std::string_view entry) {
     if (entry.empty()) return Fail("empty entry in host list", host_list);
-    SIMBA_RETURN_IF_ERROR(ParseHost(entry, uri));
-    if (comma == std::string_view::npos) return OkStatus();
-    rest.remove_prefix(comma + 1);
-  }
+    return ParseHost(entry, uri);
+  });
 }
 
 Status Parser::ParseQuery(std::string_view query, Uri& uri) const {
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view item = query.substr(0, amp);
+  return ForEachItem(query, '&', [&](std::string_view item) -> Status {
     // Empty items ("a=1&&b=2", a trailing '&') carry no meaning to get wrong.
-    if (!item.empty()) {
-      const std::size_t eq = item.find('=');
-      if (eq == std::string_view::npos) {
-        return Fail("query parameter", item, " has no value (expected key=value)");
-      }
-      if (eq == 0) return Fail("query parameter", item, " has an empty key");
-      const std::string_view raw_key = item.substr(0, eq);
-      SIMBA_ASSIGN_OR_RETURN(std::string key, Decode(raw_key, "a query key"));
-      SIMBA_ASSIGN_OR_RETURN(
-          std::string value,
-          Decode(item.substr(eq + 1), "the value of query key '" + Printable(key) + "'",
-                 IsSecretQueryKey(key)));
-      if (uri.query.contains(key)) return Fail("duplicate query key", raw_key);
-      uri.query.emplace(std::move(key), std::move(value));
+    if (item.empty()) return OkStatus();
+    const std::size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return Fail("query parameter", item, " has no value (expected key=value)");
     }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return OkStatus();
+    if (eq == 0) return Fail("query parameter", item, " has an empty key");
+    const std::string_view raw_key = item.substr(0, eq);
+    SIMBA_ASSIGN_OR_RETURN(std::string key, Decode(raw_key, "a query key"));
+    SIMBA_ASSIGN_OR_RETURN(
+        std::string value,
+        Decode(item.substr(eq + 1), "the value of query key '" + Printable(key) + "'",
+               IsSecretQueryKey(key)));
+    if (uri.query.contains(key)) return Fail("duplicate query key", raw_key);
+    uri.query.emplace(std::move(key), std::move(value));
+    return OkStatus();
+  });
 }
 
 Result<Uri> Parser::Parse() {

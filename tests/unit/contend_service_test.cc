@@ -12,6 +12,7 @@
 
 #include "simba/backends/memory.h"
 #include "simba/contend_service.h"
+#include "testing/forwarding_backend.h"
 #include "testing/fault_injecting_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
@@ -528,12 +529,10 @@ TEST_F(ContendServiceTest, RetrieverFollowsTheOwner) {
 // Answers like a store that cannot know another owner's times (a ZooKeeper
 // participant of JVM Simba; the owner ahead of an etcd waiter): that owner's
 // times unknown (0), and "ask again" 10 s after the store's now.
-class UnknownOwnerTimesBackend final : public Backend {
+class UnknownOwnerTimesBackend final : public testing::ForwardingBackend {
  public:
   explicit UnknownOwnerTimesBackend(std::shared_ptr<Backend> target)
-      : target_(std::move(target)) {}
-  std::string_view scheme() const override { return target_->scheme(); }
-  const Capabilities& capabilities() const override { return target_->capabilities(); }
+      : ForwardingBackend(std::move(target), /*pushes=*/false) {}
   int acquire_calls() const { return acquire_calls_.load(); }
 
  protected:
@@ -548,22 +547,8 @@ class UnknownOwnerTimesBackend final : public Backend {
     }
     return reply;
   }
-  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
-                          Deadline deadline) override {
-    return target_->release(mutex, id, token, deadline);
-  }
-  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    return target_->read(mutex, deadline);
-  }
-  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
-    return target_->list(deadline);
-  }
-  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
-    return target_->force_release(mutex, deadline);
-  }
 
  private:
-  std::shared_ptr<Backend> target_;
   std::atomic<int> acquire_calls_{0};
 };
 

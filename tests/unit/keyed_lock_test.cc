@@ -16,6 +16,7 @@
 #include "simba/keyed_lock.h"
 #include "simba/metrics.h"
 #include "simba/registry.h"
+#include "testing/forwarding_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 
@@ -337,11 +338,9 @@ TEST_F(KeyedLockTest, LeaseHoldsAreReportedOnce) {
 
 // A memory store that counts what the keyed leases ask of it: live
 // subscriptions, and the contender ids that tried to acquire.
-class WatchingBackend final : public Backend {
+class WatchingBackend final : public testing::ForwardingBackend {
  public:
-  explicit WatchingBackend(std::shared_ptr<Backend> inner) : inner_(std::move(inner)) {}
-  std::string_view scheme() const override { return inner_->scheme(); }
-  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  using ForwardingBackend::ForwardingBackend;
 
  protected:
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
@@ -349,31 +348,17 @@ class WatchingBackend final : public Backend {
       std::lock_guard<std::mutex> lock(mu_);
       ids_.emplace_back(request.contender_id);
     }
-    return inner_->acquire_or_renew(request, deadline);
-  }
-  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
-                       Deadline deadline) override {
-    return inner_->release(mutex, id, token, deadline);
-  }
-  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
-    return inner_->force_release(mutex, deadline);
-  }
-  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    return inner_->read(mutex, deadline);
-  }
-  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
-    return inner_->list(deadline);
+    return target_->acquire_or_renew(request, deadline);
   }
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view id,
       std::function<void(const MutexEvent&)> listener) override {
     SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Subscription> inner,
-                           inner_->subscribe(mutex, id, std::move(listener)));
+                           target_->subscribe(mutex, id, std::move(listener)));
     ++subscribed_;
     ++live_;
     return std::unique_ptr<Subscription>(std::make_unique<Counted>(std::move(inner), live_));
   }
-
 
  public:
   int subscribed() const { return subscribed_.load(); }
@@ -398,7 +383,6 @@ class WatchingBackend final : public Backend {
     std::atomic<int>& live_;
   };
 
-  const std::shared_ptr<Backend> inner_;
   std::atomic<int> subscribed_{0};
   std::atomic<int> live_{0};
   mutable std::mutex mu_;

@@ -13,6 +13,7 @@
 #include "simba/keyed_backend.h"
 #include "simba/keyed_lock.h"
 #include "simba/metrics.h"
+#include "testing/forwarding_backend.h"
 #include "testing/fault_injecting_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
@@ -111,15 +112,16 @@ class RecordingMetrics final : public Metrics {
 // Forwards to a store, except that acquire_or_renew can be made to answer
 // that somebody else owns the mutex (what a store says after it ended our
 // hold without telling us).
-class ForgingBackend final : public Backend {
+class ForgingBackend final : public testing::ForwardingBackend {
  public:
-  explicit ForgingBackend(std::shared_ptr<Backend> target) : target_(std::move(target)) {}
+  explicit ForgingBackend(std::shared_ptr<Backend> target)
+      : ForwardingBackend(std::move(target), /*pushes=*/false) {}
   void ForgeOwner(std::string owner) {
     std::lock_guard<std::mutex> lock(mu_);
     forged_owner_ = std::move(owner);
   }
-  std::string_view scheme() const override { return target_->scheme(); }
-  const Capabilities& capabilities() const override { return target_->capabilities(); }
+
+ protected:
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
     auto reply = target_->acquire_or_renew(request, deadline);
     std::lock_guard<std::mutex> lock(mu_);
@@ -129,22 +131,8 @@ class ForgingBackend final : public Backend {
     }
     return reply;
   }
-  Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
-                       Deadline deadline) override {
-    return target_->release(mutex, id, token, deadline);
-  }
-  Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
-    return target_->force_release(mutex, deadline);
-  }
-  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    return target_->read(mutex, deadline);
-  }
-  Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
-    return target_->list(deadline);
-  }
 
  private:
-  std::shared_ptr<Backend> target_;
   std::mutex mu_;
   std::string forged_owner_;
 };

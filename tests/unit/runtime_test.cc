@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "testing/latch.h"
 #include "testing/test_util.h"
 
 namespace simba::internal {
@@ -16,6 +17,7 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using simba::testing::Eventually;
+using simba::testing::Latch;
 
 TEST(RuntimeTest, TimersRunInDueOrderOnTheInjectedClock) {
   auto clock = std::make_shared<ManualClock>();
@@ -72,6 +74,35 @@ TEST(RuntimeTest, ShutdownRunsQueuedWorkAndRefusesNewWork) {
   EXPECT_FALSE(runtime->PostIo([&] { ++ran; }));
   EXPECT_EQ(runtime->ScheduleAt(Clock::Steady()->Now(), [] {}), 0u);
   EXPECT_TRUE(runtime->closed());
+}
+
+// The last owner may drop a Runtime from one of its own timers (a factory
+// closed by a callback on the timer thread). Shutdown cannot join that
+// thread: it must end by itself without touching the freed Runtime (ASan
+// reports a use after free if the timer loop returns into it).
+TEST(RuntimeTest, ARuntimeDestroyedFromItsOwnTimerLetsThatThreadEndCleanly) {
+  auto clock = std::make_shared<ManualClock>();
+  auto runtime = std::make_shared<Runtime>(clock, 1, 1);
+  const int threads = simba::testing::CountThreads();
+  Latch io_ran;
+  Latch destroyed;
+  std::atomic<bool> late_timer_ran{false};
+  // Due after the Runtime is gone: dropped by Shutdown, never run.
+  runtime->ScheduleAt(clock->Now() + seconds(1), [&] { late_timer_ran = true; });
+  runtime->ScheduleAt(clock->Now(), [&] {
+    // Queued before the Runtime goes: it still runs (Shutdown drains).
+    ASSERT_TRUE(runtime->PostIo([&] { io_ran.Set(); }));
+    std::shared_ptr<Runtime> last = std::move(runtime);
+    last.reset();
+    destroyed.Set();
+  });
+  ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
+  EXPECT_TRUE(io_ran.Wait(milliseconds(10000)));
+  // The timer thread and both pools' threads end.
+  EXPECT_TRUE(Eventually([&] { return simba::testing::CountThreads() <= threads - 3; },
+                         milliseconds(10000)));
+  clock->Advance(seconds(2));
+  EXPECT_FALSE(late_timer_ran.load());
 }
 
 }  // namespace
