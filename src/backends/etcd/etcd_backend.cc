@@ -37,6 +37,7 @@
 #include "backends/etcd/etcd_client.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/store_options.h"
 #include "core/worker.h"
 
 namespace simba {
@@ -1199,17 +1200,10 @@ class EtcdBackend final : public Backend {
     return UnavailableError(context + ": the owner kept changing during the call; try again");
   }
 
-  Result<OwnerRecord> do_read(std::string_view mutex_view, Deadline deadline) override {
-    const std::string mutex(mutex_view);
+  Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     const std::string context = Context("reading mutex " + Quoted(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_RETURN_IF_ERROR(turn.status());
-    SIMBA_ASSIGN_OR_RETURN(
-        std::vector<HttpResponse> replies,
-        turn.Call({Post("/v3/kv/range",
-                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, 1, false))}));
-    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(range, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, Queue(turn, mutex, 1, context));
     OwnerRecord record;
     record.store_now = WallNow();
     if (lowest.empty()) return record;
@@ -1268,20 +1262,11 @@ class EtcdBackend final : public Backend {
   // contender's lease, which a waiter keeps alive by polling, so a waiter
   // that went away drops out when its lease ends. A contender with several
   // keys is listed once, at its first; the owner's id is left out.
-  Result<std::vector<std::string>> do_waiters(std::string_view mutex_view,
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
                                               Deadline deadline) override {
-    const std::string mutex(mutex_view);
     const std::string context = Context("listing the waiters of mutex " + Quoted(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_RETURN_IF_ERROR(turn.status());
-    SIMBA_ASSIGN_OR_RETURN(
-        std::vector<HttpResponse> replies,
-        turn.Call({Post("/v3/kv/range",
-                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, 0, false))}));
-    auto range = ParseReply(replies[0], context);
-    if (!range.ok() && range.status().code() == StatusCode::kUnavailable) turn.Abandon();
-    SIMBA_RETURN_IF_ERROR(range.status());
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(*range, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, Queue(turn, mutex, 0, context));
     std::vector<std::string> waiters;
     if (kvs.empty()) return waiters;
     const std::string& owner = kvs.front().value;
@@ -1342,6 +1327,21 @@ class EtcdBackend final : public Backend {
 
   std::string Context(std::string_view what) const {
     return channel_.Describe() + ": " + std::string(what);
+  }
+
+  // The first `limit` keys (0: all) of `mutex`'s queue, oldest first, on
+  // `turn` (its status checked here). A server that cannot serve is left.
+  Result<std::vector<Kv>> Queue(RequestChannel::Turn& turn, std::string_view mutex, int limit,
+                                const std::string& context) {
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<HttpResponse> replies,
+        turn.Call({Post("/v3/kv/range",
+                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, limit, false))}));
+    auto range = ParseReply(replies[0], context);
+    if (!range.ok() && range.status().code() == StatusCode::kUnavailable) turn.Abandon();
+    SIMBA_RETURN_IF_ERROR(range.status());
+    return KvsOf(*range, context);
   }
 
   // The kvs of the `index`th response of a transaction reply.
@@ -1410,20 +1410,6 @@ class EtcdBackend final : public Backend {
   std::mt19937_64 random_;
 };
 
-// Plain characters only, and no '/': the prefix is the first segment of
-// every key, so "a" must not be a prefix of "a/b"'s keys.
-Status ValidateKeyPrefix(std::string_view prefix) {
-  const bool plain = std::all_of(prefix.begin(), prefix.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':';
-  });
-  if (prefix.empty() || prefix.size() > 128 || !plain) {
-    return InvalidArgumentError("etcd: key_prefix " + Quoted(prefix) +
-                                " must be 1 to 128 characters from A-Z a-z 0-9 _ - . :");
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 Result<std::shared_ptr<Backend>> NewEtcdBackend(EtcdOptions options) {
@@ -1431,22 +1417,16 @@ Result<std::shared_ptr<Backend>> NewEtcdBackend(EtcdOptions options) {
     return InvalidArgumentError("etcd: at least one endpoint is needed");
   }
   for (const EtcdEndpoint& endpoint : options.endpoints) {
-    if (endpoint.host.empty()) return InvalidArgumentError("etcd: host must not be empty");
-    if (endpoint.port == 0) return InvalidArgumentError("etcd: port must be in 1..65535");
+    SIMBA_RETURN_IF_ERROR(internal::validate_host_port("etcd", endpoint.host, endpoint.port));
   }
-  if (options.connect_timeout <= milliseconds::zero()) {
-    return InvalidArgumentError("etcd: connect_timeout must be positive");
-  }
-  SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(options.key_prefix));
+  SIMBA_RETURN_IF_ERROR(internal::validate_timeout_and_prefix("etcd", options.connect_timeout,
+                                                               options.key_prefix));
   return std::shared_ptr<Backend>(std::make_shared<EtcdBackend>(options));
 }
 
 Result<EtcdOptions> EtcdOptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "etcd://host[:port][,host[:port]...][?key_prefix=...]";
-  if (uri.scheme != "etcd") {
-    return InvalidArgumentError("etcd: URI scheme is " + Quoted(uri.scheme) +
-                                ", expected 'etcd'");
-  }
+  SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "etcd"));
   if (uri.user || uri.password) {
     return InvalidArgumentError(
         "etcd: user and password in the URI are not supported (this backend does not do etcd "
@@ -1468,14 +1448,10 @@ Result<EtcdOptions> EtcdOptionsFromUri(const Uri& uri) {
     }
     options.endpoints.push_back(EtcdEndpoint{host.host, host.port.value_or(2379)});
   }
-  if (auto value = uri.Query("connect_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
-    if (options.connect_timeout <= milliseconds::zero()) {
-      return InvalidArgumentError("etcd: connect_timeout must be positive");
-    }
-  }
+  SIMBA_RETURN_IF_ERROR(
+      internal::read_positive_duration(uri, "etcd", "connect_timeout", &options.connect_timeout));
   if (auto value = uri.Query("key_prefix")) {
-    SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(*value));
+    SIMBA_RETURN_IF_ERROR(internal::validate_key_prefix("etcd", *value));
     options.key_prefix = *value;
   }
   return options;

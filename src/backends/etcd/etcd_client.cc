@@ -195,6 +195,17 @@ Result<int> HttpConnection::ReadHead(Deadline deadline) {
   return status;
 }
 
+// Appends to *out what is buffered of the left_ bytes still due (reading
+// more first if nothing is).
+Status HttpConnection::TakeLeft(std::string* out, Deadline deadline) {
+  if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
+  const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
+  out->append(Buffered().substr(0, n));
+  Consume(n);
+  left_ -= n;
+  return OkStatus();
+}
+
 Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
   for (;;) {
     switch (mode_) {
@@ -206,12 +217,7 @@ Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
           reusable_ = !close_after_;
           return false;
         }
-        if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
-        const std::size_t n =
-            static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
-        out->append(Buffered().substr(0, n));
-        Consume(n);
-        left_ -= n;
+        SIMBA_RETURN_IF_ERROR(TakeLeft(out, deadline));
         return true;
       }
       case BodyMode::kUntilClose: {
@@ -239,12 +245,7 @@ Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
       }
       case BodyMode::kChunked: {
         if (left_ > 0) {
-          if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
-          const std::size_t n =
-              static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
-          out->append(Buffered().substr(0, n));
-          Consume(n);
-          left_ -= n;
+          SIMBA_RETURN_IF_ERROR(TakeLeft(out, deadline));
           if (left_ == 0) chunk_crlf_ = true;
           return true;
         }

@@ -101,6 +101,7 @@ class HttpConnection {
   Result<std::string> ReadCrlfLine(Deadline deadline, std::size_t limit);
   // Appends the next piece of the body to `out`; false once the body ended.
   Result<bool> ReadBody(std::string* out, Deadline deadline);
+  Status TakeLeft(std::string* out, Deadline deadline);
   std::string_view Buffered() const { return std::string_view(in_).substr(pos_); }
   void Consume(std::size_t n);
 

@@ -26,6 +26,7 @@
 #include "backends/redis/redis_scripts.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/store_options.h"
 #include "core/worker.h"
 
 namespace simba {
@@ -203,8 +204,7 @@ class CommandChannel {
     if (!turn.taken()) return Busy();
     SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
     if (facts != nullptr) *facts = facts_;
-    Command command = {"EVALSHA", shas_[script], "3"};
-    for (std::string& key : MutexKeys(prefix_, mutex)) command.push_back(std::move(key));
+    Command command = EvalCommand(script, mutex);
     command.insert(command.end(), args.begin(), args.end());
     if (guard_px) {
       command.push_back(restart_guard_ && facts_.lossy
@@ -232,24 +232,28 @@ class CommandChannel {
     return replies;
   }
 
-  // `script` on each mutex, in one round trip.
+  // `script` on each mutex, in one round trip. (The scripts' hashes do not
+  // change while the channel lives; a NOSCRIPT reply is the caller's error.)
   Result<std::vector<Reply>> EvalEach(Script script, const std::vector<std::string>& mutexes,
                                       Deadline deadline) {
-    const TurnGate::Turn turn = turn_.take(deadline);
-    if (!turn.taken()) return Busy();
-    SIMBA_ASSIGN_OR_RETURN(Connection * conn, ConnectedLocked(deadline));
     std::vector<Command> commands;
-    for (const std::string& mutex : mutexes) {
-      Command command = {"EVALSHA", shas_[script], "3"};
-      for (std::string& key : MutexKeys(prefix_, mutex)) command.push_back(std::move(key));
-      commands.push_back(std::move(command));
+    {
+      const TurnGate::Turn turn = turn_.take(deadline);
+      if (!turn.taken()) return Busy();
+      SIMBA_RETURN_IF_ERROR(ConnectedLocked(deadline).status());
+      for (const std::string& mutex : mutexes) commands.push_back(EvalCommand(script, mutex));
     }
-    auto replies = conn->Call(commands, deadline);
-    if (!replies.ok()) DropLocked();
-    return replies;
+    return Pipeline(commands, deadline);
   }
 
  private:
+  // EVALSHA of `script` on the keys of `mutex` (shas_ is read with the turn).
+  Command EvalCommand(Script script, std::string_view mutex) const {
+    Command command = {"EVALSHA", shas_[script], "3"};
+    for (std::string& key : MutexKeys(prefix_, mutex)) command.push_back(std::move(key));
+    return command;
+  }
+
   Status Busy() const {
     return DeadlineExceededError("redis at " + endpoint_.Describe() +
                                  ": deadline passed while waiting for the command connection");
@@ -843,39 +847,19 @@ class RedisBackend final : public Backend {
   std::shared_ptr<Subscriber> subscriber_;
 };
 
-// Plain characters only: the prefix goes into SCAN patterns (no glob
-// characters) and must not open a hash tag of its own (no braces).
-Status ValidateKeyPrefix(std::string_view prefix) {
-  const bool plain = std::all_of(prefix.begin(), prefix.end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '-' || c == '.' || c == ':';
-  });
-  if (prefix.empty() || prefix.size() > 128 || !plain) {
-    return InvalidArgumentError("redis: key_prefix " + Quoted(prefix) +
-                                " must be 1 to 128 characters from A-Z a-z 0-9 _ - . :");
-  }
-  return OkStatus();
-}
-
 }  // namespace
 
 Result<std::shared_ptr<Backend>> NewRedisBackend(RedisOptions options) {
-  if (options.host.empty()) return InvalidArgumentError("redis: host must not be empty");
-  if (options.port == 0) return InvalidArgumentError("redis: port must be in 1..65535");
+  SIMBA_RETURN_IF_ERROR(internal::validate_host_port("redis", options.host, options.port));
   if (options.database < 0) return InvalidArgumentError("redis: database must not be negative");
-  if (options.connect_timeout <= milliseconds::zero()) {
-    return InvalidArgumentError("redis: connect_timeout must be positive");
-  }
-  SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(options.key_prefix));
+  SIMBA_RETURN_IF_ERROR(internal::validate_timeout_and_prefix("redis", options.connect_timeout,
+                                                               options.key_prefix));
   return std::shared_ptr<Backend>(std::make_shared<RedisBackend>(options));
 }
 
 Result<RedisOptions> RedisOptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "redis://[user:password@]host[:port][/db]";
-  if (uri.scheme != "redis") {
-    return InvalidArgumentError("redis: URI scheme is " + Quoted(uri.scheme) +
-                                ", expected 'redis'");
-  }
+  SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "redis"));
   if (uri.hosts.size() != 1) {
     return InvalidArgumentError(std::string("redis: URI must name exactly one host; expected ") +
                                 kForm);
@@ -899,12 +883,8 @@ Result<RedisOptions> RedisOptionsFromUri(const Uri& uri) {
     }
     options.database = static_cast<int>(db);
   }
-  if (auto value = uri.Query("connect_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
-    if (options.connect_timeout <= milliseconds::zero()) {
-      return InvalidArgumentError("redis: connect_timeout must be positive");
-    }
-  }
+  SIMBA_RETURN_IF_ERROR(
+      internal::read_positive_duration(uri, "redis", "connect_timeout", &options.connect_timeout));
   auto on_off = [](std::string_view key, const std::string& value, std::string_view on,
                    bool* out) -> Status {
     if (value == on) {
@@ -918,7 +898,7 @@ Result<RedisOptions> RedisOptionsFromUri(const Uri& uri) {
     return OkStatus();
   };
   if (auto value = uri.Query("key_prefix")) {
-    SIMBA_RETURN_IF_ERROR(ValidateKeyPrefix(*value));
+    SIMBA_RETURN_IF_ERROR(internal::validate_key_prefix("redis", *value));
     options.key_prefix = *value;
   }
   if (auto value = uri.Query("restart_guard")) {

@@ -126,11 +126,9 @@ Result<Reply> Connection::Read(Deadline deadline) {
 Result<std::vector<Reply>> Connection::Call(const std::vector<Command>& commands,
                                             Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(Send(commands, deadline));
-  std::vector<Reply> replies;
-  replies.reserve(commands.size());
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    SIMBA_ASSIGN_OR_RETURN(Reply reply, Read(deadline));
-    replies.push_back(std::move(reply));
+  std::vector<Reply> replies(commands.size());
+  for (Reply& reply : replies) {
+    SIMBA_ASSIGN_OR_RETURN(reply, Read(deadline));
   }
   return replies;
 }

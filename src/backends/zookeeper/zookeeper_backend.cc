@@ -365,6 +365,12 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   // Waits and turns a failure into a Status.
   Status Await(const PendingPtr& p, Deadline deadline, const std::string& what,
                std::set<int> accepted = {});
+  // The children of `parent` with the protected name of `uuid` (nodes a
+  // create whose reply we never saw may have made), in the server's order;
+  // all of them in *children when given.
+  Result<std::vector<std::string>> ProtectedNodes(zhandle_t* zh, const std::string& parent,
+                                                  const std::string& uuid, Deadline deadline,
+                                                  std::vector<std::string>* children = nullptr);
 
   // Server time now, estimated from our own writes (never later than the
   // server's clock, as long as the clocks run at the same rate).
@@ -682,6 +688,24 @@ Status ZkStore::Await(const PendingPtr& p, Deadline deadline, const std::string&
   return InternalError(message);
 }
 
+Result<std::vector<std::string>> ZkStore::ProtectedNodes(zhandle_t* zh,
+                                                         const std::string& parent,
+                                                         const std::string& uuid,
+                                                         Deadline deadline,
+                                                         std::vector<std::string>* children) {
+  auto listed = Start([&](const void* data) {
+    return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
+  });
+  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+  const std::string prefix = std::string(kProtected) + uuid;
+  std::vector<std::string> found;
+  for (const std::string& name : listed->children) {
+    if (name.rfind(prefix, 0) == 0) found.push_back(name);
+  }
+  if (children != nullptr) *children = std::move(listed->children);
+  return found;
+}
+
 Status ZkStore::CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline) {
   return CreateAncestors(zh, MutexPath(mutex) + "/x", deadline);
 }
@@ -874,21 +898,17 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
       if (e.create_uncertain) {
         // A create whose reply we never saw: find the node by its
         // protected name before making another.
-        auto listed = Start([&](const void* data) {
-          return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-        });
-        SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
-        const std::string prefix = std::string(kProtected) + e.uuid;
-        for (const std::string& name : listed->children) {
-          if (name.rfind(prefix, 0) == 0) e.node = name;
-        }
+        std::vector<std::string> children;
+        SIMBA_ASSIGN_OR_RETURN(std::vector<std::string> found,
+                               ProtectedNodes(zh, parent, e.uuid, deadline, &children));
+        if (!found.empty()) e.node = found.back();
         if (!e.node.empty()) {
           auto stat = Start([&](const void* data) {
             return zoo_aexists(zh, own_path().c_str(), 0, &OnStat, data);
           });
           SIMBA_RETURN_IF_ERROR(Await(stat, deadline, "reading " + own_path()));
           e.czxid = static_cast<std::uint64_t>(stat->stat.czxid);
-          names = listed->children;
+          names = std::move(children);
         }
         e.create_uncertain = false;
         if (e.node.empty()) continue;
@@ -1098,13 +1118,10 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     std::vector<std::string> nodes;
     if (!e.node.empty()) nodes.push_back(e.node);
     if (e.create_uncertain) {
-      auto listed = Start([&](const void* data) {
-        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-      });
-      SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
-      const std::string prefix = std::string(kProtected) + e.uuid;
-      for (const std::string& name : listed->children) {
-        if (name.rfind(prefix, 0) == 0 && name != e.node) nodes.push_back(name);
+      SIMBA_ASSIGN_OR_RETURN(std::vector<std::string> found,
+                             ProtectedNodes(zh, parent, e.uuid, deadline));
+      for (std::string& name : found) {
+        if (name != e.node) nodes.push_back(std::move(name));
       }
     }
     {
@@ -1396,9 +1413,8 @@ class ZookeeperBackend final : public Backend {
   Capabilities capabilities_;
 };
 
-}  // namespace
-
-Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
+// The checks both doors share (the URI's also makes the connect string).
+Status ValidateOptions(const ZookeeperOptions& options) {
   if (options.connect_string.empty()) {
     return InvalidArgumentError("zookeeper: the connect string is empty");
   }
@@ -1410,6 +1426,13 @@ Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
   if (options.session_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
     return InvalidArgumentError("zookeeper: session_timeout and connect_timeout must be positive");
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
+  SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
   return std::shared_ptr<Backend>(std::make_shared<ZookeeperBackend>(std::move(options)));
 }
 
@@ -1447,14 +1470,7 @@ Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
   if (auto value = uri.Query("connect_timeout")) {
     SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
   }
-  if (options.root.size() < 2 || options.root.front() != '/' || options.root.back() == '/' ||
-      options.root.find("//") != std::string::npos) {
-    return InvalidArgumentError("zookeeper: root must be an absolute path like /simba, not '" +
-                                options.root + "'");
-  }
-  if (options.session_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
-    return InvalidArgumentError("zookeeper: session_timeout and connect_timeout must be positive");
-  }
+  SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
   return options;
 }
 
