@@ -390,8 +390,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
         if (IsOwnerLocked(now)) {
           dropped = std::move(subscription_);
         } else if (reply.ok() && subscription_ == nullptr &&
-                   backend_->capabilities().push_release &&
-                   reply->owner.has_owner(reply->store_now)) {
+                   backend_->capabilities().push_release && reply->held()) {
           // Waiting from now: subscribe first (below, outside the lock),
           // then ask again, so a release in between is not missed.
           subscribe = true;

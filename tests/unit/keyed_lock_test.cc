@@ -342,13 +342,24 @@ class WatchingBackend final : public testing::ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
 
+  // Answers naming another owner as a store that cannot know its times does
+  // (ZooKeeper's JVM participants, etcd's waiters): times 0, and ask again
+  // far beyond the test.
+  void hide_other_owners_times() { hide_times_ = true; }
+
  protected:
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ids_.emplace_back(request.contender_id);
     }
-    return target_->acquire_or_renew(request, deadline);
+    Result<OwnerRecord> reply = target_->acquire_or_renew(request, deadline);
+    if (hide_times_ && reply.ok() && reply->held() &&
+        !reply->owner.is_owner(request.contender_id)) {
+      reply->owner.ttl_at = reply->owner.transition_at = StoreTime(0);
+      reply->ask_again_at = reply->store_now + seconds(120);
+    }
+    return reply;
   }
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view id,
@@ -383,6 +394,7 @@ class WatchingBackend final : public testing::ForwardingBackend {
     std::atomic<int>& live_;
   };
 
+  std::atomic<bool> hide_times_{false};
   std::atomic<int> subscribed_{0};
   std::atomic<int> live_{0};
   mutable std::mutex mu_;
@@ -392,8 +404,7 @@ class WatchingBackend final : public testing::ForwardingBackend {
 // Keyed leases subscribe to the store's pushes only while they wait: a free
 // key is taken and given back without a subscription, a waiter subscribes
 // (and hears the release), and drops it once it holds the key.
-TEST_F(KeyedLockTest, LeaseHoldsSubscribeOnlyWhileWaiting) {
-  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-subscribe").value());
+void ExpectLeaseHoldsSubscribeOnlyWhileWaiting(const std::shared_ptr<WatchingBackend>& store) {
   ASSERT_TRUE(store->capabilities().push_release);
   // A ttl far beyond the test: only a pushed release can hand the key over.
   ContendOptions lease;
@@ -417,6 +428,20 @@ TEST_F(KeyedLockTest, LeaseHoldsSubscribeOnlyWhileWaiting) {
   EXPECT_EQ(store->subscribed(), 1);
   // The new holder gave its subscription up (after telling its caller).
   EXPECT_TRUE(Eventually([&] { return store->live() == 0; }, seconds(10)));
+}
+
+TEST_F(KeyedLockTest, LeaseHoldsSubscribeOnlyWhileWaiting) {
+  ExpectLeaseHoldsSubscribeOnlyWhileWaiting(
+      std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-subscribe").value()));
+}
+
+// A waiter is waiting whether the store says when the owner's lease ends or
+// cannot know it (etcd, ZooKeeper): it subscribes either way, or a release
+// reaches it only when it asks again.
+TEST_F(KeyedLockTest, LeaseWaitersSubscribeWhenTheStoreCannotTellTheOwnersTimes) {
+  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-unknown").value());
+  store->hide_other_owners_times();
+  ExpectLeaseHoldsSubscribeOnlyWhileWaiting(store);
 }
 
 // One contender per (provider, key), reused by the next hold of the key,
