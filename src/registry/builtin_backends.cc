@@ -57,6 +57,19 @@ BackendRegistry::StoreEntry EntryOf(Result<Options> (*from_uri)(const Uri&),
 }
 
 #if SIMBA_HAVE_POSTGRES || SIMBA_HAVE_MYSQL
+// A store's own keyed-lock backend, opened from its options, `from_uri`
+// reading them.
+template <typename Options>
+BackendRegistry::KeyedOpener KeyedEntryOf(
+    Result<Options> (*from_uri)(const Uri&),
+    Result<std::shared_ptr<KeyedLockBackend>> (*open)(Options)) {
+  return [from_uri, open](const Uri& uri,
+                          const KeyedLockOptions&) -> Result<std::shared_ptr<KeyedLockBackend>> {
+    SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
+    return open(std::move(options));
+  };
+}
+
 // `ddl` for table `table` instead of simba_mutex.
 std::string ForTable(std::string ddl, const std::string& table) {
   const std::string name = "simba_mutex";
@@ -115,9 +128,8 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
     // Keyed locks are the server's advisory locks.
     BackendRegistry::StoreEntry postgres =
         EntryOf(&PostgresOptionsFromUri, &NewPostgresBackend);
-    postgres.open_keyed = [](const Uri& uri, const KeyedLockOptions&) {
-      return OpenPostgresKeyedLockBackend(uri);
-    };
+    postgres.open_keyed =
+        KeyedEntryOf(&PostgresKeyedOptionsFromUri, &NewPostgresKeyedLockBackend);
     postgres.schema = SqlSchema(&PostgresOptionsFromUri, &PostgresSchemaSql);
     SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"postgresql", "postgres"}, postgres));
   }
@@ -126,9 +138,7 @@ Status RegisterBuiltinBackends(BackendRegistry& registry) {
   {
     // Keyed locks are the server's GET_LOCK.
     BackendRegistry::StoreEntry mysql = EntryOf(&MysqlOptionsFromUri, &NewMysqlBackend);
-    mysql.open_keyed = [](const Uri& uri, const KeyedLockOptions&) {
-      return OpenMysqlKeyedLockBackend(uri);
-    };
+    mysql.open_keyed = KeyedEntryOf(&MysqlKeyedOptionsFromUri, &NewMysqlKeyedLockBackend);
     mysql.schema = SqlSchema(&MysqlOptionsFromUri, &MysqlSchemaSql);
     SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"mysql", "mariadb"}, mysql));
   }

@@ -30,9 +30,9 @@
 namespace simba::testing {
 namespace {
 
-using internal::mysql::LockNameCompare;
-using internal::mysql::LockNameOf;
-using internal::mysql::Sha256Hex;
+using internal::sql::mysql::LockNameCompare;
+using internal::sql::mysql::LockNameOf;
+using internal::sql::mysql::Sha256Hex;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
@@ -95,11 +95,18 @@ class RawMysql {
   bool ok_ = false;
 };
 
+// The backend `uri` names, through both doors: the URI's options, then the
+// backend from them.
+Result<std::shared_ptr<KeyedLockBackend>> OpenFromUri(const Uri& uri) {
+  SIMBA_ASSIGN_OR_RETURN(MysqlKeyedOptions options, MysqlKeyedOptionsFromUri(uri));
+  return NewMysqlKeyedLockBackend(std::move(options));
+}
+
 std::shared_ptr<KeyedLockBackend> OpenKeyed(const std::string& uri) {
   auto parsed = Uri::Parse(uri);
   EXPECT_THAT(parsed, IsOk());
   if (!parsed.ok()) return nullptr;
-  auto backend = OpenMysqlKeyedLockBackend(*parsed);
+  auto backend = OpenFromUri(*parsed);
   EXPECT_THAT(backend, IsOk());
   return backend.ok() ? *backend : nullptr;
 }
@@ -518,7 +525,7 @@ TEST(MysqlKeyedInput, BadUrisAreInvalidArguments) {
         std::string("postgresql://u@127.0.0.1/db")}) {
     auto parsed = Uri::Parse(uri);
     ASSERT_THAT(parsed, IsOk()) << uri;
-    auto backend = OpenMysqlKeyedLockBackend(*parsed);
+    auto backend = OpenFromUri(*parsed);
     EXPECT_THAT(backend, StatusIs(StatusCode::kInvalidArgument)) << uri;
     if (!backend.ok()) {
       EXPECT_THAT(backend.status().message(), Not(HasSubstr("secret")));
@@ -528,7 +535,7 @@ TEST(MysqlKeyedInput, BadUrisAreInvalidArguments) {
   auto parsed = Uri::Parse(base + "?lock_connections=3&op_timeout=2s&connections=4&table=t&"
                            "create_table=off&connect_timeout=1s");
   ASSERT_THAT(parsed, IsOk());
-  EXPECT_THAT(OpenMysqlKeyedLockBackend(*parsed), IsOk());
+  EXPECT_THAT(OpenFromUri(*parsed), IsOk());
 }
 
 TEST(MysqlKeyedInput, AnUnreachableServerIsUnavailable) {

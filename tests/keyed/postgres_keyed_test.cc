@@ -51,7 +51,8 @@ std::string WithQuery(const std::string& uri, const std::string& query) {
 
 Result<std::shared_ptr<KeyedLockBackend>> TryOpen(const std::string& uri) {
   SIMBA_ASSIGN_OR_RETURN(Uri parsed, Uri::Parse(uri));
-  return OpenPostgresKeyedLockBackend(parsed);
+  SIMBA_ASSIGN_OR_RETURN(PostgresKeyedOptions options, PostgresKeyedOptionsFromUri(parsed));
+  return NewPostgresKeyedLockBackend(std::move(options));
 }
 
 std::shared_ptr<KeyedLockBackend> OpenKeyed(const std::string& uri) {

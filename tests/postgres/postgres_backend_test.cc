@@ -354,6 +354,13 @@ TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
 // An operator's force_release NOTIFYs the holder with its token in the same
 // transaction: the holder stops at once, not at its next renewal (20 s
 // here), and the waiter is woken as by a release.
+// The listener's thread runs the listener; a listener that drops the
+// backend destroys the LISTEN thread's owner on that very thread (before
+// #21 it detached and then freed what the thread still read).
+TEST(PostgresHandOff, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
+  ExpectAListenerMayDestroyItsBackend(SharedUri());
+}
+
 TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   Psql admin(SharedServerUri("postgres"));
   ASSERT_TRUE(admin.ok());

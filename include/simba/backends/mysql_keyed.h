@@ -51,19 +51,38 @@
 #ifndef SIMBA_BACKENDS_MYSQL_KEYED_H_
 #define SIMBA_BACKENDS_MYSQL_KEYED_H_
 
+#include <chrono>
 #include <memory>
 
+#include "simba/backends/mysql.h"
 #include "simba/keyed_backend.h"
 #include "simba/status.h"
 #include "simba/uri.h"
 
 namespace simba {
 
-// Opens the keyed-lock backend of the MySQL or MariaDB store `uri` names
-// (scheme mysql or mariadb). Nothing is connected yet. Errors
-// (kInvalidArgument): another scheme, no host or database, an unknown query
-// key, a bad value.
-Result<std::shared_ptr<KeyedLockBackend>> OpenMysqlKeyedLockBackend(const Uri& uri);
+struct MysqlKeyedOptions {
+  // The server and how to connect: host, port, user, password, database,
+  // connect_timeout and the ssl_* options, as for the contention backend
+  // (whose connections, table and create_table are ignored here).
+  MysqlOptions server;
+  // The most connections at once, 1..1024. Default 8.
+  int lock_connections = 8;
+  // Bounds RELEASE_LOCK, the probes and the reply of a GET_LOCK after its
+  // server timeout. Positive. Default 5 s.
+  std::chrono::milliseconds op_timeout{5000};
+};
+
+// The keyed-lock backend of the MySQL or MariaDB server `options` name.
+// Nothing is connected yet. Errors (kInvalidArgument): no host or database,
+// a bad value.
+Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options);
+
+// mysql://user[:password]@host[:port]/db?... (scheme mysql or mariadb): the
+// contention backend's keys (MysqlOptionsFromUri) plus lock_connections and
+// op_timeout. Errors (kInvalidArgument): another scheme, no host or
+// database, an unknown query key, a value that does not parse.
+Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri);
 
 }  // namespace simba
 

@@ -63,7 +63,9 @@
 #define SIMBA_BACKENDS_POSTGRES_KEYED_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "simba/keyed_backend.h"
@@ -72,10 +74,28 @@
 
 namespace simba {
 
-// Opens the keyed-lock backend of the PostgreSQL store `uri` names. Nothing
-// is connected yet. Errors (kInvalidArgument): those of
-// PostgresOptionsFromUri, a bad `lock_connections` or `connect_timeout`.
-Result<std::shared_ptr<KeyedLockBackend>> OpenPostgresKeyedLockBackend(const Uri& uri);
+struct PostgresKeyedOptions {
+  // libpq connection keywords (host, port, user, password, dbname, sslmode,
+  // ...). Must name a host. application_name, connect_timeout (whole
+  // seconds) and keepalives_* get the defaults above unless given.
+  std::map<std::string, std::string> params;
+  // The most connections at once, 1..1024. Default 8.
+  int lock_connections = 8;
+  // Create the token sequence when it is missing. Default on.
+  bool create_sequence = true;
+};
+
+// The keyed-lock backend of the PostgreSQL server `options` name. Nothing
+// is connected yet. Errors (kInvalidArgument): no host, an unknown libpq
+// keyword, a bad `lock_connections` or `connect_timeout`.
+Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(
+    PostgresKeyedOptions options);
+
+// postgresql://... as above: PostgresOptionsFromUri's keys plus
+// lock_connections (create_table=off sets create_sequence off). Errors
+// (kInvalidArgument): those of PostgresOptionsFromUri, a bad
+// `lock_connections`.
+Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri);
 
 // The pg_advisory_lock argument of `key`: FNV-1a 64 over the key's bytes
 // (offset basis 0xcbf29ce484222325, prime 0x100000001b3), its 64 bits read

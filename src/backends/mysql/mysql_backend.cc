@@ -6,38 +6,15 @@
 
 #include <mysql.h>
 
-#include <algorithm>
 #include <charconv>
 #include <utility>
 #include <vector>
 
 #include "backends/mysql/mysql_client.h"
 #include "backends/sql/sql_backend.h"
-#include "core/log.h"
 
-namespace simba {
+namespace simba::internal::sql::mysql {
 namespace {
-
-using internal::mysql::Abandon;
-using internal::mysql::ConnectExtras;
-using internal::mysql::Drive;
-using internal::mysql::DriveOutcome;
-using internal::mysql::Endpoint;
-using internal::mysql::ErrorOf;
-using internal::mysql::Failure;
-using internal::mysql::MysqlConn;
-using internal::mysql::MysqlFailureKind;
-using internal::mysql::MysqlResult;
-
-using internal::sql::AcquireParts;
-using internal::sql::SqlDriver;
-using internal::sql::SqlFailure;
-using internal::sql::SqlResult;
-using internal::sql::SqlRow;
-using internal::sql::SqlSession;
-using internal::sql::Statement;
-using std::chrono::milliseconds;
-using std::chrono::steady_clock;
 
 // Epoch milliseconds of the database clock, fixed within one statement
 // (CURRENT_TIMESTAMP is the statement's start). JVM Simba's expression; our
@@ -57,25 +34,6 @@ constexpr char kCreateTable[] =
     "  owner_id varchar(128) not null,\n"
     "  version int unsigned not null\n"
     ") DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
-
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-// The SQL protocol's view of a failure.
-SqlFailure SqlFailureOf(MysqlFailureKind kind) {
-  switch (kind) {
-    case MysqlFailureKind::kNoTable:
-      return SqlFailure::kNoTable;
-    case MysqlFailureKind::kNoPrivilege:
-      return SqlFailure::kNoPrivilege;
-    case MysqlFailureKind::kAlreadyExists:
-      return SqlFailure::kAlreadyExists;
-    case MysqlFailureKind::kDuplicateKey:
-      return SqlFailure::kDuplicateKey;
-    case MysqlFailureKind::kOther:
-      break;
-  }
-  return SqlFailure::kOther;
-}
 
 class MysqlSession final : public SqlSession {
  public:
@@ -159,7 +117,7 @@ class MysqlSession final : public SqlSession {
       }
     }
     if (failed) {
-      if (failure != nullptr) *failure = SqlFailureOf(error.kind);
+      if (failure != nullptr) *failure = error.kind;
       if (error.broken) {
         healthy_ = false;
       } else if (transaction && !Rollback(deadline)) {
@@ -181,45 +139,20 @@ class MysqlSession final : public SqlSession {
   // `statement.sql` with its parameters as literals: {i} quoted and escaped
   // for the connection's character set, {#i} a bare decimal integer.
   Result<std::string> Render(const Statement& statement) {
-    const std::string& sql = statement.sql;
-    std::string out;
-    out.reserve(sql.size() + 64);
-    for (std::size_t i = 0; i < sql.size(); ++i) {
-      if (sql[i] == '{') {
-        const std::size_t close = sql.find('}', i);
-        const bool number = i + 1 < sql.size() && sql[i + 1] == '#';
-        const std::size_t first = number ? i + 2 : i + 1;
-        std::size_t index = 0;
-        if (close != std::string::npos && close > first &&
-            std::from_chars(sql.data() + first, sql.data() + close, index).ptr ==
-                sql.data() + close) {
-          if (index >= statement.params.size()) {
-            return InternalError("statement parameter {" + std::to_string(index) + "} is missing");
-          }
-          const std::string& value = statement.params[index];
-          if (number) {
-            long long parsed = 0;
-            const auto [end, ec] =
-                std::from_chars(value.data(), value.data() + value.size(), parsed);
-            if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
-              return InternalError("statement parameter {#" + std::to_string(index) +
-                                   "} is not an integer");
-            }
-            out += value;
-          } else {
-            std::string escaped(value.size() * 2 + 1, '\0');
-            const unsigned long n = mysql_real_escape_string(conn_.get(), escaped.data(),
-                                                             value.data(), value.size());
-            escaped.resize(n);
-            out += "'" + escaped + "'";
-          }
-          i = close;
-          continue;
-        }
+    return RenderParams(statement.sql, [&](std::size_t index, bool number) -> Result<std::string> {
+      if (index >= statement.params.size()) {
+        return InternalError("statement parameter {" + std::to_string(index) + "} is missing");
       }
-      out += sql[i];
-    }
-    return out;
+      const std::string& value = statement.params[index];
+      if (!number) return Literal(conn_.get(), value);
+      long long parsed = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+      if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
+        return InternalError("statement parameter {#" + std::to_string(index) +
+                             "} is not an integer");
+      }
+      return value;
+    });
   }
 
   // After a statement of a transaction failed: ends it. False if that
@@ -252,10 +185,8 @@ class MysqlSession final : public SqlSession {
 
 class MysqlDriver final : public SqlDriver {
  public:
-  explicit MysqlDriver(Endpoint endpoint) : endpoint_(std::move(endpoint)) {
-    description_ = "mysql at " + endpoint_.host + ":" + std::to_string(endpoint_.port) + "/" +
-                   endpoint_.database;
-  }
+  explicit MysqlDriver(MysqlOptions server)
+      : server_(std::move(server)), description_(DescribeServer(server_)) {}
 
   std::string_view scheme() const override { return "mysql"; }
   const std::string& description() const override { return description_; }
@@ -269,7 +200,7 @@ class MysqlDriver final : public SqlDriver {
     extras.init_command = "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10";
     extras.multi_statements = true;
     SIMBA_ASSIGN_OR_RETURN(MysqlConn conn,
-                           internal::mysql::Connect(endpoint_, description_, deadline, extras));
+                           mysql::Connect(server_, description_, deadline, extras));
     return std::unique_ptr<SqlSession>(std::make_unique<MysqlSession>(std::move(conn)));
   }
 
@@ -277,7 +208,7 @@ class MysqlDriver final : public SqlDriver {
   std::string CreateTableSql() const override { return kCreateTable; }
   std::string InsertFreeRowSql() const override {
     // INSERT IGNORE: the same statement, skipping a row that exists.
-    std::string sql = internal::sql::kInsertFreeRow;
+    std::string sql = kInsertFreeRow;
     return sql.insert(std::string_view("INSERT").size(), " IGNORE");
   }
 
@@ -299,64 +230,25 @@ class MysqlDriver final : public SqlDriver {
   }
 
  private:
-  const Endpoint endpoint_;
-  std::string description_;
+  const MysqlOptions server_;
+  const std::string description_;
 };
-
-// ssl_mode and the TLS files, for NewMysqlBackend and MysqlOptionsFromUri.
-Status CheckTlsOptions(const MysqlOptions& options) {
-  if (options.ssl_mode != "disabled" && options.ssl_mode != "required" &&
-      options.ssl_mode != "verify_ca" && options.ssl_mode != "verify_identity") {
-    return InvalidArgumentError(
-        "mysql: ssl_mode must be disabled, required, verify_ca or verify_identity, not " +
-        Quoted(options.ssl_mode));
-  }
-  // libmariadb verifies a chain without the host name only against a CA
-  // file; without one, verify_ca would verify nothing.
-  if (options.ssl_mode == "verify_ca" && options.ssl_ca.empty()) {
-    return InvalidArgumentError(
-        "mysql: ssl_mode=verify_ca needs ssl_ca (the CA file that signed the server's "
-        "certificate)");
-  }
-  if (!options.ssl_key.empty() && options.ssl_cert.empty()) {
-    return InvalidArgumentError("mysql: ssl_key needs ssl_cert (the client certificate)");
-  }
-  return OkStatus();
-}
 
 }  // namespace
 
-std::string MysqlSchemaSql() { return std::string(kCreateTable) + ";\n"; }
-
-Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
-  if (options.host.empty()) return InvalidArgumentError("mysql: no host");
-  if (options.database.empty()) return InvalidArgumentError("mysql: no database");
+Result<std::shared_ptr<Backend>> NewBackend(MysqlOptions options) {
+  SIMBA_RETURN_IF_ERROR(CheckServer(options));
   if (options.connections < 1) {
     return InvalidArgumentError("mysql: connections must be at least 1");
   }
-  SIMBA_RETURN_IF_ERROR(CheckTlsOptions(options));
-  if (options.connect_timeout <= milliseconds::zero()) {
-    return InvalidArgumentError("mysql: connect_timeout must be positive");
-  }
-  Endpoint endpoint;
-  endpoint.host = options.host;
-  endpoint.port = options.port;
-  endpoint.user = options.user;
-  endpoint.password = options.password;
-  endpoint.database = options.database;
-  endpoint.connect_timeout = options.connect_timeout;
-  endpoint.ssl_mode = options.ssl_mode;
-  endpoint.ssl_ca = options.ssl_ca;
-  endpoint.ssl_cert = options.ssl_cert;
-  endpoint.ssl_key = options.ssl_key;
-  internal::sql::SqlBackendOptions sql;
+  SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return internal::sql::NewSqlBackend(std::make_unique<MysqlDriver>(std::move(endpoint)), sql);
+  return NewSqlBackend(std::make_unique<MysqlDriver>(std::move(options)), sql);
 }
 
-Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
+Result<MysqlOptions> OptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "mysql://user[:password]@host[:port]/db";
   if (uri.scheme != "mysql" && uri.scheme != "mariadb") {
     return InvalidArgumentError("mysql: URI scheme is " + Quoted(uri.scheme) +
@@ -382,26 +274,11 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
   if (uri.user) options.user = *uri.user;
   if (uri.password) options.password = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    if (key == "connections") {
-      int n = 0;
-      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
-        return InvalidArgumentError("mysql: connections must be 1..64, not " + Quoted(value));
-      }
-      options.connections = n;
-    } else if (key == "table") {
-      options.table = value;
-    } else if (key == "create_table") {
-      if (value != "on" && value != "off") {
-        return InvalidArgumentError("mysql: create_table must be on or off, not " +
-                                    Quoted(value));
-      }
-      options.create_table = value == "on";
+    SIMBA_ASSIGN_OR_RETURN(const bool read, ReadTableKey("mysql", key, value, options.connections,
+                                                         options.table, options.create_table));
+    if (read) {
     } else if (key == "connect_timeout") {
       SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", value));
-      if (options.connect_timeout <= milliseconds::zero()) {
-        return InvalidArgumentError("mysql: connect_timeout must be positive");
-      }
     } else if (key == "ssl_mode") {
       options.ssl_mode = value;
     } else if (key == "ssl_ca") {
@@ -412,8 +289,22 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
       options.ssl_key = value;
     }
   }
-  SIMBA_RETURN_IF_ERROR(CheckTlsOptions(options));
+  SIMBA_RETURN_IF_ERROR(CheckServer(options));
   return options;
+}
+
+}  // namespace simba::internal::sql::mysql
+
+namespace simba {
+
+std::string MysqlSchemaSql() { return std::string(internal::sql::mysql::kCreateTable) + ";\n"; }
+
+Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
+  return internal::sql::mysql::NewBackend(std::move(options));
+}
+
+Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
+  return internal::sql::mysql::OptionsFromUri(uri);
 }
 
 }  // namespace simba

@@ -13,7 +13,7 @@
 #include "core/host_lookup.h"
 #include "core/poll_timeout.h"
 
-namespace simba::internal::mysql {
+namespace simba::internal::sql::mysql {
 
 using std::chrono::steady_clock;
 
@@ -74,21 +74,21 @@ Failure ErrorOf(MYSQL* m) {
   Failure f;
   switch (code) {
     case ER_NO_SUCH_TABLE:  // 1146
-      f.kind = MysqlFailureKind::kNoTable;
+      f.kind = SqlFailure::kNoTable;
       f.status = NotFoundError(message);
       break;
     case ER_TABLEACCESS_DENIED_ERROR:      // 1142
     case ER_DBACCESS_DENIED_ERROR:         // 1044
     case ER_SPECIFIC_ACCESS_DENIED_ERROR:  // 1227
-      f.kind = MysqlFailureKind::kNoPrivilege;
+      f.kind = SqlFailure::kNoPrivilege;
       f.status = PermissionDeniedError(message);
       break;
     case ER_TABLE_EXISTS_ERROR:  // 1050
-      f.kind = MysqlFailureKind::kAlreadyExists;
+      f.kind = SqlFailure::kAlreadyExists;
       f.status = AlreadyExistsError(message);
       break;
     case ER_DUP_ENTRY:  // 1062
-      f.kind = MysqlFailureKind::kDuplicateKey;
+      f.kind = SqlFailure::kDuplicateKey;
       f.status = AbortedError(message);
       break;
     case ER_ACCESS_DENIED_ERROR:  // 1045
@@ -121,12 +121,48 @@ Failure ErrorOf(MYSQL* m) {
   return f;
 }
 
+std::string DescribeServer(const MysqlOptions& server) {
+  return "mysql at " + server.host + ":" + std::to_string(server.port) + "/" + server.database;
+}
+
+Status CheckServer(const MysqlOptions& server) {
+  if (server.host.empty()) return InvalidArgumentError("mysql: no host");
+  if (server.database.empty()) return InvalidArgumentError("mysql: no database");
+  if (server.connect_timeout <= std::chrono::milliseconds::zero()) {
+    return InvalidArgumentError("mysql: connect_timeout must be positive");
+  }
+  if (server.ssl_mode != "disabled" && server.ssl_mode != "required" &&
+      server.ssl_mode != "verify_ca" && server.ssl_mode != "verify_identity") {
+    return InvalidArgumentError(
+        "mysql: ssl_mode must be disabled, required, verify_ca or verify_identity, not " +
+        Quoted(server.ssl_mode));
+  }
+  // libmariadb verifies a chain without the host name only against a CA
+  // file; without one, verify_ca would verify nothing.
+  if (server.ssl_mode == "verify_ca" && server.ssl_ca.empty()) {
+    return InvalidArgumentError(
+        "mysql: ssl_mode=verify_ca needs ssl_ca (the CA file that signed the server's "
+        "certificate)");
+  }
+  if (!server.ssl_key.empty() && server.ssl_cert.empty()) {
+    return InvalidArgumentError("mysql: ssl_key needs ssl_cert (the client certificate)");
+  }
+  return OkStatus();
+}
+
 namespace {
+
+// Whether the connection must be encrypted (any mode but "disabled", or
+// any of the TLS files given).
+bool WantsTls(const MysqlOptions& server) {
+  return server.ssl_mode != "disabled" || !server.ssl_ca.empty() || !server.ssl_cert.empty() ||
+         !server.ssl_key.empty();
+}
 
 // One connection attempt to `host` (the endpoint's own, or one of its
 // addresses) on a new handle. `*unreachable` says whether another address
 // of the same server is worth a try.
-Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
+Result<MysqlConn> ConnectTo(const std::string& host, const MysqlOptions& endpoint,
                             const std::string& description, Deadline deadline,
                             const ConnectExtras& extras, bool* unreachable) {
   *unreachable = false;
@@ -146,7 +182,7 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
   for (const auto& [key, value] : extras.attributes) {
     mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, key.c_str(), value.c_str());
   }
-  if (endpoint.tls()) {
+  if (WantsTls(endpoint)) {
     const my_bool on = 1;
     mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
     // With a CA file, libmariadb verifies the server's certificate chain
@@ -184,7 +220,7 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
   // the host name: in the other modes it goes on in the clear. Such a
   // connection is never used (the server's greeting had no TLS, so an
   // attacker in the path may have removed it).
-  if (endpoint.tls() && mysql_get_ssl_cipher(m) == nullptr) {
+  if (WantsTls(endpoint) && mysql_get_ssl_cipher(m) == nullptr) {
     const std::string why = endpoint.ssl_mode != "disabled"
                                 ? "ssl_mode=" + endpoint.ssl_mode
                                 : std::string("a TLS file (ssl_ca, ssl_cert)");
@@ -196,7 +232,7 @@ Result<MysqlConn> ConnectTo(const std::string& host, const Endpoint& endpoint,
 
 }  // namespace
 
-Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
+Result<MysqlConn> Connect(const MysqlOptions& endpoint, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras) {
   InitLibraryOnce();
   // The connect timeout, in case the call's deadline is far away.
@@ -212,7 +248,7 @@ Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& descripti
   // The port does not change the addresses; it only lets concurrent lookups
   // of one server share a worker.
   Result<std::vector<ResolvedAddress>> found = LookUpHostUnlessWoken(
-      endpoint.host, static_cast<std::uint16_t>(std::min(endpoint.port, 65535u)), deadline,
+      endpoint.host, endpoint.port, deadline,
       extras.wake_fd);
   if (!found.ok()) return found.status().WithContext(description);
   if (endpoint.ssl_mode == "verify_identity") {
@@ -291,4 +327,4 @@ std::string Literal(MYSQL* m, std::string_view text) {
   return "'" + escaped + "'";
 }
 
-}  // namespace simba::internal::mysql
+}  // namespace simba::internal::sql::mysql

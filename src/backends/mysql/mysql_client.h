@@ -15,24 +15,20 @@
 #include <utility>
 #include <vector>
 
+#include "backends/sql/sql_backend.h"
+#include "core/unique_handle.h"
 #include "simba/backend.h"
+#include "simba/backends/mysql.h"
 #include "simba/status.h"
 
-namespace simba::internal::mysql {
+namespace simba::internal::sql::mysql {
 
 // mysql_library_init, once and thread-safely (mysql_init would do it too,
 // but not thread-safely).
 void InitLibraryOnce();
 
-struct MysqlDeleter {
-  void operator()(MYSQL* m) const { mysql_close(m); }
-};
-using MysqlConn = std::unique_ptr<MYSQL, MysqlDeleter>;
-
-struct ResultDeleter {
-  void operator()(MYSQL_RES* r) const { mysql_free_result(r); }
-};
-using MysqlResult = std::unique_ptr<MYSQL_RES, ResultDeleter>;
+using MysqlConn = UniqueHandle<MYSQL, mysql_close>;
+using MysqlResult = UniqueHandle<MYSQL_RES, mysql_free_result>;
 
 // How a driven call ended.
 enum class DriveOutcome {
@@ -54,40 +50,25 @@ DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake
 template <typename Cont>
 void Abandon(MYSQL* m, int& status, Cont cont);
 
-// Server and client errors as Simba's codes, and what the callers must tell
-// apart.
-enum class MysqlFailureKind {
-  kOther,
-  kNoTable,
-  kNoPrivilege,
-  kAlreadyExists,
-  kDuplicateKey,
-};
+// Server and client errors as Simba's codes, and what the SQL protocol
+// must tell apart.
 struct Failure {
   Status status;
-  MysqlFailureKind kind = MysqlFailureKind::kOther;
+  SqlFailure kind = SqlFailure::kOther;
   bool broken = false;  // the connection cannot be used again
 };
 Failure ErrorOf(MYSQL* m);
 
-struct Endpoint {
-  std::string host;
-  unsigned int port = 3306;
-  std::string user;
-  std::string password;
-  std::string database;
-  std::chrono::milliseconds connect_timeout{10000};
-  std::string ssl_mode = "disabled";
-  std::string ssl_ca;
-  std::string ssl_cert;
-  std::string ssl_key;
+// The server and how to connect to it are a MysqlOptions' host, port, user,
+// password, database, connect_timeout and ssl_* (its connections, table and
+// create_table are the contention backend's).
 
-  // Whether the connection must be encrypted (any mode but "disabled", or
-  // any of the TLS files given).
-  bool tls() const {
-    return ssl_mode != "disabled" || !ssl_ca.empty() || !ssl_cert.empty() || !ssl_key.empty();
-  }
-};
+// "mysql at host:port/db" (never the password), to start messages.
+std::string DescribeServer(const MysqlOptions& server);
+
+// kInvalidArgument unless `server` names a host and a database, a positive
+// connect timeout and a consistent set of TLS options.
+Status CheckServer(const MysqlOptions& server);
 
 // What differs between the backends' connections.
 struct ConnectExtras {
@@ -100,7 +81,7 @@ struct ConnectExtras {
   int wake_fd = -1;
 };
 
-// Connects without blocking past `deadline` or the endpoint's connect
+// Connects to `server` without blocking past `deadline` or its connect
 // timeout. The host name is resolved here within that bound and the library
 // gets its addresses (tried in turn), except "localhost" (the library's Unix
 // socket) and with ssl_mode "verify_identity", where the library needs the
@@ -108,7 +89,7 @@ struct ConnectExtras {
 // Errors: kDeadlineExceeded, kUnavailable (also a host that cannot be
 // resolved), kPermissionDenied, kNotFound (no such database), kCancelled
 // (woken), each prefixed with `description` (never a password).
-Result<MysqlConn> Connect(const Endpoint& endpoint, const std::string& description,
+Result<MysqlConn> Connect(const MysqlOptions& server, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras);
 
 // The reply of a statement that returns at most one row of one column
@@ -155,6 +136,6 @@ void Abandon(MYSQL* m, int& status, Cont cont) {
   }
 }
 
-}  // namespace simba::internal::mysql
+}  // namespace simba::internal::sql::mysql
 
 #endif  // SIMBA_BACKENDS_MYSQL_MYSQL_CLIENT_H_

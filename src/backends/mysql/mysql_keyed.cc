@@ -35,7 +35,7 @@
 #include "core/log.h"
 #include "simba/backends/mysql.h"
 
-namespace simba::internal::mysql {
+namespace simba::internal::sql::mysql {
 namespace {
 
 using std::chrono::milliseconds;
@@ -50,9 +50,6 @@ constexpr milliseconds kDeadlineGrace{200};
 // Longest key: longer ones are hashed anyway, this only keeps a caller's
 // mistake (a megabyte "key") from reaching the store.
 constexpr std::size_t kMaxKeyBytes = 65536;
-constexpr milliseconds kDefaultOpTimeout{5000};
-
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // What the server is, as far as locks care; probed on the first connection.
 struct ServerTraits {
@@ -64,7 +61,7 @@ struct ServerTraits {
 };
 
 // One connection of the budget, and the name its session holds.
-class MysqlSession final : public sql::LockSession {
+class MysqlSession final : public LockSession {
  public:
   explicit MysqlSession(MysqlConn conn) : conn_(std::move(conn)) {}
 
@@ -80,7 +77,7 @@ class MysqlSession final : public sql::LockSession {
   MysqlConn conn_;
 };
 
-MysqlSession& My(sql::LockSession& session) { return static_cast<MysqlSession&>(session); }
+MysqlSession& My(LockSession& session) { return static_cast<MysqlSession&>(session); }
 
 // Dead peers on a silently cut network are noticed by TCP keepalive (about
 // 8 s); a server that closes the session is noticed at once.
@@ -91,12 +88,6 @@ void EnableKeepalive(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval_s, sizeof(interval_s));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
 }
-
-struct KeyedMysqlConfig {
-  Endpoint endpoint;
-  int lock_connections = 0;
-  milliseconds op_timeout = kDefaultOpTimeout;
-};
 
 // The GET_LOCK timeout argument for a wait of `wait` (>= 0): milliseconds
 // as a decimal where the server takes fractions, else whole seconds rounded
@@ -111,25 +102,24 @@ std::string TimeoutArgument(milliseconds wait, bool fractional) {
   return std::to_string(ms / 1000) + "." + fraction;
 }
 
-class MysqlLockDriver final : public sql::SessionLockDriver {
+class MysqlLockDriver final : public SessionLockDriver {
  public:
-  MysqlLockDriver(KeyedMysqlConfig config, std::string description)
+  MysqlLockDriver(MysqlKeyedOptions config, std::string description)
       : config_(std::move(config)), description_(std::move(description)) {}
 
   // Connects (by the connect timeout; `wake_fd` readable gives up) and
   // learns the server's traits on the first connection.
-  Result<std::unique_ptr<sql::LockSession>> connect(int wake_fd) override {
+  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
     ConnectExtras extras;
     // A held lock lives as long as its session: the server's idle timeout
     // (wait_timeout, 8 h by default) must not end it, so it is a year.
     extras.init_command = "SET SESSION wait_timeout = 31536000";
     extras.attributes = {{"simba_role", "keyed_lock"}};
     extras.wake_fd = wake_fd;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, Connect(config_.endpoint, description_,
-                                                                    Deadline::max(), extras));
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, Connect(config_.server, description_, Deadline::max(), extras));
     auto session = std::make_unique<MysqlSession>(std::move(conn));
     EnableKeepalive(session->socket());
-    if (traits().has_value()) return std::unique_ptr<sql::LockSession>(std::move(session));
+    if (traits().has_value()) return std::unique_ptr<LockSession>(std::move(session));
     Result<ServerTraits> probed = ProbeTraits(*session, wake_fd);
     if (!probed.ok()) {
       session->abandon();
@@ -144,12 +134,12 @@ class MysqlLockDriver final : public sql::SessionLockDriver {
                                     << " lock names");
       traits_ = std::move(*probed);
     }
-    return std::unique_ptr<sql::LockSession>(std::move(session));
+    return std::unique_ptr<LockSession>(std::move(session));
   }
 
   // GET_LOCK in slices until it is granted, the wait deadline passes, or the
   // caller cancels.
-  Result<std::optional<std::uint64_t>> lock(sql::LockSession& session, std::string_view key,
+  Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
     const ServerTraits traits = *this->traits();
     MYSQL* m = My(session).get();
@@ -202,7 +192,7 @@ class MysqlLockDriver final : public sql::SessionLockDriver {
     }
   }
 
-  Status unlock(sql::LockSession& session, Deadline deadline) override {
+  Status unlock(LockSession& session, Deadline deadline) override {
     MYSQL* m = My(session).get();
     ScalarReply reply = QueryScalar(
         m, "SELECT RELEASE_LOCK(" + Literal(m, My(session).held_name) + ")",
@@ -252,7 +242,7 @@ class MysqlLockDriver final : public sql::SessionLockDriver {
     return reply.value.value_or("");
   }
 
-  const KeyedMysqlConfig config_;
+  const MysqlKeyedOptions config_;
   const std::string description_;
   std::mutex mu_;
   std::optional<ServerTraits> traits_;  // guarded by mu_
@@ -273,53 +263,47 @@ KeyedLockCapabilities MysqlCapabilities() {
   return capabilities;
 }
 
+}  // namespace
+
+Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(MysqlKeyedOptions options) {
+  SIMBA_RETURN_IF_ERROR(CheckServer(options.server));
+  if (options.op_timeout <= milliseconds::zero()) {
+    return InvalidArgumentError("mysql: op_timeout must be positive");
+  }
+  SessionLockConfig engine;
+  engine.scheme = "mysql";
+  engine.description = DescribeServer(options.server);
+  engine.capabilities = MysqlCapabilities();
+  engine.budget = options.lock_connections;
+  engine.store_call_timeout = options.op_timeout;
+  auto driver = std::make_shared<MysqlLockDriver>(std::move(options), engine.description);
+  return NewSessionLockBackend(std::move(engine), std::move(driver));
+}
+
 // The contention backend's keys (MysqlOptionsFromUri checks them) plus
 // lock_connections and op_timeout.
-Result<KeyedMysqlConfig> KeyedConfigFromUri(const Uri& uri) {
-  KeyedMysqlConfig config;
+Result<MysqlKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
+  MysqlKeyedOptions options;
   Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(config.lock_connections, sql::TakeLockConnections("mysql", shared));
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, TakeLockConnections("mysql", shared));
   shared.query.erase("op_timeout");
-  SIMBA_ASSIGN_OR_RETURN(MysqlOptions options, MysqlOptionsFromUri(shared));
-  config.endpoint.host = options.host;
-  config.endpoint.port = options.port;
-  config.endpoint.user = options.user;
-  config.endpoint.password = options.password;
-  config.endpoint.database = options.database;
-  config.endpoint.connect_timeout = options.connect_timeout;
-  config.endpoint.ssl_mode = options.ssl_mode;
-  config.endpoint.ssl_ca = options.ssl_ca;
-  config.endpoint.ssl_cert = options.ssl_cert;
-  config.endpoint.ssl_key = options.ssl_key;
+  SIMBA_ASSIGN_OR_RETURN(options.server, MysqlOptionsFromUri(shared));
   if (auto value = uri.Query("op_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(config.op_timeout, ParseDuration("op_timeout", *value));
-    if (config.op_timeout <= milliseconds::zero()) {
-      return InvalidArgumentError("mysql: op_timeout must be positive");
-    }
+    SIMBA_ASSIGN_OR_RETURN(options.op_timeout, ParseDuration("op_timeout", *value));
   }
-  return config;
+  return options;  // NewMysqlKeyedLockBackend checks the values
 }
 
-Result<std::shared_ptr<KeyedLockBackend>> OpenKeyed(const Uri& uri) {
-  SIMBA_ASSIGN_OR_RETURN(KeyedMysqlConfig config, KeyedConfigFromUri(uri));
-  sql::SessionLockConfig engine;
-  engine.scheme = "mysql";
-  engine.description = "mysql at " + config.endpoint.host + ":" +
-                       std::to_string(config.endpoint.port) + "/" + config.endpoint.database;
-  engine.capabilities = MysqlCapabilities();
-  engine.budget = config.lock_connections;
-  engine.store_call_timeout = config.op_timeout;
-  auto driver = std::make_shared<MysqlLockDriver>(std::move(config), engine.description);
-  return sql::NewSessionLockBackend(std::move(engine), std::move(driver));
-}
-
-}  // namespace
-}  // namespace simba::internal::mysql
+}  // namespace simba::internal::sql::mysql
 
 namespace simba {
 
-Result<std::shared_ptr<KeyedLockBackend>> OpenMysqlKeyedLockBackend(const Uri& uri) {
-  return internal::mysql::OpenKeyed(uri);
+Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options) {
+  return internal::sql::mysql::NewKeyedBackend(std::move(options));
+}
+
+Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri) {
+  return internal::sql::mysql::KeyedOptionsFromUri(uri);
 }
 
 }  // namespace simba

@@ -3,7 +3,7 @@
 #include <array>
 #include <cstdint>
 
-namespace simba::internal::mysql {
+namespace simba::internal::sql::mysql {
 namespace {
 
 // FIPS 180-4 §4.2.2: the first 32 bits of the fractional parts of the cube
@@ -125,4 +125,4 @@ std::string LockNameOf(std::string_view key, LockNameCompare compare) {
   return std::string(kHashedNamePrefix) + Sha256Hex(key).substr(0, kHashedNameDigits);
 }
 
-}  // namespace simba::internal::mysql
+}  // namespace simba::internal::sql::mysql

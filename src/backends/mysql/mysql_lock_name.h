@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace simba::internal::mysql {
+namespace simba::internal::sql::mysql {
 
 // How the server compares lock names.
 enum class LockNameCompare {
@@ -40,6 +40,6 @@ bool IsPlainLockName(std::string_view key, LockNameCompare compare);
 // SHA-256 of `data` as 64 lower-case hex digits (FIPS 180-4).
 std::string Sha256Hex(std::string_view data);
 
-}  // namespace simba::internal::mysql
+}  // namespace simba::internal::sql::mysql
 
 #endif  // SIMBA_BACKENDS_MYSQL_MYSQL_LOCK_NAME_H_

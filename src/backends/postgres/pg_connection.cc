@@ -14,7 +14,7 @@
 #include "core/host_lookup.h"
 #include "core/log.h"
 
-namespace simba::internal::pg {
+namespace simba::internal::sql::pg {
 
 namespace {
 
@@ -139,8 +139,6 @@ Deadline WithConnectTimeout(const std::map<std::string, std::string>& params, De
 
 }  // namespace
 
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
 std::string ConnMessage(PGconn* conn) { return WithoutTrailingNewlines(PQerrorMessage(conn)); }
 
 std::string DescribeServer(const std::map<std::string, std::string>& params) {
@@ -152,13 +150,13 @@ std::string DescribeServer(const std::map<std::string, std::string>& params) {
          get("dbname", get("user", ""));
 }
 
-SocketWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd) {
+FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd) {
   const FdWait waited = wait_fd(fd, events, deadline, wake_fd);
   return waited == FdWait::kFailed ? FdWait::kReady : waited;
 }
 
 bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
-  return WaitSocket(PQsocket(conn), events, deadline) == SocketWait::kReady;
+  return WaitSocket(PQsocket(conn), events, deadline) == FdWait::kReady;
 }
 
 std::string SqlState(const PGresult* result) {
@@ -166,8 +164,7 @@ std::string SqlState(const PGresult* result) {
   return state != nullptr ? state : "";
 }
 
-Status ResultStatus(PGresult* result, sql::SqlFailure* failure) {
-  using sql::SqlFailure;
+Status ResultStatus(PGresult* result, SqlFailure* failure) {
   const std::string sqlstate = SqlState(result);
   const std::string text = WithoutTrailingNewlines(PQresultErrorMessage(result));
   const std::string message = text + (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")");
@@ -234,12 +231,12 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
     }
     const short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     switch (WaitSocket(PQsocket(conn.get()), events, deadline, wake_fd)) {
-      case SocketWait::kReady:
-      case SocketWait::kFailed:  // not returned by WaitSocket
+      case FdWait::kReady:
+      case FdWait::kFailed:  // not returned by WaitSocket
         break;
-      case SocketWait::kWoken:
+      case FdWait::kWoken:
         return CancelledError(description + ": cancelled while connecting");
-      case SocketWait::kTimedOut:
+      case FdWait::kTimedOut:
         return DeadlineExceededError(description + ": connecting timed out");
     }
     state = PQconnectPoll(conn.get());
@@ -270,4 +267,16 @@ const std::set<std::string>& LibpqKeywords() {
   return *keywords;
 }
 
-}  // namespace simba::internal::pg
+Status CheckParams(const std::map<std::string, std::string>& params) {
+  if (params.count("host") == 0 && params.count("hostaddr") == 0) {
+    return InvalidArgumentError("postgresql: no host");
+  }
+  for (const auto& [key, value] : params) {
+    if (LibpqKeywords().count(key) == 0) {
+      return InvalidArgumentError("postgresql: unknown connection option " + Quoted(key));
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace simba::internal::sql::pg

@@ -15,23 +15,14 @@
 
 #include "backends/sql/sql_backend.h"
 #include "core/net/stream.h"
+#include "core/unique_handle.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
-namespace simba::internal::pg {
+namespace simba::internal::sql::pg {
 
-struct ResultDeleter {
-  void operator()(PGresult* r) const { PQclear(r); }
-};
-using PgResult = std::unique_ptr<PGresult, ResultDeleter>;
-
-struct ConnDeleter {
-  void operator()(PGconn* c) const { PQfinish(c); }
-};
-using PgConn = std::unique_ptr<PGconn, ConnDeleter>;
-
-// 'text', for messages.
-std::string Quoted(std::string_view text);
+using PgResult = UniqueHandle<PGresult, PQclear>;
+using PgConn = UniqueHandle<PGconn, PQfinish>;
 
 // libpq's message for `conn` without its trailing newline.
 std::string ConnMessage(PGconn* conn);
@@ -40,14 +31,11 @@ std::string ConnMessage(PGconn* conn);
 // password), to start messages.
 std::string DescribeServer(const std::map<std::string, std::string>& params);
 
-// The kinds are core's (core/net/stream.h); a failed poll() counts as kReady,
-// so libpq reports the error.
-using SocketWait = FdWait;
-
 // Waits until `fd` has one of `events`, `wake_fd` (ignored when < 0) is
 // readable, or `deadline` passes. The wake fd is not drained: it stays
-// readable, so a caller that was woken stops passing it.
-SocketWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd = -1);
+// readable, so a caller that was woken stops passing it. A failed poll()
+// counts as kReady, so libpq reports the error.
+FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd = -1);
 
 // The same for a connection's socket; false at the deadline.
 bool WaitSocket(PGconn* conn, short events, Deadline deadline);
@@ -58,7 +46,7 @@ std::string SqlState(const PGresult* result);
 
 // A failed result as a Status (with the SQLSTATE in the message); `failure`
 // (if given) says which kind the SQL protocol must tell apart.
-Status ResultStatus(PGresult* result, sql::SqlFailure* failure);
+Status ResultStatus(PGresult* result, SqlFailure* failure);
 
 // Connects without blocking past `deadline`, and returns the connection in
 // nonblocking mode with libpq's notices sent to our debug log. When
@@ -74,8 +62,9 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
 // The connection keywords this libpq knows, to reject typos in URIs.
 const std::set<std::string>& LibpqKeywords();
 
-using internal::WakeFd;  // core/net/stream.h
+// kInvalidArgument unless `params` name a host and only keywords libpq knows.
+Status CheckParams(const std::map<std::string, std::string>& params);
 
-}  // namespace simba::internal::pg
+}  // namespace simba::internal::sql::pg
 
 #endif  // SIMBA_BACKENDS_POSTGRES_PG_CONNECTION_H_

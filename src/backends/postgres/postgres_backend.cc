@@ -5,44 +5,21 @@
 
 #include <libpq-fe.h>
 #include <poll.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
-#include <cctype>
 #include <charconv>
 #include <cstring>
-#include <mutex>
-#include <set>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backends/postgres/pg_connection.h"
 #include "backends/sql/sql_backend.h"
 #include "core/log.h"
+#include "core/worker.h"
 
-namespace simba {
+namespace simba::internal::sql::pg {
 namespace {
 
-using internal::pg::Connect;
-using internal::pg::ConnMessage;
-using internal::pg::DescribeServer;
-using internal::pg::LibpqKeywords;
-using internal::pg::PgConn;
-using internal::pg::PgResult;
-using internal::pg::Quoted;
-using internal::pg::ResultStatus;
-using internal::pg::WaitSocket;
-
-using internal::sql::AcquireParts;
-using internal::sql::SqlDriver;
-using internal::sql::SqlFailure;
-using internal::sql::SqlResult;
-using internal::sql::SqlRow;
-using internal::sql::SqlSession;
-using internal::sql::Statement;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -57,28 +34,6 @@ constexpr char kCreateTable[] =
     "  owner_id varchar(128) NOT NULL DEFAULT '',\n"
     "  version bigint NOT NULL DEFAULT 0\n"
     ")";
-
-// "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
-std::string Render(const std::string& sql) {
-  std::string out;
-  out.reserve(sql.size());
-  for (std::size_t i = 0; i < sql.size(); ++i) {
-    if (sql[i] == '{') {
-      const std::size_t close = sql.find('}', i);
-      const std::size_t first = i + 1 < sql.size() && sql[i + 1] == '#' ? i + 2 : i + 1;
-      int index = 0;
-      if (close != std::string::npos && close > first &&
-          std::from_chars(sql.data() + first, sql.data() + close, index).ptr ==
-              sql.data() + close) {
-        out += "$" + std::to_string(index + 1);
-        i = close;
-        continue;
-      }
-    }
-    out += sql[i];
-  }
-  return out;
-}
 
 class PgSession final : public SqlSession {
  public:
@@ -96,7 +51,11 @@ class PgSession final : public SqlSession {
     (void)transaction;
     if (PQenterPipelineMode(conn) != 1) return Broken("entering pipeline mode");
     for (const Statement& statement : statements) {
-      const std::string sql = Render(statement.sql);
+      // "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
+      SIMBA_ASSIGN_OR_RETURN(const std::string sql,
+                             RenderParams(statement.sql, [](std::size_t i, bool) {
+                               return Result<std::string>("$" + std::to_string(i + 1));
+                             }));
       std::vector<const char*> values;
       values.reserve(statement.params.size());
       for (const std::string& p : statement.params) values.push_back(p.c_str());
@@ -174,94 +133,93 @@ class PgSession final : public SqlSession {
   bool healthy_ = true;
 };
 
-// The LISTEN connection: one thread, reconnecting with backoff.
+// The LISTEN connection: one thread, reconnecting with backoff. What the
+// thread reads is in a State it shares, so the listener may be destroyed
+// from inside on_event, on that thread (a listener dropped the backend).
 class PgListener final : public SqlDriver::Listener {
  public:
   PgListener(std::map<std::string, std::string> params, std::string description,
-             std::string channel,
-             std::function<void(const MutexEvent&)> on_event)
-      : params_(std::move(params)),
-        description_(std::move(description)),
-        channel_(std::move(channel)),
-        on_event_(std::move(on_event)) {
-    if (::pipe(wake_) != 0) wake_[0] = wake_[1] = -1;
-    thread_ = std::thread([this] { Loop(); });
+             std::string channel, std::function<void(const MutexEvent&)> on_event)
+      : state_(std::make_shared<State>(std::move(params), std::move(description),
+                                       std::move(channel), std::move(on_event))) {
+    worker_.start([state = state_] { state->Loop(); });
   }
 
   ~PgListener() override {
-    stopping_ = true;
-    if (wake_[1] >= 0) {
-      const char byte = 1;
-      (void)!::write(wake_[1], &byte, 1);
-    }
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // destroyed from a callback: the loop ends by itself
-    } else if (thread_.joinable()) {
-      thread_.join();
-    }
-    if (wake_[0] >= 0) ::close(wake_[0]);
-    if (wake_[1] >= 0) ::close(wake_[1]);
+    state_->stopping = true;
+    state_->wake.Post();
+    worker_.join();
   }
 
  private:
-  void Loop() {
-    milliseconds delay{0};
-    while (!stopping_) {
-      Status status = Session();
-      if (stopping_) break;
-      delay = std::clamp(delay * 2, milliseconds(100), milliseconds(2000));
-      SIMBA_LOG(kDebug, description_ << ": listener: " << status << "; reconnecting in "
-                                     << FormatDuration(delay));
-      pollfd p{wake_[0], POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(delay.count()));
-    }
-  }
+  struct State {
+    State(std::map<std::string, std::string> params_in, std::string description_in,
+          std::string channel_in, std::function<void(const MutexEvent&)> on_event_in)
+        : params(std::move(params_in)),
+          description(std::move(description_in)),
+          channel(std::move(channel_in)),
+          on_event(std::move(on_event_in)) {}
 
-  Status Session() {
-    auto conn = Connect(params_, description_, steady_clock::now() + milliseconds(5000));
-    if (!conn.ok()) return conn.status();
-    PGconn* c = conn->get();
-    if (PQsetnonblocking(c, 0) != 0) return UnavailableError(ConnMessage(c));
-    PgResult listen(PQexec(c, ("LISTEN " + channel_).c_str()));
-    if (PQresultStatus(listen.get()) != PGRES_COMMAND_OK) {
-      return UnavailableError("LISTEN: " + ConnMessage(c));
+    void Loop() {
+      Backoff backoff;
+      while (!stopping) {
+        Status status = Session();
+        if (stopping) break;
+        const milliseconds delay = backoff.failed();
+        SIMBA_LOG(kDebug, description << ": listener: " << status << "; reconnecting in "
+                                      << FormatDuration(delay));
+        wait_fd(wake.fd(), POLLIN, steady_clock::now() + delay);
+      }
     }
-    // Releases before we listened (a subscription made while the first
-    // LISTEN was on its way, or anything while we were disconnected) were
-    // missed: everyone looks once.
-    on_event_(MutexEvent{MutexEvent::Kind::kReleased, "", ""});
-    for (;;) {
-      pollfd p[2] = {{PQsocket(c), POLLIN, 0}, {wake_[0], POLLIN, 0}};
-      const int n = ::poll(p, 2, 15000);
-      if (stopping_) return OkStatus();
-      if (n < 0 && errno != EINTR) return UnavailableError("poll failed");
-      if (n == 0) {
-        // Idle: make sure the connection is still there.
-        PgResult ping(PQexec(c, "SELECT 1"));
-        if (PQresultStatus(ping.get()) != PGRES_TUPLES_OK) {
-          return UnavailableError("lost: " + ConnMessage(c));
+
+    Status Session() {
+      auto conn = Connect(params, description, steady_clock::now() + milliseconds(5000));
+      if (!conn.ok()) return conn.status();
+      PGconn* c = conn->get();
+      if (PQsetnonblocking(c, 0) != 0) return UnavailableError(ConnMessage(c));
+      PgResult listen(PQexec(c, ("LISTEN " + channel).c_str()));
+      if (PQresultStatus(listen.get()) != PGRES_COMMAND_OK) {
+        return UnavailableError("LISTEN: " + ConnMessage(c));
+      }
+      // Releases before we listened (a subscription made while the first
+      // LISTEN was on its way, or anything while we were disconnected) were
+      // missed: everyone looks once.
+      on_event(MutexEvent{MutexEvent::Kind::kReleased, "", ""});
+      for (;;) {
+        const FdWait waited =
+            wait_fd(PQsocket(c), POLLIN, steady_clock::now() + milliseconds(15000), wake.fd());
+        if (stopping) return OkStatus();
+        if (waited == FdWait::kFailed) return UnavailableError("poll failed");
+        if (waited == FdWait::kTimedOut) {
+          // Idle: make sure the connection is still there.
+          PgResult ping(PQexec(c, "SELECT 1"));
+          if (PQresultStatus(ping.get()) != PGRES_TUPLES_OK) {
+            return UnavailableError("lost: " + ConnMessage(c));
+          }
+        }
+        if (PQconsumeInput(c) != 1) return UnavailableError("lost: " + ConnMessage(c));
+        while (PGnotify* notify = PQnotifies(c)) {
+          const std::string payload = notify->extra != nullptr ? notify->extra : "";
+          PQfreemem(notify);
+          const std::size_t split = payload.find('\n');
+          const auto event = NoticeEvent(
+              payload.substr(0, split),
+              split == std::string::npos ? std::string() : payload.substr(split + 1));
+          if (event) on_event(*event);
         }
       }
-      if (PQconsumeInput(c) != 1) return UnavailableError("lost: " + ConnMessage(c));
-      while (PGnotify* notify = PQnotifies(c)) {
-        const std::string payload = notify->extra != nullptr ? notify->extra : "";
-        PQfreemem(notify);
-        const std::size_t split = payload.find('\n');
-        const auto event = internal::sql::NoticeEvent(
-            payload.substr(0, split),
-            split == std::string::npos ? std::string() : payload.substr(split + 1));
-        if (event) on_event_(*event);
-      }
     }
-  }
 
-  const std::map<std::string, std::string> params_;
-  const std::string description_;
-  const std::string channel_;
-  const std::function<void(const MutexEvent&)> on_event_;
-  std::atomic<bool> stopping_{false};
-  int wake_[2] = {-1, -1};
-  std::thread thread_;
+    const std::map<std::string, std::string> params;
+    const std::string description;
+    const std::string channel;
+    const std::function<void(const MutexEvent&)> on_event;
+    std::atomic<bool> stopping{false};
+    const WakeFd wake;
+  };
+
+  const std::shared_ptr<State> state_;
+  Worker worker_;
 };
 
 class PgDriver final : public SqlDriver {
@@ -275,31 +233,15 @@ class PgDriver final : public SqlDriver {
   const std::string& description() const override { return description_; }
 
   Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
-    SIMBA_ASSIGN_OR_RETURN(PgConn conn, internal::pg::Connect(params_, description_, deadline));
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::Connect(params_, description_, deadline));
     return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn), description_));
   }
 
   std::string NowMs() const override { return kNowMs; }
   std::string CreateTableSql() const override { return kCreateTable; }
-  std::string InsertFreeRowSql() const override {
-    return std::string(internal::sql::kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
-  }
-
-  std::vector<Statement> AcquireStatements(const AcquireParts& parts,
-                                           const std::vector<std::string>& params) const override {
-    // Insert the row acquired, or update it where the caller may acquire.
-    // ON CONFLICT ... WHERE false still locks the row until the end of the
-    // (implicit) transaction, so the read that follows sees it as decided.
-    std::string upsert = parts.insert_acquired("t") + " ON CONFLICT (mutex) DO UPDATE SET ";
-    for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
-      if (i > 0) upsert += ", ";
-      upsert += parts.assignments[i].first + " = " + Qualify(parts.assignments[i].second);
-    }
-    upsert += " WHERE " + Qualify(parts.may_acquire);
-    // (Each statement gets only the parameters it uses: libpq cannot type
-    // an unused one.)
-    return {{upsert, params}, parts.read_back(params[0])};
-  }
+  // In ON CONFLICT DO UPDATE, columns must say which row they mean: the
+  // existing one (t.), not EXCLUDED.
+  std::string existing_row_alias() const override { return "t"; }
 
   std::unique_ptr<Listener> MakeListener(
       std::function<void(const MutexEvent&)> on_event) override {
@@ -318,35 +260,6 @@ class PgDriver final : public SqlDriver {
   }
 
  private:
-  // In ON CONFLICT DO UPDATE, columns must say which row they mean: the
-  // existing one (t.), not EXCLUDED.
-  static std::string Qualify(const std::string& expression) {
-    std::string out = expression;
-    for (const char* column : {"version", "acquired_at", "ttl_at", "transition_at", "owner_id"}) {
-      std::string result;
-      const std::string name(column);
-      std::size_t at = 0;
-      while (at < out.size()) {
-        const std::size_t found = out.find(name, at);
-        if (found == std::string::npos) {
-          result += out.substr(at);
-          break;
-        }
-        const bool word_start =
-            found == 0 || !(std::isalnum(static_cast<unsigned char>(out[found - 1])) ||
-                            out[found - 1] == '_' || out[found - 1] == '.');
-        const std::size_t end = found + name.size();
-        const bool word_end = end >= out.size() ||
-                              !(std::isalnum(static_cast<unsigned char>(out[end])) || out[end] == '_');
-        result += out.substr(at, found - at);
-        result += (word_start && word_end ? "t." : "") + name;
-        at = end;
-      }
-      out = result;
-    }
-    return out;
-  }
-
   const std::map<std::string, std::string> params_;
   // Also the NOTIFY channel: the notice names "simba_mutex", which the
   // protocol replaces with the table's name.
@@ -356,17 +269,8 @@ class PgDriver final : public SqlDriver {
 
 }  // namespace
 
-std::string PostgresSchemaSql() { return std::string(kCreateTable) + ";\n"; }
-
-Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
-  if (options.params.count("host") == 0 && options.params.count("hostaddr") == 0) {
-    return InvalidArgumentError("postgresql: no host");
-  }
-  for (const auto& [key, value] : options.params) {
-    if (LibpqKeywords().count(key) == 0) {
-      return InvalidArgumentError("postgresql: unknown connection option " + Quoted(key));
-    }
-  }
+Result<std::shared_ptr<Backend>> NewBackend(PostgresOptions options) {
+  SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
   if (options.connections < 1) {
     return InvalidArgumentError("postgresql: connections must be at least 1");
   }
@@ -378,15 +282,14 @@ Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
   if (options.params.count("options") == 0) {
     options.params["options"] = "-c statement_timeout=10s -c lock_timeout=10s";
   }
-  internal::sql::SqlBackendOptions sql;
+  SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return internal::sql::NewSqlBackend(
-      std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
+  return NewSqlBackend(std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
 }
 
-Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
+Result<PostgresOptions> OptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "postgresql://user[:password]@host[:port]/db";
   if (uri.scheme != "postgresql" && uri.scheme != "postgres") {
     return InvalidArgumentError("postgresql: URI scheme is " + Quoted(uri.scheme) +
@@ -407,21 +310,10 @@ Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
   if (uri.user) options.params["user"] = *uri.user;
   if (uri.password) options.params["password"] = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    if (key == "connections") {
-      int n = 0;
-      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
-        return InvalidArgumentError("postgresql: connections must be 1..64, not " + Quoted(value));
-      }
-      options.connections = n;
-    } else if (key == "table") {
-      options.table = value;
-    } else if (key == "create_table") {
-      if (value != "on" && value != "off") {
-        return InvalidArgumentError("postgresql: create_table must be on or off, not " +
-                                    Quoted(value));
-      }
-      options.create_table = value == "on";
+    SIMBA_ASSIGN_OR_RETURN(const bool read, ReadTableKey("postgresql", key, value,
+                                                         options.connections, options.table,
+                                                         options.create_table));
+    if (read) {
     } else if (key == "lock_connections") {
       // The keyed-lock backend's (postgres_keyed.h): one URI serves both.
     } else if (key == "host" || key == "port" || key == "dbname" || key == "user" ||
@@ -437,6 +329,20 @@ Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
     }
   }
   return options;
+}
+
+}  // namespace simba::internal::sql::pg
+
+namespace simba {
+
+std::string PostgresSchemaSql() { return std::string(internal::sql::pg::kCreateTable) + ";\n"; }
+
+Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
+  return internal::sql::pg::NewBackend(std::move(options));
+}
+
+Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
+  return internal::sql::pg::OptionsFromUri(uri);
 }
 
 }  // namespace simba

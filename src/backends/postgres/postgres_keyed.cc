@@ -25,7 +25,7 @@
 #include "core/log.h"
 #include "simba/backends/postgres.h"
 
-namespace simba::internal::pg {
+namespace simba::internal::sql::pg {
 namespace {
 
 using std::chrono::milliseconds;
@@ -46,51 +46,6 @@ constexpr milliseconds kAfterWake{250};
 // `d` + `by`, saturating at Deadline::max() (which means "no deadline").
 Deadline Later(Deadline d, milliseconds by) {
   return d >= Deadline::max() - by ? Deadline::max() : d + by;
-}
-
-// ---- options ----------------------------------------------------------------
-
-struct KeyedOptions {
-  std::map<std::string, std::string> params;  // libpq keywords
-  int lock_connections = 0;
-  bool create_sequence = true;
-  milliseconds connect_timeout{kDefaultConnectTimeoutSeconds * 1000};
-};
-
-void SetDefault(std::map<std::string, std::string>& params, const std::string& key,
-                const std::string& value) {
-  params.emplace(key, value);  // keeps the URI's value when it has one
-}
-
-Result<KeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
-  KeyedOptions options;
-  // The contention backend's parser checks everything else; it does not
-  // know our one key.
-  Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, sql::TakeLockConnections("postgresql", shared));
-  SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, PostgresOptionsFromUri(shared));
-  options.params = std::move(postgres.params);
-  options.create_sequence = postgres.create_table;
-  SetDefault(options.params, "application_name", "simba_keyed");
-  SetDefault(options.params, "connect_timeout", std::to_string(kDefaultConnectTimeoutSeconds));
-  // A silently dead server (a cut cable) is found by keepalives: within
-  // about 25 s rather than the system's two hours.
-  SetDefault(options.params, "keepalives_idle", "10");
-  SetDefault(options.params, "keepalives_interval", "5");
-  SetDefault(options.params, "keepalives_count", "3");
-  // libpq ignores connect_timeout when connecting without blocking, as we
-  // do: we apply it ourselves. Zero or less means "forever" to libpq; a
-  // store call of ours always ends, so that becomes the default.
-  int seconds = 0;
-  const std::string& text = options.params.at("connect_timeout");
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-  if (error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgumentError("postgresql: connect_timeout must be whole seconds, not " +
-                                Quoted(text));
-  }
-  options.connect_timeout =
-      std::chrono::seconds(seconds > 0 ? seconds : kDefaultConnectTimeoutSeconds);
-  return options;
 }
 
 // ---- one query, its replies -------------------------------------------------------
@@ -138,8 +93,8 @@ QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int
   }
   for (;;) {
     while (PQisBusy(conn) == 1) {
-      const SocketWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
-      if (waited == SocketWait::kWoken) {
+      const FdWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
+      if (waited == FdWait::kWoken) {
         wake_fd = -1;  // once
         if (on_wake && !on_wake()) {
           reply.transport = CancelledError("gave up waiting for the reply");
@@ -148,7 +103,7 @@ QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int
         deadline = std::min(deadline, steady_clock::now() + kAfterWake);
         continue;
       }
-      if (waited == SocketWait::kTimedOut) {
+      if (waited == FdWait::kTimedOut) {
         reply.transport = DeadlineExceededError("no reply by the deadline");
         return reply;
       }
@@ -205,7 +160,7 @@ bool SendCancel(PGconn* conn) {
 // ---- the driver of the session-lock engine -----------------------------------------
 
 // One connection of the budget, and the key its session holds.
-class PgSession final : public sql::LockSession {
+class PgSession final : public LockSession {
  public:
   explicit PgSession(PgConn conn) : conn_(std::move(conn)) {}
 
@@ -226,7 +181,7 @@ class PgSession final : public sql::LockSession {
   PgConn conn_;
 };
 
-PgSession& Pg(sql::LockSession& session) { return static_cast<PgSession&>(session); }
+PgSession& Pg(LockSession& session) { return static_cast<PgSession&>(session); }
 
 // How one acquisition waits at the server.
 struct WaitPlan {
@@ -274,25 +229,26 @@ Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
   return s.size() >= 3 && s[2].error.ok() ? Held::kYes : Held::kNo;
 }
 
-class PgLockDriver final : public sql::SessionLockDriver {
+class PgLockDriver final : public SessionLockDriver {
  public:
-  explicit PgLockDriver(KeyedOptions options, std::string description)
+  PgLockDriver(PostgresKeyedOptions options, std::string description,
+               milliseconds connect_timeout)
       : params_(std::move(options.params)),
         description_(std::move(description)),
         user_(params_.count("user") != 0 ? params_.at("user") : "<user>"),
         create_sequence_(options.create_sequence),
-        connect_timeout_(options.connect_timeout) {}
+        connect_timeout_(connect_timeout) {}
 
-  Result<std::unique_ptr<sql::LockSession>> connect(int wake_fd) override {
+  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
     SIMBA_ASSIGN_OR_RETURN(
         PgConn conn,
         Connect(params_, description_, steady_clock::now() + connect_timeout_, wake_fd));
-    return std::unique_ptr<sql::LockSession>(std::make_unique<PgSession>(std::move(conn)));
+    return std::unique_ptr<LockSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
   // Creates the token sequence unless it exists (once per backend: after
   // that, its absence shows up as an error of nextval).
-  Status prepare(sql::LockSession& session) override {
+  Status prepare(LockSession& session) override {
     if (sequence_ready_.load()) return OkStatus();
     const Deadline deadline = steady_clock::now() + kStoreCallTimeout;
     // Looked up first: CREATE ... IF NOT EXISTS needs the CREATE privilege
@@ -328,7 +284,7 @@ class PgLockDriver final : public sql::SessionLockDriver {
   }
 
   // The lock round trip, and what its outcome means.
-  Result<std::optional<std::uint64_t>> lock(sql::LockSession& session, std::string_view key,
+  Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
     const std::int64_t lock_key = PostgresAdvisoryLockKey(key);
     const WaitPlan plan = PlanWait(wait_deadline);
@@ -384,7 +340,7 @@ class PgLockDriver final : public sql::SessionLockDriver {
     return failed->error.WithContext(description_ + ": acquiring a key");
   }
 
-  Status unlock(sql::LockSession& session, Deadline deadline) override {
+  Status unlock(LockSession& session, Deadline deadline) override {
     const QueryReply reply = RunQuery(
         Pg(session).get(),
         "SELECT pg_advisory_unlock(" + std::to_string(Pg(session).lock_key) + ")", deadline);
@@ -403,7 +359,7 @@ class PgLockDriver final : public sql::SessionLockDriver {
   }
 
   // The status of a setup query; a session in an unknown state is closed.
-  Status SetupOutcome(sql::LockSession& session, const QueryReply& reply,
+  Status SetupOutcome(LockSession& session, const QueryReply& reply,
                       const std::string& what) const {
     if (!reply.transport.ok()) {
       session.set_broken();
@@ -452,20 +408,53 @@ KeyedLockCapabilities PgCapabilities() {
   return capabilities;
 }
 
-Result<std::shared_ptr<KeyedLockBackend>> OpenKeyed(const Uri& uri) {
-  SIMBA_ASSIGN_OR_RETURN(KeyedOptions options, KeyedOptionsFromUri(uri));
-  sql::SessionLockConfig config;
+}  // namespace
+
+Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(PostgresKeyedOptions options) {
+  SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
+  // (emplace keeps a value the caller set.)
+  options.params.emplace("application_name", "simba_keyed");
+  options.params.emplace("connect_timeout", std::to_string(kDefaultConnectTimeoutSeconds));
+  // A silently dead server (a cut cable) is found by keepalives: within
+  // about 25 s rather than the system's two hours.
+  options.params.emplace("keepalives_idle", "10");
+  options.params.emplace("keepalives_interval", "5");
+  options.params.emplace("keepalives_count", "3");
+  // libpq ignores connect_timeout when connecting without blocking, as we
+  // do: we apply it ourselves. Zero or less means "forever" to libpq; a
+  // store call of ours always ends, so that becomes the default.
+  int seconds = 0;
+  const std::string& text = options.params.at("connect_timeout");
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError("postgresql: connect_timeout must be whole seconds, not " +
+                                Quoted(text));
+  }
+  SessionLockConfig config;
   config.scheme = "postgresql";
   config.description = DescribeServer(options.params);
   config.capabilities = PgCapabilities();
   config.budget = options.lock_connections;
   config.store_call_timeout = kStoreCallTimeout;
-  auto driver = std::make_shared<PgLockDriver>(std::move(options), config.description);
-  return sql::NewSessionLockBackend(std::move(config), std::move(driver));
+  auto driver = std::make_shared<PgLockDriver>(
+      std::move(options), config.description,
+      std::chrono::seconds(seconds > 0 ? seconds : kDefaultConnectTimeoutSeconds));
+  return NewSessionLockBackend(std::move(config), std::move(driver));
 }
 
-}  // namespace
-}  // namespace simba::internal::pg
+Result<PostgresKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
+  PostgresKeyedOptions options;
+  // The contention backend's parser checks everything else; it does not
+  // know our one key.
+  Uri shared = uri;
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, TakeLockConnections("postgresql", shared));
+  SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, PostgresOptionsFromUri(shared));
+  options.params = std::move(postgres.params);
+  options.create_sequence = postgres.create_table;
+  return options;
+}
+
+}  // namespace simba::internal::sql::pg
 
 namespace simba {
 
@@ -481,8 +470,13 @@ std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
   return static_cast<std::int64_t>(hash);
 }
 
-Result<std::shared_ptr<KeyedLockBackend>> OpenPostgresKeyedLockBackend(const Uri& uri) {
-  return internal::pg::OpenKeyed(uri);
+Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(
+    PostgresKeyedOptions options) {
+  return internal::sql::pg::NewKeyedBackend(std::move(options));
+}
+
+Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri) {
+  return internal::sql::pg::KeyedOptionsFromUri(uri);
 }
 
 }  // namespace simba

@@ -1,8 +1,6 @@
 #include "backends/sql/session_lock.h"
 
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,22 +18,24 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/net/stream.h"
+#include "core/worker.h"
 
 namespace simba::internal::sql {
 
 bool LockSession::ended(short revents) { return revents != 0; }
 
 Result<int> TakeLockConnections(std::string_view store, Uri& uri) {
-  constexpr int kDefault = 8, kMax = 1024;
   const auto it = uri.query.find("lock_connections");
-  if (it == uri.query.end()) return kDefault;
+  if (it == uri.query.end()) return kDefaultLockConnections;
   const std::string value = it->second;
   uri.query.erase(it);
   int n = 0;
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > kMax) {
+  if (error != std::errc() || end != value.data() + value.size() || n < 1 ||
+      n > kMaxLockConnections) {
     return InvalidArgumentError(std::string(store) + ": lock_connections must be 1.." +
-                                std::to_string(kMax) + ", not '" + value + "'");
+                                std::to_string(kMaxLockConnections) + ", not '" + value + "'");
   }
   return n;
 }
@@ -46,34 +46,6 @@ namespace {
 
 using std::chrono::steady_clock;
 using SessionPtr = std::unique_ptr<LockSession>;
-
-// An eventfd another thread posts to, to wake a poll() of ours: how a
-// stop_callback (run on the canceller's thread, which must not wait on the
-// network) hands a cancel to the thread that waits on a socket.
-class WakeFd {
- public:
-  WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
-  ~WakeFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
-
-  bool ok() const { return fd_ >= 0; }
-  int fd() const { return fd_; }
-  // Makes fd() readable until drain(). Safe from any thread.
-  void post() const {
-    const std::uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(fd_, &one, sizeof one);
-  }
-  void drain() const {
-    std::uint64_t value = 0;
-    [[maybe_unused]] const ssize_t n = ::read(fd_, &value, sizeof value);
-  }
-
- private:
-  const int fd_;
-};
 
 // Whether an idle session may have ended: it has no socket, or its socket
 // has something to say. A server says nothing to an idle session but its
@@ -226,13 +198,8 @@ class HoldMonitor {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->stopping = true;
     }
-    state_->wake.post();
-    if (!thread_.joinable()) return;
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // destroyed from an on_lost: the loop ends by itself
-    } else {
-      thread_.join();
-    }
+    state_->wake.Post();
+    worker_.join();  // from an on_lost (on the thread itself) the loop ends by itself
   }
   HoldMonitor(const HoldMonitor&) = delete;
   HoldMonitor& operator=(const HoldMonitor&) = delete;
@@ -248,9 +215,9 @@ class HoldMonitor {
       std::lock_guard<std::mutex> lock(state_->mu);
       id = state_->next_id++;
       state_->watched.emplace(id, Watched{session, std::move(on_lost)});
-      if (!thread_.joinable()) thread_ = std::thread(Run, state_);
+      if (!worker_.running()) worker_.start([state = state_] { Run(state); });
     }
-    state_->wake.post();  // poll the new socket too
+    state_->wake.Post();  // poll the new socket too
     return id;
   }
 
@@ -299,7 +266,7 @@ class HoldMonitor {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         continue;
       }
-      if (fds[0].revents != 0) state->wake.drain();
+      if (fds[0].revents != 0) state->wake.Drain();
       std::vector<std::function<void()>> lost;
       {
         std::lock_guard<std::mutex> lock(state->mu);
@@ -321,7 +288,7 @@ class HoldMonitor {
   }
 
   std::shared_ptr<State> state_;
-  std::thread thread_;  // guarded by state_->mu until the destructor
+  Worker worker_;  // started by the first watch()
 };
 
 // ---- the hold ---------------------------------------------------------------------
@@ -409,7 +376,7 @@ class SessionLockBackend final : public KeyedLockBackend {
     if (!wake.ok()) {
       return UnavailableError(engine_->config.description + ": eventfd: " + std::strerror(errno));
     }
-    std::stop_callback on_cancel(request.cancel, [&wake] { wake.post(); });
+    std::stop_callback on_cancel(request.cancel, [&wake] { wake.Post(); });
     SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
                            engine_->pool->borrow(request.wait_deadline, request.cancel, wake.fd()));
     if (!loan) return NotAcquired();
@@ -446,6 +413,11 @@ class SessionLockBackend final : public KeyedLockBackend {
 
 Result<std::shared_ptr<KeyedLockBackend>> NewSessionLockBackend(
     SessionLockConfig config, std::shared_ptr<SessionLockDriver> driver) {
+  if (config.budget < 1 || config.budget > kMaxLockConnections) {
+    return InvalidArgumentError(config.scheme + ": lock_connections must be 1.." +
+                                std::to_string(kMaxLockConnections) + ", not " +
+                                std::to_string(config.budget));
+  }
   config.capabilities.cross_process = true;
   config.capabilities.freed_with_session = true;
   auto engine = std::make_shared<Engine>(std::move(config), std::move(driver));

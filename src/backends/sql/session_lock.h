@@ -84,6 +84,9 @@ class SessionLockDriver {
   virtual Status unlock(LockSession& session, Deadline deadline) = 0;
 };
 
+constexpr int kDefaultLockConnections = 8;
+constexpr int kMaxLockConnections = 1024;
+
 // The budget's URI key, lock_connections (1..1024, default 8): taken out of
 // `uri` (so the contention backend's parser, which does not know it, can
 // check the rest). kInvalidArgument, naming `store`, for a bad value.
@@ -95,7 +98,9 @@ struct SessionLockConfig {
   // cross_process and freed_with_session are set here: a session's end frees
   // its keys, wherever its process ran.
   KeyedLockCapabilities capabilities;
-  int budget = 8;  // the most sessions at once (idle, lent and being opened)
+  // The most sessions at once (idle, lent and being opened), 1..1024
+  // (lock_connections; NewSessionLockBackend checks it).
+  int budget = kDefaultLockConnections;
   // Bounds a release (and a hold destroyed without one) and the unlock of a
   // key granted as the caller cancelled.
   std::chrono::milliseconds store_call_timeout{10000};

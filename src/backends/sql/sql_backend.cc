@@ -1,16 +1,16 @@
 #include "backends/sql/sql_backend.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
-#include <cstdlib>
-#include <exception>
 #include <condition_variable>
-#include <map>
+#include <cstdlib>
 #include <mutex>
 #include <utility>
 
+#include "core/listener_hub.h"
 #include "core/log.h"
-#include "simba/uri.h"
+#include "core/worker.h"
 
 namespace simba::internal::sql {
 namespace {
@@ -18,16 +18,11 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-constexpr milliseconds kFirstReconnectDelay{100};
-constexpr milliseconds kMaxReconnectDelay{2000};
-
 // How long subscribe() may wait for a connection to read the row a
 // row-watching listener starts from (see SqlBackend::do_subscribe).
 constexpr milliseconds kSubscribeReadBound{1000};
 
 constexpr char kColumns[] = "acquired_at, ttl_at, transition_at, owner_id, version";
-
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 long long ToInt(const std::string& text) {
   long long value = 0;
@@ -46,6 +41,41 @@ std::string AcquireParts::insert_acquired(std::string_view alias) const {
 
 Statement AcquireParts::read_back(const std::string& mutex) const {
   return {"SELECT " + returning + " FROM simba_mutex WHERE mutex = {0}", {mutex}};
+}
+
+std::string SqlDriver::InsertFreeRowSql() const {
+  return std::string(kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
+}
+
+std::vector<Statement> SqlDriver::AcquireStatements(const AcquireParts& parts,
+                                                    const std::vector<std::string>& params) const {
+  const std::string alias = existing_row_alias();
+  // `expression` with each column (a whole word, not already qualified)
+  // prefixed by "<alias>.".
+  auto existing = [&](const std::string& expression) {
+    if (alias.empty()) return expression;
+    auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+    std::string out = expression;
+    for (const std::string name : {"version", "acquired_at", "ttl_at", "transition_at", "owner_id"}) {
+      for (std::size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
+        const std::size_t end = at + name.size();
+        if ((at == 0 || !(word(out[at - 1]) || out[at - 1] == '.')) &&
+            (end >= out.size() || !word(out[end]))) {
+          out.insert(at, alias + ".");
+          at += alias.size() + 1;
+        }
+        at += name.size();
+      }
+    }
+    return out;
+  };
+  std::string upsert = parts.insert_acquired(alias) + " ON CONFLICT (mutex) DO UPDATE SET ";
+  for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
+    if (i > 0) upsert += ", ";
+    upsert += parts.assignments[i].first + " = " + existing(parts.assignments[i].second);
+  }
+  upsert += " WHERE " + existing(parts.may_acquire);
+  return {{upsert, params}, parts.read_back(params[0])};
 }
 
 namespace {
@@ -99,12 +129,7 @@ class SessionPool {
       idle_.pop_back();
       return Lease(this, std::move(session));
     }
-    const auto now = steady_clock::now();
-    if (now < next_connect_) {
-      const auto wait = std::chrono::ceil<milliseconds>(next_connect_ - now);
-      return Status(last_error_.code(),
-                    last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
-    }
+    SIMBA_RETURN_IF_ERROR(backoff_.ready());
     ++open_;
     lock.unlock();
     auto session = driver_->Connect(deadline);
@@ -112,12 +137,10 @@ class SessionPool {
     if (!session.ok()) {
       --open_;
       cv_.notify_one();
-      last_error_ = session.status();
-      delay_ = std::clamp(delay_ * 2, kFirstReconnectDelay, kMaxReconnectDelay);
-      next_connect_ = steady_clock::now() + delay_;
+      backoff_.failed(session.status());
       return session.status();
     }
-    delay_ = milliseconds(0);
+    backoff_.reset();
     return Lease(this, std::move(*session));
   }
 
@@ -138,15 +161,7 @@ class SessionPool {
   std::condition_variable cv_;
   std::vector<std::unique_ptr<SqlSession>> idle_;
   int open_ = 0;
-  Status last_error_;
-  steady_clock::time_point next_connect_{};
-  milliseconds delay_{0};
-};
-
-struct Slot {
-  std::string mutex;
-  std::function<void(const MutexEvent&)> listener;
-  bool alive = true;  // guarded by the backend's dispatch_mu_
+  Backoff backoff_;  // guarded by mu_
 };
 
 class SqlBackend final : public Backend, public std::enable_shared_from_this<SqlBackend> {
@@ -303,21 +318,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       std::string_view mutex, std::string_view /*contender_id*/,
       std::function<void(const MutexEvent&)> listener) override;
 
-  void Remove(const std::shared_ptr<Slot>& slot) {
-    {
-      std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-      slot->alive = false;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(slot->mutex);
-    if (it == slots_.end()) return;
-    auto& list = it->second;
-    list.erase(std::remove(list.begin(), list.end(), slot), list.end());
-    if (list.empty()) {
-      slots_.erase(it);
-      if (listener_) listener_->unwatch(slot->mutex);
-    }
-  }
 
  private:
   // Runs statements that use the table; creates the table once if it is
@@ -385,64 +385,28 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // One event from the driver's listener, for every subscriber of its
   // mutex (a release of "" after a reconnect: for every subscriber).
   void OnEvent(const MutexEvent& pushed) {
-    const std::string& mutex = pushed.mutex;
-    std::vector<std::pair<std::shared_ptr<Slot>, MutexEvent>> work;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      for (const auto& [name, list] : slots_) {
-        // "" after a reconnect: anything may have been missed.
-        if (!mutex.empty() && name != mutex) continue;
-        for (const auto& slot : list) {
-          MutexEvent for_slot = pushed;
-          for_slot.mutex = name;
-          work.emplace_back(slot, std::move(for_slot));
-        }
-      }
+    ListenerHub::Work work;
+    // "" after a reconnect: anything may have been missed.
+    if (pushed.mutex.empty()) {
+      hub_->collect_all(pushed, &work);
+    } else {
+      hub_->collect(pushed, &work);
     }
-    std::lock_guard<std::recursive_mutex> dispatch(dispatch_mu_);
-    for (const auto& [slot, event] : work) {
-      if (!slot->alive) continue;
-      try {
-        slot->listener(event);
-      } catch (const std::exception& e) {
-        // Listeners must not throw; one that does must not end the push
-        // for everyone else.
-        SIMBA_LOG(kError, driver_->description() << ": a listener for mutex "
-                                                 << Quoted(event.mutex) << " threw: " << e.what());
-      } catch (...) {
-        SIMBA_LOG(kError, driver_->description() << ": a listener for mutex "
-                                                 << Quoted(event.mutex) << " threw");
-      }
-    }
+    hub_->deliver(work);
   }
 
   // Creates the driver's listener on first use. REQUIRES: mu_.
   void StartListenerLocked();
-
-  friend class SqlSubscription;
 
   const std::unique_ptr<SqlDriver> driver_;
   const SqlBackendOptions options_;
   Capabilities capabilities_;
   SessionPool pool_;
 
-  std::recursive_mutex dispatch_mu_;
+  const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
+  // Orders watch() and unwatch() with the hub's membership.
   std::mutex mu_;
   std::unique_ptr<SqlDriver::Listener> listener_;  // started by the first subscribe
-  std::map<std::string, std::vector<std::shared_ptr<Slot>>> slots_;
-};
-
-class SqlSubscription final : public Subscription {
- public:
-  SqlSubscription(std::weak_ptr<SqlBackend> backend, std::shared_ptr<Slot> slot)
-      : backend_(std::move(backend)), slot_(std::move(slot)) {}
-  ~SqlSubscription() override {
-    if (auto backend = backend_.lock()) backend->Remove(slot_);
-  }
-
- private:
-  std::weak_ptr<SqlBackend> backend_;
-  std::shared_ptr<Slot> slot_;
 };
 
 Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
@@ -451,9 +415,7 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
   if (!capabilities_.push_release) {
     return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
   }
-  auto slot = std::make_shared<Slot>();
-  slot->mutex = std::string(mutex);
-  slot->listener = std::move(listener);
+  const std::string name(mutex);
   bool watches_rows = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -468,7 +430,7 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
   std::optional<SqlDriver::Listener::Row> seen;
   if (watches_rows) {
     auto row = RunOnTable({{"SELECT owner_id, version FROM simba_mutex WHERE mutex = {0}",
-                            {slot->mutex}}},
+                            {name}}},
                           false, steady_clock::now() + kSubscribeReadBound,
                           "subscribing to mutex " + Quoted(mutex) + ": reading the row");
     if (!row.ok()) {
@@ -480,14 +442,30 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
       seen = SqlDriver::Listener::Row{values[0], ToInt(values[1])};
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    StartListenerLocked();
-    slots_[slot->mutex].push_back(slot);
-    if (listener_) listener_->watch(slot->mutex, std::move(seen));
-  }
-  return std::unique_ptr<Subscription>(
-      std::make_unique<SqlSubscription>(weak_from_this(), std::move(slot)));
+  // Listeners must not throw; one that does must not end the push for
+  // everyone else.
+  auto guarded = [listener = std::move(listener),
+                  description = driver_->description()](const MutexEvent& event) {
+    try {
+      listener(event);
+    } catch (...) {
+      SIMBA_LOG(kError, description << ": a listener for mutex " << Quoted(event.mutex)
+                                    << " threw");
+    }
+  };
+  // The last subscription to a mutex gone, a row-watching listener stops
+  // watching it.
+  auto on_close = [weak = weak_from_this()](const ListenerHub::Slot& slot) {
+    auto self = weak.lock();
+    if (!self) return;
+    std::lock_guard<std::mutex> lock(self->mu_);
+    if (self->listener_ && !self->hub_->any(slot.mutex)) self->listener_->unwatch(slot.mutex);
+  };
+  std::lock_guard<std::mutex> lock(mu_);
+  StartListenerLocked();
+  auto subscription = hub_->subscribe(name, std::string(), std::move(guarded), std::move(on_close));
+  if (listener_) listener_->watch(name, std::move(seen));
+  return subscription;
 }
 
 void SqlBackend::StartListenerLocked() {
@@ -518,6 +496,55 @@ std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::strin
       std::strtoull(by.substr(first + 1, second - first - 1).c_str(), nullptr, 10));
   event.forced = true;
   return event;
+}
+
+std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+Result<std::string> RenderParams(
+    const std::string& sql,
+    const std::function<Result<std::string>(std::size_t index, bool number)>& render) {
+  std::string out;
+  out.reserve(sql.size() + 32);
+  for (std::size_t i = 0; i < sql.size(); ++i) {
+    const std::size_t close = sql[i] == '{' ? sql.find('}', i) : std::string::npos;
+    const bool number = close != std::string::npos && sql[i + 1] == '#';
+    const std::size_t first = i + (number ? 2 : 1);
+    std::size_t index = 0;
+    if (close != std::string::npos && close > first &&
+        std::from_chars(sql.data() + first, sql.data() + close, index).ptr == sql.data() + close) {
+      SIMBA_ASSIGN_OR_RETURN(std::string value, render(index, number));
+      out += value;
+      i = close;
+    } else {
+      out += sql[i];
+    }
+  }
+  return out;
+}
+
+Result<bool> ReadTableKey(std::string_view store, const std::string& key,
+                          const std::string& value, int& connections, std::string& table,
+                          bool& create_table) {
+  if (key == "connections") {
+    int n = 0;
+    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+    if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
+      return InvalidArgumentError(std::string(store) + ": connections must be 1..64, not " +
+                                  Quoted(value));
+    }
+    connections = n;
+  } else if (key == "table") {
+    table = value;
+  } else if (key == "create_table") {
+    if (value != "on" && value != "off") {
+      return InvalidArgumentError(std::string(store) + ": create_table must be on or off, not " +
+                                  Quoted(value));
+    }
+    create_table = value == "on";
+  } else {
+    return false;
+  }
+  return true;
 }
 
 Status ValidateTableName(const std::string& table) {

@@ -56,6 +56,12 @@ struct Statement {
   std::vector<std::string> params;
 };
 
+// `sql` with each placeholder, {i} or {#i} (a number), replaced by what
+// `render(i, number)` returns; the first error of `render` ends it.
+Result<std::string> RenderParams(
+    const std::string& sql,
+    const std::function<Result<std::string>(std::size_t index, bool number)>& render);
+
 // Kinds of failure the protocol must tell apart.
 enum class SqlFailure {
   kOther,
@@ -121,13 +127,21 @@ class SqlDriver {
   virtual std::string NowMs() const = 0;
   // CREATE TABLE for simba_mutex, if missing (the DBA's copy too).
   virtual std::string CreateTableSql() const = 0;
-  // Inserting the free row of mutex {0} unless it exists.
-  virtual std::string InsertFreeRowSql() const = 0;
+  // Inserting the free row of mutex {0} unless it exists. The default:
+  // kInsertFreeRow + ON CONFLICT (mutex) DO NOTHING.
+  virtual std::string InsertFreeRowSql() const;
   // Acquire-or-renew as statements run in one transaction; the last
   // returns the row (acquired or not) with the clock: one row of
-  // acquired_at, ttl_at, transition_at, owner_id, version, now.
+  // acquired_at, ttl_at, transition_at, owner_id, version, now. The
+  // default, for INSERT ... ON CONFLICT (mutex) DO UPDATE ... WHERE
+  // may_acquire, then the read-back: the upsert locks the row until the
+  // transaction ends even when WHERE rejects the update, so the read sees
+  // the row as decided. In the update the existing row's columns are
+  // qualified with existing_row_alias() unless it is empty (bare names
+  // are the existing row's in SQLite, ambiguous in PostgreSQL).
   virtual std::vector<Statement> AcquireStatements(const AcquireParts& parts,
-                                                   const std::vector<std::string>& params) const = 0;
+                                                   const std::vector<std::string>& params) const;
+  virtual std::string existing_row_alias() const { return {}; }
 
   // Push. While the returned handle lives, `on_event` is called (from one
   // thread of the driver's, one call at a time) for every release
@@ -190,6 +204,16 @@ struct SqlBackendOptions {
   std::size_t max_mutex_length = 66;
   std::size_t max_contender_id_length = 128;
 };
+
+// 'text', for messages.
+std::string Quoted(std::string_view text);
+
+// The query keys every SQL server's URI shares: connections (1..64), table
+// and create_table (on|off), read into the given fields; false for any
+// other key. kInvalidArgument, naming `store`, for a bad value.
+Result<bool> ReadTableKey(std::string_view store, const std::string& key,
+                          const std::string& value, int& connections, std::string& table,
+                          bool& create_table);
 
 // OK when `table` is a name the statements may carry as it is: a plain
 // identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a

@@ -56,17 +56,11 @@
 // Error translation: the only place SQLite result codes become Status.
 // ---------------------------------------------------------------------------
 
-namespace simba {
+namespace simba::internal {
 namespace {
 
 // errno values that mean "not allowed" rather than "not there" or "broken".
 bool IsPermissionErrno(int e) { return e == EACCES || e == EPERM || e == EROFS; }
-
-}  // namespace
-}  // namespace simba
-
-namespace simba::internal {
-namespace {
 
 // "<sqlite text> (sqlite code N[, errno E: text])", for every non-busy error.
 std::string Describe(const SqliteFailure& failure) {
@@ -168,26 +162,11 @@ Status SqliteFailureToStatus(const SqliteFailure& failure, bool deadline_passed,
 
 }  // namespace simba::internal
 
-namespace simba {
+namespace simba::internal::sql::sqlite {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
-
-using internal::SqliteFailure;
-using internal::SqliteFailureToStatus;
-using internal::sql::AcquireParts;
-using internal::sql::SqlDriver;
-using internal::sql::SqlFailure;
-using internal::sql::SqlResult;
-using internal::sql::SqlRow;
-using internal::sql::SqlSession;
-using internal::sql::Statement;
-using internal::sqlite::DbPtr;
-using internal::sqlite::IsBusy;
-using internal::sqlite::StmtPtr;
-using internal::sqlite::StmtUse;
-using internal::sqlite::Watcher;
 
 // ---- SQL ---------------------------------------------------------------------
 
@@ -273,8 +252,6 @@ std::string SqlitePathOf(const std::string& path) {
   if (path.rfind("file:", 0) == 0) return "./" + path;
   return path;
 }
-
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // A statement prepared from the protocol's text: {i} became :pi, bound as
 // text, and {#i} :pi, bound as an integer. (Named: SQLite numbers a named
@@ -369,23 +346,12 @@ class SqliteSession final : public SqlSession {
     auto it = cache_.find(sql);
     if (it == cache_.end()) {
       Prepared prepared;
-      std::string rendered;
-      for (std::size_t i = 0; i < sql.size(); ++i) {
-        const std::size_t close = sql[i] == '{' ? sql.find('}', i) : std::string::npos;
-        const bool number = close != std::string::npos && sql[i + 1] == '#';
-        const std::size_t first = i + (number ? 2 : 1);
-        std::size_t index = 0;
-        if (close != std::string::npos && close > first &&
-            std::from_chars(sql.data() + first, sql.data() + close, index).ptr ==
-                sql.data() + close) {
-          rendered += ":p" + std::to_string(index);
-          if (prepared.numeric.size() <= index) prepared.numeric.resize(index + 1);
-          prepared.numeric[index] = prepared.numeric[index] || number;
-          i = close;
-        } else {
-          rendered += sql[i];
-        }
-      }
+      const std::string rendered =
+          *RenderParams(sql, [&](std::size_t index, bool number) -> Result<std::string> {
+            if (prepared.numeric.size() <= index) prepared.numeric.resize(index + 1);
+            prepared.numeric[index] = prepared.numeric[index] || number;
+            return ":p" + std::to_string(index);
+          });
       sqlite3_stmt* raw = nullptr;
       const int rc = sqlite3_prepare_v3(db_.get(), rendered.c_str(), -1,
                                         SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
@@ -592,21 +558,8 @@ class SqliteDriver final : public SqlDriver {
 
   std::string NowMs() const override { return kNowParameter; }
   std::string CreateTableSql() const override { return kCreateTableSql; }
-  std::string InsertFreeRowSql() const override {
-    return std::string(internal::sql::kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
-  }
-  std::vector<Statement> AcquireStatements(const AcquireParts& parts,
-                                           const std::vector<std::string>& params) const override {
-    // Under BEGIN IMMEDIATE nothing changes between the two statements. In
-    // DO UPDATE, bare column names are the existing row's.
-    std::string upsert = parts.insert_acquired() + " ON CONFLICT (mutex) DO UPDATE SET ";
-    for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
-      upsert += (i > 0 ? ", " : "") + parts.assignments[i].first + " = " +
-                parts.assignments[i].second;
-    }
-    upsert += " WHERE " + parts.may_acquire;
-    return {{upsert, params}, parts.read_back(params[0])};
-  }
+  // (The default upsert: under BEGIN IMMEDIATE nothing changes between its
+  // two statements; in DO UPDATE, bare column names are the existing row's.)
   // The write transaction holds the whole file.
   std::string ForUpdateSql() const override { return ""; }
 
@@ -709,7 +662,7 @@ Status CheckPath(const std::string& path) {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
+Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
   if (options.path.empty()) return InvalidArgumentError("sqlite: path must not be empty");
   if (options.path == ":memory:") {
     // SQLite would give each backend a private in-memory database, which
@@ -731,16 +684,16 @@ Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
   // Opened now, so a bad path or file fails here rather than at first use.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
                          SqliteDriver::Open(options, watcher));
-  internal::sql::SqlBackendOptions sql;
+  SqlBackendOptions sql;
   // Calls share one connection, one at a time (BEGIN IMMEDIATE serializes
   // writers anyway).
   sql.connections = 1;
-  return internal::sql::NewSqlBackend(
+  return NewSqlBackend(
       std::make_unique<SqliteDriver>(std::move(options), std::move(session), std::move(watcher)),
       sql);
 }
 
-Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
+Result<SqliteOptions> OptionsFromUri(const Uri& uri) {
   constexpr char kForms[] = "sqlite:///abs/path.db or sqlite://rel/path.db";
   if (uri.scheme != "sqlite") {
     return InvalidArgumentError("sqlite: URI scheme is " + Quoted(uri.scheme) +
@@ -774,6 +727,18 @@ Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
     }
   }
   return options;
+}
+
+}  // namespace simba::internal::sql::sqlite
+
+namespace simba {
+
+Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
+  return internal::sql::sqlite::NewBackend(std::move(options));
+}
+
+Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
+  return internal::sql::sqlite::OptionsFromUri(uri);
 }
 
 }  // namespace simba

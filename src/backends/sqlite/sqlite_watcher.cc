@@ -5,10 +5,11 @@
 #include <system_error>
 #include <utility>
 
+#include "backends/sql/sql_backend.h"
 #include "backends/sqlite/sqlite_errors.h"
 #include "core/log.h"
 
-namespace simba::internal::sqlite {
+namespace simba::internal::sql::sqlite {
 namespace {
 
 using std::chrono::milliseconds;
@@ -39,8 +40,6 @@ constexpr char kSelectWatchedSql[] =
     "SELECT w.mutex, m.owner_id, m.version, f.version FROM temp.simba_watched AS w"
     " LEFT JOIN main.simba_mutex AS m ON m.mutex = w.mutex"
     " LEFT JOIN main.simba_mutex_forced AS f ON f.mutex = w.mutex";
-
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 // The watcher's own connection: opened, used and closed on the watcher
 // thread only. Every method returns an SQLite result code; none waits for a
@@ -171,12 +170,12 @@ std::string StmtUse::ColumnText(int column) const {
 
 void Watcher::Start(OnEvent on_event) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopped_ || thread_.joinable()) return;
+  if (stopped_ || worker_.running()) return;
   on_event_ = std::move(on_event);
   try {
     // The thread holds a reference, so the watcher outlives it even when
-    // Shutdown had to detach it.
-    thread_ = std::thread([self = shared_from_this()] { self->Run(); });
+    // Shutdown is called on it (from on_event).
+    worker_.start([self = shared_from_this()] { self->Run(); });
   } catch (const std::system_error& e) {
     SIMBA_LOG(kError, "sqlite " << Quoted(path_) << ": cannot start the push watcher thread: "
                                 << e.what() << " (waiters fall back to polling)");
@@ -215,23 +214,15 @@ void Watcher::Poke() {
 }
 
 void Watcher::Shutdown() {
-  std::thread thread;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
     stopping_.store(true);
-    thread = std::move(thread_);
   }
   wake_.notify_all();
-  if (!thread.joinable()) return;
-  if (thread.get_id() == std::this_thread::get_id()) {
-    // The backend is being destroyed from on_event (a listener dropped the
-    // last reference): joining ourselves would throw. The thread sees
-    // stopping_ once the call returns and ends on its own.
-    thread.detach();
-  } else {
-    thread.join();
-  }
+  // From on_event (a listener dropped the backend) the thread sees
+  // stopping_ once the call returns and ends on its own.
+  worker_.join();
 }
 
 void Watcher::Run() {
@@ -378,4 +369,4 @@ void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>&
   }
 }
 
-}  // namespace simba::internal::sqlite
+}  // namespace simba::internal::sql::sqlite

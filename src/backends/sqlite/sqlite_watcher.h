@@ -26,24 +26,18 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <vector>
 
+#include "core/unique_handle.h"
+#include "core/worker.h"
 #include "simba/backend.h"
 
-namespace simba::internal::sqlite {
+namespace simba::internal::sql::sqlite {
 
-struct DbCloser {
-  // close_v2 tolerates statements not yet finalized (it defers the close),
-  // so destruction order mistakes cannot leak the connection.
-  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
-};
-using DbPtr = std::unique_ptr<sqlite3, DbCloser>;
-
-struct StmtFinalizer {
-  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
-};
-using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+// close_v2 tolerates statements not yet finalized (it defers the close), so
+// destruction order mistakes cannot leak the connection.
+using DbPtr = UniqueHandle<sqlite3, sqlite3_close_v2>;
+using StmtPtr = UniqueHandle<sqlite3_stmt, sqlite3_finalize>;
 
 // One use of a prepared statement. Resetting at the end matters beyond
 // reuse: a SELECT left un-reset keeps its read transaction (and WAL
@@ -117,8 +111,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // through this backend reaches local waiters at once.
   void Poke();
   // Stops the thread: on_event is not called after this returns (unless it
-  // is called from on_event, on the watcher thread: then the thread is
-  // detached and ends as soon as that call returns, making no other).
+  // is called from on_event, on the watcher thread: then the thread ends
+  // as soon as that call returns, making no other).
   void Shutdown();
 
  private:
@@ -139,11 +133,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   std::uint64_t membership_ = 0;
   // The row as last seen (nullopt until a look or Watch). Guarded by mu_.
   std::map<std::string, std::optional<RowState>, std::less<>> watched_;
-  std::thread thread_;  // guarded by mu_
   // stopped_, readable between on_event calls without taking mu_.
   std::atomic<bool> stopping_{false};
+  Worker worker_;  // runs Run() with a reference to this watcher
 };
 
-}  // namespace simba::internal::sqlite
+}  // namespace simba::internal::sql::sqlite
 
 #endif  // SIMBA_BACKENDS_SQLITE_SQLITE_WATCHER_H_
