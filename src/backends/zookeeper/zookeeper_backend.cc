@@ -25,6 +25,7 @@
 
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/store_options.h"
 #include "core/worker.h"
 
 namespace simba {
@@ -1404,9 +1405,7 @@ Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
 }
 
 Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
-  if (uri.scheme != "zookeeper") {
-    return InvalidArgumentError("zookeeper: not a zookeeper:// URI: " + uri.ToString());
-  }
+  SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "zookeeper"));
   if (uri.hosts.empty()) {
     return InvalidArgumentError("zookeeper: the URI names no host: " + uri.ToString());
   }
@@ -1431,12 +1430,10 @@ Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
   }
   options.connect_string = hosts;
   if (auto root = uri.Query("root")) options.root = *root;
-  if (auto value = uri.Query("session_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.session_timeout, ParseDuration("session_timeout", *value));
-  }
-  if (auto value = uri.Query("connect_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
-  }
+  SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "session_timeout",
+                                                         &options.session_timeout));
+  SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "connect_timeout",
+                                                         &options.connect_timeout));
   SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
   return options;
 }
