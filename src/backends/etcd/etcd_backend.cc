@@ -23,6 +23,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <map>
@@ -118,14 +119,9 @@ bool DecodeMutex(std::string_view encoded, std::string* mutex) {
 }
 
 std::string LeaseHex(std::int64_t lease) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out(16, '0');
-  auto value = static_cast<std::uint64_t>(lease);
-  for (int i = 15; i >= 0; --i) {
-    out[static_cast<std::size_t>(i)] = kHex[value & 15];
-    value >>= 4;
-  }
-  return out;
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(lease));
+  return hex;
 }
 
 // "<prefix>/<M>/": every key of mutex M starts with this.
@@ -225,6 +221,15 @@ Json RangeOp(const std::string& mutex_prefix, bool ascending, int limit, bool ke
 
 Json RequestRange(Json range) { return Json{{"request_range", std::move(range)}}; }
 
+// A transaction's comparison: the key (base64) has this create revision
+// (0: the key does not exist).
+Json CreatedAt(const std::string& key64, std::int64_t create_revision) {
+  return Json::array({Json{{"key", key64},
+                           {"target", "CREATE"},
+                           {"result", "EQUAL"},
+                           {"create_revision", std::to_string(create_revision)}}});
+}
+
 HttpRequest LeaseGrant(std::int64_t lease, std::int64_t ttl_seconds) {
   return Post("/v3/lease/grant",
               {{"ID", std::to_string(lease)}, {"TTL", std::to_string(ttl_seconds)}});
@@ -253,10 +258,6 @@ HttpRequest AcquireTxn(const std::string& mutex_prefix, const std::string& key,
     failure.push_back(
         RequestRange(RangeOp(mutex_prefix, false, 1, true, known_create_revision - 1)));
   }
-  Json compare = Json::array({Json{{"key", key64},
-                                   {"target", "CREATE"},
-                                   {"result", "EQUAL"},
-                                   {"create_revision", "0"}}});
   Json put = {{"request_put",
                {{"key", key64},
                 {"value", Base64Encode(contender_id)},
@@ -265,15 +266,12 @@ HttpRequest AcquireTxn(const std::string& mutex_prefix, const std::string& key,
   // shows a mutex that is free now but was used.
   const std::string record64 = Base64Encode(mutex_prefix.substr(0, mutex_prefix.size() - 1));
   Json record = {{"request_txn",
-                  {{"compare", Json::array({Json{{"key", record64},
-                                                 {"target", "CREATE"},
-                                                 {"result", "EQUAL"},
-                                                 {"create_revision", "0"}}})},
+                  {{"compare", CreatedAt(record64, 0)},
                    {"success", Json::array({Json{{"request_put", {{"key", record64}}}}})}}}};
   Json success =
       Json::array({std::move(put), std::move(lowest),
                    RequestRange(RangeOp(mutex_prefix, false, 2, true)), std::move(record)});
-  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+  return Post("/v3/kv/txn", {{"compare", CreatedAt(key64, 0)},
                              {"success", std::move(success)},
                              {"failure", std::move(failure)}});
 }
@@ -281,12 +279,8 @@ HttpRequest AcquireTxn(const std::string& mutex_prefix, const std::string& key,
 // Deletes `key` if it still has `create_revision`.
 HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revision) {
   const std::string key64 = Base64Encode(key);
-  Json compare = Json::array({Json{{"key", key64},
-                                   {"target", "CREATE"},
-                                   {"result", "EQUAL"},
-                                   {"create_revision", std::to_string(create_revision)}}});
   Json success = Json::array({Json{{"request_delete_range", {{"key", key64}}}}});
-  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+  return Post("/v3/kv/txn", {{"compare", CreatedAt(key64, create_revision)},
                              {"success", std::move(success)},
                              {"failure", Json::array()}});
 }
@@ -300,14 +294,10 @@ HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revisi
 HttpRequest DeleteQueueIfOwnerCreatedAt(const std::string& mutex_prefix,
                                         const std::string& owner_key,
                                         std::int64_t create_revision) {
-  Json compare = Json::array({Json{{"key", Base64Encode(owner_key)},
-                                   {"target", "CREATE"},
-                                   {"result", "EQUAL"},
-                                   {"create_revision", std::to_string(create_revision)}}});
   Json success = Json::array({Json{{"request_delete_range",
                                     {{"key", Base64Encode(mutex_prefix)},
                                      {"range_end", Base64Encode(PrefixEnd(mutex_prefix))}}}}});
-  return Post("/v3/kv/txn", {{"compare", std::move(compare)},
+  return Post("/v3/kv/txn", {{"compare", CreatedAt(Base64Encode(owner_key), create_revision)},
                              {"success", std::move(success)},
                              {"failure", Json::array()}});
 }
@@ -400,6 +390,15 @@ class RequestChannel {
       if (channel_->conn_) channel_->LeaveLocked();
     }
 
+    // One request and its reply parsed; a server that cannot serve is left
+    // (Abandon).
+    Result<Json> CallParsed(HttpRequest request, std::string_view context) {
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, Call({std::move(request)}));
+      auto reply = ParseReply(replies[0], context);
+      if (reply.status().code() == StatusCode::kUnavailable) Abandon();
+      return reply;
+    }
+
    private:
     RequestChannel* channel_;
     Deadline deadline_;
@@ -488,11 +487,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   std::optional<Holder> Find(const std::string& mutex, const std::string& contender) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = holders_.find(mutex);
-    if (it == holders_.end()) return std::nullopt;
-    auto found = it->second.find(contender);
-    if (found == it->second.end()) return std::nullopt;
-    return found->second;
+    const Holder* holder = FindLocked(mutex, contender);
+    return holder != nullptr ? std::optional<Holder>(*holder) : std::nullopt;
   }
 
   // Records what a call decided at store revision `decided_at`. Returns
@@ -554,26 +550,23 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
                   std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl,
                   steady_clock::time_point alive_until) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!live_ || session_ != session) return false;
-    auto it = holders_.find(mutex);
-    if (it == holders_.end()) return false;
-    auto found = it->second.find(contender);
-    if (found == it->second.end()) return false;
-    Holder& holder = found->second;
-    if (!holder.owner || holder.create_revision != create_revision) return false;
-    holder.granted_ttl = granted_ttl;
-    holder.alive_until = std::max(holder.alive_until, alive_until);
+    Holder* holder = FindLocked(mutex, contender);
+    if (!live_ || session_ != session || holder == nullptr || !holder->owner ||
+        holder->create_revision != create_revision) {
+      return false;
+    }
+    holder->granted_ttl = granted_ttl;
+    holder->alive_until = std::max(holder->alive_until, alive_until);
     return true;
   }
 
   std::optional<Holder> Take(const std::string& mutex, const std::string& contender) {
     std::lock_guard<std::mutex> lock(mu_);
+    Holder* found = FindLocked(mutex, contender);
+    if (found == nullptr) return std::nullopt;
+    Holder holder = std::move(*found);
     auto it = holders_.find(mutex);
-    if (it == holders_.end()) return std::nullopt;
-    auto found = it->second.find(contender);
-    if (found == it->second.end()) return std::nullopt;
-    Holder holder = std::move(found->second);
-    it->second.erase(found);
+    it->second.erase(contender);
     if (it->second.empty()) holders_.erase(it);
     return holder;
   }
@@ -617,6 +610,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   }
 
  private:
+  Holder* FindLocked(const std::string& mutex, const std::string& contender) {
+    auto it = holders_.find(mutex);
+    if (it == holders_.end()) return nullptr;
+    auto found = it->second.find(contender);
+    return found == it->second.end() ? nullptr : &found->second;
+  }
+
   void Run() {
     Backoff backoff;
     std::unique_lock<std::mutex> lock(mu_);
@@ -940,14 +940,8 @@ class EtcdBackend final : public Backend {
         // instead of two.
         const StoreTime sent = WallNow();
         const steady_clock::time_point sent_steady = steady_clock::now();
-        SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies,
-                               turn.Call({LeaseKeepAlive(held->lease)}));
-        auto lease = ParseReply(replies[0], context);
-        if (!lease.ok()) {
-          if (lease.status().code() == StatusCode::kUnavailable) turn.Abandon();
-          return lease.status();
-        }
-        const std::int64_t ttl_left = Int64Field(*lease, "TTL");
+        SIMBA_ASSIGN_OR_RETURN(Json lease, turn.CallParsed(LeaseKeepAlive(held->lease), context));
+        const std::int64_t ttl_left = Int64Field(lease, "TTL");
         if (ttl_left > 0 &&
             watcher_->StillOwner(mutex, id, held->create_revision, watching, ttl_left,
                                  sent_steady + std::chrono::seconds(ttl_left))) {
@@ -1067,10 +1061,10 @@ class EtcdBackend final : public Backend {
           // We did not know our create revision before the call (a reply
           // was lost): find the key below ours now.
           SIMBA_ASSIGN_OR_RETURN(
-              std::vector<HttpResponse> below_reply,
-              turn.Call({Post("/v3/kv/range",
-                              RangeOp(mutex_prefix, false, 1, true, ours.create_revision - 1))}));
-          SIMBA_ASSIGN_OR_RETURN(Json below, ParseReply(below_reply[0], context));
+              Json below,
+              turn.CallParsed(Post("/v3/kv/range",
+                                   RangeOp(mutex_prefix, false, 1, true, ours.create_revision - 1)),
+                              context));
           SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(below, context));
           decided = HeaderRevision(below);
           if (!kvs.empty()) predecessor = kvs.front();
@@ -1142,11 +1136,7 @@ class EtcdBackend final : public Backend {
     }
     // Nothing known here (e.g. a compensating release after a lost reply,
     // or another process with this id): remove every key with our id.
-    SIMBA_ASSIGN_OR_RETURN(
-        std::vector<HttpResponse> replies,
-        turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 0, false))}));
-    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(range, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, Queue(turn, mutex, 0, context));
     std::vector<HttpRequest> deletes;
     bool owned = false;
     for (std::size_t i = 0; i < kvs.size(); ++i) {
@@ -1172,9 +1162,8 @@ class EtcdBackend final : public Backend {
     for (int round = 0; round < kAcquireRounds; ++round) {
       const StoreTime sent = WallNow();
       SIMBA_ASSIGN_OR_RETURN(
-          std::vector<HttpResponse> replies,
-          turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, false))}));
-      SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+          Json range, turn.CallParsed(Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, false)),
+                                      context));
       SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(range, context));
       if (lowest.empty()) {
         // A free mutex: every later key is created after this revision.
@@ -1218,10 +1207,9 @@ class EtcdBackend final : public Backend {
     SIMBA_RETURN_IF_ERROR(turn.status());
     const std::string all = options_.key_prefix + "/";
     SIMBA_ASSIGN_OR_RETURN(
-        std::vector<HttpResponse> replies,
-        turn.Call({Post("/v3/kv/range", {{"key", Base64Encode(all)},
-                                         {"range_end", Base64Encode(PrefixEnd(all))}})}));
-    SIMBA_ASSIGN_OR_RETURN(Json range, ParseReply(replies[0], context));
+        Json range, turn.CallParsed(Post("/v3/kv/range", {{"key", Base64Encode(all)},
+                                                          {"range_end", Base64Encode(PrefixEnd(all))}}),
+                                    context));
     SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(range, context));
     // The owner of each mutex: its key with the lowest create revision.
     // A mutex with only its record is free.
@@ -1335,13 +1323,11 @@ class EtcdBackend final : public Backend {
                                 const std::string& context) {
     SIMBA_RETURN_IF_ERROR(turn.status());
     SIMBA_ASSIGN_OR_RETURN(
-        std::vector<HttpResponse> replies,
-        turn.Call({Post("/v3/kv/range",
-                        RangeOp(MutexPrefix(options_.key_prefix, mutex), true, limit, false))}));
-    auto range = ParseReply(replies[0], context);
-    if (!range.ok() && range.status().code() == StatusCode::kUnavailable) turn.Abandon();
-    SIMBA_RETURN_IF_ERROR(range.status());
-    return KvsOf(*range, context);
+        Json range,
+        turn.CallParsed(
+            Post("/v3/kv/range", RangeOp(MutexPrefix(options_.key_prefix, mutex), true, limit, false)),
+            context));
+    return KvsOf(range, context);
   }
 
   // The kvs of the `index`th response of a transaction reply.

@@ -319,15 +319,13 @@ class CommandChannel {
         !ParseInt(ReplyString(time->element[1]), &micros)) {
       return InternalError("redis at " + endpoint_.Describe() + ": unexpected reply to TIME");
     }
+    // The value on INFO's "<key>:<value>" line; "" without one.
     auto info_field = [](const redisReply* info, std::string_view key) -> std::string {
-      if (IsError(info)) return {};
-      const std::string_view text = ReplyString(info);
-      const std::string needle = "\n" + std::string(key) + ":";
-      const std::size_t at = ("\n" + std::string(text)).find(needle);
+      const std::string text = "\n" + std::string(IsError(info) ? "" : ReplyString(info));
+      const std::size_t at = text.find("\n" + std::string(key) + ":");
       if (at == std::string::npos) return {};
-      const std::size_t start = at + needle.size() - 1;
-      const std::size_t end = text.find_first_of("\r\n", start);
-      return std::string(text.substr(start, end == std::string_view::npos ? end : end - start));
+      const std::size_t start = at + key.size() + 2;
+      return text.substr(start, text.find_first_of("\r\n", start) - start);
     };
     long long uptime = 0;
     // Without an uptime assume the server just started: the safe side.
@@ -808,15 +806,10 @@ class RedisBackend final : public Backend {
     const std::string what = "listing the waiters of mutex " + Quoted(mutex);
     const redisReply* r = reply.get();
     if (IsError(r)) return ErrorReplyStatus(r, Context(what));
-    if (r->type != REDIS_REPLY_ARRAY) return InternalError(Context(what) + ": unexpected reply");
+    const ReplyFields fields(r, what);
+    SIMBA_RETURN_IF_ERROR(fields.Check(r->type == REDIS_REPLY_ARRAY ? r->elements : 0));
     std::vector<std::string> waiters;
-    waiters.reserve(r->elements);
-    for (std::size_t i = 0; i < r->elements; ++i) {
-      if (r->element[i]->type != REDIS_REPLY_STRING) {
-        return InternalError(Context(what) + ": unexpected reply");
-      }
-      waiters.emplace_back(ReplyString(r->element[i]));
-    }
+    for (std::size_t i = 0; i < r->elements; ++i) waiters.push_back(fields.Text(i));
     return waiters;
   }
 

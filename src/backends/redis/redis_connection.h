@@ -16,15 +16,13 @@
 #include <vector>
 
 #include "core/net/stream.h"
+#include "core/unique_handle.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
 namespace simba::internal::redis {
 
-struct ReplyDeleter {
-  void operator()(redisReply* reply) const { freeReplyObject(reply); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyDeleter>;
+using Reply = UniqueHandle<redisReply, freeReplyObject>;
 
 using Command = std::vector<std::string>;
 

@@ -25,6 +25,7 @@
 
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/store_options.h"
 #include "core/worker.h"
 
 namespace simba {
@@ -133,9 +134,9 @@ void OnCreate(int rc, const char* path, const Stat* stat, const void* data) {
 
 // Starts a request: `submit(data)` calls a zoo_a* function. If it is
 // refused at once the completion never runs, so the result is set here.
+// (A transaction passes the Pending its results are written into.)
 template <typename Submit>
-PendingPtr Start(Submit submit) {
-  auto p = std::make_shared<Pending>();
+PendingPtr Start(Submit submit, PendingPtr p = std::make_shared<Pending>()) {
   auto* holder = new PendingPtr(p);
   const int rc = submit(static_cast<const void*>(holder));
   if (rc != ZOK) {
@@ -434,6 +435,52 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
 };
 
+// ---- requests ----------------------------------------------------------------------
+// Each starts one zoo_a* call; a `watch` (an AddWatch id) other than 0 arms
+// a node watch with it.
+
+PendingPtr ListChildren(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
+  return Start([&](const void* data) {
+    return zoo_awget_children2(zh, path.c_str(), watch != 0 ? &ZkStore::NodeWatcher : nullptr,
+                               WatchContextOf(watch), &OnChildren, data);
+  });
+}
+
+PendingPtr Exists(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
+  return Start([&](const void* data) {
+    return zoo_awexists(zh, path.c_str(), watch != 0 ? &ZkStore::NodeWatcher : nullptr,
+                        WatchContextOf(watch), &OnStat, data);
+  });
+}
+
+PendingPtr GetData(zhandle_t* zh, const std::string& path) {
+  return Start([&](const void* data) { return zoo_aget(zh, path.c_str(), 0, &OnData, data); });
+}
+
+PendingPtr Delete(zhandle_t* zh, const std::string& path, int version = -1) {
+  return Start(
+      [&](const void* data) { return zoo_adelete(zh, path.c_str(), version, &OnVoid, data); });
+}
+
+// `value` nullptr (length -1): a node without data.
+PendingPtr Create(zhandle_t* zh, const std::string& path, const char* value, int length,
+                  int flags) {
+  return Start([&](const void* data) {
+    return zoo_acreate2(zh, path.c_str(), value, length, &ZOO_OPEN_ACL_UNSAFE, flags, &OnCreate,
+                        data);
+  });
+}
+
+// A transaction of `ops`; `p->results` has a slot for each.
+PendingPtr Multi(zhandle_t* zh, std::vector<zoo_op_t>& ops, PendingPtr p) {
+  return Start(
+      [&](const void* data) {
+        return zoo_amulti(zh, static_cast<int>(ops.size()), ops.data(), p->results.data(),
+                          &OnVoid, data);
+      },
+      p);
+}
+
 // ---- sessions and watches -----------------------------------------------------------
 
 void LogToSimba(const char* message) {
@@ -693,9 +740,7 @@ Result<std::vector<std::string>> ZkStore::ProtectedNodes(zhandle_t* zh,
                                                          const std::string& uuid,
                                                          Deadline deadline,
                                                          std::vector<std::string>* children) {
-  auto listed = Start([&](const void* data) {
-    return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-  });
+  auto listed = ListChildren(zh, parent);
   SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
   const std::string prefix = std::string(kProtected) + uuid;
   std::vector<std::string> found;
@@ -718,10 +763,7 @@ Status ZkStore::CreateAncestors(zhandle_t* zh, const std::string& path, Deadline
   // Pipelined: the server applies them in order.
   std::vector<PendingPtr> pending;
   for (const std::string& parent : paths) {
-    pending.push_back(Start([&](const void* data) {
-      return zoo_acreate2(zh, parent.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
-                          &OnCreate, data);
-    }));
+    pending.push_back(Create(zh, parent, nullptr, -1, ZOO_CONTAINER));
   }
   for (std::size_t i = 0; i < paths.size(); ++i) {
     SIMBA_RETURN_IF_ERROR(Await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
@@ -768,10 +810,7 @@ Result<SteadyClock::time_point> ZkStore::Heartbeat(const std::shared_ptr<ZkHandl
       }
       Observe(written->stat.mtime);
     } else {
-      written = Start([&](const void* data) {
-        return zoo_acreate2(zh, path.c_str(), "", 0, &ZOO_OPEN_ACL_UNSAFE, ZOO_EPHEMERAL,
-                            &OnCreate, data);
-      });
+      written = Create(zh, path, "", 0, ZOO_EPHEMERAL);
       SIMBA_RETURN_IF_ERROR(
           Await(written, deadline, "creating " + path, {ZNONODE, ZNODEEXISTS}));
       if (written->rc == ZNONODE) {
@@ -798,9 +837,7 @@ Result<std::optional<Stat>> ZkStore::HeartbeatOf(zhandle_t* zh, const Stat& node
                                                  Deadline deadline) {
   if (node.ephemeralOwner == 0) return std::optional<Stat>();
   const std::string path = HeartbeatPath(node.ephemeralOwner);
-  auto read = Start([&](const void* data) {
-    return zoo_aexists(zh, path.c_str(), 0, &OnStat, data);
-  });
+  auto read = Exists(zh, path);
   SIMBA_RETURN_IF_ERROR(Await(read, deadline, "reading " + path, {ZNONODE}));
   if (read->rc == ZNONODE) return std::optional<Stat>();
   return std::optional<Stat>(read->stat);
@@ -903,9 +940,7 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
                                ProtectedNodes(zh, parent, e.uuid, deadline, &children));
         if (!found.empty()) e.node = found.back();
         if (!e.node.empty()) {
-          auto stat = Start([&](const void* data) {
-            return zoo_aexists(zh, own_path().c_str(), 0, &OnStat, data);
-          });
+          auto stat = Exists(zh, own_path());
           SIMBA_RETURN_IF_ERROR(Await(stat, deadline, "reading " + own_path()));
           e.czxid = static_cast<std::uint64_t>(stat->stat.czxid);
           names = std::move(children);
@@ -923,14 +958,9 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         e.create_uncertain = true;
         // The create and the listing together: the server runs them in
         // order, so the listing includes our node. One round trip.
-        auto created = Start([&](const void* data) {
-          return zoo_acreate2(zh, prefix.c_str(), contender.data(),
-                              static_cast<int>(contender.size()), &ZOO_OPEN_ACL_UNSAFE,
-                              ZOO_EPHEMERAL_SEQUENTIAL, &OnCreate, data);
-        });
-        auto listed = Start([&](const void* data) {
-          return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-        });
+        auto created = Create(zh, prefix, contender.data(), static_cast<int>(contender.size()),
+                              ZOO_EPHEMERAL_SEQUENTIAL);
+        auto listed = ListChildren(zh, parent);
         SIMBA_RETURN_IF_ERROR(Await(created, deadline, "joining " + parent, {ZNONODE}));
         if (created->rc == ZNONODE) {
           e.create_uncertain = false;
@@ -944,17 +974,14 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         Observe(created->stat.ctime);
         names = listed->children;
       }
-    } else if (e.owner && !e.lost && WatchArmed(e.own_watch)) {
+    } else if (e.owner && !e.lost) {
       // Renewal with our node watched: the heartbeat carries the lease, the
       // watch would have told us of a deletion (and nobody may evict us
       // while our heartbeat is fresh), so no request at all.
-      return Owned(e, contender, call_start, heartbeat_sent, request);
-    } else if (e.owner && !e.lost) {
-      // Renewal without a watch: check that our node is still there (a
-      // read, no write) and watch it again.
-      auto exists = Start([&](const void* data) {
-        return zoo_aexists(zh, own_path().c_str(), 0, &OnStat, data);
-      });
+      if (WatchArmed(e.own_watch)) return Owned(e, contender, call_start, heartbeat_sent, request);
+      // Without a watch: check that our node is still there (a read, no
+      // write) and watch it again.
+      auto exists = Exists(zh, own_path());
       SIMBA_RETURN_IF_ERROR(Await(exists, deadline, "renewing " + own_path(), {ZNONODE}));
       if (exists->rc == ZOK && !e.lost) {
         if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
@@ -965,9 +992,7 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
       e.node.clear();
       continue;
     } else {
-      auto listed = Start([&](const void* data) {
-        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-      });
+      auto listed = ListChildren(zh, parent);
       SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
       names = listed->children;
     }
@@ -994,18 +1019,12 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
     const Child& lowest = children.front();
     const Child& predecessor = *(ours - 1);
     const std::string lowest_path = parent + "/" + lowest.name;
-    auto owner_node = Start([&](const void* data) {
-      return zoo_aget(zh, lowest_path.c_str(), 0, &OnData, data);
-    });
+    auto owner_node = GetData(zh, lowest_path);
     PendingPtr watched;
     if (e.watching != predecessor.name || !WatchArmed(e.watch_id)) {
       const std::uint64_t id = AddWatch(
           WatchContext{WatchContext::Kind::kPredecessor, mutex, contender, 0});
-      const std::string path = parent + "/" + predecessor.name;
-      watched = Start([&](const void* data) {
-        return zoo_awexists(zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id), &OnStat,
-                            data);
-      });
+      watched = Exists(zh, parent + "/" + predecessor.name, id);
       e.watching = predecessor.name;
       e.watch_id = id;
     }
@@ -1041,16 +1060,10 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
           const std::string heartbeat_path = HeartbeatPath(owner_node->stat.ephemeralOwner);
           auto p = std::make_shared<Pending>();
           p->results.resize(2);
-          zoo_op_t ops[2];
+          std::vector<zoo_op_t> ops(2);
           zoo_check_op_init(&ops[0], heartbeat_path.c_str(), heartbeat->version);
           zoo_delete_op_init(&ops[1], lowest_path.c_str(), -1);
-          auto* holder = new PendingPtr(p);
-          const int rc = zoo_amulti(zh, 2, ops, p->results.data(), &OnVoid, holder);
-          if (rc != ZOK) {
-            delete holder;
-            p->rc = rc;
-            p->done = true;
-          }
+          Multi(zh, ops, p);
           SIMBA_RETURN_IF_ERROR(Await(p, deadline, "evicting " + lowest_path,
                                       {ZNONODE, ZBADVERSION}));
           if (p->rc == ZOK) {
@@ -1076,9 +1089,7 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
           start = std::max<std::int64_t>(owner_node->stat.ctime, ServerNow(e.seen_at));
         }
         if (evict) {
-          auto deleted = Start([&](const void* data) {
-            return zoo_adelete(zh, lowest_path.c_str(), owner_node->stat.version, &OnVoid, data);
-          });
+          auto deleted = Delete(zh, lowest_path, owner_node->stat.version);
           SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "evicting " + lowest_path,
                                       {ZNONODE, ZBADVERSION}));
           continue;
@@ -1109,7 +1120,11 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
   bool released = false;
   std::shared_ptr<ZkHandle> handle;
   {
+    // Our own deletion is no loss to report: drop the watch on our node
+    // first (a failed delete leaves the next renewal to check and watch it
+    // again).
     std::lock_guard<std::mutex> lock(mu_);
+    watches_.erase(e.own_watch);
     if (handle_ != nullptr && handle_->generation() == e.session && !expired_) handle = handle_;
   }
   if (handle != nullptr && (!e.node.empty() || e.create_uncertain)) {
@@ -1124,25 +1139,15 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
         if (name != e.node) nodes.push_back(std::move(name));
       }
     }
-    {
-      // Our own deletion is no loss to report: drop the watch on our node
-      // first (a failed delete leaves the next renewal to check and watch
-      // it again).
-      std::lock_guard<std::mutex> lock(mu_);
-      watches_.erase(e.own_watch);
-    }
     for (const std::string& node : nodes) {
       const std::string path = parent + "/" + node;
-      auto deleted = Start([&](const void* data) {
-        return zoo_adelete(zh, path.c_str(), -1, &OnVoid, data);
-      });
+      auto deleted = Delete(zh, path);
       SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "leaving " + path, {ZNONODE}));
       if (deleted->rc == ZOK && node == e.node && e.owner) released = true;
     }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    watches_.erase(e.own_watch);
     watches_.erase(e.watch_id);
     auto it = entries_.find({mutex, contender});
     if (it != entries_.end() && it->second == taken.entry) entries_.erase(it);
@@ -1159,9 +1164,7 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
   ForcedRelease result;
   bool have_previous = false;
   for (int round = 0; round < kRounds; ++round) {
-    auto listed = Start([&](const void* data) {
-      return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-    });
+    auto listed = ListChildren(zh, parent);
     SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
     if (listed->rc == ZNONODE) {
       SIMBA_RETURN_IF_ERROR(CreateParents(zh, mutex, deadline));
@@ -1171,9 +1174,7 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
     const std::vector<Child> children = Participants(names);
     if (!have_previous && !children.empty()) {
       const std::string path = parent + "/" + children.front().name;
-      auto node = Start([&](const void* data) {
-        return zoo_aget(zh, path.c_str(), 0, &OnData, data);
-      });
+      auto node = GetData(zh, path);
       SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
       if (node->rc == ZNONODE) continue;
       const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
@@ -1189,16 +1190,7 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
     std::vector<zoo_op_t> ops(paths.size() + 1);
     for (std::size_t i = 0; i < paths.size(); ++i) zoo_delete_op_init(&ops[i], paths[i].c_str(), -1);
     zoo_set_op_init(&ops.back(), parent.c_str(), "", 0, -1, &p->set_stat);
-    {
-      auto* holder = new PendingPtr(p);
-      const int rc = zoo_amulti(zh, static_cast<int>(ops.size()), ops.data(), p->results.data(),
-                                &OnVoid, holder);
-      if (rc != ZOK) {
-        delete holder;
-        p->rc = rc;
-        p->done = true;
-      }
-    }
+    Multi(zh, ops, p);
     SIMBA_RETURN_IF_ERROR(Await(p, deadline, "force-releasing " + parent, {ZNONODE}));
     if (p->rc != ZOK) continue;  // the election changed meanwhile
     // Nodes created between our listing and the transaction survived it
@@ -1206,9 +1198,7 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
     // they were made) are below the cversion before the transaction.
     const std::int64_t cversion_before =
         static_cast<std::int64_t>(p->set_stat.cversion) - static_cast<std::int64_t>(names.size());
-    auto after = Start([&](const void* data) {
-      return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-    });
+    auto after = ListChildren(zh, parent);
     SIMBA_RETURN_IF_ERROR(Await(after, deadline, "listing " + parent, {ZNONODE}));
     const auto survivors = Participants(after->children);
     if (std::any_of(survivors.begin(), survivors.end(),
@@ -1230,31 +1220,18 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
   zhandle_t* const zh = handle->get();
   const std::string parent = MutexPath(mutex);
   for (int round = 0; round < kRounds; ++round) {
-    // Retrievers get a child watch: any change of the election wakes them.
-    bool watch = false;
+    // Retrievers get a child watch (id): any change of the election wakes them.
     std::uint64_t id = 0;
-    const bool retrievers = hub_->any(mutex, [](const Slot& s) { return s.contender_id.empty(); });
-    {
+    if (hub_->any(mutex, [](const Slot& s) { return s.contender_id.empty(); })) {
       std::lock_guard<std::mutex> lock(mu_);
-      if (retrievers && children_watched_.insert(mutex).second) {
-        watch = true;
+      if (children_watched_.insert(mutex).second) {
         id = ++next_watch_;
         watches_.emplace(id, WatchContext{WatchContext::Kind::kChildren, mutex, "", 0});
       }
     }
-    PendingPtr listed;
-    if (watch) {
-      listed = Start([&](const void* data) {
-        return zoo_awget_children2(zh, parent.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id),
-                                   &OnChildren, data);
-      });
-    } else {
-      listed = Start([&](const void* data) {
-        return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-      });
-    }
+    auto listed = ListChildren(zh, parent, id);
     SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
-    if (listed->rc == ZNONODE && watch) {
+    if (listed->rc == ZNONODE && id != 0) {
       // No watch was left on a missing node; the next read tries again.
       std::lock_guard<std::mutex> lock(mu_);
       watches_.erase(id);
@@ -1268,9 +1245,7 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
       return record;
     }
     const std::string path = parent + "/" + children.front().name;
-    auto node = Start([&](const void* data) {
-      return zoo_aget(zh, path.c_str(), 0, &OnData, data);
-    });
+    auto node = GetData(zh, path);
     SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
     if (node->rc == ZNONODE) continue;
     const std::int64_t now = ServerNow();
@@ -1289,9 +1264,7 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
 Result<std::vector<ListedMutex>> ZkStore::List(Deadline deadline) {
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
   zhandle_t* const zh = handle->get();
-  auto listed = Start([&](const void* data) {
-    return zoo_aget_children2(zh, options_.root.c_str(), 0, &OnChildren, data);
-  });
+  auto listed = ListChildren(zh, options_.root);
   SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + options_.root, {ZNONODE}));
   std::vector<std::string> mutexes = listed->children;
   std::sort(mutexes.begin(), mutexes.end());
@@ -1313,9 +1286,7 @@ Result<std::vector<std::string>> ZkStore::Waiters(std::string_view mutex_view,
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
   zhandle_t* const zh = handle->get();
   const std::string parent = MutexPath(mutex);
-  auto listed = Start([&](const void* data) {
-    return zoo_aget_children2(zh, parent.c_str(), 0, &OnChildren, data);
-  });
+  auto listed = ListChildren(zh, parent);
   SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
   const std::vector<Child> children = Participants(listed->children);
   std::vector<std::string> waiters;
@@ -1324,10 +1295,7 @@ Result<std::vector<std::string>> ZkStore::Waiters(std::string_view mutex_view,
   std::vector<PendingPtr> reads;
   reads.reserve(children.size());
   for (const Child& child : children) {
-    const std::string path = parent + "/" + child.name;
-    reads.push_back(Start([&](const void* data) {
-      return zoo_aget(zh, path.c_str(), 0, &OnData, data);
-    }));
+    reads.push_back(GetData(zh, parent + "/" + child.name));
   }
   std::string owner;
   bool owner_seen = false;
@@ -1437,9 +1405,7 @@ Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
 }
 
 Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
-  if (uri.scheme != "zookeeper") {
-    return InvalidArgumentError("zookeeper: not a zookeeper:// URI: " + uri.ToString());
-  }
+  SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "zookeeper"));
   if (uri.hosts.empty()) {
     return InvalidArgumentError("zookeeper: the URI names no host: " + uri.ToString());
   }
@@ -1464,12 +1430,10 @@ Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
   }
   options.connect_string = hosts;
   if (auto root = uri.Query("root")) options.root = *root;
-  if (auto value = uri.Query("session_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.session_timeout, ParseDuration("session_timeout", *value));
-  }
-  if (auto value = uri.Query("connect_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", *value));
-  }
+  SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "session_timeout",
+                                                         &options.session_timeout));
+  SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "connect_timeout",
+                                                         &options.connect_timeout));
   SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
   return options;
 }
