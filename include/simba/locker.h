@@ -92,15 +92,15 @@ class Locker {
 
  private:
   struct State;
-  Locker(std::shared_ptr<State> state, std::unique_ptr<MutexContendService> service);
+  explicit Locker(std::shared_ptr<State> state);
   Status AcquireUntil(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
   // Checks the locker is idle and starts contending. Requires control_mu.
   Status BeginAcquire();
-  // Records the acquisition. Requires mu.
-  void MarkHeldLocked();
+  // Waits for the core to own the mutex and records the hold; on failure
+  // gives up its place. Requires control_mu.
+  Status AwaitHold(Clock::TimePoint deadline, const std::stop_token& cancel);
 
   std::shared_ptr<State> state_;
-  std::unique_ptr<MutexContendService> service_;
 };
 
 }  // namespace simba

@@ -405,7 +405,7 @@ void ClusteredLockCore::Reconcile() {
           if (auto self = weak.lock()) self->OnServiceEvent(run);
         };
         ServiceHooks hooks;
-        hooks.attempt_done = [weak, run](const Status& status, std::uint64_t) {
+        hooks.attempt_done = [weak, run](const Status& status) {
           if (auto self = weak.lock()) self->OnAttemptDone(run, status);
         };
         auto service = shared_->impl->CreateContendService(
@@ -551,18 +551,12 @@ void ClusteredLockCore::TryLock(Completion done) {
 }
 
 void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
-  if (timeout < milliseconds(0)) {
-    Outbox out;
-    out.Complete(std::move(done), InvalidArgumentError("timeout must be >= 0 (got " +
-                                                       std::to_string(timeout.count()) + "ms)"));
-    Flush(out);
-    return;
-  }
   if (timeout == milliseconds(0)) return TryLock(std::move(done));
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (Status usable = UsableLocked(); !usable.ok()) {
+  Locked([&](Outbox& out) {
+    if (timeout < milliseconds(0)) {
+      out.Complete(std::move(done), InvalidArgumentError("timeout must be >= 0 (got " +
+                                                         std::to_string(timeout.count()) + "ms)"));
+    } else if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
     } else {
       const std::uint64_t id = next_waiter_id_++;
@@ -577,8 +571,7 @@ void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
         WaitLocked(Waiter{id, Kind::kTimed, std::move(done), timer, 0}, out);
       }
     }
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::Unlock(Completion done) {
@@ -600,48 +593,35 @@ void ClusteredLockCore::Unlock(Completion done) {
 }
 
 void ClusteredLockCore::IsLocked(Completion done) {
-  Outbox out;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
-      done = {};
+    } else {
+      ReadStore(std::move(done), out, [](ClusteredLockCore&, const OwnerRecord& record) {
+        return record.held();
+      });
     }
-  }
-  if (done.fn) {
-    ReadStore(std::move(done), out, [](ClusteredLockCore&, const OwnerRecord& record) {
-      return record.held();
-    });
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::IsLockedByMe(Completion done) {
-  Outbox out;
-  std::uint64_t token = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
+  Locked([&](Outbox& out) {
     SyncLocked(out);
     if (Status usable = UsableLocked(); !usable.ok()) {
       out.Complete(std::move(done), usable);
-      done = {};
     } else if (!held_) {
       out.Complete(std::move(done), false);
-      done = {};
     } else {
-      token = hold_token_;
+      // Held here: confirm with the store (an operator's forced release
+      // shows there before the next renewal tells us).
+      ReadStore(std::move(done), out,
+                [token = hold_token_](ClusteredLockCore& self, const OwnerRecord& record) {
+                  return record.owner.is_owner(self.shared_->node_id) &&
+                         record.owner.fencing_token == token && record.held() &&
+                         self.FencingToken() == token;
+                });
     }
-  }
-  if (done.fn) {
-    // Held here: confirm with the store (an operator's forced release shows
-    // there before the next renewal tells us).
-    ReadStore(std::move(done), out, [token](ClusteredLockCore& self, const OwnerRecord& record) {
-      return record.owner.is_owner(self.shared_->node_id) &&
-             record.owner.fencing_token == token && record.held() &&
-             self.FencingToken() == token;
-    });
-  }
-  Flush(out);
+  });
 }
 
 void ClusteredLockCore::ReadStore(

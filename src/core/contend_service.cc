@@ -60,9 +60,10 @@ Status ServiceCore::Start() {
     state_ = MutexState::None();
     lease_deadline_ = {};
     failures_ = 0;
+    attempts_ = 0;
+    last_attempt_ = OkStatus();
     rerun_ = false;
   }
-  if (hooks_.started) hooks_.started(gen);
   std::unique_ptr<Subscription> subscription;
   if (!hooks_.subscribe_only_while_waiting) {
     Status error;
@@ -198,6 +199,44 @@ std::optional<Clock::TimePoint> ServiceCore::lease_deadline() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!IsOwnerLocked(clock_->Now())) return std::nullopt;
   return lease_deadline_;
+}
+
+Status ServiceCore::await_owner(Clock::TimePoint deadline, const std::stop_token& cancel) {
+  // Registered before taking mu_: a stop already requested runs it here.
+  std::stop_callback wake(cancel, [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    answered_.notify_all();
+  });
+  std::unique_lock<std::mutex> lock(mu_);
+  // The first attempt ends within its store call's deadline (after the
+  // initial delay); this bound only guards against a bug turning "try once"
+  // into a hang. Real time, as the store's answer is.
+  const auto give_up = std::chrono::steady_clock::now() + options_.initial_delay +
+                       options_.operation_timeout + std::chrono::seconds(5);
+  for (;;) {
+    const Clock::TimePoint now = clock_->Now();
+    if (IsOwnerLocked(now)) return OkStatus();
+    if (cancel.stop_requested()) {
+      return CancelledError("acquiring mutex '" + mutex_ + "' was cancelled");
+    }
+    if (now >= deadline) {
+      if (attempts_ > 0 || std::chrono::steady_clock::now() >= give_up) {
+        return DeadlineExceededError("mutex '" + mutex_ + "' is held elsewhere");
+      }
+      answered_.wait_for(lock, milliseconds(10));
+      continue;
+    }
+    // No deadline still wakes now and then, in case a notification raced.
+    clock_->WaitUntil(answered_, lock,
+                      deadline == Clock::TimePoint::max() ? now + std::chrono::seconds(1)
+                                                          : deadline);
+  }
+}
+
+std::optional<Status> ServiceCore::last_attempt() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (attempts_ == 0) return std::nullopt;
+  return last_attempt_;
 }
 
 bool ServiceCore::IsOwnerLocked(Clock::TimePoint now) const {
@@ -398,6 +437,9 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
         }
       }
       if (!subscribe) ScheduleAttemptLocked(next);
+      ++attempts_;
+      last_attempt_ = reply.status();
+      answered_.notify_all();
     }
   }
   if (compensate) {
@@ -408,7 +450,7 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
                                  << released.status());
     }
   }
-  if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status(), gen);
+  if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status());
   // After the hook, which a new owner is waiting for. Unsubscribing (and
   // subscribing) may wait for the backend; never under our lock.
   dropped.reset();

@@ -8,20 +8,17 @@
 // waiting), a lease renewed while held (so a crashed holder's key frees
 // itself), fencing tokens, and loss signals. It runs on the Runtime of the
 // backend's factory, which the provider shares.
-#include <condition_variable>
-#include <deque>
 #include <map>
 #include <mutex>
 #include <utility>
 
 #include "core/service_core.h"
+#include "core/worker.h"
 #include "simba/keyed_backend.h"
 
 namespace simba {
 namespace internal {
 namespace {
-
-using std::chrono::milliseconds;
 
 // Idle keys (stopped cores, nobody waiting) kept for their next hold; past
 // this many an idle key is forgotten, so a provider that touched a million
@@ -38,63 +35,13 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
 
   const std::string& key() const { return key_; }
 
-  // Waits for this thread's turn at the key. OK: its turn (the caller then
-  // owns the core until EndTurn); kDeadlineExceeded when `deadline` passes
-  // first; kCancelled.
-  Status TakeTurn(Deadline deadline, const std::stop_token& cancel) {
-    // Registered before taking mu_: a stop already requested runs it here.
-    std::stop_callback wake(cancel, [this] {
-      std::lock_guard<std::mutex> guard(mu_);
-      cv_.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(mu_);
-    const std::uint64_t ticket = next_ticket_++;
-    for (;;) {
-      if (serving_ == ticket && !busy_) {
-        busy_ = true;
-        ++serving_;
-        return OkStatus();
-      }
-      if (cancel.stop_requested() || std::chrono::steady_clock::now() >= deadline) {
-        // Give up this place in line: later tickets must not wait for it.
-        abandoned_.push_back(ticket);
-        SkipAbandonedLocked();
-        cv_.notify_all();
-        return cancel.stop_requested()
-                   ? CancelledError("acquiring key '" + key_ + "' was cancelled")
-                   : DeadlineExceededError("key '" + key_ + "' is held by this provider");
-      }
-      if (deadline == Deadline::max()) {
-        cv_.wait(lock);
-      } else {
-        cv_.wait_until(lock, deadline);
-      }
-    }
-  }
-
-  // Hands the key to the next thread in line.
-  void EndTurn() {
-    std::lock_guard<std::mutex> lock(mu_);
-    busy_ = false;
-    SkipAbandonedLocked();
-    cv_.notify_all();
-  }
+  // The provider's threads that want the key take turns in arrival order.
+  TurnGate& turns() { return turns_; }
 
   // The core, made on first use; its callbacks reach this slot weakly.
   Result<std::shared_ptr<ServiceCore>> Core(FactoryImpl& factory, const ContendOptions& lease);
 
-  // For the core's hooks and contender.
-  void OnAttemptDone(std::uint64_t run) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (run != run_) return;
-    ++attempts_;
-    cv_.notify_all();
-  }
-  void OnStarted(std::uint64_t run) {
-    std::lock_guard<std::mutex> lock(mu_);
-    run_ = run;
-    attempts_ = 0;
-  }
+  // For the contender: the hold ended without our release.
   void OnReleased() {
     std::function<void()> lost;
     {
@@ -104,34 +51,6 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
       lost = std::move(on_lost_);
     }
     if (lost) lost();
-  }
-
-  // Waits, on the current turn, until the started core owns the key. OK:
-  // owned; kDeadlineExceeded after `deadline` (once one attempt answered);
-  // kCancelled.
-  Status AwaitOwner(ServiceCore& core, Deadline deadline, const std::stop_token& cancel) {
-    std::stop_callback wake(cancel, [this] {
-      std::lock_guard<std::mutex> guard(mu_);
-      cv_.notify_all();
-    });
-    std::unique_lock<std::mutex> lock(mu_);
-    for (;;) {
-      if (core.is_owner()) return OkStatus();
-      if (cancel.stop_requested()) {
-        return CancelledError("acquiring key '" + key_ + "' was cancelled");
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline && attempts_ > 0) {
-        return DeadlineExceededError("key '" + key_ + "' is held elsewhere");
-      }
-      // Even a deadline already past waits for the first attempt's answer:
-      // a key free on arrival is taken. Without a deadline, wake now and
-      // then in case a notification raced.
-      const Deadline wake_at = now >= deadline ? now + milliseconds(10)
-                               : deadline == Deadline::max() ? now + std::chrono::seconds(1)
-                                                             : deadline;
-      cv_.wait_until(lock, wake_at);
-    }
   }
 
   // The hold begins: a loss from now on runs `on_lost`.
@@ -148,64 +67,24 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   }
 
  private:
-  void SkipAbandonedLocked() {
-    for (bool skipped = true; skipped && !busy_;) {
-      skipped = false;
-      for (auto it = abandoned_.begin(); it != abandoned_.end(); ++it) {
-        if (*it == serving_) {
-          abandoned_.erase(it);
-          ++serving_;
-          skipped = true;
-          break;
-        }
-      }
-    }
-  }
-
   const std::string key_;
+  TurnGate turns_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  // Turns: tickets in arrival order; `serving_` is the next to go.
-  std::uint64_t next_ticket_ = 0;
-  std::uint64_t serving_ = 0;
-  bool busy_ = false;
-  std::deque<std::uint64_t> abandoned_;
-  // The core's current run and its answered attempts.
-  std::uint64_t run_ = 0;
-  int attempts_ = 0;
   bool holding_ = false;
   std::function<void()> on_lost_;
   std::shared_ptr<ServiceCore> core_;  // made on first use, under mu_
-};
-
-// The contender of one key: hears only that the hold ended.
-class KeyContender final : public MutexContender {
- public:
-  KeyContender(std::string key, std::string id, std::weak_ptr<KeySlot> slot)
-      : MutexContender(std::move(key), std::move(id)), slot_(std::move(slot)) {}
-  void on_released(const MutexState&) override {
-    if (auto slot = slot_.lock()) slot->OnReleased();
-  }
-
- private:
-  std::weak_ptr<KeySlot> slot_;
 };
 
 Result<std::shared_ptr<ServiceCore>> KeySlot::Core(FactoryImpl& factory,
                                                    const ContendOptions& lease) {
   std::lock_guard<std::mutex> lock(mu_);
   if (core_ != nullptr) return core_;
-  std::weak_ptr<KeySlot> weak = weak_from_this();
+  // The contender hears only that the hold ended.
+  auto contender = MakeContender(key_, nullptr, [weak = weak_from_this()](const MutexState&) {
+    if (auto slot = weak.lock()) slot->OnReleased();
+  });
   ServiceHooks hooks;
-  hooks.started = [weak](std::uint64_t run) {
-    if (auto slot = weak.lock()) slot->OnStarted(run);
-  };
-  hooks.attempt_done = [weak](const Status&, std::uint64_t run) {
-    if (auto slot = weak.lock()) slot->OnAttemptDone(run);
-  };
   hooks.subscribe_only_while_waiting = true;
-  auto contender = std::make_shared<KeyContender>(
-      key_, MutexContender::GenerateHostContenderId(), weak);
   SIMBA_ASSIGN_OR_RETURN(core_, factory.CreateContendCore(std::move(contender), lease,
                                                           std::move(hooks)));
   return core_;
@@ -290,21 +169,21 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend,
 class LeaseKeyHold final : public KeyHold {
  public:
   LeaseKeyHold(std::shared_ptr<LeaseKeyedLockBackend> backend, std::shared_ptr<KeySlot> slot,
-               std::shared_ptr<ServiceCore> core, std::uint64_t token)
+               TurnGate::Turn turn, std::shared_ptr<ServiceCore> core)
       : backend_(std::move(backend)),
         slot_(std::move(slot)),
+        turn_(std::move(turn)),
         core_(std::move(core)),
-        token_(token) {}
+        token_(core_->fencing_token()) {}
   ~LeaseKeyHold() override { (void)release(Deadline::max()); }
 
   std::uint64_t fencing_token() const override { return token_; }
   Status release(Deadline) override {
-    if (released_) return OkStatus();
-    released_ = true;
+    if (!turn_.taken()) return OkStatus();
     slot_->EndHold();
     // Bounded by the lease options' operation_timeout.
     Status stopped = core_->status() == ServiceStatus::kRunning ? core_->Stop() : OkStatus();
-    slot_->EndTurn();
+    turn_.release();
     backend_->Done(slot_);
     return stopped;
   }
@@ -312,37 +191,42 @@ class LeaseKeyHold final : public KeyHold {
  private:
   const std::shared_ptr<LeaseKeyedLockBackend> backend_;
   const std::shared_ptr<KeySlot> slot_;
+  TurnGate::Turn turn_;  // given back by release()
   const std::shared_ptr<ServiceCore> core_;
   const std::uint64_t token_;
-  bool released_ = false;
 };
 
 Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquireRequest& request) {
   SIMBA_RETURN_IF_ERROR(validate_key(request.key));
   const std::shared_ptr<KeySlot> slot = Slot(std::string(request.key));
-  if (Status turn = slot->TakeTurn(request.wait_deadline, request.cancel); !turn.ok()) {
-    Done(slot);
-    if (turn.code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<KeyHold>();
-    return turn;
+  TurnGate::Turn turn = slot->turns().take(request.wait_deadline, request.cancel);
+  Status awaited = turn.taken()                   ? OkStatus()
+                   : request.cancel.stop_requested() ? CancelledError("cancelled")
+                                                     : DeadlineExceededError("held here");
+  std::shared_ptr<ServiceCore> core;
+  if (awaited.ok()) {
+    Result<std::shared_ptr<ServiceCore>> made = slot->Core(*factory_, lease_);
+    awaited = made.ok() ? (core = *made)->Start() : made.status();
   }
-  Result<std::shared_ptr<ServiceCore>> core = slot->Core(*factory_, lease_);
-  Status awaited = core.ok() ? (*core)->Start() : core.status();
-  if (awaited.ok()) awaited = slot->AwaitOwner(**core, request.wait_deadline, request.cancel);
+  if (awaited.ok()) awaited = core->await_owner(request.wait_deadline, request.cancel);
   if (awaited.ok()) {
     slot->BeginHold(request.on_lost);
     // Lost between the grant and BeginHold: the loss was not heard.
-    if ((*core)->is_owner()) {
-      return std::unique_ptr<KeyHold>(std::make_unique<LeaseKeyHold>(
-          shared_from_this(), slot, *core, (*core)->fencing_token()));
+    if (core->is_owner()) {
+      return std::unique_ptr<KeyHold>(
+          std::make_unique<LeaseKeyHold>(shared_from_this(), slot, std::move(turn), core));
     }
     slot->EndHold();
     awaited = DeadlineExceededError("key '" + slot->key() + "' was lost as it was granted");
   }
   // Give up our place: stopping releases the key if an attempt got it
   // meanwhile.
-  if (core.ok() && (*core)->status() == ServiceStatus::kRunning) (void)(*core)->Stop();
-  slot->EndTurn();
+  if (core != nullptr && core->status() == ServiceStatus::kRunning) (void)core->Stop();
+  turn.release();
   Done(slot);
+  if (awaited.code() == StatusCode::kCancelled) {
+    return CancelledError("acquiring key '" + slot->key() + "' was cancelled");
+  }
   if (awaited.code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<KeyHold>();
   return awaited;
 }

@@ -1,6 +1,5 @@
 #include "simba/locker.h"
 
-#include <condition_variable>
 #include <mutex>
 
 #include "core/service_core.h"
@@ -14,23 +13,17 @@ struct Locker::State {
   std::shared_ptr<Clock> clock;
   std::function<void()> on_lost;
   ContendOptions contend;
+  std::shared_ptr<internal::ServiceCore> core;
 
   mutable std::mutex mu;
-  std::condition_variable cv;
   Phase phase = Phase::kIdle;
   std::uint64_t token = 0;
   std::stop_source lost_source;
-  // Attempts of the service's current run (generation) and the last one's
-  // outcome; hooks of an earlier run are ignored.
-  int attempts_done = 0;
-  Status last_attempt;
-  std::uint64_t run = 0;
   // Bumped by every acquire/release, so a late loss handler never stops the
-  // service of a newer acquisition.
+  // core of a newer acquisition.
   std::uint64_t lifecycle = 0;
   // Held for the whole of acquire/release; the loss handler only try-locks it.
   std::mutex control_mu;
-  MutexContendService* service = nullptr;  // owned by the Locker
 
   void OnReleased() {
     std::uint64_t seen;
@@ -42,50 +35,23 @@ struct Locker::State {
       lost_source.request_stop();
       seen = lifecycle;
       notify = on_lost;
-      cv.notify_all();
     }
     if (notify) notify();
     // Stop contending: a lock whose holder was told it lost must not be
     // silently re-acquired. If the holder is releasing or re-acquiring right
-    // now, that call stops the service itself.
+    // now, that call stops the core itself.
     std::unique_lock<std::mutex> control(control_mu, std::try_to_lock);
     if (!control.owns_lock()) return;
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (lifecycle != seen || phase != Phase::kLost || service == nullptr) return;
+      if (lifecycle != seen || phase != Phase::kLost) return;
     }
-    (void)service->stop();
+    (void)core->Stop();
   }
 };
-
-namespace {
-
-class LockerContender final : public MutexContender {
- public:
-  LockerContender(std::string mutex, std::string id, std::weak_ptr<void> state,
-                  std::function<void()> on_acquired, std::function<void()> on_released)
-      : MutexContender(std::move(mutex), std::move(id)),
-        state_(std::move(state)),
-        on_acquired_(std::move(on_acquired)),
-        on_released_(std::move(on_released)) {}
-  void on_acquired(const MutexState&) override {
-    if (auto alive = state_.lock()) on_acquired_();
-  }
-  void on_released(const MutexState&) override {
-    if (auto alive = state_.lock()) on_released_();
-  }
-
- private:
-  std::weak_ptr<void> state_;
-  std::function<void()> on_acquired_;
-  std::function<void()> on_released_;
-};
-
-}  // namespace
 
 Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& factory,
                                                std::string mutex, LockerOptions options) {
-  internal::FactoryImpl& impl = *internal::FactoryAccess::Of(factory);
   auto state = std::make_shared<State>();
   state->clock = factory.clock();
   state->on_lost = std::move(options.on_lost);
@@ -93,53 +59,17 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
   std::string id = options.contender_id.empty() ? MutexContender::GenerateHostContenderId()
                                                 : std::move(options.contender_id);
   std::weak_ptr<State> weak = state;
-  auto contender = std::make_shared<LockerContender>(
-      std::move(mutex), std::move(id), weak,
-      [weak] {
-        if (auto s = weak.lock()) s->cv.notify_all();
-      },
-      [weak] {
-        if (auto s = weak.lock()) s->OnReleased();
-      });
-  internal::ServiceHooks hooks;
-  hooks.started = [weak](std::uint64_t run) {
-    if (auto s = weak.lock()) {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->run = run;
-      s->attempts_done = 0;
-      s->last_attempt = OkStatus();
-    }
-  };
-  hooks.attempt_done = [weak](const Status& status, std::uint64_t run) {
-    if (auto s = weak.lock()) {
-      std::lock_guard<std::mutex> lock(s->mu);
-      // A late attempt of the previous run (its hook raced with this
-      // start()) says nothing about this one.
-      if (run != s->run) return;
-      ++s->attempts_done;
-      s->last_attempt = status;
-      s->cv.notify_all();
-    }
-  };
-  SIMBA_ASSIGN_OR_RETURN(
-      auto service,
-      impl.CreateContendService(contender, state->contend, std::move(hooks)));
-  state->service = service.get();
-  return std::unique_ptr<Locker>(new Locker(std::move(state), std::move(service)));
+  auto contender = MakeContender(std::move(mutex), nullptr, [weak](const MutexState&) {
+    if (auto s = weak.lock()) s->OnReleased();
+  }, std::move(id));
+  SIMBA_ASSIGN_OR_RETURN(state->core, internal::FactoryAccess::Of(factory)->CreateContendCore(
+                                          std::move(contender), state->contend, {}));
+  return std::unique_ptr<Locker>(new Locker(std::move(state)));
 }
 
-Locker::Locker(std::shared_ptr<State> state, std::unique_ptr<MutexContendService> service)
-    : state_(std::move(state)), service_(std::move(service)) {}
+Locker::Locker(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
-Locker::~Locker() {
-  (void)release();
-  {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->service = nullptr;
-  }
-  // Wait out a loss handler that may be using the service right now.
-  std::lock_guard<std::mutex> control(state_->control_mu);
-}
+Locker::~Locker() { (void)release(); }
 
 Status Locker::acquire(std::stop_token cancel) { return AcquireUntil(std::nullopt, cancel); }
 
@@ -158,15 +88,14 @@ Status Locker::BeginAcquire() {
                                      "' is already held or being acquired by this locker");
     }
   }
-  // After a lost lease the service may still be running; start afresh.
-  if (service_->running()) (void)service_->stop();
+  // After a lost lease the core may still be running; start afresh.
+  if (state_->core->status() == ServiceStatus::kRunning) (void)state_->core->Stop();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kAcquiring;
-    state_->attempts_done = 0;
     ++state_->lifecycle;
   }
-  if (Status s = service_->start(); !s.ok()) {
+  if (Status s = state_->core->Start(); !s.ok()) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kIdle;
     return s;
@@ -177,81 +106,51 @@ Status Locker::BeginAcquire() {
 Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
                             std::stop_token cancel) {
   std::lock_guard<std::mutex> control(state_->control_mu);
-  const Clock::TimePoint start = state_->clock->Now();
+  const Clock::TimePoint deadline =
+      timeout ? state_->clock->Now() + *timeout : Clock::TimePoint::max();
   SIMBA_RETURN_IF_ERROR(BeginAcquire());
-  std::stop_callback wake(cancel, [this] {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    state_->cv.notify_all();
-  });
-  std::unique_lock<std::mutex> lock(state_->mu);
-  Status failure;
-  for (;;) {
-    if (service_->is_owner()) {
-      MarkHeldLocked();
-      return OkStatus();
-    }
-    if (cancel.stop_requested()) {
-      failure = CancelledError("acquiring mutex '" + mutex() + "' was cancelled");
-      break;
-    }
-    const Clock::TimePoint now = state_->clock->Now();
-    if (timeout && now >= start + *timeout) {
-      // Even a zero timeout gets the answer of one attempt: "try once" must
-      // not fail on a free mutex just because the store had not replied yet.
-      if (state_->attempts_done == 0) {
-        state_->cv.wait_for(lock, std::chrono::milliseconds(10));
-        continue;
-      }
-      failure = DeadlineExceededError("could not acquire mutex '" + mutex() + "' within " +
-                                      std::to_string(timeout->count()) + "ms");
-      break;
-    }
-    // No deadline still wakes now and then, in case a notification raced.
-    const Clock::TimePoint wake_at =
-        timeout ? start + *timeout : now + std::chrono::seconds(1);
-    state_->clock->WaitUntil(state_->cv, lock, wake_at);
+  Status awaited = AwaitHold(deadline, cancel);
+  if (awaited.code() == StatusCode::kDeadlineExceeded && timeout) {
+    return DeadlineExceededError("could not acquire mutex '" + mutex() + "' within " +
+                                 std::to_string(timeout->count()) + "ms");
   }
-  state_->phase = State::Phase::kIdle;
-  ++state_->lifecycle;
-  lock.unlock();
-  // Give up our place: releases the mutex if an attempt got it meanwhile.
-  (void)service_->stop();
-  return failure;
+  return awaited;
 }
 
-void Locker::MarkHeldLocked() {
-  state_->phase = State::Phase::kHeld;
-  state_->token = service_->fencing_token();
-  state_->lost_source = std::stop_source();
+Status Locker::AwaitHold(Clock::TimePoint deadline, const std::stop_token& cancel) {
+  for (;;) {
+    const Status awaited = state_->core->await_owner(deadline, cancel);
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      // Checked under mu, which the loss handler takes: a loss after this
+      // check finds the hold recorded and reports it.
+      if (awaited.ok() && state_->core->is_owner()) {
+        state_->phase = State::Phase::kHeld;
+        state_->token = state_->core->fencing_token();
+        state_->lost_source = std::stop_source();
+        return OkStatus();
+      }
+      if (awaited.ok()) continue;  // lost as it was granted: wait on
+      state_->phase = State::Phase::kIdle;
+      ++state_->lifecycle;
+    }
+    // Give up our place: releases the mutex if an attempt got it meanwhile.
+    (void)state_->core->Stop();
+    return awaited;
+  }
 }
 
 Result<bool> Locker::try_acquire() {
   std::lock_guard<std::mutex> control(state_->control_mu);
   SIMBA_RETURN_IF_ERROR(BeginAcquire());
-  std::unique_lock<std::mutex> lock(state_->mu);
-  // The first attempt ends within the store call's deadline (after the
-  // initial delay); this bound only guards against a bug turning try_acquire
-  // into a hang.
-  const auto give_up = std::chrono::steady_clock::now() + state_->contend.initial_delay +
-                       state_->contend.operation_timeout + std::chrono::seconds(5);
-  while (state_->attempts_done == 0 && !service_->is_owner() &&
-         std::chrono::steady_clock::now() < give_up) {
-    state_->cv.wait_until(lock, std::min(give_up, std::chrono::steady_clock::now() +
-                                                      std::chrono::milliseconds(50)));
-  }
-  if (service_->is_owner()) {
-    MarkHeldLocked();
-    return true;
-  }
-  Status attempt = state_->attempts_done == 0
-                       ? DeadlineExceededError("no answer from the store for mutex '" + mutex() + "'")
-                       : state_->last_attempt;
-  state_->phase = State::Phase::kIdle;
-  ++state_->lifecycle;
-  lock.unlock();
-  (void)service_->stop();
-  if (!attempt.ok()) return attempt;
-  return false;
+  // A deadline already past: the answer of the first attempt.
+  const Status awaited = AwaitHold(Clock::TimePoint::min(), {});
+  if (awaited.ok()) return true;
+  if (awaited.code() != StatusCode::kDeadlineExceeded) return awaited;
+  const std::optional<Status> attempt = state_->core->last_attempt();
+  if (!attempt) return DeadlineExceededError("no answer from the store for mutex '" + mutex() + "'");
+  if (!attempt->ok()) return *attempt;
+  return false;  // another owner has it
 }
 
 Status Locker::release() {
@@ -262,8 +161,8 @@ Status Locker::release() {
     state_->token = 0;
     ++state_->lifecycle;
   }
-  if (!service_->running()) return OkStatus();
-  return service_->stop();
+  if (state_->core->status() != ServiceStatus::kRunning) return OkStatus();
+  return state_->core->Stop();
 }
 
 bool Locker::is_held() const {
@@ -271,7 +170,7 @@ bool Locker::is_held() const {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->phase != State::Phase::kHeld) return false;
   }
-  return service_->is_owner();
+  return state_->core->is_owner();
 }
 
 std::uint64_t Locker::fencing_token() const {
@@ -285,7 +184,7 @@ std::stop_token Locker::lost_token() const {
   return state_->lost_source.get_token();
 }
 
-const std::string& Locker::mutex() const { return service_->mutex(); }
-const std::string& Locker::contender_id() const { return service_->contender_id(); }
+const std::string& Locker::mutex() const { return state_->core->mutex(); }
+const std::string& Locker::contender_id() const { return state_->core->contender_id(); }
 
 }  // namespace simba

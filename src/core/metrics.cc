@@ -161,25 +161,13 @@ PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
 PrometheusMetrics::~PrometheusMetrics() = default;
 
 PrometheusMetrics::Series& PrometheusMetrics::SeriesLocked(const MetricLabels& labels) {
-  auto labelled_it = labelled_.find(labels.store);
-  if (labelled_it == labelled_.end()) {
-    labelled_it =
-        labelled_.emplace(std::string(labels.store), std::set<std::string, std::less<>>()).first;
-  }
-  auto& labelled = labelled_it->second;
+  auto& labelled = labelled_[std::string(labels.store)];
   std::string_view mutex_label = labels.mutex;
   if (labelled.find(labels.mutex) == labelled.end()) {
     if (labelled.size() < options_.max_mutex_labels) {
       labelled.emplace(labels.mutex);
     } else {
-      auto folded_it = folded_.find(labels.store);
-      if (folded_it == folded_.end()) {
-        folded_it =
-            folded_.emplace(std::string(labels.store), std::set<std::string, std::less<>>()).first;
-      }
-      if (folded_it->second.find(labels.mutex) == folded_it->second.end()) {
-        folded_it->second.emplace(labels.mutex);
-      }
+      folded_[std::string(labels.store)].emplace(labels.mutex);
       mutex_label = kOtherMutex;
     }
   }

@@ -125,13 +125,16 @@ void Strand::Post(Task task) {
       schedule = true;
     }
   }
-  if (schedule && !pool_->Post([self = shared_from_this()] { self->Run(); })) {
-    std::lock_guard<std::mutex> lock(mu_);
-    SIMBA_LOG(kWarn, "callback dropped: the factory is closed");
-    queue_.clear();
-    scheduled_ = false;
-    idle_cv_.notify_all();
-  }
+  if (schedule) Schedule();
+}
+
+void Strand::Schedule() {
+  if (pool_->Post([self = shared_from_this()] { self->Run(); })) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  SIMBA_LOG(kWarn, "callback dropped: the factory is closed");
+  queue_.clear();
+  scheduled_ = false;
+  idle_cv_.notify_all();
 }
 
 bool Strand::RunningInThisThread() const {
@@ -166,12 +169,7 @@ void Strand::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     running_thread_ = std::thread::id();
   }
-  if (!pool_->Post([self = shared_from_this()] { self->Run(); })) {
-    std::lock_guard<std::mutex> lock(mu_);
-    queue_.clear();
-    scheduled_ = false;
-    idle_cv_.notify_all();
-  }
+  Schedule();
 }
 
 struct Runtime::Timers {

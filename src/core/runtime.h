@@ -67,6 +67,8 @@ class Strand : public std::enable_shared_from_this<Strand> {
 
  private:
   void Run();
+  // Queues Run() on the pool; a closed pool drops the queue.
+  void Schedule();
 
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;

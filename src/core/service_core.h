@@ -6,10 +6,12 @@
 #ifndef SIMBA_CORE_SERVICE_CORE_H_
 #define SIMBA_CORE_SERVICE_CORE_H_
 
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -24,16 +26,12 @@
 
 namespace simba::internal {
 
-// Internal observation points (used by Locker and by tests).
+// Internal observation points (used by clustered and keyed locks).
 struct ServiceHooks {
-  // After each contend/read attempt has been decided and applied, on the I/O
-  // thread, outside every lock. `status` is the store call's outcome.
-  // `run` is the generation of start() the attempt belonged to: a hook
-  // can land after the next start(), and must not be counted for it.
-  std::function<void(const Status& status, std::uint64_t run)> attempt_done;
-  // In start(), on its caller's thread, before the first attempt: the
-  // generation that start() begins.
-  std::function<void(std::uint64_t run)> started;
+  // After each contend/read attempt of the running start() has been decided
+  // and applied, on the I/O thread, outside every lock. `status` is the
+  // store call's outcome.
+  std::function<void(const Status& status)> attempt_done;
   // Subscribe to the store's pushes only while waiting: not at start(), but
   // when an attempt finds another owner (then ask again at once, so nothing
   // released in between goes unheard), and drop the subscription once we
@@ -66,6 +64,17 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   bool is_in_ttl() const;
   std::uint64_t fencing_token() const;
   std::optional<Clock::TimePoint> lease_deadline() const;
+
+  // Waits, on a started core, until it owns the mutex: OK; kCancelled once
+  // `cancel` is stopped; kDeadlineExceeded once `deadline` (on the factory's
+  // clock; TimePoint::max() for none) has passed and an attempt of this
+  // start() has answered. A deadline already past still waits for the first
+  // answer, so a mutex free on arrival is taken ("try once"). What Locker
+  // and keyed leases wait on.
+  Status await_owner(Clock::TimePoint deadline, const std::stop_token& cancel);
+  // The outcome of this start()'s last answered attempt; nullopt before the
+  // first answer.
+  std::optional<Status> last_attempt() const;
 
  private:
   using Generation = std::uint64_t;
@@ -144,6 +153,11 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // its "you own it" is not trusted, only asked again.
   std::uint64_t losses_ = 0;
   int failures_ = 0;
+  // This start()'s answered attempts and the last one's outcome, and the
+  // wake-up of await_owner (notified as each attempt is applied).
+  int attempts_ = 0;
+  Status last_attempt_;
+  std::condition_variable answered_;
   std::unique_ptr<Subscription> subscription_;
 
   // For metrics and events (kept only with observers).

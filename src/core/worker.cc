@@ -76,14 +76,37 @@ void TurnGate::Turn::release() {
     std::lock_guard<std::mutex> lock(gate->mu_);
     gate->busy_ = false;
   }
-  gate->cv_.notify_one();
+  // All: only the first in line may go.
+  gate->cv_.notify_all();
 }
 
-TurnGate::Turn TurnGate::take(Deadline deadline) {
+TurnGate::Turn TurnGate::take(Deadline deadline, const std::stop_token& cancel) {
+  // Registered before taking mu_: a stop already requested runs it here.
+  std::stop_callback wake(cancel, [this] {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  });
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_until(lock, deadline, [this] { return !busy_; })) return Turn();
-  busy_ = true;
-  return Turn(this);
+  const std::uint64_t ticket = next_ticket_++;
+  waiting_.insert(ticket);
+  for (;;) {
+    if (!busy_ && *waiting_.begin() == ticket) {
+      waiting_.erase(waiting_.begin());
+      busy_ = true;
+      return Turn(this);
+    }
+    if (cancel.stop_requested() || std::chrono::steady_clock::now() >= deadline) {
+      // Give up this place in line: later tickets must not wait for it.
+      waiting_.erase(ticket);
+      cv_.notify_all();
+      return Turn();
+    }
+    if (deadline == Deadline::max()) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_until(lock, deadline);
+    }
+  }
 }
 
 }  // namespace simba::internal

@@ -7,7 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <cstdint>
 #include <mutex>
+#include <set>
+#include <stop_token>
 #include <thread>
 #include <utility>
 
@@ -87,8 +90,9 @@ class Backoff {
   Status last_error_;
 };
 
-// A turn on something used by one call at a time (a connection), waited
-// for no longer than the call's deadline. (Not std::timed_mutex: its
+// A turn on something used by one call at a time (a connection, a keyed
+// lease's key), given in arrival order and waited for no longer than the
+// call's deadline or its cancellation. (Not std::timed_mutex: its
 // try_lock_until is invisible to ThreadSanitizer on Debian 12's glibc.)
 //
 //   TurnGate::Turn turn = gate_.take(deadline);
@@ -104,7 +108,8 @@ class TurnGate {
     Turn(Turn&& other) noexcept : gate_(std::exchange(other.gate_, nullptr)) {}
     Turn& operator=(Turn&& other) noexcept;
     ~Turn() { release(); }
-    // False when the deadline passed first (or for a default Turn).
+    // False when the deadline passed or `cancel` stopped first (or for a
+    // default Turn).
     bool taken() const { return gate_ != nullptr; }
     // Gives the turn back before the destructor would.
     void release();
@@ -115,13 +120,17 @@ class TurnGate {
     TurnGate* gate_ = nullptr;
   };
 
-  // Waits until no other Turn of this gate is held, or `deadline`.
-  Turn take(Deadline deadline);
+  // Waits until no other Turn of this gate is held and every earlier
+  // take() has had its turn or given up, or until `deadline` or `cancel`.
+  Turn take(Deadline deadline, const std::stop_token& cancel = {});
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool busy_ = false;
+  // The tickets of the take() calls waiting, in arrival order.
+  std::uint64_t next_ticket_ = 0;
+  std::set<std::uint64_t> waiting_;
 };
 
 }  // namespace simba::internal
