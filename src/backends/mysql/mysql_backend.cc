@@ -38,17 +38,13 @@ constexpr char kCreateTable[] =
 class MysqlSession final : public SqlSession {
  public:
   explicit MysqlSession(MysqlConn conn) : conn_(std::move(conn)) {}
-  ~MysqlSession() override {
-    // COM_QUIT on a healthy connection; a broken one must not wait.
-    if (!healthy_) mariadb_cancel(conn_.get());
-  }
-
-  bool healthy() const override { return healthy_; }
+  // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
+  void abandon() override { mariadb_cancel(conn_.get()); }
 
   Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
     if (failure != nullptr) *failure = SqlFailure::kOther;
-    if (!healthy_) return UnavailableError("the connection is broken");
+    if (!healthy()) return UnavailableError("the connection is broken");
     // One multi-statement query, one round trip: START TRANSACTION; s1;
     // ...; COMMIT. Statements after a failed one are not run.
     std::string query;
@@ -119,15 +115,15 @@ class MysqlSession final : public SqlSession {
     if (failed) {
       if (failure != nullptr) *failure = error.kind;
       if (error.broken) {
-        healthy_ = false;
+        set_broken();
       } else if (transaction && !Rollback(deadline)) {
         // The transaction may still be open: never reuse it.
-        healthy_ = false;
+        set_broken();
       }
       return error.status;
     }
     if (results.size() != expected) {
-      healthy_ = false;
+      set_broken();
       return InternalError("expected " + std::to_string(expected) + " results, got " +
                            std::to_string(results.size()));
     }
@@ -174,13 +170,12 @@ class MysqlSession final : public SqlSession {
   // makes the server roll back what it had not committed).
   template <typename Cont>
   Status Late(int& status, Cont cont) {
-    healthy_ = false;
+    set_broken();
     Abandon(conn_.get(), status, cont);
     return DeadlineExceededError("no reply by the deadline");
   }
 
   MysqlConn conn_;
-  bool healthy_ = true;
 };
 
 class MysqlDriver final : public SqlDriver {
@@ -236,7 +231,14 @@ class MysqlDriver final : public SqlDriver {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewBackend(MysqlOptions options) {
+}  // namespace simba::internal::sql::mysql
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
   SIMBA_RETURN_IF_ERROR(CheckServer(options));
   if (options.connections < 1) {
     return InvalidArgumentError("mysql: connections must be at least 1");
@@ -248,7 +250,7 @@ Result<std::shared_ptr<Backend>> NewBackend(MysqlOptions options) {
   return NewSqlBackend(std::make_unique<MysqlDriver>(std::move(options)), sql);
 }
 
-Result<MysqlOptions> OptionsFromUri(const Uri& uri) {
+Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "mysql://user[:password]@host[:port]/db";
   if (uri.scheme != "mysql" && uri.scheme != "mariadb") {
     return InvalidArgumentError("mysql: URI scheme is " + Quoted(uri.scheme) +
@@ -293,18 +295,6 @@ Result<MysqlOptions> OptionsFromUri(const Uri& uri) {
   return options;
 }
 
-}  // namespace simba::internal::sql::mysql
-
-namespace simba {
-
-std::string MysqlSchemaSql() { return std::string(internal::sql::mysql::kCreateTable) + ";\n"; }
-
-Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
-  return internal::sql::mysql::NewBackend(std::move(options));
-}
-
-Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
-  return internal::sql::mysql::OptionsFromUri(uri);
-}
+std::string MysqlSchemaSql() { return std::string(kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -265,7 +265,9 @@ struct Prepared {
 
 // One connection. Every call runs in a transaction of its own: BEGIN
 // IMMEDIATE to write, BEGIN DEFERRED (one WAL snapshot; readers never wait
-// for the writer) to read more than once.
+// for the writer) to read more than once. Never marked broken: a file moved
+// away under us stays an error on every call (reopening by name would
+// create a new, empty file); nothing else breaks a connection.
 class SqliteSession final : public SqlSession {
  public:
   SqliteSession(DbPtr db, milliseconds busy_timeout, std::shared_ptr<Watcher> watcher)
@@ -278,10 +280,6 @@ class SqliteSession final : public SqlSession {
     cache_.clear();  // statements before the connection
     now_.reset();
   }
-
-  // A file moved away under us stays an error on every call (reopening by
-  // name would create a new, empty file); nothing else breaks a connection.
-  bool healthy() const override { return true; }
 
   Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
@@ -662,7 +660,14 @@ Status CheckPath(const std::string& path) {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
+}  // namespace simba::internal::sql::sqlite
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::sqlite;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
   if (options.path.empty()) return InvalidArgumentError("sqlite: path must not be empty");
   if (options.path == ":memory:") {
     // SQLite would give each backend a private in-memory database, which
@@ -693,7 +698,7 @@ Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
       sql);
 }
 
-Result<SqliteOptions> OptionsFromUri(const Uri& uri) {
+Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
   constexpr char kForms[] = "sqlite:///abs/path.db or sqlite://rel/path.db";
   if (uri.scheme != "sqlite") {
     return InvalidArgumentError("sqlite: URI scheme is " + Quoted(uri.scheme) +
@@ -727,18 +732,6 @@ Result<SqliteOptions> OptionsFromUri(const Uri& uri) {
     }
   }
   return options;
-}
-
-}  // namespace simba::internal::sql::sqlite
-
-namespace simba {
-
-Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
-  return internal::sql::sqlite::NewBackend(std::move(options));
-}
-
-Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
-  return internal::sql::sqlite::OptionsFromUri(uri);
 }
 
 }  // namespace simba
