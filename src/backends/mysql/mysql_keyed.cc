@@ -175,7 +175,7 @@ class MysqlLockDriver final : public SessionLockDriver {
         }
         return reply.status.WithContext(description_ + ": GET_LOCK: ");
       }
-      if (!reply.value) {
+      if (!reply.value || reply.value->empty()) {  // SQL NULL
         session.set_broken();
         return UnavailableError(description_ +
                                 ": GET_LOCK returned NULL (the wait was killed or failed)");
