@@ -38,17 +38,13 @@ constexpr char kCreateTable[] =
 class MysqlSession final : public SqlSession {
  public:
   explicit MysqlSession(MysqlConn conn) : conn_(std::move(conn)) {}
-  ~MysqlSession() override {
-    // COM_QUIT on a healthy connection; a broken one must not wait.
-    if (!healthy_) mariadb_cancel(conn_.get());
-  }
-
-  bool healthy() const override { return healthy_; }
+  // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
+  void abandon() override { mariadb_cancel(conn_.get()); }
 
   Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
     if (failure != nullptr) *failure = SqlFailure::kOther;
-    if (!healthy_) return UnavailableError("the connection is broken");
+    if (!healthy()) return UnavailableError("the connection is broken");
     // One multi-statement query, one round trip: START TRANSACTION; s1;
     // ...; COMMIT. Statements after a failed one are not run.
     std::string query;
@@ -61,73 +57,21 @@ class MysqlSession final : public SqlSession {
     if (transaction) query += ";COMMIT";
     const std::size_t expected = statements.size() + (transaction ? 2 : 0);
 
-    MYSQL* m = conn_.get();
-    std::vector<SqlResult> results;
-    Failure error;
-    bool failed = false;
-    int rc = 0;
-    int status = mysql_real_query_start(&rc, m, query.data(), query.size());
-    auto query_cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
-    if (Drive(m, status, deadline, query_cont) != DriveOutcome::kDone) {
-      return Late(status, query_cont);
-    }
-    if (rc != 0) {
-      error = ErrorOf(m);
-      failed = true;
-    }
-    while (!failed) {
-      MYSQL_RES* raw = nullptr;
-      status = mysql_store_result_start(&raw, m);
-      auto store_cont = [&](int ready) { return mysql_store_result_cont(&raw, m, ready); };
-      if (Drive(m, status, deadline, store_cont) != DriveOutcome::kDone) {
-        return Late(status, store_cont);
-      }
-      MysqlResult result(raw);
-      SqlResult out;
-      if (result) {
-        const unsigned int columns = mysql_num_fields(result.get());
-        while (MYSQL_ROW row = mysql_fetch_row(result.get())) {
-          const unsigned long* lengths = mysql_fetch_lengths(result.get());
-          SqlRow values;
-          values.reserve(columns);
-          for (unsigned int c = 0; c < columns; ++c) {
-            values.emplace_back(row[c] != nullptr ? std::string(row[c], lengths[c]) : "");
-          }
-          out.rows.push_back(std::move(values));
-        }
-      } else if (mysql_field_count(m) != 0) {
-        error = ErrorOf(m);  // rows were due but could not be read
-        error.broken = true;
-        failed = true;
-        break;
-      } else {
-        out.affected_rows = mysql_affected_rows(m);
-      }
-      results.push_back(std::move(out));
-      int next = 0;
-      status = mysql_next_result_start(&next, m);
-      auto next_cont = [&](int ready) { return mysql_next_result_cont(&next, m, ready); };
-      if (Drive(m, status, deadline, next_cont) != DriveOutcome::kDone) {
-        return Late(status, next_cont);
-      }
-      if (next == -1) break;  // no more results
-      if (next > 0) {
-        error = ErrorOf(m);  // the next statement failed
-        failed = true;
-      }
-    }
-    if (failed) {
-      if (failure != nullptr) *failure = error.kind;
-      if (error.broken) {
-        healthy_ = false;
+    QueryReply reply = mysql::Query(conn_.get(), query, deadline);
+    std::vector<SqlResult>& results = reply.results;
+    if (!reply.error.status.ok()) {
+      if (failure != nullptr) *failure = reply.error.kind;
+      if (reply.error.broken) {
+        // Closing it makes the server roll back what it had not committed.
+        set_broken();
       } else if (transaction && !Rollback(deadline)) {
         // The transaction may still be open: never reuse it.
-        healthy_ = false;
+        set_broken();
       }
-      return error.status;
+      return reply.error.status;
     }
     if (results.size() != expected) {
-      healthy_ = false;
+      set_broken();
       return InternalError("expected " + std::to_string(expected) + " results, got " +
                            std::to_string(results.size()));
     }
@@ -158,29 +102,10 @@ class MysqlSession final : public SqlSession {
   // After a statement of a transaction failed: ends it. False if that
   // failed too (or missed the deadline).
   bool Rollback(Deadline deadline) {
-    MYSQL* m = conn_.get();
-    int rc = 0;
-    static constexpr char kRollback[] = "ROLLBACK";
-    int status = mysql_real_query_start(&rc, m, kRollback, sizeof(kRollback) - 1);
-    auto cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
-    if (Drive(m, status, deadline, cont) != DriveOutcome::kDone) {
-      Abandon(m, status, cont);
-      return false;
-    }
-    return rc == 0;
-  }
-
-  // The reply may still come; the connection cannot be reused (closing it
-  // makes the server roll back what it had not committed).
-  template <typename Cont>
-  Status Late(int& status, Cont cont) {
-    healthy_ = false;
-    Abandon(conn_.get(), status, cont);
-    return DeadlineExceededError("no reply by the deadline");
+    return mysql::Query(conn_.get(), "ROLLBACK", deadline).error.status.ok();
   }
 
   MysqlConn conn_;
-  bool healthy_ = true;
 };
 
 class MysqlDriver final : public SqlDriver {
@@ -236,7 +161,14 @@ class MysqlDriver final : public SqlDriver {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewBackend(MysqlOptions options) {
+}  // namespace simba::internal::sql::mysql
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
   SIMBA_RETURN_IF_ERROR(CheckServer(options));
   if (options.connections < 1) {
     return InvalidArgumentError("mysql: connections must be at least 1");
@@ -248,7 +180,7 @@ Result<std::shared_ptr<Backend>> NewBackend(MysqlOptions options) {
   return NewSqlBackend(std::make_unique<MysqlDriver>(std::move(options)), sql);
 }
 
-Result<MysqlOptions> OptionsFromUri(const Uri& uri) {
+Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "mysql://user[:password]@host[:port]/db";
   if (uri.scheme != "mysql" && uri.scheme != "mariadb") {
     return InvalidArgumentError("mysql: URI scheme is " + Quoted(uri.scheme) +
@@ -293,18 +225,6 @@ Result<MysqlOptions> OptionsFromUri(const Uri& uri) {
   return options;
 }
 
-}  // namespace simba::internal::sql::mysql
-
-namespace simba {
-
-std::string MysqlSchemaSql() { return std::string(internal::sql::mysql::kCreateTable) + ";\n"; }
-
-Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
-  return internal::sql::mysql::NewBackend(std::move(options));
-}
-
-Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
-  return internal::sql::mysql::OptionsFromUri(uri);
-}
+std::string MysqlSchemaSql() { return std::string(kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -274,51 +274,77 @@ Result<MysqlConn> Connect(const MysqlOptions& endpoint, const std::string& descr
   return last;
 }
 
-ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {
-  ScalarReply reply;
+QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd) {
+  QueryReply reply;
   // An unfinished call: the reply may still come, so the connection cannot
   // be reused.
-  auto give_up = [&](DriveOutcome outcome, int& status, auto cont) {
-    reply.usable = false;
+  auto done = [&](int& status, auto cont) {
+    const DriveOutcome outcome = Drive(m, status, deadline, cont, wake_fd);
+    if (outcome == DriveOutcome::kDone) return true;
     Abandon(m, status, cont);
-    reply.status = outcome == DriveOutcome::kWoken
-                       ? CancelledError("cancelled")
-                       : DeadlineExceededError("no reply by the deadline");
+    reply.error.broken = true;
+    reply.error.status = outcome == DriveOutcome::kWoken
+                             ? CancelledError("cancelled")
+                             : DeadlineExceededError("no reply by the deadline");
+    return false;
   };
   int rc = 0;
   int status = mysql_real_query_start(&rc, m, sql.data(), sql.size());
-  auto query_cont = [&](int ready) { return mysql_real_query_cont(&rc, m, ready); };
-  if (DriveOutcome o = Drive(m, status, deadline, query_cont, wake_fd); o != DriveOutcome::kDone) {
-    give_up(o, status, query_cont);
+  if (!done(status, [&](int ready) { return mysql_real_query_cont(&rc, m, ready); })) {
     return reply;
   }
   if (rc != 0) {
-    Failure f = ErrorOf(m);
-    reply.usable = !f.broken;
-    reply.status = f.status;
+    reply.error = ErrorOf(m);
     return reply;
   }
-  MYSQL_RES* raw = nullptr;
-  status = mysql_store_result_start(&raw, m);
-  auto store_cont = [&](int ready) { return mysql_store_result_cont(&raw, m, ready); };
-  if (DriveOutcome o = Drive(m, status, deadline, store_cont, wake_fd); o != DriveOutcome::kDone) {
-    give_up(o, status, store_cont);
-    return reply;
-  }
-  MysqlResult result(raw);
-  if (!result) {
-    if (mysql_field_count(m) != 0) {  // a row was due but could not be read
-      Failure f = ErrorOf(m);
-      reply.usable = false;
-      reply.status = f.status;
+  for (;;) {
+    MYSQL_RES* raw = nullptr;
+    status = mysql_store_result_start(&raw, m);
+    if (!done(status, [&](int ready) { return mysql_store_result_cont(&raw, m, ready); })) {
+      return reply;
     }
-    return reply;
+    MysqlResult result(raw);
+    SqlResult out;
+    if (result) {
+      const unsigned int columns = mysql_num_fields(result.get());
+      while (MYSQL_ROW row = mysql_fetch_row(result.get())) {
+        const unsigned long* lengths = mysql_fetch_lengths(result.get());
+        SqlRow values;
+        values.reserve(columns);
+        for (unsigned int c = 0; c < columns; ++c) {
+          values.emplace_back(row[c] != nullptr ? std::string(row[c], lengths[c]) : "");
+        }
+        out.rows.push_back(std::move(values));
+      }
+    } else if (mysql_field_count(m) != 0) {
+      reply.error = ErrorOf(m);  // rows were due but could not be read
+      reply.error.broken = true;
+      return reply;
+    } else {
+      out.affected_rows = mysql_affected_rows(m);
+    }
+    reply.results.push_back(std::move(out));
+    int next = 0;
+    status = mysql_next_result_start(&next, m);
+    if (!done(status, [&](int ready) { return mysql_next_result_cont(&next, m, ready); })) {
+      return reply;
+    }
+    if (next == -1) return reply;  // no more results
+    if (next > 0) {
+      reply.error = ErrorOf(m);  // the next statement failed
+      return reply;
+    }
   }
-  if (MYSQL_ROW row = mysql_fetch_row(result.get()); row != nullptr && row[0] != nullptr) {
-    const unsigned long* lengths = mysql_fetch_lengths(result.get());
-    reply.value = std::string(row[0], lengths[0]);
+}
+
+ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {
+  QueryReply reply = Query(m, sql, deadline, wake_fd);
+  if (!reply.error.status.ok()) return {reply.error.status, std::nullopt};
+  if (reply.results.empty() || reply.results[0].rows.empty() ||
+      reply.results[0].rows[0].empty()) {
+    return {};
   }
-  return reply;
+  return {OkStatus(), reply.results[0].rows[0][0]};
 }
 
 std::string Literal(MYSQL* m, std::string_view text) {

@@ -92,15 +92,24 @@ struct ConnectExtras {
 Result<MysqlConn> Connect(const MysqlOptions& server, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras);
 
+// What a query (one statement, or several with multi_statements) did.
+struct QueryReply {
+  std::vector<SqlResult> results;  // of the statements that ran, in order (NULL reads "")
+  // Why the rest did not run, if a statement failed; kDeadlineExceeded or
+  // kCancelled when the call was abandoned at the deadline or on wake-up
+  // (then error.broken: the reply may still come).
+  Failure error;
+};
+// Runs `sql` and collects every statement's result by `deadline`, unless
+// `wake_fd` (-1: none) becomes readable first.
+QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd = -1);
+
 // The reply of a statement that returns at most one row of one column
-// (SELECT GET_LOCK(...)): the value, nullopt for SQL NULL or no row.
+// (SELECT GET_LOCK(...)): the value, nullopt for no row (SQL NULL reads
+// ""), or why there is none.
 struct ScalarReply {
-  Status status;                     // OK, or why there is no value
-  std::optional<std::string> value;  // when status is OK
-  // False when the connection must be closed (broken, or the call was
-  // abandoned at the deadline or on wake-up, which kDeadlineExceeded and
-  // kCancelled report).
-  bool usable = true;
+  Status status;
+  std::optional<std::string> value;
 };
 ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd = -1);
 

@@ -175,7 +175,7 @@ class MysqlLockDriver final : public SessionLockDriver {
         }
         return reply.status.WithContext(description_ + ": GET_LOCK: ");
       }
-      if (!reply.value) {
+      if (!reply.value || reply.value->empty()) {  // SQL NULL
         session.set_broken();
         return UnavailableError(description_ +
                                 ": GET_LOCK returned NULL (the wait was killed or failed)");
@@ -265,7 +265,14 @@ KeyedLockCapabilities MysqlCapabilities() {
 
 }  // namespace
 
-Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(MysqlKeyedOptions options) {
+}  // namespace simba::internal::sql::mysql
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options) {
   SIMBA_RETURN_IF_ERROR(CheckServer(options.server));
   if (options.op_timeout <= milliseconds::zero()) {
     return InvalidArgumentError("mysql: op_timeout must be positive");
@@ -282,7 +289,7 @@ Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(MysqlKeyedOptions opti
 
 // The contention backend's keys (MysqlOptionsFromUri checks them) plus
 // lock_connections and op_timeout.
-Result<MysqlKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
+Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri) {
   MysqlKeyedOptions options;
   Uri shared = uri;
   SIMBA_ASSIGN_OR_RETURN(options.lock_connections, TakeLockConnections("mysql", shared));
@@ -292,18 +299,6 @@ Result<MysqlKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
     SIMBA_ASSIGN_OR_RETURN(options.op_timeout, ParseDuration("op_timeout", *value));
   }
   return options;  // NewMysqlKeyedLockBackend checks the values
-}
-
-}  // namespace simba::internal::sql::mysql
-
-namespace simba {
-
-Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options) {
-  return internal::sql::mysql::NewKeyedBackend(std::move(options));
-}
-
-Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri) {
-  return internal::sql::mysql::KeyedOptionsFromUri(uri);
 }
 
 }  // namespace simba

@@ -155,8 +155,26 @@ FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd) {
   return waited == FdWait::kFailed ? FdWait::kReady : waited;
 }
 
-bool WaitSocket(PGconn* conn, short events, Deadline deadline) {
-  return WaitSocket(PQsocket(conn), events, deadline) == FdWait::kReady;
+Status Flush(PGconn* conn, Deadline deadline) {
+  for (;;) {
+    const int flushed = PQflush(conn);
+    if (flushed == 0) return OkStatus();
+    if (flushed < 0) return UnavailableError("sending: " + ConnMessage(conn));
+    if (WaitSocket(PQsocket(conn), POLLOUT | POLLIN, deadline) != FdWait::kReady) {
+      return DeadlineExceededError("sending timed out");
+    }
+    if (PQconsumeInput(conn) != 1) return UnavailableError("reading: " + ConnMessage(conn));
+  }
+}
+
+Result<bool> AwaitResult(PGconn* conn, Deadline deadline, int wake_fd) {
+  while (PQisBusy(conn) == 1) {
+    const FdWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
+    if (waited == FdWait::kWoken) return false;
+    if (waited == FdWait::kTimedOut) return DeadlineExceededError("no reply by the deadline");
+    if (PQconsumeInput(conn) != 1) return UnavailableError("reading: " + ConnMessage(conn));
+  }
+  return true;
 }
 
 std::string SqlState(const PGresult* result) {

@@ -37,8 +37,15 @@ std::string DescribeServer(const std::map<std::string, std::string>& params);
 // counts as kReady, so libpq reports the error.
 FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd = -1);
 
-// The same for a connection's socket; false at the deadline.
-bool WaitSocket(PGconn* conn, short events, Deadline deadline);
+// Sends what libpq has queued by `deadline`, reading meanwhile (so the
+// server never blocks on us). Errors: kUnavailable, kDeadlineExceeded.
+Status Flush(PGconn* conn, Deadline deadline);
+
+// Waits until libpq has a whole result to give (PQisBusy false), reading
+// as replies come, by `deadline`: true then, false when `wake_fd` (if >= 0)
+// became readable first. Errors: kUnavailable, kDeadlineExceeded. After an
+// error the connection's state is unknown.
+Result<bool> AwaitResult(PGconn* conn, Deadline deadline, int wake_fd = -1);
 
 // The server's SQLSTATE of a failed result ("" when it sent none, e.g. the
 // connection broke).

@@ -37,10 +37,11 @@ constexpr char kCreateTable[] =
 
 class PgSession final : public SqlSession {
  public:
-  PgSession(PgConn conn, std::string description)
-      : conn_(std::move(conn)), description_(std::move(description)) {}
+  explicit PgSession(PgConn conn) : conn_(std::move(conn)) {}
 
-  bool healthy() const override { return healthy_ && PQstatus(conn_.get()) == CONNECTION_OK; }
+  bool healthy() const override {
+    return SqlSession::healthy() && PQstatus(conn_.get()) == CONNECTION_OK;
+  }
 
   Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
@@ -65,22 +66,12 @@ class PgSession final : public SqlSession {
       }
     }
     if (PQpipelineSync(conn) != 1) return Broken("sending");
-    // Flush everything we queued.
-    for (;;) {
-      const int flushed = PQflush(conn);
-      if (flushed == 0) break;
-      if (flushed < 0) return Broken("sending");
-      if (!WaitSocket(conn, POLLOUT | POLLIN, deadline)) return Late();
-      if (PQconsumeInput(conn) != 1) return Broken("reading");
-    }
+    SIMBA_RETURN_IF_ERROR(Broken(Flush(conn, deadline)));
     std::vector<SqlResult> results;
     Status first_error;
     bool synced = false;
     while (!synced) {
-      while (PQisBusy(conn) == 1) {
-        if (!WaitSocket(conn, POLLIN, deadline)) return Late();
-        if (PQconsumeInput(conn) != 1) return Broken("reading");
-      }
+      SIMBA_RETURN_IF_ERROR(Broken(AwaitResult(conn, deadline).status()));
       PgResult result(PQgetResult(conn));
       if (!result) continue;  // the end of one statement's results
       switch (PQresultStatus(result.get())) {
@@ -112,25 +103,23 @@ class PgSession final : public SqlSession {
           break;
       }
     }
-    if (PQexitPipelineMode(conn) != 1) healthy_ = false;
+    if (PQexitPipelineMode(conn) != 1) set_broken();
     if (!first_error.ok()) return first_error;
     return results;
   }
 
  private:
-  Status Broken(std::string_view what) {
-    healthy_ = false;
-    return UnavailableError(std::string(what) + ": " + ConnMessage(conn_.get()));
+  // A failed or late call (whose reply may still come): the connection
+  // cannot be reused.
+  Status Broken(Status status) {
+    if (!status.ok()) set_broken();
+    return status;
   }
-  Status Late() {
-    // The reply may still come; the connection cannot be reused.
-    healthy_ = false;
-    return DeadlineExceededError("no reply by the deadline");
+  Status Broken(std::string_view what) {
+    return Broken(UnavailableError(std::string(what) + ": " + ConnMessage(conn_.get())));
   }
 
   PgConn conn_;
-  std::string description_;
-  bool healthy_ = true;
 };
 
 // The LISTEN connection: one thread, reconnecting with backoff. What the
@@ -234,7 +223,7 @@ class PgDriver final : public SqlDriver {
 
   Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::Connect(params_, description_, deadline));
-    return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn), description_));
+    return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
   std::string NowMs() const override { return kNowMs; }
@@ -269,7 +258,14 @@ class PgDriver final : public SqlDriver {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewBackend(PostgresOptions options) {
+}  // namespace simba::internal::sql::pg
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
   SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
   if (options.connections < 1) {
     return InvalidArgumentError("postgresql: connections must be at least 1");
@@ -289,7 +285,7 @@ Result<std::shared_ptr<Backend>> NewBackend(PostgresOptions options) {
   return NewSqlBackend(std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
 }
 
-Result<PostgresOptions> OptionsFromUri(const Uri& uri) {
+Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
   constexpr char kForm[] = "postgresql://user[:password]@host[:port]/db";
   if (uri.scheme != "postgresql" && uri.scheme != "postgres") {
     return InvalidArgumentError("postgresql: URI scheme is " + Quoted(uri.scheme) +
@@ -331,18 +327,6 @@ Result<PostgresOptions> OptionsFromUri(const Uri& uri) {
   return options;
 }
 
-}  // namespace simba::internal::sql::pg
-
-namespace simba {
-
-std::string PostgresSchemaSql() { return std::string(internal::sql::pg::kCreateTable) + ";\n"; }
-
-Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
-  return internal::sql::pg::NewBackend(std::move(options));
-}
-
-Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
-  return internal::sql::pg::OptionsFromUri(uri);
-}
+std::string PostgresSchemaSql() { return std::string(kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -75,42 +75,24 @@ QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int
     reply.transport = UnavailableError("sending: " + ConnMessage(conn));
     return reply;
   }
-  for (;;) {
-    const int flushed = PQflush(conn);
-    if (flushed == 0) break;
-    if (flushed < 0) {
-      reply.transport = UnavailableError("sending: " + ConnMessage(conn));
-      return reply;
-    }
-    if (!WaitSocket(conn, POLLOUT | POLLIN, deadline)) {
-      reply.transport = DeadlineExceededError("sending timed out");
-      return reply;
-    }
-    if (PQconsumeInput(conn) != 1) {
-      reply.transport = UnavailableError("reading: " + ConnMessage(conn));
-      return reply;
-    }
+  if (Status sent = Flush(conn, deadline); !sent.ok()) {
+    reply.transport = sent;
+    return reply;
   }
   for (;;) {
-    while (PQisBusy(conn) == 1) {
-      const FdWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
-      if (waited == FdWait::kWoken) {
-        wake_fd = -1;  // once
-        if (on_wake && !on_wake()) {
-          reply.transport = CancelledError("gave up waiting for the reply");
-          return reply;
-        }
-        deadline = std::min(deadline, steady_clock::now() + kAfterWake);
-        continue;
-      }
-      if (waited == FdWait::kTimedOut) {
-        reply.transport = DeadlineExceededError("no reply by the deadline");
+    const Result<bool> ready = AwaitResult(conn, deadline, wake_fd);
+    if (!ready.ok()) {
+      reply.transport = ready.status();
+      return reply;
+    }
+    if (!*ready) {  // woken
+      wake_fd = -1;  // once
+      if (on_wake && !on_wake()) {
+        reply.transport = CancelledError("gave up waiting for the reply");
         return reply;
       }
-      if (PQconsumeInput(conn) != 1) {
-        reply.transport = UnavailableError("reading: " + ConnMessage(conn));
-        return reply;
-      }
+      deadline = std::min(deadline, steady_clock::now() + kAfterWake);
+      continue;
     }
     PgResult result(PQgetResult(conn));
     if (!result) break;  // every statement has answered
@@ -410,7 +392,14 @@ KeyedLockCapabilities PgCapabilities() {
 
 }  // namespace
 
-Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(PostgresKeyedOptions options) {
+}  // namespace simba::internal::sql::pg
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(PostgresKeyedOptions options) {
   SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
   // (emplace keeps a value the caller set.)
   options.params.emplace("application_name", "simba_keyed");
@@ -442,7 +431,7 @@ Result<std::shared_ptr<KeyedLockBackend>> NewKeyedBackend(PostgresKeyedOptions o
   return NewSessionLockBackend(std::move(config), std::move(driver));
 }
 
-Result<PostgresKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
+Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri) {
   PostgresKeyedOptions options;
   // The contention backend's parser checks everything else; it does not
   // know our one key.
@@ -454,10 +443,6 @@ Result<PostgresKeyedOptions> KeyedOptionsFromUri(const Uri& uri) {
   return options;
 }
 
-}  // namespace simba::internal::sql::pg
-
-namespace simba {
-
 std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
   constexpr std::uint64_t kOffsetBasis = 0xcbf29ce484222325ULL;
   constexpr std::uint64_t kPrime = 0x100000001b3ULL;
@@ -468,15 +453,6 @@ std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
   }
   // Two's complement (defined since C++20): the bigint PostgreSQL stores.
   return static_cast<std::int64_t>(hash);
-}
-
-Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(
-    PostgresKeyedOptions options) {
-  return internal::sql::pg::NewKeyedBackend(std::move(options));
-}
-
-Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri) {
-  return internal::sql::pg::KeyedOptionsFromUri(uri);
 }
 
 }  // namespace simba

@@ -6,10 +6,8 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
-#include <list>
 #include <map>
 #include <mutex>
 #include <stop_token>
@@ -24,6 +22,16 @@
 namespace simba::internal::sql {
 
 bool LockSession::ended(short revents) { return revents != 0; }
+
+// A server says nothing to an idle session but its goodbye (whose end of
+// stream may not be here yet), so anything to read disqualifies it; a rare
+// notice only costs a new session.
+bool LockSession::ended_while_idle() const {
+  const int fd = socket();
+  if (fd < 0) return true;
+  pollfd p{fd, POLLIN | POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) != 0;
+}
 
 Result<int> TakeLockConnections(std::string_view store, Uri& uri) {
   const auto it = uri.query.find("lock_connections");
@@ -45,142 +53,9 @@ Status SessionLockDriver::prepare(LockSession& /*session*/) { return OkStatus();
 namespace {
 
 using std::chrono::steady_clock;
-using SessionPtr = std::unique_ptr<LockSession>;
 
-// Whether an idle session may have ended: it has no socket, or its socket
-// has something to say. A server says nothing to an idle session but its
-// goodbye (whose end of stream may not be here yet), so anything to read
-// disqualifies it; a rare notice only costs a new session.
-bool IdleSessionEnded(const LockSession& session) {
-  const int fd = session.socket();
-  if (fd < 0) return true;
-  pollfd p{fd, POLLIN | POLLRDHUP, 0};
-  return ::poll(&p, 1, 0) != 0;
-}
-
-// ---- the budget -------------------------------------------------------------------
-
-// The sessions: a fixed budget, opened on demand and kept for reuse. A hold
-// pins its session, so unlike a pool of short calls, a borrower may keep one
-// for as long as it holds a key. Thread-safe; loans keep it alive.
-class SessionPool : public std::enable_shared_from_this<SessionPool> {
- public:
-  // One session on loan: given back when destroyed, or closed if broken
-  // (freeing its place in the budget). Move-only.
-  class Loan {
-   public:
-    Loan(std::shared_ptr<SessionPool> pool, SessionPtr session)
-        : pool_(std::move(pool)), session_(std::move(session)) {}
-    Loan(Loan&&) noexcept = default;
-    Loan& operator=(Loan&&) = delete;
-    Loan(const Loan&) = delete;
-    Loan& operator=(const Loan&) = delete;
-    ~Loan() { give_back(); }
-
-    LockSession& operator*() const { return *session_; }
-    // Back to the pool now, for the next borrower (closed if broken).
-    void give_back() {
-      if (session_) pool_->give_back(std::move(session_));
-    }
-    // Closes the session now: it ends, and with it every lock it held (at
-    // once when the server is reachable, else when it notices).
-    void discard() {
-      if (session_) session_->set_broken();
-      give_back();
-    }
-
-   private:
-    std::shared_ptr<SessionPool> pool_;
-    SessionPtr session_;
-  };
-
-  SessionPool(std::shared_ptr<SessionLockDriver> driver, std::string description, int budget)
-      : driver_(std::move(driver)), description_(std::move(description)), budget_(budget) {}
-
-  // A session: an idle one that is still alive, or a new one when fewer than
-  // the budget exist. Borrowers wait in arrival order. An empty optional when
-  // none came free by `wait_deadline` (a deadline already past gets one
-  // look); kCancelled when `cancel` is stopped first (`wake_fd`, readable
-  // once it is, also ends connecting); otherwise the error of connecting.
-  Result<std::optional<Loan>> borrow(Deadline wait_deadline, const std::stop_token& cancel,
-                                     int wake_fd) {
-    std::unique_lock<std::mutex> lock(mu_);
-    const auto ticket = line_.insert(line_.end(), next_ticket_++);
-    auto leave_line = [&] {
-      line_.erase(ticket);
-      changed_.notify_all();  // the next in line may be able to go now
-    };
-    auto my_turn = [&] { return line_.front() == *ticket && (!idle_.empty() || open_ < budget_); };
-    for (;;) {
-      if (!my_turn()) {
-        const bool ready = wait_deadline == Deadline::max()
-                               ? changed_.wait(lock, cancel, my_turn)
-                               : changed_.wait_until(lock, cancel, wait_deadline, my_turn);
-        if (!ready) {
-          leave_line();
-          if (cancel.stop_requested()) {
-            return CancelledError(description_ + ": cancelled while waiting for a connection");
-          }
-          return std::optional<Loan>();
-        }
-      }
-      if (idle_.empty()) break;
-      SessionPtr session = std::move(idle_.back());
-      idle_.pop_back();
-      // An idle session the server ended (terminated, a restart) is
-      // replaced here rather than failing the caller's lock call.
-      if (!IdleSessionEnded(*session)) {
-        leave_line();
-        return std::optional<Loan>(std::in_place, shared_from_this(), std::move(session));
-      }
-      --open_;
-      lock.unlock();
-      session->abandon();
-      session.reset();  // closed outside the lock
-      lock.lock();
-    }
-    ++open_;
-    leave_line();
-    lock.unlock();
-    Result<SessionPtr> session = driver_->connect(wake_fd);
-    if (!session.ok()) {
-      lock.lock();
-      --open_;
-      changed_.notify_all();
-      return session.status();
-    }
-    return std::optional<Loan>(std::in_place, shared_from_this(), std::move(*session));
-  }
-
- private:
-  void give_back(SessionPtr session) {
-    const bool broken = session->broken();
-    if (broken) {
-      session->abandon();
-      session.reset();  // closed outside the lock
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (broken) {
-      --open_;
-    } else {
-      idle_.push_back(std::move(session));
-    }
-    changed_.notify_all();
-  }
-
-  const std::shared_ptr<SessionLockDriver> driver_;
-  const std::string description_;
-  const int budget_;
-
-  std::mutex mu_;
-  std::condition_variable_any changed_;
-  std::vector<SessionPtr> idle_;   // guarded by mu_
-  int open_ = 0;                   // idle, lent, being opened; guarded by mu_
-  std::list<std::uint64_t> line_;  // borrowers waiting, in arrival order; guarded by mu_
-  std::uint64_t next_ticket_ = 0;  // guarded by mu_
-};
-
-using Loan = SessionPool::Loan;
+using Pool = SessionPool<LockSession>;
+using Loan = Pool::Loan;
 
 // ---- lost sessions ----------------------------------------------------------------
 
@@ -298,11 +173,13 @@ struct Engine {
   Engine(SessionLockConfig config_in, std::shared_ptr<SessionLockDriver> driver_in)
       : config(std::move(config_in)),
         driver(std::move(driver_in)),
-        pool(std::make_shared<SessionPool>(driver, config.description, config.budget)) {}
+        pool(std::make_shared<Pool>(
+            [driver = driver](Deadline, int wake_fd) { return driver->connect(wake_fd); },
+            config.description, config.budget)) {}
 
   const SessionLockConfig config;
   const std::shared_ptr<SessionLockDriver> driver;
-  const std::shared_ptr<SessionPool> pool;
+  const std::shared_ptr<Pool> pool;
   HoldMonitor monitor;
 };
 
@@ -387,7 +264,7 @@ class SessionLockBackend final : public KeyedLockBackend {
     Result<std::optional<std::uint64_t>> token =
         engine_->driver->lock(**loan, request.key, request.wait_deadline, wake.fd());
     if (request.cancel.stop_requested()) {
-      if (token.ok() && token->has_value() && !(**loan).broken()) {
+      if (token.ok() && token->has_value() && (**loan).healthy()) {
         // Granted as the cancel came: freed again (or the session closed).
         const Deadline deadline = steady_clock::now() + engine_->config.store_call_timeout;
         if (!engine_->driver->unlock(**loan, deadline).ok()) loan->discard();

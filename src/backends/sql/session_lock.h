@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "backends/sql/session_pool.h"
 #include "simba/keyed_backend.h"
 #include "simba/status.h"
 #include "simba/uri.h"
@@ -34,27 +35,16 @@ namespace simba::internal::sql {
 // One server session (a connection) of the budget; the driver's subclass
 // holds the store's handle and remembers the key it holds, if any. Used by
 // one thread at a time.
-class LockSession {
+class LockSession : public PooledSession {
  public:
-  virtual ~LockSession() = default;
-
   // The session's socket (-1 when it has none: it is then treated as ended).
   virtual int socket() const = 0;
   // Whether an idle session whose socket reported `revents` (poll events) is
   // over. The default: any event is (an idle session hears only its
   // server's goodbye).
   virtual bool ended(short revents);
-  // Ends the session without waiting for the server, before it is destroyed
-  // as broken. The default does nothing (destroying it is enough).
-  virtual void abandon() {}
-
-  // The driver marks a session whose state is unknown: it is then closed
-  // instead of reused.
-  void set_broken() { broken_ = true; }
-  bool broken() const { return broken_; }
-
- private:
-  bool broken_ = false;
+  // It has no socket, or its socket has something to say.
+  bool ended_while_idle() const override;
 };
 
 // A store's calls. Thread-safe: called from every acquiring thread at once,

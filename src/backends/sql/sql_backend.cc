@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
 
 #include "core/listener_hub.h"
 #include "core/log.h"
-#include "core/worker.h"
 
 namespace simba::internal::sql {
 namespace {
@@ -97,77 +95,16 @@ Result<OwnerRecord> ToRecord(const SqlRow& row, std::size_t first = 0) {
   return record;
 }
 
-// Sessions shared by all calls: at most `size`, connected lazily, replaced
-// when broken; waiting for one respects the call's deadline.
-class SessionPool {
- public:
-  SessionPool(SqlDriver* driver, int size) : driver_(driver), size_(size) {}
-
-  class Lease {
-   public:
-    Lease(SessionPool* pool, std::unique_ptr<SqlSession> session)
-        : pool_(pool), session_(std::move(session)) {}
-    Lease(Lease&&) = default;
-    ~Lease() {
-      if (session_) pool_->Return(std::move(session_));
-    }
-    SqlSession* operator->() { return session_.get(); }
-
-   private:
-    SessionPool* pool_;
-    std::unique_ptr<SqlSession> session_;
-  };
-
-  Result<Lease> Take(Deadline deadline) {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_until(lock, deadline, [&] { return !idle_.empty() || open_ < size_; })) {
-      return DeadlineExceededError(driver_->description() +
-                                   ": deadline passed while waiting for a connection");
-    }
-    if (!idle_.empty()) {
-      auto session = std::move(idle_.back());
-      idle_.pop_back();
-      return Lease(this, std::move(session));
-    }
-    SIMBA_RETURN_IF_ERROR(backoff_.ready());
-    ++open_;
-    lock.unlock();
-    auto session = driver_->Connect(deadline);
-    lock.lock();
-    if (!session.ok()) {
-      --open_;
-      cv_.notify_one();
-      backoff_.failed(session.status());
-      return session.status();
-    }
-    backoff_.reset();
-    return Lease(this, std::move(*session));
-  }
-
- private:
-  void Return(std::unique_ptr<SqlSession> session) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (session->healthy()) {
-      idle_.push_back(std::move(session));
-    } else {
-      --open_;  // dropped; the next Take connects a new one
-    }
-    cv_.notify_one();
-  }
-
-  SqlDriver* const driver_;
-  const int size_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<SqlSession>> idle_;
-  int open_ = 0;
-  Backoff backoff_;  // guarded by mu_
-};
-
 class SqlBackend final : public Backend, public std::enable_shared_from_this<SqlBackend> {
  public:
   SqlBackend(std::unique_ptr<SqlDriver> driver, SqlBackendOptions options)
-      : driver_(std::move(driver)), options_(options), pool_(driver_.get(), options.connections) {
+      : driver_(std::move(driver)),
+        options_(options),
+        // Sessions shared by all calls, connected lazily, replaced when
+        // broken; a failed connect paces the next ones.
+        pool_(std::make_shared<SessionPool<SqlSession>>(
+            [driver = driver_.get()](Deadline deadline, int) { return driver->Connect(deadline); },
+            driver_->description(), options.connections, /*backoff=*/true)) {
     capabilities_.cross_process = true;
     capabilities_.fencing_source = "simba_mutex.version at acquisition";
     capabilities_.max_mutex_length = options.max_mutex_length;
@@ -326,12 +263,18 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
                                             bool transaction, Deadline deadline,
                                             const std::string& what) {
     for (Statement& statement : statements) statement.sql = OnTable(statement.sql);
-    SIMBA_ASSIGN_OR_RETURN(SessionPool::Lease session, pool_.Take(deadline));
+    SIMBA_ASSIGN_OR_RETURN(std::optional<SessionPool<SqlSession>::Loan> loan,
+                           pool_->borrow(deadline));
+    if (!loan) {
+      return DeadlineExceededError(driver_->description() +
+                                   ": deadline passed while waiting for a connection");
+    }
+    SqlSession& session = **loan;
     SqlFailure failure = SqlFailure::kOther;
-    auto results = session->Run(statements, transaction, deadline, &failure);
+    auto results = session.Run(statements, transaction, deadline, &failure);
     if (!results.ok() && failure == SqlFailure::kNoTable) {
-      SIMBA_RETURN_IF_ERROR(CreateTable(*session.operator->(), deadline));
-      results = session->Run(statements, transaction, deadline, &failure);
+      SIMBA_RETURN_IF_ERROR(CreateTable(session, deadline));
+      results = session.Run(statements, transaction, deadline, &failure);
     }
     if (!results.ok()) {
       return Status(results.status().code(),
@@ -401,7 +344,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   const std::unique_ptr<SqlDriver> driver_;
   const SqlBackendOptions options_;
   Capabilities capabilities_;
-  SessionPool pool_;
+  const std::shared_ptr<SessionPool<SqlSession>> pool_;
 
   const std::shared_ptr<ListenerHub> hub_ = std::make_shared<ListenerHub>();
   // Orders watch() and unwatch() with the hub's membership.

@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/sql/session_pool.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
@@ -71,18 +72,16 @@ enum class SqlFailure {
   kAlreadyExists, // a concurrent CREATE TABLE won
 };
 
-// One connection. Used by one call at a time.
-class SqlSession {
+// One connection. Used by one call at a time; a driver marks it broken
+// (set_broken) when it must be replaced.
+class SqlSession : public PooledSession {
  public:
-  virtual ~SqlSession() = default;
   // Runs the statements in order, inside one transaction when
   // `transaction`, in as few round trips as the driver can, and returns each
   // one's result. On failure, `failure` (if given) says what kind it was.
   virtual Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements,
                                              bool transaction, Deadline deadline,
                                              SqlFailure* failure = nullptr) = 0;
-  // False once the connection is known to be broken; it is then replaced.
-  virtual bool healthy() const = 0;
 };
 
 // The parts of the acquire statement every dialect shares; a driver puts

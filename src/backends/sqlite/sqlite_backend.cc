@@ -51,6 +51,7 @@
 #include "backends/sqlite/sqlite_errors.h"
 #include "backends/sqlite/sqlite_watcher.h"
 #include "core/log.h"
+#include "core/unique_handle.h"
 
 // ---------------------------------------------------------------------------
 // Error translation: the only place SQLite result codes become Status.
@@ -168,6 +169,46 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
+// close_v2 tolerates statements not yet finalized (it defers the close), so
+// destruction order mistakes cannot leak the connection.
+using DbPtr = UniqueHandle<sqlite3, sqlite3_close_v2>;
+using StmtPtr = UniqueHandle<sqlite3_stmt, sqlite3_finalize>;
+
+// One use of a prepared statement. Resetting at the end matters beyond
+// reuse: a SELECT left un-reset keeps its read transaction (and WAL
+// snapshot) open.
+class StmtUse {
+ public:
+  explicit StmtUse(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  explicit StmtUse(const StmtPtr& stmt) : stmt_(stmt.get()) {}
+  ~StmtUse() {
+    sqlite3_reset(stmt_);
+    sqlite3_clear_bindings(stmt_);
+  }
+  StmtUse(const StmtUse&) = delete;
+  StmtUse& operator=(const StmtUse&) = delete;
+
+  sqlite3_stmt* get() const { return stmt_; }
+  // SQLITE_STATIC (nullptr): `text` must outlive this use.
+  int BindText(int index, std::string_view text) const {
+    return sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), nullptr);
+  }
+  std::string ColumnText(int column) const {
+    const unsigned char* text = sqlite3_column_text(stmt_, column);
+    if (text == nullptr) return std::string();
+    return std::string(reinterpret_cast<const char*>(text),
+                       static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column)));
+  }
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+inline bool IsBusy(int rc) {
+  const int primary = rc & 0xff;
+  return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
+}
+
 // ---- SQL ---------------------------------------------------------------------
 
 // Simba's columns (see the JDBC DDL). SQLite's INTEGER is 64-bit signed:
@@ -265,7 +306,9 @@ struct Prepared {
 
 // One connection. Every call runs in a transaction of its own: BEGIN
 // IMMEDIATE to write, BEGIN DEFERRED (one WAL snapshot; readers never wait
-// for the writer) to read more than once.
+// for the writer) to read more than once. Never marked broken: a file moved
+// away under us stays an error on every call (reopening by name would
+// create a new, empty file); nothing else breaks a connection.
 class SqliteSession final : public SqlSession {
  public:
   SqliteSession(DbPtr db, milliseconds busy_timeout, std::shared_ptr<Watcher> watcher)
@@ -278,10 +321,6 @@ class SqliteSession final : public SqlSession {
     cache_.clear();  // statements before the connection
     now_.reset();
   }
-
-  // A file moved away under us stays an error on every call (reopening by
-  // name would create a new, empty file); nothing else breaks a connection.
-  bool healthy() const override { return true; }
 
   Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
@@ -327,7 +366,7 @@ class SqliteSession final : public SqlSession {
       return SQLITE_OK;
     }));
     // Committed: local subscribers hear of it now rather than at the next tick.
-    if (sqlite3_total_changes(db_.get()) != changes_before) watcher_->Poke();
+    if (watcher_ && sqlite3_total_changes(db_.get()) != changes_before) watcher_->Poke();
     return results;
   }
 
@@ -579,25 +618,44 @@ class SqliteDriver final : public SqlDriver {
   static Result<std::unique_ptr<SqliteSession>> Open(const SqliteOptions& options,
                                                      std::shared_ptr<Watcher> watcher) {
     SIMBA_RETURN_IF_ERROR(CheckPath(options.path));
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
+                           OpenFile(options.path, SQLITE_OPEN_CREATE, options.busy_timeout,
+                                    std::move(watcher)));
+    SIMBA_RETURN_IF_ERROR(session->Init(options.path));
+    return session;
+  }
+
+  // The watcher's connection. READWRITE without CREATE: the backend created
+  // the file; if it has gone, watching a new empty one would be wrong. (A
+  // read-only handle would do for the reads, but WAL readers may need to
+  // write -shm.) It never waits for a lock (busy_timeout 0).
+  static Result<std::unique_ptr<SqlSession>> OpenForWatcher(const std::string& path) {
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
+                           OpenFile(path, 0, milliseconds::zero(), nullptr));
+    SIMBA_RETURN_IF_ERROR(
+        session->Run({{kCreateWatchedSql, {}}}, false, steady_clock::now() + milliseconds(1000), nullptr)
+            .status());
+    return std::unique_ptr<SqlSession>(std::move(session));
+  }
+
+ private:
+  static Result<std::unique_ptr<SqliteSession>> OpenFile(const std::string& path, int create,
+                                                         milliseconds busy_timeout,
+                                                         std::shared_ptr<Watcher> watcher) {
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(
-        SqlitePathOf(options.path).c_str(), &raw,
-        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+    const int rc = sqlite3_open_v2(SqlitePathOf(path).c_str(), &raw,
+                                   SQLITE_OPEN_READWRITE | create | SQLITE_OPEN_NOMUTEX, nullptr);
     DbPtr db(raw);  // owns the handle even when the open failed
     if (rc != SQLITE_OK) {
       const std::string message = db != nullptr ? sqlite3_errmsg(db.get()) : "";
       const SqliteFailure failure{db != nullptr ? sqlite3_extended_errcode(db.get()) : rc,
                                   db != nullptr ? sqlite3_system_errno(db.get()) : 0, message};
-      return SqliteFailureToStatus(failure, false, "sqlite: opening " + Quoted(options.path));
+      return SqliteFailureToStatus(failure, false, "sqlite: opening " + Quoted(path));
     }
     sqlite3_extended_result_codes(db.get(), 1);
-    auto session =
-        std::make_unique<SqliteSession>(std::move(db), options.busy_timeout, std::move(watcher));
-    SIMBA_RETURN_IF_ERROR(session->Init(options.path));
-    return session;
+    return std::make_unique<SqliteSession>(std::move(db), busy_timeout, std::move(watcher));
   }
 
- private:
   const SqliteOptions options_;
   const std::string description_;
   std::unique_ptr<SqliteSession> first_;
@@ -662,7 +720,14 @@ Status CheckPath(const std::string& path) {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
+}  // namespace simba::internal::sql::sqlite
+
+namespace simba {
+
+using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql::sqlite;  // NOLINT(google-build-using-namespace)
+
+Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
   if (options.path.empty()) return InvalidArgumentError("sqlite: path must not be empty");
   if (options.path == ":memory:") {
     // SQLite would give each backend a private in-memory database, which
@@ -680,7 +745,8 @@ Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
         "sqlite: the linked SQLite library was built without thread support "
         "(SQLITE_THREADSAFE=0)");
   }
-  auto watcher = std::make_shared<Watcher>(options.path, SqlitePathOf(options.path));
+  auto watcher = std::make_shared<Watcher>(
+      options.path, [path = options.path] { return SqliteDriver::OpenForWatcher(path); });
   // Opened now, so a bad path or file fails here rather than at first use.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
                          SqliteDriver::Open(options, watcher));
@@ -693,7 +759,7 @@ Result<std::shared_ptr<Backend>> NewBackend(SqliteOptions options) {
       sql);
 }
 
-Result<SqliteOptions> OptionsFromUri(const Uri& uri) {
+Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
   constexpr char kForms[] = "sqlite:///abs/path.db or sqlite://rel/path.db";
   if (uri.scheme != "sqlite") {
     return InvalidArgumentError("sqlite: URI scheme is " + Quoted(uri.scheme) +
@@ -727,18 +793,6 @@ Result<SqliteOptions> OptionsFromUri(const Uri& uri) {
     }
   }
   return options;
-}
-
-}  // namespace simba::internal::sql::sqlite
-
-namespace simba {
-
-Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
-  return internal::sql::sqlite::NewBackend(std::move(options));
-}
-
-Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
-  return internal::sql::sqlite::OptionsFromUri(uri);
 }
 
 }  // namespace simba

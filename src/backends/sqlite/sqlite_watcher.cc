@@ -1,12 +1,13 @@
 #include "backends/sqlite/sqlite_watcher.h"
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <system_error>
 #include <utility>
 
 #include "backends/sql/sql_backend.h"
-#include "backends/sqlite/sqlite_errors.h"
 #include "core/log.h"
 
 namespace simba::internal::sql::sqlite {
@@ -26,147 +27,27 @@ constexpr milliseconds kWatchTick{15};
 // the shared-memory index: no write lock, no disk I/O.
 constexpr char kDataVersionSql[] = "PRAGMA data_version";
 
-// The watched names live in a table private to the watcher's connection
-// (TEMP: never written to the file, never locked against other processes),
-// so one join reads exactly the watched rows however many there are.
-constexpr char kCreateWatchedSql[] =
-    "CREATE TEMP TABLE IF NOT EXISTS simba_watched (mutex TEXT PRIMARY KEY)";
 constexpr char kClearWatchedSql[] = "DELETE FROM temp.simba_watched";
-constexpr char kInsertWatchedSql[] =
-    "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES (?1)";
-// owner_id and version are NULL for a watched mutex without a row (never
-// used): free, version 0; the forced version is NULL unless it was forced.
+constexpr char kInsertWatchedSql[] = "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES ({0})";
+// A watched mutex without a row (never used) is free at version 0; the
+// forced version is -1 unless it was forced.
 constexpr char kSelectWatchedSql[] =
-    "SELECT w.mutex, m.owner_id, m.version, f.version FROM temp.simba_watched AS w"
+    "SELECT w.mutex, COALESCE(m.owner_id, ''), COALESCE(m.version, 0), COALESCE(f.version, -1)"
+    " FROM temp.simba_watched AS w"
     " LEFT JOIN main.simba_mutex AS m ON m.mutex = w.mutex"
     " LEFT JOIN main.simba_mutex_forced AS f ON f.mutex = w.mutex";
 
-// The watcher's own connection: opened, used and closed on the watcher
-// thread only. Every method returns an SQLite result code; none waits for a
-// lock (no busy handler), because a busy file only means "ask again next
-// tick".
-class WatchConnection {
- public:
-  explicit WatchConnection(std::string sqlite_path) : sqlite_path_(std::move(sqlite_path)) {}
+// A bound on one look (the connection never waits for a lock, so a look
+// takes microseconds).
+constexpr milliseconds kLookBound{1000};
 
-  bool is_open() const { return db_ != nullptr; }
-
-  int Open() {
-    sqlite3* raw = nullptr;
-    // READWRITE without CREATE: the backend created the file; if it has
-    // gone, watching a new empty one would be wrong. (A read-only handle
-    // would do for the reads, but WAL readers may need to write -shm.)
-    const int rc = sqlite3_open_v2(sqlite_path_.c_str(), &raw,
-                                   SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
-    db_.reset(raw);  // owns the handle even when the open failed
-    if (rc != SQLITE_OK) return FailAndClose(rc);
-    sqlite3_extended_result_codes(db_.get(), 1);
-    int step = sqlite3_exec(db_.get(), kCreateWatchedSql, nullptr, nullptr, nullptr);
-    for (const auto& [sql, stmt] :
-         {std::pair{kDataVersionSql, &data_version_}, std::pair{kClearWatchedSql, &clear_},
-          std::pair{kInsertWatchedSql, &insert_}, std::pair{kSelectWatchedSql, &select_}}) {
-      if (step != SQLITE_OK) break;
-      sqlite3_stmt* prepared = nullptr;
-      step = sqlite3_prepare_v3(db_.get(), sql, -1, SQLITE_PREPARE_PERSISTENT, &prepared,
-                                nullptr);
-      stmt->reset(prepared);
-    }
-    if (step != SQLITE_OK) return FailAndClose(step);
-    return SQLITE_OK;
-  }
-
-  // Statements before the connection: a connection closes for good only
-  // once they are finalized.
-  void Close() {
-    data_version_.reset();
-    clear_.reset();
-    insert_.reset();
-    select_.reset();
-    db_.reset();
-  }
-
-  // Makes temp.simba_watched hold exactly `names`, in one transaction on
-  // the temp database (the file is not touched).
-  int ReplaceWatched(const std::vector<std::string>& names) {
-    int rc = sqlite3_exec(db_.get(), "BEGIN", nullptr, nullptr, nullptr);
-    if (rc == SQLITE_OK) {
-      StmtUse use(clear_);
-      rc = sqlite3_step(use.get());
-      if (rc == SQLITE_DONE) rc = SQLITE_OK;
-    }
-    for (const std::string& name : names) {
-      if (rc != SQLITE_OK) break;
-      StmtUse use(insert_);
-      rc = use.BindText(1, name);
-      if (rc == SQLITE_OK) rc = sqlite3_step(use.get());
-      if (rc == SQLITE_DONE) rc = SQLITE_OK;
-    }
-    if (rc == SQLITE_OK) rc = sqlite3_exec(db_.get(), "COMMIT", nullptr, nullptr, nullptr);
-    if (rc == SQLITE_OK) return SQLITE_OK;
-    rc = Fail(rc);
-    if (sqlite3_get_autocommit(db_.get()) == 0) {
-      sqlite3_exec(db_.get(), "ROLLBACK", nullptr, nullptr, nullptr);
-    }
-    return rc;
-  }
-
-  int DataVersion(std::int64_t* version) {
-    StmtUse use(data_version_);
-    const int rc = sqlite3_step(use.get());
-    if (rc != SQLITE_ROW) return Fail(rc);
-    *version = sqlite3_column_int64(use.get(), 0);
-    return SQLITE_OK;
-  }
-
-  // The row state of every watched mutex. One statement, so one consistent
-  // snapshot of the file.
-  int ReadRows(std::vector<std::pair<std::string, Watcher::RowState>>* rows) {
-    rows->clear();
-    StmtUse use(select_);
-    int rc = SQLITE_ROW;
-    while ((rc = sqlite3_step(use.get())) == SQLITE_ROW) {
-      const bool forced = sqlite3_column_type(use.get(), 3) != SQLITE_NULL;
-      rows->emplace_back(use.ColumnText(0),
-                         Watcher::RowState{use.ColumnText(1), sqlite3_column_int64(use.get(), 2),
-                                           forced ? sqlite3_column_int64(use.get(), 3) : -1});
-    }
-    if (rc != SQLITE_DONE) return Fail(rc);
-    return SQLITE_OK;
-  }
-
-  // What the last failing call reported, for the log.
-  const SqliteFailure& failure() const { return failure_; }
-
- private:
-  // Records the failure (before anything else replaces SQLite's message).
-  int Fail(int rc) {
-    message_ = db_ != nullptr ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
-    failure_ = SqliteFailure{rc, db_ != nullptr ? sqlite3_system_errno(db_.get()) : 0, message_};
-    return rc;
-  }
-  // For a failed Open: is_open() must not report a half-made connection.
-  int FailAndClose(int rc) {
-    Fail(rc);
-    Close();
-    return rc;
-  }
-
-  const std::string sqlite_path_;
-  std::string message_;  // failure_.sqlite_message points into it
-  SqliteFailure failure_;
-  // Declared before the statements so it is destroyed after them.
-  DbPtr db_;
-  StmtPtr data_version_, clear_, insert_, select_;
-};
+std::int64_t ToInt(const std::string& text) {
+  std::int64_t value = 0;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
 
 }  // namespace
-
-std::string StmtUse::ColumnText(int column) const {
-  const unsigned char* text = sqlite3_column_text(stmt_, column);
-  if (text == nullptr) return std::string();
-  return std::string(reinterpret_cast<const char*>(text),
-                     static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column)));
-}
 
 void Watcher::Start(OnEvent on_event) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -226,7 +107,7 @@ void Watcher::Shutdown() {
 }
 
 void Watcher::Run() {
-  WatchConnection connection(sqlite_path_);
+  std::unique_ptr<SqlSession> connection;
   // The data_version of the last successful look; when !have_seen, look at
   // the next tick whatever the version. (Not std::optional: GCC 12 warns
   // that it "may be used uninitialized".)
@@ -248,52 +129,67 @@ void Watcher::Run() {
     if (stopped_) break;
     poked_ = false;
     const std::uint64_t membership = membership_;
-    std::vector<std::string> names;
+    std::vector<Statement> replace;
     if (membership != synced_membership) {
-      names.reserve(watched_.size());
-      for (const auto& entry : watched_) names.push_back(entry.first);
+      // Makes temp.simba_watched hold exactly the watched names, in one
+      // transaction on the temp database (the file is not touched).
+      replace.push_back({kClearWatchedSql, {}});
+      for (const auto& entry : watched_) replace.push_back({kInsertWatchedSql, {entry.first}});
     }
     lock.unlock();
 
     // Outside mu_: SQLite may take a moment, and subscribers must not wait.
-    int rc = connection.is_open() ? SQLITE_OK : connection.Open();
-    if (rc == SQLITE_OK && membership != synced_membership) {
-      rc = connection.ReplaceWatched(names);
-      if (rc == SQLITE_OK) {
+    const Deadline deadline = std::chrono::steady_clock::now() + kLookBound;
+    Status status;
+    if (!connection) {
+      Result<std::unique_ptr<SqlSession>> opened = open_();
+      status = opened.status();
+      if (opened.ok()) connection = std::move(*opened);
+    }
+    if (status.ok() && membership != synced_membership) {
+      status = connection->Run(replace, false, deadline).status();
+      if (status.ok()) {
         synced_membership = membership;
         have_seen = false;  // new names: look at their rows now
       }
     }
     std::int64_t version = 0;
     bool looked = false;
-    if (rc == SQLITE_OK) rc = connection.DataVersion(&version);
-    if (rc == SQLITE_OK && (!have_seen || seen_version != version)) {
+    if (status.ok()) {
+      auto read = connection->Run({{kDataVersionSql, {}}}, false, deadline);
+      status = read.status();
+      if (read.ok()) version = ToInt(read->at(0).rows.at(0).at(0));
+    }
+    if (status.ok() && (!have_seen || seen_version != version)) {
       // data_version was read first: a commit landing between the two reads
       // is in what we read now and changes the version again, so at worst
-      // we look once more next tick; we never miss one.
-      rc = connection.ReadRows(&rows);
-      if (rc == SQLITE_OK) {
+      // we look once more next tick; we never miss one. One statement, so
+      // one consistent snapshot of the file.
+      auto read = connection->Run({{kSelectWatchedSql, {}}}, false, deadline);
+      status = read.status();
+      if (read.ok()) {
+        rows.clear();
+        for (const SqlRow& row : read->at(0).rows) {
+          rows.emplace_back(row.at(0), RowState{row.at(1), ToInt(row.at(2)), ToInt(row.at(3))});
+        }
         have_seen = true;
         seen_version = version;
         looked = true;
       }
     }
-    if (rc != SQLITE_OK) {
+    if (!status.ok()) {
       // Once per run of failures: the watcher retries every tick, and the
       // log must not get a line each time.
       if (!failing) {
-        SIMBA_LOG(kWarn, SqliteFailureToStatus(connection.failure(), false,
-                                               "sqlite " + Quoted(path_) + ": push watcher")
+        SIMBA_LOG(kWarn, status.WithContext("sqlite " + Quoted(path_) + ": push watcher")
                              << " (retrying every tick; waiters fall back to polling meanwhile)");
       }
       failing = true;
       have_seen = false;
-      if (!IsBusy(rc)) {
-        // Not mere contention (file moved, I/O error, ...): start afresh
-        // next tick with a new connection, whose temp table is empty.
-        connection.Close();
-        synced_membership = 0;
-      }
+      // Start afresh next tick with a new connection, whose temp table is
+      // empty (the file may have moved, or hit an I/O error).
+      connection.reset();
+      synced_membership = 0;
     } else if (failing) {
       failing = false;
       SIMBA_LOG(kInfo, "sqlite " << Quoted(path_) << ": push watcher recovered");
@@ -313,7 +209,7 @@ void Watcher::Run() {
     }
   }
   lock.unlock();
-  connection.Close();
+  connection.reset();
 }
 
 void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>& rows,

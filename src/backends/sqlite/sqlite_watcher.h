@@ -1,4 +1,4 @@
-// Internal to the SQLite driver: the C handles' RAII and the push watcher.
+// Internal to the SQLite driver: the push watcher.
 //
 // SQLite has no notifications between processes, but `PRAGMA data_version`
 // tells a connection, cheaply, whether any *other* connection committed
@@ -14,8 +14,6 @@
 #ifndef SIMBA_BACKENDS_SQLITE_SQLITE_WATCHER_H_
 #define SIMBA_BACKENDS_SQLITE_SQLITE_WATCHER_H_
 
-#include <sqlite3.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -28,51 +26,17 @@
 #include <string_view>
 #include <vector>
 
-#include "core/unique_handle.h"
+#include "backends/sql/sql_backend.h"
 #include "core/worker.h"
 #include "simba/backend.h"
 
 namespace simba::internal::sql::sqlite {
 
-// close_v2 tolerates statements not yet finalized (it defers the close), so
-// destruction order mistakes cannot leak the connection.
-using DbPtr = UniqueHandle<sqlite3, sqlite3_close_v2>;
-using StmtPtr = UniqueHandle<sqlite3_stmt, sqlite3_finalize>;
-
-// One use of a prepared statement. Resetting at the end matters beyond
-// reuse: a SELECT left un-reset keeps its read transaction (and WAL
-// snapshot) open.
-class StmtUse {
- public:
-  explicit StmtUse(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  explicit StmtUse(const StmtPtr& stmt) : stmt_(stmt.get()) {}
-  ~StmtUse() {
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-  }
-  StmtUse(const StmtUse&) = delete;
-  StmtUse& operator=(const StmtUse&) = delete;
-
-  sqlite3_stmt* get() const { return stmt_; }
-  // SQLITE_STATIC (nullptr): `text` must outlive this use.
-  int BindText(int index, std::string_view text) const {
-    return sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), nullptr);
-  }
-  std::string ColumnText(int column) const;
-
- private:
-  sqlite3_stmt* stmt_;
-};
-
-inline bool IsBusy(int rc) {
-  const int primary = rc & 0xff;
-  return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
-}
-
-// The table recording the version each forced release left (the SQLite
-// driver's ForcedNoticeSql writes it): a free row whose version is recorded
-// there was freed by force, not by its owner.
-inline constexpr char kForcedTable[] = "simba_mutex_forced";
+// The watched names live in a table private to the watcher's connection
+// (TEMP: never written to the file, never locked against other processes),
+// so one join reads exactly the watched rows however many there are.
+inline constexpr char kCreateWatchedSql[] =
+    "CREATE TEMP TABLE IF NOT EXISTS simba_watched (mutex TEXT PRIMARY KEY)";
 
 // See the file comment. Shared (std::shared_ptr) by the driver, its
 // sessions (which Poke it after a commit), the listener handle and the
@@ -94,9 +58,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     std::int64_t forced_version = -1;
   };
 
-  // `path` is for messages; `sqlite_path` is what SQLite opens.
-  Watcher(std::string path, std::string sqlite_path)
-      : path_(std::move(path)), sqlite_path_(std::move(sqlite_path)) {}
+  // Opens the watcher's own connection to the file (the driver's session,
+  // which never waits for a lock: a busy file only means "ask again next
+  // tick"), with the TEMP table kCreateWatchedSql made.
+  using OpenConnection = std::function<Result<std::unique_ptr<SqlSession>>()>;
+
+  // `path` is for messages.
+  Watcher(std::string path, OpenConnection open) : path_(std::move(path)), open_(std::move(open)) {}
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
 
@@ -122,7 +90,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
                      std::vector<MutexEvent>* events);
 
   const std::string path_;
-  const std::string sqlite_path_;
+  const OpenConnection open_;
 
   std::mutex mu_;
   std::condition_variable wake_;
