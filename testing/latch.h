@@ -12,11 +12,11 @@ namespace simba::testing {
 
 class Latch {
  public:
+  // Notifies under the lock: a waiter may destroy the Latch as soon as it
+  // sees set_, which it can only do once Set() has let go of the lock.
   void Set() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      set_ = true;
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    set_ = true;
     cv_.notify_all();
   }
   bool IsSet() const {

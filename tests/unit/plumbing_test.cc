@@ -209,7 +209,10 @@ TEST(ThreadPoolTest, APoolDestroyedFromItsOwnTaskLetsThatThreadEndCleanly) {
   const int threads = simba::testing::CountThreads();
   Latch later_ran;
   Latch destroyed;
+  Latch posted;
   ASSERT_TRUE(pool->Post([&] {
+    // Not before Post has returned: the caller of Post holds the pool.
+    ASSERT_TRUE(posted.Wait(milliseconds(10000)));
     // Queued before the pool goes: it still runs (Shutdown drains).
     ASSERT_TRUE(pool->Post([&] { later_ran.Set(); }));
     // The last reference, dropped from inside the pool's own thread.
@@ -217,6 +220,7 @@ TEST(ThreadPoolTest, APoolDestroyedFromItsOwnTaskLetsThatThreadEndCleanly) {
     last.reset();
     destroyed.Set();
   }));
+  posted.Set();
   ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
   EXPECT_TRUE(later_ran.Wait(milliseconds(10000)));
   EXPECT_TRUE(Eventually([&] { return simba::testing::CountThreads() <= threads - 2; },

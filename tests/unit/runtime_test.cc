@@ -89,13 +89,16 @@ TEST(RuntimeTest, ARuntimeDestroyedFromItsOwnTimerLetsThatThreadEndCleanly) {
   std::atomic<bool> late_timer_ran{false};
   // Due after the Runtime is gone: dropped by Shutdown, never run.
   runtime->ScheduleAt(clock->Now() + seconds(1), [&] { late_timer_ran = true; });
-  runtime->ScheduleAt(clock->Now(), [&] {
+  // Due once the clock moves, after ScheduleAt has returned: its caller
+  // holds the Runtime until then.
+  runtime->ScheduleAt(clock->Now() + milliseconds(500), [&] {
     // Queued before the Runtime goes: it still runs (Shutdown drains).
     ASSERT_TRUE(runtime->PostIo([&] { io_ran.Set(); }));
     std::shared_ptr<Runtime> last = std::move(runtime);
     last.reset();
     destroyed.Set();
   });
+  clock->Advance(milliseconds(500));
   ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
   EXPECT_TRUE(io_ran.Wait(milliseconds(10000)));
   // The timer thread and both pools' threads end.
