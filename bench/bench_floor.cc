@@ -31,36 +31,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
 // Times `round_trips` calls of `once` (which returns false on failure).
 template <typename F>
-Result<std::vector<double>> Time(int round_trips, F&& once) {
-  std::vector<double> micros;
-  micros.reserve(static_cast<std::size_t>(round_trips));
+Result<std::vector<double>> time(int round_trips, F&& once) {
+  std::vector<double> samples;
+  samples.reserve(static_cast<std::size_t>(round_trips));
   for (int i = 0; i < round_trips; ++i) {
     const auto start = Clock::now();
-    if (!once()) return UnavailableError("a floor round trip failed");
-    micros.push_back(Micros(Clock::now() - start));
+    if (!once()) return unavailable_error("a floor round trip failed");
+    samples.push_back(micros(Clock::now() - start));
   }
-  return micros;
+  return samples;
 }
 
-std::string HostOf(const Uri& uri) { return uri.hosts.empty() ? "127.0.0.1" : uri.hosts[0].host; }
+std::string host_of(const Uri& uri) { return uri.hosts.empty() ? "127.0.0.1" : uri.hosts[0].host; }
 
-int PortOf(const Uri& uri, int fallback) {
+int port_of(const Uri& uri, int fallback) {
   return uri.hosts.empty() || !uri.hosts[0].port ? fallback : *uri.hosts[0].port;
 }
 
 #if SIMBA_HAVE_SQLITE
 // SQLite has no round trip: its floor is its cheapest durable write, with the
 // settings the backend uses (WAL, synchronous=FULL), in a table of its own.
-Result<FloorSamples> SqliteFloor(const Uri& uri, int n) {
+Result<FloorSamples> sqlite_floor(const Uri& uri, int n) {
   sqlite3* db = nullptr;
-  if (sqlite3_open_v2(uri.path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                      nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(uri.path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
     sqlite3_close(db);
-    return UnavailableError("sqlite: cannot open " + uri.path);
+    return unavailable_error("sqlite: cannot open " + uri.path);
   }
   sqlite3_busy_timeout(db, 5000);
   const char* setup =
@@ -69,9 +69,9 @@ Result<FloorSamples> SqliteFloor(const Uri& uri, int n) {
       "INSERT OR IGNORE INTO simba_bench_floor VALUES (1, 0);";
   if (sqlite3_exec(db, setup, nullptr, nullptr, nullptr) != SQLITE_OK) {
     sqlite3_close(db);
-    return UnavailableError("sqlite: cannot set up the floor table in " + uri.path);
+    return unavailable_error("sqlite: cannot set up the floor table in " + uri.path);
   }
-  auto micros = Time(n, [&] {
+  auto micros = time(n, [&] {
     return sqlite3_exec(db,
                         "BEGIN IMMEDIATE; UPDATE simba_bench_floor SET v = v + 1 WHERE k = 1; "
                         "COMMIT;",
@@ -84,12 +84,12 @@ Result<FloorSamples> SqliteFloor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_REDIS
-Result<FloorSamples> RedisFloor(const Uri& uri, int n) {
+Result<FloorSamples> redis_floor(const Uri& uri, int n) {
   const timeval timeout{3, 0};
-  redisContext* c = redisConnectWithTimeout(HostOf(uri).c_str(), PortOf(uri, 6379), timeout);
+  redisContext* c = redisConnectWithTimeout(host_of(uri).c_str(), port_of(uri, 6379), timeout);
   if (c == nullptr || c->err) {
     if (c != nullptr) redisFree(c);
-    return UnavailableError("redis: cannot connect");
+    return unavailable_error("redis: cannot connect");
   }
   const auto command = [&](const char* fmt, auto... args) {
     auto* reply = static_cast<redisReply*>(redisCommand(c, fmt, args...));
@@ -100,9 +100,9 @@ Result<FloorSamples> RedisFloor(const Uri& uri, int n) {
   if (uri.password && !(uri.user ? command("AUTH %s %s", uri.user->c_str(), uri.password->c_str())
                                  : command("AUTH %s", uri.password->c_str()))) {
     redisFree(c);
-    return PermissionDeniedError("redis: AUTH failed");
+    return permission_denied_error("redis: AUTH failed");
   }
-  auto micros = Time(n, [&] { return command("PING"); });
+  auto micros = time(n, [&] { return command("PING"); });
   redisFree(c);
   SIMBA_RETURN_IF_ERROR(micros.status());
   return FloorSamples{"PING", std::move(*micros)};
@@ -110,9 +110,9 @@ Result<FloorSamples> RedisFloor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_POSTGRES
-Result<FloorSamples> PostgresFloor(const Uri& uri, int n) {
-  const std::string host = HostOf(uri);
-  const std::string port = std::to_string(PortOf(uri, 5432));
+Result<FloorSamples> postgres_floor(const Uri& uri, int n) {
+  const std::string host = host_of(uri);
+  const std::string port = std::to_string(port_of(uri, 5432));
   const std::string dbname = uri.path.size() > 1 ? uri.path.substr(1) : "postgres";
   std::vector<const char*> keys{"host", "port", "dbname", "connect_timeout"};
   std::vector<const char*> values{host.c_str(), port.c_str(), dbname.c_str(), "5"};
@@ -129,9 +129,9 @@ Result<FloorSamples> PostgresFloor(const Uri& uri, int n) {
   PGconn* conn = PQconnectdbParams(keys.data(), values.data(), 0);
   if (PQstatus(conn) != CONNECTION_OK) {
     PQfinish(conn);
-    return UnavailableError("postgresql: cannot connect");
+    return unavailable_error("postgresql: cannot connect");
   }
-  auto micros = Time(n, [&] {
+  auto micros = time(n, [&] {
     PGresult* r = PQexec(conn, "SELECT 1");
     const bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
     PQclear(r);
@@ -144,19 +144,19 @@ Result<FloorSamples> PostgresFloor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_MYSQL
-Result<FloorSamples> MysqlFloor(const Uri& uri, int n) {
+Result<FloorSamples> mysql_floor(const Uri& uri, int n) {
   MYSQL* conn = mysql_init(nullptr);
   const unsigned int timeout = 5;
   mysql_options(conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
   const std::string db = uri.path.size() > 1 ? uri.path.substr(1) : "";
-  if (mysql_real_connect(conn, HostOf(uri).c_str(), uri.user ? uri.user->c_str() : nullptr,
+  if (mysql_real_connect(conn, host_of(uri).c_str(), uri.user ? uri.user->c_str() : nullptr,
                          uri.password ? uri.password->c_str() : nullptr,
                          db.empty() ? nullptr : db.c_str(),
-                         static_cast<unsigned int>(PortOf(uri, 3306)), nullptr, 0) == nullptr) {
+                         static_cast<unsigned int>(port_of(uri, 3306)), nullptr, 0) == nullptr) {
     mysql_close(conn);
-    return UnavailableError("mysql: cannot connect");
+    return unavailable_error("mysql: cannot connect");
   }
-  auto micros = Time(n, [&] {
+  auto micros = time(n, [&] {
     if (mysql_query(conn, "SELECT 1") != 0) return false;
     MYSQL_RES* result = mysql_store_result(conn);
     if (result == nullptr) return false;
@@ -176,7 +176,7 @@ struct ZkConnected {
   bool connected = false;
 };
 
-void OnZkSession(zhandle_t*, int type, int state, const char*, void* context) {
+void on_zk_session(zhandle_t*, int type, int state, const char*, void* context) {
   if (type != ZOO_SESSION_EVENT || state != ZOO_CONNECTED_STATE) return;
   auto* waiter = static_cast<ZkConnected*>(context);
   std::lock_guard<std::mutex> lock(waiter->mu);
@@ -184,7 +184,7 @@ void OnZkSession(zhandle_t*, int type, int state, const char*, void* context) {
   waiter->cv.notify_all();
 }
 
-Result<FloorSamples> ZookeeperFloor(const Uri& uri, int n) {
+Result<FloorSamples> zookeeper_floor(const Uri& uri, int n) {
   std::string hosts;
   for (const auto& h : uri.hosts) {
     if (!hosts.empty()) hosts += ",";
@@ -192,17 +192,17 @@ Result<FloorSamples> ZookeeperFloor(const Uri& uri, int n) {
   }
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
   ZkConnected waiter;
-  zhandle_t* zh = zookeeper_init(hosts.c_str(), OnZkSession, 10000, nullptr, &waiter, 0);
-  if (zh == nullptr) return UnavailableError("zookeeper: cannot start a session");
+  zhandle_t* zh = zookeeper_init(hosts.c_str(), on_zk_session, 10000, nullptr, &waiter, 0);
+  if (zh == nullptr) return unavailable_error("zookeeper: cannot start a session");
   {
     std::unique_lock<std::mutex> lock(waiter.mu);
     if (!waiter.cv.wait_for(lock, std::chrono::seconds(10), [&] { return waiter.connected; })) {
       zookeeper_close(zh);
-      return UnavailableError("zookeeper: no session within 10 s");
+      return unavailable_error("zookeeper: no session within 10 s");
     }
   }
   Stat stat;
-  auto micros = Time(n, [&] {
+  auto micros = time(n, [&] {
     const int rc = zoo_exists(zh, "/", 0, &stat);
     return rc == ZOK;
   });
@@ -213,14 +213,16 @@ Result<FloorSamples> ZookeeperFloor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_ETCD
-Result<FloorSamples> EtcdFloor(const Uri& uri, int n) {
+Result<FloorSamples> etcd_floor(const Uri& uri, int n) {
   namespace etcd = internal::etcd;
-  etcd::Endpoint endpoint{HostOf(uri), PortOf(uri, 2379)};
-  SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<etcd::HttpConnection> conn,
-                         etcd::HttpConnection::Open(endpoint, Clock::now() + std::chrono::seconds(5)));
-  const std::vector<etcd::HttpRequest> range{{"/v3/kv/range", R"({"key":"c2ltYmEtYmVuY2gtZmxvb3I="})"}};
-  auto micros = Time(n, [&] {
-    auto replies = conn->Call(range, Clock::now() + std::chrono::seconds(5));
+  etcd::Endpoint endpoint{host_of(uri), port_of(uri, 2379)};
+  SIMBA_ASSIGN_OR_RETURN(
+      std::unique_ptr<etcd::HttpConnection> conn,
+      etcd::HttpConnection::open(endpoint, Clock::now() + std::chrono::seconds(5)));
+  const std::vector<etcd::HttpRequest> range{
+      {"/v3/kv/range", R"({"key":"c2ltYmEtYmVuY2gtZmxvb3I="})"}};
+  auto micros = time(n, [&] {
+    auto replies = conn->call(range, Clock::now() + std::chrono::seconds(5));
     return replies.ok() && replies->size() == 1 && (*replies)[0].status == 200;
   });
   SIMBA_RETURN_IF_ERROR(micros.status());
@@ -230,27 +232,27 @@ Result<FloorSamples> EtcdFloor(const Uri& uri, int n) {
 
 }  // namespace
 
-Result<FloorSamples> MeasureFloor(const Uri& uri, int round_trips) {
+Result<FloorSamples> measure_floor(const Uri& uri, int round_trips) {
   const std::string& s = uri.scheme;
 #if SIMBA_HAVE_SQLITE
-  if (s == "sqlite") return SqliteFloor(uri, round_trips);
+  if (s == "sqlite") return sqlite_floor(uri, round_trips);
 #endif
 #if SIMBA_HAVE_REDIS
-  if (s == "redis") return RedisFloor(uri, round_trips);
+  if (s == "redis") return redis_floor(uri, round_trips);
 #endif
 #if SIMBA_HAVE_POSTGRES
-  if (s == "postgresql" || s == "postgres") return PostgresFloor(uri, round_trips);
+  if (s == "postgresql" || s == "postgres") return postgres_floor(uri, round_trips);
 #endif
 #if SIMBA_HAVE_MYSQL
-  if (s == "mysql" || s == "mariadb") return MysqlFloor(uri, round_trips);
+  if (s == "mysql" || s == "mariadb") return mysql_floor(uri, round_trips);
 #endif
 #if SIMBA_HAVE_ZOOKEEPER
-  if (s == "zookeeper") return ZookeeperFloor(uri, round_trips);
+  if (s == "zookeeper") return zookeeper_floor(uri, round_trips);
 #endif
 #if SIMBA_HAVE_ETCD
-  if (s == "etcd") return EtcdFloor(uri, round_trips);
+  if (s == "etcd") return etcd_floor(uri, round_trips);
 #endif
-  return UnimplementedError("no floor for " + s + ":// stores");
+  return unimplemented_error("no floor for " + s + ":// stores");
 }
 
 }  // namespace simba::bench

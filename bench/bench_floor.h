@@ -21,7 +21,7 @@ struct FloorSamples {
 
 // kUnimplemented for a store without a floor (memory://) or one not compiled
 // in; the store's error when it cannot be reached.
-Result<FloorSamples> MeasureFloor(const Uri& uri, int round_trips);
+Result<FloorSamples> measure_floor(const Uri& uri, int round_trips);
 
 }  // namespace simba::bench
 

@@ -8,12 +8,12 @@
 
 namespace simba::bench {
 
-void FailoverMutex(const Options& options, Report& report);
-void FailoverKey(const Options& options, Report& report);
-void ContendedProcesses(const Options& options, int contenders, Report& report);
+void failover_mutex(const Options& options, Report& report);
+void failover_key(const Options& options, Report& report);
+void contended_processes(const Options& options, int contenders, Report& report);
 
 // The body of a child process: argv[1] is "--child". Returns the exit code.
-int RunChild(int argc, char** argv);
+int run_child(int argc, char** argv);
 
 }  // namespace simba::bench
 

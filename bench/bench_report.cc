@@ -12,77 +12,82 @@
 namespace simba::bench {
 namespace {
 
-using internal::JsonString;
+using internal::json_string;
 
-std::string FormatNumber(const char* format, double value) {
+std::string format_number(const char* format, double value) {
   char buf[64];
   std::snprintf(buf, sizeof buf, format, value);
   return buf;
 }
 
 // What the CDF charts are drawn from.
-constexpr double kQuantiles[] = {0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.999, 1.0};
+constexpr double kQuantiles[] = {0.0,  0.01, 0.05, 0.1,  0.25,  0.5,
+                                 0.75, 0.9,  0.95, 0.99, 0.999, 1.0};
 
 }  // namespace
 
-Field Field::Int(std::string key, long long value) { return {std::move(key), std::to_string(value)}; }
-Field Field::Number(std::string key, double value) {
-  return {std::move(key), FormatNumber("%.3f", value)};
+Field Field::integer(std::string key, long long value) {
+  return {std::move(key), std::to_string(value)};
 }
-Field Field::Text(std::string key, const std::string& value) {
-  return {std::move(key), JsonString(value)};
+Field Field::number(std::string key, double value) {
+  return {std::move(key), format_number("%.3f", value)};
 }
-Field Field::Bool(std::string key, bool value) { return {std::move(key), value ? "true" : "false"}; }
+Field Field::text(std::string key, const std::string& value) {
+  return {std::move(key), json_string(value)};
+}
+Field Field::boolean(std::string key, bool value) {
+  return {std::move(key), value ? "true" : "false"};
+}
 
-double Micros(BenchClock::duration d) {
+double micros(BenchClock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
 
-double Percentile(std::vector<double> samples, double p) {
+double percentile(std::vector<double> samples, double p) {
   if (samples.empty()) return 0;
   std::sort(samples.begin(), samples.end());
   const auto index = static_cast<std::size_t>(p * static_cast<double>(samples.size() - 1) + 0.5);
   return samples[std::min(index, samples.size() - 1)];
 }
 
-double OpsPerSecond(const std::vector<double>& micros) {
+double ops_per_second(const std::vector<double>& micros) {
   double total = 0;
   for (const double m : micros) total += m;
   return total > 0 ? static_cast<double>(micros.size()) * 1e6 / total : 0;
 }
 
-void Fail(const std::string& what) {
+void fail(const std::string& what) {
   std::fprintf(stderr, "simba-bench: %s\n", what.c_str());
   std::exit(1);
 }
 
-void Report::Add(const Row& row) {
+void Report::add(const Row& row) {
   std::vector<double> sorted = row.micros;
   std::sort(sorted.begin(), sorted.end());
-  const auto at = [&](double p) { return Percentile(sorted, p); };
+  const auto at = [&](double p) { return percentile(sorted, p); };
   const double p50 = at(0.5);
   const double ratio =
       floor_ > 0 && row.round_trips > 0 && !sorted.empty() ? p50 / (floor_ * row.round_trips) : 0;
   if (json_) {
     std::ostringstream out;
-    out << "{\"store\":" << JsonString(scheme_) << ",\"scenario\":" << JsonString(row.scenario)
-        << ",\"case\":" << JsonString(row.name) << ",\"n\":" << sorted.size()
-        << ",\"p50_us\":" << FormatNumber("%.1f", p50)
-        << ",\"p99_us\":" << FormatNumber("%.1f", at(0.99))
-        << ",\"p999_us\":" << FormatNumber("%.1f", at(0.999))
-        << ",\"max_us\":" << FormatNumber("%.1f", at(1.0))
-        << ",\"ops_per_s\":" << FormatNumber("%.1f", row.ops_per_second)
-        << ",\"floor_ratio\":" << FormatNumber("%.3f", ratio)
+    out << "{\"store\":" << json_string(scheme_) << ",\"scenario\":" << json_string(row.scenario)
+        << ",\"case\":" << json_string(row.name) << ",\"n\":" << sorted.size()
+        << ",\"p50_us\":" << format_number("%.1f", p50)
+        << ",\"p99_us\":" << format_number("%.1f", at(0.99))
+        << ",\"p999_us\":" << format_number("%.1f", at(0.999))
+        << ",\"max_us\":" << format_number("%.1f", at(1.0))
+        << ",\"ops_per_s\":" << format_number("%.1f", row.ops_per_second)
+        << ",\"floor_ratio\":" << format_number("%.3f", ratio)
         << ",\"round_trips\":" << row.round_trips << ",\"quantiles_us\":[";
     if (!sorted.empty()) {
       bool first = true;
       for (const double q : kQuantiles) {
-        out << (first ? "" : ",") << "[" << q << "," << FormatNumber("%.1f", at(q)) << "]";
+        out << (first ? "" : ",") << "[" << q << "," << format_number("%.1f", at(q)) << "]";
         first = false;
       }
     }
     out << "]";
-    for (const auto& field : row.fields) out << "," << JsonString(field.key) << ":" << field.json;
+    for (const auto& field : row.fields) out << "," << json_string(field.key) << ":" << field.json;
     out << "}";
     std::printf("%s\n", out.str().c_str());
   } else {
@@ -95,12 +100,12 @@ void Report::Add(const Row& row) {
     for (const auto& field : row.fields) notes += field.key + "=" + field.json + " ";
     std::printf("%-12s %-48s %6zu %10.1f %10.1f %10.1f %10.1f %7s  %s\n", row.scenario.c_str(),
                 row.name.c_str(), sorted.size(), p50, at(0.99), at(1.0), row.ops_per_second,
-                ratio > 0 ? FormatNumber("%.2f", ratio).c_str() : "-", notes.c_str());
+                ratio > 0 ? format_number("%.2f", ratio).c_str() : "-", notes.c_str());
   }
   std::fflush(stdout);
 }
 
-int CountThreads() {
+int count_threads() {
   int count = 0;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
@@ -110,7 +115,7 @@ int CountThreads() {
   return count;
 }
 
-int CountSockets() {
+int count_sockets() {
   int count = 0;
   std::error_code ec;
   for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
@@ -122,7 +127,7 @@ int CountSockets() {
   return count;
 }
 
-double ResidentMiB() {
+double resident_mi_b() {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line)) {

@@ -38,10 +38,10 @@ struct Options {
 struct Field {
   std::string key;
   std::string json;
-  static Field Int(std::string key, long long value);
-  static Field Number(std::string key, double value);
-  static Field Text(std::string key, const std::string& value);
-  static Field Bool(std::string key, bool value);
+  static Field integer(std::string key, long long value);
+  static Field number(std::string key, double value);
+  static Field text(std::string key, const std::string& value);
+  static Field boolean(std::string key, bool value);
 };
 
 struct Row {
@@ -57,7 +57,7 @@ class Report {
  public:
   Report(std::string scheme, bool json) : scheme_(std::move(scheme)), json_(json) {}
   void set_floor(double median_micros) { floor_ = median_micros; }
-  void Add(const Row& row);
+  void add(const Row& row);
 
  private:
   std::string scheme_;
@@ -69,17 +69,17 @@ class Report {
 // Set by a callback, waited for by the benchmark.
 class Signal {
  public:
-  void Set() {
+  void set() {
     std::lock_guard<std::mutex> lock(mu_);
     set_ = true;
     at_ = BenchClock::now();
     cv_.notify_all();
   }
-  bool Wait(BenchClock::duration timeout) {
+  bool wait(BenchClock::duration timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return set_; });
   }
-  void Reset() {
+  void reset() {
     std::lock_guard<std::mutex> lock(mu_);
     set_ = false;
   }
@@ -96,18 +96,18 @@ class Signal {
   BenchClock::time_point at_;
 };
 
-double Micros(BenchClock::duration d);
+double micros(BenchClock::duration d);
 // The nearest-rank percentile, p in [0, 1]; 0 for no samples.
-double Percentile(std::vector<double> samples, double p);
+double percentile(std::vector<double> samples, double p);
 // Samples taken back to back: how many per second.
-double OpsPerSecond(const std::vector<double>& micros);
+double ops_per_second(const std::vector<double>& micros);
 // Prints to stderr and exits 1: a wrong answer or a store error.
-[[noreturn]] void Fail(const std::string& what);
+[[noreturn]] void fail(const std::string& what);
 
 // This process, from /proc/self: threads, open sockets, resident MiB.
-int CountThreads();
-int CountSockets();
-double ResidentMiB();
+int count_threads();
+int count_sockets();
+double resident_mi_b();
 
 }  // namespace simba::bench
 

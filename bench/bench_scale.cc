@@ -1,8 +1,8 @@
 #include "bench_scale.h"
 
 #include <atomic>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,7 +43,8 @@ class CountingBackend final : public Backend {
     return inner_->validate_contender_id(id);
   }
 
-  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     ++calls_;
     const auto start = BenchClock::now();
     Result<OwnerRecord> result = inner_->acquire_or_renew(request, deadline);
@@ -51,7 +52,7 @@ class CountingBackend final : public Backend {
     std::lock_guard<std::mutex> lock(mu_);
     auto& last = last_start_[std::string(request.mutex)];
     if (owner && last.has_value() && measuring_) {
-      lags_.push_back(Micros(start - (*last + request.ttl)));
+      lags_.push_back(micros(start - (*last + request.ttl)));
       ++renewals_;
     }
     if (owner) {
@@ -62,7 +63,7 @@ class CountingBackend final : public Backend {
     return result;
   }
   Result<bool> do_release(std::string_view mutex, std::string_view id, std::uint64_t token,
-                       Deadline deadline) override {
+                          Deadline deadline) override {
     ++calls_;
     return inner_->release(mutex, id, token, deadline);
   }
@@ -85,7 +86,7 @@ class CountingBackend final : public Backend {
   }
 
   // Starts the measured window: calls and renewal lags count from now.
-  void StartWindow() {
+  void start_window() {
     std::lock_guard<std::mutex> lock(mu_);
     measuring_ = true;
     lags_.clear();
@@ -93,7 +94,7 @@ class CountingBackend final : public Backend {
     calls_ = 0;
   }
   long long calls() const { return calls_.load(); }
-  std::vector<double> TakeLags(long long* renewals) {
+  std::vector<double> take_lags(long long* renewals) {
     std::lock_guard<std::mutex> lock(mu_);
     measuring_ = false;
     *renewals = renewals_;
@@ -117,7 +118,7 @@ struct Footprint {
   double rss_mib = 0;
 };
 
-bool WaitUntil(const std::function<bool()>& done, seconds timeout) {
+bool wait_until(const std::function<bool()>& done, seconds timeout) {
   const auto deadline = BenchClock::now() + timeout;
   while (!done()) {
     if (BenchClock::now() > deadline) return false;
@@ -126,35 +127,35 @@ bool WaitUntil(const std::function<bool()>& done, seconds timeout) {
   return true;
 }
 
-Row ScaleRow(const std::string& name, const std::string& count_key, int count,
-             const Footprint& footprint, double store_ops_per_second, std::vector<double> lags,
-             long long renewals, long long lost) {
-  const double lag_p99_ms = Percentile(lags, 0.99) / 1000.0;
+Row scale_row(const std::string& name, const std::string& count_key, int count,
+              const Footprint& footprint, double store_ops_per_second, std::vector<double> lags,
+              long long renewals, long long lost) {
+  const double lag_p99_ms = percentile(lags, 0.99) / 1000.0;
   Row row{"scale", name, std::move(lags), 0, 0, {}};
-  row.fields = {Field::Int(count_key, count),
-                Field::Int("threads", footprint.threads),
-                Field::Int("sockets", footprint.sockets),
-                Field::Number("rss_mib", footprint.rss_mib),
-                Field::Number("store_ops_per_s", store_ops_per_second),
-                Field::Number("renewal_lag_p99_ms", lag_p99_ms),
-                Field::Int("renewals", renewals),
-                Field::Int("lost", lost)};
+  row.fields = {Field::integer(count_key, count),
+                Field::integer("threads", footprint.threads),
+                Field::integer("sockets", footprint.sockets),
+                Field::number("rss_mib", footprint.rss_mib),
+                Field::number("store_ops_per_s", store_ops_per_second),
+                Field::number("renewal_lag_p99_ms", lag_p99_ms),
+                Field::integer("renewals", renewals),
+                Field::integer("lost", lost)};
   return row;
 }
 
 }  // namespace
 
-void ScaleMutexes(const Options& options, Report& report) {
-  const int threads_before = CountThreads();
-  const int sockets_before = CountSockets();
-  auto opened = OpenBackend(options.store);
-  if (!opened.ok()) Fail(opened.status().ToString());
+void scale_mutexes(const Options& options, Report& report) {
+  const int threads_before = count_threads();
+  const int sockets_before = count_sockets();
+  auto opened = open_backend(options.store);
+  if (!opened.ok()) fail(opened.status().to_string());
   auto counting = std::make_shared<CountingBackend>(std::move(*opened));
   FactoryOptions factory_options;
   factory_options.contend.ttl = options.scale_ttl;
   factory_options.contend.transition = options.scale_transition;
   auto factory = MutexContendServiceFactory::create(counting, factory_options);
-  if (!factory.ok()) Fail(factory.status().ToString());
+  if (!factory.ok()) fail(factory.status().to_string());
 
   // Mutexes owned right now: a lease lost while the others are still being
   // acquired is taken again later, so counting acquisitions would overshoot.
@@ -163,53 +164,53 @@ void ScaleMutexes(const Options& options, Report& report) {
   std::vector<std::unique_ptr<MutexContendService>> services;
   services.reserve(static_cast<std::size_t>(options.scale));
   for (int i = 0; i < options.scale; ++i) {
-    auto contender = MakeContender(
+    auto contender = make_contender(
         "bench-scale-" + std::to_string(i), [&](const MutexState&) { ++acquired; },
         [&](const MutexState&) {
           --acquired;
           ++lost;
         });
     auto service = (*factory)->create_contend_service(contender);
-    if (!service.ok()) Fail(service.status().ToString());
-    if (!(*service)->start().ok()) Fail("scale: start failed");
+    if (!service.ok()) fail(service.status().to_string());
+    if (!(*service)->start().ok()) fail("scale: start failed");
     services.push_back(std::move(*service));
   }
   const auto asked = BenchClock::now();
-  if (!WaitUntil([&] { return acquired.load() == options.scale; }, seconds(300))) {
-    Fail("scale: " + std::to_string(acquired.load()) + " of " + std::to_string(options.scale) +
+  if (!wait_until([&] { return acquired.load() == options.scale; }, seconds(300))) {
+    fail("scale: " + std::to_string(acquired.load()) + " of " + std::to_string(options.scale) +
          " mutexes acquired within 300 s");
   }
   const double acquire_all_s = std::chrono::duration<double>(BenchClock::now() - asked).count();
   const long long lost_while_acquiring = lost.exchange(0);
-  counting->StartWindow();
+  counting->start_window();
   const auto window_start = BenchClock::now();
   std::this_thread::sleep_for(seconds(options.scale_seconds));
   const double window_s = std::chrono::duration<double>(BenchClock::now() - window_start).count();
   const double ops = static_cast<double>(counting->calls()) / window_s;
   long long renewals = 0;
-  std::vector<double> lags = counting->TakeLags(&renewals);
-  Footprint footprint{CountThreads() - threads_before, CountSockets() - sockets_before,
-                      ResidentMiB()};
+  std::vector<double> lags = counting->take_lags(&renewals);
+  Footprint footprint{count_threads() - threads_before, count_sockets() - sockets_before,
+                      resident_mi_b()};
   const long long lost_in_window = lost.load();
   for (auto& service : services) (void)service->stop();
-  Row row = ScaleRow(std::to_string(options.scale) + " mutexes held by one factory", "mutexes",
-                     options.scale, footprint, ops, std::move(lags), renewals, lost_in_window);
-  row.fields.push_back(Field::Number("acquire_all_s", acquire_all_s));
-  row.fields.push_back(Field::Int("lost_while_acquiring", lost_while_acquiring));
-  row.fields.push_back(Field::Int("ttl_ms", options.scale_ttl.count()));
-  report.Add(row);
+  Row row = scale_row(std::to_string(options.scale) + " mutexes held by one factory", "mutexes",
+                      options.scale, footprint, ops, std::move(lags), renewals, lost_in_window);
+  row.fields.push_back(Field::number("acquire_all_s", acquire_all_s));
+  row.fields.push_back(Field::integer("lost_while_acquiring", lost_while_acquiring));
+  row.fields.push_back(Field::integer("ttl_ms", options.scale_ttl.count()));
+  report.add(row);
 }
 
-void ScaleKeys(const Options& options, Report& report) {
-  const int threads_before = CountThreads();
-  const int sockets_before = CountSockets();
+void scale_keys(const Options& options, Report& report) {
+  const int threads_before = count_threads();
+  const int sockets_before = count_sockets();
   KeyedLockOptions keyed_options;
   keyed_options.lease.ttl = options.scale_ttl;
   keyed_options.lease.transition = options.scale_transition;
   // The lease stores' keys are mutexes of the contention backend: count their
   // calls. PostgreSQL and MySQL hold keys in sessions, with no renewals.
-  auto uri = Uri::Parse(options.store);
-  if (!uri.ok()) Fail(uri.status().ToString());
+  auto uri = Uri::parse(options.store);
+  if (!uri.ok()) fail(uri.status().to_string());
   const bool session_store = uri->scheme == "postgresql" || uri->scheme == "postgres" ||
                              uri->scheme == "mysql" || uri->scheme == "mariadb";
   if (session_store) {
@@ -225,13 +226,13 @@ void ScaleKeys(const Options& options, Report& report) {
   std::shared_ptr<CountingBackend> counting;
   auto provider = [&]() -> Result<std::unique_ptr<KeyedLockProvider>> {
     if (!lease_store) return KeyedLockProvider::open(options.store, keyed_options);
-    SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> opened, OpenBackend(options.store));
+    SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> opened, open_backend(options.store));
     counting = std::make_shared<CountingBackend>(std::move(opened));
     SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<KeyedLockBackend> keyed,
-                           NewLeaseKeyedLockBackend(counting, keyed_options.lease));
+                           new_lease_keyed_lock_backend(counting, keyed_options.lease));
     return KeyedLockProvider::create(std::move(keyed), keyed_options);
   }();
-  if (!provider.ok()) Fail(provider.status().ToString());
+  if (!provider.ok()) fail(provider.status().to_string());
 
   // Taken by several threads at once (a lease store spends a few round trips
   // per key); each thread keeps and releases its own leases.
@@ -278,11 +279,11 @@ void ScaleKeys(const Options& options, Report& report) {
       for (auto& lease : leases) (void)lease.release();
     });
   }
-  const bool all = WaitUntil([&] { return held.load() == options.scale || errors.load() > 0; },
-                             seconds(600)) &&
-                   errors.load() == 0;
+  const bool all =
+      wait_until([&] { return held.load() == options.scale || errors.load() > 0; }, seconds(600)) &&
+      errors.load() == 0;
   const double acquire_all_s = std::chrono::duration<double>(BenchClock::now() - asked).count();
-  if (all && counting) counting->StartWindow();
+  if (all && counting) counting->start_window();
   const auto window_start = BenchClock::now();
   if (all) std::this_thread::sleep_for(seconds(options.scale_seconds));
   const double window_s = std::chrono::duration<double>(BenchClock::now() - window_start).count();
@@ -291,11 +292,11 @@ void ScaleKeys(const Options& options, Report& report) {
   double ops = 0;  // memory://: no store calls
   if (counting) {
     ops = static_cast<double>(counting->calls()) / window_s;
-    lags = counting->TakeLags(&renewals);
+    lags = counting->take_lags(&renewals);
   }
   // The takers are the benchmark's threads, not the provider's.
-  Footprint footprint{CountThreads() - threads_before - kTakers, CountSockets() - sockets_before,
-                      ResidentMiB()};
+  Footprint footprint{count_threads() - threads_before - kTakers, count_sockets() - sockets_before,
+                      resident_mi_b()};
   {
     std::unique_lock<std::mutex> lock(mu);
     count_now = true;
@@ -305,13 +306,13 @@ void ScaleKeys(const Options& options, Report& report) {
     cv.notify_all();
   }
   for (auto& taker : takers) taker.join();
-  if (errors.load() > 0) Fail("scale: " + std::to_string(errors.load()) + " keys not acquired");
-  if (!all) Fail("scale: only " + std::to_string(held.load()) + " keys held within 600 s");
-  Row row = ScaleRow(std::to_string(options.scale) + " keys held by one provider", "keys",
-                     options.scale, footprint, ops, std::move(lags), renewals, lost.load());
-  row.fields.push_back(Field::Number("acquire_all_s", acquire_all_s));
-  row.fields.push_back(Field::Text("mechanism", (*provider)->capabilities().mechanism));
-  report.Add(row);
+  if (errors.load() > 0) fail("scale: " + std::to_string(errors.load()) + " keys not acquired");
+  if (!all) fail("scale: only " + std::to_string(held.load()) + " keys held within 600 s");
+  Row row = scale_row(std::to_string(options.scale) + " keys held by one provider", "keys",
+                      options.scale, footprint, ops, std::move(lags), renewals, lost.load());
+  row.fields.push_back(Field::number("acquire_all_s", acquire_all_s));
+  row.fields.push_back(Field::text("mechanism", (*provider)->capabilities().mechanism));
+  report.add(row);
 }
 
 }  // namespace simba::bench

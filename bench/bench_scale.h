@@ -9,8 +9,8 @@
 
 namespace simba::bench {
 
-void ScaleMutexes(const Options& options, Report& report);
-void ScaleKeys(const Options& options, Report& report);
+void scale_mutexes(const Options& options, Report& report);
+void scale_keys(const Options& options, Report& report);
 
 }  // namespace simba::bench
 

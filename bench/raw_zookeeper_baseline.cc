@@ -21,8 +21,8 @@ std::mutex connected_mu;
 std::condition_variable connected_cv;
 bool connected = false;
 
-void OnSessionEvent(zhandle_t* /*zh*/, int type, int state, const char* /*path*/,
-                    void* /*context*/) {
+void on_session_event(zhandle_t* /*zh*/, int type, int state, const char* /*path*/,
+                      void* /*context*/) {
   if (type == ZOO_SESSION_EVENT && state == ZOO_CONNECTED_STATE) {
     std::lock_guard<std::mutex> lock(connected_mu);
     connected = true;
@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   }
   const int pairs = argc > 2 ? std::atoi(argv[2]) : 2000;
   zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-  zhandle_t* zh = zookeeper_init(argv[1], OnSessionEvent, 10000, nullptr, nullptr, 0);
+  zhandle_t* zh = zookeeper_init(argv[1], on_session_event, 10000, nullptr, nullptr, 0);
   if (zh == nullptr) {
     std::perror("zookeeper_init");
     return 1;
@@ -77,8 +77,9 @@ int main(int argc, char** argv) {
   const auto at = [&](double q) {
     return micros[std::min(micros.size() - 1, static_cast<std::size_t>(q * micros.size()))];
   };
-  std::printf("raw baseline (create ephemeral sequential + delete, sync): n=%d median %.1f us, "
-              "p90 %.1f, p99 %.1f\n",
-              pairs, at(0.5), at(0.9), at(0.99));
+  std::printf(
+      "raw baseline (create ephemeral sequential + delete, sync): n=%d median %.1f us, "
+      "p90 %.1f, p99 %.1f\n",
+      pairs, at(0.5), at(0.9), at(0.99));
   return 0;
 }

@@ -66,15 +66,15 @@ struct BenchError : std::runtime_error {
 };
 
 template <typename T>
-T Check(simba::Result<T> result, const std::string& what) {
-  if (!result.ok()) throw BenchError(what + ": " + result.status().ToString());
+T check(simba::Result<T> result, const std::string& what) {
+  if (!result.ok()) throw BenchError(what + ": " + result.status().to_string());
   return std::move(result).value();
 }
-void Check(const simba::Status& status, const std::string& what) {
-  if (!status.ok()) throw BenchError(what + ": " + status.ToString());
+void check(const simba::Status& status, const std::string& what) {
+  if (!status.ok()) throw BenchError(what + ": " + status.to_string());
 }
 
-double MicrosSince(SteadyClock::time_point start, SteadyClock::time_point end) {
+double micros_since(SteadyClock::time_point start, SteadyClock::time_point end) {
   return std::chrono::duration<double, std::micro>(end - start).count();
 }
 
@@ -87,7 +87,7 @@ struct Settings {
   int renew_seconds = 3;
   // Groups to run; empty: all.
   std::vector<std::string> only;
-  bool Want(const std::string& group) const {
+  bool want(const std::string& group) const {
     return only.empty() || std::find(only.begin(), only.end(), group) != only.end();
   }
 };
@@ -100,14 +100,14 @@ struct Row {
   std::vector<double> us;
 };
 
-double Percentile(std::vector<double> sorted, double p) {
+double percentile(std::vector<double> sorted, double p) {
   if (sorted.empty()) return 0;
   std::sort(sorted.begin(), sorted.end());
   // Nearest rank.
   const auto rank = static_cast<std::size_t>(std::ceil(p * static_cast<double>(sorted.size())));
   return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
 }
-double Median(const std::vector<double>& v) { return Percentile(v, 0.5); }
+double median(const std::vector<double>& v) { return percentile(v, 0.5); }
 
 // Rows in the order they are printed (a deque: rows are referenced by
 // pointer while others are added).
@@ -117,31 +117,30 @@ std::vector<std::string> g_notes;
 // iteration is left out of the figures, and the program exits non-zero.
 int g_wrong_answers = 0;
 
-Row* AddRow(std::string name) {
+Row* add_row(std::string name) {
   g_rows.push_back(Row{std::move(name), {}});
   return &g_rows.back();
 }
 
-void Note(const std::string& line) {
+void note(const std::string& line) {
   g_notes.push_back(line);
   std::fprintf(stderr, "  %s\n", line.c_str());
 }
 
-void PrintTable() {
-  std::printf("\n%-52s %6s %9s %9s %9s\n", "benchmark (microseconds)", "n", "median", "p90",
-              "p99");
+void print_table() {
+  std::printf("\n%-52s %6s %9s %9s %9s\n", "benchmark (microseconds)", "n", "median", "p90", "p99");
   std::printf("%s\n", std::string(89, '-').c_str());
   for (const Row& row : g_rows) {
     if (row.us.empty()) continue;
-    std::printf("%-52s %6zu %9.1f %9.1f %9.1f\n", row.name.c_str(), row.us.size(),
-                Median(row.us), Percentile(row.us, 0.90), Percentile(row.us, 0.99));
+    std::printf("%-52s %6zu %9.1f %9.1f %9.1f\n", row.name.c_str(), row.us.size(), median(row.us),
+                percentile(row.us, 0.90), percentile(row.us, 0.99));
   }
   std::printf("\n");
   for (const std::string& note : g_notes) std::printf("%s\n", note.c_str());
   std::fflush(stdout);
 }
 
-const Row* FindRow(const std::string& name) {
+const Row* find_row(const std::string& name) {
   for (const Row& row : g_rows) {
     if (row.name == name && !row.us.empty()) return &row;
   }
@@ -160,7 +159,7 @@ struct Case {
 // Runs every case's warm-up, then the timed iterations in rounds: each round
 // runs a slice of every case in turn, so a slow spell of the machine (this is
 // a shared 2-core VM) spreads over all rows instead of landing on one.
-void RunInterleaved(std::vector<Case>& cases, int rounds) {
+void run_interleaved(std::vector<Case>& cases, int rounds) {
   for (Case& c : cases) {
     for (int i = 0; i < c.warmup; ++i) c.once();
   }
@@ -191,7 +190,7 @@ struct ReplyDeleter {
 using RawContext = std::unique_ptr<redisContext, RedisContextDeleter>;
 using RawReply = std::unique_ptr<redisReply, ReplyDeleter>;
 
-RawReply RawCommand(redisContext* c, const std::vector<std::string>& args) {
+RawReply raw_command(redisContext* c, const std::vector<std::string>& args) {
   std::vector<const char*> argv;
   std::vector<std::size_t> lengths;
   for (const std::string& a : args) {
@@ -207,7 +206,7 @@ RawReply RawCommand(redisContext* c, const std::vector<std::string>& args) {
   return reply;
 }
 
-RawContext RawConnect(const simba::RedisOptions& options) {
+RawContext raw_connect(const simba::RedisOptions& options) {
   const timeval timeout{3, 0};
   RawContext c(redisConnectWithTimeout(options.host.c_str(), options.port, timeout));
   if (!c || c->err) {
@@ -217,25 +216,26 @@ RawContext RawConnect(const simba::RedisOptions& options) {
   // hiredis sets TCP_NODELAY on TCP connections itself, as Simba does.
   if (!options.password.empty()) {
     if (options.user.empty()) {
-      RawCommand(c.get(), {"AUTH", options.password});
+      raw_command(c.get(), {"AUTH", options.password});
     } else {
-      RawCommand(c.get(), {"AUTH", options.user, options.password});
+      raw_command(c.get(), {"AUTH", options.user, options.password});
     }
   }
-  if (options.database != 0) RawCommand(c.get(), {"SELECT", std::to_string(options.database)});
+  if (options.database != 0) raw_command(c.get(), {"SELECT", std::to_string(options.database)});
   return c;
 }
 
-std::string Unique(const std::string& what) {
+std::string unique(const std::string& what) {
   return "bench-" + what + "-" + std::to_string(getpid());
 }
 
 // Every case keeps its connections, factories and services in a shared
 // state that its `once` owns, so all cases stay set up while they take turns.
 
-std::vector<double> Us(std::initializer_list<double> values) { return values; }
+std::vector<double> us(std::initializer_list<double> values) { return values; }
 
-void AddRawCases(const Settings& s, const simba::RedisOptions& options, std::vector<Case>& cases) {
+void add_raw_cases(const Settings& s, const simba::RedisOptions& options,
+                   std::vector<Case>& cases) {
   struct Raw {
     RawContext c;
     RawContext sub;
@@ -248,25 +248,25 @@ void AddRawCases(const Settings& s, const simba::RedisOptions& options, std::vec
     std::vector<std::string> keys;
     std::string lock;
 
-    std::string Acquire(redisContext* ctx, const std::string& id) const {
+    std::string acquire(redisContext* ctx, const std::string& id) const {
       std::vector<std::string> args = {"EVALSHA", acquire_sha, "3"};
       args.insert(args.end(), keys.begin(), keys.end());
       args.insert(args.end(), {id, "10000", "6000", "0"});
-      RawReply r = RawCommand(ctx, args);
+      RawReply r = raw_command(ctx, args);
       if (r->type != REDIS_REPLY_ARRAY || r->elements != 7) {
         throw BenchError("raw acquire script: unexpected reply");
       }
       return std::string(r->element[0]->str, r->element[0]->len);
     }
-    bool Release(redisContext* ctx, const std::string& id) const {
+    bool release(redisContext* ctx, const std::string& id) const {
       std::vector<std::string> args = {"EVALSHA", release_sha, "3"};
       args.insert(args.end(), keys.begin(), keys.end());
       args.push_back(id);
-      RawReply r = RawCommand(ctx, args);
+      RawReply r = raw_command(ctx, args);
       if (r->type != REDIS_REPLY_INTEGER) throw BenchError("raw release script: unexpected reply");
       return r->integer == 1;
     }
-    static void ReadMessage(redisContext* ctx) {
+    static void read_message(redisContext* ctx) {
       void* out = nullptr;
       if (redisGetReply(ctx, &out) != REDIS_OK || out == nullptr) {
         throw BenchError(std::string("hiredis: reading a pushed message: ") + ctx->errstr);
@@ -278,86 +278,88 @@ void AddRawCases(const Settings& s, const simba::RedisOptions& options, std::vec
     }
   };
   auto raw = std::make_shared<Raw>();
-  raw->c = RawConnect(options);
+  raw->c = raw_connect(options);
   raw->key = "bench:raw:" + std::to_string(getpid());
   // Simba's own Lua scripts sent straight through hiredis: the server's share
   // of an acquire + release, without the backend's client-side work.
-  raw->acquire_sha = RawCommand(raw->c.get(), {"SCRIPT", "LOAD",
-                                               std::string(simba::internal::redis::kLuaPrelude) +
-                                                   simba::internal::redis::kLuaAcquire})
+  raw->acquire_sha = raw_command(raw->c.get(), {"SCRIPT", "LOAD",
+                                                std::string(simba::internal::redis::kLuaPrelude) +
+                                                    simba::internal::redis::kLuaAcquire})
                          ->str;
-  raw->release_sha = RawCommand(raw->c.get(), {"SCRIPT", "LOAD",
-                                               std::string(simba::internal::redis::kLuaPrelude) +
-                                                   simba::internal::redis::kLuaRelease})
+  raw->release_sha = raw_command(raw->c.get(), {"SCRIPT", "LOAD",
+                                                std::string(simba::internal::redis::kLuaPrelude) +
+                                                    simba::internal::redis::kLuaRelease})
                          ->str;
-  raw->lock = "benchraw:{" + Unique("raw") + "}";
+  raw->lock = "benchraw:{" + unique("raw") + "}";
   raw->keys = {raw->lock, raw->lock + ":contender", raw->lock + ":fence"};
-  raw->sub = RawConnect(options);
+  raw->sub = raw_connect(options);
   raw->channel = "bench:chan:" + std::to_string(getpid());
-  RawCommand(raw->sub.get(), {"SUBSCRIBE", raw->channel});
-  raw->waiter = RawConnect(options);
-  raw->waiter_sub = RawConnect(options);
-  RawCommand(raw->waiter_sub.get(), {"SUBSCRIBE", raw->lock + ":waiter"});
+  raw_command(raw->sub.get(), {"SUBSCRIBE", raw->channel});
+  raw->waiter = raw_connect(options);
+  raw->waiter_sub = raw_connect(options);
+  raw_command(raw->waiter_sub.get(), {"SUBSCRIBE", raw->lock + ":waiter"});
 
-  cases.push_back(Case{{AddRow("raw PING")}, s.iterations, s.warmup, [raw] {
+  cases.push_back(Case{{add_row("raw PING")}, s.iterations, s.warmup, [raw] {
                          const auto t0 = SteadyClock::now();
-                         RawReply r = RawCommand(raw->c.get(), {"PING"});
-                         return Us({MicrosSince(t0, SteadyClock::now())});
+                         RawReply r = raw_command(raw->c.get(), {"PING"});
+                         return us({micros_since(t0, SteadyClock::now())});
                        }});
-  cases.push_back(Case{{AddRow("raw SET NX PX + DEL")}, s.iterations, s.warmup, [raw] {
-    const auto t0 = SteadyClock::now();
-    RawReply set = RawCommand(raw->c.get(), {"SET", raw->key, "holder", "NX", "PX", "16000"});
-    RawReply del = RawCommand(raw->c.get(), {"DEL", raw->key});
-    const auto t1 = SteadyClock::now();
-    if (set->type != REDIS_REPLY_STATUS || del->type != REDIS_REPLY_INTEGER || del->integer != 1) {
-      throw BenchError("raw SET NX PX + DEL: unexpected reply");
-    }
-    return Us({MicrosSince(t0, t1)});
-  }});
-  cases.push_back(Case{{AddRow("raw EVALSHA simba acquire + release scripts")}, s.iterations,
-                       s.warmup, [raw] {
-    const auto t0 = SteadyClock::now();
-    const std::string outcome = raw->Acquire(raw->c.get(), "holder");
-    const bool released = raw->Release(raw->c.get(), "holder");
-    const auto t1 = SteadyClock::now();
-    if (outcome != "acquired" || !released) {
-      throw BenchError("raw scripts: expected acquired + released, got " + outcome);
-    }
-    return Us({MicrosSince(t0, t1)});
-  }});
+  cases.push_back(Case{
+      {add_row("raw SET NX PX + DEL")}, s.iterations, s.warmup, [raw] {
+        const auto t0 = SteadyClock::now();
+        RawReply set = raw_command(raw->c.get(), {"SET", raw->key, "holder", "NX", "PX", "16000"});
+        RawReply del = raw_command(raw->c.get(), {"DEL", raw->key});
+        const auto t1 = SteadyClock::now();
+        if (set->type != REDIS_REPLY_STATUS || del->type != REDIS_REPLY_INTEGER ||
+            del->integer != 1) {
+          throw BenchError("raw SET NX PX + DEL: unexpected reply");
+        }
+        return us({micros_since(t0, t1)});
+      }});
+  cases.push_back(
+      Case{{add_row("raw EVALSHA simba acquire + release scripts")}, s.iterations, s.warmup, [raw] {
+             const auto t0 = SteadyClock::now();
+             const std::string outcome = raw->acquire(raw->c.get(), "holder");
+             const bool released = raw->release(raw->c.get(), "holder");
+             const auto t1 = SteadyClock::now();
+             if (outcome != "acquired" || !released) {
+               throw BenchError("raw scripts: expected acquired + released, got " + outcome);
+             }
+             return us({micros_since(t0, t1)});
+           }});
   // Pub/sub: PUBLISH on one connection until the message is read on another.
-  cases.push_back(Case{{AddRow("raw PUBLISH -> message read by subscriber")}, s.iterations,
-                       s.warmup, [raw] {
-    const auto t0 = SteadyClock::now();
-    RawReply r = RawCommand(raw->c.get(), {"PUBLISH", raw->channel, "released@@x"});
-    Raw::ReadMessage(raw->sub.get());
-    return Us({MicrosSince(t0, SteadyClock::now())});
-  }});
+  cases.push_back(
+      Case{{add_row("raw PUBLISH -> message read by subscriber")}, s.iterations, s.warmup, [raw] {
+             const auto t0 = SteadyClock::now();
+             RawReply r = raw_command(raw->c.get(), {"PUBLISH", raw->channel, "released@@x"});
+             Raw::read_message(raw->sub.get());
+             return us({micros_since(t0, SteadyClock::now())});
+           }});
   // The protocol's floor for a hand-off, in one thread without any of the
   // library's threads: the holder's release script publishes to the queued
   // waiter's channel, the waiter reads it and runs the acquire script.
-  cases.push_back(Case{{AddRow("raw scripts hand-off (release->push->acquire)")}, s.iterations,
-                       s.warmup, [raw] {
-    if (raw->Acquire(raw->c.get(), "holder") != "acquired" ||
-        raw->Acquire(raw->waiter.get(), "waiter") != "held") {
-      throw BenchError("raw hand-off: unexpected set-up");
-    }
-    const auto t0 = SteadyClock::now();
-    raw->Release(raw->c.get(), "holder");
-    Raw::ReadMessage(raw->waiter_sub.get());
-    const std::string outcome = raw->Acquire(raw->waiter.get(), "waiter");
-    const auto t1 = SteadyClock::now();
-    if (outcome != "acquired" || !raw->Release(raw->waiter.get(), "waiter")) {
-      throw BenchError("raw hand-off: the waiter did not acquire (" + outcome + ")");
-    }
-    return Us({MicrosSince(t0, t1)});
-  }});
+  cases.push_back(Case{
+      {add_row("raw scripts hand-off (release->push->acquire)")}, s.iterations, s.warmup, [raw] {
+        if (raw->acquire(raw->c.get(), "holder") != "acquired" ||
+            raw->acquire(raw->waiter.get(), "waiter") != "held") {
+          throw BenchError("raw hand-off: unexpected set-up");
+        }
+        const auto t0 = SteadyClock::now();
+        raw->release(raw->c.get(), "holder");
+        Raw::read_message(raw->waiter_sub.get());
+        const std::string outcome = raw->acquire(raw->waiter.get(), "waiter");
+        const auto t1 = SteadyClock::now();
+        if (outcome != "acquired" || !raw->release(raw->waiter.get(), "waiter")) {
+          throw BenchError("raw hand-off: the waiter did not acquire (" + outcome + ")");
+        }
+        return us({micros_since(t0, t1)});
+      }});
 }
 
 // The machine's own cost of handing work to another thread (a
 // condition_variable notify until the waiting thread runs): the library
 // moves each attempt across a few threads, and each such step costs this.
-void AddWakeCase(const Settings& s, std::vector<Case>& cases) {
+void add_wake_case(const Settings& s, std::vector<Case>& cases) {
   struct State {
     std::mutex mu;
     std::condition_variable cv;
@@ -387,31 +389,31 @@ void AddWakeCase(const Settings& s, std::vector<Case>& cases) {
       raw->cv.notify_all();
     }
   });
-  cases.push_back(Case{{AddRow("thread wake-up (condition_variable notify)")}, s.iterations,
-                       s.warmup, [st] {
-    const auto t0 = SteadyClock::now();
-    {
-      std::lock_guard<std::mutex> lock(st->mu);
-      st->go = true;
-      st->done = false;
-    }
-    st->cv.notify_all();
-    std::unique_lock<std::mutex> lock(st->mu);
-    st->cv.wait(lock, [&] { return st->done; });
-    return Us({MicrosSince(t0, st->woke)});
-  }});
+  cases.push_back(
+      Case{{add_row("thread wake-up (condition_variable notify)")}, s.iterations, s.warmup, [st] {
+             const auto t0 = SteadyClock::now();
+             {
+               std::lock_guard<std::mutex> lock(st->mu);
+               st->go = true;
+               st->done = false;
+             }
+             st->cv.notify_all();
+             std::unique_lock<std::mutex> lock(st->mu);
+             st->cv.wait(lock, [&] { return st->done; });
+             return us({micros_since(t0, st->woke)});
+           }});
 }
 
 // The server's own time per command (INFO commandstats), to tell the
 // server's share of a figure from the network's and the client's.
-void ResetServerStats(const simba::RedisOptions& options) {
-  RawContext c = RawConnect(options);
-  RawCommand(c.get(), {"CONFIG", "RESETSTAT"});
+void reset_server_stats(const simba::RedisOptions& options) {
+  RawContext c = raw_connect(options);
+  raw_command(c.get(), {"CONFIG", "RESETSTAT"});
 }
 
-void NoteServerStats(const simba::RedisOptions& options) {
-  RawContext c = RawConnect(options);
-  RawReply info = RawCommand(c.get(), {"INFO", "commandstats"});
+void note_server_stats(const simba::RedisOptions& options) {
+  RawContext c = raw_connect(options);
+  RawReply info = raw_command(c.get(), {"INFO", "commandstats"});
   std::istringstream lines(std::string(info->str, info->len));
   for (std::string line; std::getline(lines, line);) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
@@ -426,7 +428,7 @@ void NoteServerStats(const simba::RedisOptions& options) {
         if (field.rfind("calls=", 0) == 0) calls = field.substr(6);
         if (field.rfind("usec_per_call=", 0) == 0) per_call = field.substr(14);
       }
-      Note("server time per call (INFO commandstats): " + std::string(command) + " " + per_call +
+      note("server time per call (INFO commandstats): " + std::string(command) + " " + per_call +
            " us over " + calls + " calls (commands inside scripts count too)");
     }
   }
@@ -435,45 +437,52 @@ void NoteServerStats(const simba::RedisOptions& options) {
 // ---------------------------------------------------------------------------
 // Through the library.
 
-simba::AcquireRequest Request(const std::string& mutex, const std::string& id) {
+simba::AcquireRequest request_for(const std::string& mutex, const std::string& id) {
   return simba::AcquireRequest{mutex, id, milliseconds(10000), milliseconds(6000)};
 }
 
-simba::Deadline CallDeadline() { return SteadyClock::now() + std::chrono::seconds(3); }
+simba::Deadline call_deadline() { return SteadyClock::now() + std::chrono::seconds(3); }
 
-void AddBackendCases(const Settings& s, std::vector<Case>& cases) {
-  std::shared_ptr<simba::Backend> backend = Check(simba::OpenBackend(s.uri), "opening the backend");
-  const std::string mutex = Unique("spi");
-  const std::string renewed = Unique("spi-renewed");
+void add_backend_cases(const Settings& s, std::vector<Case>& cases) {
+  std::shared_ptr<simba::Backend> backend =
+      check(simba::open_backend(s.uri), "opening the backend");
+  const std::string mutex = unique("spi");
+  const std::string renewed = unique("spi-renewed");
   const std::string id = "bench-holder";
-  cases.push_back(Case{{AddRow("backend acquire_or_renew (free mutex)"), AddRow("backend release"),
-                        AddRow("backend acquire_or_renew + release")},
-                       s.iterations, s.warmup, [backend, mutex, id] {
-    const auto t0 = SteadyClock::now();
-    auto acquired = backend->acquire_or_renew(Request(mutex, id), CallDeadline());
-    const auto t1 = SteadyClock::now();
-    auto released = backend->release(mutex, id, CallDeadline());
-    const auto t2 = SteadyClock::now();
-    if (!Check(std::move(acquired), "acquire_or_renew").owner.is_owner(id)) {
-      throw BenchError("acquire_or_renew: a free mutex was not acquired");
-    }
-    if (!Check(std::move(released), "release")) throw BenchError("release: not released");
-    return Us({MicrosSince(t0, t1), MicrosSince(t1, t2), MicrosSince(t0, t2)});
-  }});
-  Check(backend->acquire_or_renew(Request(renewed, id), CallDeadline()), "acquire_or_renew");
-  cases.push_back(Case{{AddRow("backend acquire_or_renew (renewal)")}, s.iterations, s.warmup,
+  cases.push_back(
+      Case{{add_row("backend acquire_or_renew (free mutex)"), add_row("backend release"),
+            add_row("backend acquire_or_renew + release")},
+           s.iterations,
+           s.warmup,
+           [backend, mutex, id] {
+             const auto t0 = SteadyClock::now();
+             auto acquired = backend->acquire_or_renew(request_for(mutex, id), call_deadline());
+             const auto t1 = SteadyClock::now();
+             auto released = backend->release(mutex, id, call_deadline());
+             const auto t2 = SteadyClock::now();
+             if (!check(std::move(acquired), "acquire_or_renew").owner.is_owner(id)) {
+               throw BenchError("acquire_or_renew: a free mutex was not acquired");
+             }
+             if (!check(std::move(released), "release")) throw BenchError("release: not released");
+             return us({micros_since(t0, t1), micros_since(t1, t2), micros_since(t0, t2)});
+           }});
+  check(backend->acquire_or_renew(request_for(renewed, id), call_deadline()), "acquire_or_renew");
+  cases.push_back(Case{{add_row("backend acquire_or_renew (renewal)")},
+                       s.iterations,
+                       s.warmup,
                        [backend, renewed, id] {
-    const auto t0 = SteadyClock::now();
-    auto result = backend->acquire_or_renew(Request(renewed, id), CallDeadline());
-    const auto t1 = SteadyClock::now();
-    if (!Check(std::move(result), "renewal").owner.is_owner(id)) {
-      throw BenchError("renewal: lost the mutex");
-    }
-    return Us({MicrosSince(t0, t1)});
-  }});
+                         const auto t0 = SteadyClock::now();
+                         auto result =
+                             backend->acquire_or_renew(request_for(renewed, id), call_deadline());
+                         const auto t1 = SteadyClock::now();
+                         if (!check(std::move(result), "renewal").owner.is_owner(id)) {
+                           throw BenchError("renewal: lost the mutex");
+                         }
+                         return us({micros_since(t0, t1)});
+                       }});
 }
 
-void AddLockerCase(const Settings& s, std::vector<Case>& cases) {
+void add_locker_case(const Settings& s, std::vector<Case>& cases) {
   struct State {
     std::unique_ptr<simba::MutexContendServiceFactory> factory;
     std::unique_ptr<simba::Locker> locker;
@@ -483,34 +492,38 @@ void AddLockerCase(const Settings& s, std::vector<Case>& cases) {
   simba::FactoryOptions options;
   options.contend.ttl = milliseconds(10000);
   options.contend.transition = milliseconds(6000);
-  state->factory = Check(simba::MutexContendServiceFactory::open(s.uri, options), "opening a factory");
-  state->locker = Check(simba::Locker::create(*state->factory, Unique("locker")), "creating a locker");
-  cases.push_back(Case{{AddRow("Locker try_acquire (free mutex)"), AddRow("Locker release"),
-                        AddRow("Locker try_acquire + release")},
-                       s.iterations, s.warmup, [state] {
-    const auto t0 = SteadyClock::now();
-    auto held = state->locker->try_acquire();
-    const auto t1 = SteadyClock::now();
-    simba::Status released = state->locker->release();
-    const auto t2 = SteadyClock::now();
-    Check(released, "Locker::release");
-    if (!Check(std::move(held), "try_acquire")) {
-      // Nobody else uses this mutex: "busy" is a wrong answer. Noted, left
-      // out of the figures; the run goes on so the other rows still come.
-      if (g_wrong_answers++ < 5) {
-        Note("WRONG ANSWER: Locker::try_acquire returned false (busy) on a free mutex");
-      }
-      return std::vector<double>{};
-    }
-    return Us({MicrosSince(t0, t1), MicrosSince(t1, t2), MicrosSince(t0, t2)});
-  }});
+  state->factory =
+      check(simba::MutexContendServiceFactory::open(s.uri, options), "opening a factory");
+  state->locker =
+      check(simba::Locker::create(*state->factory, unique("locker")), "creating a locker");
+  cases.push_back(
+      Case{{add_row("Locker try_acquire (free mutex)"), add_row("Locker release"),
+            add_row("Locker try_acquire + release")},
+           s.iterations,
+           s.warmup,
+           [state] {
+             const auto t0 = SteadyClock::now();
+             auto held = state->locker->try_acquire();
+             const auto t1 = SteadyClock::now();
+             simba::Status released = state->locker->release();
+             const auto t2 = SteadyClock::now();
+             check(released, "Locker::release");
+             if (!check(std::move(held), "try_acquire")) {
+               // Nobody else uses this mutex: "busy" is a wrong answer. Noted, left
+               // out of the figures; the run goes on so the other rows still come.
+               if (g_wrong_answers++ < 5) {
+                 note("WRONG ANSWER: Locker::try_acquire returned false (busy) on a free mutex");
+               }
+               return std::vector<double>{};
+             }
+             return us({micros_since(t0, t1), micros_since(t1, t2), micros_since(t0, t2)});
+           }});
 }
 
 // A contender that records what it is told, for the hand-off rows.
 class Probe final : public simba::MutexContender {
  public:
-  Probe(std::string mutex, std::string id)
-      : MutexContender(std::move(mutex), std::move(id)) {}
+  Probe(std::string mutex, std::string id) : MutexContender(std::move(mutex), std::move(id)) {}
 
   void on_owner(const simba::MutexState& state) override {
     const auto now = SteadyClock::now();
@@ -525,7 +538,7 @@ class Probe final : public simba::MutexContender {
     cv_.notify_all();
   }
 
-  void Reset() {
+  void reset() {
     std::lock_guard<std::mutex> lock(mu_);
     last_owner_.clear();
   }
@@ -534,12 +547,12 @@ class Probe final : public simba::MutexContender {
     return acquisitions_;
   }
   // Waits until the service has applied `owner` as the owner.
-  bool WaitOwner(const std::string& owner, milliseconds timeout) {
+  bool wait_owner(const std::string& owner, milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     return cv_.wait_for(lock, timeout, [&] { return last_owner_ == owner; });
   }
   // Waits for acquisition number `n`; returns when it was reported.
-  std::optional<SteadyClock::time_point> WaitAcquisition(int n, milliseconds timeout) {
+  std::optional<SteadyClock::time_point> wait_acquisition(int n, milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [&] { return acquisitions_ >= n; })) return std::nullopt;
     return acquired_at_;
@@ -558,7 +571,7 @@ class Probe final : public simba::MutexContender {
 // this long is reported as an error.
 constexpr milliseconds kHandoffTimeout{5000};
 
-simba::FactoryOptions HandoffOptions() {
+simba::FactoryOptions handoff_options() {
   simba::FactoryOptions options;
   options.contend.ttl = milliseconds(10000);
   options.contend.transition = milliseconds(6000);
@@ -570,27 +583,27 @@ struct Member {
   std::unique_ptr<simba::MutexContendService> service;
 };
 
-Member MakeMember(simba::MutexContendServiceFactory& factory, const std::string& mutex,
-                  const std::string& id) {
+Member make_member(simba::MutexContendServiceFactory& factory, const std::string& mutex,
+                   const std::string& id) {
   Member m;
   m.probe = std::make_shared<Probe>(mutex, id);
-  m.service = Check(factory.create_contend_service(m.probe), "creating a contend service");
+  m.service = check(factory.create_contend_service(m.probe), "creating a contend service");
   return m;
 }
 
 // Starts `m` on a free mutex and waits until it owns it.
-void StartHolder(Member& m) {
+void start_holder(Member& m) {
   const int before = m.probe->acquisitions();
-  m.probe->Reset();
-  Check(m.service->start(), "starting the holder");
-  if (!m.probe->WaitAcquisition(before + 1, kHandoffTimeout)) {
+  m.probe->reset();
+  check(m.service->start(), "starting the holder");
+  if (!m.probe->wait_acquisition(before + 1, kHandoffTimeout)) {
     throw BenchError("the holder did not acquire a free mutex within 5 s");
   }
 }
 
 // Holder and waiter in two factories (two backends: separate connections,
 // as two processes would have); they swap roles after every hand-off.
-void AddHandoffCase(const Settings& s, std::vector<Case>& cases) {
+void add_handoff_case(const Settings& s, std::vector<Case>& cases) {
   struct State {
     std::unique_ptr<simba::MutexContendServiceFactory> factory_a;
     std::unique_ptr<simba::MutexContendServiceFactory> factory_b;
@@ -606,50 +619,54 @@ void AddHandoffCase(const Settings& s, std::vector<Case>& cases) {
     }
   };
   auto st = std::make_shared<State>();
-  st->factory_a = Check(simba::MutexContendServiceFactory::open(s.uri, HandoffOptions()), "factory A");
-  st->factory_b = Check(simba::MutexContendServiceFactory::open(s.uri, HandoffOptions()), "factory B");
-  const std::string mutex = Unique("handoff");
-  st->a = MakeMember(*st->factory_a, mutex, "bench-a");
-  st->b = MakeMember(*st->factory_b, mutex, "bench-b");
+  st->factory_a =
+      check(simba::MutexContendServiceFactory::open(s.uri, handoff_options()), "factory A");
+  st->factory_b =
+      check(simba::MutexContendServiceFactory::open(s.uri, handoff_options()), "factory B");
+  const std::string mutex = unique("handoff");
+  st->a = make_member(*st->factory_a, mutex, "bench-a");
+  st->b = make_member(*st->factory_b, mutex, "bench-b");
   st->holder = &st->a;
   st->waiter = &st->b;
-  StartHolder(*st->holder);
-  cases.push_back(Case{{AddRow("hand-off in process: stop() -> on_acquired"),
-                        AddRow("  holder's stop() returns"),
-                        AddRow("  stop() returned -> waiter's on_acquired")},
-                       s.handoffs, s.warmup / 4, [st] {
-    Member& holder = *st->holder;
-    Member& waiter = *st->waiter;
-    // The waiter contends once, finds the holder and joins the queue.
-    const int before = waiter.probe->acquisitions();
-    waiter.probe->Reset();
-    Check(waiter.service->start(), "starting the waiter");
-    if (!waiter.probe->WaitOwner(holder.probe->contender_id(), kHandoffTimeout)) {
-      throw BenchError("the waiter did not see the holder within 5 s");
-    }
-    const auto t0 = SteadyClock::now();
-    simba::Status stopped = holder.service->stop();
-    const auto t_stopped = SteadyClock::now();
-    Check(stopped, "stopping the holder");
-    auto acquired = waiter.probe->WaitAcquisition(before + 1, kHandoffTimeout);
-    if (!acquired) {
-      throw BenchError("hand-off " + std::to_string(st->done) +
-                       ": the waiter did not acquire within 5 s of a clean release "
-                       "(the push did not arrive; it would have waited for its poll)");
-    }
-    ++st->done;
-    std::swap(st->holder, st->waiter);
-    return Us({MicrosSince(t0, *acquired), MicrosSince(t0, t_stopped),
-               MicrosSince(t_stopped, *acquired)});
-  }});
+  start_holder(*st->holder);
+  cases.push_back(Case{
+      {add_row("hand-off in process: stop() -> on_acquired"), add_row("  holder's stop() returns"),
+       add_row("  stop() returned -> waiter's on_acquired")},
+      s.handoffs,
+      s.warmup / 4,
+      [st] {
+        Member& holder = *st->holder;
+        Member& waiter = *st->waiter;
+        // The waiter contends once, finds the holder and joins the queue.
+        const int before = waiter.probe->acquisitions();
+        waiter.probe->reset();
+        check(waiter.service->start(), "starting the waiter");
+        if (!waiter.probe->wait_owner(holder.probe->contender_id(), kHandoffTimeout)) {
+          throw BenchError("the waiter did not see the holder within 5 s");
+        }
+        const auto t0 = SteadyClock::now();
+        simba::Status stopped = holder.service->stop();
+        const auto t_stopped = SteadyClock::now();
+        check(stopped, "stopping the holder");
+        auto acquired = waiter.probe->wait_acquisition(before + 1, kHandoffTimeout);
+        if (!acquired) {
+          throw BenchError("hand-off " + std::to_string(st->done) +
+                           ": the waiter did not acquire within 5 s of a clean release "
+                           "(the push did not arrive; it would have waited for its poll)");
+        }
+        ++st->done;
+        std::swap(st->holder, st->waiter);
+        return us({micros_since(t0, *acquired), micros_since(t0, t_stopped),
+                   micros_since(t_stopped, *acquired)});
+      }});
 }
 
 // The waiter's share of a hand-off on its own: the holder is a plain
 // hiredis connection running Simba's release script (no library threads on
 // the holder's side), the waiter a contend service. Compare with the raw
 // scripts' hand-off, where the waiter is plain hiredis too.
-void AddRawHolderHandoffCase(const Settings& s, const simba::RedisOptions& options,
-                             std::vector<Case>& cases) {
+void add_raw_holder_handoff_case(const Settings& s, const simba::RedisOptions& options,
+                                 std::vector<Case>& cases) {
   struct State {
     RawContext c;
     std::string acquire_sha;
@@ -661,11 +678,11 @@ void AddRawHolderHandoffCase(const Settings& s, const simba::RedisOptions& optio
       if (waiter.service && waiter.service->running()) (void)waiter.service->stop();
       waiter.service.reset();
     }
-    std::string Script(const std::string& sha, const std::vector<std::string>& args) {
+    std::string script(const std::string& sha, const std::vector<std::string>& args) {
       std::vector<std::string> command = {"EVALSHA", sha, "3"};
       command.insert(command.end(), keys.begin(), keys.end());
       command.insert(command.end(), args.begin(), args.end());
-      RawReply r = RawCommand(c.get(), command);
+      RawReply r = raw_command(c.get(), command);
       if (r->type == REDIS_REPLY_INTEGER) return std::to_string(r->integer);
       if (r->type == REDIS_REPLY_ARRAY && r->elements == 7) {
         return std::string(r->element[0]->str, r->element[0]->len);
@@ -674,46 +691,50 @@ void AddRawHolderHandoffCase(const Settings& s, const simba::RedisOptions& optio
     }
   };
   auto st = std::make_shared<State>();
-  st->c = RawConnect(options);
-  st->acquire_sha = RawCommand(st->c.get(), {"SCRIPT", "LOAD",
-                                             std::string(simba::internal::redis::kLuaPrelude) +
-                                                 simba::internal::redis::kLuaAcquire})
+  st->c = raw_connect(options);
+  st->acquire_sha = raw_command(st->c.get(), {"SCRIPT", "LOAD",
+                                              std::string(simba::internal::redis::kLuaPrelude) +
+                                                  simba::internal::redis::kLuaAcquire})
                         ->str;
-  st->release_sha = RawCommand(st->c.get(), {"SCRIPT", "LOAD",
-                                             std::string(simba::internal::redis::kLuaPrelude) +
-                                                 simba::internal::redis::kLuaRelease})
+  st->release_sha = raw_command(st->c.get(), {"SCRIPT", "LOAD",
+                                              std::string(simba::internal::redis::kLuaPrelude) +
+                                                  simba::internal::redis::kLuaRelease})
                         ->str;
-  const std::string mutex = Unique("handoff-raw-holder");
+  const std::string mutex = unique("handoff-raw-holder");
   // The library's own keys for the mutex (see include/simba/backends/redis.h).
   const std::string lock = options.key_prefix + ":{" + mutex + "}";
   st->keys = {lock, lock + ":contender", lock + ":fence"};
-  st->factory = Check(simba::MutexContendServiceFactory::open(s.uri, HandoffOptions()), "factory");
-  st->waiter = MakeMember(*st->factory, mutex, "bench-waiter");
-  cases.push_back(Case{{AddRow("hand-off, plain hiredis holder -> library waiter")}, s.handoffs,
-                       s.warmup / 4, [st] {
-    if (st->Script(st->acquire_sha, {"raw-holder", "10000", "6000", "0"}) != "acquired") {
-      throw BenchError("raw holder: could not acquire the free mutex");
-    }
-    const int before = st->waiter.probe->acquisitions();
-    st->waiter.probe->Reset();
-    Check(st->waiter.service->start(), "starting the waiter");
-    if (!st->waiter.probe->WaitOwner("raw-holder", kHandoffTimeout)) {
-      throw BenchError("the waiter did not see the raw holder within 5 s");
-    }
-    const auto t0 = SteadyClock::now();
-    if (st->Script(st->release_sha, {"raw-holder"}) != "1") {
-      throw BenchError("raw holder: release failed");
-    }
-    auto acquired = st->waiter.probe->WaitAcquisition(before + 1, kHandoffTimeout);
-    if (!acquired) throw BenchError("the waiter did not acquire within 5 s of a clean release");
-    Check(st->waiter.service->stop(), "stopping the waiter");
-    return Us({MicrosSince(t0, *acquired)});
-  }});
+  st->factory = check(simba::MutexContendServiceFactory::open(s.uri, handoff_options()), "factory");
+  st->waiter = make_member(*st->factory, mutex, "bench-waiter");
+  cases.push_back(
+      Case{{add_row("hand-off, plain hiredis holder -> library waiter")},
+           s.handoffs,
+           s.warmup / 4,
+           [st] {
+             if (st->script(st->acquire_sha, {"raw-holder", "10000", "6000", "0"}) != "acquired") {
+               throw BenchError("raw holder: could not acquire the free mutex");
+             }
+             const int before = st->waiter.probe->acquisitions();
+             st->waiter.probe->reset();
+             check(st->waiter.service->start(), "starting the waiter");
+             if (!st->waiter.probe->wait_owner("raw-holder", kHandoffTimeout)) {
+               throw BenchError("the waiter did not see the raw holder within 5 s");
+             }
+             const auto t0 = SteadyClock::now();
+             if (st->script(st->release_sha, {"raw-holder"}) != "1") {
+               throw BenchError("raw holder: release failed");
+             }
+             auto acquired = st->waiter.probe->wait_acquisition(before + 1, kHandoffTimeout);
+             if (!acquired)
+               throw BenchError("the waiter did not acquire within 5 s of a clean release");
+             check(st->waiter.service->stop(), "stopping the waiter");
+             return us({micros_since(t0, *acquired)});
+           }});
 }
 
 // --- the waiter in a child process ------------------------------------------
 
-std::string ReadLine(FILE* in) {
+std::string read_line(FILE* in) {
   std::string line;
   for (int c = std::fgetc(in); c != EOF && c != '\n'; c = std::fgetc(in)) {
     line.push_back(static_cast<char>(c));
@@ -721,12 +742,12 @@ std::string ReadLine(FILE* in) {
   return line;
 }
 
-void WriteLine(FILE* out, const std::string& line) {
+void write_line(FILE* out, const std::string& line) {
   std::fprintf(out, "%s\n", line.c_str());
   std::fflush(out);
 }
 
-long long SteadyNanos(SteadyClock::time_point t) {
+long long steady_nanos(SteadyClock::time_point t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
@@ -734,36 +755,36 @@ long long SteadyNanos(SteadyClock::time_point t) {
 // the owner ("queued"), then reports its acquisition ("acquired NANOS", on
 // the steady clock, which is CLOCK_MONOTONIC and so shared by all processes
 // of the host) and releases ("released").
-int ChildWaiter(const std::string& uri, const std::string& mutex) {
+int child_waiter(const std::string& uri, const std::string& mutex) {
   try {
     auto factory =
-        Check(simba::MutexContendServiceFactory::open(uri, HandoffOptions()), "child factory");
-    Member me = MakeMember(*factory, mutex, "bench-child");
+        check(simba::MutexContendServiceFactory::open(uri, handoff_options()), "child factory");
+    Member me = make_member(*factory, mutex, "bench-child");
     for (;;) {
-      const std::string line = ReadLine(stdin);
+      const std::string line = read_line(stdin);
       if (line.rfind("wait ", 0) != 0) break;  // "quit" or EOF
       const int before = me.probe->acquisitions();
-      me.probe->Reset();
-      Check(me.service->start(), "starting the child waiter");
-      if (!me.probe->WaitOwner(line.substr(5), kHandoffTimeout)) {
+      me.probe->reset();
+      check(me.service->start(), "starting the child waiter");
+      if (!me.probe->wait_owner(line.substr(5), kHandoffTimeout)) {
         throw BenchError("child: did not see the holder within 5 s");
       }
-      WriteLine(stdout, "queued");
-      auto acquired = me.probe->WaitAcquisition(before + 1, kHandoffTimeout);
+      write_line(stdout, "queued");
+      auto acquired = me.probe->wait_acquisition(before + 1, kHandoffTimeout);
       if (!acquired) throw BenchError("child: no hand-off within 5 s of the release");
-      WriteLine(stdout, "acquired " + std::to_string(SteadyNanos(*acquired)));
-      Check(me.service->stop(), "stopping the child");
-      WriteLine(stdout, "released");
+      write_line(stdout, "acquired " + std::to_string(steady_nanos(*acquired)));
+      check(me.service->stop(), "stopping the child");
+      write_line(stdout, "released");
     }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "simba-bench-redis (child): %s\n", e.what());
-    WriteLine(stdout, "error");
+    write_line(stdout, "error");
     return 1;
   }
 }
 
-std::string SelfPath() {
+std::string self_path() {
   std::vector<char> buffer(4096);
   const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
   if (n <= 0) throw BenchError("cannot read /proc/self/exe");
@@ -789,7 +810,7 @@ class ChildWaiterProcess {
     posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
     posix_spawn_file_actions_addclose(&actions, to_child[1]);
     posix_spawn_file_actions_addclose(&actions, from_child[0]);
-    const std::string self = SelfPath();
+    const std::string self = self_path();
     std::vector<std::string> args = {self, "--child-waiter", uri, mutex};
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -805,18 +826,18 @@ class ChildWaiterProcess {
       throw BenchError(std::string("posix_spawn: ") + std::strerror(rc));
     }
   }
-  ~ChildWaiterProcess() { (void)Finish(); }
+  ~ChildWaiterProcess() { (void)finish(); }
 
-  void Send(const std::string& line) { WriteLine(out_, line); }
-  std::string Expect(const std::string& prefix) {
-    const std::string line = ReadLine(in_);
+  void send(const std::string& line) { write_line(out_, line); }
+  std::string expect(const std::string& prefix) {
+    const std::string line = read_line(in_);
     if (line.rfind(prefix, 0) != 0) {
       throw BenchError("the child waiter said '" + line + "', expected '" + prefix + "'");
     }
     return line.substr(prefix.size());
   }
   // Ends the child; true if it exited cleanly.
-  bool Finish() {
+  bool finish() {
     if (out_ != nullptr) {
       std::fprintf(out_, "quit\n");
       std::fclose(out_);
@@ -839,46 +860,49 @@ class ChildWaiterProcess {
   FILE* in_ = nullptr;
 };
 
-void AddChildHandoffCase(const Settings& s, std::vector<Case>& cases) {
+void add_child_handoff_case(const Settings& s, std::vector<Case>& cases) {
   struct State {
     std::unique_ptr<ChildWaiterProcess> child;
     std::unique_ptr<simba::MutexContendServiceFactory> factory;
     Member holder;
     ~State() {
       holder.service.reset();
-      if (child && !child->Finish()) std::fprintf(stderr, "the child waiter failed\n");
+      if (child && !child->finish()) std::fprintf(stderr, "the child waiter failed\n");
     }
   };
   auto st = std::make_shared<State>();
-  const std::string mutex = Unique("handoff-child");
+  const std::string mutex = unique("handoff-child");
   st->child = std::make_unique<ChildWaiterProcess>(s.uri, mutex);
-  st->factory = Check(simba::MutexContendServiceFactory::open(s.uri, HandoffOptions()), "parent factory");
-  st->holder = MakeMember(*st->factory, mutex, "bench-parent");
-  cases.push_back(Case{{AddRow("hand-off to a child process: stop() -> on_acquired")}, s.handoffs,
-                       s.warmup / 4, [st] {
-    StartHolder(st->holder);
-    st->child->Send("wait " + st->holder.probe->contender_id());
-    st->child->Expect("queued");
-    const auto t0 = SteadyClock::now();
-    Check(st->holder.service->stop(), "stopping the holder");
-    const long long t1 = std::stoll(st->child->Expect("acquired "));
-    st->child->Expect("released");
-    return Us({static_cast<double>(t1 - SteadyNanos(t0)) / 1000.0});
-  }});
+  st->factory =
+      check(simba::MutexContendServiceFactory::open(s.uri, handoff_options()), "parent factory");
+  st->holder = make_member(*st->factory, mutex, "bench-parent");
+  cases.push_back(Case{{add_row("hand-off to a child process: stop() -> on_acquired")},
+                       s.handoffs,
+                       s.warmup / 4,
+                       [st] {
+                         start_holder(st->holder);
+                         st->child->send("wait " + st->holder.probe->contender_id());
+                         st->child->expect("queued");
+                         const auto t0 = SteadyClock::now();
+                         check(st->holder.service->stop(), "stopping the holder");
+                         const long long t1 = std::stoll(st->child->expect("acquired "));
+                         st->child->expect("released");
+                         return us({static_cast<double>(t1 - steady_nanos(t0)) / 1000.0});
+                       }});
 }
 
 // --- many mutexes --------------------------------------------------------------
 
-void RunRenewals(const Settings& s) {
+void run_renewals(const Settings& s) {
   const int n = s.renew_mutexes;
   std::fprintf(stderr, "renewals, %d mutexes\n", n);
   std::vector<std::string> names;
-  for (int i = 0; i < n; ++i) names.push_back(Unique("renew") + "-" + std::to_string(i));
+  for (int i = 0; i < n; ++i) names.push_back(unique("renew") + "-" + std::to_string(i));
 
   // (a) The Backend SPI from two threads (a factory's default io_threads):
   // how long one round of renewals of every mutex takes on one backend.
   {
-    auto backend = Check(simba::OpenBackend(s.uri), "opening the backend");
+    auto backend = check(simba::open_backend(s.uri), "opening the backend");
     auto round = [&](const char* what, const std::function<void(const std::string&)>& call) {
       std::atomic<int> next{0};
       std::mutex error_mu;
@@ -896,24 +920,26 @@ void RunRenewals(const Settings& s) {
       std::thread t(work);
       work();
       t.join();
-      const double ms = MicrosSince(t0, SteadyClock::now()) / 1000.0;
+      const double ms = micros_since(t0, SteadyClock::now()) / 1000.0;
       if (!error.empty()) throw BenchError(error);
       char line[200];
       std::snprintf(line, sizeof(line),
                     "renewal test, Backend SPI, 2 threads: %-9s %d mutexes in %7.1f ms "
                     "(%5.1f us per call)",
                     what, n, ms, ms * 1000.0 / n);
-      Note(line);
+      note(line);
     };
     auto acquire = [&](const std::string& m) {
-      auto r = Check(backend->acquire_or_renew(Request(m, "bench-renewer"), CallDeadline()), "acquire");
-      if (!r.owner.is_owner("bench-renewer")) throw BenchError("renewal test: " + m + " not acquired");
+      auto r = check(backend->acquire_or_renew(request_for(m, "bench-renewer"), call_deadline()),
+                     "acquire");
+      if (!r.owner.is_owner("bench-renewer"))
+        throw BenchError("renewal test: " + m + " not acquired");
     };
     round("acquire", acquire);
     round("renew", acquire);
     round("renew", acquire);
     round("release", [&](const std::string& m) {
-      if (!Check(backend->release(m, "bench-renewer", CallDeadline()), "release")) {
+      if (!check(backend->release(m, "bench-renewer", call_deadline()), "release")) {
         throw BenchError("renewal test: " + m + " not released");
       }
     });
@@ -922,11 +948,16 @@ void RunRenewals(const Settings& s) {
   // (b) One factory holding all of them with ttl 1 s (so 10,000 renewals a
   // second at 10,000 mutexes): how late is each renewal against its due
   // time (the previous soft-lease end), by the store's clock?
-  struct Renewer final : simba::MutexContender {
+  class Renewer final : public simba::MutexContender {
+   public:
     Renewer(std::string mutex, std::string id, std::mutex* mu, std::vector<double>* lateness,
             std::atomic<int>* acquired, std::atomic<int>* lost, std::atomic<bool>* recording)
         : MutexContender(std::move(mutex), std::move(id)),
-          mu_(mu), lateness_(lateness), acquired_(acquired), lost_(lost), recording_(recording) {}
+          mu_(mu),
+          lateness_(lateness),
+          acquired_(acquired),
+          lost_(lost),
+          recording_(recording) {}
     void on_owner(const simba::MutexState& state) override {
       if (state.is_acquired(contender_id())) ++*acquired_;
       if (state.is_released(contender_id())) ++*lost_;
@@ -936,6 +967,8 @@ void RunRenewals(const Settings& s) {
         lateness_->push_back(static_cast<double>(late.count()));
       }
     }
+
+   private:
     std::mutex* mu_;
     std::vector<double>* lateness_;
     std::atomic<int>* acquired_;
@@ -952,14 +985,15 @@ void RunRenewals(const Settings& s) {
   simba::FactoryOptions options;
   options.contend.ttl = milliseconds(1000);
   options.contend.transition = milliseconds(6000);
-  auto factory = Check(simba::MutexContendServiceFactory::open(s.uri, options), "opening a factory");
+  auto factory =
+      check(simba::MutexContendServiceFactory::open(s.uri, options), "opening a factory");
   std::vector<std::unique_ptr<simba::MutexContendService>> services;
   const auto t0 = SteadyClock::now();
   for (const std::string& m : names) {
     auto contender = std::make_shared<Renewer>(m, "bench-renewer-f", &mu, &lateness_ms, &acquired,
                                                &lost, &recording);
-    services.push_back(Check(factory->create_contend_service(contender), "creating a service"));
-    Check(services.back()->start(), "starting a service");
+    services.push_back(check(factory->create_contend_service(contender), "creating a service"));
+    check(services.back()->start(), "starting a service");
   }
   const auto t_started = SteadyClock::now();
   while (acquired < n && SteadyClock::now() - t0 < std::chrono::seconds(60)) {
@@ -971,15 +1005,15 @@ void RunRenewals(const Settings& s) {
   std::snprintf(line, sizeof(line),
                 "renewal test, one factory: start() of %d services took %.0f ms; all owned "
                 "after %.0f ms",
-                n, MicrosSince(t0, t_started) / 1000.0, MicrosSince(t0, t_acquired) / 1000.0);
-  Note(line);
+                n, micros_since(t0, t_started) / 1000.0, micros_since(t0, t_acquired) / 1000.0);
+  note(line);
   // Skip the first second (the renewals of the start-up burst), then watch.
   std::this_thread::sleep_for(std::chrono::seconds(1));
   recording = true;
   const auto w0 = SteadyClock::now();
   std::this_thread::sleep_for(std::chrono::seconds(s.renew_seconds));
   recording = false;
-  const double seconds = MicrosSince(w0, SteadyClock::now()) / 1e6;
+  const double seconds = micros_since(w0, SteadyClock::now()) / 1e6;
   const int lost_while_held = lost;
   std::vector<double> late;
   {
@@ -990,63 +1024,63 @@ void RunRenewals(const Settings& s) {
                 "renewal test, one factory, ttl 1s: %.0f renewals/s (%d expected), "
                 "renewal lateness vs. ttl_at median %.0f ms, p99 %.0f ms, max %.0f ms; "
                 "leases lost: %d",
-                static_cast<double>(late.size()) / seconds, n, Median(late),
-                Percentile(late, 0.99), late.empty() ? 0.0 : *std::max_element(late.begin(), late.end()),
-                lost_while_held);
-  Note(line);
+                static_cast<double>(late.size()) / seconds, n, median(late), percentile(late, 0.99),
+                late.empty() ? 0.0 : *std::max_element(late.begin(), late.end()), lost_while_held);
+  note(line);
   const auto s0 = SteadyClock::now();
-  for (auto& service : services) Check(service->stop(), "stopping a service");
+  for (auto& service : services) check(service->stop(), "stopping a service");
   std::snprintf(line, sizeof(line), "renewal test, one factory: stop() of %d services took %.0f ms",
-                n, MicrosSince(s0, SteadyClock::now()) / 1000.0);
-  Note(line);
-  if (lost_while_held > 0) Note("WARNING: leases were lost during the renewal test (see above)");
+                n, micros_since(s0, SteadyClock::now()) / 1000.0);
+  note(line);
+  if (lost_while_held > 0) note("WARNING: leases were lost during the renewal test (see above)");
 }
 
 // ---------------------------------------------------------------------------
 
-void Targets() {
+void targets() {
   // Each line: the figure, its budget and measured / budget (<= 1 meets).
   auto line = [&](const std::string& what, const Row* row, double budget) {
     if (row == nullptr || budget <= 0) return;
-    const double m = Median(row->us);
+    const double m = median(row->us);
     char text[300];
     std::snprintf(text, sizeof(text), "target: %-56s %7.1f us, budget %6.1f us: %5.2fx budget, %s",
                   what.c_str(), m, budget, m / budget, m <= budget ? "meets" : "MISSES");
-    Note(text);
+    note(text);
   };
-  if (const Row* raw = FindRow("raw SET NX PX + DEL")) {
-    const double budget = 1.3 * Median(raw->us);
+  if (const Row* raw = find_row("raw SET NX PX + DEL")) {
+    const double budget = 1.3 * median(raw->us);
     line("backend acquire+release <= 1.3 x raw SET NX PX + DEL",
-         FindRow("backend acquire_or_renew + release"), budget);
+         find_row("backend acquire_or_renew + release"), budget);
     line("Locker try_acquire+release <= 1.3 x raw SET NX PX + DEL",
-         FindRow("Locker try_acquire + release"), budget);
+         find_row("Locker try_acquire + release"), budget);
     // Two round trips of the store, for the hand-off: its own SET NX PX + DEL.
     line("hand-off in process <= 2 round trips (raw SET NX PX + DEL)",
-         FindRow("hand-off in process: stop() -> on_acquired"), Median(raw->us));
+         find_row("hand-off in process: stop() -> on_acquired"), median(raw->us));
     line("hand-off to a child <= 2 round trips (raw SET NX PX + DEL)",
-         FindRow("hand-off to a child process: stop() -> on_acquired"), Median(raw->us));
+         find_row("hand-off to a child process: stop() -> on_acquired"), median(raw->us));
   }
-  if (const Row* floor = FindRow("raw scripts hand-off (release->push->acquire)")) {
+  if (const Row* floor = find_row("raw scripts hand-off (release->push->acquire)")) {
     line("hand-off in process vs. the raw scripts' hand-off",
-         FindRow("hand-off in process: stop() -> on_acquired"), Median(floor->us));
+         find_row("hand-off in process: stop() -> on_acquired"), median(floor->us));
   }
 }
 
 // Rounds of the interleaved latency rows.
 constexpr int kRounds = 10;
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: simba-bench-redis [--iterations N] [--warmup N] [--handoffs N]\n"
-               "                         [--renew-mutexes N] [--renew-seconds S]\n"
-               "                         [--only wake,raw,backend,locker,handoff,child,renew] URI\n");
+int usage() {
+  std::fprintf(
+      stderr,
+      "usage: simba-bench-redis [--iterations N] [--warmup N] [--handoffs N]\n"
+      "                         [--renew-mutexes N] [--renew-seconds S]\n"
+      "                         [--only wake,raw,backend,locker,handoff,child,renew] URI\n");
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == "--child-waiter") return ChildWaiter(argv[2], argv[3]);
+  if (argc == 4 && std::string(argv[1]) == "--child-waiter") return child_waiter(argv[2], argv[3]);
   Settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -1059,64 +1093,65 @@ int main(int argc, char** argv) {
       return true;
     };
     if (arg == "--iterations") {
-      if (!number(&s.iterations) || s.iterations == 0) return Usage();
+      if (!number(&s.iterations) || s.iterations == 0) return usage();
     } else if (arg == "--warmup") {
-      if (!number(&s.warmup)) return Usage();
+      if (!number(&s.warmup)) return usage();
     } else if (arg == "--handoffs") {
-      if (!number(&s.handoffs) || s.handoffs == 0) return Usage();
+      if (!number(&s.handoffs) || s.handoffs == 0) return usage();
     } else if (arg == "--renew-mutexes") {
-      if (!number(&s.renew_mutexes)) return Usage();
+      if (!number(&s.renew_mutexes)) return usage();
     } else if (arg == "--renew-seconds") {
-      if (!number(&s.renew_seconds) || s.renew_seconds == 0) return Usage();
+      if (!number(&s.renew_seconds) || s.renew_seconds == 0) return usage();
     } else if (arg == "--only" && i + 1 < argc) {
       std::istringstream groups(argv[++i]);
       for (std::string g; std::getline(groups, g, ',');) {
         if (g != "wake" && g != "raw" && g != "backend" && g != "locker" && g != "handoff" &&
             g != "child" && g != "renew") {
-          return Usage();
+          return usage();
         }
         s.only.push_back(g);
       }
     } else if (!arg.empty() && arg[0] != '-' && s.uri.empty()) {
       s.uri = arg;
     } else {
-      return Usage();
+      return usage();
     }
   }
-  if (s.uri.empty()) return Usage();
+  if (s.uri.empty()) return usage();
 
   try {
-    const simba::Uri uri = Check(simba::Uri::Parse(s.uri), "parsing the URI");
-    const simba::RedisOptions options = Check(simba::RedisOptionsFromUri(uri), "reading the URI");
-    std::printf("simba-bench-redis: %s\n", uri.ToString().c_str());
+    const simba::Uri uri = check(simba::Uri::parse(s.uri), "parsing the URI");
+    const simba::RedisOptions options =
+        check(simba::redis_options_from_uri(uri), "reading the URI");
+    std::printf("simba-bench-redis: %s\n", uri.to_string().c_str());
     std::printf("iterations %d (warm-up %d), hand-offs %d, renewal mutexes %d\n", s.iterations,
                 s.warmup, s.handoffs, s.renew_mutexes);
     std::fflush(stdout);
     {
       std::fprintf(stderr, "setting up\n");
       std::vector<Case> cases;
-      if (s.Want("wake")) AddWakeCase(s, cases);
-      if (s.Want("raw")) AddRawCases(s, options, cases);
-      if (s.Want("backend")) AddBackendCases(s, cases);
-      if (s.Want("locker")) AddLockerCase(s, cases);
-      if (s.Want("handoff")) AddHandoffCase(s, cases);
-      if (s.Want("handoff")) AddRawHolderHandoffCase(s, options, cases);
-      if (s.Want("child")) AddChildHandoffCase(s, cases);
+      if (s.want("wake")) add_wake_case(s, cases);
+      if (s.want("raw")) add_raw_cases(s, options, cases);
+      if (s.want("backend")) add_backend_cases(s, cases);
+      if (s.want("locker")) add_locker_case(s, cases);
+      if (s.want("handoff")) add_handoff_case(s, cases);
+      if (s.want("handoff")) add_raw_holder_handoff_case(s, options, cases);
+      if (s.want("child")) add_child_handoff_case(s, cases);
       std::fprintf(stderr, "latency rows, interleaved in %d rounds\n", kRounds);
-      ResetServerStats(options);
-      RunInterleaved(cases, kRounds);
-      NoteServerStats(options);
+      reset_server_stats(options);
+      run_interleaved(cases, kRounds);
+      note_server_stats(options);
     }  // every case's connections, factories and child process end here
-    if (s.renew_mutexes > 0 && s.Want("renew")) RunRenewals(s);
-    Targets();
+    if (s.renew_mutexes > 0 && s.want("renew")) run_renewals(s);
+    targets();
     if (g_wrong_answers > 0) {
-      Note("ERROR: " + std::to_string(g_wrong_answers) +
+      note("ERROR: " + std::to_string(g_wrong_answers) +
            " wrong answers from the library (see WRONG ANSWER above)");
     }
-    PrintTable();
+    print_table();
     return g_wrong_answers > 0 ? 1 : 0;
   } catch (const std::exception& e) {
-    PrintTable();
+    print_table();
     std::fprintf(stderr, "simba-bench-redis: error: %s\n", e.what());
     return 1;
   }

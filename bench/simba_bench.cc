@@ -57,70 +57,80 @@ using std::chrono::seconds;
 
 // ---- scenarios ----
 
-void Floor(const Options& options, const simba::Uri& uri, Report& report) {
-  auto floor = simba::bench::MeasureFloor(uri, options.iterations);
+void floor(const Options& options, const simba::Uri& uri, Report& report) {
+  auto floor = simba::bench::measure_floor(uri, options.iterations);
   if (!floor.ok()) {
     if (floor.status().code() == simba::StatusCode::kUnimplemented) {
-      std::fprintf(stderr, "simba-bench: %s (no ratios)\n", floor.status().ToString().c_str());
+      std::fprintf(stderr, "simba-bench: %s (no ratios)\n", floor.status().to_string().c_str());
       return;
     }
-    Fail("floor: " + floor.status().ToString());
+    fail("floor: " + floor.status().to_string());
   }
   // The first tenth warms the connection up.
-  std::vector<double> micros(floor->micros.begin() + floor->micros.size() / 10, floor->micros.end());
-  report.set_floor(Percentile(micros, 0.5));
-  report.Add({"floor", floor->what, micros, OpsPerSecond(micros), 1, {}});
+  std::vector<double> micros(floor->micros.begin() + floor->micros.size() / 10,
+                             floor->micros.end());
+  report.set_floor(percentile(micros, 0.5));
+  report.add({"floor", floor->what, micros, ops_per_second(micros), 1, {}});
 }
 
-void Uncontended(const Options& options, Report& report) {
+void uncontended(const Options& options, Report& report) {
   const simba::Deadline far = Clock::now() + std::chrono::hours(1);
-  auto backend = simba::OpenBackend(options.store);
-  if (!backend.ok()) Fail(backend.status().ToString());
+  auto backend = simba::open_backend(options.store);
+  if (!backend.ok()) fail(backend.status().to_string());
   std::vector<double> pair;
   for (int i = 0; i < options.iterations + options.iterations / 10; ++i) {
     const auto start = Clock::now();
-    auto got = (*backend)->acquire_or_renew({"bench-free", "bench-a", seconds(10), seconds(6)}, far);
-    if (!got.ok() || !got->owner.is_owner("bench-a")) Fail("mutex acquire failed");
+    auto got =
+        (*backend)->acquire_or_renew({"bench-free", "bench-a", seconds(10), seconds(6)}, far);
+    if (!got.ok() || !got->owner.is_owner("bench-a")) fail("mutex acquire failed");
     auto released = (*backend)->release("bench-free", "bench-a", far);
-    if (!released.ok() || !*released) Fail("mutex release failed");
-    if (i >= options.iterations / 10) pair.push_back(Micros(Clock::now() - start));
+    if (!released.ok() || !*released) fail("mutex release failed");
+    if (i >= options.iterations / 10) pair.push_back(micros(Clock::now() - start));
   }
-  report.Add({"uncontended", "mutex: acquire_or_renew + release (SPI)", pair, OpsPerSecond(pair),
-              2, {}});
+  report.add({"uncontended",
+              "mutex: acquire_or_renew + release (SPI)",
+              pair,
+              ops_per_second(pair),
+              2,
+              {}});
 
   auto provider = simba::KeyedLockProvider::open(options.store);
-  if (!provider.ok()) Fail(provider.status().ToString());
+  if (!provider.ok()) fail(provider.status().to_string());
   std::vector<double> keyed;
   for (int i = 0; i < options.iterations + options.iterations / 10; ++i) {
     const auto start = Clock::now();
     auto lease = (*provider)->try_acquire("bench-key", milliseconds(0), seconds(30));
-    if (!lease.ok() || !lease->has_value()) Fail("keyed try_acquire of a free key failed");
-    if (!(*lease)->release().ok()) Fail("keyed release failed");
-    if (i >= options.iterations / 10) keyed.push_back(Micros(Clock::now() - start));
+    if (!lease.ok() || !lease->has_value()) fail("keyed try_acquire of a free key failed");
+    if (!(*lease)->release().ok()) fail("keyed release failed");
+    if (i >= options.iterations / 10) keyed.push_back(micros(Clock::now() - start));
   }
-  report.Add({"uncontended", "keyed: try_acquire + release", keyed, OpsPerSecond(keyed), 2,
-              {Field::Text("mechanism", (*provider)->capabilities().mechanism)}});
+  report.add({"uncontended",
+              "keyed: try_acquire + release",
+              keyed,
+              ops_per_second(keyed),
+              2,
+              {Field::text("mechanism", (*provider)->capabilities().mechanism)}});
 }
 
-void MutexHandoff(const Options& options, Report& report) {
+void mutex_handoff(const Options& options, Report& report) {
   simba::FactoryOptions factory_options;
   factory_options.contend.ttl = seconds(10);
   factory_options.contend.transition = seconds(6);
   auto factory_a = simba::MutexContendServiceFactory::open(options.store, factory_options);
   auto factory_b = simba::MutexContendServiceFactory::open(options.store, factory_options);
-  if (!factory_a.ok() || !factory_b.ok()) Fail("cannot open the factories");
+  if (!factory_a.ok() || !factory_b.ok()) fail("cannot open the factories");
   Signal acquired[2];
   std::unique_ptr<simba::MutexContendService> services[2];
   for (int k = 0; k < 2; ++k) {
-    auto contender = simba::MakeContender(
-        "bench-handoff", [&, k](const simba::MutexState&) { acquired[k].Set(); }, nullptr);
+    auto contender = simba::make_contender(
+        "bench-handoff", [&, k](const simba::MutexState&) { acquired[k].set(); }, nullptr);
     auto& factory = k == 0 ? *factory_a : *factory_b;
     auto service = factory->create_contend_service(contender);
-    if (!service.ok()) Fail(service.status().ToString());
+    if (!service.ok()) fail(service.status().to_string());
     services[k] = std::move(*service);
   }
-  if (!services[0]->start().ok() || !acquired[0].Wait(seconds(30))) {
-    Fail("the first holder never acquired");
+  if (!services[0]->start().ok() || !acquired[0].wait(seconds(30))) {
+    fail("the first holder never acquired");
   }
   // Without push a waiter moves at its next poll (the end of the holder's
   // transition, ~16 s here): a few samples say enough (one in a smoke run).
@@ -130,34 +140,38 @@ void MutexHandoff(const Options& options, Report& report) {
   int holder = 0;
   for (int i = 0; i < handoffs; ++i) {
     const int waiter = 1 - holder;
-    acquired[waiter].Reset();
-    if (!services[waiter]->start().ok()) Fail("start failed");
+    acquired[waiter].reset();
+    if (!services[waiter]->start().ok()) fail("start failed");
     const auto looking = Clock::now();
     while (services[waiter]->after_owner().owner_id != services[holder]->contender_id()) {
-      if (Clock::now() - looking > seconds(10)) Fail("the waiter never looked");
+      if (Clock::now() - looking > seconds(10)) fail("the waiter never looked");
       std::this_thread::yield();
     }
     const auto start = Clock::now();
-    if (!services[holder]->stop().ok()) Fail("stop failed");
-    if (!acquired[waiter].Wait(seconds(20))) Fail("no mutex hand-off within 20 s");
-    handoff.push_back(Micros(acquired[waiter].at() - start));
+    if (!services[holder]->stop().ok()) fail("stop failed");
+    if (!acquired[waiter].wait(seconds(20))) fail("no mutex hand-off within 20 s");
+    handoff.push_back(micros(acquired[waiter].at() - start));
     holder = waiter;
   }
   (void)services[holder]->stop();
-  report.Add({"handoff", "mutex: stop() -> waiter's on_acquired", handoff, 0, 2,
-              {Field::Bool("push", push)}});
+  report.add({"handoff",
+              "mutex: stop() -> waiter's on_acquired",
+              handoff,
+              0,
+              2,
+              {Field::boolean("push", push)}});
 }
 
-void KeyedHandoff(const Options& options, Report& report) {
+void keyed_handoff(const Options& options, Report& report) {
   auto a = simba::KeyedLockProvider::open(options.store);
   auto b = simba::KeyedLockProvider::open(options.store);
-  if (!a.ok() || !b.ok()) Fail("cannot open the keyed providers");
+  if (!a.ok() || !b.ok()) fail("cannot open the keyed providers");
   std::vector<double> handoff;
   for (int i = 0; i < options.handoffs; ++i) {
     auto& holder = i % 2 == 0 ? **a : **b;
     auto& waiter = i % 2 == 0 ? **b : **a;
     auto held = holder.acquire("bench-handoff-key", seconds(60));
-    if (!held.ok()) Fail(held.status().ToString());
+    if (!held.ok()) fail(held.status().to_string());
     std::atomic<bool> waiting{false};
     Clock::time_point got_at;
     std::optional<simba::Lease> got;
@@ -171,22 +185,26 @@ void KeyedHandoff(const Options& options, Report& report) {
     // Long enough for the waiter to be queued at the store.
     std::this_thread::sleep_for(milliseconds(20));
     const auto released = Clock::now();
-    if (!held->release().ok()) Fail("keyed release failed");
+    if (!held->release().ok()) fail("keyed release failed");
     waiter_thread.join();
-    if (!got.has_value()) Fail("no keyed hand-off within 20 s");
-    handoff.push_back(Micros(got_at - released));
+    if (!got.has_value()) fail("no keyed hand-off within 20 s");
+    handoff.push_back(micros(got_at - released));
     (void)got->release();
   }
-  report.Add({"handoff", "keyed: release() -> waiter's try_acquire returns", handoff, 0, 2,
-              {Field::Bool("push", (*a)->capabilities().push_handoff)}});
+  report.add({"handoff",
+              "keyed: release() -> waiter's try_acquire returns",
+              handoff,
+              0,
+              2,
+              {Field::boolean("push", (*a)->capabilities().push_handoff)}});
 }
 
-void ContendedThreads(const Options& options, int contenders, Report& report) {
+void contended_threads(const Options& options, int contenders, Report& report) {
   {
     std::vector<std::unique_ptr<simba::KeyedLockProvider>> providers;
     for (int i = 0; i < contenders; ++i) {
       auto provider = simba::KeyedLockProvider::open(options.store);
-      if (!provider.ok()) Fail(provider.status().ToString());
+      if (!provider.ok()) fail(provider.status().to_string());
       providers.push_back(std::move(*provider));
     }
     std::atomic<long long> counter{0};
@@ -206,7 +224,7 @@ void ContendedThreads(const Options& options, int contenders, Report& report) {
             ++errors;
             continue;
           }
-          waits[static_cast<std::size_t>(t)].push_back(Micros(Clock::now() - asked));
+          waits[static_cast<std::size_t>(t)].push_back(micros(Clock::now() - asked));
           // Read, then write: only the lock keeps increments from being lost.
           const long long seen = counter.load(std::memory_order_relaxed);
           counter.store(seen + 1, std::memory_order_relaxed);
@@ -231,19 +249,22 @@ void ContendedThreads(const Options& options, int contenders, Report& report) {
       all_waits.insert(all_waits.end(), w.begin(), w.end());
     }
     if (counter.load() != total) {
-      Fail("lost updates under the lock: counter " + std::to_string(counter.load()) + ", " +
+      fail("lost updates under the lock: counter " + std::to_string(counter.load()) + ", " +
            std::to_string(total) + " increments");
     }
-    if (errors > 0) Fail(std::to_string(errors.load()) + " acquisitions or releases failed");
-    report.Add({"contended", std::to_string(contenders) + " threads: wait for the hot key",
-                all_waits, static_cast<double>(total) / elapsed, 0,
-                {Field::Text("mode", "threads"), Field::Int("contenders", contenders),
-                 Field::Int("count", total), Field::Int("least", least),
-                 Field::Int("most", most)}});
+    if (errors > 0) fail(std::to_string(errors.load()) + " acquisitions or releases failed");
+    report.add({"contended",
+                std::to_string(contenders) + " threads: wait for the hot key",
+                all_waits,
+                static_cast<double>(total) / elapsed,
+                0,
+                {Field::text("mode", "threads"), Field::integer("contenders", contenders),
+                 Field::integer("count", total), Field::integer("least", least),
+                 Field::integer("most", most)}});
   }
 }
 
-std::vector<std::string> Split(const std::string& text) {
+std::vector<std::string> split(const std::string& text) {
   std::vector<std::string> items;
   std::stringstream in(text);
   std::string item;
@@ -251,26 +272,26 @@ std::vector<std::string> Split(const std::string& text) {
   return items;
 }
 
-std::vector<int> ParseCounts(const std::string& text) {
+std::vector<int> parse_counts(const std::string& text) {
   std::vector<int> values;
-  for (const auto& item : Split(text)) {
+  for (const auto& item : split(text)) {
     const int v = std::atoi(item.c_str());
-    if (v < 1) Fail("--contenders takes positive numbers, got '" + text + "'");
+    if (v < 1) fail("--contenders takes positive numbers, got '" + text + "'");
     values.push_back(v);
   }
   return values;
 }
 
-const char* const kScenarios[] = {"floor", "uncontended", "handoff", "contended", "failover",
-                                  "scale"};
+const char* const kScenarios[] = {"floor",     "uncontended", "handoff",
+                                  "contended", "failover",    "scale"};
 
-Options Parse(int argc, char** argv) {
+Options parse(int argc, char** argv) {
   Options options;
   bool smoke = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Fail(flag + " needs a value");
+      if (i + 1 >= argc) fail(flag + " needs a value");
       return argv[++i];
     };
     const auto number = [&](int least) { return std::max(least, std::atoi(value().c_str())); };
@@ -283,15 +304,15 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--handoffs") {
       options.handoffs = number(1);
     } else if (flag == "--contenders") {
-      options.contenders = ParseCounts(value());
+      options.contenders = parse_counts(value());
     } else if (flag == "--modes") {
-      const auto modes = Split(value());
+      const auto modes = split(value());
       options.contend_threads = std::find(modes.begin(), modes.end(), "threads") != modes.end();
-      options.contend_processes =
-          std::find(modes.begin(), modes.end(), "processes") != modes.end();
-      if (modes.size() != (options.contend_threads ? 1u : 0u) + (options.contend_processes ? 1u : 0u) ||
+      options.contend_processes = std::find(modes.begin(), modes.end(), "processes") != modes.end();
+      if (modes.size() !=
+              (options.contend_threads ? 1u : 0u) + (options.contend_processes ? 1u : 0u) ||
           modes.empty()) {
-        Fail("--modes takes threads, processes or threads,processes");
+        fail("--modes takes threads, processes or threads,processes");
       }
     } else if (flag == "--seconds") {
       options.seconds = number(1);
@@ -314,14 +335,13 @@ Options Parse(int argc, char** argv) {
     } else if (flag == "--json") {
       options.json = true;
     } else {
-      Fail("unknown flag '" + flag + "' (see the comment at the top of bench/simba_bench.cc)");
+      fail("unknown flag '" + flag + "' (see the comment at the top of bench/simba_bench.cc)");
     }
   }
-  if (options.store.empty()) Fail("--store URI is required");
-  if (options.scenario != "all" &&
-      std::find(std::begin(kScenarios), std::end(kScenarios), options.scenario) ==
-          std::end(kScenarios)) {
-    Fail("unknown scenario '" + options.scenario +
+  if (options.store.empty()) fail("--store URI is required");
+  if (options.scenario != "all" && std::find(std::begin(kScenarios), std::end(kScenarios),
+                                             options.scenario) == std::end(kScenarios)) {
+    fail("unknown scenario '" + options.scenario +
          "' (all, floor, uncontended, handoff, contended, failover, scale)");
   }
   if (smoke) {
@@ -342,34 +362,34 @@ Options Parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::string(argv[1]) == "--child") return RunChild(argc, argv);
-  const Options options = Parse(argc, argv);
-  auto uri = simba::Uri::Parse(options.store);
-  if (!uri.ok()) Fail(uri.status().ToString());
+  if (argc > 1 && std::string(argv[1]) == "--child") return run_child(argc, argv);
+  const Options options = parse(argc, argv);
+  auto uri = simba::Uri::parse(options.store);
+  if (!uri.ok()) fail(uri.status().to_string());
   Report report(uri->scheme, options.json);
   const auto runs = [&](const char* scenario) {
     return options.scenario == "all" || options.scenario == scenario;
   };
   // The floor is measured whatever the scenario, for the ratios.
-  Floor(options, *uri, report);
-  if (runs("uncontended")) Uncontended(options, report);
+  floor(options, *uri, report);
+  if (runs("uncontended")) uncontended(options, report);
   if (runs("handoff")) {
-    MutexHandoff(options, report);
-    KeyedHandoff(options, report);
+    mutex_handoff(options, report);
+    keyed_handoff(options, report);
   }
   if (runs("contended")) {
     for (const int contenders : options.contenders) {
-      if (options.contend_threads) ContendedThreads(options, contenders, report);
-      if (options.contend_processes) ContendedProcesses(options, contenders, report);
+      if (options.contend_threads) contended_threads(options, contenders, report);
+      if (options.contend_processes) contended_processes(options, contenders, report);
     }
   }
   if (runs("failover")) {
-    FailoverMutex(options, report);
-    FailoverKey(options, report);
+    failover_mutex(options, report);
+    failover_key(options, report);
   }
   if (runs("scale")) {
-    ScaleMutexes(options, report);
-    ScaleKeys(options, report);
+    scale_mutexes(options, report);
+    scale_keys(options, report);
   }
   return 0;
 }

@@ -27,21 +27,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-double Percentile(std::vector<double> v, double p) {
+double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const auto index = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
   return v[std::min(index, v.size() - 1)];
 }
 
-void Print(const char* name, const std::vector<double>& us) {
-  std::printf("%-44s %6zu %9.1f %9.1f %9.1f\n", name, us.size(), Percentile(us, 0.5),
-              Percentile(us, 0.9), Percentile(us, 0.99));
+void print(const char* name, const std::vector<double>& us) {
+  std::printf("%-44s %6zu %9.1f %9.1f %9.1f\n", name, us.size(), percentile(us, 0.5),
+              percentile(us, 0.9), percentile(us, 0.99));
 }
 
-[[noreturn]] void Fail(const std::string& what) {
+[[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "simba-bench-store: %s\n", what.c_str());
   std::exit(1);
 }
@@ -50,21 +50,21 @@ void Print(const char* name, const std::vector<double>& us) {
 struct Signal {
   std::mutex mu;
   std::condition_variable cv;
-  bool set = false;
+  bool is_set = false;
   Clock::time_point at;
-  void Set() {
+  void set() {
     std::lock_guard<std::mutex> lock(mu);
-    set = true;
+    is_set = true;
     at = Clock::now();
     cv.notify_all();
   }
-  bool Wait(std::chrono::milliseconds timeout) {
+  bool wait(std::chrono::milliseconds timeout) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, timeout, [&] { return set; });
+    return cv.wait_for(lock, timeout, [&] { return is_set; });
   }
-  void Reset() {
+  void reset() {
     std::lock_guard<std::mutex> lock(mu);
-    set = false;
+    is_set = false;
   }
 };
 
@@ -80,17 +80,17 @@ int main(int argc, char** argv) {
   const int handoffs = argc > 3 ? std::atoi(argv[3]) : 100;
   const simba::Deadline far = Clock::now() + std::chrono::hours(1);
 
-  auto backend = simba::OpenBackend(uri);
-  if (!backend.ok()) Fail(backend.status().ToString());
+  auto backend = simba::open_backend(uri);
+  if (!backend.ok()) fail(backend.status().to_string());
   std::vector<double> pair;
   for (int i = 0; i < iterations + iterations / 10; ++i) {
     const auto start = Clock::now();
     auto got = (*backend)->acquire_or_renew(
         {"bench-free", "bench-a", std::chrono::seconds(10), std::chrono::seconds(6)}, far);
-    if (!got.ok() || !got->owner.is_owner("bench-a")) Fail("acquire failed");
+    if (!got.ok() || !got->owner.is_owner("bench-a")) fail("acquire failed");
     auto released = (*backend)->release("bench-free", "bench-a", far);
-    if (!released.ok() || !*released) Fail("release failed");
-    if (i >= iterations / 10) pair.push_back(Micros(Clock::now() - start));
+    if (!released.ok() || !*released) fail("release failed");
+    if (i >= iterations / 10) pair.push_back(micros(Clock::now() - start));
   }
 
   simba::FactoryOptions options;
@@ -98,17 +98,17 @@ int main(int argc, char** argv) {
   options.contend.transition = std::chrono::seconds(6);
   auto factory_a = simba::MutexContendServiceFactory::open(uri, options);
   auto factory_b = simba::MutexContendServiceFactory::open(uri, options);
-  if (!factory_a.ok() || !factory_b.ok()) Fail("cannot open the factories");
+  if (!factory_a.ok() || !factory_b.ok()) fail("cannot open the factories");
 
   std::vector<double> locker_pair;
   auto locker = simba::Locker::create(**factory_a, "bench-locker");
-  if (!locker.ok()) Fail(locker.status().ToString());
+  if (!locker.ok()) fail(locker.status().to_string());
   for (int i = 0; i < iterations / 2; ++i) {
     const auto start = Clock::now();
     auto held = (*locker)->try_acquire();
-    if (!held.ok() || !*held) Fail("Locker::try_acquire of a free mutex failed");
-    if (!(*locker)->release().ok()) Fail("Locker::release failed");
-    locker_pair.push_back(Micros(Clock::now() - start));
+    if (!held.ok() || !*held) fail("Locker::try_acquire of a free mutex failed");
+    if (!(*locker)->release().ok()) fail("Locker::release failed");
+    locker_pair.push_back(micros(Clock::now() - start));
   }
 
   // Hand-off: a holds, b waits; a stops; time until b's on_acquired. Then
@@ -116,38 +116,38 @@ int main(int argc, char** argv) {
   Signal acquired[2];
   std::unique_ptr<simba::MutexContendService> services[2];
   for (int k = 0; k < 2; ++k) {
-    auto contender = simba::MakeContender(
-        "bench-handoff", [&, k](const simba::MutexState&) { acquired[k].Set(); }, nullptr);
+    auto contender = simba::make_contender(
+        "bench-handoff", [&, k](const simba::MutexState&) { acquired[k].set(); }, nullptr);
     auto& factory = k == 0 ? *factory_a : *factory_b;
     auto service = factory->create_contend_service(contender);
-    if (!service.ok()) Fail(service.status().ToString());
+    if (!service.ok()) fail(service.status().to_string());
     services[k] = std::move(*service);
   }
-  if (!services[0]->start().ok() || !acquired[0].Wait(std::chrono::seconds(30))) {
-    Fail("the first holder never acquired");
+  if (!services[0]->start().ok() || !acquired[0].wait(std::chrono::seconds(30))) {
+    fail("the first holder never acquired");
   }
   std::vector<double> handoff;
   int holder = 0;
   for (int i = 0; i < handoffs; ++i) {
     const int waiter = 1 - holder;
-    acquired[waiter].Reset();
-    if (!services[waiter]->start().ok()) Fail("start failed");
+    acquired[waiter].reset();
+    if (!services[waiter]->start().ok()) fail("start failed");
     // The waiter has looked and knows who holds it.
     const auto looking = Clock::now();
     while (services[waiter]->after_owner().owner_id != services[holder]->contender_id()) {
-      if (Clock::now() - looking > std::chrono::seconds(10)) Fail("the waiter never looked");
+      if (Clock::now() - looking > std::chrono::seconds(10)) fail("the waiter never looked");
     }
     const auto start = Clock::now();
-    if (!services[holder]->stop().ok()) Fail("stop failed");
-    if (!acquired[waiter].Wait(std::chrono::seconds(5))) Fail("no hand-off within 5 s");
-    handoff.push_back(Micros(acquired[waiter].at - start));
+    if (!services[holder]->stop().ok()) fail("stop failed");
+    if (!acquired[waiter].wait(std::chrono::seconds(5))) fail("no hand-off within 5 s");
+    handoff.push_back(micros(acquired[waiter].at - start));
     holder = waiter;
   }
   (void)services[holder]->stop();
 
   std::printf("%-44s %6s %9s %9s %9s\n", "benchmark (us)", "n", "median", "p90", "p99");
-  Print("backend acquire_or_renew + release", pair);
-  Print("Locker try_acquire + release", locker_pair);
-  Print("hand-off: stop() -> waiter's on_acquired", handoff);
+  print("backend acquire_or_renew + release", pair);
+  print("Locker try_acquire + release", locker_pair);
+  print("hand-off: stop() -> waiter's on_acquired", handoff);
   return 0;
 }

@@ -45,15 +45,15 @@ struct Settings {
 };
 
 std::atomic<bool> g_stop{false};
-void OnSignal(int) { g_stop = true; }
+void on_signal(int) { g_stop = true; }
 
-void Say(const std::string& line) {
+void say(const std::string& line) {
   const std::string out = line + "\n";
   const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
   (void)ignored;
 }
 
-simba::FactoryOptions Options(const Settings& s) {
+simba::FactoryOptions options(const Settings& s) {
   simba::FactoryOptions options;
   options.contend.ttl = s.ttl;
   options.contend.transition = s.transition;
@@ -61,44 +61,51 @@ simba::FactoryOptions Options(const Settings& s) {
 }
 
 // A member process: contends until SIGTERM, working while it leads.
-int RunMember(const Settings& settings, const std::string& name) {
+int run_member(const Settings& settings, const std::string& name) {
   struct sigaction action {};
-  action.sa_handler = OnSignal;
+  action.sa_handler = on_signal;
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 
-  auto factory = simba::MutexContendServiceFactory::open(settings.store, Options(settings));
+  auto factory = simba::MutexContendServiceFactory::open(settings.store, options(settings));
   if (!factory.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), factory.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), factory.status().to_string().c_str());
     return 1;
   }
   simba::SchedulerOptions options;
   // Readable ids for the demo; by default ids carry a random part.
   options.contender_id = name + "/pid-" + std::to_string(getpid());
   auto scheduler = simba::Scheduler::create(
-      **factory, kMutex, simba::ScheduleConfig::FixedRate(milliseconds(0), milliseconds(1000)),
+      **factory, kMutex, simba::ScheduleConfig::fixed_rate(milliseconds(0), milliseconds(1000)),
       [name](const simba::WorkContext& ctx) {
-        Say("  " + name + ": working as leader, fencing token " + std::to_string(ctx.fencing_token));
+        say("  " + name + ": working as leader, fencing token " +
+            std::to_string(ctx.fencing_token));
       },
       options);
   if (!scheduler.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), scheduler.status().ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), scheduler.status().to_string().c_str());
     return 1;
   }
   if (auto s = (*scheduler)->start(); !s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", name.c_str(), s.ToString().c_str());
+    std::fprintf(stderr, "%s: %s\n", name.c_str(), s.to_string().c_str());
     return 1;
   }
   while (!g_stop) std::this_thread::sleep_for(milliseconds(20));
-  Say("  " + name + ": stopping (releasing the mutex if held)");
+  say("  " + name + ": stopping (releasing the mutex if held)");
   (void)(*scheduler)->stop();
   return 0;
 }
 
-pid_t Spawn(const char* self, const Settings& s, const std::string& name) {
-  std::vector<std::string> args = {self, "--member", name, "--store", s.store,
-                                   "--ttl-ms", std::to_string(s.ttl.count()),
-                                   "--transition-ms", std::to_string(s.transition.count())};
+pid_t spawn(const char* self, const Settings& s, const std::string& name) {
+  std::vector<std::string> args = {self,
+                                   "--member",
+                                   name,
+                                   "--store",
+                                   s.store,
+                                   "--ttl-ms",
+                                   std::to_string(s.ttl.count()),
+                                   "--transition-ms",
+                                   std::to_string(s.transition.count())};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -109,8 +116,8 @@ pid_t Spawn(const char* self, const Settings& s, const std::string& name) {
 
 // Waits until the mutex's owner differs from `previous`; returns the new
 // owner id, or "" on timeout.
-std::string WaitForNewLeader(simba::MutexRetrievalService& watcher, const std::string& previous,
-                             milliseconds timeout) {
+std::string wait_for_new_leader(simba::MutexRetrievalService& watcher, const std::string& previous,
+                                milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   while (Clock::now() < deadline) {
     const std::string owner = watcher.after_owner().owner_id;
@@ -120,14 +127,12 @@ std::string WaitForNewLeader(simba::MutexRetrievalService& watcher, const std::s
   return "";
 }
 
-pid_t PidOf(const std::string& owner_id) {
+pid_t pid_of(const std::string& owner_id) {
   const auto at = owner_id.rfind("/pid-");
   return at == std::string::npos ? -1 : static_cast<pid_t>(std::atol(owner_id.c_str() + at + 5));
 }
 
-double Seconds(Clock::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
 
@@ -160,68 +165,69 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!member.empty()) return RunMember(settings, member);
+  if (!member.empty()) return run_member(settings, member);
   if (settings.members < 2) {
     std::fprintf(stderr, "--members must be at least 2\n");
     return 2;
   }
 
-  auto factory = simba::MutexContendServiceFactory::open(settings.store, Options(settings));
+  auto factory = simba::MutexContendServiceFactory::open(settings.store, options(settings));
   if (!factory.ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", settings.store.c_str(),
-                 factory.status().ToString().c_str());
+                 factory.status().to_string().c_str());
     return 1;
   }
   auto watcher =
-      (*factory)->create_retrieval_service(simba::MakeRetriever(kMutex, nullptr)).value();
+      (*factory)->create_retrieval_service(simba::make_retriever(kMutex, nullptr)).value();
   (void)watcher->start();
 
-  Say("Simba leader election on " + settings.store + ": " + std::to_string(settings.members) +
+  say("Simba leader election on " + settings.store + ": " + std::to_string(settings.members) +
       " members, ttl " + std::to_string(settings.ttl.count()) + "ms, transition " +
       std::to_string(settings.transition.count()) + "ms");
   std::vector<pid_t> pids;
   for (int i = 1; i <= settings.members; ++i) {
-    pids.push_back(Spawn(argv[0], settings, "member-" + std::to_string(i)));
+    pids.push_back(spawn(argv[0], settings, "member-" + std::to_string(i)));
   }
   const milliseconds takeover_bound = settings.ttl + settings.transition + milliseconds(3000);
   int status = 0;
-  std::string leader = WaitForNewLeader(*watcher, "", milliseconds(15000));
+  std::string leader = wait_for_new_leader(*watcher, "", milliseconds(15000));
   if (leader.empty()) {
-    Say("no leader was elected");
+    say("no leader was elected");
     status = 1;
   } else {
-    Say("leader: " + leader + " (token " + std::to_string(watcher->after_owner().fencing_token) + ")");
+    say("leader: " + leader + " (token " + std::to_string(watcher->after_owner().fencing_token) +
+        ")");
     std::this_thread::sleep_for(milliseconds(3500));
 
-    Say("killing the leader " + leader + " with SIGKILL (a crash)");
+    say("killing the leader " + leader + " with SIGKILL (a crash)");
     const auto killed = Clock::now();
-    kill(PidOf(leader), SIGKILL);
-    std::string next = WaitForNewLeader(*watcher, leader, takeover_bound);
+    kill(pid_of(leader), SIGKILL);
+    std::string next = wait_for_new_leader(*watcher, leader, takeover_bound);
     if (next.empty()) {
-      Say("no takeover after the crash");
+      say("no takeover after the crash");
       status = 1;
     } else {
       char line[256];
-      std::snprintf(line, sizeof line, "takeover after the crash: %s leads (token %llu) after %.2fs",
-                    next.c_str(), static_cast<unsigned long long>(watcher->after_owner().fencing_token),
-                    Seconds(Clock::now() - killed));
-      Say(line);
+      std::snprintf(line, sizeof line,
+                    "takeover after the crash: %s leads (token %llu) after %.2fs", next.c_str(),
+                    static_cast<unsigned long long>(watcher->after_owner().fencing_token),
+                    seconds(Clock::now() - killed));
+      say(line);
       std::this_thread::sleep_for(milliseconds(3500));
 
-      Say("stopping the leader " + next + " with SIGTERM (a clean release)");
+      say("stopping the leader " + next + " with SIGTERM (a clean release)");
       const auto stopped = Clock::now();
-      kill(PidOf(next), SIGTERM);
-      std::string third = WaitForNewLeader(*watcher, next, takeover_bound);
+      kill(pid_of(next), SIGTERM);
+      std::string third = wait_for_new_leader(*watcher, next, takeover_bound);
       if (third.empty()) {
-        Say("no takeover after the release");
+        say("no takeover after the release");
         status = 1;
       } else {
-        std::snprintf(line, sizeof line,
-                      "takeover after the release: %s leads (token %llu) after %.2fs",
-                      third.c_str(),
-                      static_cast<unsigned long long>(watcher->after_owner().fencing_token),
-                      Seconds(Clock::now() - stopped));
-        Say(line);
+        std::snprintf(
+            line, sizeof line, "takeover after the release: %s leads (token %llu) after %.2fs",
+            third.c_str(), static_cast<unsigned long long>(watcher->after_owner().fencing_token),
+            seconds(Clock::now() - stopped));
+        say(line);
         std::this_thread::sleep_for(milliseconds(2500));
       }
     }
@@ -229,6 +235,6 @@ int main(int argc, char** argv) {
   for (pid_t pid : pids) kill(pid, SIGTERM);
   for (pid_t pid : pids) waitpid(pid, nullptr, 0);
   (void)watcher->stop();
-  Say(status == 0 ? "done: one leader at a time, tokens only ever grew" : "FAILED");
+  say(status == 0 ? "done: one leader at a time, tokens only ever grew" : "FAILED");
   return status;
 }

@@ -35,6 +35,8 @@ if [ "${1:-}" = "--servers" ]; then
     dpkg-dev file binutils    # cpack -G DEB's dpkg-shlibdeps, and the package
                               #   test's checks (tests/install/deb_test.sh)
     man-db groff-base         # the man page test renders simba.1
+    clang-format-14           # scripts/check-style.sh: the layout rule and
+    clang-tidy-14             #   the naming rule (.clang-format, .clang-tidy)
   )
 elif [ $# -gt 0 ]; then
   echo "usage: install-deps.sh [--servers]" >&2

@@ -35,6 +35,10 @@ run_ctest() {  # run_ctest BUILD_DIR STAGE [ctest args...]; RUN_JOBS overrides $
 echo "== Build (RelWithDebInfo) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON
 cmake --build build -j "$jobs"
+# Layout (.clang-format) and names (.clang-tidy): a diff or a finding fails
+# the run. After the build, which writes compile_commands.json.
+echo "== Style =="
+scripts/check-style.sh build
 echo "== All tests but the fault runs =="
 run_ctest build all -LE faults
 # The fault runs (docs/reliability.md) spend their time waiting out leases

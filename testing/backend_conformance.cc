@@ -33,13 +33,14 @@ using std::chrono::seconds;
 
 class Fixture {
  public:
-  explicit Fixture(const BackendTarget& target) : target_(target), uri_(target.uri(UniqueTestName())) {}
+  explicit Fixture(const BackendTarget& target)
+      : target_(target), uri_(target.uri(unique_test_name())) {}
 
   const std::string& uri() const { return uri_; }
   const ContendOptions& options() const { return target_.options; }
 
-  std::unique_ptr<MutexContendServiceFactory> Factory() { return Factory(target_.options); }
-  std::unique_ptr<MutexContendServiceFactory> Factory(const ContendOptions& contend) {
+  std::unique_ptr<MutexContendServiceFactory> factory() { return factory(target_.options); }
+  std::unique_ptr<MutexContendServiceFactory> factory(const ContendOptions& contend) {
     FactoryOptions options;
     options.contend = contend;
     auto factory = MutexContendServiceFactory::open(uri_, options);
@@ -48,9 +49,9 @@ class Fixture {
   }
 
   // A factory whose store calls go through a FaultInjectingBackend.
-  std::unique_ptr<MutexContendServiceFactory> FaultyFactory(
+  std::unique_ptr<MutexContendServiceFactory> faulty_factory(
       std::shared_ptr<FaultInjectingBackend>* faults, ContendOptions contend) {
-    auto backend = OpenBackend(uri_);
+    auto backend = open_backend(uri_);
     EXPECT_THAT(backend, IsOk()) << uri_;
     if (!backend.ok()) return nullptr;
     *faults = std::make_shared<FaultInjectingBackend>(*backend);
@@ -71,13 +72,13 @@ class Fixture {
   // 1 s"). Plus kRoundTrip: the acquisition that finds it free is one store
   // call, and the timer that sends it runs on a 2-core CI machine busy with
   // other tests (fsync'd stores take up to a few hundred ms per call there).
-  milliseconds ExpiryBound() const {
+  milliseconds expiry_bound() const {
     return options().ttl + options().transition + milliseconds(1000) + round_trip();
   }
   // A push reaches the waiter, which then acquires: two store round trips
   // (docs/backends.md: "waiters move at once"), on a loaded machine.
-  static milliseconds push_bound() { return Scaled(milliseconds(1000)); }
-  static milliseconds round_trip() { return Scaled(milliseconds(500)); }
+  static milliseconds push_bound() { return scaled(milliseconds(1000)); }
+  static milliseconds round_trip() { return scaled(milliseconds(500)); }
 
  private:
   BackendTarget target_;
@@ -90,14 +91,14 @@ struct Recorder {
   Latch released;
   std::atomic<std::uint64_t> token{0};
 
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex) {
-    return MakeContender(
+  std::shared_ptr<MutexContender> contender(const std::string& mutex) {
+    return make_contender(
         mutex,
         [this](const MutexState& s) {
           token = s.after.fencing_token;
-          acquired.Set();
+          acquired.set();
         },
-        [this](const MutexState&) { released.Set(); });
+        [this](const MutexState&) { released.set(); });
   }
 };
 
@@ -105,7 +106,7 @@ struct Recorder {
 // release reached a subscription (made before the call): the backend's push
 // channel is up. False if nothing was heard within 10 s.
 bool push_is_live(Backend& backend, const std::string& mutex, const std::function<bool()>& heard) {
-  return Eventually(
+  return eventually(
       [&] {
         const auto deadline = std::chrono::steady_clock::now() + seconds(10);
         auto held = backend.acquire_or_renew(
@@ -113,7 +114,7 @@ bool push_is_live(Backend& backend, const std::string& mutex, const std::functio
         if (held.ok() && held->owner.owner_id == "push-prober") {
           (void)backend.release(mutex, "push-prober", held->owner.fencing_token, deadline);
         }
-        return Eventually(heard, milliseconds(200));
+        return eventually(heard, milliseconds(200));
       },
       seconds(10));
 }
@@ -122,40 +123,40 @@ bool push_is_live(Backend& backend, const std::string& mutex, const std::functio
 
 TEST_P(Conformance, Start) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Recorder rec;
-  auto service = factory->create_contend_service(rec.Contender("start")).value();
+  auto service = factory->create_contend_service(rec.contender("start")).value();
   EXPECT_EQ(service->status(), ServiceStatus::kInitial);
   SIMBA_ASSERT_OK(service->start());
   EXPECT_TRUE(service->running());
-  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(rec.acquired.wait(seconds(10)));
   EXPECT_TRUE(service->is_owner());
   EXPECT_GT(service->fencing_token(), 0u);
   EXPECT_EQ(service->after_owner().owner_id, service->contender_id());
   SIMBA_ASSERT_OK(service->stop());
-  ASSERT_TRUE(rec.released.Wait(seconds(10)));
+  ASSERT_TRUE(rec.released.wait(seconds(10)));
   EXPECT_FALSE(service->is_owner());
   EXPECT_EQ(service->status(), ServiceStatus::kInitial);
 }
 
 TEST_P(Conformance, Restart) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Latch acquired[2], released[2];
   std::atomic<int> round{0};
-  auto contender = MakeContender(
-      "restart", [&](const MutexState&) { acquired[round.load()].Set(); },
-      [&](const MutexState&) { released[round.load()].Set(); });
+  auto contender = make_contender(
+      "restart", [&](const MutexState&) { acquired[round.load()].set(); },
+      [&](const MutexState&) { released[round.load()].set(); });
   auto service = factory->create_contend_service(contender).value();
   for (int r = 0; r < 2; ++r) {
     round = r;
     SIMBA_ASSERT_OK(service->start());
-    ASSERT_TRUE(acquired[r].Wait(seconds(10))) << "round " << r;
+    ASSERT_TRUE(acquired[r].wait(seconds(10))) << "round " << r;
     EXPECT_TRUE(service->is_owner());
     SIMBA_ASSERT_OK(service->stop());
-    ASSERT_TRUE(released[r].Wait(seconds(10))) << "round " << r;
+    ASSERT_TRUE(released[r].wait(seconds(10))) << "round " << r;
     EXPECT_FALSE(service->is_owner());
   }
   // Misuse is rejected, not ignored.
@@ -167,21 +168,21 @@ TEST_P(Conformance, Restart) {
 
 TEST_P(Conformance, Guard) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Recorder rec;
-  auto service = factory->create_contend_service(rec.Contender("guard")).value();
+  auto service = factory->create_contend_service(rec.contender("guard")).value();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(rec.acquired.wait(seconds(10)));
   const std::uint64_t token = service->fencing_token();
   // Longer than ttl (2 s): only renewals keep the lease.
   std::this_thread::sleep_for(seconds(3));
   EXPECT_EQ(service->after_owner().owner_id, service->contender_id());
   EXPECT_TRUE(service->is_owner());
   EXPECT_EQ(service->fencing_token(), token) << "a renewal must keep the token";
-  EXPECT_FALSE(rec.released.IsSet());
+  EXPECT_FALSE(rec.released.is_set());
   SIMBA_ASSERT_OK(service->stop());
-  ASSERT_TRUE(rec.released.Wait(seconds(10)));
+  ASSERT_TRUE(rec.released.wait(seconds(10)));
   EXPECT_FALSE(service->is_owner());
 }
 
@@ -192,7 +193,7 @@ TEST_P(Conformance, Guard) {
 // and exactly one contender owns the mutex at the end.
 TEST_P(Conformance, MultiContend) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   std::mutex mu;
   int counter = 0;
@@ -200,7 +201,7 @@ TEST_P(Conformance, MultiContend) {
   std::vector<std::pair<std::string, std::uint64_t>> acquisitions;  // owner, token
   std::vector<std::unique_ptr<MutexContendService>> services;
   for (int i = 0; i < 10; ++i) {
-    auto c = MakeContender(
+    auto c = make_contender(
         "multiContend",
         [&](const MutexState& s) {
           std::lock_guard<std::mutex> lock(mu);
@@ -226,13 +227,13 @@ TEST_P(Conformance, MultiContend) {
   };
   // Each round: the owner stops (a hand-off to one of the nine waiting) and
   // starts again, to wait in its turn. Push stores hand off in milliseconds;
-  // polling stores within ExpiryBound().
+  // polling stores within expiry_bound().
   constexpr std::size_t kHandOffs = 5;
-  const milliseconds bound = fx.expect().push_release ? fx.push_bound() : fx.ExpiryBound();
-  ASSERT_TRUE(Eventually([&] { return acquired_count() >= 1; }, seconds(10)));
+  const milliseconds bound = fx.expect().push_release ? fx.push_bound() : fx.expiry_bound();
+  ASSERT_TRUE(eventually([&] { return acquired_count() >= 1; }, seconds(10)));
   for (std::size_t round = 1; round <= kHandOffs; ++round) {
     MutexContendService* owner = nullptr;
-    ASSERT_TRUE(Eventually(
+    ASSERT_TRUE(eventually(
         [&] {
           for (const auto& s : services) {
             if (s->is_owner()) owner = s.get();
@@ -242,7 +243,7 @@ TEST_P(Conformance, MultiContend) {
         seconds(10)))
         << "round " << round;
     SIMBA_ASSERT_OK(owner->stop());
-    ASSERT_TRUE(Eventually([&] { return acquired_count() > round; }, bound))
+    ASSERT_TRUE(eventually([&] { return acquired_count() > round; }, bound))
         << "no hand-off within " << bound.count() << " ms in round " << round;
     SIMBA_ASSERT_OK(owner->start());
   }
@@ -252,10 +253,10 @@ TEST_P(Conformance, MultiContend) {
     EXPECT_THAT(violations, ::testing::IsEmpty());
     EXPECT_EQ(counter, 1);
     EXPECT_GT(acquisitions.size(), kHandOffs);
-  for (std::size_t i = 1; i < acquisitions.size(); ++i) {
-    EXPECT_GT(acquisitions[i].second, acquisitions[i - 1].second)
-        << "acquisition " << i << " by " << acquisitions[i].first;
-  }
+    for (std::size_t i = 1; i < acquisitions.size(); ++i) {
+      EXPECT_GT(acquisitions[i].second, acquisitions[i - 1].second)
+          << "acquisition " << i << " by " << acquisitions[i].first;
+    }
     const std::string& owner = acquisitions.back().first;
     int owners = 0;
     for (const auto& s : services) {
@@ -279,21 +280,21 @@ TEST_P(Conformance, MultiContend) {
 
 TEST_P(Conformance, Schedule) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Latch ran;
   std::atomic<std::uint64_t> token{0};
   auto scheduler = Scheduler::create(*factory, "schedule",
-                                     ScheduleConfig::FixedDelay(milliseconds(0), seconds(1)),
+                                     ScheduleConfig::fixed_delay(milliseconds(0), seconds(1)),
                                      [&](const WorkContext& ctx) {
                                        token = ctx.fencing_token;
-                                       ran.Set();
+                                       ran.set();
                                      })
                        .value();
   EXPECT_FALSE(scheduler->running());
   SIMBA_ASSERT_OK(scheduler->start());
   EXPECT_TRUE(scheduler->running());
-  EXPECT_TRUE(ran.Wait(seconds(5)));
+  EXPECT_TRUE(ran.wait(seconds(5)));
   EXPECT_GT(token.load(), 0u);
   SIMBA_ASSERT_OK(scheduler->stop());
   EXPECT_FALSE(scheduler->running());
@@ -303,14 +304,14 @@ TEST_P(Conformance, Schedule) {
 
 TEST_P(Conformance, FencingTokensIncreaseAcrossHandovers) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   std::uint64_t previous = 0;
   for (int i = 0; i < 5; ++i) {
     Recorder rec;
-    auto service = factory->create_contend_service(rec.Contender("fencing")).value();
+    auto service = factory->create_contend_service(rec.contender("fencing")).value();
     SIMBA_ASSERT_OK(service->start());
-    ASSERT_TRUE(rec.acquired.Wait(seconds(10))) << "handover " << i;
+    ASSERT_TRUE(rec.acquired.wait(seconds(10))) << "handover " << i;
     const std::uint64_t token = service->fencing_token();
     EXPECT_GT(token, previous) << "handover " << i;
     EXPECT_EQ(token, rec.token.load());
@@ -321,53 +322,54 @@ TEST_P(Conformance, FencingTokensIncreaseAcrossHandovers) {
 
 TEST_P(Conformance, WaiterTakesOverAfterStop) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Recorder a, b;
-  auto sa = factory->create_contend_service(a.Contender("handover")).value();
-  auto sb = factory->create_contend_service(b.Contender("handover")).value();
+  auto sa = factory->create_contend_service(a.contender("handover")).value();
+  auto sb = factory->create_contend_service(b.contender("handover")).value();
   SIMBA_ASSERT_OK(sa->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
   SIMBA_ASSERT_OK(sb->start());
   // B has contended at least once and knows A holds the mutex.
-  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); },
-                         seconds(10)));
+  ASSERT_TRUE(
+      eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); }, seconds(10)));
   const auto stopped = std::chrono::steady_clock::now();
   SIMBA_ASSERT_OK(sa->stop());
   const bool push = fx.expect().push_release;
   // Push stores wake the waiter at once; polling stores within one contend
   // period of the waiter (the hard lease plus jitter).
-  const milliseconds bound = push ? fx.push_bound() : fx.ExpiryBound();
-  ASSERT_TRUE(b.acquired.Wait(bound)) << (push ? "push" : "polling") << " hand-off too slow";
+  const milliseconds bound = push ? fx.push_bound() : fx.expiry_bound();
+  ASSERT_TRUE(b.acquired.wait(bound)) << (push ? "push" : "polling") << " hand-off too slow";
   const auto took = std::chrono::steady_clock::now() - stopped;
   EXPECT_GT(b.token.load(), a.token.load());
   EXPECT_TRUE(sb->is_owner());
-  RecordProperty("handoff_ms", std::to_string(std::chrono::duration_cast<milliseconds>(took).count()));
+  RecordProperty("handoff_ms",
+                 std::to_string(std::chrono::duration_cast<milliseconds>(took).count()));
   SIMBA_ASSERT_OK(sb->stop());
 }
 
 TEST_P(Conformance, RetrieverObservesOwnerWithoutContending) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   Recorder a;
   std::mutex mu;
   std::vector<MutexState> seen;
-  auto retriever = MakeRetriever("observed", [&](const MutexState& s) {
+  auto retriever = make_retriever("observed", [&](const MutexState& s) {
     std::lock_guard<std::mutex> lock(mu);
     seen.push_back(s);
   });
   auto observer = factory->create_retrieval_service(retriever).value();
-  auto owner = factory->create_contend_service(a.Contender("observed")).value();
+  auto owner = factory->create_contend_service(a.contender("observed")).value();
   SIMBA_ASSERT_OK(owner->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
   SIMBA_ASSERT_OK(observer->start());
-  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id == owner->contender_id(); },
+  ASSERT_TRUE(eventually([&] { return observer->after_owner().owner_id == owner->contender_id(); },
                          seconds(5)));
   EXPECT_TRUE(observer->has_owner());
   EXPECT_EQ(observer->after_owner().fencing_token, owner->fencing_token());
   SIMBA_ASSERT_OK(owner->stop());
-  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
   EXPECT_FALSE(observer->has_owner());
   SIMBA_ASSERT_OK(observer->stop());
   std::lock_guard<std::mutex> lock(mu);
@@ -379,15 +381,15 @@ TEST_P(Conformance, RetrieverObservesOwnerWithoutContending) {
 TEST_P(Conformance, OwnerWhoseRenewalsFailIsReleasedBeforeAnotherAcquires) {
   Fixture fx(GetParam());
   std::shared_ptr<FaultInjectingBackend> faults;
-  auto faulty = fx.FaultyFactory(&faults, fx.options());
-  auto healthy = fx.Factory();
+  auto faulty = fx.faulty_factory(&faults, fx.options());
+  auto healthy = fx.factory();
   ASSERT_TRUE(faulty && healthy);
   std::mutex mu;
   std::vector<std::string> events;
   std::atomic<bool> a_owned_when_b_acquired{false};
   Latch a_released;
   MutexContendService* a_service = nullptr;
-  auto a = MakeContender(
+  auto a = make_contender(
       "failing-renewal",
       [&](const MutexState&) {
         std::lock_guard<std::mutex> lock(mu);
@@ -396,29 +398,29 @@ TEST_P(Conformance, OwnerWhoseRenewalsFailIsReleasedBeforeAnotherAcquires) {
       [&](const MutexState&) {
         std::lock_guard<std::mutex> lock(mu);
         events.push_back("A released");
-        a_released.Set();
+        a_released.set();
       });
   Latch b_acquired;
-  auto b = MakeContender(
+  auto b = make_contender(
       "failing-renewal",
       [&](const MutexState&) {
         if (a_service->is_owner()) a_owned_when_b_acquired = true;
         std::lock_guard<std::mutex> lock(mu);
         events.push_back("B acquired");
-        b_acquired.Set();
+        b_acquired.set();
       },
       nullptr);
   auto sa = faulty->create_contend_service(a).value();
   a_service = sa.get();
   auto sb = healthy->create_contend_service(b).value();
   SIMBA_ASSERT_OK(sa->start());
-  ASSERT_TRUE(Eventually([&] { return sa->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return sa->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = sa->fencing_token();
   SIMBA_ASSERT_OK(sb->start());
-  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); },
-                         seconds(10)));
+  ASSERT_TRUE(
+      eventually([&] { return sb->after_owner().owner_id == sa->contender_id(); }, seconds(10)));
   faults->set_mode(FaultInjectingBackend::Mode::kFail);
-  ASSERT_TRUE(b_acquired.Wait(fx.ExpiryBound()));
+  ASSERT_TRUE(b_acquired.wait(fx.expiry_bound()));
   EXPECT_FALSE(a_owned_when_b_acquired.load()) << "A still believed it owned the mutex";
   EXPECT_FALSE(sa->is_owner());
   EXPECT_GT(sb->fencing_token(), a_token);
@@ -428,7 +430,7 @@ TEST_P(Conformance, OwnerWhoseRenewalsFailIsReleasedBeforeAnotherAcquires) {
   // and B's run on different factories' threads, and A's on_released may
   // run just after B's on_acquired. But A is told: its deadline timer has
   // fired by the time the store let B in, so on_released follows at once.
-  EXPECT_TRUE(a_released.Wait(Scaled(milliseconds(500))))
+  EXPECT_TRUE(a_released.wait(scaled(milliseconds(500))))
       << "A was not told of its loss although B owns the mutex";
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -445,18 +447,18 @@ TEST_P(Conformance, HangingRenewalIsRevokedAtTheLeaseDeadline) {
   // Store calls may hang far longer than the lease.
   contend.operation_timeout = seconds(60);
   std::shared_ptr<FaultInjectingBackend> faults;
-  auto factory = fx.FaultyFactory(&faults, contend);
+  auto factory = fx.faulty_factory(&faults, contend);
   ASSERT_TRUE(factory);
   Recorder rec;
-  auto service = factory->create_contend_service(rec.Contender("hanging-renewal")).value();
+  auto service = factory->create_contend_service(rec.contender("hanging-renewal")).value();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(rec.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(rec.acquired.wait(seconds(10)));
   const auto deadline = service->lease_deadline();
   ASSERT_TRUE(deadline.has_value());
   faults->set_mode(FaultInjectingBackend::Mode::kHang);
   // The renewal at ttl hangs; the lease deadline (at most ttl + transition
   // after the last renewal was sent) revokes ownership regardless.
-  ASSERT_TRUE(rec.released.Wait(contend.ttl + contend.transition + seconds(1)));
+  ASSERT_TRUE(rec.released.wait(contend.ttl + contend.transition + seconds(1)));
   EXPECT_FALSE(service->is_owner());
   EXPECT_EQ(service->fencing_token(), 0u);
   faults->set_mode(FaultInjectingBackend::Mode::kPass);
@@ -465,7 +467,7 @@ TEST_P(Conformance, HangingRenewalIsRevokedAtTheLeaseDeadline) {
 
 TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
   auto& backend = *factory->backend();
@@ -477,7 +479,7 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   EXPECT_GT(unknown->fencing_floor, 0u);
 
   Recorder a;
-  auto sa = factory->create_contend_service(a.Contender("forced")).value();
+  auto sa = factory->create_contend_service(a.contender("forced")).value();
   // What the store pushes to A's contender id (as the core's own
   // subscription hears it).
   std::mutex events_mu;
@@ -497,13 +499,12 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
     // wait for the channel first, until a probe's release is heard.
     ASSERT_TRUE(push_is_live(backend, "forced", [&] {
       std::lock_guard<std::mutex> lock(events_mu);
-      return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
-        return e.kind == MutexEvent::Kind::kReleased;
-      });
+      return std::any_of(events.begin(), events.end(),
+                         [](const MutexEvent& e) { return e.kind == MutexEvent::Kind::kReleased; });
     })) << "a release on this store was never pushed";
   }
   SIMBA_ASSERT_OK(sa->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
   const std::uint64_t a_token = sa->fencing_token();
   const auto forced_at = std::chrono::steady_clock::now();
   auto forced = backend.force_release("forced", deadline());
@@ -517,9 +518,9 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   // acquisition, whether it then wins the mutex again or not.
   const milliseconds told_within =
       fx.expect().forced_loss_pushed ? fx.push_bound() : fx.options().ttl + fx.round_trip();
-  ASSERT_TRUE(a.released.Wait(told_within))
-      << "the holder was not told of the forced release within " << told_within.count()
-      << " ms (" << (fx.expect().forced_loss_pushed ? "pushed" : "at its renewal") << ")";
+  ASSERT_TRUE(a.released.wait(told_within))
+      << "the holder was not told of the forced release within " << told_within.count() << " ms ("
+      << (fx.expect().forced_loss_pushed ? "pushed" : "at its renewal") << ")";
   RecordProperty("told_after_force_ms",
                  std::to_string(std::chrono::duration_cast<milliseconds>(
                                     std::chrono::steady_clock::now() - forced_at)
@@ -541,7 +542,7 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
     }
     return out;
   };
-  const bool pushed = Eventually([&] { return !lost_a().empty(); }, fx.push_bound());
+  const bool pushed = eventually([&] { return !lost_a().empty(); }, fx.push_bound());
   EXPECT_EQ(pushed, fx.expect().forced_loss_pushed)
       << "this store is described as " << (fx.expect().forced_loss_pushed ? "" : "not ")
       << "pushing a forced release to its holder (docs/operations.md)";
@@ -550,9 +551,9 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
   }
   // Every later acquisition is above the floor.
   Recorder b;
-  auto sb = factory->create_contend_service(b.Contender("forced")).value();
+  auto sb = factory->create_contend_service(b.contender("forced")).value();
   SIMBA_ASSERT_OK(sb->start());
-  ASSERT_TRUE(Eventually([&] { return sa->is_owner() || sb->is_owner(); }, fx.ExpiryBound()));
+  ASSERT_TRUE(eventually([&] { return sa->is_owner() || sb->is_owner(); }, fx.expiry_bound()));
   EXPECT_GT(std::max(sa->fencing_token(), sb->fencing_token()), forced->fencing_floor);
   SIMBA_EXPECT_OK(sb->stop());
   SIMBA_EXPECT_OK(sa->stop());
@@ -565,7 +566,7 @@ TEST_P(Conformance, ForceReleaseFreesTheMutexAndRaisesTheFencingFloor) {
 // predates the floor).
 TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
   auto& backend = *factory->backend();
@@ -573,7 +574,7 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   std::mutex mu;
   std::vector<std::uint64_t> tokens;  // of every acquisition, in order
   const auto contender = [&] {
-    return MakeContender(
+    return make_contender(
         mutex,
         [&](const MutexState& s) {
           std::lock_guard<std::mutex> lock(mu);
@@ -583,7 +584,7 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   };
   auto holder = factory->create_contend_service(contender()).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(Eventually([&] { return holder->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return holder->is_owner(); }, seconds(10)));
   std::vector<std::unique_ptr<MutexContendService>> waiting;
   for (int i = 0; i < 3; ++i) {
     waiting.push_back(factory->create_contend_service(contender()).value());
@@ -593,7 +594,7 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   // the store keeps one) before the force.
   auto listed = backend.waiters(mutex, deadline());
   if (listed.ok()) {
-    ASSERT_TRUE(Eventually(
+    ASSERT_TRUE(eventually(
         [&] {
           auto now = backend.waiters(mutex, deadline());
           return now.ok() && now->size() == waiting.size();
@@ -609,12 +610,12 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   }
   auto forced = backend.force_release(mutex, deadline());
   SIMBA_ASSERT_OK(forced);
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         std::lock_guard<std::mutex> lock(mu);
         return tokens.size() > before;
       },
-      fx.ExpiryBound()));
+      fx.expiry_bound()));
   {
     std::lock_guard<std::mutex> lock(mu);
     for (std::size_t i = before; i < tokens.size(); ++i) {
@@ -629,7 +630,7 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
 
 TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
   auto& backend = *factory->backend();
@@ -665,7 +666,7 @@ TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
   // B, then C, ask and wait, polling as the core would until the store
   // lists them (a store may need their subscriptions in place first).
   std::vector<std::string> listed;
-  const bool both = Eventually(
+  const bool both = eventually(
       [&] {
         for (const std::string& id : {b, c}) {
           auto attempt = backend.acquire_or_renew(request(id), deadline());
@@ -674,8 +675,7 @@ TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
         auto now = backend.waiters(mutex, deadline());
         if (!now.ok()) return false;
         listed = *now;
-        return listed.size() == 2 &&
-               std::find(listed.begin(), listed.end(), b) != listed.end() &&
+        return listed.size() == 2 && std::find(listed.begin(), listed.end(), b) != listed.end() &&
                std::find(listed.begin(), listed.end(), c) != listed.end();
       },
       seconds(10));
@@ -686,7 +686,7 @@ TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
 
   // A lets go and B takes over: B no longer waits, A never did.
   EXPECT_THAT(backend.release(mutex, a, a_token, deadline()), IsOkAndHolds(true));
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         auto attempt = backend.acquire_or_renew(request(b), deadline());
         return attempt.ok() && attempt->owner.owner_id == b;
@@ -707,7 +707,7 @@ TEST_P(Conformance, WaitersListsContendersThatWaitOldestFirst) {
 
 TEST_P(Conformance, WaitersOfAnUnusedMutexIsEmptyAndABadNameIsAnError) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
   auto& backend = *factory->backend();
@@ -733,7 +733,7 @@ TEST_P(Conformance, WaitersOfAnUnusedMutexIsEmptyAndABadNameIsAnError) {
 
 TEST_P(Conformance, CapabilitiesSayWhatTheStorePromises) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const Capabilities& caps = factory->backend()->capabilities();
   EXPECT_EQ(caps.push_release, fx.expect().push_release);
@@ -747,7 +747,7 @@ TEST_P(Conformance, CapabilitiesSayWhatTheStorePromises) {
 // checks only that they do not claim one.)
 TEST_P(Conformance, FifoStoresHandOverInArrivalOrder) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   if (!fx.expect().fifo) {
     EXPECT_FALSE(factory->backend()->capabilities().fifo);
@@ -759,11 +759,11 @@ TEST_P(Conformance, FifoStoresHandOverInArrivalOrder) {
   auto& backend = *factory->backend();
   const std::string mutex = "fifo";
   Recorder a, b, c;
-  auto sa = factory->create_contend_service(a.Contender(mutex)).value();
-  auto sb = factory->create_contend_service(b.Contender(mutex)).value();
-  auto sc = factory->create_contend_service(c.Contender(mutex)).value();
+  auto sa = factory->create_contend_service(a.contender(mutex)).value();
+  auto sb = factory->create_contend_service(b.contender(mutex)).value();
+  auto sc = factory->create_contend_service(c.contender(mutex)).value();
   const auto queue_is = [&](std::vector<std::string> expected) {
-    return Eventually(
+    return eventually(
         [&] {
           auto now = backend.waiters(mutex, deadline());
           return now.ok() && *now == expected;
@@ -771,18 +771,18 @@ TEST_P(Conformance, FifoStoresHandOverInArrivalOrder) {
         seconds(10));
   };
   SIMBA_ASSERT_OK(sa->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
   SIMBA_ASSERT_OK(sb->start());
   ASSERT_TRUE(queue_is({sb->contender_id()})) << "B never queued";
   SIMBA_ASSERT_OK(sc->start());
   ASSERT_TRUE(queue_is({sb->contender_id(), sc->contender_id()})) << "C never queued behind B";
   SIMBA_ASSERT_OK(sa->stop());
-  ASSERT_TRUE(Eventually([&] { return b.acquired.IsSet() || c.acquired.IsSet(); },
-                         fx.push_bound()));
-  EXPECT_TRUE(b.acquired.IsSet()) << "C, who asked after B, owns the mutex first";
-  EXPECT_FALSE(c.acquired.IsSet());
+  ASSERT_TRUE(
+      eventually([&] { return b.acquired.is_set() || c.acquired.is_set(); }, fx.push_bound()));
+  EXPECT_TRUE(b.acquired.is_set()) << "C, who asked after B, owns the mutex first";
+  EXPECT_FALSE(c.acquired.is_set());
   SIMBA_ASSERT_OK(sb->stop());
-  ASSERT_TRUE(c.acquired.Wait(fx.push_bound()));
+  ASSERT_TRUE(c.acquired.wait(fx.push_bound()));
   EXPECT_GT(c.token.load(), b.token.load());
   EXPECT_GT(b.token.load(), a.token.load());
   SIMBA_EXPECT_OK(sc->stop());
@@ -794,7 +794,7 @@ TEST_P(Conformance, FifoStoresHandOverInArrivalOrder) {
 // still worked. A release names the ownership it ends by its token.
 TEST_P(Conformance, ALateReleaseOfAnEarlierOwnershipLeavesALaterOneAlone) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
   auto& backend = *factory->backend();
@@ -835,7 +835,7 @@ TEST_P(Conformance, ALateReleaseOfAnEarlierOwnershipLeavesALaterOneAlone) {
 
 TEST_P(Conformance, LockerExcludesTimesOutAndHandsOver) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   auto first = Locker::create(*factory, "locker").value();
   auto second = Locker::create(*factory, "locker").value();
@@ -863,17 +863,17 @@ TEST_P(Conformance, LockerExcludesTimesOutAndHandsOver) {
 TEST_P(Conformance, LockerTellsItsHolderWhenTheLeaseIsLost) {
   Fixture fx(GetParam());
   std::shared_ptr<FaultInjectingBackend> faults;
-  auto factory = fx.FaultyFactory(&faults, fx.options());
+  auto factory = fx.faulty_factory(&faults, fx.options());
   ASSERT_TRUE(factory);
   Latch lost;
   LockerOptions options;
-  options.on_lost = [&] { lost.Set(); };
+  options.on_lost = [&] { lost.set(); };
   auto locker = Locker::create(*factory, "locker-lost", options).value();
   SIMBA_ASSERT_OK(locker->acquire(seconds(10)));
   std::stop_token token = locker->lost_token();
   EXPECT_FALSE(token.stop_requested());
   faults->set_mode(FaultInjectingBackend::Mode::kFail);
-  ASSERT_TRUE(lost.Wait(fx.options().ttl + fx.options().transition + seconds(1)));
+  ASSERT_TRUE(lost.wait(fx.options().ttl + fx.options().transition + seconds(1)));
   EXPECT_TRUE(token.stop_requested());
   EXPECT_FALSE(locker->is_held());
   EXPECT_EQ(locker->fencing_token(), 0u);
@@ -885,13 +885,14 @@ TEST_P(Conformance, LockerTellsItsHolderWhenTheLeaseIsLost) {
 
 TEST_P(Conformance, BadNamesAndOptionsAreClearErrors) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
   const std::size_t max = factory->backend()->capabilities().max_mutex_length;
   auto with_mutex = [&](const std::string& mutex) {
-    return factory->create_contend_service(MakeContender(mutex, nullptr, nullptr)).status();
+    return factory->create_contend_service(make_contender(mutex, nullptr, nullptr)).status();
   };
-  EXPECT_THAT(with_mutex(""), StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
+  EXPECT_THAT(with_mutex(""),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
   EXPECT_THAT(with_mutex(std::string(max + 1, 'm')),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
   SIMBA_EXPECT_OK(with_mutex(std::string(max, 'm')));
@@ -901,7 +902,7 @@ TEST_P(Conformance, BadNamesAndOptionsAreClearErrors) {
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
   EXPECT_THAT(with_mutex("\xff\xfe"),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
-  EXPECT_THAT(factory->create_contend_service(MakeContender("ok", nullptr, nullptr, "")).status(),
+  EXPECT_THAT(factory->create_contend_service(make_contender("ok", nullptr, nullptr, "")).status(),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("contender_id")));
   EXPECT_THAT(factory->create_contend_service(nullptr).status(),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("contender")));
@@ -909,7 +910,8 @@ TEST_P(Conformance, BadNamesAndOptionsAreClearErrors) {
   auto with_options = [&](auto mutate) {
     ContendOptions options = fx.options();
     mutate(options);
-    return factory->create_contend_service(MakeContender("ok", nullptr, nullptr), options).status();
+    return factory->create_contend_service(make_contender("ok", nullptr, nullptr), options)
+        .status();
   };
   EXPECT_THAT(with_options([](ContendOptions& o) { o.ttl = milliseconds(0); }),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("ttl")));
@@ -923,10 +925,11 @@ TEST_P(Conformance, BadNamesAndOptionsAreClearErrors) {
 
   EXPECT_THAT(Locker::create(*factory, "").status(),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("mutex")));
-  EXPECT_THAT(Scheduler::create(*factory, "s", ScheduleConfig::FixedRate(milliseconds(0), milliseconds(0)),
-                                [](const WorkContext&) {})
-                  .status(),
-              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("period")));
+  EXPECT_THAT(
+      Scheduler::create(*factory, "s", ScheduleConfig::fixed_rate(milliseconds(0), milliseconds(0)),
+                        [](const WorkContext&) {})
+          .status(),
+      StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("period")));
 }
 
 TEST_P(Conformance, BadUrisAreClearErrorsWithoutHanging) {
@@ -943,7 +946,7 @@ TEST_P(Conformance, BadUrisAreClearErrorsWithoutHanging) {
     // Every case says what the error must name (the URI part at fault).
     EXPECT_FALSE(c.names.empty()) << "the case " << c.uri << " names nothing to look for";
     EXPECT_THAT(std::string(factory.status().message()), ::testing::HasSubstr(c.names)) << c.uri;
-    EXPECT_LT(std::chrono::steady_clock::now() - started, Scaled(seconds(10))) << c.uri;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, scaled(seconds(10))) << c.uri;
   }
   auto unknown = MutexContendServiceFactory::open("nosuchstore://x");
   EXPECT_THAT(unknown.status().message(), ::testing::HasSubstr(target.name));
@@ -958,17 +961,17 @@ TEST_P(Conformance, ThousandServicesShareAFewThreads) {
   // as its other waits are (SIMBA_TEST_TIME_SCALE), keeping the load per
   // unit of client speed the same.
   ContendOptions lease = fx.options();
-  lease.ttl = Scaled(lease.ttl);
-  lease.transition = Scaled(lease.transition);
-  auto factory = fx.Factory(lease);
+  lease.ttl = scaled(lease.ttl);
+  lease.transition = scaled(lease.transition);
+  auto factory = fx.factory(lease);
   ASSERT_TRUE(factory);
   constexpr int kServices = 1000;
   std::atomic<int> releases{0};
   std::vector<std::unique_ptr<MutexContendService>> services;
   services.reserve(kServices);
   for (int i = 0; i < kServices; ++i) {
-    auto c = MakeContender("threads-" + std::to_string(i), nullptr,
-                           [&](const MutexState&) { ++releases; });
+    auto c = make_contender("threads-" + std::to_string(i), nullptr,
+                            [&](const MutexState&) { ++releases; });
     services.push_back(factory->create_contend_service(c).value());
     SIMBA_ASSERT_OK(services.back()->start());
   }
@@ -976,15 +979,15 @@ TEST_P(Conformance, ThousandServicesShareAFewThreads) {
     return std::all_of(services.begin(), services.end(),
                        [](const auto& s) { return s->is_owner(); });
   };
-  ASSERT_TRUE(Eventually(all_owned, seconds(30)));
-  const int threads = CountThreads();
+  ASSERT_TRUE(eventually(all_owned, seconds(30)));
+  const int threads = count_threads();
   EXPECT_LT(threads, 16) << "threads must not grow with mutexes";
   RecordProperty("threads", std::to_string(threads));
   // Two full leases: every service renews at least twice.
   std::this_thread::sleep_for(2 * (lease.ttl + lease.transition));
   EXPECT_TRUE(all_owned());
   EXPECT_EQ(releases.load(), 0) << "a lease was lost while the store was healthy";
-  EXPECT_LT(CountThreads(), 16);
+  EXPECT_LT(count_threads(), 16);
   for (auto& s : services) SIMBA_EXPECT_OK(s->stop());
 }
 
@@ -999,9 +1002,9 @@ TEST_P(Conformance, ThousandServicesShareAFewThreads) {
 TEST_P(ServerRestartConformance, RestartWhileALeaseIsHeldKeepsOneOwner) {
   const BackendTarget& target = GetParam();
   ASSERT_TRUE(target.uri_on) << target.name << ": no store on a private server";
-  auto server = TestServer::Start(target.server, target.server_args);
+  auto server = TestServer::start(target.server, target.server_args);
   ASSERT_THAT(server, IsOk());
-  const std::string uri = target.uri_on((*server)->uri(), UniqueTestName());
+  const std::string uri = target.uri_on((*server)->uri(), unique_test_name());
   // The lease of the per-store tests this case replaces: ttl 2 s,
   // transition as long as the ttl.
   ContendOptions contend = target.options;
@@ -1030,46 +1033,45 @@ TEST_P(ServerRestartConformance, RestartWhileALeaseIsHeldKeepsOneOwner) {
   Latch a_acquired, b_acquired;
   std::atomic<std::uint64_t> a_token{0}, b_token{0};
   auto holder = factory_a
-                    ->create_contend_service(MakeContender(
+                    ->create_contend_service(make_contender(
                         "m",
                         [&](const MutexState& s) {
                           a_token = s.after.fencing_token;
                           enter();
-                          a_acquired.Set();
+                          a_acquired.set();
                         },
                         [&](const MutexState&) { leave(); }, "a"))
                     .value();
   auto waiter = factory_b
-                    ->create_contend_service(MakeContender(
+                    ->create_contend_service(make_contender(
                         "m",
                         [&](const MutexState& s) {
                           b_token = s.after.fencing_token;
                           enter();
-                          b_acquired.Set();
+                          b_acquired.set();
                         },
                         [&](const MutexState&) { leave(); }, "b"))
                     .value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a_acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a_acquired.wait(seconds(10)));
   SIMBA_ASSERT_OK(waiter->start());
   // A crash, a second without the server, and a restart on the same port
   // and data.
-  SIMBA_ASSERT_OK((*server)->Kill());
+  SIMBA_ASSERT_OK((*server)->kill());
   std::this_thread::sleep_for(seconds(1));
-  SIMBA_ASSERT_OK((*server)->Restart());
+  SIMBA_ASSERT_OK((*server)->restart());
   const auto restarted = std::chrono::steady_clock::now();
   // Someone owns it again within the store's bound, and nobody shares it
   // while we watch: for at least 6 s after the restart (two leases).
-  EXPECT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); },
+  EXPECT_TRUE(eventually([&] { return holder->is_owner() || waiter->is_owner(); },
                          target.restart_owner_within))
-      << "no owner within " << Scaled(target.restart_owner_within).count()
-      << " ms of the restart";
-  const auto watched_until = restarted + Scaled(seconds(6));
+      << "no owner within " << scaled(target.restart_owner_within).count() << " ms of the restart";
+  const auto watched_until = restarted + scaled(seconds(6));
   if (std::chrono::steady_clock::now() < watched_until) {
     std::this_thread::sleep_until(watched_until);
   }
   EXPECT_TRUE(holder->is_owner() || waiter->is_owner());
-  if (b_acquired.IsSet()) {
+  if (b_acquired.is_set()) {
     EXPECT_GT(b_token.load(), a_token.load());
   }
   SIMBA_ASSERT_OK(holder->stop());
@@ -1079,32 +1081,36 @@ TEST_P(ServerRestartConformance, RestartWhileALeaseIsHeldKeepsOneOwner) {
 
 // ---- other processes -----------------------------------------------------------
 
-std::vector<std::string> TakerArgs(const Fixture& fx, const std::string& mutex) {
+std::vector<std::string> taker_args(const Fixture& fx, const std::string& mutex) {
   return {SIMBA_TAKER_PATH,
-          "--store", fx.uri(),
-          "--mutex", mutex,
-          "--ttl-ms", std::to_string(fx.options().ttl.count()),
-          "--transition-ms", std::to_string(fx.options().transition.count())};
+          "--store",
+          fx.uri(),
+          "--mutex",
+          mutex,
+          "--ttl-ms",
+          std::to_string(fx.options().ttl.count()),
+          "--transition-ms",
+          std::to_string(fx.options().transition.count())};
 }
 
 TEST_P(CrossProcessConformance, KilledOwnerIsReplacedWithinTheLease) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
-  Subprocess taker(TakerArgs(fx, "killed-owner"));
+  Subprocess taker(taker_args(fx, "killed-owner"));
   ASSERT_TRUE(taker.started());
-  auto acquired = taker.WaitForLine("ACQUIRED", seconds(20));
+  auto acquired = taker.wait_for_line("ACQUIRED", seconds(20));
   ASSERT_TRUE(acquired.has_value()) << "the other process never acquired the mutex";
   const std::uint64_t taker_token = std::stoull(acquired->substr(9));
   Recorder rec;
-  auto service = factory->create_contend_service(rec.Contender("killed-owner")).value();
+  auto service = factory->create_contend_service(rec.contender("killed-owner")).value();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(Eventually([&] { return !service->after_owner().owner_id.empty(); }, seconds(10)));
-  EXPECT_FALSE(rec.acquired.IsSet()) << "acquired while the other process held the mutex";
+  ASSERT_TRUE(eventually([&] { return !service->after_owner().owner_id.empty(); }, seconds(10)));
+  EXPECT_FALSE(rec.acquired.is_set()) << "acquired while the other process held the mutex";
   const auto killed = std::chrono::steady_clock::now();
-  taker.Signal(SIGKILL);
-  taker.Wait();
-  ASSERT_TRUE(rec.acquired.Wait(fx.ExpiryBound()));
+  taker.signal(SIGKILL);
+  taker.wait();
+  ASSERT_TRUE(rec.acquired.wait(fx.expiry_bound()));
   EXPECT_GT(rec.token.load(), taker_token);
   RecordProperty("failover_ms", std::to_string(std::chrono::duration_cast<milliseconds>(
                                                    std::chrono::steady_clock::now() - killed)
@@ -1114,29 +1120,29 @@ TEST_P(CrossProcessConformance, KilledOwnerIsReplacedWithinTheLease) {
 
 TEST_P(CrossProcessConformance, PausedOwnerLearnsItLostTheLease) {
   Fixture fx(GetParam());
-  auto factory = fx.Factory();
+  auto factory = fx.factory();
   ASSERT_TRUE(factory);
-  Subprocess taker(TakerArgs(fx, "paused-owner"));
+  Subprocess taker(taker_args(fx, "paused-owner"));
   ASSERT_TRUE(taker.started());
-  auto acquired = taker.WaitForLine("ACQUIRED", seconds(20));
+  auto acquired = taker.wait_for_line("ACQUIRED", seconds(20));
   ASSERT_TRUE(acquired.has_value());
   const std::uint64_t taker_token = std::stoull(acquired->substr(9));
   Recorder rec;
-  auto service = factory->create_contend_service(rec.Contender("paused-owner")).value();
+  auto service = factory->create_contend_service(rec.contender("paused-owner")).value();
   SIMBA_ASSERT_OK(service->start());
   // The classic GC pause: longer than the whole lease.
-  taker.Signal(SIGSTOP);
-  ASSERT_TRUE(rec.acquired.Wait(fx.ExpiryBound()));
+  taker.signal(SIGSTOP);
+  ASSERT_TRUE(rec.acquired.wait(fx.expiry_bound()));
   EXPECT_GT(rec.token.load(), taker_token);
-  taker.Signal(SIGCONT);
+  taker.signal(SIGCONT);
   std::vector<std::string> lines;
-  auto released = taker.WaitForLine("RELEASED", seconds(3), &lines);
+  auto released = taker.wait_for_line("RELEASED", seconds(3), &lines);
   EXPECT_TRUE(released.has_value()) << "the paused owner was not told it lost the lease";
   // Let the taker sample is_owner() for a while after it resumed.
   std::this_thread::sleep_for(milliseconds(500));
-  taker.Signal(SIGTERM);
-  while (auto line = taker.ReadLine(seconds(5))) lines.push_back(*line);
-  taker.Wait();
+  taker.signal(SIGTERM);
+  while (auto line = taker.read_line(seconds(5))) lines.push_back(*line);
+  taker.wait();
   for (const auto& line : lines) {
     EXPECT_EQ(line.rfind("VIOLATION", 0), std::string::npos) << line;
     EXPECT_EQ(line.rfind("ACQUIRED", 0), std::string::npos)

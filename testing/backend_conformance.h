@@ -1,8 +1,8 @@
 // The conformance suite (TCK): one set of behaviours every backend must show,
 // written once and instantiated per backend with one line:
 //
-//   INSTANTIATE_TEST_SUITE_P(Sqlite, Conformance, ::testing::Values(SqliteTarget()),
-//                            simba::testing::TargetName);
+//   INSTANTIATE_TEST_SUITE_P(Sqlite, Conformance, ::testing::Values(sqlite_target()),
+//                            simba::testing::target_name);
 //
 // and, for stores that several processes can share:
 //
@@ -77,7 +77,7 @@ struct BackendTarget {
   StoreExpectations expect;
 
   // For ServerRestartConformance, a store with a server: its kind and the
-  // arguments a private one gets (TestServer::Start), and the store one
+  // arguments a private one gets (TestServer::start), and the store one
   // test uses on the server at `server_uri` (what `uri` gives on the shared
   // server). After the server's restart someone owns the mutex again
   // within `restart_owner_within` (scaled).
@@ -87,7 +87,7 @@ struct BackendTarget {
   std::chrono::milliseconds restart_owner_within{std::chrono::seconds(6)};
 };
 
-inline std::string TargetName(const ::testing::TestParamInfo<BackendTarget>& info) {
+inline std::string target_name(const ::testing::TestParamInfo<BackendTarget>& info) {
   return info.param.name;
 }
 inline void PrintTo(const BackendTarget& target, std::ostream* os) { *os << target.name; }

@@ -15,26 +15,26 @@ namespace simba::testing {
 // Writes `line` and a newline in one write(2): the parent reads whole lines,
 // stdio buffering would hold them back, and lines of several threads must
 // not interleave.
-inline void EmitLine(const std::string& line) {
+inline void emit_line(const std::string& line) {
   const std::string out = line + "\n";
   const ssize_t ignored = write(STDOUT_FILENO, out.data(), out.size());
   (void)ignored;
 }
 
-inline std::atomic<bool>& StopFlag() {
+inline std::atomic<bool>& stop_flag() {
   static std::atomic<bool> stop{false};
   return stop;
 }
 
-// From now on SIGTERM and SIGINT only set StopRequested().
-inline void StopOnSignals() {
+// From now on SIGTERM and SIGINT only set stop_requested().
+inline void stop_on_signals() {
   struct sigaction action {};
-  action.sa_handler = [](int) { StopFlag() = true; };
+  action.sa_handler = [](int) { stop_flag() = true; };
   sigaction(SIGTERM, &action, nullptr);
   sigaction(SIGINT, &action, nullptr);
 }
 
-inline bool StopRequested() { return StopFlag().load(); }
+inline bool stop_requested() { return stop_flag().load(); }
 
 }  // namespace simba::testing
 

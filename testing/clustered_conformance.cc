@@ -35,40 +35,40 @@ using Clk = std::chrono::steady_clock;
 
 // Waits (scaled) for a future; an error status when it is not ready in time,
 // so a hung call fails the test instead of hanging it.
-Status Await(std::future<Status> future, milliseconds timeout = seconds(10)) {
-  if (future.wait_for(Scaled(timeout)) != std::future_status::ready) {
-    return DeadlineExceededError("the future was not ready within " +
-                                 std::to_string(Scaled(timeout).count()) + "ms");
+Status await(std::future<Status> future, milliseconds timeout = seconds(10)) {
+  if (future.wait_for(scaled(timeout)) != std::future_status::ready) {
+    return deadline_exceeded_error("the future was not ready within " +
+                                   std::to_string(scaled(timeout).count()) + "ms");
   }
   return future.get();
 }
-Result<bool> Await(std::future<Result<bool>> future, milliseconds timeout = seconds(10)) {
-  if (future.wait_for(Scaled(timeout)) != std::future_status::ready) {
-    return DeadlineExceededError("the future was not ready within " +
-                                 std::to_string(Scaled(timeout).count()) + "ms");
+Result<bool> await(std::future<Result<bool>> future, milliseconds timeout = seconds(10)) {
+  if (future.wait_for(scaled(timeout)) != std::future_status::ready) {
+    return deadline_exceeded_error("the future was not ready within " +
+                                   std::to_string(scaled(timeout).count()) + "ms");
   }
   return future.get();
 }
 
 template <typename T>
-bool IsReady(const std::future<T>& future, milliseconds wait = milliseconds(0)) {
+bool is_ready(const std::future<T>& future, milliseconds wait = milliseconds(0)) {
   return future.wait_for(wait) == std::future_status::ready;
 }
 
-long long MillisSince(Clk::time_point start) {
+long long millis_since(Clk::time_point start) {
   return std::chrono::duration_cast<milliseconds>(Clk::now() - start).count();
 }
 
 class Fixture {
  public:
   explicit Fixture(const ClusteredTarget& target)
-      : target_(target), uri_(target.uri(UniqueTestName("cl-"))) {}
+      : target_(target), uri_(target.uri(unique_test_name("cl-"))) {}
 
   const std::string& uri() const { return uri_; }
   const ContendOptions& lease() const { return target_.lease; }
 
   // A node: a manager of its own on the test's store.
-  std::unique_ptr<ClusteredLockManager> Node() {
+  std::unique_ptr<ClusteredLockManager> node() {
     ClusteredLockOptions options;
     options.lease = target_.lease;
     auto manager = ClusteredLockManager::open(uri_, options);
@@ -77,8 +77,9 @@ class Fixture {
   }
 
   // A node whose store calls go through a FaultInjectingBackend.
-  std::unique_ptr<ClusteredLockManager> FaultyNode(std::shared_ptr<FaultInjectingBackend>* faults) {
-    auto backend = OpenBackend(uri_);
+  std::unique_ptr<ClusteredLockManager> faulty_node(
+      std::shared_ptr<FaultInjectingBackend>* faults) {
+    auto backend = open_backend(uri_);
     EXPECT_THAT(backend, IsOk()) << uri_;
     if (!backend.ok()) return nullptr;
     *faults = std::make_shared<FaultInjectingBackend>(*backend);
@@ -89,7 +90,7 @@ class Fixture {
     return manager.ok() ? std::move(manager).value() : nullptr;
   }
 
-  static std::shared_ptr<ClusteredLock> Lock(ClusteredLockManager& node, const std::string& name) {
+  static std::shared_ptr<ClusteredLock> lock(ClusteredLockManager& node, const std::string& name) {
     EXPECT_THAT(node.define(name), IsOk());
     auto lock = node.get(name);
     EXPECT_THAT(lock, IsOk());
@@ -98,16 +99,16 @@ class Fixture {
 
   // A waiting node notices a release: at once where the store pushes
   // (2 s covers the hops), otherwise within one contend period.
-  milliseconds HandoffBound(const ClusteredLockManager& node) const {
+  milliseconds handoff_bound(const ClusteredLockManager& node) const {
     return node.factory()->backend()->capabilities().push_release ? milliseconds(seconds(2))
-                                                                  : ExpiryBound();
+                                                                  : expiry_bound();
   }
   // A dead holder's lease runs out and a waiter notices: the hard lease
   // (ttl + transition) plus the contender's largest jitter (DESIGN §3:
   // U[-200, 1000) ms), the docs' "ttl + transition + 1 s"; plus 0.5 s for
   // the acquisition's round trip and the callback on a loaded machine.
-  milliseconds ExpiryBound() const {
-    return lease().ttl + lease().transition + milliseconds(1000) + Scaled(milliseconds(500));
+  milliseconds expiry_bound() const {
+    return lease().ttl + lease().transition + milliseconds(1000) + scaled(milliseconds(500));
   }
 
  private:
@@ -125,26 +126,26 @@ TEST_P(ClusteredConformance, TwoNodesExcludeEachOther) {
   std::mutex failures_mu;
   std::vector<std::string> failures;
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "counter");
-  auto lb = Fixture::Lock(*b, "counter");
+  auto la = Fixture::lock(*a, "counter");
+  auto lb = Fixture::lock(*b, "counter");
   ASSERT_TRUE(la && lb);
   constexpr int kThreadsPerNode = 2;
   constexpr int kRounds = 10;
   // A polling store hands over only at the waiter's next poll; a round may
   // wait for several of those.
-  const milliseconds wait = 3 * fx.ExpiryBound();
+  const milliseconds wait = 3 * fx.expiry_bound();
   std::vector<std::thread> threads;
   for (const auto& lock : {la, lb}) {
     for (int t = 0; t < kThreadsPerNode; ++t) {
       threads.emplace_back([&, lock] {
         for (int r = 0; r < kRounds; ++r) {
-          Status locked = Await(lock->lock(), wait);
+          Status locked = await(lock->lock(), wait);
           if (!locked.ok()) {
             std::lock_guard<std::mutex> guard(failures_mu);
-            failures.push_back("lock: " + locked.ToString());
+            failures.push_back("lock: " + locked.to_string());
             return;
           }
           if (inside.exchange(true)) ++overlaps;
@@ -153,11 +154,11 @@ TEST_P(ClusteredConformance, TwoNodesExcludeEachOther) {
           std::this_thread::sleep_for(milliseconds(1));
           counter.store(seen + 1);
           inside.store(false);
-          Result<bool> unlocked = Await(lock->unlock());
+          Result<bool> unlocked = await(lock->unlock());
           if (!unlocked.ok() || !*unlocked) {
             std::lock_guard<std::mutex> guard(failures_mu);
-            failures.push_back(
-                "unlock: " + (unlocked.ok() ? std::string("false") : unlocked.status().ToString()));
+            failures.push_back("unlock: " + (unlocked.ok() ? std::string("false")
+                                                           : unlocked.status().to_string()));
             return;
           }
         }
@@ -172,9 +173,9 @@ TEST_P(ClusteredConformance, TwoNodesExcludeEachOther) {
 
 TEST_P(ClusteredConformance, ManyLockFuturesResolveOneAtATime) {
   Fixture fx(GetParam());
-  auto node = fx.Node();
+  auto node = fx.node();
   ASSERT_TRUE(node);
-  auto lock = Fixture::Lock(*node, "many");
+  auto lock = Fixture::lock(*node, "many");
   ASSERT_TRUE(lock);
   constexpr int kCalls = 50;
   std::vector<std::future<Status>> calls;
@@ -183,10 +184,10 @@ TEST_P(ClusteredConformance, ManyLockFuturesResolveOneAtATime) {
   std::uint64_t last_token = 0;
   for (int i = 0; i < kCalls; ++i) {
     int ready = -1;
-    const auto give_up = Clk::now() + Scaled(seconds(10));
+    const auto give_up = Clk::now() + scaled(seconds(10));
     while (ready < 0 && Clk::now() < give_up) {
       for (int j = 0; j < kCalls && ready < 0; ++j) {
-        if (!done[j] && IsReady(calls[j])) ready = j;
+        if (!done[j] && is_ready(calls[j])) ready = j;
       }
       if (ready < 0) std::this_thread::sleep_for(milliseconds(1));
     }
@@ -199,159 +200,159 @@ TEST_P(ClusteredConformance, ManyLockFuturesResolveOneAtATime) {
     std::this_thread::sleep_for(milliseconds(2));
     for (int j = 0; j < kCalls; ++j) {
       if (!done[j]) {
-        EXPECT_FALSE(IsReady(calls[j])) << "call " << j << " granted during hold " << i;
+        EXPECT_FALSE(is_ready(calls[j])) << "call " << j << " granted during hold " << i;
       }
     }
     const std::uint64_t token = lock->fencing_token();
     EXPECT_GT(token, last_token) << "hold " << i;
     last_token = token;
-    EXPECT_THAT(Await(lock->unlock()), IsOkAndHolds(true)) << "hold " << i;
+    EXPECT_THAT(await(lock->unlock()), IsOkAndHolds(true)) << "hold " << i;
   }
-  EXPECT_THAT(Await(lock->is_locked()), IsOkAndHolds(false));
+  EXPECT_THAT(await(lock->is_locked()), IsOkAndHolds(false));
 }
 
 TEST_P(ClusteredConformance, HeldLockBlocksOtherNodeUntilUnlock) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "blocking");
-  auto lb = Fixture::Lock(*b, "blocking");
+  auto la = Fixture::lock(*a, "blocking");
+  auto lb = Fixture::lock(*b, "blocking");
   ASSERT_TRUE(la && lb);
-  SIMBA_ASSERT_OK(Await(la->lock()));
+  SIMBA_ASSERT_OK(await(la->lock()));
   const std::uint64_t a_token = la->fencing_token();
   EXPECT_GT(a_token, 0u);
   EXPECT_TRUE(la->is_held());
   auto b_lock = lb->lock();
-  EXPECT_FALSE(IsReady(b_lock, Scaled(milliseconds(500)))) << "B got a lock A holds";
+  EXPECT_FALSE(is_ready(b_lock, scaled(milliseconds(500)))) << "B got a lock A holds";
   EXPECT_FALSE(lb->is_held());
   EXPECT_EQ(lb->fencing_token(), 0u);
   const auto unlocked = Clk::now();
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(true));
-  ASSERT_TRUE(IsReady(b_lock, Scaled(fx.HandoffBound(*b)))) << "hand-off too slow";
-  RecordProperty("handoff_ms", std::to_string(MillisSince(unlocked)));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
+  ASSERT_TRUE(is_ready(b_lock, scaled(fx.handoff_bound(*b)))) << "hand-off too slow";
+  RecordProperty("handoff_ms", std::to_string(millis_since(unlocked)));
   SIMBA_ASSERT_OK(b_lock.get());
   EXPECT_GT(lb->fencing_token(), a_token);
   EXPECT_FALSE(la->is_held());
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 
 TEST_P(ClusteredConformance, NotReentrantAndAnyThreadMayUnlock) {
   Fixture fx(GetParam());
-  auto node = fx.Node();
+  auto node = fx.node();
   ASSERT_TRUE(node);
-  auto lock = Fixture::Lock(*node, "reentry");
+  auto lock = Fixture::lock(*node, "reentry");
   ASSERT_TRUE(lock);
-  SIMBA_ASSERT_OK(Await(lock->lock()));
+  SIMBA_ASSERT_OK(await(lock->lock()));
   auto again = lock->lock();
-  EXPECT_FALSE(IsReady(again, Scaled(milliseconds(300)))) << "a second lock() of the holder";
+  EXPECT_FALSE(is_ready(again, scaled(milliseconds(300)))) << "a second lock() of the holder";
   // Ownership is the node's: another thread unlocks.
   Result<bool> unlocked = false;
-  std::thread([&] { unlocked = Await(lock->unlock()); }).join();
+  std::thread([&] { unlocked = await(lock->unlock()); }).join();
   EXPECT_THAT(unlocked, IsOkAndHolds(true));
-  SIMBA_ASSERT_OK(Await(std::move(again)));
+  SIMBA_ASSERT_OK(await(std::move(again)));
   EXPECT_TRUE(lock->is_held());
-  EXPECT_THAT(Await(lock->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lock->unlock()), IsOkAndHolds(true));
 }
 
 // ---- try_lock ---------------------------------------------------------------------
 
 TEST_P(ClusteredConformance, TryLockIsOneAttempt) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "try");
-  auto lb = Fixture::Lock(*b, "try");
+  auto la = Fixture::lock(*a, "try");
+  auto lb = Fixture::lock(*b, "try");
   ASSERT_TRUE(la && lb);
-  EXPECT_THAT(Await(la->try_lock()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(lb->try_lock()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(la->try_lock()), IsOkAndHolds(false)) << "non-reentrant";
-  EXPECT_THAT(Await(lb->try_lock(milliseconds(0))), IsOkAndHolds(false));
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(lb->try_lock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->try_lock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->try_lock()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->try_lock()), IsOkAndHolds(false)) << "non-reentrant";
+  EXPECT_THAT(await(lb->try_lock(milliseconds(0))), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->try_lock()), IsOkAndHolds(true));
   EXPECT_GT(lb->fencing_token(), 0u);
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 
 TEST_P(ClusteredConformance, TryLockWithTimeout) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "try-timeout");
-  auto lb = Fixture::Lock(*b, "try-timeout");
+  auto la = Fixture::lock(*a, "try-timeout");
+  auto lb = Fixture::lock(*b, "try-timeout");
   ASSERT_TRUE(la && lb);
-  EXPECT_THAT(Await(lb->try_lock(milliseconds(-1))), StatusIs(StatusCode::kInvalidArgument));
-  SIMBA_ASSERT_OK(Await(la->lock()));
+  EXPECT_THAT(await(lb->try_lock(milliseconds(-1))), StatusIs(StatusCode::kInvalidArgument));
+  SIMBA_ASSERT_OK(await(la->lock()));
 
   const auto started = Clk::now();
-  EXPECT_THAT(Await(lb->try_lock(milliseconds(600))), IsOkAndHolds(false));
-  EXPECT_GE(MillisSince(started), 600);
+  EXPECT_THAT(await(lb->try_lock(milliseconds(600))), IsOkAndHolds(false));
+  EXPECT_GE(millis_since(started), 600);
 
   // Freed in time: true.
-  auto in_time = lb->try_lock(fx.HandoffBound(*b) + seconds(5));
+  auto in_time = lb->try_lock(fx.handoff_bound(*b) + seconds(5));
   std::this_thread::sleep_for(milliseconds(300));
-  EXPECT_FALSE(IsReady(in_time));
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(std::move(in_time), fx.HandoffBound(*b) + seconds(6)), IsOkAndHolds(true));
+  EXPECT_FALSE(is_ready(in_time));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(std::move(in_time), fx.handoff_bound(*b) + seconds(6)), IsOkAndHolds(true));
   EXPECT_TRUE(lb->is_held());
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 
 // ---- unlock and queries --------------------------------------------------------------
 
 TEST_P(ClusteredConformance, UnlockByANodeThatDoesNotHoldIsFalse) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "unlock");
-  auto lb = Fixture::Lock(*b, "unlock");
+  auto la = Fixture::lock(*a, "unlock");
+  auto lb = Fixture::lock(*b, "unlock");
   ASSERT_TRUE(la && lb);
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(false)) << "never locked";
-  SIMBA_ASSERT_OK(Await(la->lock()));
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(false)) << "never locked";
+  SIMBA_ASSERT_OK(await(la->lock()));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(false));
   EXPECT_TRUE(la->is_held()) << "another node's unlock freed the lock";
-  EXPECT_THAT(Await(lb->is_locked()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(false)) << "unlocked twice";
+  EXPECT_THAT(await(lb->is_locked()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(false)) << "unlocked twice";
 }
 
 TEST_P(ClusteredConformance, IsLockedAndIsLockedByMeFromBothNodes) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "queries");
-  auto lb = Fixture::Lock(*b, "queries");
+  auto la = Fixture::lock(*a, "queries");
+  auto lb = Fixture::lock(*b, "queries");
   ASSERT_TRUE(la && lb);
-  EXPECT_THAT(Await(la->is_locked()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(lb->is_locked()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(la->is_locked_by_me()), IsOkAndHolds(false));
-  SIMBA_ASSERT_OK(Await(la->lock()));
-  EXPECT_THAT(Await(la->is_locked()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(lb->is_locked()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(la->is_locked_by_me()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(lb->is_locked_by_me()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(true));
-  EXPECT_THAT(Await(la->is_locked()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(lb->is_locked()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(la->is_locked_by_me()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->is_locked()), IsOkAndHolds(false));
+  EXPECT_THAT(await(lb->is_locked()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->is_locked_by_me()), IsOkAndHolds(false));
+  SIMBA_ASSERT_OK(await(la->lock()));
+  EXPECT_THAT(await(la->is_locked()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->is_locked()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->is_locked_by_me()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lb->is_locked_by_me()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->is_locked()), IsOkAndHolds(false));
+  EXPECT_THAT(await(lb->is_locked()), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->is_locked_by_me()), IsOkAndHolds(false));
 }
 
 // ---- definitions ----------------------------------------------------------------------
 
 TEST_P(ClusteredConformance, UndefinedAndBadInputAreClearErrors) {
   Fixture fx(GetParam());
-  auto node = fx.Node();
+  auto node = fx.node();
   ASSERT_TRUE(node);
   EXPECT_THAT(
       node->get("never-defined"),
       StatusIs(StatusCode::kNotFound, ::testing::AllOf(::testing::HasSubstr("never-defined"),
                                                        ::testing::HasSubstr("define"))));
   EXPECT_FALSE(node->is_defined("never-defined"));
-  EXPECT_THAT(Await(node->remove("never-defined")), IsOkAndHolds(false));
+  EXPECT_THAT(await(node->remove("never-defined")), IsOkAndHolds(false));
 
   EXPECT_THAT(node->define("defined"), IsOkAndHolds(true));
   EXPECT_THAT(node->define("defined"), IsOkAndHolds(false));
@@ -395,29 +396,29 @@ TEST_P(ClusteredConformance, RemoveReleasesAndFailsPending) {
   std::mutex reason_mu;
   Status reason;
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "removed");
-  auto lb = Fixture::Lock(*b, "removed");
+  auto la = Fixture::lock(*a, "removed");
+  auto lb = Fixture::lock(*b, "removed");
   ASSERT_TRUE(la && lb);
-  SIMBA_ASSERT_OK(Await(la->lock()));
+  SIMBA_ASSERT_OK(await(la->lock()));
   la->add_loss_listener([&](const Status& why) {
     std::lock_guard<std::mutex> guard(reason_mu);
     reason = why;
-    lost.Set();
+    lost.set();
   });
   std::stop_token hold = la->lost_token();
   auto pending = la->lock();
   auto timed = la->try_lock(seconds(60));
   auto b_lock = lb->lock();
-  EXPECT_FALSE(IsReady(b_lock, Scaled(milliseconds(200))));
+  EXPECT_FALSE(is_ready(b_lock, scaled(milliseconds(200))));
 
-  EXPECT_THAT(Await(a->remove("removed")), IsOkAndHolds(true));
-  EXPECT_THAT(Await(std::move(pending)),
+  EXPECT_THAT(await(a->remove("removed")), IsOkAndHolds(true));
+  EXPECT_THAT(await(std::move(pending)),
               StatusIs(StatusCode::kCancelled, ::testing::HasSubstr("removed")));
-  EXPECT_THAT(Await(std::move(timed)), StatusIs(StatusCode::kCancelled));
-  ASSERT_TRUE(lost.Wait(seconds(5))) << "the holder was not told";
+  EXPECT_THAT(await(std::move(timed)), StatusIs(StatusCode::kCancelled));
+  ASSERT_TRUE(lost.wait(seconds(5))) << "the holder was not told";
   {
     std::lock_guard<std::mutex> guard(reason_mu);
     EXPECT_THAT(reason, StatusIs(StatusCode::kCancelled));
@@ -426,42 +427,42 @@ TEST_P(ClusteredConformance, RemoveReleasesAndFailsPending) {
   EXPECT_FALSE(la->is_held());
   EXPECT_FALSE(a->is_defined("removed"));
   EXPECT_THAT(a->get("removed"), StatusIs(StatusCode::kNotFound));
-  EXPECT_THAT(Await(la->lock()),
+  EXPECT_THAT(await(la->lock()),
               StatusIs(StatusCode::kFailedPrecondition, ::testing::HasSubstr("removed")));
-  EXPECT_THAT(Await(la->unlock()), StatusIs(StatusCode::kFailedPrecondition));
-  EXPECT_THAT(Await(a->remove("removed")), IsOkAndHolds(false));
+  EXPECT_THAT(await(la->unlock()), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(await(a->remove("removed")), IsOkAndHolds(false));
 
   // Released at the store: the other node gets it.
-  SIMBA_ASSERT_OK(Await(std::move(b_lock), fx.HandoffBound(*b)));
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  SIMBA_ASSERT_OK(await(std::move(b_lock), fx.handoff_bound(*b)));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
   // Defined again: a new, working handle.
   EXPECT_THAT(a->define("removed"), IsOkAndHolds(true));
   auto again = a->get("removed");
   SIMBA_ASSERT_OK(again);
-  EXPECT_THAT(Await((*again)->try_lock(fx.HandoffBound(*a))), IsOkAndHolds(true));
-  EXPECT_THAT(Await((*again)->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await((*again)->try_lock(fx.handoff_bound(*a))), IsOkAndHolds(true));
+  EXPECT_THAT(await((*again)->unlock()), IsOkAndHolds(true));
 }
 
 TEST_P(ClusteredConformance, DestroyedManagerFreesItsLocks) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "destroyed");
-  auto lb = Fixture::Lock(*b, "destroyed");
+  auto la = Fixture::lock(*a, "destroyed");
+  auto lb = Fixture::lock(*b, "destroyed");
   ASSERT_TRUE(la && lb);
-  SIMBA_ASSERT_OK(Await(la->lock()));
+  SIMBA_ASSERT_OK(await(la->lock()));
   std::stop_token hold = la->lost_token();
   auto pending = la->lock();
   auto b_lock = lb->lock();
   a.reset();
-  EXPECT_THAT(Await(std::move(pending)), StatusIs(StatusCode::kCancelled));
+  EXPECT_THAT(await(std::move(pending)), StatusIs(StatusCode::kCancelled));
   EXPECT_TRUE(hold.stop_requested());
   // The handle outlives its manager: a clear error, no crash.
-  EXPECT_THAT(Await(la->lock()), StatusIs(StatusCode::kFailedPrecondition));
-  EXPECT_THAT(Await(la->is_locked()), StatusIs(StatusCode::kFailedPrecondition));
-  SIMBA_ASSERT_OK(Await(std::move(b_lock), fx.HandoffBound(*b)));
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->lock()), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_THAT(await(la->is_locked()), StatusIs(StatusCode::kFailedPrecondition));
+  SIMBA_ASSERT_OK(await(std::move(b_lock), fx.handoff_bound(*b)));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 
 // ---- callbacks --------------------------------------------------------------------------
@@ -473,57 +474,57 @@ struct CallbackLog {
   std::vector<std::thread::id> threads;
   Latch done;
 
-  void Add(const std::string& event) {
+  void add(const std::string& event) {
     std::lock_guard<std::mutex> lock(mu);
     events.push_back(event);
     threads.push_back(std::this_thread::get_id());
   }
-  static std::string Of(const Status& s) { return s.ok() ? "ok" : s.ToString(); }
-  static std::string Of(const Result<bool>& r) {
-    return r.ok() ? (*r ? "true" : "false") : r.status().ToString();
+  static std::string of(const Status& s) { return s.ok() ? "ok" : s.to_string(); }
+  static std::string of(const Result<bool>& r) {
+    return r.ok() ? (*r ? "true" : "false") : r.status().to_string();
   }
 };
 
 TEST_P(ClusteredConformance, CallbacksRunOnLibraryThreads) {
   auto log = std::make_shared<CallbackLog>();
   Fixture fx(GetParam());
-  auto node = fx.Node();
+  auto node = fx.node();
   ASSERT_TRUE(node);
-  auto lock = Fixture::Lock(*node, "callbacks");
+  auto lock = Fixture::lock(*node, "callbacks");
   ASSERT_TRUE(lock);
   // The documented pattern: work in the lock() callback, unlock from it,
   // chain the next step from unlock()'s callback. No thread of ours waits.
   std::weak_ptr<ClusteredLock> weak = lock;
   lock->lock([log, weak](Status locked) {
-    log->Add("lock " + CallbackLog::Of(locked));
+    log->add("lock " + CallbackLog::of(locked));
     auto l1 = weak.lock();
-    if (!l1) return log->done.Set();
+    if (!l1) return log->done.set();
     l1->try_lock([log, weak](Result<bool> again) {
-      log->Add("try_lock " + CallbackLog::Of(again));
+      log->add("try_lock " + CallbackLog::of(again));
       auto l2 = weak.lock();
-      if (!l2) return log->done.Set();
+      if (!l2) return log->done.set();
       l2->try_lock(milliseconds(100), [log, weak](Result<bool> timed) {
-        log->Add("try_lock(100ms) " + CallbackLog::Of(timed));
+        log->add("try_lock(100ms) " + CallbackLog::of(timed));
         auto l3 = weak.lock();
-        if (!l3) return log->done.Set();
+        if (!l3) return log->done.set();
         l3->is_locked([log, weak](Result<bool> anyone) {
-          log->Add("is_locked " + CallbackLog::Of(anyone));
+          log->add("is_locked " + CallbackLog::of(anyone));
           auto l4 = weak.lock();
-          if (!l4) return log->done.Set();
+          if (!l4) return log->done.set();
           l4->is_locked_by_me([log, weak](Result<bool> mine) {
-            log->Add("is_locked_by_me " + CallbackLog::Of(mine));
+            log->add("is_locked_by_me " + CallbackLog::of(mine));
             auto l5 = weak.lock();
-            if (!l5) return log->done.Set();
+            if (!l5) return log->done.set();
             l5->unlock([log](Result<bool> unlocked) {
-              log->Add("unlock " + CallbackLog::Of(unlocked));
-              log->done.Set();
+              log->add("unlock " + CallbackLog::of(unlocked));
+              log->done.set();
             });
           });
         });
       });
     });
   });
-  ASSERT_TRUE(log->done.Wait(seconds(20)));
+  ASSERT_TRUE(log->done.wait(seconds(20)));
   std::lock_guard<std::mutex> guard(log->mu);
   EXPECT_THAT(log->events,
               ::testing::ElementsAre("lock ok", "try_lock false", "try_lock(100ms) false",
@@ -535,45 +536,45 @@ TEST_P(ClusteredConformance, CallbacksRunOnLibraryThreads) {
 
 TEST_P(ClusteredConformance, WaitingLocksDoNotAddThreads) {
   Fixture fx(GetParam());
-  auto a = fx.Node();
-  auto b = fx.Node();
+  auto a = fx.node();
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
   constexpr int kLocks = 200;
   std::vector<std::shared_ptr<ClusteredLock>> held, waiting;
   for (int i = 0; i < kLocks; ++i) {
     const std::string name = "threads-" + std::to_string(i);
-    held.push_back(Fixture::Lock(*a, name));
-    waiting.push_back(Fixture::Lock(*b, name));
+    held.push_back(Fixture::lock(*a, name));
+    waiting.push_back(Fixture::lock(*b, name));
     ASSERT_TRUE(held.back() && waiting.back());
   }
   std::vector<std::future<Status>> holds;
   for (auto& lock : held) holds.push_back(lock->lock());
-  for (auto& hold : holds) SIMBA_ASSERT_OK(Await(std::move(hold), seconds(30)));
+  for (auto& hold : holds) SIMBA_ASSERT_OK(await(std::move(hold), seconds(30)));
   // B has used the store once, so threads a backend starts on first use
   // (a subscriber connection, a watch) are there before the count.
-  auto warm = Fixture::Lock(*b, "threads-warm-up");
-  SIMBA_ASSERT_OK(Await(warm->lock()));
-  EXPECT_THAT(Await(warm->unlock()), IsOkAndHolds(true));
-  const int before = CountThreads();
+  auto warm = Fixture::lock(*b, "threads-warm-up");
+  SIMBA_ASSERT_OK(await(warm->lock()));
+  EXPECT_THAT(await(warm->unlock()), IsOkAndHolds(true));
+  const int before = count_threads();
 
   std::vector<std::future<Status>> waits;
   for (auto& lock : waiting) waits.push_back(lock->lock());
   // Every waiting lock is contending by now.
-  std::this_thread::sleep_for(Scaled(seconds(1)));
-  const int during = CountThreads();
+  std::this_thread::sleep_for(scaled(seconds(1)));
+  const int during = count_threads();
   RecordProperty("threads_before", std::to_string(before));
   RecordProperty("threads_waiting", std::to_string(during));
   EXPECT_LE(during, before + 1) << kLocks << " waiting locks added threads";
-  for (auto& wait : waits) EXPECT_FALSE(IsReady(wait));
+  for (auto& wait : waits) EXPECT_FALSE(is_ready(wait));
 
   std::vector<std::future<Result<bool>>> releases;
   for (auto& lock : held) releases.push_back(lock->unlock());
-  for (auto& release : releases) EXPECT_THAT(Await(std::move(release)), IsOkAndHolds(true));
-  for (auto& wait : waits) SIMBA_EXPECT_OK(Await(std::move(wait), fx.ExpiryBound() + seconds(10)));
-  EXPECT_LE(CountThreads(), before + 1);
+  for (auto& release : releases) EXPECT_THAT(await(std::move(release)), IsOkAndHolds(true));
+  for (auto& wait : waits) SIMBA_EXPECT_OK(await(std::move(wait), fx.expiry_bound() + seconds(10)));
+  EXPECT_LE(count_threads(), before + 1);
   releases.clear();
   for (auto& lock : waiting) releases.push_back(lock->unlock());
-  for (auto& release : releases) EXPECT_THAT(Await(std::move(release)), IsOkAndHolds(true));
+  for (auto& release : releases) EXPECT_THAT(await(std::move(release)), IsOkAndHolds(true));
 }
 
 // ---- losing a hold ----------------------------------------------------------------------------
@@ -584,27 +585,27 @@ TEST_P(ClusteredConformance, NodeIsToldWhenItLosesTheLock) {
   Status reason;
   Fixture fx(GetParam());
   std::shared_ptr<FaultInjectingBackend> faults;
-  auto a = fx.FaultyNode(&faults);
-  auto b = fx.Node();
+  auto a = fx.faulty_node(&faults);
+  auto b = fx.node();
   ASSERT_TRUE(a && b);
-  auto la = Fixture::Lock(*a, "lost");
-  auto lb = Fixture::Lock(*b, "lost");
+  auto la = Fixture::lock(*a, "lost");
+  auto lb = Fixture::lock(*b, "lost");
   ASSERT_TRUE(la && lb);
   la->add_loss_listener([&](const Status& why) {
     std::lock_guard<std::mutex> guard(reason_mu);
     reason = why;
-    lost.Set();
+    lost.set();
   });
-  SIMBA_ASSERT_OK(Await(la->lock()));
+  SIMBA_ASSERT_OK(await(la->lock()));
   const std::uint64_t a_token = la->fencing_token();
   std::stop_token hold = la->lost_token();
   EXPECT_FALSE(hold.stop_requested());
   auto b_lock = lb->lock();
-  EXPECT_FALSE(IsReady(b_lock, Scaled(milliseconds(200))));
+  EXPECT_FALSE(is_ready(b_lock, scaled(milliseconds(200))));
 
   // A's store calls fail: its renewals stop, its lease runs out.
   faults->set_mode(FaultInjectingBackend::Mode::kFail);
-  ASSERT_TRUE(lost.Wait(fx.lease().ttl + fx.lease().transition + seconds(1)))
+  ASSERT_TRUE(lost.wait(fx.lease().ttl + fx.lease().transition + seconds(1)))
       << "the node was not told it lost the lock";
   {
     std::lock_guard<std::mutex> guard(reason_mu);
@@ -613,12 +614,12 @@ TEST_P(ClusteredConformance, NodeIsToldWhenItLosesTheLock) {
   EXPECT_TRUE(hold.stop_requested());
   EXPECT_FALSE(la->is_held());
   EXPECT_EQ(la->fencing_token(), 0u);
-  SIMBA_ASSERT_OK(Await(std::move(b_lock), fx.ExpiryBound()));
+  SIMBA_ASSERT_OK(await(std::move(b_lock), fx.expiry_bound()));
   EXPECT_GT(lb->fencing_token(), a_token);
   faults->set_mode(FaultInjectingBackend::Mode::kPass);
-  EXPECT_THAT(Await(la->unlock()), IsOkAndHolds(false)) << "a lost hold is not the node's";
-  EXPECT_THAT(Await(la->is_locked_by_me()), IsOkAndHolds(false));
-  EXPECT_THAT(Await(lb->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(la->unlock()), IsOkAndHolds(false)) << "a lost hold is not the node's";
+  EXPECT_THAT(await(la->is_locked_by_me()), IsOkAndHolds(false));
+  EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 
 // ---- another process ----------------------------------------------------------------------------
@@ -629,24 +630,24 @@ TEST_P(ClusteredCrossProcess, KilledNodeIsReplacedWithinTheLease) {
                     "--ttl-ms", std::to_string(fx.lease().ttl.count()), "--transition-ms",
                     std::to_string(fx.lease().transition.count())});
   ASSERT_TRUE(other.started());
-  auto locked = other.WaitForLine("LOCKED", seconds(20));
+  auto locked = other.wait_for_line("LOCKED", seconds(20));
   ASSERT_TRUE(locked.has_value()) << "the other node never locked";
   const std::uint64_t other_token = std::stoull(locked->substr(7));
-  auto node = fx.Node();
+  auto node = fx.node();
   ASSERT_TRUE(node);
-  auto lock = Fixture::Lock(*node, "killed-node");
+  auto lock = Fixture::lock(*node, "killed-node");
   ASSERT_TRUE(lock);
   auto waiting = lock->lock();
-  EXPECT_FALSE(IsReady(waiting, Scaled(milliseconds(300))))
+  EXPECT_FALSE(is_ready(waiting, scaled(milliseconds(300))))
       << "locked while the other node held it";
-  EXPECT_THAT(Await(lock->is_locked()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lock->is_locked()), IsOkAndHolds(true));
   const auto killed = Clk::now();
-  other.Signal(SIGKILL);
-  other.Wait();
-  SIMBA_ASSERT_OK(Await(std::move(waiting), fx.lease().ttl + fx.lease().transition + seconds(2)));
-  RecordProperty("failover_ms", std::to_string(MillisSince(killed)));
+  other.signal(SIGKILL);
+  other.wait();
+  SIMBA_ASSERT_OK(await(std::move(waiting), fx.lease().ttl + fx.lease().transition + seconds(2)));
+  RecordProperty("failover_ms", std::to_string(millis_since(killed)));
   EXPECT_GT(lock->fencing_token(), other_token);
-  EXPECT_THAT(Await(lock->unlock()), IsOkAndHolds(true));
+  EXPECT_THAT(await(lock->unlock()), IsOkAndHolds(true));
 }
 
 }  // namespace

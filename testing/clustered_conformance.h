@@ -3,7 +3,7 @@
 //
 //   INSTANTIATE_TEST_SUITE_P(Sqlite, ClusteredConformance,
 //                            ::testing::Values(SqliteClusteredTarget()),
-//                            simba::testing::ClusteredTargetName);
+//                            simba::testing::clustered_target_name);
 //
 // and, for stores several processes can share (a node killed while holding):
 //
@@ -40,7 +40,7 @@ struct ClusteredTarget {
   ContendOptions lease;
 };
 
-inline std::string ClusteredTargetName(const ::testing::TestParamInfo<ClusteredTarget>& info) {
+inline std::string clustered_target_name(const ::testing::TestParamInfo<ClusteredTarget>& info) {
   return info.param.name;
 }
 inline void PrintTo(const ClusteredTarget& target, std::ostream* os) { *os << target.name; }

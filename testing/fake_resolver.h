@@ -30,10 +30,11 @@ struct FakeResolver {
 class FakeResolverTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    internal::SetGetAddrInfoForTesting([fake = fake_](const char* host, const char* service,
-                                                      const addrinfo* hints, addrinfo** found) {
+    internal::set_get_addr_info_for_testing([fake = fake_](const char* host, const char* service,
+                                                           const addrinfo* hints,
+                                                           addrinfo** found) {
       // Bounded, so that a failing test cannot leave a worker behind forever.
-      fake->release.Wait(std::chrono::seconds(60));
+      fake->release.wait(std::chrono::seconds(60));
       if (fake->error != 0) return fake->error;
       if (host == fake->unknown_host) return EAI_NONAME;
       // One list of every address: glibc's freeaddrinfo frees node by node.
@@ -52,10 +53,10 @@ class FakeResolverTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    fake_->release.Set();
-    EXPECT_TRUE(Eventually([] { return internal::HostLookupsInFlightForTesting() == 0; },
+    fake_->release.set();
+    EXPECT_TRUE(eventually([] { return internal::host_lookups_in_flight_for_testing() == 0; },
                            std::chrono::seconds(10)));
-    internal::SetGetAddrInfoForTesting({});
+    internal::set_get_addr_info_for_testing({});
   }
 
   std::shared_ptr<FakeResolver> fake_ = std::make_shared<FakeResolver>();

@@ -15,9 +15,9 @@ using std::chrono::nanoseconds;
 
 constexpr Nanos kForever = std::numeric_limits<Nanos>::max();
 
-Nanos ToNanos(std::chrono::milliseconds d) { return duration_cast<nanoseconds>(d).count(); }
+Nanos to_nanos(std::chrono::milliseconds d) { return duration_cast<nanoseconds>(d).count(); }
 
-std::string Ms(Nanos d) {
+std::string ms(Nanos d) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(1);
@@ -25,7 +25,7 @@ std::string Ms(Nanos d) {
   return out.str();
 }
 
-bool Int(const std::map<std::string, std::string>& w, const char* key, std::int64_t* out) {
+bool int_field(const std::map<std::string, std::string>& w, const char* key, std::int64_t* out) {
   const auto it = w.find(key);
   if (it == w.end() || it->second.empty()) return false;
   char* end = nullptr;
@@ -35,21 +35,28 @@ bool Int(const std::map<std::string, std::string>& w, const char* key, std::int6
   return true;
 }
 
-const char* KindName(WorkerEvent::Kind k) {
+const char* kind_name(WorkerEvent::Kind k) {
   switch (k) {
-    case WorkerEvent::Kind::kStart: return "start";
-    case WorkerEvent::Kind::kAcquired: return "acquired";
-    case WorkerEvent::Kind::kWrite: return "write";
-    case WorkerEvent::Kind::kLost: return "lost";
-    case WorkerEvent::Kind::kReleased: return "released";
-    case WorkerEvent::Kind::kBeat: return "beat";
-    case WorkerEvent::Kind::kExit: return "exit";
+    case WorkerEvent::Kind::kStart:
+      return "start";
+    case WorkerEvent::Kind::kAcquired:
+      return "acquired";
+    case WorkerEvent::Kind::kWrite:
+      return "write";
+    case WorkerEvent::Kind::kLost:
+      return "lost";
+    case WorkerEvent::Kind::kReleased:
+      return "released";
+    case WorkerEvent::Kind::kBeat:
+      return "beat";
+    case WorkerEvent::Kind::kExit:
+      return "exit";
   }
   return "?";
 }
 
 // Time worker `worker` spent stopped (pause faults) inside [from, to].
-Nanos PausedWithin(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
+Nanos paused_within(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
   Nanos total = 0;
   for (const FaultEvent& f : faults) {
     if (f.kind != "pause" || f.worker != worker) continue;
@@ -61,7 +68,7 @@ Nanos PausedWithin(const std::vector<FaultEvent>& faults, int worker, Nanos from
 
 // A gap of a worker's loop [from, to] is explained when the worker was
 // paused, or virtual time jumped, inside it.
-bool Explained(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
+bool explained(const std::vector<FaultEvent>& faults, int worker, Nanos from, Nanos to) {
   for (const FaultEvent& f : faults) {
     const bool mine = f.kind == "pause" && f.worker == worker;
     if ((mine || f.kind == "clock-jump") && f.start <= to && f.end >= from) return true;
@@ -69,13 +76,13 @@ bool Explained(const std::vector<FaultEvent>& faults, int worker, Nanos from, Na
   return false;
 }
 
-std::string Who(const Tenure& t) {
+std::string who(const Tenure& t) {
   return "worker " + std::to_string(t.worker) + " (token " + std::to_string(t.token) + ")";
 }
 
 }  // namespace
 
-std::map<std::string, std::string> LineWords(const std::string& line) {
+std::map<std::string, std::string> line_words(const std::string& line) {
   std::map<std::string, std::string> words;
   std::istringstream in(line);
   std::string word;
@@ -86,8 +93,8 @@ std::map<std::string, std::string> LineWords(const std::string& line) {
   return words;
 }
 
-std::string FormatWorkerEvent(const WorkerEvent& e) {
-  std::string line = std::string("ev=") + KindName(e.kind) + " t=" + std::to_string(e.t);
+std::string format_worker_event(const WorkerEvent& e) {
+  std::string line = std::string("ev=") + kind_name(e.kind) + " t=" + std::to_string(e.t);
   switch (e.kind) {
     case WorkerEvent::Kind::kAcquired:
     case WorkerEvent::Kind::kLost:
@@ -105,8 +112,8 @@ std::string FormatWorkerEvent(const WorkerEvent& e) {
   return line;
 }
 
-std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
-  const auto w = LineWords(line);
+std::optional<WorkerEvent> parse_worker_event(const std::string& line) {
+  const auto w = line_words(line);
   const auto ev = w.find("ev");
   if (ev == w.end()) return std::nullopt;
   WorkerEvent e;
@@ -122,9 +129,9 @@ std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
       known = true;
     }
   }
-  if (!known || !Int(w, "t", &e.t)) return std::nullopt;
+  if (!known || !int_field(w, "t", &e.t)) return std::nullopt;
   std::int64_t token = 0;
-  const bool has_token = Int(w, "token", &token);
+  const bool has_token = int_field(w, "token", &token);
   e.token = static_cast<std::uint64_t>(token);
   switch (e.kind) {
     case WorkerEvent::Kind::kAcquired:
@@ -134,8 +141,8 @@ std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
       break;
     case WorkerEvent::Kind::kWrite: {
       const auto result = w.find("result");
-      if (!has_token || !Int(w, "seq", &e.seq) || !Int(w, "check", &e.check) ||
-          !Int(w, "deadline", &e.deadline) || result == w.end() ||
+      if (!has_token || !int_field(w, "seq", &e.seq) || !int_field(w, "check", &e.check) ||
+          !int_field(w, "deadline", &e.deadline) || result == w.end() ||
           (result->second != "accepted" && result->second != "rejected")) {
         return std::nullopt;
       }
@@ -148,20 +155,21 @@ std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line) {
   return e;
 }
 
-std::string FormatResourceEvent(const ResourceEvent& e) {
+std::string format_resource_event(const ResourceEvent& e) {
   return "ev=apply worker=" + std::to_string(e.worker) + " token=" + std::to_string(e.token) +
          " seq=" + std::to_string(e.seq) + " result=" + (e.accepted ? "accepted" : "rejected") +
          " t=" + std::to_string(e.t);
 }
 
-std::optional<ResourceEvent> ParseResourceEvent(const std::string& line) {
-  const auto w = LineWords(line);
+std::optional<ResourceEvent> parse_resource_event(const std::string& line) {
+  const auto w = line_words(line);
   const auto ev = w.find("ev");
   const auto result = w.find("result");
   ResourceEvent e;
   std::int64_t worker = 0, token = 0;
-  if (ev == w.end() || ev->second != "apply" || result == w.end() || !Int(w, "worker", &worker) ||
-      !Int(w, "token", &token) || !Int(w, "seq", &e.seq) || !Int(w, "t", &e.t)) {
+  if (ev == w.end() || ev->second != "apply" || result == w.end() ||
+      !int_field(w, "worker", &worker) || !int_field(w, "token", &token) ||
+      !int_field(w, "seq", &e.seq) || !int_field(w, "t", &e.t)) {
     return std::nullopt;
   }
   if (result->second != "accepted" && result->second != "rejected") return std::nullopt;
@@ -171,19 +179,20 @@ std::optional<ResourceEvent> ParseResourceEvent(const std::string& line) {
   return e;
 }
 
-std::string FormatFaultEvent(const FaultEvent& e) {
+std::string format_fault_event(const FaultEvent& e) {
   return "ev=fault kind=" + e.kind + " worker=" + std::to_string(e.worker) +
          " start=" + std::to_string(e.start) + " end=" + std::to_string(e.end);
 }
 
-std::optional<FaultEvent> ParseFaultEvent(const std::string& line) {
-  const auto w = LineWords(line);
+std::optional<FaultEvent> parse_fault_event(const std::string& line) {
+  const auto w = line_words(line);
   const auto ev = w.find("ev");
   const auto kind = w.find("kind");
   FaultEvent e;
   std::int64_t worker = 0;
   if (ev == w.end() || ev->second != "fault" || kind == w.end() || kind->second.empty() ||
-      !Int(w, "worker", &worker) || !Int(w, "start", &e.start) || !Int(w, "end", &e.end)) {
+      !int_field(w, "worker", &worker) || !int_field(w, "start", &e.start) ||
+      !int_field(w, "end", &e.end)) {
     return std::nullopt;
   }
   e.kind = kind->second;
@@ -191,7 +200,7 @@ std::optional<FaultEvent> ParseFaultEvent(const std::string& line) {
   return e;
 }
 
-std::string CheckReport::Summary() const {
+std::string CheckReport::summary() const {
   std::ostringstream out;
   out << acquisitions << " acquisitions, " << losses << " losses signalled, " << releases
       << " releases; " << writes_accepted << " writes accepted, " << writes_rejected
@@ -201,17 +210,17 @@ std::string CheckReport::Summary() const {
   for (const auto& [kind, n] : faults) out << " " << kind << "=" << n;
   out << "; " << holder_faults << " of " << aimed_faults
       << " aimed at a worker found it holding the mutex";
-  out << "\nworst time to a new owner after a fault healed: " << Ms(worst_takeover);
+  out << "\nworst time to a new owner after a fault healed: " << ms(worst_takeover);
   if (!worst_takeover_by_fault.empty()) {
     out << " (";
     const char* sep = "";
     for (const auto& [kind, worst] : worst_takeover_by_fault) {
-      out << sep << kind << " " << Ms(worst);
+      out << sep << kind << " " << ms(worst);
       sep = ", ";
     }
     out << ")";
   }
-  out << "; worst ownership overlap (paused holders): " << Ms(worst_overlap) << "\n";
+  out << "; worst ownership overlap (paused holders): " << ms(worst_overlap) << "\n";
   if (violations.empty()) {
     out << "checker: OK, no violation\n";
   } else {
@@ -221,14 +230,13 @@ std::string CheckReport::Summary() const {
   return out.str();
 }
 
-std::string UnprovenOverlap(const CheckReport& report) {
+std::string unproven_overlap(const CheckReport& report) {
   static const char* const kOverlapRules[] = {"acted-after-takeover", "overlap", "stale-write"};
   bool overlap = false;
   std::string others;
   for (const Violation& v : report.violations) {
-    if (std::find_if(std::begin(kOverlapRules), std::end(kOverlapRules), [&](const char* rule) {
-          return v.rule == rule;
-        }) != std::end(kOverlapRules)) {
+    if (std::find_if(std::begin(kOverlapRules), std::end(kOverlapRules),
+                     [&](const char* rule) { return v.rule == rule; }) != std::end(kOverlapRules)) {
       overlap = true;
     } else if (others.find("[" + v.rule + "]") == std::string::npos) {
       others += (others.empty() ? "" : " ") + ("[" + v.rule + "]");
@@ -245,9 +253,9 @@ std::string UnprovenOverlap(const CheckReport& report) {
   return "";
 }
 
-CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
-                         const std::vector<ResourceEvent>& resource,
-                         const std::vector<FaultEvent>& faults, const CheckOptions& options) {
+CheckReport check_history(const std::vector<WorkerHistory>& workers,
+                          const std::vector<ResourceEvent>& resource,
+                          const std::vector<FaultEvent>& faults, const CheckOptions& options) {
   CheckReport report;
   auto violate = [&](std::string rule, std::string detail) {
     report.violations.push_back({std::move(rule), std::move(detail)});
@@ -278,15 +286,14 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       open.reset();
     };
     for (const WorkerEvent& e : h.events) {
-      const bool loop_event = e.kind == WorkerEvent::Kind::kStart ||
-                              e.kind == WorkerEvent::Kind::kBeat ||
-                              e.kind == WorkerEvent::Kind::kWrite ||
-                              e.kind == WorkerEvent::Kind::kExit;
+      const bool loop_event =
+          e.kind == WorkerEvent::Kind::kStart || e.kind == WorkerEvent::Kind::kBeat ||
+          e.kind == WorkerEvent::Kind::kWrite || e.kind == WorkerEvent::Kind::kExit;
       if (loop_event) {
-        if (last_loop >= 0 && e.t - last_loop > ToNanos(options.hang_after) &&
-            !Explained(faults, h.worker, last_loop, e.t)) {
+        if (last_loop >= 0 && e.t - last_loop > to_nanos(options.hang_after) &&
+            !explained(faults, h.worker, last_loop, e.t)) {
           violate("hang", "worker " + std::to_string(h.worker) + " was silent for " +
-                              Ms(e.t - last_loop) + " (no pause explains it)");
+                              ms(e.t - last_loop) + " (no pause explains it)");
         }
         last_loop = e.t;
       }
@@ -294,7 +301,7 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
         case WorkerEvent::Kind::kAcquired:
           ++report.acquisitions;
           if (open) {
-            violate("unsignalled-loss", Who(*open) + " got on_acquired for token " +
+            violate("unsignalled-loss", who(*open) + " got on_acquired for token " +
                                             std::to_string(e.token) +
                                             " without on_released for its lease");
             close(e.t, false);
@@ -314,11 +321,12 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
             violate("write-after-deadline",
                     "worker " + std::to_string(h.worker) +
                         ": is_owner() was true but the service never reported a lease "
-                        "deadline for that tenure (token " + std::to_string(e.token) + ")");
+                        "deadline for that tenure (token " +
+                        std::to_string(e.token) + ")");
           } else if (e.check >= e.deadline) {
             violate("write-after-deadline",
                     "worker " + std::to_string(h.worker) + ": is_owner() was true " +
-                        Ms(e.check - e.deadline) + " after its own lease deadline (token " +
+                        ms(e.check - e.deadline) + " after its own lease deadline (token " +
                         std::to_string(e.token) + ")");
           }
           checks.push_back({e.check, e.token, h.worker});
@@ -333,7 +341,7 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       if (kill != killed_at.end()) {
         close(std::max(kill->second, open->acquired), true);
       } else {
-        violate("unsignalled-loss", Who(*open) + " ended without on_released");
+        violate("unsignalled-loss", who(*open) + " ended without on_released");
         open->ended.reset();
         report.tenures.push_back(*open);
       }
@@ -376,8 +384,8 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
         // One worker: tokens never go down (the same token again is a lease
         // it still held at the store when it re-contended).
         if (i < j && q.token < p.token) {
-          violate("token-order", Who(q) + " acquired after its own token " +
-                                     std::to_string(p.token));
+          violate("token-order",
+                  who(q) + " acquired after its own token " + std::to_string(p.token));
         }
         continue;
       }
@@ -398,14 +406,14 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       const Nanos overlap = std::min(end_of(p), end_of(q)) - std::max(p.acquired, q.acquired);
       if (overlap > 0) {
         const Nanos from = std::max(p.acquired, q.acquired);
-        const Nanos allowed = ToNanos(options.signal_slack) +
-                              PausedWithin(faults, p.worker, from, std::min(end_of(p), end_of(q)));
+        const Nanos allowed = to_nanos(options.signal_slack) +
+                              paused_within(faults, p.worker, from, std::min(end_of(p), end_of(q)));
         if (!p.ended) {
-          violate("unsignalled-loss", Who(p) + " was never told it lost the mutex that " + Who(q) +
-                                          " acquired");
+          violate("unsignalled-loss",
+                  who(p) + " was never told it lost the mutex that " + who(q) + " acquired");
         } else if (overlap > allowed) {
-          violate("overlap", Who(p) + " still believed it owned the mutex " + Ms(overlap) +
-                                 " after " + Who(q) + " acquired it (allowed " + Ms(allowed) + ")");
+          violate("overlap", who(p) + " still believed it owned the mutex " + ms(overlap) +
+                                 " after " + who(q) + " acquired it (allowed " + ms(allowed) + ")");
         }
         report.worst_overlap = std::max(report.worst_overlap, std::min(overlap, kForever / 2));
       }
@@ -413,8 +421,8 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       // acquired: the local lease deadline must have ended p first, paused
       // or not, because the check reads the clock.
       if (p.last_check >= q.acquired) {
-        violate("acted-after-takeover", Who(p) + " passed an is_owner() check " +
-                                            Ms(p.last_check - q.acquired) + " after " + Who(q) +
+        violate("acted-after-takeover", who(p) + " passed an is_owner() check " +
+                                            ms(p.last_check - q.acquired) + " after " + who(q) +
                                             " acquired the mutex");
       }
     }
@@ -426,11 +434,12 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
     for (const Tenure& q : report.tenures) {
       if (p.worker == q.worker || !p.ended || *p.ended >= q.acquired || q.token > p.token) continue;
       if (p.token == q.token) continue;  // reported above
-      if (PausedWithin(faults, q.worker, p.acquired - ToNanos(options.ttl + options.transition),
-                       q.acquired) > 0) {
+      if (paused_within(faults, q.worker, p.acquired - to_nanos(options.ttl + options.transition),
+                        q.acquired) > 0) {
         continue;
       }
-      violate("token-order", Who(q) + " acquired after " + Who(p) + " had ended, with a lower token");
+      violate("token-order",
+              who(q) + " acquired after " + who(p) + " had ended, with a lower token");
     }
   }
 
@@ -446,9 +455,8 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
       }
       highest = std::max(highest, r.token);
       const bool granted =
-          std::any_of(report.tenures.begin(), report.tenures.end(), [&](const Tenure& t) {
-            return t.worker == r.worker && t.token == r.token;
-          });
+          std::any_of(report.tenures.begin(), report.tenures.end(),
+                      [&](const Tenure& t) { return t.worker == r.worker && t.token == r.token; });
       if (!granted) {
         violate("stale-write", "the resource accepted token " + std::to_string(r.token) +
                                    " from worker " + std::to_string(r.worker) +
@@ -472,11 +480,11 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
         const auto it = decided.find({h.worker, e.seq});
         if (it == decided.end() || it->second->token != e.token ||
             it->second->accepted != e.accepted) {
-          violate("resource-mismatch",
-                  "worker " + std::to_string(h.worker) + " logged write seq " +
-                      std::to_string(e.seq) + " (token " + std::to_string(e.token) + ", " +
-                      (e.accepted ? "accepted" : "rejected") +
-                      ") but the resource decided otherwise or never saw it");
+          violate("resource-mismatch", "worker " + std::to_string(h.worker) + " logged write seq " +
+                                           std::to_string(e.seq) + " (token " +
+                                           std::to_string(e.token) + ", " +
+                                           (e.accepted ? "accepted" : "rejected") +
+                                           ") but the resource decided otherwise or never saw it");
         }
       }
     }
@@ -509,8 +517,8 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
 
   // Liveness: after each fault healed, somebody owns the mutex again within
   // the bound (an acquisition or a passed ownership check in the window).
-  const Nanos bound = ToNanos(options.takeover_bound.value_or(
-      options.ttl + options.transition + std::chrono::milliseconds(2000)));
+  const Nanos bound = to_nanos(options.takeover_bound.value_or(options.ttl + options.transition +
+                                                               std::chrono::milliseconds(2000)));
   std::vector<Nanos> owned_at;
   for (const Tenure& t : report.tenures) owned_at.push_back(t.acquired);
   for (const Checked& c : checks) owned_at.push_back(c.check);
@@ -525,7 +533,7 @@ CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
     if (next < healed + bound) continue;  // the run moved on before the bound
     const auto it = std::lower_bound(owned_at.begin(), owned_at.end(), healed);
     if (it == owned_at.end() || *it > healed + bound) {
-      violate("stuck", "nobody owned the mutex within " + Ms(bound) + " after the " + f.kind +
+      violate("stuck", "nobody owned the mutex within " + ms(bound) + " after the " + f.kind +
                            " fault healed");
     } else {
       report.worst_takeover = std::max(report.worst_takeover, *it - healed);

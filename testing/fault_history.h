@@ -71,9 +71,9 @@ struct FaultEvent {
 
 // How a worker's process (or thread) ended.
 struct WorkerFate {
-  bool killed = false;  // by the harness (a kill or crash fault): no exit expected
+  bool killed = false;          // by the harness (a kill or crash fault): no exit expected
   bool exited_cleanly = false;  // stopped when asked, exit status 0
-  std::string detail;  // what happened otherwise (exit status, signal, timeout)
+  std::string detail;           // what happened otherwise (exit status, signal, timeout)
 };
 
 struct WorkerHistory {
@@ -83,16 +83,16 @@ struct WorkerHistory {
 };
 
 // The `key=value` words of a log line (other words are skipped).
-std::map<std::string, std::string> LineWords(const std::string& line);
+std::map<std::string, std::string> line_words(const std::string& line);
 
 // Formatting and parsing of the lines above. Parse* return nullopt for a line
 // that is not an event (a torn last line of a killed worker is skipped).
-std::string FormatWorkerEvent(const WorkerEvent& e);
-std::optional<WorkerEvent> ParseWorkerEvent(const std::string& line);
-std::string FormatResourceEvent(const ResourceEvent& e);
-std::optional<ResourceEvent> ParseResourceEvent(const std::string& line);
-std::string FormatFaultEvent(const FaultEvent& e);
-std::optional<FaultEvent> ParseFaultEvent(const std::string& line);
+std::string format_worker_event(const WorkerEvent& e);
+std::optional<WorkerEvent> parse_worker_event(const std::string& line);
+std::string format_resource_event(const ResourceEvent& e);
+std::optional<ResourceEvent> parse_resource_event(const std::string& line);
+std::string format_fault_event(const FaultEvent& e);
+std::optional<FaultEvent> parse_fault_event(const std::string& line);
 
 struct CheckOptions {
   std::chrono::milliseconds ttl{1000};
@@ -146,13 +146,13 @@ struct CheckReport {
   std::vector<Violation> violations;
   std::vector<Tenure> tenures;  // by acquisition time
   int acquisitions = 0;
-  int losses = 0;     // lost events
-  int releases = 0;   // released events
+  int losses = 0;    // lost events
+  int releases = 0;  // released events
   int writes_accepted = 0;
-  int writes_rejected = 0;  // stale tokens the resource turned away
+  int writes_rejected = 0;            // stale tokens the resource turned away
   std::map<std::string, int> faults;  // by kind
-  int aimed_faults = 0;   // faults aimed at one worker
-  int holder_faults = 0;  // of those, the ones that found it holding the mutex
+  int aimed_faults = 0;               // faults aimed at one worker
+  int holder_faults = 0;              // of those, the ones that found it holding the mutex
   // Longest time the mutex went without an owner after a fault healed, in
   // all and by kind of fault.
   Nanos worst_takeover = 0;
@@ -162,7 +162,7 @@ struct CheckReport {
 
   bool ok() const { return violations.empty(); }
   // A few lines for people: counts, the worst figures, each violation.
-  std::string Summary() const;
+  std::string summary() const;
 };
 
 // The verdict on a run set up to break mutual exclusion (a negative
@@ -171,11 +171,11 @@ struct CheckReport {
 // (acted-after-takeover, overlap, stale-write) and no other rule, since a
 // stuck mutex, a crash, a hang, a mismatch or too little activity proves
 // nothing about overlaps. Empty when it does; otherwise why not.
-std::string UnprovenOverlap(const CheckReport& report);
+std::string unproven_overlap(const CheckReport& report);
 
-CheckReport CheckHistory(const std::vector<WorkerHistory>& workers,
-                         const std::vector<ResourceEvent>& resource,
-                         const std::vector<FaultEvent>& faults, const CheckOptions& options);
+CheckReport check_history(const std::vector<WorkerHistory>& workers,
+                          const std::vector<ResourceEvent>& resource,
+                          const std::vector<FaultEvent>& faults, const CheckOptions& options);
 
 }  // namespace simba::testing
 

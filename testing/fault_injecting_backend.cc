@@ -16,7 +16,7 @@ struct FaultListeners {
 
 namespace {
 
-// The target's subscription plus our entry for Push().
+// The target's subscription plus our entry for push().
 class FaultSubscription final : public Subscription {
  public:
   FaultSubscription(std::shared_ptr<FaultListeners> listeners, std::uint64_t id,
@@ -42,10 +42,10 @@ FaultInjectingBackend::FaultInjectingBackend(std::shared_ptr<Backend> target)
 Result<std::unique_ptr<Subscription>> FaultInjectingBackend::do_subscribe(
     std::string_view mutex, std::string_view contender_id,
     std::function<void(const MutexEvent&)> listener) {
-  auto target = target_->subscribe(
-      mutex, contender_id, [listeners = listeners_, listener](const MutexEvent& event) {
-        if (!listeners->store_pushes_lost.load()) listener(event);
-      });
+  auto target = target_->subscribe(mutex, contender_id,
+                                   [listeners = listeners_, listener](const MutexEvent& event) {
+                                     if (!listeners->store_pushes_lost.load()) listener(event);
+                                   });
   if (!target.ok() && target.status().code() != StatusCode::kUnimplemented) {
     return target.status();
   }
@@ -63,7 +63,7 @@ void FaultInjectingBackend::set_store_pushes_lost(bool lost) {
   listeners_->store_pushes_lost = lost;
 }
 
-void FaultInjectingBackend::Push(const MutexEvent& event) {
+void FaultInjectingBackend::push(const MutexEvent& event) {
   std::vector<std::function<void(const MutexEvent&)>> targets;
   {
     std::lock_guard<std::mutex> lock(listeners_->mu);
@@ -91,22 +91,21 @@ void FaultInjectingBackend::set_acquire_mode(Mode mode) {
   cv_.notify_all();
 }
 
-Status FaultInjectingBackend::Gate(Mode FaultInjectingBackend::*which, Deadline deadline) {
+Status FaultInjectingBackend::gate(Mode FaultInjectingBackend::*which, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto failure = [&] {
-    Status status = UnavailableError("injected failure");
-    return failure_retry_after_ ? status.WithRetryAfter(*failure_retry_after_) : status;
+    Status status = unavailable_error("injected failure");
+    return failure_retry_after_ ? status.with_retry_after(*failure_retry_after_) : status;
   };
   if (this->*which == Mode::kFail) return failure();
   if (this->*which == Mode::kHang) {
     hanging_calls_.fetch_add(1);
-    const bool ended =
-        cv_.wait_until(lock, deadline, [&] { return this->*which != Mode::kHang; });
+    const bool ended = cv_.wait_until(lock, deadline, [&] { return this->*which != Mode::kHang; });
     hanging_calls_.fetch_sub(1);
-    if (!ended) return DeadlineExceededError("injected hang reached the call's deadline");
+    if (!ended) return deadline_exceeded_error("injected hang reached the call's deadline");
     if (this->*which == Mode::kFail) return failure();
   }
-  return OkStatus();
+  return ok_status();
 }
 
 void FaultInjectingBackend::set_failure_retry_after(
@@ -118,7 +117,7 @@ void FaultInjectingBackend::set_failure_retry_after(
 Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequest& request,
                                                                Deadline deadline) {
   ++acquire_calls_;
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::acquire_mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::acquire_mode_, deadline));
   auto reply = target_->acquire_or_renew(request, deadline);
   std::function<void()> action;
   std::chrono::milliseconds stretch{0};
@@ -150,29 +149,29 @@ Result<bool> FaultInjectingBackend::do_release(std::string_view mutex,
                                                std::uint64_t fencing_token, Deadline deadline) {
   ++release_calls_;
   last_release_token_ = fencing_token;
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->release(mutex, contender_id, fencing_token, deadline);
 }
 
 Result<ForcedRelease> FaultInjectingBackend::do_force_release(std::string_view mutex,
                                                               Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->force_release(mutex, deadline);
 }
 
 Result<OwnerRecord> FaultInjectingBackend::do_read(std::string_view mutex, Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->read(mutex, deadline);
 }
 
 Result<std::vector<ListedMutex>> FaultInjectingBackend::do_list(Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->list(deadline);
 }
 
 Result<std::vector<std::string>> FaultInjectingBackend::do_waiters(std::string_view mutex,
                                                                    Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Gate(&FaultInjectingBackend::mode_, deadline));
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->waiters(mutex, deadline);
 }
 

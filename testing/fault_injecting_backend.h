@@ -6,8 +6,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -48,7 +48,7 @@ class FaultInjectingBackend final : public Backend {
   // The fault run's negative control (tests/faults) uses it. 0: off.
   void set_lease_stretch(std::chrono::milliseconds stretch);
   // While on, what the store pushes never reaches this backend's listeners
-  // (a push channel not up yet, or down); Push() still does.
+  // (a push channel not up yet, or down); push() still does.
   void set_store_pushes_lost(bool lost);
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
@@ -81,11 +81,11 @@ class FaultInjectingBackend final : public Backend {
       std::function<void(const MutexEvent&)> listener) override;
   // Delivers `event` to every listener subscribed through this backend to
   // event.mutex, as a store's push would.
-  void Push(const MutexEvent& event);
+  void push(const MutexEvent& event);
 
  private:
   // OK to forward, or the injected error.
-  Status Gate(Mode FaultInjectingBackend::*which, Deadline deadline);
+  Status gate(Mode FaultInjectingBackend::*which, Deadline deadline);
 
   std::shared_ptr<Backend> target_;
   mutable std::mutex mu_;
@@ -99,7 +99,7 @@ class FaultInjectingBackend final : public Backend {
   std::atomic<int> hanging_calls_{0};
   std::atomic<int> release_calls_{0};
   std::atomic<std::uint64_t> last_release_token_{0};
-  // Listeners by mutex, for Push().
+  // Listeners by mutex, for push().
   std::shared_ptr<struct FaultListeners> listeners_;
 };
 

@@ -18,7 +18,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-bool UnixAddress(const std::string& path, sockaddr_un* address) {
+bool unix_address(const std::string& path, sockaddr_un* address) {
   std::memset(address, 0, sizeof *address);
   address->sun_family = AF_UNIX;
   if (path.size() >= sizeof address->sun_path) return false;
@@ -27,7 +27,7 @@ bool UnixAddress(const std::string& path, sockaddr_un* address) {
 }
 
 // "W <worker> <token> <seq>" -> the parts; false for anything else.
-bool ParseRequest(const char* text, int* worker, std::uint64_t* token, std::int64_t* seq) {
+bool parse_request(const char* text, int* worker, std::uint64_t* token, std::int64_t* seq) {
   unsigned long long t = 0;
   long long s = 0;
   if (std::sscanf(text, "W %d %llu %lld", worker, &t, &s) != 3) return false;
@@ -38,26 +38,26 @@ bool ParseRequest(const char* text, int* worker, std::uint64_t* token, std::int6
 
 }  // namespace
 
-Nanos NowNanos(const Clock& clock) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock.Now().time_since_epoch())
+Nanos now_nanos(const Clock& clock) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock.now().time_since_epoch())
       .count();
 }
 
-void SleepOn(const Clock& clock, Clock::Duration d) {
+void sleep_on(const Clock& clock, Clock::Duration d) {
   std::mutex mu;
   std::condition_variable cv;
   std::unique_lock<std::mutex> lock(mu);
-  const Clock::TimePoint until = clock.Now() + d;
-  while (clock.Now() < until) clock.WaitUntil(cv, lock, until);
+  const Clock::TimePoint until = clock.now() + d;
+  while (clock.now() < until) clock.wait_until(cv, lock, until);
 }
 
 // ---- FencedRegister ------------------------------------------------------------------
 
-Result<bool> FencedRegister::Write(int worker, std::uint64_t token, std::int64_t seq) {
+Result<bool> FencedRegister::write(int worker, std::uint64_t token, std::int64_t seq) {
   std::lock_guard<std::mutex> lock(mu_);
   const bool accepted = token >= highest_;
   if (accepted) highest_ = token;
-  ResourceEvent e{worker, token, seq, accepted, NowNanos(*clock_)};
+  ResourceEvent e{worker, token, seq, accepted, now_nanos(*clock_)};
   decisions_.push_back(e);
   if (accepted) last_accepted_ = e;
   return accepted;
@@ -75,28 +75,27 @@ std::optional<ResourceEvent> FencedRegister::last_accepted() const {
 
 // ---- FencedRegisterServer --------------------------------------------------------------
 
-Result<std::unique_ptr<FencedRegisterServer>> FencedRegisterServer::Start(std::string path,
-                                                                         FencedRegister* target) {
+Result<std::unique_ptr<FencedRegisterServer>> FencedRegisterServer::start(std::string path,
+                                                                          FencedRegister* target) {
   sockaddr_un address;
-  if (!UnixAddress(path, &address)) return UnavailableError("socket path too long: " + path);
+  if (!unix_address(path, &address)) return unavailable_error("socket path too long: " + path);
   ::unlink(path.c_str());
   const int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return UnavailableError(std::string("socket: ") + std::strerror(errno));
+  if (fd < 0) return unavailable_error(std::string("socket: ") + std::strerror(errno));
   if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(fd, 64) != 0) {
     const std::string error = std::strerror(errno);
     ::close(fd);
-    return UnavailableError("cannot listen on " + path + ": " + error);
+    return unavailable_error("cannot listen on " + path + ": " + error);
   }
   return std::unique_ptr<FencedRegisterServer>(
       new FencedRegisterServer(std::move(path), target, fd));
 }
 
-FencedRegisterServer::FencedRegisterServer(std::string path, FencedRegister* target,
-                                           int listen_fd)
+FencedRegisterServer::FencedRegisterServer(std::string path, FencedRegister* target, int listen_fd)
     : path_(std::move(path)), target_(target), listen_fd_(listen_fd) {
   if (::pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] { loop(); });
 }
 
 FencedRegisterServer::~FencedRegisterServer() {
@@ -112,7 +111,7 @@ FencedRegisterServer::~FencedRegisterServer() {
   ::unlink(path_.c_str());
 }
 
-void FencedRegisterServer::Loop() {
+void FencedRegisterServer::loop() {
   std::vector<int> clients;
   for (;;) {
     std::vector<pollfd> fds{{wake_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
@@ -140,8 +139,8 @@ void FencedRegisterServer::Loop() {
       std::uint64_t token = 0;
       std::int64_t seq = 0;
       const char* reply = "E";
-      if (ParseRequest(request, &worker, &token, &seq)) {
-        reply = *target_->Write(worker, token, seq) ? "A" : "R";
+      if (parse_request(request, &worker, &token, &seq)) {
+        reply = *target_->write(worker, token, seq) ? "A" : "R";
       }
       if (::send(c, reply, 1, MSG_NOSIGNAL) != 1) {
         ::close(c);
@@ -160,16 +159,16 @@ FencedRegisterClient::~FencedRegisterClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Result<bool> FencedRegisterClient::Write(int worker, std::uint64_t token, std::int64_t seq) {
+Result<bool> FencedRegisterClient::write(int worker, std::uint64_t token, std::int64_t seq) {
   auto fail = [&](const std::string& what) -> Result<bool> {
     const std::string error = std::strerror(errno);
     if (fd_ >= 0) ::close(fd_);
     fd_ = -1;
-    return UnavailableError("fenced resource " + path_ + ": " + what + ": " + error);
+    return unavailable_error("fenced resource " + path_ + ": " + what + ": " + error);
   };
   if (fd_ < 0) {
     sockaddr_un address;
-    if (!UnixAddress(path_, &address)) return UnavailableError("socket path too long: " + path_);
+    if (!unix_address(path_, &address)) return unavailable_error("socket path too long: " + path_);
     fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd_ < 0) return fail("socket");
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
@@ -210,11 +209,11 @@ FaultWorker::FaultWorker(MutexContendServiceFactory* factory, FencedResource* re
       options_(std::move(options)),
       clock_(factory->clock()) {}
 
-WorkerEvent FaultWorker::PublishAcquired(const Clock& clock, std::uint64_t token) {
+WorkerEvent FaultWorker::publish_acquired(const Clock& clock, std::uint64_t token) {
   // The time first: a loop that sees the token checks ownership no earlier
   // than the acquisition it logs, so its write lies inside the tenure
   // (the checker matches a write to a tenure by check >= acquired).
-  const Nanos at = NowNanos(clock);
+  const Nanos at = now_nanos(clock);
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++tenures_;
@@ -228,39 +227,40 @@ std::uint64_t FaultWorker::published_token() const {
   return token_;
 }
 
-void FaultWorker::Log(WorkerEvent e) {
-  if (e.t == 0) e.t = NowNanos(*clock_);
-  log_(FormatWorkerEvent(e));
+void FaultWorker::log(WorkerEvent e) {
+  if (e.t == 0) e.t = now_nanos(*clock_);
+  log_(format_worker_event(e));
 }
 
-Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
+Status FaultWorker::run(const std::function<bool()>& stop_requested) {
   using Kind = WorkerEvent::Kind;
   std::mt19937_64 random(options_.seed);
   auto uniform = [&](milliseconds lo, milliseconds hi) {
     if (hi <= lo) return lo;
-    return milliseconds(std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
+    return milliseconds(
+        std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
   };
-  auto contender = MakeContender(
+  auto contender = make_contender(
       options_.mutex,
-      [this](const MutexState& s) { Log(PublishAcquired(*clock_, s.after.fencing_token)); },
+      [this](const MutexState& s) { log(publish_acquired(*clock_, s.after.fencing_token)); },
       [this](const MutexState& s) {
         {
           std::lock_guard<std::mutex> lock(mu_);
           token_ = 0;
         }
-        Log({letting_go_ ? Kind::kReleased : Kind::kLost, 0, s.before.fencing_token});
+        log({letting_go_ ? Kind::kReleased : Kind::kLost, 0, s.before.fencing_token});
       },
       "fault-worker-" + std::to_string(options_.id) + "-" +
-          MutexContender::GenerateUuidContenderId().substr(0, 8));
+          MutexContender::generate_uuid_contender_id().substr(0, 8));
   auto service = factory_->create_contend_service(contender, options_.contend);
   if (!service.ok()) return service.status();
   MutexContendService& contend = **service;
-  Log({Kind::kStart});
+  log({Kind::kStart});
   SIMBA_RETURN_IF_ERROR(contend.start());
 
   std::int64_t seq = 0;
   std::optional<Clock::TimePoint> hold_until;
-  Clock::TimePoint next_beat = clock_->Now();
+  Clock::TimePoint next_beat = clock_->now();
   // The last lease deadline the service reported in the tenure numbered
   // `deadline_tenure` (0: none yet).
   std::uint64_t deadline_tenure = 0;
@@ -273,10 +273,10 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
       token = token_;
     }
     if (token != 0) {
-      if (!hold_until) hold_until = clock_->Now() + uniform(options_.hold_min, options_.hold_max);
+      if (!hold_until) hold_until = clock_->now() + uniform(options_.hold_min, options_.hold_max);
       // The check time is read before is_owner(), which reads the clock
       // again: a check that passes proves ownership at `check` or later.
-      const Nanos check = NowNanos(*clock_);
+      const Nanos check = now_nanos(*clock_);
       const bool owner = contend.is_owner();
       // Read after the check: a renewal in between only moves it later, so
       // it never makes a true violation look fine.
@@ -298,42 +298,42 @@ Status FaultWorker::Run(const std::function<bool()>& stop_requested) {
       // (write-after-deadline). Only a service that names another token
       // (its on_acquired not delivered yet) is not written for.
       if (owner && (current == token || current == 0)) {
-        if (options_.write_gap.count() > 0) SleepOn(*clock_, options_.write_gap);
-        const Result<bool> accepted = resource_->Write(options_.id, token, seq);
+        if (options_.write_gap.count() > 0) sleep_on(*clock_, options_.write_gap);
+        const Result<bool> accepted = resource_->write(options_.id, token, seq);
         if (accepted.ok()) {
           WorkerEvent e{Kind::kWrite, 0, token, seq};
           e.check = check;
           e.deadline = last_deadline;
           e.accepted = *accepted;
-          Log(e);
+          log(e);
         } else {
           std::fprintf(stderr, "worker %d: %s\n", options_.id,
-                       accepted.status().ToString().c_str());
+                       accepted.status().to_string().c_str());
         }
         ++seq;
       }
-      if (clock_->Now() >= *hold_until) {
+      if (clock_->now() >= *hold_until) {
         letting_go_ = true;
         (void)contend.stop();  // a failed release leaves a lease that expires
         letting_go_ = false;
         hold_until.reset();
-        SleepOn(*clock_, uniform(milliseconds(0), options_.rest_max));
+        sleep_on(*clock_, uniform(milliseconds(0), options_.rest_max));
         if (stop_requested()) break;
         SIMBA_RETURN_IF_ERROR(contend.start());
       }
     } else {
       hold_until.reset();
     }
-    if (clock_->Now() >= next_beat) {
-      Log({Kind::kBeat});
-      next_beat = clock_->Now() + options_.beat_interval;
+    if (clock_->now() >= next_beat) {
+      log({Kind::kBeat});
+      next_beat = clock_->now() + options_.beat_interval;
     }
-    SleepOn(*clock_, options_.write_interval);
+    sleep_on(*clock_, options_.write_interval);
   }
   letting_go_ = true;
   if (contend.running()) (void)contend.stop();
-  Log({Kind::kExit});
-  return OkStatus();
+  log({Kind::kExit});
+  return ok_status();
 }
 
 }  // namespace simba::testing

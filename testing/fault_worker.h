@@ -32,9 +32,9 @@
 namespace simba::testing {
 
 // Nanoseconds of `clock` since its epoch: the time base of every log line.
-Nanos NowNanos(const Clock& clock);
+Nanos now_nanos(const Clock& clock);
 // Sleeps `d` of `clock`'s time (virtual time for a ManualClock).
-void SleepOn(const Clock& clock, Clock::Duration d);
+void sleep_on(const Clock& clock, Clock::Duration d);
 
 class FencedResource {
  public:
@@ -42,13 +42,13 @@ class FencedResource {
   // A write guarded by `token`: true if accepted, false if the token was
   // lower than one accepted before; an error when the resource was not
   // reached (nothing was written then).
-  virtual Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) = 0;
+  virtual Result<bool> write(int worker, std::uint64_t token, std::int64_t seq) = 0;
 };
 
 class FencedRegister final : public FencedResource {
  public:
   explicit FencedRegister(std::shared_ptr<Clock> clock) : clock_(std::move(clock)) {}
-  Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) override;
+  Result<bool> write(int worker, std::uint64_t token, std::int64_t seq) override;
   // Every decision so far, in the order they were made.
   std::vector<ResourceEvent> decisions() const;
   // The last accepted write, if any.
@@ -67,7 +67,7 @@ class FencedRegister final : public FencedResource {
 class FencedRegisterServer {
  public:
   // kUnavailable when the socket cannot be made.
-  static Result<std::unique_ptr<FencedRegisterServer>> Start(std::string path,
+  static Result<std::unique_ptr<FencedRegisterServer>> start(std::string path,
                                                              FencedRegister* target);
   ~FencedRegisterServer();
   FencedRegisterServer(const FencedRegisterServer&) = delete;
@@ -75,7 +75,7 @@ class FencedRegisterServer {
 
  private:
   FencedRegisterServer(std::string path, FencedRegister* target, int listen_fd);
-  void Loop();
+  void loop();
 
   std::string path_;
   FencedRegister* target_;
@@ -89,7 +89,7 @@ class FencedRegisterClient final : public FencedResource {
   explicit FencedRegisterClient(std::string path) : path_(std::move(path)) {}
   ~FencedRegisterClient() override;
   // Connects on first use and again after an error; gives up after 2 s.
-  Result<bool> Write(int worker, std::uint64_t token, std::int64_t seq) override;
+  Result<bool> write(int worker, std::uint64_t token, std::int64_t seq) override;
 
  private:
   std::string path_;
@@ -122,17 +122,17 @@ class FaultWorker {
   FaultWorker(MutexContendServiceFactory* factory, FencedResource* resource,
               std::function<void(const std::string&)> log, FaultWorkerOptions options);
   // Non-OK only when the service could not be made or started.
-  Status Run(const std::function<bool()>& stop_requested);
+  Status run(const std::function<bool()>& stop_requested);
 
   // What on_acquired does before it logs: reads `clock`, then publishes
   // `token` to the writing loop; returns the ev=acquired event stamped with
   // that earlier time. Public for its unit test.
-  WorkerEvent PublishAcquired(const Clock& clock, std::uint64_t token);
+  WorkerEvent publish_acquired(const Clock& clock, std::uint64_t token);
   // The token on_acquired published (0: none, or on_released since).
   std::uint64_t published_token() const;
 
  private:
-  void Log(WorkerEvent e);
+  void log(WorkerEvent e);
 
   MutexContendServiceFactory* factory_;
   FencedResource* resource_;

@@ -15,7 +15,7 @@ namespace simba::testing {
 class FixedRandom final : public Random {
  public:
   explicit FixedRandom(std::int64_t value) : value_(value) {}
-  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
+  std::int64_t uniform(std::int64_t lo, std::int64_t hi) override {
     last_lo = lo;
     last_hi = hi;
     return std::clamp(value_, lo, hi - 1);

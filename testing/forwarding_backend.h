@@ -53,8 +53,7 @@ class ForwardingBackend : public Backend {
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     return target_->list(deadline);
   }
-  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
-                                              Deadline deadline) override {
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override {
     return target_->waiters(mutex, deadline);
   }
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {

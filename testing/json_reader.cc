@@ -6,14 +6,14 @@
 
 namespace simba::testing {
 
-const Json* Json::Get(const std::string& key) const {
-  for (const auto& [k, v] : object) {
-    if (k == key) return &v;
+const Json* Json::get(const std::string& key) const {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] == key) return &values[i];
   }
   return nullptr;
 }
 
-bool Json::IsInteger() const {
+bool Json::is_integer() const {
   if (type != Type::kNumber || number.empty()) return false;
   const std::size_t start = number[0] == '-' ? 1 : 0;
   return start < number.size() && number.size() - start < 19 &&
@@ -21,7 +21,7 @@ bool Json::IsInteger() const {
                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
-long long Json::Int() const { return std::stoll(number); }
+long long Json::as_int() const { return std::stoll(number); }
 
 namespace {
 
@@ -29,9 +29,9 @@ class Parser {
  public:
   explicit Parser(const std::string& s) : s_(s) {}
 
-  std::optional<Json> Document(std::string* error) {
+  std::optional<Json> document(std::string* error) {
     Json v;
-    if (!Value(&v, 0) || (Ws(), i_ != s_.size())) {
+    if (!value(&v, 0) || (ws(), i_ != s_.size())) {
       *error = "invalid JSON at offset " + std::to_string(i_) + ": " + s_.substr(0, 300);
       return std::nullopt;
     }
@@ -39,24 +39,24 @@ class Parser {
   }
 
  private:
-  void Ws() {
+  void ws() {
     while (i_ < s_.size() && std::strchr(" \t\r\n", s_[i_]) != nullptr) ++i_;
   }
-  bool Eat(char c) {
-    Ws();
+  bool eat(char c) {
+    ws();
     if (i_ < s_.size() && s_[i_] == c) {
       ++i_;
       return true;
     }
     return false;
   }
-  bool Word(const char* w) {
+  bool word(const char* w) {
     const std::size_t n = std::strlen(w);
     if (s_.compare(i_, n, w) != 0) return false;
     i_ += n;
     return true;
   }
-  static void Utf8(unsigned cp, std::string* out) {
+  static void utf8(unsigned cp, std::string* out) {
     if (cp < 0x80) {
       out->push_back(static_cast<char>(cp));
     } else if (cp < 0x800) {
@@ -73,7 +73,7 @@ class Parser {
       out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
     }
   }
-  bool Hex4(unsigned* cp) {
+  bool hex4(unsigned* cp) {
     if (i_ + 4 > s_.size()) return false;
     *cp = 0;
     for (int k = 0; k < 4; ++k) {
@@ -85,7 +85,7 @@ class Parser {
     }
     return true;
   }
-  bool String(std::string* out) {
+  bool string(std::string* out) {
     if (i_ >= s_.size() || s_[i_] != '"') return false;
     ++i_;
     while (i_ < s_.size()) {
@@ -99,32 +99,49 @@ class Parser {
       if (i_ >= s_.size()) return false;
       const char e = s_[i_++];
       switch (e) {
-        case '"': out->push_back('"'); break;
-        case '\\': out->push_back('\\'); break;
-        case '/': out->push_back('/'); break;
-        case 'b': out->push_back('\b'); break;
-        case 'f': out->push_back('\f'); break;
-        case 'n': out->push_back('\n'); break;
-        case 'r': out->push_back('\r'); break;
-        case 't': out->push_back('\t'); break;
+        case '"':
+          out->push_back('"');
+          break;
+        case '\\':
+          out->push_back('\\');
+          break;
+        case '/':
+          out->push_back('/');
+          break;
+        case 'b':
+          out->push_back('\b');
+          break;
+        case 'f':
+          out->push_back('\f');
+          break;
+        case 'n':
+          out->push_back('\n');
+          break;
+        case 'r':
+          out->push_back('\r');
+          break;
+        case 't':
+          out->push_back('\t');
+          break;
         case 'u': {
           unsigned cp = 0;
-          if (!Hex4(&cp)) return false;
+          if (!hex4(&cp)) return false;
           if (cp >= 0xD800 && cp < 0xDC00 && s_.compare(i_, 2, "\\u") == 0) {
             i_ += 2;
             unsigned low = 0;
-            if (!Hex4(&low)) return false;
+            if (!hex4(&low)) return false;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
           }
-          Utf8(cp, out);
+          utf8(cp, out);
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
     return false;
   }
-  bool Number(std::string* out) {
+  bool number(std::string* out) {
     const std::size_t start = i_;
     if (i_ < s_.size() && s_[i_] == '-') ++i_;
     auto digits = [&] {
@@ -142,51 +159,52 @@ class Parser {
     *out = s_.substr(start, i_ - start);
     return true;
   }
-  bool Value(Json* v, int depth) {
+  bool value(Json* v, int depth) {
     if (depth > 64) return false;
-    Ws();
+    ws();
     if (i_ >= s_.size()) return false;
     const char c = s_[i_];
     if (c == '{') {
       ++i_;
       v->type = Json::Type::kObject;
-      if (Eat('}')) return true;
+      if (eat('}')) return true;
       do {
-        Ws();
+        ws();
         std::string key;
         Json member;
-        if (!String(&key) || !Eat(':') || !Value(&member, depth + 1)) return false;
-        v->object.emplace_back(std::move(key), std::move(member));
-      } while (Eat(','));
-      return Eat('}');
+        if (!string(&key) || !eat(':') || !value(&member, depth + 1)) return false;
+        v->keys.push_back(std::move(key));
+        v->values.push_back(std::move(member));
+      } while (eat(','));
+      return eat('}');
     }
     if (c == '[') {
       ++i_;
       v->type = Json::Type::kArray;
-      if (Eat(']')) return true;
+      if (eat(']')) return true;
       do {
         Json item;
-        if (!Value(&item, depth + 1)) return false;
+        if (!value(&item, depth + 1)) return false;
         v->array.push_back(std::move(item));
-      } while (Eat(','));
-      return Eat(']');
+      } while (eat(','));
+      return eat(']');
     }
     if (c == '"') {
       v->type = Json::Type::kString;
-      return String(&v->string);
+      return string(&v->string);
     }
-    if (Word("true")) {
+    if (word("true")) {
       v->type = Json::Type::kBool;
       v->boolean = true;
       return true;
     }
-    if (Word("false")) {
+    if (word("false")) {
       v->type = Json::Type::kBool;
       return true;
     }
-    if (Word("null")) return true;
+    if (word("null")) return true;
     v->type = Json::Type::kNumber;
-    return Number(&v->number);
+    return number(&v->number);
   }
 
   const std::string& s_;
@@ -195,8 +213,8 @@ class Parser {
 
 }  // namespace
 
-std::optional<Json> ParseJson(const std::string& text, std::string* error) {
-  return Parser(text).Document(error);
+std::optional<Json> parse_json(const std::string& text, std::string* error) {
+  return Parser(text).document(error);
 }
 
 }  // namespace simba::testing

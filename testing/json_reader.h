@@ -7,7 +7,6 @@
 
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 namespace simba::testing {
@@ -19,17 +18,20 @@ struct Json {
   std::string number;  // the literal
   std::string string;  // decoded (UTF-8)
   std::vector<Json> array;
-  std::vector<std::pair<std::string, Json>> object;
+  // An object's members, in order: keys[i] names values[i]. (Two vectors,
+  // since a pair holding the incomplete Json does not compile on clang 14.)
+  std::vector<std::string> keys;
+  std::vector<Json> values;
 
   // The member `key` of an object, or nullptr.
-  const Json* Get(const std::string& key) const;
-  bool IsNull() const { return type == Type::kNull; }
-  bool IsInteger() const;
-  long long Int() const;  // REQUIRES: IsInteger()
+  const Json* get(const std::string& key) const;
+  bool is_null() const { return type == Type::kNull; }
+  bool is_integer() const;
+  long long as_int() const;  // REQUIRES: is_integer()
 };
 
 // The document, or nullopt (with `error`) unless `text` is exactly one value.
-std::optional<Json> ParseJson(const std::string& text, std::string* error);
+std::optional<Json> parse_json(const std::string& text, std::string* error);
 
 }  // namespace simba::testing
 

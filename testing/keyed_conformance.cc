@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,7 +26,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
 
-milliseconds Since(steady_clock::time_point start) {
+milliseconds since(steady_clock::time_point start) {
   return std::chrono::duration_cast<milliseconds>(steady_clock::now() - start);
 }
 
@@ -35,17 +35,18 @@ milliseconds Since(steady_clock::time_point start) {
 class KeyedFixture {
  public:
   explicit KeyedFixture(const KeyedTarget& target)
-      : target_(target), unique_(UniqueTestName()), uri_(target.uri(unique_)) {}
+      : target_(target), unique_(unique_test_name()), uri_(target.uri(unique_)) {}
 
-  std::unique_ptr<KeyedLockProvider> Provider() {
+  std::unique_ptr<KeyedLockProvider> provider() {
     auto provider = KeyedLockProvider::open(uri_, target_.options);
     EXPECT_THAT(provider, IsOk()) << uri_;
     return provider.ok() ? std::move(provider).value() : nullptr;
   }
   // Short (SQL stores allow 66 bytes), and unique per test run.
-  std::string Key(const std::string& name) const {
+  std::string key(const std::string& name) const {
     char prefix[24];
-    std::snprintf(prefix, sizeof prefix, "t%08zx:", std::hash<std::string>()(unique_) & 0xffffffffu);
+    std::snprintf(prefix, sizeof prefix,
+                  "t%08zx:", std::hash<std::string>()(unique_) & 0xffffffffu);
     return prefix + name;
   }
   const std::string& uri() const { return uri_; }
@@ -57,7 +58,7 @@ class KeyedFixture {
   std::string uri_;
 };
 
-// Held by another thread until Release().
+// Held by another thread until release().
 class HeldElsewhere {
  public:
   HeldElsewhere(KeyedLockProvider& provider, const std::string& key, milliseconds max_hold) {
@@ -74,15 +75,15 @@ class HeldElsewhere {
     });
   }
   ~HeldElsewhere() {
-    Release();
+    release();
     thread_.join();
   }
-  bool WaitHeld() {
+  bool wait_held() {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, seconds(30), [&] { return acquired_; });
     return ok_;
   }
-  void Release() {
+  void release() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       release_ = true;
@@ -101,7 +102,7 @@ class HeldElsewhere {
 
 TEST_P(KeyedConformance, ReportsWhatTheStoreCanDo) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
   const KeyedLockCapabilities& caps = provider->capabilities();
   EXPECT_FALSE(caps.mechanism.empty());
@@ -116,11 +117,11 @@ TEST_P(KeyedConformance, ReportsWhatTheStoreCanDo) {
 
 TEST_P(KeyedConformance, EightThreadsIncrementExactlyUnderOneKey) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
   constexpr int kThreads = 8;
   constexpr int kIncrements = 1000;
-  const std::string key = fx.Key("counter");
+  const std::string key = fx.key("counter");
   // Read and written in two steps, as a plain variable would be: only the
   // lock keeps increments from being lost. (Atomic only so that
   // ThreadSanitizer, which cannot see a lock held at a store, stays quiet.)
@@ -153,10 +154,10 @@ TEST_P(KeyedConformance, EightThreadsIncrementExactlyUnderOneKey) {
 
 TEST_P(KeyedConformance, TwoProvidersExcludeEachOther) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("shared");
+  const std::string key = fx.key("shared");
   auto lease = a->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
   auto other = b->try_acquire(key, milliseconds(0), seconds(30));
@@ -170,24 +171,23 @@ TEST_P(KeyedConformance, TwoProvidersExcludeEachOther) {
 
 TEST_P(KeyedConformance, DifferentKeysNeverBlockEachOther) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
-  HeldElsewhere first(*provider, fx.Key("one"), seconds(30));
-  ASSERT_TRUE(first.WaitHeld());
+  HeldElsewhere first(*provider, fx.key("one"), seconds(30));
+  ASSERT_TRUE(first.wait_held());
   const auto start = steady_clock::now();
-  auto second = provider->try_acquire(fx.Key("two"), milliseconds(0), seconds(30));
+  auto second = provider->try_acquire(fx.key("two"), milliseconds(0), seconds(30));
   ASSERT_THAT(second, IsOk());
-  EXPECT_TRUE(second->has_value() && (*second)->is_held())
-      << "a held key blocked a different one";
-  EXPECT_LT(Since(start), seconds(5));
+  EXPECT_TRUE(second->has_value() && (*second)->is_held()) << "a held key blocked a different one";
+  EXPECT_LT(since(start), seconds(5));
 }
 
 TEST_P(KeyedConformance, ReentryKeepsTheFirstMaxHoldAndOnlyTheOutermostReleaseFrees) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
-  auto other = fx.Provider();
+  auto provider = fx.provider();
+  auto other = fx.provider();
   ASSERT_TRUE(provider && other);
-  const std::string key = fx.Key("reentrant");
+  const std::string key = fx.key("reentrant");
   auto outer = provider->acquire(key, seconds(30));
   ASSERT_THAT(outer, IsOk());
   // Re-entry: at once, the same hold, the first max_hold (not 1 h, not 1 s).
@@ -215,24 +215,25 @@ TEST_P(KeyedConformance, ReentryKeepsTheFirstMaxHoldAndOnlyTheOutermostReleaseFr
 
 TEST_P(KeyedConformance, AnotherThreadOfTheSameProviderDoesNotReenter) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
-  const std::string key = fx.Key("per-thread");
+  const std::string key = fx.key("per-thread");
   auto lease = provider->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
-  Result<std::optional<Lease>> from_other = InternalError("not run");
-  std::thread([&] { from_other = provider->try_acquire(key, milliseconds(200), seconds(30)); })
-      .join();
+  Result<std::optional<Lease>> from_other = internal_error("not run");
+  std::thread([&] {
+    from_other = provider->try_acquire(key, milliseconds(200), seconds(30));
+  }).join();
   ASSERT_THAT(from_other, IsOk());
   EXPECT_FALSE(from_other->has_value()) << "reentrancy is per thread, not per provider";
 }
 
 TEST_P(KeyedConformance, TheWatchdogFreesTheKeyAtMaxHold) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
-  auto other = fx.Provider();
+  auto provider = fx.provider();
+  auto other = fx.provider();
   ASSERT_TRUE(provider && other);
-  const std::string key = fx.Key("watchdog");
+  const std::string key = fx.key("watchdog");
   const milliseconds max_hold(700);
   const auto start = steady_clock::now();
   auto lease = provider->acquire(key, max_hold);
@@ -241,9 +242,9 @@ TEST_P(KeyedConformance, TheWatchdogFreesTheKeyAtMaxHold) {
   auto inner = provider->acquire(key, seconds(60));
   ASSERT_THAT(inner, IsOk());
   const std::stop_token lost = lease->lost_token();
-  ASSERT_TRUE(Eventually([&] { return lost.stop_requested(); }, seconds(10)))
+  ASSERT_TRUE(eventually([&] { return lost.stop_requested(); }, seconds(10)))
       << "the watchdog never fired";
-  EXPECT_GE(Since(start), max_hold);
+  EXPECT_GE(since(start), max_hold);
   EXPECT_FALSE(lease->is_held());
   EXPECT_FALSE(inner->is_held());
   EXPECT_EQ(lease->fencing_token(), 0u);
@@ -259,15 +260,15 @@ TEST_P(KeyedConformance, TheWatchdogFreesTheKeyAtMaxHold) {
 
 TEST_P(KeyedConformance, TryAcquireGivesUpAfterMaxWait) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("busy");
+  const std::string key = fx.key("busy");
   auto lease = a->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
   const auto start = steady_clock::now();
   auto waited = b->try_acquire(key, milliseconds(400), seconds(30));
-  const milliseconds took = Since(start);
+  const milliseconds took = since(start);
   ASSERT_THAT(waited, IsOk());
   EXPECT_FALSE(waited->has_value());
   EXPECT_GE(took, milliseconds(400));
@@ -277,10 +278,10 @@ TEST_P(KeyedConformance, TryAcquireGivesUpAfterMaxWait) {
 
 TEST_P(KeyedConformance, AWaiterGetsTheKeyWhenItIsReleased) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("handoff");
+  const std::string key = fx.key("handoff");
   auto lease = a->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
   std::atomic<bool> got{false};
@@ -290,11 +291,10 @@ TEST_P(KeyedConformance, AWaiterGetsTheKeyWhenItIsReleased) {
   // the waiter's contend period, the hard lease plus the largest jitter
   // (DESIGN §3), plus the acquisition's round trip.
   const KeyedLockOptions& options = fx.target().options;
-  const milliseconds bound =
-      fx.target().expect.push_handoff
-          ? Scaled(milliseconds(1000))
-          : options.lease.ttl + options.lease.transition + milliseconds(1000) +
-                Scaled(milliseconds(500));
+  const milliseconds bound = fx.target().expect.push_handoff
+                                 ? scaled(milliseconds(1000))
+                                 : options.lease.ttl + options.lease.transition +
+                                       milliseconds(1000) + scaled(milliseconds(500));
   std::thread waiter([&] {
     auto w = b->try_acquire(key, bound + seconds(20), seconds(30));
     got_at = steady_clock::now();
@@ -320,9 +320,9 @@ TEST_P(KeyedConformance, AWaiterGetsTheKeyWhenItIsReleased) {
 TEST_P(KeyedConformance, FifoStoresServeWaitersInArrivalOrder) {
   KeyedFixture fx(GetParam());
   const KeyedTarget& target = fx.target();
-  auto a = fx.Provider();
-  auto b = fx.Provider();
-  auto c = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
+  auto c = fx.provider();
   ASSERT_TRUE(a && b && c);
   if (!target.expect.fifo) {
     EXPECT_FALSE(a->capabilities().fifo);
@@ -334,11 +334,11 @@ TEST_P(KeyedConformance, FifoStoresServeWaitersInArrivalOrder) {
         << "a fifo store needs store_lists_waiters or a test of its order in order_tested_by";
     return;
   }
-  auto store = OpenBackend(fx.uri());
+  auto store = open_backend(fx.uri());
   ASSERT_THAT(store, IsOk());
-  const std::string key = fx.Key("fifo");
+  const std::string key = fx.key("fifo");
   const auto waiting_is = [&](std::size_t n) {
-    return Eventually(
+    return eventually(
         [&] {
           auto now = (*store)->waiters(key, steady_clock::now() + seconds(10));
           return now.ok() && now->size() == n;
@@ -372,20 +372,20 @@ TEST_P(KeyedConformance, FifoStoresServeWaitersInArrivalOrder) {
 
 TEST_P(KeyedConformance, CancellingAWaitReturnsPromptly) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("cancel");
+  const std::string key = fx.key("cancel");
   auto lease = a->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
   std::stop_source cancel;
-  Result<Lease> waited = InternalError("not run");
+  Result<Lease> waited = internal_error("not run");
   std::thread waiter([&] { waited = b->acquire(key, seconds(30), cancel.get_token()); });
   std::this_thread::sleep_for(milliseconds(300));
   const auto start = steady_clock::now();
   cancel.request_stop();
   waiter.join();
-  EXPECT_LT(Since(start), seconds(2));
+  EXPECT_LT(since(start), seconds(2));
   EXPECT_THAT(waited, StatusIs(StatusCode::kCancelled));
   // The cancelled waiter left nothing behind: once released, the key is free.
   SIMBA_ASSERT_OK(lease->release());
@@ -396,10 +396,10 @@ TEST_P(KeyedConformance, CancellingAWaitReturnsPromptly) {
 
 TEST_P(KeyedConformance, FencingTokensGrowWithEveryHolder) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("tokens");
+  const std::string key = fx.key("tokens");
   std::uint64_t last = 0;
   for (int i = 0; i < 6; ++i) {
     auto lease = (i % 2 == 0 ? a : b)->acquire(key, seconds(30));
@@ -417,10 +417,10 @@ TEST_P(KeyedConformance, FencingTokensGrowWithEveryHolder) {
 
 TEST_P(KeyedConformance, DestroyingOrMovingALeaseReleasesExactlyOnce) {
   KeyedFixture fx(GetParam());
-  auto a = fx.Provider();
-  auto b = fx.Provider();
+  auto a = fx.provider();
+  auto b = fx.provider();
   ASSERT_TRUE(a && b);
-  const std::string key = fx.Key("raii");
+  const std::string key = fx.key("raii");
   {
     auto lease = a->acquire(key, seconds(30));
     ASSERT_THAT(lease, IsOk());
@@ -439,15 +439,15 @@ TEST_P(KeyedConformance, DestroyingOrMovingALeaseReleasesExactlyOnce) {
 
 TEST_P(KeyedConformance, BadInputIsRejectedClearly) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
   EXPECT_THAT(provider->acquire("", seconds(1)),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("key")));
   EXPECT_THAT(provider->acquire(std::string("a\nb"), seconds(1)),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("key")));
-  EXPECT_THAT(provider->acquire(fx.Key("k"), milliseconds(0)),
+  EXPECT_THAT(provider->acquire(fx.key("k"), milliseconds(0)),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("max_hold")));
-  EXPECT_THAT(provider->try_acquire(fx.Key("k"), milliseconds(-1), seconds(1)),
+  EXPECT_THAT(provider->try_acquire(fx.key("k"), milliseconds(-1), seconds(1)),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("max_wait")));
   const std::string too_long(provider->capabilities().max_key_length + 1, 'k');
   EXPECT_THAT(provider->acquire(too_long, seconds(1)),
@@ -458,11 +458,11 @@ TEST_P(KeyedConformance, BadInputIsRejectedClearly) {
 // wallet's key, lock taken by the caller around the whole "transaction".
 TEST_P(KeyedConformance, ConcurrentWalletDepositsAreAllCommitted) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
-  auto second_node = fx.Provider();
+  auto provider = fx.provider();
+  auto second_node = fx.provider();
   ASSERT_TRUE(provider && second_node);
   constexpr int kDeposits = 40;
-  const std::string wallet = fx.Key("wallet:42");
+  const std::string wallet = fx.key("wallet:42");
   std::atomic<long long> balance{0};  // two-step read and write, as above
   std::atomic<int> busy{0};
   std::vector<std::thread> callers;
@@ -475,8 +475,8 @@ TEST_P(KeyedConformance, ConcurrentWalletDepositsAreAllCommitted) {
         return;
       }
       const long long read = balance.load(std::memory_order_relaxed);  // read state
-      std::this_thread::sleep_for(milliseconds(1));                     // plan the update
-      balance.store(read + (i + 1), std::memory_order_relaxed);         // commit
+      std::this_thread::sleep_for(milliseconds(1));                    // plan the update
+      balance.store(read + (i + 1), std::memory_order_relaxed);        // commit
     });
   }
   for (auto& caller : callers) caller.join();
@@ -488,45 +488,45 @@ TEST_P(KeyedConformance, ConcurrentWalletDepositsAreAllCommitted) {
 
 TEST_P(KeyedCrossProcess, AKilledHoldersKeyIsFreed) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
-  const std::string key = fx.Key("crash");
+  const std::string key = fx.key("crash");
   const KeyedLockOptions& options = fx.target().options;
   Subprocess holder({SIMBA_KEYED_HOLDER_PATH, "--store", fx.uri(), "--key", key, "--ttl-ms",
                      std::to_string(options.lease.ttl.count()), "--transition-ms",
                      std::to_string(options.lease.transition.count())});
   ASSERT_TRUE(holder.started());
-  auto held = holder.WaitForLine("HELD", seconds(20));
+  auto held = holder.wait_for_line("HELD", seconds(20));
   ASSERT_TRUE(held.has_value()) << "the other process never held the key";
   auto blocked = provider->try_acquire(key, milliseconds(0), seconds(30));
   ASSERT_THAT(blocked, IsOk());
   EXPECT_FALSE(blocked->has_value()) << "took a key another process holds";
   const auto killed = steady_clock::now();
-  holder.Signal(SIGKILL);
-  holder.Wait();
+  holder.signal(SIGKILL);
+  holder.wait();
   auto taken = provider->try_acquire(key, fx.target().crash_freed_within, seconds(30));
   ASSERT_THAT(taken, IsOk());
   EXPECT_TRUE(taken->has_value()) << "the dead holder's key was not freed within "
                                   << fx.target().crash_freed_within.count() << " ms";
-  RecordProperty("freed_after_kill_ms", std::to_string(Since(killed).count()));
+  RecordProperty("freed_after_kill_ms", std::to_string(since(killed).count()));
 }
 
 TEST_P(KeyedCrossProcess, HoldersInTwoProcessesExcludeEachOther) {
   KeyedFixture fx(GetParam());
-  auto provider = fx.Provider();
+  auto provider = fx.provider();
   ASSERT_TRUE(provider);
-  const std::string key = fx.Key("two-processes");
+  const std::string key = fx.key("two-processes");
   auto lease = provider->acquire(key, seconds(30));
   ASSERT_THAT(lease, IsOk());
   Subprocess holder({SIMBA_KEYED_HOLDER_PATH, "--store", fx.uri(), "--key", key});
   ASSERT_TRUE(holder.started());
-  EXPECT_FALSE(holder.WaitForLine("HELD", milliseconds(1000)).has_value())
+  EXPECT_FALSE(holder.wait_for_line("HELD", milliseconds(1000)).has_value())
       << "the other process took a held key";
   SIMBA_ASSERT_OK(lease->release());
-  EXPECT_TRUE(holder.WaitForLine("HELD", seconds(20)).has_value())
+  EXPECT_TRUE(holder.wait_for_line("HELD", seconds(20)).has_value())
       << "the other process never got the released key";
-  holder.Signal(SIGTERM);
-  holder.Wait();
+  holder.signal(SIGTERM);
+  holder.wait();
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // written once and instantiated for every store with one line:
 //
 //   INSTANTIATE_TEST_SUITE_P(Redis, KeyedConformance, ::testing::Values(RedisKeyed()),
-//                            simba::testing::KeyedTargetName);
+//                            simba::testing::keyed_target_name);
 //
 // and, for stores several processes share:
 //
@@ -61,7 +61,7 @@ struct KeyedTarget {
   std::string order_tested_by;
 };
 
-inline std::string KeyedTargetName(const ::testing::TestParamInfo<KeyedTarget>& info) {
+inline std::string keyed_target_name(const ::testing::TestParamInfo<KeyedTarget>& info) {
   return info.param.name;
 }
 inline void PrintTo(const KeyedTarget& target, std::ostream* os) { *os << target.name; }

@@ -10,38 +10,38 @@
 
 namespace simba {
 // Readable failure messages: "UNAVAILABLE: ..." instead of a byte dump.
-inline void PrintTo(const Status& status, std::ostream* os) { *os << status.ToString(); }
+inline void PrintTo(const Status& status, std::ostream* os) { *os << status.to_string(); }
 template <typename T>
 void PrintTo(const Result<T>& result, std::ostream* os) {
-  *os << (result.ok() ? std::string("OK (a value)") : result.status().ToString());
+  *os << (result.ok() ? std::string("OK (a value)") : result.status().to_string());
 }
 }  // namespace simba
 
 namespace simba::testing {
 
-inline const Status& GetStatus(const Status& s) { return s; }
+inline const Status& get_status(const Status& s) { return s; }
 template <typename T>
-Status GetStatus(const Result<T>& r) {
+Status get_status(const Result<T>& r) {
   return r.status();
 }
 
 MATCHER(IsOk, "is OK") {
-  const Status s = ::simba::testing::GetStatus(arg);
-  if (!s.ok()) *result_listener << "which is " << s.ToString();
+  const Status s = ::simba::testing::get_status(arg);
+  if (!s.ok()) *result_listener << "which is " << s.to_string();
   return s.ok();
 }
 
-MATCHER_P(StatusIs, code, "has code " + std::string(::simba::StatusCodeName(code))) {
-  const Status s = ::simba::testing::GetStatus(arg);
-  *result_listener << "which is " << s.ToString();
+MATCHER_P(StatusIs, code, "has code " + std::string(::simba::status_code_name(code))) {
+  const Status s = ::simba::testing::get_status(arg);
+  *result_listener << "which is " << s.to_string();
   return s.code() == code;
 }
 
 MATCHER_P2(StatusIs, code, message_matcher,
-           "has code " + std::string(::simba::StatusCodeName(code)) + " and a message that " +
+           "has code " + std::string(::simba::status_code_name(code)) + " and a message that " +
                ::testing::DescribeMatcher<std::string>(message_matcher)) {
-  const Status s = ::simba::testing::GetStatus(arg);
-  *result_listener << "whose status is " << s.ToString();
+  const Status s = ::simba::testing::get_status(arg);
+  *result_listener << "whose status is " << s.to_string();
   return s.code() == code &&
          ::testing::ExplainMatchResult(message_matcher, s.message(), result_listener);
 }
@@ -49,7 +49,7 @@ MATCHER_P2(StatusIs, code, message_matcher,
 // A Result that is OK and whose value matches `value_matcher`.
 MATCHER_P(IsOkAndHolds, value_matcher, "is OK and holds a matching value") {
   if (!arg.ok()) {
-    *result_listener << "which is " << arg.status().ToString();
+    *result_listener << "which is " << arg.status().to_string();
     return false;
   }
   return ::testing::ExplainMatchResult(value_matcher, *arg, result_listener);

@@ -29,28 +29,27 @@
 namespace simba::testing {
 
 // A store-call deadline `d` from now.
-inline Deadline In(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
+inline Deadline in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
 // An acquire_or_renew request with the suite's lease (ttl 2 s, transition 1 s).
-inline AcquireRequest Request(std::string_view mutex, std::string_view id,
-                              std::chrono::milliseconds ttl = std::chrono::milliseconds(2000),
-                              std::chrono::milliseconds transition =
-                                  std::chrono::milliseconds(1000)) {
+inline AcquireRequest request_for(
+    std::string_view mutex, std::string_view id,
+    std::chrono::milliseconds ttl = std::chrono::milliseconds(2000),
+    std::chrono::milliseconds transition = std::chrono::milliseconds(1000)) {
   return AcquireRequest{mutex, id, ttl, transition};
 }
 
 // The backend `uri` names; a failed expectation (and nullptr) if it fails.
-inline std::shared_ptr<Backend> Open(const std::string& uri) {
-  auto backend = OpenBackend(uri);
+inline std::shared_ptr<Backend> open(const std::string& uri) {
+  auto backend = open_backend(uri);
   EXPECT_THAT(backend, IsOk()) << uri;
   return backend.ok() ? *backend : nullptr;
 }
 
 // A factory on `uri` with the given lease; a failed expectation (and
 // nullptr) if it fails.
-inline std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& uri,
-                                                            std::chrono::milliseconds ttl,
-                                                            std::chrono::milliseconds transition) {
+inline std::unique_ptr<MutexContendServiceFactory> make_factory(
+    const std::string& uri, std::chrono::milliseconds ttl, std::chrono::milliseconds transition) {
   FactoryOptions options;
   options.contend.ttl = ttl;
   options.contend.transition = transition;
@@ -61,7 +60,8 @@ inline std::unique_ptr<MutexContendServiceFactory> Factory(const std::string& ur
 
 // `backends` each acquire a mutex of their own at the same moment (the first
 // use of a store, for instance); what each call returned.
-inline std::vector<Status> AcquireAllAtOnce(const std::vector<std::shared_ptr<Backend>>& backends) {
+inline std::vector<Status> acquire_all_at_once(
+    const std::vector<std::shared_ptr<Backend>>& backends) {
   std::atomic<std::size_t> ready{0};
   std::vector<Status> results(backends.size());
   std::vector<std::thread> threads;
@@ -70,8 +70,8 @@ inline std::vector<Status> AcquireAllAtOnce(const std::vector<std::shared_ptr<Ba
       ready.fetch_add(1);
       while (ready.load() < backends.size()) std::this_thread::yield();
       results[i] = backends[i]
-                       ->acquire_or_renew(Request("m" + std::to_string(i), "c"),
-                                          In(std::chrono::seconds(10)))
+                       ->acquire_or_renew(request_for("m" + std::to_string(i), "c"),
+                                          in(std::chrono::seconds(10)))
                        .status();
     });
   }
@@ -85,13 +85,13 @@ inline std::vector<Status> AcquireAllAtOnce(const std::vector<std::shared_ptr<Ba
 // nothing of the destroyed backend on the way (the ASan stage catches a use
 // after free: before #21 the Redis and etcd event threads ran on in freed
 // memory).
-inline void ExpectAListenerMayDestroyItsBackend(const std::string& uri) {
+inline void expect_a_listener_may_destroy_its_backend(const std::string& uri) {
   using std::chrono::seconds;
-  auto other = Open(uri);
+  auto other = open(uri);
   ASSERT_TRUE(other);
-  const int threads = CountThreads();
+  const int threads = count_threads();
   std::mutex mu;
-  std::shared_ptr<Backend> backend = Open(uri);
+  std::shared_ptr<Backend> backend = open(uri);
   ASSERT_TRUE(backend);
   std::unique_ptr<Subscription> subscription;
   Latch destroyed;
@@ -104,19 +104,19 @@ inline void ExpectAListenerMayDestroyItsBackend(const std::string& uri) {
       if (!backend) return;
       subscription.reset();
       backend.reset();
-      destroyed.Set();
+      destroyed.set();
     });
     ASSERT_TRUE(subscribed.ok()) << subscribed.status();
     subscription = std::move(*subscribed);
   }
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
-        (void)other->acquire_or_renew(Request("gone", "someone"), In(seconds(3)));
-        return destroyed.IsSet();
+        (void)other->acquire_or_renew(request_for("gone", "someone"), in(seconds(3)));
+        return destroyed.is_set();
       },
       seconds(20)));
   // The event thread ends by itself (and `other` started none).
-  EXPECT_TRUE(Eventually([&] { return CountThreads() <= threads; }, seconds(10)));
+  EXPECT_TRUE(eventually([&] { return count_threads() <= threads; }, seconds(10)));
 }
 
 // Callbacks of several contenders on one timeline: what happened when
@@ -130,9 +130,9 @@ struct Timeline {
 
   // Records "<name> acquired" / "<name> released"; `id` is the contender
   // id (a generated one if empty).
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& name,
+  std::shared_ptr<MutexContender> contender(const std::string& mutex, const std::string& name,
                                             const std::string& id = "") {
-    return MakeContender(
+    return make_contender(
         mutex,
         [this, name](const MutexState& s) {
           {
@@ -140,19 +140,19 @@ struct Timeline {
             events.emplace_back(name + " acquired", std::chrono::steady_clock::now());
             tokens.push_back(s.after.fencing_token);
           }
-          acquired.Set();
+          acquired.set();
         },
         [this, name](const MutexState&) {
           {
             std::lock_guard<std::mutex> lock(mu);
             events.emplace_back(name + " released", std::chrono::steady_clock::now());
           }
-          released.Set();
+          released.set();
         },
-        id.empty() ? MutexContender::GenerateHostContenderId() : id);
+        id.empty() ? MutexContender::generate_host_contender_id() : id);
   }
   // When `what` ("a released") first happened.
-  std::optional<std::chrono::steady_clock::time_point> When(const std::string& what) {
+  std::optional<std::chrono::steady_clock::time_point> when(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& [name, at] : events) {
       if (name == what) return at;
@@ -168,8 +168,8 @@ struct Recorder {
   Latch released;
   std::atomic<std::uint64_t> token{0};
 
-  std::shared_ptr<MutexContender> Contender(const std::string& mutex, const std::string& id) {
-    return MakeContender(
+  std::shared_ptr<MutexContender> contender(const std::string& mutex, const std::string& id) {
+    return make_contender(
         mutex,
         [this](const MutexState& s) {
           {
@@ -177,11 +177,11 @@ struct Recorder {
             acquired_at_ = std::chrono::steady_clock::now();
           }
           token = s.after.fencing_token;
-          acquired.Set();
+          acquired.set();
         },
-        [this](const MutexState&) { released.Set(); }, id);
+        [this](const MutexState&) { released.set(); }, id);
   }
-  std::chrono::steady_clock::time_point AcquiredAt() {
+  std::chrono::steady_clock::time_point acquired_at() {
     std::lock_guard<std::mutex> lock(mu_);
     return acquired_at_;
   }

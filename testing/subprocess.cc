@@ -15,7 +15,7 @@ extern char** environ;
 
 namespace simba::testing {
 
-double TimeScale() {
+double time_scale() {
   static const double kScale = [] {
     const char* env = std::getenv("SIMBA_TEST_TIME_SCALE");
     if (env == nullptr) return 1.0;
@@ -25,8 +25,9 @@ double TimeScale() {
   return kScale;
 }
 
-std::chrono::milliseconds Scaled(std::chrono::milliseconds d) {
-  return std::chrono::milliseconds(static_cast<long long>(static_cast<double>(d.count()) * TimeScale()));
+std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
+  return std::chrono::milliseconds(
+      static_cast<long long>(static_cast<double>(d.count()) * time_scale()));
 }
 
 Subprocess::Subprocess(const std::vector<std::string>& argv) {
@@ -61,8 +62,8 @@ Subprocess::~Subprocess() {
   if (out_fd_ >= 0) close(out_fd_);
 }
 
-std::optional<std::string> Subprocess::ReadLine(std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+std::optional<std::string> Subprocess::read_line(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
   for (;;) {
     const auto nl = buffer_.find('\n');
     if (nl != std::string::npos) {
@@ -88,28 +89,28 @@ std::optional<std::string> Subprocess::ReadLine(std::chrono::milliseconds timeou
   }
 }
 
-std::optional<std::string> Subprocess::WaitForLine(const std::string& prefix,
-                                                   std::chrono::milliseconds timeout,
-                                                   std::vector<std::string>* seen) {
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+std::optional<std::string> Subprocess::wait_for_line(const std::string& prefix,
+                                                     std::chrono::milliseconds timeout,
+                                                     std::vector<std::string>* seen) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return std::nullopt;
     // ReadLine scales again; undo it so the overall bound stays `timeout`.
-    auto line = ReadLine(std::chrono::milliseconds(
-        static_cast<long long>(static_cast<double>(left.count()) / TimeScale()) + 1));
+    auto line = read_line(std::chrono::milliseconds(
+        static_cast<long long>(static_cast<double>(left.count()) / time_scale()) + 1));
     if (!line) return std::nullopt;
     if (seen != nullptr) seen->push_back(*line);
     if (line->rfind(prefix, 0) == 0) return line;
   }
 }
 
-void Subprocess::Signal(int signal) {
+void Subprocess::signal(int signal) {
   if (pid_ > 0 && !reaped_) kill(pid_, signal);
 }
 
-int Subprocess::Wait() {
+int Subprocess::wait() {
   int status = 0;
   if (pid_ > 0 && !reaped_) {
     waitpid(pid_, &status, 0);
@@ -118,7 +119,7 @@ int Subprocess::Wait() {
   return status;
 }
 
-std::optional<int> Subprocess::WaitFor(std::chrono::milliseconds timeout) {
+std::optional<int> Subprocess::wait_for(std::chrono::milliseconds timeout) {
   if (pid_ <= 0 || reaped_) return reaped_ ? std::optional<int>(0) : std::nullopt;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {

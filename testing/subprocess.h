@@ -14,8 +14,8 @@ namespace simba::testing {
 
 // Real-time waits in tests scale with SIMBA_TEST_TIME_SCALE (default 1), so a
 // slow machine (sanitizers) can stretch them without editing tests.
-double TimeScale();
-std::chrono::milliseconds Scaled(std::chrono::milliseconds d);
+double time_scale();
+std::chrono::milliseconds scaled(std::chrono::milliseconds d);
 
 // A child process whose stdout is read line by line.
 class Subprocess {
@@ -30,18 +30,18 @@ class Subprocess {
   bool started() const { return pid_ > 0; }
   // The next line of output, or nullopt on EOF or when `timeout` (real,
   // scaled) passes first.
-  std::optional<std::string> ReadLine(std::chrono::milliseconds timeout);
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout);
   // Reads lines until one starts with `prefix`; returns it, or nullopt.
   // Every line read is appended to `seen` when given.
-  std::optional<std::string> WaitForLine(const std::string& prefix,
-                                         std::chrono::milliseconds timeout,
-                                         std::vector<std::string>* seen = nullptr);
-  void Signal(int signal);
+  std::optional<std::string> wait_for_line(const std::string& prefix,
+                                           std::chrono::milliseconds timeout,
+                                           std::vector<std::string>* seen = nullptr);
+  void signal(int signal);
   // Waits for the child to exit; returns its wait status.
-  int Wait();
+  int wait();
   // Waits at most `timeout` (real, not scaled) for the child to exit; its
   // wait status, or nullopt if it still runs.
-  std::optional<int> WaitFor(std::chrono::milliseconds timeout);
+  std::optional<int> wait_for(std::chrono::milliseconds timeout);
 
  private:
   pid_t pid_ = -1;

@@ -17,7 +17,7 @@
 namespace simba::testing {
 namespace {
 
-sockaddr_in Loopback(int port) {
+sockaddr_in loopback(int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(port));
@@ -35,7 +35,7 @@ struct Link {
   bool closed = false;
 };
 
-void CloseLink(Link& link) {
+void close_link(Link& link) {
   if (link.client >= 0) ::close(link.client);
   if (link.server >= 0) ::close(link.server);
   link.client = link.server = -1;
@@ -43,7 +43,7 @@ void CloseLink(Link& link) {
 }
 
 // Closes `fd` with a reset instead of an orderly shutdown.
-void Reset(int fd) {
+void reset(int fd) {
   if (fd < 0) return;
   linger hard{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
@@ -51,7 +51,7 @@ void Reset(int fd) {
 }
 
 // Reads what `from` has into `buffer`; false once it is closed or failed.
-bool ReadInto(int from, std::string& buffer) {
+bool read_into(int from, std::string& buffer) {
   char chunk[16384];
   const ssize_t n = ::read(from, chunk, sizeof chunk);
   if (n > 0) {
@@ -62,7 +62,7 @@ bool ReadInto(int from, std::string& buffer) {
 }
 
 // Writes what it can of `buffer` to `to`; false if the socket failed.
-bool WriteFrom(int to, std::string& buffer) {
+bool write_from(int to, std::string& buffer) {
   if (buffer.empty()) return true;
   const ssize_t n = ::send(to, buffer.data(), buffer.size(), MSG_NOSIGNAL);
   if (n > 0) {
@@ -78,7 +78,7 @@ TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in address = Loopback(0);
+  sockaddr_in address = loopback(0);
   if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(listen_fd_, 64) != 0) {
     std::perror("TcpProxy: bind/listen");
@@ -88,10 +88,10 @@ TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
   ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&address), &length);
   port_ = ntohs(address.sin_port);
   if (::pipe2(wake_, O_CLOEXEC | O_NONBLOCK) != 0) std::abort();
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] { loop(); });
 }
 
-void TcpProxy::CutAll() {
+void TcpProxy::cut_all() {
   std::unique_lock<std::mutex> lock(cut_mu_);
   cut_requested_ = true;
   const char byte = 1;
@@ -109,7 +109,7 @@ TcpProxy::~TcpProxy() {
   ::close(wake_[1]);
 }
 
-void TcpProxy::Loop() {
+void TcpProxy::loop() {
   std::vector<Link> links;
   std::vector<int> waiting;  // accepted while black-holed, not yet connected
   while (!stopping_) {
@@ -117,12 +117,12 @@ void TcpProxy::Loop() {
       std::lock_guard<std::mutex> lock(cut_mu_);
       if (cut_requested_) {
         for (Link& link : links) {
-          Reset(link.client);
-          Reset(link.server);
+          reset(link.client);
+          reset(link.server);
           link.client = link.server = -1;
           link.closed = true;
         }
-        for (int fd : waiting) Reset(fd);
+        for (int fd : waiting) reset(fd);
         waiting.clear();
         cut_requested_ = false;
         cut_cv_.notify_all();
@@ -134,9 +134,9 @@ void TcpProxy::Loop() {
         Link link;
         link.client = client;
         link.server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in target = Loopback(target_port_);
+        sockaddr_in target = loopback(target_port_);
         if (::connect(link.server, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
-          CloseLink(link);
+          close_link(link);
           continue;
         }
         const int one = 1;
@@ -156,8 +156,10 @@ void TcpProxy::Loop() {
     fds.push_back({listen_fd_, POLLIN, 0});
     if (!hole) {
       for (const Link& link : links) {
-        fds.push_back({link.client, static_cast<short>(POLLIN | (link.to_client.empty() ? 0 : POLLOUT)), 0});
-        fds.push_back({link.server, static_cast<short>(POLLIN | (link.to_server.empty() ? 0 : POLLOUT)), 0});
+        fds.push_back(
+            {link.client, static_cast<short>(POLLIN | (link.to_client.empty() ? 0 : POLLOUT)), 0});
+        fds.push_back(
+            {link.server, static_cast<short>(POLLIN | (link.to_server.empty() ? 0 : POLLOUT)), 0});
       }
     }
     // Black-holed: only look again now and then (for the switch back).
@@ -182,13 +184,15 @@ void TcpProxy::Loop() {
       const pollfd& c = fds[2 + 2 * i];
       const pollfd& s = fds[3 + 2 * i];
       bool ok = true;
-      if (c.revents & (POLLIN | POLLHUP | POLLERR)) ok = ok && ReadInto(link.client, link.to_server);
-      if (s.revents & (POLLIN | POLLHUP | POLLERR)) ok = ok && ReadInto(link.server, link.to_client);
-      ok = ok && WriteFrom(link.server, link.to_server) && WriteFrom(link.client, link.to_client);
-      if (!ok) CloseLink(link);
+      if (c.revents & (POLLIN | POLLHUP | POLLERR))
+        ok = ok && read_into(link.client, link.to_server);
+      if (s.revents & (POLLIN | POLLHUP | POLLERR))
+        ok = ok && read_into(link.server, link.to_client);
+      ok = ok && write_from(link.server, link.to_server) && write_from(link.client, link.to_client);
+      if (!ok) close_link(link);
     }
   }
-  for (Link& link : links) CloseLink(link);
+  for (Link& link : links) close_link(link);
   for (int fd : waiting) ::close(fd);
   std::lock_guard<std::mutex> lock(cut_mu_);
   cut_cv_.notify_all();

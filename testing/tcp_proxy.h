@@ -6,7 +6,7 @@
 //   uri = "zookeeper://127.0.0.1:" + std::to_string(proxy.port());
 //   proxy.set_blackhole(true);   // the client hears nothing from now on
 //   proxy.set_blackhole(false);  // bytes flow again (held ones first)
-//   proxy.CutAll();              // reset every connection (new ones allowed)
+//   proxy.cut_all();              // reset every connection (new ones allowed)
 //
 // One thread; every connection is a pair of sockets pumped with poll().
 #ifndef SIMBA_TESTING_TCP_PROXY_H_
@@ -33,14 +33,14 @@ class TcpProxy {
   void set_blackhole(bool on) { blackhole_ = on; }
   // Resets every open connection (both sides see a reset); returns once
   // they are gone.
-  void CutAll();
+  void cut_all();
   // Connections accepted so far.
   int accepted() const { return accepted_.load(); }
   // Connections open now.
   int connections() const { return open_.load(); }
 
  private:
-  void Loop();
+  void loop();
 
   int target_port_;
   int listen_fd_ = -1;

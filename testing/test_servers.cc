@@ -42,10 +42,10 @@ struct CommandOutput {
 // Runs argv (argv[0] a full path) with stdin on /dev/null and stdout and
 // stderr captured, for at most `timeout` (scaled). No shell is involved, so
 // no argument is ever parsed as shell syntax.
-Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
-                                 std::chrono::milliseconds timeout) {
+Result<CommandOutput> run_command(const std::vector<std::string>& argv,
+                                  std::chrono::milliseconds timeout) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return InternalError("pipe2 failed");
+  if (pipe2(fds, O_CLOEXEC) != 0) return internal_error("pipe2 failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
@@ -61,14 +61,14 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
-    return InternalError("cannot run " + argv[0] + ": " + std::strerror(rc));
+    return internal_error("cannot run " + argv[0] + ": " + std::strerror(rc));
   }
 
   CommandOutput result;
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
   auto left_ms = [&] {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               deadline - std::chrono::steady_clock::now())
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now())
         .count();
   };
   bool timed_out = false;
@@ -97,7 +97,7 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
     if (r == pid) break;
     if (r < 0) {
       if (errno == EINTR) continue;
-      return InternalError(std::string("waitpid failed: ") + std::strerror(errno));
+      return internal_error(std::string("waitpid failed: ") + std::strerror(errno));
     }
     if (!timed_out && left_ms() > 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -110,13 +110,13 @@ Result<CommandOutput> RunCommand(const std::vector<std::string>& argv,
     break;
   }
   if (timed_out) {
-    return DeadlineExceededError("timed out; output so far:\n" + result.output);
+    return deadline_exceeded_error("timed out; output so far:\n" + result.output);
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
 
-std::string ReadFirstLine(const std::string& path) {
+std::string read_first_line(const std::string& path) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
@@ -125,7 +125,7 @@ std::string ReadFirstLine(const std::string& path) {
 
 // Kinds name scripts/servers/<kind>.sh: letters, digits and '_' only, so a
 // kind cannot point elsewhere.
-bool ValidKind(const std::string& kind) {
+bool valid_kind(const std::string& kind) {
   if (kind.empty()) return false;
   for (const char c : kind) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
@@ -133,13 +133,13 @@ bool ValidKind(const std::string& kind) {
   return true;
 }
 
-std::string ScriptPath(const std::string& kind) {
+std::string script_path(const std::string& kind) {
   return std::string(SIMBA_SOURCE_DIR) + "/scripts/servers/" + kind + ".sh";
 }
 
 // What the fixture in tests/CMakeLists.txt passes, so a test sees the same
 // kind of server with or without ctest.
-std::vector<std::string> SharedServerArgs(const std::string& kind) {
+std::vector<std::string> shared_server_args(const std::string& kind) {
   if (kind == "redis") return {"--appendonly", "yes", "--appendfsync", "always"};
   // postgres and mysql: durable with their defaults, so nothing to add. Their
   // URIs name the database simba, which the scripts create (mysql: with the
@@ -155,15 +155,15 @@ TestServer::TestServer(std::string kind, std::vector<std::string> extra_args)
       dir_(std::make_unique<TempDir>()),
       owner_pid_(getpid()) {}
 
-Result<std::unique_ptr<TestServer>> TestServer::Start(std::string kind,
+Result<std::unique_ptr<TestServer>> TestServer::start(std::string kind,
                                                       std::vector<std::string> extra_args) {
-  if (!ValidKind(kind)) return InvalidArgumentError("bad server kind '" + kind + "'");
+  if (!valid_kind(kind)) return invalid_argument_error("bad server kind '" + kind + "'");
   std::error_code ec;
-  if (!std::filesystem::exists(ScriptPath(kind), ec)) {
-    return InvalidArgumentError("no script for server kind '" + kind + "': " + ScriptPath(kind));
+  if (!std::filesystem::exists(script_path(kind), ec)) {
+    return invalid_argument_error("no script for server kind '" + kind + "': " + script_path(kind));
   }
   std::unique_ptr<TestServer> server(new TestServer(std::move(kind), std::move(extra_args)));
-  if (Status s = server->Restart(); !s.ok()) return UnavailableError(s.message());
+  if (Status s = server->restart(); !s.ok()) return unavailable_error(s.message());
   return server;
 }
 
@@ -174,63 +174,63 @@ TestServer::~TestServer() {
     static_cast<void>(dir_.release());
     return;
   }
-  if (Status s = Stop(); !s.ok()) {
+  if (Status s = stop(); !s.ok()) {
     std::cerr << "TestServer(" << kind_ << "): " << s << "\n";
   }
 }
 
 const std::string& TestServer::dir() const { return dir_->path(); }
 
-Status TestServer::Script(const std::string& command, bool with_extra_args) {
+Status TestServer::script(const std::string& command, bool with_extra_args) {
   // env passes the owner's PID to the script, whose watchdog stops the
   // server if this process dies without doing so.
-  std::vector<std::string> argv = {"/usr/bin/env",
-                                   "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
-                                   "bash", ScriptPath(kind_), command, dir()};
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
+      "bash",         script_path(kind_),
+      command,        dir()};
   if (with_extra_args) argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
-  Result<CommandOutput> out = RunCommand(argv, kScriptTimeout);
+  Result<CommandOutput> out = run_command(argv, kScriptTimeout);
   const std::string what = kind_ + ".sh " + command + " " + dir();
-  if (!out.ok()) return out.status().WithContext(what + ": ");
+  if (!out.ok()) return out.status().with_context(what + ": ");
   if (out->exit_code != 0) {
-    return InternalError(what + " failed (exit " + std::to_string(out->exit_code) +
-                         "):\n" + out->output);
+    return internal_error(what + " failed (exit " + std::to_string(out->exit_code) + "):\n" +
+                          out->output);
   }
-  return OkStatus();
+  return ok_status();
 }
 
-Status TestServer::Stop() { return Script("stop", false); }
-Status TestServer::Kill() { return Script("kill", false); }
-Status TestServer::Pause() { return Script("pause", false); }
-Status TestServer::Resume() { return Script("resume", false); }
+Status TestServer::stop() { return script("stop", false); }
+Status TestServer::kill() { return script("kill", false); }
+Status TestServer::pause() { return script("pause", false); }
+Status TestServer::resume() { return script("resume", false); }
 
-Status TestServer::Restart() {
-  SIMBA_RETURN_IF_ERROR(Script("start", true));
+Status TestServer::restart() {
+  SIMBA_RETURN_IF_ERROR(script("start", true));
   // The script leaves the address in files of the directory: read them
   // rather than parse its output, which may carry warnings.
-  const std::string port_text = ReadFirstLine(dir() + "/port");
-  const std::string uri = ReadFirstLine(dir() + "/uri");
+  const std::string port_text = read_first_line(dir() + "/port");
+  const std::string uri = read_first_line(dir() + "/uri");
   const int port = std::atoi(port_text.c_str());
   if (port <= 0 || uri.empty()) {
-    return InternalError(kind_ + ".sh start wrote no port or uri in " + dir());
+    return internal_error(kind_ + ".sh start wrote no port or uri in " + dir());
   }
   port_ = port;
   uri_ = uri;
-  return OkStatus();
+  return ok_status();
 }
 
-std::string SharedServerUri(const std::string& kind) {
+std::string shared_server_uri(const std::string& kind) {
   if (const char* servers_dir = std::getenv("SIMBA_TEST_SERVERS_DIR");
       servers_dir != nullptr && servers_dir[0] != '\0') {
     const std::string path = std::string(servers_dir) + "/" + kind + "/uri";
-    std::string uri = ReadFirstLine(path);
+    std::string uri = read_first_line(path);
     if (!uri.empty()) return uri;
     // The test declared no fixture for this kind: a private server still
     // lets it run, but it should say `FIXTURES <kind>`.
     static std::once_flag warned;
     std::call_once(warned, [&] {
       std::cerr << "SharedServerUri(" << kind << "): no " << path
-                << "; starting a private server (does the test lack FIXTURES " << kind
-                << "?)\n";
+                << "; starting a private server (does the test lack FIXTURES " << kind << "?)\n";
     });
   }
 
@@ -241,7 +241,7 @@ std::string SharedServerUri(const std::string& kind) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = servers.find(kind);
   if (it == servers.end()) {
-    Result<std::unique_ptr<TestServer>> started = TestServer::Start(kind, SharedServerArgs(kind));
+    Result<std::unique_ptr<TestServer>> started = TestServer::start(kind, shared_server_args(kind));
     if (!started.ok()) {
       std::cerr << "SharedServerUri(" << kind << "): " << started.status() << "\n";
       it = servers.emplace(kind, nullptr).first;

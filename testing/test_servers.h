@@ -4,11 +4,11 @@
 // and stopped by PID.
 //
 // Two ways to get one:
-//   - SharedServerUri("redis"): the server every test of this process may
+//   - shared_server_uri("redis"): the server every test of this process may
 //     share. Under ctest it is the fixture's (cmake/SimbaServers.cmake, and
 //     `FIXTURES redis` in simba_add_test); a binary run by hand starts a
 //     private one on first use.
-//   - TestServer::Start("redis"): a server for this test alone, for the
+//   - TestServer::start("redis"): a server for this test alone, for the
 //     cases that stop, kill, restart or pause it.
 //
 // Every server started here is also watched by the script: if this process
@@ -39,33 +39,33 @@ class TestServer {
   // {"--appendonly", "yes", "--appendfsync", "always"} makes it durable).
   // kUnavailable when the server could not be started (the script's output
   // is in the message); kInvalidArgument for an unknown kind.
-  static Result<std::unique_ptr<TestServer>> Start(std::string kind,
+  static Result<std::unique_ptr<TestServer>> start(std::string kind,
                                                    std::vector<std::string> extra_args = {});
   ~TestServer();  // stop + remove dir
   TestServer(const TestServer&) = delete;
   TestServer& operator=(const TestServer&) = delete;
 
-  // e.g. "redis://127.0.0.1:23456"; the same after Restart().
+  // e.g. "redis://127.0.0.1:23456"; the same after restart().
   const std::string& uri() const { return uri_; }
   int port() const { return port_; }
   const std::string& dir() const;
 
   // Graceful stop (SIGTERM, SIGKILL after 10 s). OK when already stopped.
-  Status Stop();
+  Status stop();
   // SIGKILL, as in a crash; returns once the process is gone.
-  Status Kill();
+  Status kill();
   // Starts again on the same port and with the same data dir and args, after
-  // Stop() or Kill() (a running server is stopped first).
-  Status Restart();
+  // stop() or kill() (a running server is stopped first).
+  Status restart();
   // SIGSTOP / SIGCONT: a server that hangs (connections stay open, nothing
   // is answered) and comes back.
-  Status Pause();
-  Status Resume();
+  Status pause();
+  Status resume();
 
  private:
   TestServer(std::string kind, std::vector<std::string> extra_args);
   // Runs `<kind>.sh <command> <dir> [extra args]`; non-OK if it fails.
-  Status Script(const std::string& command, bool with_extra_args);
+  Status script(const std::string& command, bool with_extra_args);
 
   std::string kind_;
   std::vector<std::string> extra_args_;
@@ -83,7 +83,7 @@ class TestServer {
 // runs by hand without ctest). A private redis is durable, like the
 // fixture's. Empty when no server could be started; the reason is printed
 // to stderr once. Thread-safe.
-std::string SharedServerUri(const std::string& kind);
+std::string shared_server_uri(const std::string& kind);
 
 }  // namespace simba::testing
 

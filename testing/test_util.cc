@@ -12,15 +12,15 @@
 
 namespace simba::testing {
 
-std::string UniqueTestName(const std::string& prefix) {
+std::string unique_test_name(const std::string& prefix) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = prefix + info->name() + "-" + std::to_string(getpid());
   std::replace(name.begin(), name.end(), '/', '-');
   return name;
 }
 
-bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + Scaled(timeout);
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + scaled(timeout);
   for (;;) {
     if (condition()) return true;
     if (std::chrono::steady_clock::now() >= deadline) return condition();
@@ -28,7 +28,7 @@ bool Eventually(const std::function<bool()>& condition, std::chrono::millisecond
   }
 }
 
-int CountThreads() {
+int count_threads() {
   int count = 0;
   for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
     (void)entry;
@@ -43,7 +43,7 @@ int CountThreads() {
 // stalls for seconds: long enough to lapse the 1-2 s leases the tests hold
 // although neither Simba nor the store did anything wrong. The stores behave
 // the same on tmpfs (a killed server still finds its data on restart).
-std::string ScratchParent() {
+std::string scratch_parent() {
   for (const char* name : {"SIMBA_TEST_TMPDIR", "TMPDIR"}) {
     const char* value = std::getenv(name);
     if (value != nullptr && value[0] != '\0') return value;
@@ -53,7 +53,7 @@ std::string ScratchParent() {
 }
 
 TempDir::TempDir(const std::string& base) {
-  const std::string parent = !base.empty() ? base : ScratchParent();
+  const std::string parent = !base.empty() ? base : scratch_parent();
   std::string tmpl = parent + "/simba-test-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');

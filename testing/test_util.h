@@ -14,20 +14,20 @@ namespace simba::testing {
 
 // `prefix` + the running test's name + "-" + the pid, with '/' made '-': a
 // name no other test (or run) uses, for stores and keys shared by tests.
-std::string UniqueTestName(const std::string& prefix = "");
+std::string unique_test_name(const std::string& prefix = "");
 
 // Polls `condition` every millisecond of real time until it holds or
 // `timeout` (scaled) passes. Returns whether it held.
-bool Eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 
 // Threads of this process, counted from /proc/self/task.
-int CountThreads();
+int count_threads();
 
 // The folder scratch files go under: $SIMBA_TEST_TMPDIR, else $TMPDIR,
 // else /dev/shm (memory: no fsync stalls under short leases), else /tmp.
-std::string ScratchParent();
+std::string scratch_parent();
 
-// A fresh directory under ScratchParent() (or `base`), removed with its contents when
+// A fresh directory under scratch_parent() (or `base`), removed with its contents when
 // the object is destroyed.
 class TempDir {
  public:

@@ -25,7 +25,7 @@ class VirtualTimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    store_ = NewMemoryBackend({std::string(info->test_suite_name()) + "." + info->name(), clock_})
+    store_ = new_memory_backend({std::string(info->test_suite_name()) + "." + info->name(), clock_})
                  .value();
     faults_ = std::make_shared<FaultInjectingBackend>(store_);
   }
@@ -33,7 +33,7 @@ class VirtualTimeTest : public ::testing::Test {
   // A factory over `backend` on the virtual clock: ttl 10 s, transition 6 s
   // (JVM Simba's defaults), then whatever `adjust` changes.
   template <typename Adjust = void (*)(FactoryOptions&)>
-  std::unique_ptr<MutexContendServiceFactory> MakeFactory(
+  std::unique_ptr<MutexContendServiceFactory> make_factory(
       std::shared_ptr<Backend> backend, Adjust adjust = [](FactoryOptions&) {}) {
     FactoryOptions options;
     options.clock = clock_;
@@ -49,10 +49,10 @@ class VirtualTimeTest : public ::testing::Test {
   // too) and no runtime of the process has work left (no timer due, nothing
   // queued or running on its threads but the store calls hanging in faults_
   // on purpose). What is still to come then waits for the clock to move.
-  void Settle() {
-    EXPECT_TRUE(Eventually(
+  void settle() {
+    EXPECT_TRUE(eventually(
         [&] {
-          return !clock_->HasDueWaiter() &&
+          return !clock_->has_due_waiter() &&
                  internal::Runtime::all_idle(static_cast<std::size_t>(faults_->hanging_calls()));
         },
         std::chrono::seconds(5)))
@@ -61,9 +61,9 @@ class VirtualTimeTest : public ::testing::Test {
 
   // True once some thread waits for the virtual instant `from_now` ahead:
   // advancing before that would move the very deadline being tested.
-  bool Waiting(Clock::Duration from_now) {
-    const auto at = clock_->Now() + from_now;
-    return Eventually([&] { return clock_->HasWaiterUntil(at); }, std::chrono::seconds(5));
+  bool waiting(Clock::Duration from_now) {
+    const auto at = clock_->now() + from_now;
+    return eventually([&] { return clock_->has_waiter_until(at); }, std::chrono::seconds(5));
   }
 
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();

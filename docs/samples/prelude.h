@@ -81,22 +81,22 @@ struct AnyReturn {
 // ---- the application the samples call (stubs; append here) -----------------
 
 // README.md, "Leader election".
-inline void StartLeading(std::uint64_t /*fencing_token*/) {}
-inline void StopLeading() {}
+inline void start_leading(std::uint64_t /*fencing_token*/) {}
+inline void stop_leading() {}
 // README.md, "A blocking lock".
-inline void RunReport(std::uint64_t /*fencing_token*/, std::stop_token /*lost*/) {}
+inline void run_report(std::uint64_t /*fencing_token*/, std::stop_token /*lost*/) {}
 // README.md, "Leader-gated periodic work".
-inline void Compact(std::uint64_t /*fencing_token*/, std::stop_token /*stop*/) {}
+inline void compact(std::uint64_t /*fencing_token*/, std::stop_token /*stop*/) {}
 // README.md and docs/keyed-locks.md: a wallet.
-inline void Deposit(const std::string& /*wallet*/, std::uint64_t /*fencing_token*/) {}
-inline void Deposit(const std::string& /*wallet*/, long /*amount*/,
+inline void deposit(const std::string& /*wallet*/, std::uint64_t /*fencing_token*/) {}
+inline void deposit(const std::string& /*wallet*/, long /*amount*/,
                     std::uint64_t /*fencing_token*/) {}
-inline simba::Status Busy(const std::string& wallet) {
-  return simba::UnavailableError("wallet " + wallet + " is busy");
+inline simba::Status busy(const std::string& wallet) {
+  return simba::unavailable_error("wallet " + wallet + " is busy");
 }
 // README.md and docs/clustered-locks.md: an export job.
-inline void Export(std::uint64_t /*fencing_token*/) {}
-inline void ExportOrders(std::uint64_t /*fencing_token*/, std::stop_token /*lost*/) {}
-inline void LogError(const simba::Status& /*status*/) {}
+inline void export_rows(std::uint64_t /*fencing_token*/) {}
+inline void export_orders(std::uint64_t /*fencing_token*/, std::stop_token /*lost*/) {}
+inline void log_error(const simba::Status& /*status*/) {}
 
 #endif  // SIMBA_DOCS_SAMPLES_PRELUDE_H_

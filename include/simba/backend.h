@@ -123,7 +123,7 @@ struct AcquireRequest {
 
 // What an operator's forced release did.
 struct ForcedRelease {
-  // The owner that was removed (MutexOwner::None() if the mutex was free).
+  // The owner that was removed (MutexOwner::none() if the mutex was free).
   // Its ttl_at and transition_at are 0 when the store could not know them
   // (a ZooKeeper participant of JVM Simba).
   MutexOwner previous;
@@ -207,12 +207,11 @@ class Backend {
   Result<bool> release(std::string_view mutex, std::string_view contender_id,
                        std::uint64_t fencing_token, Deadline deadline);
   // Any ownership of `contender_id` (fencing_token 0).
-  Result<bool> release(std::string_view mutex, std::string_view contender_id,
-                       Deadline deadline) {
+  Result<bool> release(std::string_view mutex, std::string_view contender_id, Deadline deadline) {
     return release(mutex, contender_id, 0, deadline);
   }
 
-  // The current owner (MutexOwner::None() for an unknown or free mutex).
+  // The current owner (MutexOwner::none() for an unknown or free mutex).
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline);
 
   // Push: calls `listener` (on any thread; it must not block) when `mutex`
@@ -225,12 +224,12 @@ class Backend {
   // others ignore it. A contender must subscribe before its first
   // acquire_or_renew (as a contend service does), or ask again once
   // subscribed (as a keyed lease does), or it may miss its wake-up.
-  Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::string_view contender_id,
-      std::function<void(const MutexEvent&)> listener);
+  Result<std::unique_ptr<Subscription>> subscribe(std::string_view mutex,
+                                                  std::string_view contender_id,
+                                                  std::function<void(const MutexEvent&)> listener);
   // The same for a retriever (no contender id).
-  Result<std::unique_ptr<Subscription>> subscribe(
-      std::string_view mutex, std::function<void(const MutexEvent&)> listener) {
+  Result<std::unique_ptr<Subscription>> subscribe(std::string_view mutex,
+                                                  std::function<void(const MutexEvent&)> listener) {
     return subscribe(mutex, std::string_view(), std::move(listener));
   }
 
@@ -275,16 +274,14 @@ class Backend {
   virtual Result<std::vector<ListedMutex>> do_list(Deadline deadline) = 0;
   // Called only when capabilities().lists_waiters. The default:
   // kUnimplemented.
-  virtual Result<std::vector<std::string>> do_waiters(std::string_view mutex,
-                                                      Deadline deadline);
+  virtual Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline);
   virtual Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) = 0;
 };
 
 // Checks `name` (the parameter `what`) against the default rules of
 // Backend::validate_mutex: non-empty, at most `max_length` bytes, valid
 // UTF-8, no control characters.
-Status ValidateName(std::string_view what, std::string_view name,
-                    std::size_t max_length);
+Status validate_name(std::string_view what, std::string_view name, std::size_t max_length);
 
 }  // namespace simba
 

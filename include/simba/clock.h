@@ -4,8 +4,8 @@
 //
 // Core code never calls std::chrono::steady_clock or sleeps directly: it asks
 // a `Clock` for the time and waits through it. Production uses
-// `Clock::Steady()`; tests use `ManualClock`, whose time moves only when the
-// test calls `Advance()`, so lease arithmetic, renewal and jitter can be
+// `Clock::steady()`; tests use `ManualClock`, whose time moves only when the
+// test calls `advance()`, so lease arithmetic, renewal and jitter can be
 // tested without sleeping.
 //
 // Clock time is monotonic local time. Lease expiry at the store is judged by
@@ -17,7 +17,7 @@
 //   simba::FactoryOptions options;
 //   options.clock = clock;
 //   ...
-//   clock->Advance(std::chrono::seconds(10));  // renewals due now run
+//   clock->advance(std::chrono::seconds(10));  // renewals due now run
 //
 // Thread safety: all methods are safe to call from any thread.
 
@@ -40,42 +40,41 @@ class Clock {
   virtual ~Clock() = default;
 
   // The current monotonic time.
-  virtual TimePoint Now() const = 0;
+  virtual TimePoint now() const = 0;
 
   // Blocks on `cv` (whose mutex `lock` holds) until it is notified, or until
   // this clock's time may have reached `deadline`. May return spuriously:
   // callers re-check their condition and the time in a loop.
-  virtual void WaitUntil(std::condition_variable& cv,
-                         std::unique_lock<std::mutex>& lock,
-                         TimePoint deadline) const = 0;
+  virtual void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                          TimePoint deadline) const = 0;
 
   // The process-wide real monotonic clock (std::chrono::steady_clock).
-  static std::shared_ptr<Clock> Steady();
+  static std::shared_ptr<Clock> steady();
 };
 
 // A clock for tests: time starts at an arbitrary point and moves only through
-// Advance(). Waiters notice an Advance() within about a millisecond of real
+// advance(). Waiters notice an advance() within about a millisecond of real
 // time (they poll the virtual time; no test sleeps in virtual time).
 class ManualClock final : public Clock {
  public:
   ManualClock();
 
-  TimePoint Now() const override;
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 TimePoint deadline) const override;
+  TimePoint now() const override;
+  void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                  TimePoint deadline) const override;
 
   // Moves time forward by `d` (negative durations are ignored: the clock is
   // monotonic).
-  void Advance(Duration d);
+  void advance(Duration d);
 
   // True while some thread waits on this clock for exactly `deadline`. Tests
   // use it to advance time only once the code under test is waiting for the
   // instant they mean to reach (advancing earlier would move the very
   // deadline they are testing).
-  bool HasWaiterUntil(TimePoint deadline) const;
+  bool has_waiter_until(TimePoint deadline) const;
   // True while some thread waits on this clock for an instant already
   // reached: it has not yet noticed that the clock moved.
-  bool HasDueWaiter() const;
+  bool has_due_waiter() const;
 
  private:
   mutable std::mutex mu_;

@@ -111,12 +111,12 @@ struct ClusteredLockOptions {
   std::optional<ContendOptions> lease;
   // This node's id at the store: every lock of this manager is held under
   // it. Must be unique per manager (two managers with one id would share
-  // ownership). Default: a fresh id (MutexContender::GenerateHostContenderId).
+  // ownership). Default: a fresh id (MutexContender::generate_host_contender_id).
   // Checked by the store's contender id rules (kInvalidArgument).
   std::string node_id;
   // Time source of the try_lock(timeout) timers and, for open() and
   // create(backend), of the factory's leases. Default: the factory's clock
-  // (for open(): Clock::Steady()).
+  // (for open(): Clock::steady()).
   std::shared_ptr<Clock> clock;
   // Threads running completion callbacks, shared by all locks of the
   // manager. In [1, 64]. Default: 2. A manager runs on its factory's

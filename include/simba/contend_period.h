@@ -50,9 +50,9 @@ class Random {
  public:
   virtual ~Random() = default;
   // A uniformly drawn integer in [lo, hi). Requires lo < hi.
-  virtual std::int64_t Uniform(std::int64_t lo, std::int64_t hi) = 0;
+  virtual std::int64_t uniform(std::int64_t lo, std::int64_t hi) = 0;
   // A thread-safe generator seeded from std::random_device.
-  static std::shared_ptr<Random> Default();
+  static std::shared_ptr<Random> standard();
 };
 
 class ContendPeriod {
@@ -62,8 +62,7 @@ class ContendPeriod {
   // The raw delay before the next attempt (may be negative).
   std::chrono::milliseconds next_delay(const MutexOwner& owner, StoreTime now) const;
   // next_delay clamped at zero.
-  std::chrono::milliseconds ensure_next_delay(const MutexOwner& owner,
-                                              StoreTime now) const;
+  std::chrono::milliseconds ensure_next_delay(const MutexOwner& owner, StoreTime now) const;
   // The delay after a store's answer: by its ask_again_at when it set one
   // (the owner's times unknown), else ensure_next_delay(owner, store_now).
   // Never negative.

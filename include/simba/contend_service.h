@@ -23,10 +23,10 @@
 //
 // Example:
 //   auto factory = simba::MutexContendServiceFactory::open("sqlite:///tmp/s.db");
-//   if (!factory.ok()) return Fail(factory.status());
-//   auto contender = simba::MakeContender("report-job",
-//       [](const simba::MutexState& s) { StartLeading(s.after.fencing_token); },
-//       [](const simba::MutexState&) { StopLeading(); });
+//   if (!factory.ok()) return fail(factory.status());
+//   auto contender = simba::make_contender("report-job",
+//       [](const simba::MutexState& s) { start_leading(s.after.fencing_token); },
+//       [](const simba::MutexState&) { stop_leading(); });
 //   auto service = (*factory)->create_contend_service(contender).value();
 //   service->start();   // returns at once; callbacks follow
 //   ...
@@ -58,7 +58,7 @@
 namespace simba {
 
 enum class ServiceStatus { kInitial, kStarting, kRunning, kStopping };
-std::string_view ServiceStatusName(ServiceStatus status);
+std::string_view service_status_name(ServiceStatus status);
 
 // Lease and timing settings of a contend service.
 struct ContendOptions {
@@ -76,7 +76,7 @@ struct ContendOptions {
   std::chrono::milliseconds operation_timeout{3000};
 
   // kInvalidArgument naming the first bad field, or OK.
-  Status Validate() const;
+  Status validate() const;
 };
 
 class MutexRetrievalService {
@@ -133,9 +133,9 @@ class MutexContendService : public MutexRetrievalService {
 struct FactoryOptions {
   // Defaults for services made by this factory.
   ContendOptions contend;
-  // Time source. Default: Clock::Steady().
+  // Time source. Default: Clock::steady().
   std::shared_ptr<Clock> clock;
-  // Jitter source. Default: Random::Default().
+  // Jitter source. Default: Random::standard().
   std::shared_ptr<Random> random;
   // Threads running store calls, shared by all services. Default: 2.
   int io_threads = 2;
@@ -168,8 +168,8 @@ class MutexContendServiceFactory {
   // malformed URI, kUnimplemented for a scheme not compiled in (the message
   // lists those that are), kUnavailable / kPermissionDenied when the store
   // cannot be reached or opened.
-  static Result<std::unique_ptr<MutexContendServiceFactory>> open(
-      std::string_view uri, FactoryOptions options = {});
+  static Result<std::unique_ptr<MutexContendServiceFactory>> open(std::string_view uri,
+                                                                  FactoryOptions options = {});
   // A factory over an already opened backend.
   static Result<std::unique_ptr<MutexContendServiceFactory>> create(
       std::shared_ptr<Backend> backend, FactoryOptions options = {});

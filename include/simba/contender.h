@@ -64,7 +64,7 @@ class MutexContender : public MutexRetriever {
   // HOST id with a random part. Validation (non-empty, length, characters)
   // happens when a service is created for it.
   explicit MutexContender(std::string mutex,
-                          std::string contender_id = GenerateHostContenderId());
+                          std::string contender_id = generate_host_contender_id());
 
   const std::string& contender_id() const { return contender_id_; }
 
@@ -80,23 +80,23 @@ class MutexContender : public MutexRetriever {
 
   // "<counter>:<pid>@<hostname>/<8 random hex>": Simba's HOST format with a
   // random part, because pid + host alone collide in containers.
-  static std::string GenerateHostContenderId();
+  static std::string generate_host_contender_id();
   // 32 lowercase hex characters (a random UUID v4 without dashes).
-  static std::string GenerateUuidContenderId();
+  static std::string generate_uuid_contender_id();
 
  private:
   std::string contender_id_;
 };
 
 // A contender built from two functions (either may be empty).
-std::shared_ptr<MutexContender> MakeContender(
+std::shared_ptr<MutexContender> make_contender(
     std::string mutex, std::function<void(const MutexState&)> on_acquired,
     std::function<void(const MutexState&)> on_released,
-    std::string contender_id = MutexContender::GenerateHostContenderId());
+    std::string contender_id = MutexContender::generate_host_contender_id());
 
 // A retriever built from one function.
-std::shared_ptr<MutexRetriever> MakeRetriever(
-    std::string mutex, std::function<void(const MutexState&)> on_owner);
+std::shared_ptr<MutexRetriever> make_retriever(std::string mutex,
+                                               std::function<void(const MutexState&)> on_owner);
 
 }  // namespace simba
 

@@ -19,7 +19,7 @@
 // Example:
 //   class Log : public simba::LockEventListener {
 //     void on_event(const simba::LockEvent& e) override {
-//       spdlog::info("{}", simba::LockEventJson(e));
+//       spdlog::info("{}", simba::lock_event_json(e));
 //     }
 //   };
 //   simba::FactoryOptions options;
@@ -60,7 +60,7 @@ enum class LossCause {
 };
 
 // "renewal_failed", "deadline_passed", "other_owner", "forced_release".
-std::string_view LossCauseName(LossCause cause);
+std::string_view loss_cause_name(LossCause cause);
 
 struct LockEvent {
   enum class Kind {
@@ -101,14 +101,14 @@ struct LockEvent {
 };
 
 // "acquired", "renewed", "lost", "released", "store_error".
-std::string_view LockEventKindName(LockEvent::Kind kind);
+std::string_view lock_event_kind_name(LockEvent::Kind kind);
 
 // {"event":"acquired","time":"2026-11-21T21:40:13.123Z","store":"redis",
 //  "mutex":"report","contender":"1:42@host/ab12cd34","token":7,...} on one
 // line, fields absent when unset.
-std::string LockEventJson(const LockEvent& event);
+std::string lock_event_json(const LockEvent& event);
 // "acquired mutex 'report' as 1:42@host/ab12cd34 (token 7, lease 15.8s left)".
-std::string LockEventText(const LockEvent& event);
+std::string lock_event_text(const LockEvent& event);
 
 class LockEventListener {
  public:

@@ -134,14 +134,15 @@ class KeyedLockBackend {
 // last renewal. Each hold reports to `metrics` and `events` (either may be
 // null) as a contend service does, under its key's name. Errors:
 // kInvalidArgument for bad lease options.
-Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(
+Result<std::shared_ptr<KeyedLockBackend>> new_lease_keyed_lock_backend(
     std::shared_ptr<Backend> backend, ContendOptions lease,
-    std::shared_ptr<Metrics> metrics = nullptr, std::shared_ptr<LockEventListener> events = nullptr);
+    std::shared_ptr<Metrics> metrics = nullptr,
+    std::shared_ptr<LockEventListener> events = nullptr);
 
 // Keyed locks inside one process (memory://NAME): a per-key FIFO queue, no
 // store. Backends with the same name share their keys. Tokens come from one
 // counter per name.
-Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(std::string name);
+Result<std::shared_ptr<KeyedLockBackend>> new_memory_keyed_lock_backend(std::string name);
 
 }  // namespace simba
 

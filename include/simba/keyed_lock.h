@@ -30,7 +30,7 @@
 //   auto locks = simba::KeyedLockProvider::open("postgresql://app@db/app").value();
 //   auto lease = locks->try_acquire("wallet:" + id, 2s, 10s);
 //   if (!lease.ok()) return lease.status();      // the store failed
-//   if (!lease->has_value()) return Busy(id);     // held elsewhere for 2 s
+//   if (!lease->has_value()) return busy(id);     // held elsewhere for 2 s
 //   Deposit(id, amount, (*lease)->fencing_token());
 //   // ~Lease releases.
 //
@@ -72,7 +72,7 @@ struct KeyedLockOptions {
     o.transition = std::chrono::seconds(2);
     return o;
   }();
-  // Time source of the max_hold watchdog. Default: Clock::Steady().
+  // Time source of the max_hold watchdog. Default: Clock::steady().
   std::shared_ptr<Clock> clock;
   // Where holds report, as FactoryOptions::metrics and ::events; each key is
   // a mutex there. On lease stores (SQLite, Redis, ZooKeeper, etcd) a hold

@@ -22,7 +22,7 @@
 //   if (simba::Status s = locker->acquire(std::chrono::seconds(30)); !s.ok()) {
 //     return s;  // kDeadlineExceeded: somebody else is running it
 //   }
-//   RunReport(locker->fencing_token(), locker->lost_token());
+//   run_report(locker->fencing_token(), locker->lost_token());
 //   // ~Locker releases.
 //
 // Thread safety: acquire/try_acquire/release are meant for one thread at a
@@ -93,12 +93,12 @@ class Locker {
  private:
   struct State;
   explicit Locker(std::shared_ptr<State> state);
-  Status AcquireUntil(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
+  Status acquire_until(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
   // Checks the locker is idle and starts contending. Requires control_mu.
-  Status BeginAcquire();
+  Status begin_acquire();
   // Waits for the core to own the mutex and records the hold; on failure
   // gives up its place. Requires control_mu.
-  Status AwaitHold(Clock::TimePoint deadline, const std::stop_token& cancel);
+  Status await_hold(Clock::TimePoint deadline, const std::stop_token& cancel);
 
   std::shared_ptr<State> state_;
 };

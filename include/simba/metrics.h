@@ -99,9 +99,8 @@ struct PrometheusMetricsOptions {
   // Mutexes that get their own label; later ones share mutex="_other".
   std::size_t max_mutex_labels = 100;
   // Upper bounds (seconds) of the latency histograms' buckets.
-  std::vector<double> latency_buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                      0.1,    0.25,  0.5,    1,     2.5,   5,     10,
-                                      30,     60};
+  std::vector<double> latency_buckets{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                      0.25,   0.5,   1,      2.5,   5,    10,    30,   60};
   // Upper bounds (seconds) of the lease-margin histogram's buckets.
   std::vector<double> margin_buckets{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 };
@@ -128,7 +127,7 @@ class PrometheusMetrics final : public Metrics {
 
  private:
   struct Series;
-  Series& SeriesLocked(const MetricLabels& labels);
+  Series& series_locked(const MetricLabels& labels);
 
   const PrometheusMetricsOptions options_;
   mutable std::mutex mu_;

@@ -51,7 +51,7 @@ struct MutexOwner {
   std::uint64_t fencing_token = 0;
 
   // The owner of a free mutex: empty id, all times 0.
-  static const MutexOwner& None();
+  static const MutexOwner& none();
 
   bool has_owner_id() const { return !owner_id.empty(); }
   // Pure id comparison, no time check (Simba's MutexOwner.isOwner).
@@ -66,9 +66,7 @@ struct MutexOwner {
   // transition_at >= now (inclusive, as in Simba).
   bool is_in_transition(StoreTime now) const { return transition_at >= now; }
   // Time-based, like Simba: somebody's hard lease has not ended at `now`.
-  bool has_owner(StoreTime now) const {
-    return has_owner_id() && transition_at >= now;
-  }
+  bool has_owner(StoreTime now) const { return has_owner_id() && transition_at >= now; }
 
   friend bool operator==(const MutexOwner&, const MutexOwner&) = default;
 };
@@ -80,7 +78,7 @@ struct MutexState {
   MutexOwner before;
   MutexOwner after;
 
-  static const MutexState& None();
+  static const MutexState& none();
 
   // The owner changed: a different id, or the same id holding a new
   // acquisition (a different fencing token) - the second happens when an
@@ -97,9 +95,7 @@ struct MutexState {
   bool is_released(std::string_view contender_id) const {
     return is_changed() && before.is_owner(contender_id);
   }
-  bool is_owner(std::string_view contender_id) const {
-    return after.is_owner(contender_id);
-  }
+  bool is_owner(std::string_view contender_id) const { return after.is_owner(contender_id); }
 
   friend bool operator==(const MutexState&, const MutexState&) = default;
 };

@@ -16,8 +16,8 @@
 //
 // Example:
 //   auto scheduler = simba::Scheduler::create(*factory, "compaction",
-//       simba::ScheduleConfig::FixedDelay(std::chrono::seconds(0), std::chrono::minutes(5)),
-//       [](const simba::WorkContext& ctx) { Compact(ctx.fencing_token, ctx.stop_token); })
+//       simba::ScheduleConfig::fixed_delay(std::chrono::seconds(0), std::chrono::minutes(5)),
+//       [](const simba::WorkContext& ctx) { compact(ctx.fencing_token, ctx.stop_token); })
 //       .value();
 //   scheduler->start();
 //
@@ -46,12 +46,12 @@ struct ScheduleConfig {
   std::chrono::milliseconds initial_delay{0};
   std::chrono::milliseconds period{1000};
 
-  static ScheduleConfig FixedRate(std::chrono::milliseconds initial_delay,
-                                  std::chrono::milliseconds period) {
+  static ScheduleConfig fixed_rate(std::chrono::milliseconds initial_delay,
+                                   std::chrono::milliseconds period) {
     return {Strategy::kFixedRate, initial_delay, period};
   }
-  static ScheduleConfig FixedDelay(std::chrono::milliseconds initial_delay,
-                                   std::chrono::milliseconds period) {
+  static ScheduleConfig fixed_delay(std::chrono::milliseconds initial_delay,
+                                    std::chrono::milliseconds period) {
     return {Strategy::kFixedDelay, initial_delay, period};
   }
 };

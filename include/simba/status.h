@@ -20,8 +20,8 @@
 //   kInternal           a bug or an invariant the store broke.
 //
 // Example:
-//   simba::Result<int> ParsePort(std::string_view s);
-//   SIMBA_ASSIGN_OR_RETURN(int port, ParsePort(text));
+//   simba::Result<int> parse_port(std::string_view s);
+//   SIMBA_ASSIGN_OR_RETURN(int port, parse_port(text));
 //   if (simba::Status s = service->start(); !s.ok()) std::cerr << s << "\n";
 //
 // Thread safety: Status and Result are values; distinct objects may be used
@@ -58,7 +58,7 @@ enum class StatusCode {
 };
 
 // The code's name without the `k`, e.g. "DEADLINE_EXCEEDED".
-std::string_view StatusCodeName(StatusCode code);
+std::string_view status_code_name(StatusCode code);
 
 class [[nodiscard]] Status {
  public:
@@ -73,17 +73,17 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
 
   // "OK", or "<CODE_NAME>: <message>".
-  std::string ToString() const;
+  std::string to_string() const;
 
   // Prepends context ("opening sqlite:///x.db: ") to a non-OK status. Keeps
   // retry_after().
-  Status WithContext(std::string_view context) const;
+  Status with_context(std::string_view context) const;
 
   // A store's word that trying again sooner than `delay` cannot succeed
   // (Redis's restart guard knows when it will grant leases again). The
   // contend loop then waits that long instead of its doubling backoff, which
-  // would overshoot. Ignored on an OK status; not part of ToString() or ==.
-  Status WithRetryAfter(std::chrono::milliseconds delay) const;
+  // would overshoot. Ignored on an OK status; not part of to_string() or ==.
+  Status with_retry_after(std::chrono::milliseconds delay) const;
   std::optional<std::chrono::milliseconds> retry_after() const { return retry_after_; }
 
   friend bool operator==(const Status& a, const Status& b) {
@@ -98,25 +98,25 @@ class [[nodiscard]] Status {
 
 std::ostream& operator<<(std::ostream& os, const Status& status);
 
-inline Status OkStatus() { return Status(); }
-Status CancelledError(std::string message);
-Status InvalidArgumentError(std::string message);
-Status DeadlineExceededError(std::string message);
-Status NotFoundError(std::string message);
-Status AlreadyExistsError(std::string message);
-Status PermissionDeniedError(std::string message);
-Status FailedPreconditionError(std::string message);
-Status AbortedError(std::string message);
-Status UnimplementedError(std::string message);
-Status InternalError(std::string message);
-Status UnavailableError(std::string message);
+inline Status ok_status() { return Status(); }
+Status cancelled_error(std::string message);
+Status invalid_argument_error(std::string message);
+Status deadline_exceeded_error(std::string message);
+Status not_found_error(std::string message);
+Status already_exists_error(std::string message);
+Status permission_denied_error(std::string message);
+Status failed_precondition_error(std::string message);
+Status aborted_error(std::string message);
+Status unimplemented_error(std::string message);
+Status internal_error(std::string message);
+Status unavailable_error(std::string message);
 
 // True for failures that may go away on their own (kUnavailable,
 // kDeadlineExceeded, kAborted): the contend loop retries these.
-bool IsRetryable(const Status& status);
+bool is_retryable(const Status& status);
 
 namespace internal {
-[[noreturn]] void DieBecauseOfStatus(const Status& status, const char* what);
+[[noreturn]] void die_because_of_status(const Status& status, const char* what);
 }  // namespace internal
 
 // A value of type T, or the non-OK Status that explains why there is none.
@@ -125,27 +125,23 @@ namespace internal {
 // status printed: check ok() first (or use SIMBA_ASSIGN_OR_RETURN).
 template <typename T>
 class [[nodiscard]] Result {
-  static_assert(!std::is_same_v<std::decay_t<T>, Status>,
-                "Result<Status> is not allowed");
+  static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> is not allowed");
 
  public:
   // From a value.
-  Result(const T& value) : data_(value) {}  // NOLINT(google-explicit-constructor)
+  Result(const T& value) : data_(value) {}        // NOLINT(google-explicit-constructor)
   Result(T&& value) : data_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
   // From a non-OK status. An OK status here is a bug and becomes kInternal.
   Result(Status status)  // NOLINT(google-explicit-constructor)
-      : data_(status.ok() ? InternalError("Result constructed from an OK status")
+      : data_(status.ok() ? internal_error("Result constructed from an OK status")
                           : std::move(status)) {}
   // Converting from a Result of a compatible value type (e.g. derived
   // unique_ptr to base unique_ptr).
   template <typename U,
-            typename = std::enable_if_t<!std::is_same_v<U, T> &&
-                                        std::is_constructible_v<T, U&&>>>
+            typename = std::enable_if_t<!std::is_same_v<U, T> && std::is_constructible_v<T, U&&>>>
   Result(Result<U>&& other)  // NOLINT(google-explicit-constructor)
-      : data_(other.ok() ? std::variant<Status, T>(std::in_place_index<1>,
-                                                   std::move(*other))
-                         : std::variant<Status, T>(std::in_place_index<0>,
-                                                   other.status())) {}
+      : data_(other.ok() ? std::variant<Status, T>(std::in_place_index<1>, std::move(*other))
+                         : std::variant<Status, T>(std::in_place_index<0>, other.status())) {}
 
   bool ok() const { return data_.index() == 1; }
 
@@ -153,15 +149,15 @@ class [[nodiscard]] Result {
   Status status() const { return ok() ? Status() : std::get<0>(data_); }
 
   const T& value() const& {
-    Check();
+    check();
     return std::get<1>(data_);
   }
   T& value() & {
-    Check();
+    check();
     return std::get<1>(data_);
   }
   T&& value() && {
-    Check();
+    check();
     return std::get<1>(std::move(data_));
   }
   const T& operator*() const& { return value(); }
@@ -177,8 +173,8 @@ class [[nodiscard]] Result {
   }
 
  private:
-  void Check() const {
-    if (!ok()) internal::DieBecauseOfStatus(std::get<0>(data_), "Result::value()");
+  void check() const {
+    if (!ok()) internal::die_because_of_status(std::get<0>(data_), "Result::value()");
   }
   std::variant<Status, T> data_;
 };
@@ -189,17 +185,16 @@ class [[nodiscard]] Result {
 #define SIMBA_STATUS_CONCAT_(a, b) SIMBA_STATUS_CONCAT_INNER_(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define SIMBA_RETURN_IF_ERROR(expr)                         \
-  do {                                                      \
-    ::simba::Status simba_status_ = (expr);                 \
-    if (!simba_status_.ok()) return simba_status_;          \
+#define SIMBA_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::simba::Status simba_status_ = (expr);        \
+    if (!simba_status_.ok()) return simba_status_; \
   } while (false)
 
 // Evaluates `rexpr` (a Result<T>); on error returns its status, otherwise
 // moves the value into `lhs` (which may be a declaration).
-#define SIMBA_ASSIGN_OR_RETURN(lhs, rexpr)                                   \
-  SIMBA_ASSIGN_OR_RETURN_IMPL_(SIMBA_STATUS_CONCAT_(simba_result_, __LINE__), \
-                               lhs, rexpr)
+#define SIMBA_ASSIGN_OR_RETURN(lhs, rexpr) \
+  SIMBA_ASSIGN_OR_RETURN_IMPL_(SIMBA_STATUS_CONCAT_(simba_result_, __LINE__), lhs, rexpr)
 #define SIMBA_ASSIGN_OR_RETURN_IMPL_(result, lhs, rexpr) \
   auto result = (rexpr);                                 \
   if (!result.ok()) return result.status();              \

@@ -20,7 +20,7 @@
 // '/', '?' and '%' must be escaped (%2F, %3F, %25), or the URI will not mean
 // what it seems to.
 //
-// Secrets: ToString() never shows the password ("****"), nor the value of a
+// Secrets: to_string() never shows the password ("****"), nor the value of a
 // query key that names a secret (containing "password", "passwd", "secret" or
 // "token", or equal to "pass", "pwd" or "auth"). Parse errors quote the URI
 // the same way, and may hide more than that when the URI is malformed.
@@ -65,19 +65,19 @@ struct Uri {
   // offending part (never a secret): a missing "://", an empty or invalid
   // scheme, a bad host, a port outside 1..65535, a bad or NUL (%00) escape, a
   // query parameter without '=', a duplicate query key, a control character.
-  static Result<Uri> Parse(std::string_view text);
+  static Result<Uri> parse(std::string_view text);
 
   // The URI with the password and secret query values replaced by "****"
-  // (safe to log). For a Uri that Parse() returned and that holds no
-  // secret, Parse(ToString()) gives it back.
-  std::string ToString() const;
+  // (safe to log). For a Uri that parse() returned and that holds no
+  // secret, parse(to_string()) gives it back.
+  std::string to_string() const;
 
   // The query value for `key`, if present.
-  std::optional<std::string> Query(std::string_view key) const;
+  std::optional<std::string> query_value(std::string_view key) const;
 
   // Errors (kInvalidArgument) if the query has a key not in `known`, naming
   // the key and the known ones: typos must not be silently ignored.
-  Status CheckQueryKeys(const std::vector<std::string_view>& known) const;
+  Status check_query_keys(const std::vector<std::string_view>& known) const;
 
   friend bool operator==(const Uri&, const Uri&) = default;
 };
@@ -85,14 +85,13 @@ struct Uri {
 // Parses "250ms", "10s", "2m", "1h": one non-negative whole number and one
 // unit (ms, s, m, h), nothing else, at most 876000h (100 years). Errors
 // (kInvalidArgument) name the parameter, quote the text and list the units:
-// ParseDuration("ttl", "10") -> "ttl: '10' has no unit; write a whole ...".
-Result<std::chrono::milliseconds> ParseDuration(std::string_view parameter,
-                                                std::string_view text);
+// parse_duration("ttl", "10") -> "ttl: '10' has no unit; write a whole ...".
+Result<std::chrono::milliseconds> parse_duration(std::string_view parameter, std::string_view text);
 
 // Formats a duration the way ParseDuration reads it, in the largest unit that
 // divides it exactly (1500ms -> "1500ms", 10000ms -> "10s", 0 -> "0ms"). A
 // negative duration gets a '-', which ParseDuration does not accept.
-std::string FormatDuration(std::chrono::milliseconds d);
+std::string format_duration(std::chrono::milliseconds d);
 
 }  // namespace simba
 

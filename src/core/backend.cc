@@ -8,7 +8,7 @@ namespace {
 
 // Length of the UTF-8 sequence starting with `lead`, or 0 if `lead` cannot
 // start one.
-std::size_t Utf8SequenceLength(unsigned char lead) {
+std::size_t utf8_sequence_length(unsigned char lead) {
   if (lead < 0x80) return 1;
   if (lead >= 0xC2 && lead <= 0xDF) return 2;
   if (lead >= 0xE0 && lead <= 0xEF) return 3;
@@ -16,67 +16,70 @@ std::size_t Utf8SequenceLength(unsigned char lead) {
   return 0;
 }
 
-Status NoWaitQueue(std::string_view scheme) {
-  return UnimplementedError(std::string(scheme) + " keeps no wait queue: waiters poll");
+Status no_wait_queue(std::string_view scheme) {
+  return unimplemented_error(std::string(scheme) + " keeps no wait queue: waiters poll");
 }
 
 }  // namespace
 
-Status ValidateName(std::string_view what, std::string_view name, std::size_t max_length) {
+Status validate_name(std::string_view what, std::string_view name, std::size_t max_length) {
   std::string param(what);
-  if (name.empty()) return InvalidArgumentError(param + " must not be empty");
+  if (name.empty()) return invalid_argument_error(param + " must not be empty");
   if (name.size() > max_length) {
-    return InvalidArgumentError(param + " is " + std::to_string(name.size()) +
-                                " bytes; this store allows at most " +
-                                std::to_string(max_length));
+    return invalid_argument_error(param + " is " + std::to_string(name.size()) +
+                                  " bytes; this store allows at most " +
+                                  std::to_string(max_length));
   }
   for (std::size_t i = 0; i < name.size();) {
     const auto lead = static_cast<unsigned char>(name[i]);
-    const std::size_t len = Utf8SequenceLength(lead);
+    const std::size_t len = utf8_sequence_length(lead);
     if (len == 0 || i + len > name.size()) {
-      return InvalidArgumentError(param + " is not valid UTF-8 (byte " + std::to_string(i) + ")");
+      return invalid_argument_error(param + " is not valid UTF-8 (byte " + std::to_string(i) + ")");
     }
     for (std::size_t k = 1; k < len; ++k) {
       if ((static_cast<unsigned char>(name[i + k]) & 0xC0) != 0x80) {
-        return InvalidArgumentError(param + " is not valid UTF-8 (byte " + std::to_string(i) + ")");
+        return invalid_argument_error(param + " is not valid UTF-8 (byte " + std::to_string(i) +
+                                      ")");
       }
     }
     // Overlong and surrogate forms of 3- and 4-byte sequences.
     if (len == 3) {
       const auto second = static_cast<unsigned char>(name[i + 1]);
       if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second > 0x9F)) {
-        return InvalidArgumentError(param + " is not valid UTF-8 (byte " + std::to_string(i) + ")");
+        return invalid_argument_error(param + " is not valid UTF-8 (byte " + std::to_string(i) +
+                                      ")");
       }
     } else if (len == 4) {
       const auto second = static_cast<unsigned char>(name[i + 1]);
       if ((lead == 0xF0 && second < 0x90) || (lead == 0xF4 && second > 0x8F)) {
-        return InvalidArgumentError(param + " is not valid UTF-8 (byte " + std::to_string(i) + ")");
+        return invalid_argument_error(param + " is not valid UTF-8 (byte " + std::to_string(i) +
+                                      ")");
       }
     }
     if (len == 1 && (lead < 0x20 || lead == 0x7F)) {
-      return InvalidArgumentError(param + " contains a control character (byte " +
-                                  std::to_string(i) + ")");
+      return invalid_argument_error(param + " contains a control character (byte " +
+                                    std::to_string(i) + ")");
     }
     i += len;
   }
-  return OkStatus();
+  return ok_status();
 }
 
 Status Backend::validate_mutex(std::string_view mutex) const {
-  SIMBA_RETURN_IF_ERROR(ValidateName("mutex", mutex, capabilities().max_mutex_length));
+  SIMBA_RETURN_IF_ERROR(validate_name("mutex", mutex, capabilities().max_mutex_length));
   return validate_store_mutex(mutex);
 }
 
 Status Backend::validate_contender_id(std::string_view contender_id) const {
   SIMBA_RETURN_IF_ERROR(
-      ValidateName("contender_id", contender_id, capabilities().max_contender_id_length));
+      validate_name("contender_id", contender_id, capabilities().max_contender_id_length));
   return validate_store_contender_id(contender_id);
 }
 
-Status Backend::validate_store_mutex(std::string_view /*mutex*/) const { return OkStatus(); }
+Status Backend::validate_store_mutex(std::string_view /*mutex*/) const { return ok_status(); }
 
 Status Backend::validate_store_contender_id(std::string_view /*contender_id*/) const {
-  return OkStatus();
+  return ok_status();
 }
 
 Result<OwnerRecord> Backend::acquire_or_renew(const AcquireRequest& request, Deadline deadline) {
@@ -84,16 +87,16 @@ Result<OwnerRecord> Backend::acquire_or_renew(const AcquireRequest& request, Dea
   SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
   if (request.ttl <= std::chrono::milliseconds::zero() ||
       request.transition < std::chrono::milliseconds::zero()) {
-    return InvalidArgumentError("ttl must be positive and transition not negative");
+    return invalid_argument_error("ttl must be positive and transition not negative");
   }
   const Capabilities& limits = capabilities();
   for (const auto& [what, value, max] :
        {std::tuple("ttl", request.ttl, limits.max_ttl),
         std::tuple("transition", request.transition, limits.max_transition)}) {
     if (value > max) {
-      return InvalidArgumentError(std::string(what) + " is " + std::to_string(value.count()) +
-                                  " ms; this store allows at most " +
-                                  std::to_string(max.count()) + " ms");
+      return invalid_argument_error(std::string(what) + " is " + std::to_string(value.count()) +
+                                    " ms; this store allows at most " +
+                                    std::to_string(max.count()) + " ms");
     }
   }
   return do_acquire_or_renew(request, deadline);
@@ -117,14 +120,14 @@ Result<std::unique_ptr<Subscription>> Backend::subscribe(
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   // Empty: a retriever.
   if (!contender_id.empty()) SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
-  if (!listener) return InvalidArgumentError("listener must not be empty");
+  if (!listener) return invalid_argument_error("listener must not be empty");
   return do_subscribe(mutex, contender_id, std::move(listener));
 }
 
 Result<std::vector<ListedMutex>> Backend::list(Deadline deadline) { return do_list(deadline); }
 
 Result<std::vector<std::string>> Backend::waiters(std::string_view mutex, Deadline deadline) {
-  if (!capabilities().lists_waiters) return NoWaitQueue(scheme());
+  if (!capabilities().lists_waiters) return no_wait_queue(scheme());
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   return do_waiters(mutex, deadline);
 }
@@ -137,12 +140,12 @@ Result<ForcedRelease> Backend::force_release(std::string_view mutex, Deadline de
 Result<std::unique_ptr<Subscription>> Backend::do_subscribe(
     std::string_view /*mutex*/, std::string_view /*contender_id*/,
     std::function<void(const MutexEvent&)> /*listener*/) {
-  return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
+  return unimplemented_error(std::string(scheme()) + " backend cannot push owner changes");
 }
 
 Result<std::vector<std::string>> Backend::do_waiters(std::string_view /*mutex*/,
                                                      Deadline /*deadline*/) {
-  return NoWaitQueue(scheme());
+  return no_wait_queue(scheme());
 }
 
 }  // namespace simba

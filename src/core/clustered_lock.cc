@@ -55,38 +55,38 @@ struct Completion {
 // A call's outcome as the caller asked for it: the answer, or only whether
 // it failed (lock()).
 template <class T>
-T As(Result<bool> r) {
+T as(Result<bool> r) {
   if constexpr (std::is_same_v<T, Status>) {
-    return r.ok() ? OkStatus() : r.status();
+    return r.ok() ? ok_status() : r.status();
   } else {
     return r;
   }
 }
 
 template <class T>
-Completion ForPromise(const std::shared_ptr<std::promise<T>>& promise) {
-  return {[promise](Result<bool> r) { promise->set_value(As<T>(std::move(r))); }, false};
+Completion for_promise(const std::shared_ptr<std::promise<T>>& promise) {
+  return {[promise](Result<bool> r) { promise->set_value(as<T>(std::move(r))); }, false};
 }
 template <class T>
-Completion ForCallback(std::function<void(T)> done) {
+Completion for_callback(std::function<void(T)> done) {
   return {[done = std::move(done)](Result<bool> r) {
-            if (done) done(As<T>(std::move(r)));
+            if (done) done(as<T>(std::move(r)));
           },
           true};
 }
 
 // Makes the call with a promise and returns its future.
 template <class T, class Call>
-std::future<T> Promised(Call call) {
+std::future<T> promised(Call call) {
   auto promise = std::make_shared<std::promise<T>>();
   auto future = promise->get_future();
-  call(ForPromise(promise));
+  call(for_promise(promise));
   return future;
 }
 
-Status ManagerGone(const std::string& name) {
-  return FailedPreconditionError("clustered lock '" + name +
-                                 "': the ClusteredLockManager was destroyed");
+Status manager_gone(const std::string& name) {
+  return failed_precondition_error("clustered lock '" + name +
+                                   "': the ClusteredLockManager was destroyed");
 }
 
 }  // namespace
@@ -104,40 +104,40 @@ struct ClusteredShared {
 
   // The manager's store calls on the I/O threads: false (and the task
   // dropped) once the manager is closed.
-  bool PostIo(Task task) {
+  bool post_io(Task task) {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (closed) return false;
       ++pending;
     }
-    if (runtime->PostIo([this_shared = this, task = std::move(task)] {
+    if (runtime->post_io([this_shared = this, task = std::move(task)] {
           task();
-          this_shared->Done();
+          this_shared->done();
         })) {
       return true;
     }
-    Done();
+    done();
     return false;
   }
   // Whether the manager is gone (its callbacks then run where they are
   // completed).
-  bool Closed() {
+  bool is_closed() {
     std::lock_guard<std::mutex> lock(mu);
     return closed || runtime->closed();
   }
   // The manager's end: waits for its store calls (which release every hold)
-  // to finish, then takes no more. On threads of its own, Runtime::Shutdown
+  // to finish, then takes no more. On threads of its own, Runtime::shutdown
   // does that.
-  void Close() {
+  void close() {
     if (owns_runtime) {
-      runtime->Shutdown();
+      runtime->shutdown();
       return;
     }
     std::unique_lock<std::mutex> lock(mu);
     idle.wait(lock, [&] { return pending == 0; });
     closed = true;
   }
-  void Done() {
+  void done() {
     std::lock_guard<std::mutex> lock(mu);
     if (--pending == 0) idle.notify_all();
   }
@@ -154,31 +154,31 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
       : shared_(std::move(shared)),
         name_(std::move(name)),
         lease_(lease),
-        strand_(shared_->runtime->MakeStrand()) {}
+        strand_(shared_->runtime->make_strand()) {}
 
   const std::string& name() const { return name_; }
   const std::string& node_id() const { return shared_->node_id; }
   // Waits for the callbacks queued so far (not from one of them).
-  void Drain() {
-    if (!strand_->RunningInThisThread()) strand_->Drain();
+  void drain() {
+    if (!strand_->running_in_this_thread()) strand_->drain();
   }
 
-  void Lock(Completion done);
-  void TryLock(Completion done);
-  void TryLockFor(milliseconds timeout, Completion done);
-  void Unlock(Completion done);
-  void IsLocked(Completion done);
-  void IsLockedByMe(Completion done);
-  std::uint64_t FencingToken() const;
-  std::stop_token LostToken() const;
-  ClusteredLock::ListenerId AddLossListener(ClusteredLock::LossListener listener);
-  void RemoveLossListener(ClusteredLock::ListenerId id);
+  void lock(Completion done);
+  void try_lock(Completion done);
+  void try_lock_for(milliseconds timeout, Completion done);
+  void unlock(Completion done);
+  void is_locked(Completion done);
+  void is_locked_by_me(Completion done);
+  std::uint64_t fencing_token() const;
+  std::stop_token lost_token() const;
+  ClusteredLock::ListenerId add_loss_listener(ClusteredLock::LossListener listener);
+  void remove_loss_listener(ClusteredLock::ListenerId id);
 
   // Ends this lock's life in the manager (remove() or the manager's
   // destruction): pending calls fail with `pending`, a hold is ended (its
   // holder told, with `hold_ended` as the reason), later calls fail with
   // `later`, and `released` (if set) completes once the store has released.
-  void Close(Status pending, const Status& hold_ended, Status later,
+  void close(Status pending, const Status& hold_ended, Status later,
              std::optional<Completion> released);
 
  private:
@@ -202,45 +202,45 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
       bool user = false;
     };
     std::vector<Item> items;
-    void Complete(Completion done, Result<bool> result) {
+    void complete(Completion done, Result<bool> result) {
       items.push_back(
           {[fn = std::move(done.fn), r = std::move(result)]() mutable { fn(std::move(r)); },
            done.user});
     }
   };
 
-  void Flush(Outbox& out);
+  void flush(Outbox& out);
   // Runs `decide` under mu_, then does what it left in the outbox.
   template <class Fn>
-  void Locked(Fn decide) {
+  void locked(Fn decide) {
     Outbox out;
     {
       std::lock_guard<std::mutex> lock(mu_);
       decide(out);
     }
-    Flush(out);
+    flush(out);
   }
   // Queues a call that waits for the lock.
-  void WaitLocked(Waiter waiter, Outbox& out);
+  void wait_locked(Waiter waiter, Outbox& out);
   // Error for a call on a closed lock, or OK.
-  Status UsableLocked() const;
+  Status usable_locked() const;
   // Brings the hold in line with the live service: detects a lost hold and
   // grants the lock to the first waiter when the service owns it.
-  void SyncLocked(Outbox& out);
-  void LoseHoldLocked(const Status& reason, Outbox& out);
+  void sync_locked(Outbox& out);
+  void lose_hold_locked(const Status& reason, Outbox& out);
   // Answers the kOnce waiters that `run`'s attempt covers (not granted).
-  void ResolveOnceLocked(std::uint64_t up_to_run, const Result<bool>& answer, Outbox& out);
-  bool NeedFreshRunLocked() const;
-  void RequestReconcileLocked();
-  void Reconcile();
-  void OnServiceEvent(std::uint64_t run);
-  void OnAttemptDone(std::uint64_t run, const Status& status);
-  void OnTimeout(std::uint64_t waiter_id);
-  void OnRetryTimer();
+  void resolve_once_locked(std::uint64_t up_to_run, const Result<bool>& answer, Outbox& out);
+  bool need_fresh_run_locked() const;
+  void request_reconcile_locked();
+  void reconcile();
+  void on_service_event(std::uint64_t run);
+  void on_attempt_done(std::uint64_t run, const Status& status);
+  void on_timeout(std::uint64_t waiter_id);
+  void on_retry_timer();
   // Answers `done` on the I/O threads from the store's record of the lock.
-  void ReadStore(Completion done, Outbox& out,
-                 std::function<bool(ClusteredLockCore&, const OwnerRecord&)> answer);
-  Deadline StoreDeadline() const {
+  void read_store(Completion done, Outbox& out,
+                  std::function<bool(ClusteredLockCore&, const OwnerRecord&)> answer);
+  Deadline store_deadline() const {
     // Store calls talk to real servers: their deadline is on the real clock.
     return std::chrono::steady_clock::now() + lease_.operation_timeout;
   }
@@ -276,10 +276,10 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   ClusteredLock::ListenerId next_listener_ = 1;
 };
 
-void ClusteredLockCore::Flush(Outbox& out) {
+void ClusteredLockCore::flush(Outbox& out) {
   for (auto& item : out.items) {
-    if (item.user && !shared_->Closed()) {
-      strand_->Post(std::move(item.run));
+    if (item.user && !shared_->is_closed()) {
+      strand_->post(std::move(item.run));
     } else if (!item.user) {
       item.run();  // makes a future ready: no user code runs
     } else {
@@ -295,9 +295,9 @@ void ClusteredLockCore::Flush(Outbox& out) {
   out.items.clear();
 }
 
-Status ClusteredLockCore::UsableLocked() const { return closed_ ? closed_status_ : OkStatus(); }
+Status ClusteredLockCore::usable_locked() const { return closed_ ? closed_status_ : ok_status(); }
 
-void ClusteredLockCore::LoseHoldLocked(const Status& reason, Outbox& out) {
+void ClusteredLockCore::lose_hold_locked(const Status& reason, Outbox& out) {
   // A lost lease is news; a removal or a closing manager was asked for.
   if (reason.code() == StatusCode::kAborted) {
     SIMBA_LOG(kWarn, "clustered lock '" << name_ << "': " << reason);
@@ -309,37 +309,38 @@ void ClusteredLockCore::LoseHoldLocked(const Status& reason, Outbox& out) {
   hold_token_ = 0;
   // request_stop runs the holder's stop_callbacks: outside our lock.
   out.items.push_back({[source = lost_source_]() mutable { source.request_stop(); }, false});
-  for (const auto& [id, listener] : listeners_) {
-    out.items.push_back({[listener, reason] { listener(reason); }, true});
+  for (const auto& entry : listeners_) {
+    out.items.push_back({[listener = entry.second, reason] { listener(reason); }, true});
   }
 }
 
-void ClusteredLockCore::SyncLocked(Outbox& out) {
+void ClusteredLockCore::sync_locked(Outbox& out) {
   // 0 unless the service owns the lock and its lease deadline has not passed.
   const std::uint64_t token = service_ ? service_->fencing_token() : 0;
   if (held_ && token != hold_token_) {
-    LoseHoldLocked(AbortedError("clustered lock '" + name_ + "': this node lost its hold (token " +
-                                std::to_string(hold_token_) +
-                                "): the lease was not renewed in time or the store ended it"),
-                   out);
+    lose_hold_locked(
+        aborted_error("clustered lock '" + name_ + "': this node lost its hold (token " +
+                      std::to_string(hold_token_) +
+                      "): the lease was not renewed in time or the store ended it"),
+        out);
   }
   if (held_ || token == 0 || must_release_ || waiters_.empty()) return;
   Waiter granted = std::move(waiters_.front());
   waiters_.pop_front();
-  shared_->runtime->Cancel(granted.timer);
+  shared_->runtime->cancel(granted.timer);
   held_ = true;
   hold_token_ = token;
   lost_source_ = std::stop_source();
-  out.Complete(std::move(granted.done), true);
+  out.complete(std::move(granted.done), true);
   // Other single attempts lost to this grant: the node holds the lock now.
-  ResolveOnceLocked(~std::uint64_t{0}, false, out);
+  resolve_once_locked(~std::uint64_t{0}, false, out);
 }
 
-void ClusteredLockCore::ResolveOnceLocked(std::uint64_t up_to_run, const Result<bool>& answer,
-                                          Outbox& out) {
+void ClusteredLockCore::resolve_once_locked(std::uint64_t up_to_run, const Result<bool>& answer,
+                                            Outbox& out) {
   for (auto it = waiters_.begin(); it != waiters_.end();) {
     if (it->kind == Kind::kOnce && it->min_run <= up_to_run) {
-      out.Complete(std::move(it->done), answer);
+      out.complete(std::move(it->done), answer);
       it = waiters_.erase(it);
     } else {
       ++it;
@@ -347,7 +348,7 @@ void ClusteredLockCore::ResolveOnceLocked(std::uint64_t up_to_run, const Result<
   }
 }
 
-bool ClusteredLockCore::NeedFreshRunLocked() const {
+bool ClusteredLockCore::need_fresh_run_locked() const {
   // A try_lock() that came after the live run's attempts began needs an
   // attempt of its own; restart the run (it holds nothing for anybody).
   if (!service_ || held_) return false;
@@ -356,19 +357,19 @@ bool ClusteredLockCore::NeedFreshRunLocked() const {
   });
 }
 
-void ClusteredLockCore::RequestReconcileLocked() {
+void ClusteredLockCore::request_reconcile_locked() {
   if (reconcile_active_) return;  // the running task re-reads the state
   reconcile_active_ = true;
   std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-  if (!shared_->PostIo([weak] {
-        if (auto self = weak.lock()) self->Reconcile();
+  if (!shared_->post_io([weak] {
+        if (auto self = weak.lock()) self->reconcile();
       })) {
     reconcile_active_ = false;
     SIMBA_LOG(kWarn, "clustered lock '" << name_ << "': the manager is closed; not reconciling");
   }
 }
 
-void ClusteredLockCore::Reconcile() {
+void ClusteredLockCore::reconcile() {
   for (;;) {
     Outbox out;
     std::shared_ptr<MutexContendService> to_stop;
@@ -379,7 +380,7 @@ void ClusteredLockCore::Reconcile() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       const bool want = !closed_ && (held_ || !waiters_.empty());
-      if (service_ && (!want || must_release_ || NeedFreshRunLocked())) {
+      if (service_ && (!want || must_release_ || need_fresh_run_locked())) {
         // Stopping releases at the store (and wakes the next node).
         to_stop = std::move(service_);
         live_run_ = 0;
@@ -388,12 +389,12 @@ void ClusteredLockCore::Reconcile() {
         released = std::move(after_release_);
         after_release_.clear();
       } else if (!service_ && want) {
-        const Clock::TimePoint now = shared_->clock->Now();
+        const Clock::TimePoint now = shared_->clock->now();
         if (now < retry_at_) {
           if (retry_timer_ == 0) {
             std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-            retry_timer_ = shared_->runtime->ScheduleAt(retry_at_, [weak] {
-              if (auto self = weak.lock()) self->OnRetryTimer();
+            retry_timer_ = shared_->runtime->schedule_at(retry_at_, [weak] {
+              if (auto self = weak.lock()) self->on_retry_timer();
             });
           }
           reconcile_active_ = false;
@@ -402,21 +403,21 @@ void ClusteredLockCore::Reconcile() {
         run = ++runs_;
         std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
         auto on_event = [weak, run](const MutexState&) {
-          if (auto self = weak.lock()) self->OnServiceEvent(run);
+          if (auto self = weak.lock()) self->on_service_event(run);
         };
         ServiceHooks hooks;
         hooks.attempt_done = [weak, run](const Status& status) {
-          if (auto self = weak.lock()) self->OnAttemptDone(run, status);
+          if (auto self = weak.lock()) self->on_attempt_done(run, status);
         };
-        auto service = shared_->impl->CreateContendService(
-            MakeContender(name_, on_event, on_event, shared_->node_id), lease_, std::move(hooks));
+        auto service = shared_->impl->create_contend_service(
+            make_contender(name_, on_event, on_event, shared_->node_id), lease_, std::move(hooks));
         if (!service.ok()) {
           // Names and options were checked by define(): this cannot get
           // better by waiting, so nobody waits for it.
-          const Status error = service.status().WithContext("clustered lock '" + name_ + "'");
+          const Status error = service.status().with_context("clustered lock '" + name_ + "'");
           for (auto& w : waiters_) {
-            shared_->runtime->Cancel(w.timer);
-            out.Complete(std::move(w.done), error);
+            shared_->runtime->cancel(w.timer);
+            out.complete(std::move(w.done), error);
           }
           waiters_.clear();
         } else {
@@ -442,11 +443,11 @@ void ClusteredLockCore::Reconcile() {
         SIMBA_LOG(kWarn, "clustered lock '" << name_ << "': " << stopped);
       }
       for (auto& done : released) {
-        out.Complete(std::move(done), stopped.ok() ? Result<bool>(true) : Result<bool>(stopped));
+        out.complete(std::move(done), stopped.ok() ? Result<bool>(true) : Result<bool>(stopped));
       }
     } else if (to_start) {
       if (Status started = to_start->start(); !started.ok()) {
-        const Status error = started.WithContext("clustered lock '" + name_ + "'");
+        const Status error = started.with_context("clustered lock '" + name_ + "'");
         std::lock_guard<std::mutex> lock(mu_);
         if (service_ == to_start) {
           service_.reset();
@@ -455,239 +456,240 @@ void ClusteredLockCore::Reconcile() {
         ++start_failures_;
         const int shift = std::min(start_failures_ - 1, 5);
         retry_at_ =
-            shared_->clock->Now() + std::min(kMaxStartRetry, kFirstStartRetry * (1 << shift));
+            shared_->clock->now() + std::min(kMaxStartRetry, kFirstStartRetry * (1 << shift));
         // A single attempt gets this failure as its answer; lock() and
         // try_lock(timeout) keep waiting for a later start.
-        ResolveOnceLocked(run, error, out);
+        resolve_once_locked(run, error, out);
       } else {
         std::lock_guard<std::mutex> lock(mu_);
         start_failures_ = 0;
       }
     } else {
-      for (auto& done : released) out.Complete(std::move(done), true);
+      for (auto& done : released) out.complete(std::move(done), true);
     }
-    Flush(out);
+    flush(out);
     if (converged) return;
   }
 }
 
-void ClusteredLockCore::OnRetryTimer() {
+void ClusteredLockCore::on_retry_timer() {
   std::lock_guard<std::mutex> lock(mu_);
   retry_timer_ = 0;
-  RequestReconcileLocked();
+  request_reconcile_locked();
 }
 
-void ClusteredLockCore::OnServiceEvent(std::uint64_t run) {
-  Locked([&](Outbox& out) {
+void ClusteredLockCore::on_service_event(std::uint64_t run) {
+  locked([&](Outbox& out) {
     if (run != live_run_) return;  // a stopped run's last words
-    SyncLocked(out);
-    RequestReconcileLocked();
+    sync_locked(out);
+    request_reconcile_locked();
   });
 }
 
-void ClusteredLockCore::OnAttemptDone(std::uint64_t run, const Status& status) {
-  Locked([&](Outbox& out) {
+void ClusteredLockCore::on_attempt_done(std::uint64_t run, const Status& status) {
+  locked([&](Outbox& out) {
     if (run != live_run_) return;
     ++attempts_in_run_;
     // Most attempts are renewals that change nothing: reconcile only when
     // the hold or the queue changed.
     const bool held_before = held_;
     const std::size_t waiting_before = waiters_.size();
-    SyncLocked(out);
-    ResolveOnceLocked(run,
-                      status.ok()
-                          ? Result<bool>(false)
-                          : Result<bool>(status.WithContext("clustered lock '" + name_ + "'")),
-                      out);
-    if (held_ != held_before || waiters_.size() != waiting_before) RequestReconcileLocked();
+    sync_locked(out);
+    resolve_once_locked(run,
+                        status.ok()
+                            ? Result<bool>(false)
+                            : Result<bool>(status.with_context("clustered lock '" + name_ + "'")),
+                        out);
+    if (held_ != held_before || waiters_.size() != waiting_before) request_reconcile_locked();
   });
 }
 
-void ClusteredLockCore::OnTimeout(std::uint64_t waiter_id) {
-  Locked([&](Outbox& out) {
+void ClusteredLockCore::on_timeout(std::uint64_t waiter_id) {
+  locked([&](Outbox& out) {
     auto it = std::find_if(waiters_.begin(), waiters_.end(),
                            [waiter_id](const Waiter& w) { return w.id == waiter_id; });
     if (it == waiters_.end()) return;  // granted or failed meanwhile
-    out.Complete(std::move(it->done), false);
+    out.complete(std::move(it->done), false);
     waiters_.erase(it);
-    RequestReconcileLocked();
+    request_reconcile_locked();
   });
 }
 
-void ClusteredLockCore::Lock(Completion done) {
-  Locked([&](Outbox& out) {
-    if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+void ClusteredLockCore::lock(Completion done) {
+  locked([&](Outbox& out) {
+    if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else {
-      WaitLocked(Waiter{next_waiter_id_++, Kind::kLock, std::move(done), 0, 0}, out);
+      wait_locked(Waiter{next_waiter_id_++, Kind::kLock, std::move(done), 0, 0}, out);
     }
   });
 }
 
-void ClusteredLockCore::WaitLocked(Waiter waiter, Outbox& out) {
+void ClusteredLockCore::wait_locked(Waiter waiter, Outbox& out) {
   waiters_.push_back(std::move(waiter));
-  SyncLocked(out);
-  RequestReconcileLocked();
+  sync_locked(out);
+  request_reconcile_locked();
 }
 
-void ClusteredLockCore::TryLock(Completion done) {
-  Locked([&](Outbox& out) {
-    SyncLocked(out);
-    if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+void ClusteredLockCore::try_lock(Completion done) {
+  locked([&](Outbox& out) {
+    sync_locked(out);
+    if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else if (held_ || std::any_of(waiters_.begin(), waiters_.end(),
                                     [](const Waiter& w) { return w.kind != Kind::kOnce; })) {
       // Held by this node (non-reentrant), or a call of this node is
       // waiting ahead: not available to this call.
-      out.Complete(std::move(done), false);
+      out.complete(std::move(done), false);
     } else {
       // The attempt that answers it: the live run's first one if none has
       // finished yet, otherwise a fresh run's (the node holds nothing).
       std::uint64_t min_run = runs_ + 1;
       if (service_) min_run = attempts_in_run_ == 0 ? live_run_ : live_run_ + 1;
-      WaitLocked(Waiter{next_waiter_id_++, Kind::kOnce, std::move(done), 0, min_run}, out);
+      wait_locked(Waiter{next_waiter_id_++, Kind::kOnce, std::move(done), 0, min_run}, out);
     }
   });
 }
 
-void ClusteredLockCore::TryLockFor(milliseconds timeout, Completion done) {
-  if (timeout == milliseconds(0)) return TryLock(std::move(done));
-  Locked([&](Outbox& out) {
+void ClusteredLockCore::try_lock_for(milliseconds timeout, Completion done) {
+  if (timeout == milliseconds(0)) return try_lock(std::move(done));
+  locked([&](Outbox& out) {
     if (timeout < milliseconds(0)) {
-      out.Complete(std::move(done), InvalidArgumentError("timeout must be >= 0 (got " +
-                                                         std::to_string(timeout.count()) + "ms)"));
-    } else if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+      out.complete(std::move(done),
+                   invalid_argument_error("timeout must be >= 0 (got " +
+                                          std::to_string(timeout.count()) + "ms)"));
+    } else if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else {
       const std::uint64_t id = next_waiter_id_++;
       std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
       const Runtime::TimerId timer =
-          shared_->runtime->ScheduleAt(shared_->clock->Now() + timeout, [weak, id] {
-            if (auto self = weak.lock()) self->OnTimeout(id);
+          shared_->runtime->schedule_at(shared_->clock->now() + timeout, [weak, id] {
+            if (auto self = weak.lock()) self->on_timeout(id);
           });
       if (timer == 0) {
-        out.Complete(std::move(done), ManagerGone(name_));
+        out.complete(std::move(done), manager_gone(name_));
       } else {
-        WaitLocked(Waiter{id, Kind::kTimed, std::move(done), timer, 0}, out);
+        wait_locked(Waiter{id, Kind::kTimed, std::move(done), timer, 0}, out);
       }
     }
   });
 }
 
-void ClusteredLockCore::Unlock(Completion done) {
-  Locked([&](Outbox& out) {
+void ClusteredLockCore::unlock(Completion done) {
+  locked([&](Outbox& out) {
     // A hold lost a moment ago is not this node's to unlock any more.
-    SyncLocked(out);
-    if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+    sync_locked(out);
+    if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else if (!held_) {
-      out.Complete(std::move(done), false);
+      out.complete(std::move(done), false);
     } else {
       held_ = false;
       hold_token_ = 0;
       must_release_ = true;
       after_release_.push_back(std::move(done));
-      RequestReconcileLocked();
+      request_reconcile_locked();
     }
   });
 }
 
-void ClusteredLockCore::IsLocked(Completion done) {
-  Locked([&](Outbox& out) {
-    if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+void ClusteredLockCore::is_locked(Completion done) {
+  locked([&](Outbox& out) {
+    if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else {
-      ReadStore(std::move(done), out, [](ClusteredLockCore&, const OwnerRecord& record) {
-        return record.held();
-      });
+      read_store(std::move(done), out,
+                 [](ClusteredLockCore&, const OwnerRecord& record) { return record.held(); });
     }
   });
 }
 
-void ClusteredLockCore::IsLockedByMe(Completion done) {
-  Locked([&](Outbox& out) {
-    SyncLocked(out);
-    if (Status usable = UsableLocked(); !usable.ok()) {
-      out.Complete(std::move(done), usable);
+void ClusteredLockCore::is_locked_by_me(Completion done) {
+  locked([&](Outbox& out) {
+    sync_locked(out);
+    if (Status usable = usable_locked(); !usable.ok()) {
+      out.complete(std::move(done), usable);
     } else if (!held_) {
-      out.Complete(std::move(done), false);
+      out.complete(std::move(done), false);
     } else {
       // Held here: confirm with the store (an operator's forced release
       // shows there before the next renewal tells us).
-      ReadStore(std::move(done), out,
-                [token = hold_token_](ClusteredLockCore& self, const OwnerRecord& record) {
-                  return record.owner.is_owner(self.shared_->node_id) &&
-                         record.owner.fencing_token == token && record.held() &&
-                         self.FencingToken() == token;
-                });
+      read_store(std::move(done), out,
+                 [token = hold_token_](ClusteredLockCore& self, const OwnerRecord& record) {
+                   return record.owner.is_owner(self.shared_->node_id) &&
+                          record.owner.fencing_token == token && record.held() &&
+                          self.fencing_token() == token;
+                 });
     }
   });
 }
 
-void ClusteredLockCore::ReadStore(
+void ClusteredLockCore::read_store(
     Completion done, Outbox& out,
     std::function<bool(ClusteredLockCore&, const OwnerRecord&)> answer) {
   auto shared = std::make_shared<Completion>(std::move(done));
   std::weak_ptr<ClusteredLockCore> weak = weak_from_this();
-  if (!shared_->PostIo([weak, shared, answer = std::move(answer)] {
+  if (!shared_->post_io([weak, shared, answer = std::move(answer)] {
         auto self = weak.lock();
         if (!self) return;
         Outbox reply;
-        auto record = self->shared_->factory->backend()->read(self->name_, self->StoreDeadline());
+        auto record = self->shared_->factory->backend()->read(self->name_, self->store_deadline());
         if (!record.ok()) {
-          reply.Complete(std::move(*shared),
-                         record.status().WithContext("clustered lock '" + self->name_ + "'"));
+          reply.complete(std::move(*shared),
+                         record.status().with_context("clustered lock '" + self->name_ + "'"));
         } else {
-          reply.Complete(std::move(*shared), answer(*self, *record));
+          reply.complete(std::move(*shared), answer(*self, *record));
         }
-        self->Flush(reply);
+        self->flush(reply);
       })) {
-    out.Complete(std::move(*shared), ManagerGone(name_));
+    out.complete(std::move(*shared), manager_gone(name_));
   }
 }
 
-std::uint64_t ClusteredLockCore::FencingToken() const {
+std::uint64_t ClusteredLockCore::fencing_token() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (!held_ || !service_) return 0;
   return service_->fencing_token() == hold_token_ ? hold_token_ : 0;
 }
 
-std::stop_token ClusteredLockCore::LostToken() const {
+std::stop_token ClusteredLockCore::lost_token() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_source_.get_token();
 }
 
-ClusteredLock::ListenerId ClusteredLockCore::AddLossListener(ClusteredLock::LossListener listener) {
+ClusteredLock::ListenerId ClusteredLockCore::add_loss_listener(
+    ClusteredLock::LossListener listener) {
   std::lock_guard<std::mutex> lock(mu_);
   const ClusteredLock::ListenerId id = next_listener_++;
   if (listener) listeners_.emplace(id, std::move(listener));
   return id;
 }
 
-void ClusteredLockCore::RemoveLossListener(ClusteredLock::ListenerId id) {
+void ClusteredLockCore::remove_loss_listener(ClusteredLock::ListenerId id) {
   std::lock_guard<std::mutex> lock(mu_);
   listeners_.erase(id);
 }
 
-void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status later,
+void ClusteredLockCore::close(Status pending, const Status& hold_ended, Status later,
                               std::optional<Completion> released) {
-  Locked([&](Outbox& out) {
+  locked([&](Outbox& out) {
     if (closed_) {
-      if (released) out.Complete(std::move(*released), false);
+      if (released) out.complete(std::move(*released), false);
     } else {
       closed_ = true;
       closed_status_ = std::move(later);
       for (auto& w : waiters_) {
-        shared_->runtime->Cancel(w.timer);
-        out.Complete(std::move(w.done), pending);
+        shared_->runtime->cancel(w.timer);
+        out.complete(std::move(w.done), pending);
       }
       waiters_.clear();
-      if (held_) LoseHoldLocked(hold_ended, out);
+      if (held_) lose_hold_locked(hold_ended, out);
       if (released) after_release_.push_back(std::move(*released));
-      shared_->runtime->Cancel(retry_timer_);
+      shared_->runtime->cancel(retry_timer_);
       retry_timer_ = 0;
       retry_at_ = {};
-      RequestReconcileLocked();
+      request_reconcile_locked();
     }
   });
 }
@@ -697,8 +699,8 @@ void ClusteredLockCore::Close(Status pending, const Status& hold_ended, Status l
 // ---- ClusteredLock ---------------------------------------------------------------
 
 using internal::Completion;
-using internal::ForCallback;
-using internal::Promised;
+using internal::for_callback;
+using internal::promised;
 
 ClusteredLock::ClusteredLock(std::shared_ptr<internal::ClusteredLockCore> core)
     : core_(std::move(core)) {}
@@ -708,67 +710,69 @@ const std::string& ClusteredLock::name() const { return core_->name(); }
 const std::string& ClusteredLock::node_id() const { return core_->node_id(); }
 
 std::future<Status> ClusteredLock::lock() {
-  return Promised<Status>([&](Completion done) { core_->Lock(std::move(done)); });
+  return promised<Status>([&](Completion done) { core_->lock(std::move(done)); });
 }
-void ClusteredLock::lock(StatusCallback done) { core_->Lock(ForCallback(std::move(done))); }
+void ClusteredLock::lock(StatusCallback done) { core_->lock(for_callback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::try_lock() {
-  return Promised<Result<bool>>([&](Completion done) { core_->TryLock(std::move(done)); });
+  return promised<Result<bool>>([&](Completion done) { core_->try_lock(std::move(done)); });
 }
-void ClusteredLock::try_lock(BoolCallback done) { core_->TryLock(ForCallback(std::move(done))); }
+void ClusteredLock::try_lock(BoolCallback done) { core_->try_lock(for_callback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::try_lock(std::chrono::milliseconds timeout) {
-  return Promised<Result<bool>>(
-      [&](Completion done) { core_->TryLockFor(timeout, std::move(done)); });
+  return promised<Result<bool>>(
+      [&](Completion done) { core_->try_lock_for(timeout, std::move(done)); });
 }
 void ClusteredLock::try_lock(std::chrono::milliseconds timeout, BoolCallback done) {
-  core_->TryLockFor(timeout, ForCallback(std::move(done)));
+  core_->try_lock_for(timeout, for_callback(std::move(done)));
 }
 
 std::future<Result<bool>> ClusteredLock::unlock() {
-  return Promised<Result<bool>>([&](Completion done) { core_->Unlock(std::move(done)); });
+  return promised<Result<bool>>([&](Completion done) { core_->unlock(std::move(done)); });
 }
-void ClusteredLock::unlock(BoolCallback done) { core_->Unlock(ForCallback(std::move(done))); }
+void ClusteredLock::unlock(BoolCallback done) { core_->unlock(for_callback(std::move(done))); }
 
 std::future<Result<bool>> ClusteredLock::is_locked() {
-  return Promised<Result<bool>>([&](Completion done) { core_->IsLocked(std::move(done)); });
+  return promised<Result<bool>>([&](Completion done) { core_->is_locked(std::move(done)); });
 }
-void ClusteredLock::is_locked(BoolCallback done) { core_->IsLocked(ForCallback(std::move(done))); }
+void ClusteredLock::is_locked(BoolCallback done) {
+  core_->is_locked(for_callback(std::move(done)));
+}
 
 std::future<Result<bool>> ClusteredLock::is_locked_by_me() {
-  return Promised<Result<bool>>([&](Completion done) { core_->IsLockedByMe(std::move(done)); });
+  return promised<Result<bool>>([&](Completion done) { core_->is_locked_by_me(std::move(done)); });
 }
 void ClusteredLock::is_locked_by_me(BoolCallback done) {
-  core_->IsLockedByMe(ForCallback(std::move(done)));
+  core_->is_locked_by_me(for_callback(std::move(done)));
 }
 
-bool ClusteredLock::is_held() const { return core_->FencingToken() != 0; }
-std::uint64_t ClusteredLock::fencing_token() const { return core_->FencingToken(); }
-std::stop_token ClusteredLock::lost_token() const { return core_->LostToken(); }
+bool ClusteredLock::is_held() const { return core_->fencing_token() != 0; }
+std::uint64_t ClusteredLock::fencing_token() const { return core_->fencing_token(); }
+std::stop_token ClusteredLock::lost_token() const { return core_->lost_token(); }
 
 ClusteredLock::ListenerId ClusteredLock::add_loss_listener(LossListener listener) {
-  return core_->AddLossListener(std::move(listener));
+  return core_->add_loss_listener(std::move(listener));
 }
-void ClusteredLock::remove_loss_listener(ListenerId id) { core_->RemoveLossListener(id); }
+void ClusteredLock::remove_loss_listener(ListenerId id) { core_->remove_loss_listener(id); }
 
 // ---- ClusteredLockManager ----------------------------------------------------------
 
 Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::create(
     std::shared_ptr<MutexContendServiceFactory> factory, ClusteredLockOptions options) {
-  if (!factory) return InvalidArgumentError("factory must not be null");
+  if (!factory) return invalid_argument_error("factory must not be null");
   if (options.callback_threads < 1 || options.callback_threads > 64) {
-    return InvalidArgumentError("callback_threads must be in [1, 64] (got " +
-                                std::to_string(options.callback_threads) + ")");
+    return invalid_argument_error("callback_threads must be in [1, 64] (got " +
+                                  std::to_string(options.callback_threads) + ")");
   }
   const ContendOptions lease = options.lease.value_or(factory->contend_options());
-  if (Status s = lease.Validate(); !s.ok()) return s.WithContext("lease");
-  std::string node_id = options.node_id.empty() ? MutexContender::GenerateHostContenderId()
+  if (Status s = lease.validate(); !s.ok()) return s.with_context("lease");
+  std::string node_id = options.node_id.empty() ? MutexContender::generate_host_contender_id()
                                                 : std::move(options.node_id);
   if (Status s = factory->backend()->validate_contender_id(node_id); !s.ok()) {
-    return s.WithContext("node_id");
+    return s.with_context("node_id");
   }
   auto shared = std::make_shared<internal::ClusteredShared>();
-  shared->impl = internal::FactoryAccess::Of(*factory);
+  shared->impl = internal::FactoryAccess::of(*factory);
   shared->clock = options.clock ? options.clock : factory->clock();
   shared->factory = std::move(factory);
   shared->node_id = std::move(node_id);
@@ -810,22 +814,22 @@ ClusteredLockManager::~ClusteredLockManager() {
     locks.swap(locks_);
   }
   for (auto& [name, lock] : locks) {
-    lock->core_->Close(
-        CancelledError("clustered lock '" + name + "': the ClusteredLockManager was destroyed"),
-        CancelledError("clustered lock '" + name +
-                       "': the ClusteredLockManager was destroyed; this node's hold ended"),
-        internal::ManagerGone(name), std::nullopt);
+    lock->core_->close(
+        cancelled_error("clustered lock '" + name + "': the ClusteredLockManager was destroyed"),
+        cancelled_error("clustered lock '" + name +
+                        "': the ClusteredLockManager was destroyed; this node's hold ended"),
+        internal::manager_gone(name), std::nullopt);
   }
   // Waits for the queued reconciles (which release every hold at the store)
   // and then for the callbacks they queued.
-  shared_->Close();
-  for (auto& [name, lock] : locks) lock->core_->Drain();
+  shared_->close();
+  for (auto& [name, lock] : locks) lock->core_->drain();
 }
 
 Result<bool> ClusteredLockManager::define(const std::string& name, ClusteredLockConfig config) {
   SIMBA_RETURN_IF_ERROR(shared_->factory->backend()->validate_mutex(name));
   const ContendOptions lease = config.lease.value_or(shared_->lease);
-  if (Status s = lease.Validate(); !s.ok()) return s.WithContext("lease of '" + name + "'");
+  if (Status s = lease.validate(); !s.ok()) return s.with_context("lease of '" + name + "'");
   std::lock_guard<std::mutex> lock(mu_);
   if (locks_.count(name) != 0) return false;
   auto core = std::make_shared<internal::ClusteredLockCore>(shared_, name, lease);
@@ -842,8 +846,8 @@ Result<std::shared_ptr<ClusteredLock>> ClusteredLockManager::get(const std::stri
   std::lock_guard<std::mutex> lock(mu_);
   auto it = locks_.find(name);
   if (it == locks_.end()) {
-    return NotFoundError("clustered lock '" + name +
-                         "' is not defined in this manager; call define(\"" + name + "\") first");
+    return not_found_error("clustered lock '" + name +
+                           "' is not defined in this manager; call define(\"" + name + "\") first");
   }
   return it->second;
 }
@@ -864,13 +868,13 @@ std::future<Result<bool>> ClusteredLockManager::remove(const std::string& name) 
     promise->set_value(false);
     return future;
   }
-  removed->core_->Close(
-      CancelledError("clustered lock '" + name + "' was removed while this call waited"),
-      CancelledError("clustered lock '" + name + "' was removed; this node's hold ended"),
-      FailedPreconditionError("clustered lock '" + name +
-                              "' was removed from its manager; define it again and get a new "
-                              "handle"),
-      internal::ForPromise(promise));
+  removed->core_->close(
+      cancelled_error("clustered lock '" + name + "' was removed while this call waited"),
+      cancelled_error("clustered lock '" + name + "' was removed; this node's hold ended"),
+      failed_precondition_error("clustered lock '" + name +
+                                "' was removed from its manager; define it again and get a new "
+                                "handle"),
+      internal::for_promise(promise));
   return future;
 }
 

@@ -10,7 +10,7 @@ namespace {
 class DefaultRandom final : public Random {
  public:
   DefaultRandom() : engine_(std::random_device{}()) {}
-  std::int64_t Uniform(std::int64_t lo, std::int64_t hi) override {
+  std::int64_t uniform(std::int64_t lo, std::int64_t hi) override {
     std::lock_guard<std::mutex> lock(mu_);
     return std::uniform_int_distribution<std::int64_t>(lo, hi - 1)(engine_);
   }
@@ -22,14 +22,14 @@ class DefaultRandom final : public Random {
 
 }  // namespace
 
-std::shared_ptr<Random> Random::Default() {
+std::shared_ptr<Random> Random::standard() {
   static const std::shared_ptr<Random> kDefault = std::make_shared<DefaultRandom>();
   return kDefault;
 }
 
 ContendPeriod::ContendPeriod(std::string contender_id, std::shared_ptr<Random> random)
     : contender_id_(std::move(contender_id)),
-      random_(random ? std::move(random) : Random::Default()) {}
+      random_(random ? std::move(random) : Random::standard()) {}
 
 std::chrono::milliseconds ContendPeriod::next_delay(const MutexOwner& owner, StoreTime now) const {
   if (owner.is_owner(contender_id_)) {
@@ -43,7 +43,7 @@ std::chrono::milliseconds ContendPeriod::next_delay(const MutexOwner& owner, Sto
   const bool zero_transition = owner.transition_at == owner.ttl_at;
   const bool ends_soon = owner.transition_at - now <= std::chrono::milliseconds(-kJitterMin);
   const std::int64_t jitter =
-      random_->Uniform(zero_transition || ends_soon ? 0 : kJitterMin, kJitterMax);
+      random_->uniform(zero_transition || ends_soon ? 0 : kJitterMin, kJitterMax);
   return owner.transition_at - now + std::chrono::milliseconds(jitter);
 }
 
@@ -61,7 +61,7 @@ std::chrono::milliseconds ContendPeriod::ensure_next_delay(const OwnerRecord& re
   const milliseconds quarter = left / 4;
   const milliseconds margin = std::min(quarter, kAskAgainMargin);
   const std::int64_t spread = std::min<std::int64_t>(quarter.count(), kJitterMax);
-  const std::int64_t jitter = spread > 0 ? random_->Uniform(0, spread) : 0;
+  const std::int64_t jitter = spread > 0 ? random_->uniform(0, spread) : 0;
   return left - margin - milliseconds(jitter);
 }
 

@@ -38,36 +38,36 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
       backend_(std::move(backend)),
       random_(std::move(random)),
       period_(contender_id_, random_),
-      strand_(runtime_->MakeStrand()),
+      strand_(runtime_->make_strand()),
       hooks_(std::move(hooks)),
       observers_(std::move(observers)) {}
 
-Status ServiceCore::Start() {
+Status ServiceCore::start() {
   Generation gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ != ServiceStatus::kInitial) {
-      return FailedPreconditionError("cannot start the service of mutex '" + mutex_ +
-                                     "' from state " + std::string(ServiceStatusName(status_)) +
-                                     "; expected INITIAL");
+      return failed_precondition_error("cannot start the service of mutex '" + mutex_ +
+                                       "' from state " + std::string(service_status_name(status_)) +
+                                       "; expected INITIAL");
     }
     if (runtime_->closed()) {
-      return FailedPreconditionError("cannot start the service of mutex '" + mutex_ +
-                                     "': its factory was destroyed");
+      return failed_precondition_error("cannot start the service of mutex '" + mutex_ +
+                                       "': its factory was destroyed");
     }
     status_ = ServiceStatus::kStarting;
     gen = ++generation_;
-    state_ = MutexState::None();
+    state_ = MutexState::none();
     lease_deadline_ = {};
     failures_ = 0;
     attempts_ = 0;
-    last_attempt_ = OkStatus();
+    last_attempt_ = ok_status();
     rerun_ = false;
   }
   std::unique_ptr<Subscription> subscription;
   if (!hooks_.subscribe_only_while_waiting) {
     Status error;
-    subscription = Subscribe(gen, &error);
+    subscription = open_subscription(gen, &error);
     if (!error.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       status_ = ServiceStatus::kInitial;
@@ -78,43 +78,43 @@ Status ServiceCore::Start() {
   subscription_ = std::move(subscription);
   status_ = ServiceStatus::kRunning;
   if (mode_ == Mode::kContend) {
-    wait_began_ = clock_->Now();
+    wait_began_ = clock_->now();
     busy_seen_ = false;
     free_known_at_.reset();
-    SetWaitingLocked(true);
+    set_waiting_locked(true);
   }
-  ScheduleAttemptLocked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
-  return OkStatus();
+  schedule_attempt_locked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
+  return ok_status();
 }
 
-std::unique_ptr<Subscription> ServiceCore::Subscribe(Generation gen, Status* error) {
+std::unique_ptr<Subscription> ServiceCore::open_subscription(Generation gen, Status* error) {
   if (!backend_->capabilities().push_release) return nullptr;
   std::weak_ptr<ServiceCore> weak = weak_from_this();
   auto sub = backend_->subscribe(mutex_, contender_id_, [weak, gen](const MutexEvent& event) {
-    if (auto self = weak.lock()) self->OnEvent(gen, event);
+    if (auto self = weak.lock()) self->on_event(gen, event);
   });
   if (!sub.ok() && sub.status().code() != StatusCode::kUnimplemented) {
-    *error = sub.status().WithContext("subscribing to mutex '" + mutex_ + "'");
+    *error = sub.status().with_context("subscribing to mutex '" + mutex_ + "'");
     return nullptr;
   }
   return sub.ok() ? std::move(*sub) : nullptr;
 }
 
-Status ServiceCore::Stop() {
+Status ServiceCore::stop() {
   std::unique_ptr<Subscription> subscription;
   // The token of the ownership given up, or 0 when none is known here.
   std::uint64_t released_token = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (status_ != ServiceStatus::kRunning) {
-      return FailedPreconditionError("cannot stop the service of mutex '" + mutex_ +
-                                     "' from state " + std::string(ServiceStatusName(status_)) +
-                                     "; expected RUNNING");
+      return failed_precondition_error("cannot stop the service of mutex '" + mutex_ +
+                                       "' from state " + std::string(service_status_name(status_)) +
+                                       "; expected RUNNING");
     }
     status_ = ServiceStatus::kStopping;
     ++generation_;
-    runtime_->Cancel(attempt_timer_);
-    runtime_->Cancel(deadline_timer_);
+    runtime_->cancel(attempt_timer_);
+    runtime_->cancel(deadline_timer_);
     attempt_timer_ = deadline_timer_ = 0;
     subscription = std::move(subscription_);
     // The owner hears on_released before anybody else can hear that the
@@ -124,17 +124,17 @@ Status ServiceCore::Stop() {
     if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_)) {
       released_token = state_.after.fencing_token;
       if (observers_.any()) {
-        ReportLocked(MakeEventLocked(LockEvent::Kind::kReleased, released_token));
+        report_locked(make_event_locked(LockEvent::Kind::kReleased, released_token));
       }
-      ApplyLocked(MutexOwner::None());
+      apply_locked(MutexOwner::none());
     }
-    SetWaitingLocked(false);
+    set_waiting_locked(false);
   }
   // Unsubscribing may wait for the backend; never under our lock.
   subscription.reset();
   // on_released has run before the release leaves, unless stop() is called
   // from one of this service's callbacks (it runs right after that one).
-  if (!strand_->RunningInThisThread()) strand_->Drain();
+  if (!strand_->running_in_this_thread()) strand_->drain();
   Status result;
   if (mode_ == Mode::kContend) {
     // Release even when we own nothing: an attempt still in flight may have
@@ -143,21 +143,20 @@ Status ServiceCore::Stop() {
     // release.) An ownership we know is released by its token, so that this
     // request, should it reach the store late, cannot end a later ownership
     // of ours.
-    auto released =
-        backend_->release(mutex_, contender_id_, released_token, StoreDeadline());
+    auto released = backend_->release(mutex_, contender_id_, released_token, store_deadline());
     if (!released.ok()) {
-      result = released.status().WithContext("releasing mutex '" + mutex_ + "' on stop");
+      result = released.status().with_context("releasing mutex '" + mutex_ + "' on stop");
       SIMBA_LOG(kWarn, result << " (the lease will expire at the store)");
     }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    ApplyLocked(MutexOwner::None());
+    apply_locked(MutexOwner::none());
     status_ = ServiceStatus::kInitial;
   }
   // stop() returns after the final on_released has run, unless it is being
   // called from one of this service's callbacks (waiting would deadlock).
-  if (!strand_->RunningInThisThread()) strand_->Drain();
+  if (!strand_->running_in_this_thread()) strand_->drain();
   return result;
 }
 
@@ -176,28 +175,28 @@ bool ServiceCore::has_owner() const {
   // An owner whose times the store could not tell holds until it says so.
   return state_.after.has_owner_id() &&
          (owner_times_unknown_ ||
-          state_.after.has_owner(EstimatedStoreNowLocked(clock_->Now())));
+          state_.after.has_owner(estimated_store_now_locked(clock_->now())));
 }
 
 bool ServiceCore::is_owner() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return IsOwnerLocked(clock_->Now());
+  return is_owner_locked(clock_->now());
 }
 
 bool ServiceCore::is_in_ttl() const {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto now = clock_->Now();
-  return IsOwnerLocked(now) && state_.after.is_in_ttl(EstimatedStoreNowLocked(now));
+  const auto now = clock_->now();
+  return is_owner_locked(now) && state_.after.is_in_ttl(estimated_store_now_locked(now));
 }
 
 std::uint64_t ServiceCore::fencing_token() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return IsOwnerLocked(clock_->Now()) ? state_.after.fencing_token : 0;
+  return is_owner_locked(clock_->now()) ? state_.after.fencing_token : 0;
 }
 
 std::optional<Clock::TimePoint> ServiceCore::lease_deadline() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!IsOwnerLocked(clock_->Now())) return std::nullopt;
+  if (!is_owner_locked(clock_->now())) return std::nullopt;
   return lease_deadline_;
 }
 
@@ -214,22 +213,22 @@ Status ServiceCore::await_owner(Clock::TimePoint deadline, const std::stop_token
   const auto give_up = std::chrono::steady_clock::now() + options_.initial_delay +
                        options_.operation_timeout + std::chrono::seconds(5);
   for (;;) {
-    const Clock::TimePoint now = clock_->Now();
-    if (IsOwnerLocked(now)) return OkStatus();
+    const Clock::TimePoint now = clock_->now();
+    if (is_owner_locked(now)) return ok_status();
     if (cancel.stop_requested()) {
-      return CancelledError("acquiring mutex '" + mutex_ + "' was cancelled");
+      return cancelled_error("acquiring mutex '" + mutex_ + "' was cancelled");
     }
     if (now >= deadline) {
       if (attempts_ > 0 || std::chrono::steady_clock::now() >= give_up) {
-        return DeadlineExceededError("mutex '" + mutex_ + "' is held elsewhere");
+        return deadline_exceeded_error("mutex '" + mutex_ + "' is held elsewhere");
       }
       answered_.wait_for(lock, milliseconds(10));
       continue;
     }
     // No deadline still wakes now and then, in case a notification raced.
-    clock_->WaitUntil(answered_, lock,
-                      deadline == Clock::TimePoint::max() ? now + std::chrono::seconds(1)
-                                                          : deadline);
+    clock_->wait_until(
+        answered_, lock,
+        deadline == Clock::TimePoint::max() ? now + std::chrono::seconds(1) : deadline);
   }
 }
 
@@ -239,47 +238,47 @@ std::optional<Status> ServiceCore::last_attempt() const {
   return last_attempt_;
 }
 
-bool ServiceCore::IsOwnerLocked(Clock::TimePoint now) const {
+bool ServiceCore::is_owner_locked(Clock::TimePoint now) const {
   return mode_ == Mode::kContend && status_ == ServiceStatus::kRunning &&
          state_.after.is_owner(contender_id_) && now < lease_deadline_;
 }
 
-StoreTime ServiceCore::EstimatedStoreNowLocked(Clock::TimePoint now) const {
+StoreTime ServiceCore::estimated_store_now_locked(Clock::TimePoint now) const {
   return anchor_store_ + duration_cast<milliseconds>(now - anchor_local_);
 }
 
-Deadline ServiceCore::StoreDeadline() const {
+Deadline ServiceCore::store_deadline() const {
   // Store calls talk to real servers, so their deadline is on the real clock
   // even when the service's own clock is a test clock.
   return std::chrono::steady_clock::now() + options_.operation_timeout;
 }
 
-void ServiceCore::ScheduleAttemptLocked(milliseconds delay) {
+void ServiceCore::schedule_attempt_locked(milliseconds delay) {
   if (status_ != ServiceStatus::kRunning) return;
-  runtime_->Cancel(attempt_timer_);
+  runtime_->cancel(attempt_timer_);
   attempt_timer_ = 0;
   const Generation gen = generation_;
   if (delay <= milliseconds(0)) {
     // "Now" (a push wake-up, a first attempt, a retry after a release)
     // skips the timer thread: one thread hop less on the hand-off path.
-    StartAttemptLocked(gen);
+    start_attempt_locked(gen);
     return;
   }
   std::weak_ptr<ServiceCore> weak = weak_from_this();
-  attempt_timer_ = runtime_->ScheduleAt(clock_->Now() + std::max(delay, milliseconds(0)),
-                                        [weak, gen] {
-                                          if (auto self = weak.lock()) self->OnAttemptTimer(gen);
-                                        });
+  attempt_timer_ =
+      runtime_->schedule_at(clock_->now() + std::max(delay, milliseconds(0)), [weak, gen] {
+        if (auto self = weak.lock()) self->on_attempt_timer(gen);
+      });
 }
 
-void ServiceCore::OnAttemptTimer(Generation gen) {
+void ServiceCore::on_attempt_timer(Generation gen) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
   attempt_timer_ = 0;
-  StartAttemptLocked(gen);
+  start_attempt_locked(gen);
 }
 
-void ServiceCore::StartAttemptLocked(Generation gen) {
+void ServiceCore::start_attempt_locked(Generation gen) {
   if (in_flight_) {
     rerun_ = true;
     return;
@@ -288,25 +287,25 @@ void ServiceCore::StartAttemptLocked(Generation gen) {
   std::weak_ptr<ServiceCore> weak = weak_from_this();
   // Posting never waits for the pool, so holding mu_ here is fine. An
   // owner's renewal goes first: its lease is running out.
-  if (!runtime_->PostIo(
+  if (!runtime_->post_io(
           [weak, gen, losses = losses_] {
-            if (auto self = weak.lock()) self->RunAttempt(gen, losses);
+            if (auto self = weak.lock()) self->run_attempt(gen, losses);
           },
-          IsOwnerLocked(clock_->Now()))) {
+          is_owner_locked(clock_->now()))) {
     in_flight_ = false;
   }
 }
 
-void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
+void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
   // The lease is measured from when the request left, so the local deadline
   // can only be earlier than the store's.
-  const Clock::TimePoint sent = clock_->Now();
+  const Clock::TimePoint sent = clock_->now();
   Result<OwnerRecord> reply =
       mode_ == Mode::kContend
           ? backend_->acquire_or_renew(
                 AcquireRequest{mutex_, contender_id_, options_.ttl, options_.transition},
-                StoreDeadline())
-          : backend_->read(mutex_, StoreDeadline());
+                store_deadline())
+          : backend_->read(mutex_, store_deadline());
   bool compensate = false;
   bool current = false;
   // subscribe_only_while_waiting: a subscription to drop (we own the mutex)
@@ -322,18 +321,17 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
       // A result from a finished lifecycle: never applied. If it made us the
       // owner and no newer lifecycle is running (which would own that lease
       // itself), give the mutex back.
-      compensate = mode_ == Mode::kContend && reply.ok() &&
-                   reply->owner.is_owner(contender_id_) &&
+      compensate = mode_ == Mode::kContend && reply.ok() && reply->owner.is_owner(contender_id_) &&
                    status_ != ServiceStatus::kRunning;
       // A newer lifecycle whose first attempt found this one in flight is
       // waiting for it to finish.
       if (status_ == ServiceStatus::kRunning && rerun_) {
         rerun_ = false;
-        ScheduleAttemptLocked(milliseconds(0));
+        schedule_attempt_locked(milliseconds(0));
       }
     } else if (status_ == ServiceStatus::kRunning) {
       current = true;
-      const Clock::TimePoint now = clock_->Now();
+      const Clock::TimePoint now = clock_->now();
       milliseconds next;
       if (reply.ok()) {
         failures_ = 0;
@@ -347,9 +345,9 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           // acquire that raced a dropped connection). Ask again rather than
           // hold on its word.
           if (state_.after.is_owner(contender_id_)) {
-            ReportLossLocked(LossCause::kOtherOwner,
-                             "the store reported a loss while a renewal was out");
-            ApplyLocked(MutexOwner::None());
+            report_loss_locked(LossCause::kOtherOwner,
+                               "the store reported a loss while a renewal was out");
+            apply_locked(MutexOwner::none());
           }
           next = milliseconds(0);
         } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
@@ -358,35 +356,34 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           // cannot leave us believing in a lease the store already ended.
           const milliseconds granted = owner.transition_at - reply->store_now;
           const milliseconds margin = std::min(granted / 20, kMaxLeaseMargin);
-          const Clock::TimePoint deadline =
-              sent + duration_cast<Clock::Duration>(granted - margin);
+          const Clock::TimePoint deadline = sent + duration_cast<Clock::Duration>(granted - margin);
           if (deadline <= now) {
             // The reply took longer than the lease it grants: it cannot be
             // trusted locally. Drop ownership now and ask again at once.
             if (state_.after.is_owner(contender_id_)) {
-              ReportLossLocked(LossCause::kDeadlinePassed,
-                               "the renewal's answer came back after the lease it granted");
-              ApplyLocked(MutexOwner::None());
+              report_loss_locked(LossCause::kDeadlinePassed,
+                                 "the renewal's answer came back after the lease it granted");
+              apply_locked(MutexOwner::none());
             }
             next = milliseconds(0);
           } else {
-            if (observers_.any()) ReportHoldLocked(owner, now, deadline);
+            if (observers_.any()) report_hold_locked(owner, now, deadline);
             lease_deadline_ = deadline;
-            runtime_->Cancel(deadline_timer_);
+            runtime_->cancel(deadline_timer_);
             std::weak_ptr<ServiceCore> weak = weak_from_this();
-            deadline_timer_ = runtime_->ScheduleAt(deadline, [weak, gen] {
-              if (auto self = weak.lock()) self->OnLeaseDeadline(gen);
+            deadline_timer_ = runtime_->schedule_at(deadline, [weak, gen] {
+              if (auto self = weak.lock()) self->on_lease_deadline(gen);
             });
-            ApplyLocked(owner);
+            apply_locked(owner);
             next = period_.ensure_next_delay(*reply);
           }
         } else {
           if (mode_ == Mode::kContend && observers_.any()) {
             if (state_.after.is_owner(contender_id_)) {
-              ReportLossLocked(LossCause::kOtherOwner,
-                               owner.has_owner_id()
-                                   ? "the store names " + owner.owner_id + " as the owner"
-                                   : std::string("the store says nobody owns it"));
+              report_loss_locked(LossCause::kOtherOwner,
+                                 owner.has_owner_id()
+                                     ? "the store names " + owner.owner_id + " as the owner"
+                                     : std::string("the store says nobody owns it"));
             }
             if (reply->owner_times_unknown() && owner.has_owner_id()) {
               // Another owner, until a pushed release or a later answer.
@@ -396,12 +393,11 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
               // Another owner: the mutex is free at the end of its lease at
               // the latest (a pushed release may tell us earlier).
               busy_seen_ = true;
-              free_known_at_ = now + duration_cast<Clock::Duration>(
-                                         std::max(owner.transition_at - reply->store_now,
-                                                  milliseconds(0)));
+              free_known_at_ = now + duration_cast<Clock::Duration>(std::max(
+                                         owner.transition_at - reply->store_now, milliseconds(0)));
             }
           }
-          ApplyLocked(owner);
+          apply_locked(owner);
           // A retriever has no lease to time: it re-reads at its poll
           // interval (and at once when the store pushes a change).
           next = mode_ == Mode::kRetrieve ? poll_interval_ : period_.ensure_next_delay(*reply);
@@ -409,13 +405,13 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
       } else {
         ++failures_;
         if (mode_ == Mode::kContend && observers_.any()) {
-          const bool renewal = IsOwnerLocked(now);
-          LockEvent event = MakeEventLocked(LockEvent::Kind::kStoreError,
-                                            renewal ? state_.after.fencing_token : 0);
+          const bool renewal = is_owner_locked(now);
+          LockEvent event = make_event_locked(LockEvent::Kind::kStoreError,
+                                              renewal ? state_.after.fencing_token : 0);
           event.error = reply.status();
-          ReportLocked(std::move(event), renewal);
+          report_locked(std::move(event), renewal);
         }
-        next = FailureDelayLocked(now, reply.status());
+        next = failure_delay_locked(now, reply.status());
         if (failures_ == 1 || failures_ % 10 == 0) {
           SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': store call failed (" << failures_
                                      << " in a row): " << reply.status());
@@ -423,10 +419,10 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
       }
       if (rerun_) {
         rerun_ = false;
-        if (!IsOwnerLocked(now)) next = milliseconds(0);
+        if (!is_owner_locked(now)) next = milliseconds(0);
       }
       if (hooks_.subscribe_only_while_waiting && mode_ == Mode::kContend) {
-        if (IsOwnerLocked(now)) {
+        if (is_owner_locked(now)) {
           dropped = std::move(subscription_);
         } else if (reply.ok() && subscription_ == nullptr &&
                    backend_->capabilities().push_release && reply->held()) {
@@ -436,15 +432,15 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
           unsubscribed_next = next;
         }
       }
-      if (!subscribe) ScheduleAttemptLocked(next);
+      if (!subscribe) schedule_attempt_locked(next);
       ++attempts_;
       last_attempt_ = reply.status();
       answered_.notify_all();
     }
   }
   if (compensate) {
-    auto released = backend_->release(mutex_, contender_id_, reply->owner.fencing_token,
-                                      StoreDeadline());
+    auto released =
+        backend_->release(mutex_, contender_id_, reply->owner.fencing_token, store_deadline());
     if (!released.ok()) {
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': compensating release after stop failed: "
                                  << released.status());
@@ -456,14 +452,14 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
   dropped.reset();
   if (subscribe) {
     Status error;
-    std::unique_ptr<Subscription> subscription = Subscribe(gen, &error);
+    std::unique_ptr<Subscription> subscription = open_subscription(gen, &error);
     if (!error.ok()) SIMBA_LOG(kWarn, error << " (waiting by polling)");
     std::lock_guard<std::mutex> lock(mu_);
     if (gen == generation_ && status_ == ServiceStatus::kRunning) {
       subscription_ = std::move(subscription);
       // Ask again now that a release would be pushed (when the contend
       // period says, as without pushes, if subscribing failed).
-      ScheduleAttemptLocked(subscription_ != nullptr ? milliseconds(0) : unsubscribed_next);
+      schedule_attempt_locked(subscription_ != nullptr ? milliseconds(0) : unsubscribed_next);
     } else {
       dropped = std::move(subscription);
     }
@@ -471,8 +467,8 @@ void ServiceCore::RunAttempt(Generation gen, std::uint64_t losses_seen) {
   dropped.reset();
 }
 
-milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now, const Status& error) {
-  if (IsOwnerLocked(now)) {
+milliseconds ServiceCore::failure_delay_locked(Clock::TimePoint now, const Status& error) {
+  if (is_owner_locked(now)) {
     // Keep retrying the renewal inside what is left of the lease (JVM Simba
     // retried once per ttl, i.e. usually after the lease had ended).
     const auto left = duration_cast<milliseconds>(lease_deadline_ - now);
@@ -483,44 +479,44 @@ milliseconds ServiceCore::FailureDelayLocked(Clock::TimePoint now, const Status&
     // jitter so the contenders it turned away do not arrive together),
     // rather than where the doubling backoff happens to land, up to a ttl
     // later.
-    return *after + milliseconds(random_->Uniform(0, 100));
+    return *after + milliseconds(random_->uniform(0, 100));
   }
   const int shift = std::min(failures_ - 1, 16);
-  const milliseconds backoff = std::min<milliseconds>(options_.ttl, kFirstErrorRetry * (1LL << shift));
-  return backoff + milliseconds(random_->Uniform(0, 100));
+  const milliseconds backoff =
+      std::min<milliseconds>(options_.ttl, kFirstErrorRetry * (1LL << shift));
+  return backoff + milliseconds(random_->uniform(0, 100));
 }
 
-void ServiceCore::OnLeaseDeadline(Generation gen) {
+void ServiceCore::on_lease_deadline(Generation gen) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
   deadline_timer_ = 0;
-  if (!state_.after.is_owner(contender_id_) || clock_->Now() < lease_deadline_) return;
+  if (!state_.after.is_owner(contender_id_) || clock_->now() < lease_deadline_) return;
   SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': lease lost (no successful renewal before its "
                              << "deadline); revoking locally");
   if (observers_.any()) {
-    ReportLossLocked(failures_ > 0 ? LossCause::kRenewalFailed : LossCause::kDeadlinePassed,
-                     failures_ > 0 ? std::to_string(failures_) +
-                                         " renewal(s) failed before the lease deadline"
-                                   : std::string("no renewal came back before the lease deadline"));
+    report_loss_locked(
+        failures_ > 0 ? LossCause::kRenewalFailed : LossCause::kDeadlinePassed,
+        failures_ > 0 ? std::to_string(failures_) + " renewal(s) failed before the lease deadline"
+                      : std::string("no renewal came back before the lease deadline"));
   }
-  ApplyLocked(MutexOwner::None());
+  apply_locked(MutexOwner::none());
   if (in_flight_) {
     rerun_ = true;
   } else {
-    ScheduleAttemptLocked(milliseconds(0));
+    schedule_attempt_locked(milliseconds(0));
   }
 }
 
-void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
+void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
   if (mode_ == Mode::kContend) {
-    const bool owner = IsOwnerLocked(clock_->Now());
+    const bool owner = is_owner_locked(clock_->now());
     if (event.kind == MutexEvent::Kind::kLost) {
       if (!event.owner_id.empty() && event.owner_id != contender_id_) return;
       // A loss of an older tenure is no news to the owner of this one.
-      if (owner && event.fencing_token != 0 &&
-          event.fencing_token != state_.after.fencing_token) {
+      if (owner && event.fencing_token != 0 && event.fencing_token != state_.after.fencing_token) {
         return;
       }
       // An attempt in flight cannot tell whether its answer predates this.
@@ -529,10 +525,10 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
       if (!owner) return;
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the store ended our hold (token "
                                  << state_.after.fencing_token << "); revoking locally");
-      ReportLossLocked(event.forced ? LossCause::kForcedRelease : LossCause::kOtherOwner,
-                       event.forced ? "the store says our hold was taken away"
-                                    : "the store says our hold ended");
-      ApplyLocked(MutexOwner::None());
+      report_loss_locked(event.forced ? LossCause::kForcedRelease : LossCause::kOtherOwner,
+                         event.forced ? "the store says our hold was taken away"
+                                      : "the store says our hold ended");
+      apply_locked(MutexOwner::none());
     } else if (event.kind != MutexEvent::Kind::kReleased) {
       return;
     } else if (owner) {
@@ -546,41 +542,41 @@ void ServiceCore::OnEvent(Generation gen, const MutexEvent& event) {
       if (!event.owner_id.empty()) return;
     } else if (busy_seen_) {
       // For the hand-off latency: the mutex is free from now.
-      const auto now = clock_->Now();
+      const auto now = clock_->now();
       if (!free_known_at_ || now < *free_known_at_) free_known_at_ = now;
     }
   }
   if (in_flight_) {
     rerun_ = true;
   } else {
-    ScheduleAttemptLocked(milliseconds(0));
+    schedule_attempt_locked(milliseconds(0));
   }
 }
 
-void ServiceCore::ApplyLocked(const MutexOwner& owner) {
+void ServiceCore::apply_locked(const MutexOwner& owner) {
   MutexState state{state_.after, owner};
   state_ = state;
   if (mode_ == Mode::kContend && !owner.is_owner(contender_id_)) {
-    runtime_->Cancel(deadline_timer_);
+    runtime_->cancel(deadline_timer_);
     deadline_timer_ = 0;
   }
   // Callbacks run on the strand: in order, one at a time, outside our lock.
-  strand_->Post([retriever = retriever_, state] { retriever->on_owner(state); });
+  strand_->post([retriever = retriever_, state] { retriever->on_owner(state); });
 }
 
-void ServiceCore::ReportHoldLocked(const MutexOwner& owner, Clock::TimePoint now,
-                                   Clock::TimePoint deadline) {
+void ServiceCore::report_hold_locked(const MutexOwner& owner, Clock::TimePoint now,
+                                     Clock::TimePoint deadline) {
   const auto micros = [](Clock::Duration d) {
     return duration_cast<std::chrono::microseconds>(std::max(d, Clock::Duration(0)));
   };
-  const bool renewed = state_.after.is_owner(contender_id_) &&
-                       state_.after.fencing_token == owner.fencing_token;
+  const bool renewed =
+      state_.after.is_owner(contender_id_) && state_.after.fencing_token == owner.fencing_token;
   if (!renewed && state_.after.is_owner(contender_id_)) {
     // Our tenure ended at the store and this call began a new one.
-    ReportLossLocked(LossCause::kOtherOwner,
-                     "the store gave us a new token: our previous hold had ended there");
+    report_loss_locked(LossCause::kOtherOwner,
+                       "the store gave us a new token: our previous hold had ended there");
   }
-  LockEvent event = MakeEventLocked(
+  LockEvent event = make_event_locked(
       renewed ? LockEvent::Kind::kRenewed : LockEvent::Kind::kAcquired, owner.fencing_token);
   event.lease_left = duration_cast<milliseconds>(deadline - now);
   if (renewed) {
@@ -591,29 +587,29 @@ void ServiceCore::ReportHoldLocked(const MutexOwner& owner, Clock::TimePoint now
     busy_seen_ = false;
     free_known_at_.reset();
   }
-  ReportLocked(std::move(event));
-  if (!renewed) SetWaitingLocked(false);
+  report_locked(std::move(event));
+  if (!renewed) set_waiting_locked(false);
 }
 
-void ServiceCore::ReportLossLocked(LossCause cause, std::string why) {
+void ServiceCore::report_loss_locked(LossCause cause, std::string why) {
   if (!observers_.any()) return;
-  LockEvent event = MakeEventLocked(LockEvent::Kind::kLost, state_.after.fencing_token);
+  LockEvent event = make_event_locked(LockEvent::Kind::kLost, state_.after.fencing_token);
   event.cause = cause;
-  event.error = AbortedError(std::move(why));
-  ReportLocked(std::move(event));
-  wait_began_ = clock_->Now();
+  event.error = aborted_error(std::move(why));
+  report_locked(std::move(event));
+  wait_began_ = clock_->now();
   busy_seen_ = false;
   free_known_at_.reset();
-  SetWaitingLocked(status_ == ServiceStatus::kRunning);
+  set_waiting_locked(status_ == ServiceStatus::kRunning);
 }
 
-LockEvent ServiceCore::MakeEventLocked(LockEvent::Kind kind, std::uint64_t token) const {
-  return MakeLockEvent(kind, std::string(backend_->scheme()), mutex_, contender_id_, token,
-                       *clock_);
+LockEvent ServiceCore::make_event_locked(LockEvent::Kind kind, std::uint64_t token) const {
+  return make_lock_event(kind, std::string(backend_->scheme()), mutex_, contender_id_, token,
+                         *clock_);
 }
 
-LockEvent MakeLockEvent(LockEvent::Kind kind, std::string store, std::string mutex,
-                        std::string contender_id, std::uint64_t token, const Clock& clock) {
+LockEvent make_lock_event(LockEvent::Kind kind, std::string store, std::string mutex,
+                          std::string contender_id, std::uint64_t token, const Clock& clock) {
   LockEvent event;
   event.kind = kind;
   event.store = std::move(store);
@@ -621,18 +617,18 @@ LockEvent MakeLockEvent(LockEvent::Kind kind, std::string store, std::string mut
   event.contender_id = std::move(contender_id);
   event.fencing_token = token;
   event.time = std::chrono::system_clock::now();
-  event.monotonic = clock.Now().time_since_epoch();
+  event.monotonic = clock.now().time_since_epoch();
   return event;
 }
 
-void ServiceCore::ReportLocked(LockEvent event, bool renewal) {
+void ServiceCore::report_locked(LockEvent event, bool renewal) {
   if (!observers_.any()) return;
-  strand_->Post([observers = observers_, event = std::move(event), renewal] {
-    observers.Deliver(event, renewal);
+  strand_->post([observers = observers_, event = std::move(event), renewal] {
+    observers.deliver(event, renewal);
   });
 }
 
-void Observers::Deliver(const LockEvent& event, bool renewal) const {
+void Observers::deliver(const LockEvent& event, bool renewal) const {
   if (metrics) {
     const MetricLabels labels{event.store, event.mutex};
     switch (event.kind) {
@@ -657,10 +653,10 @@ void Observers::Deliver(const LockEvent& event, bool renewal) const {
   if (events) events->on_event(event);
 }
 
-void ServiceCore::SetWaitingLocked(bool waiting) {
+void ServiceCore::set_waiting_locked(bool waiting) {
   if (!observers_.metrics || waiting == counted_waiting_) return;
   counted_waiting_ = waiting;
-  strand_->Post([metrics = observers_.metrics, store = std::string(backend_->scheme()),
+  strand_->post([metrics = observers_.metrics, store = std::string(backend_->scheme()),
                  mutex = mutex_, waiting] {
     metrics->waiting_changed(MetricLabels{store, mutex}, waiting ? 1 : -1);
   });

@@ -12,18 +12,18 @@
 namespace simba {
 namespace {
 
-std::string RandomHex(std::size_t digits) {
+std::string random_hex(std::size_t digits) {
   static constexpr char kHex[] = "0123456789abcdef";
-  auto random = Random::Default();
+  auto random = Random::standard();
   std::string out;
   out.reserve(digits);
   for (std::size_t i = 0; i < digits; ++i) {
-    out.push_back(kHex[random->Uniform(0, 16)]);
+    out.push_back(kHex[random->uniform(0, 16)]);
   }
   return out;
 }
 
-std::string HostName() {
+std::string host_name() {
   std::array<char, 256> buffer{};
   if (gethostname(buffer.data(), buffer.size() - 1) != 0 || buffer[0] == '\0') {
     return "localhost";
@@ -90,32 +90,32 @@ void MutexContender::on_owner(const MutexState& state) {
   if (state.is_acquired(contender_id_)) on_acquired(state);
 }
 
-std::string MutexContender::GenerateHostContenderId() {
+std::string MutexContender::generate_host_contender_id() {
   static std::atomic<std::uint64_t> counter{0};
-  static const std::string kHost = HostName();
-  return std::to_string(counter.fetch_add(1)) + ":" + std::to_string(getpid()) + "@" + kHost +
-         "/" + RandomHex(8);
+  static const std::string kHost = host_name();
+  return std::to_string(counter.fetch_add(1)) + ":" + std::to_string(getpid()) + "@" + kHost + "/" +
+         random_hex(8);
 }
 
-std::string MutexContender::GenerateUuidContenderId() {
-  std::string hex = RandomHex(32);
+std::string MutexContender::generate_uuid_contender_id() {
+  std::string hex = random_hex(32);
   // RFC 4122 version 4 and variant bits, so the value is a real UUID.
   hex[12] = '4';
   static constexpr char kVariant[] = "89ab";
-  hex[16] = kVariant[Random::Default()->Uniform(0, 4)];
+  hex[16] = kVariant[Random::standard()->uniform(0, 4)];
   return hex;
 }
 
-std::shared_ptr<MutexContender> MakeContender(std::string mutex,
-                                              std::function<void(const MutexState&)> on_acquired,
-                                              std::function<void(const MutexState&)> on_released,
-                                              std::string contender_id) {
+std::shared_ptr<MutexContender> make_contender(std::string mutex,
+                                               std::function<void(const MutexState&)> on_acquired,
+                                               std::function<void(const MutexState&)> on_released,
+                                               std::string contender_id) {
   return std::make_shared<FunctionContender>(std::move(mutex), std::move(contender_id),
                                              std::move(on_acquired), std::move(on_released));
 }
 
-std::shared_ptr<MutexRetriever> MakeRetriever(std::string mutex,
-                                              std::function<void(const MutexState&)> on_owner) {
+std::shared_ptr<MutexRetriever> make_retriever(std::string mutex,
+                                               std::function<void(const MutexState&)> on_owner) {
   return std::make_shared<FunctionRetriever>(std::move(mutex), std::move(on_owner));
 }
 

@@ -37,13 +37,13 @@ struct Registry {
   GetAddrInfoFunction get_addr_info;
 };
 
-Registry& TheRegistry() {
+Registry& the_registry() {
   // Never destroyed: a detached worker may still finish after main() returns.
-  static Registry* const registry = new Registry;
-  return *registry;
+  static Registry* const kRegistry = new Registry;
+  return *kRegistry;
 }
 
-Addresses CopyAddresses(const addrinfo* list) {
+Addresses copy_addresses(const addrinfo* list) {
   Addresses addresses;
   for (const addrinfo* a = list; a != nullptr; a = a->ai_next) {
     if (a->ai_addr == nullptr || a->ai_addrlen > sizeof(sockaddr_storage)) continue;
@@ -59,7 +59,7 @@ Addresses CopyAddresses(const addrinfo* list) {
 
 // Calls `get_addr_info` (::getaddrinfo when empty) for TCP addresses.
 // `numeric_only` forbids it to ask a name service, so it cannot block.
-Result<Addresses> Resolve(const GetAddrInfoFunction& get_addr_info, const std::string& host,
+Result<Addresses> resolve(const GetAddrInfoFunction& get_addr_info, const std::string& host,
                           std::uint16_t port, bool numeric_only) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -73,18 +73,18 @@ Result<Addresses> Resolve(const GetAddrInfoFunction& get_addr_info, const std::s
   if (rc != 0) {
     std::string reason = gai_strerror(rc);
     if (rc == EAI_SYSTEM && errno != 0) reason += std::string(": ") + std::strerror(errno);
-    return UnavailableError("cannot resolve host: " + reason);
+    return unavailable_error("cannot resolve host: " + reason);
   }
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> owned(found, &::freeaddrinfo);
-  Addresses addresses = CopyAddresses(found);
-  if (addresses.empty()) return UnavailableError("cannot resolve host: no address");
+  Addresses addresses = copy_addresses(found);
+  if (addresses.empty()) return unavailable_error("cannot resolve host: no address");
   return addresses;
 }
 
-void Work(const std::shared_ptr<Lookup>& lookup, const HostAndPort& key,
+void work(const std::shared_ptr<Lookup>& lookup, const HostAndPort& key,
           const GetAddrInfoFunction& get_addr_info) {
-  Result<Addresses> result = Resolve(get_addr_info, key.first, key.second, false);
-  Registry& registry = TheRegistry();
+  Result<Addresses> result = resolve(get_addr_info, key.first, key.second, false);
+  Registry& registry = the_registry();
   {
     std::lock_guard<std::mutex> lock(registry.mu);
     // Gone from the map before the answer is out: a lookup that starts
@@ -98,17 +98,17 @@ void Work(const std::shared_ptr<Lookup>& lookup, const HostAndPort& key,
   lookup->finished.notify_all();
 }
 
-Status TooLate() { return DeadlineExceededError("cannot resolve host within the deadline"); }
+Status too_late() { return deadline_exceeded_error("cannot resolve host within the deadline"); }
 
 }  // namespace
 
-Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::uint16_t port,
-                                                Deadline deadline) {
-  if (Result<Addresses> numeric = Resolve(nullptr, host, port, true); numeric.ok()) {
+Result<std::vector<ResolvedAddress>> look_up_host(const std::string& host, std::uint16_t port,
+                                                  Deadline deadline) {
+  if (Result<Addresses> numeric = resolve(nullptr, host, port, true); numeric.ok()) {
     return numeric;
   }
 
-  Registry& registry = TheRegistry();
+  Registry& registry = the_registry();
   std::unique_lock<std::mutex> lock(registry.mu);
   HostAndPort key(host, port);
   std::shared_ptr<Lookup> lookup;
@@ -116,18 +116,18 @@ Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::ui
     lookup = it->second;
   } else {
     // Not worth a thread: its answer could not be used.
-    if (std::chrono::steady_clock::now() >= deadline) return TooLate();
+    if (std::chrono::steady_clock::now() >= deadline) return too_late();
     lookup = std::make_shared<Lookup>();
     registry.in_flight.emplace(key, lookup);
     try {
       // The worker holds its own references: it may outlive every caller.
       std::thread([lookup, key, get_addr_info = registry.get_addr_info] {
-        Work(lookup, key, get_addr_info);
+        work(lookup, key, get_addr_info);
       }).detach();
     } catch (const std::system_error& e) {
       registry.in_flight.erase(key);
-      return UnavailableError(std::string("cannot resolve host: cannot start a thread: ") +
-                              e.what());
+      return unavailable_error(std::string("cannot resolve host: cannot start a thread: ") +
+                               e.what());
     }
   }
 
@@ -135,15 +135,15 @@ Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::ui
   if (deadline == Deadline::max()) {
     lookup->finished.wait(lock, answered);
   } else if (!lookup->finished.wait_until(lock, deadline, answered)) {
-    return TooLate();
+    return too_late();
   }
   // A copy: other callers may be waiting for the same answer.
   return *lookup->result;
 }
 
-Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
-                                                           std::uint16_t port, Deadline deadline,
-                                                           int wake_fd) {
+Result<std::vector<ResolvedAddress>> look_up_host_unless_woken(const std::string& host,
+                                                               std::uint16_t port,
+                                                               Deadline deadline, int wake_fd) {
   constexpr std::chrono::milliseconds kWakeCheckInterval(50);
   const auto readable = [](int fd) {
     pollfd p = {fd, POLLIN, 0};
@@ -151,19 +151,19 @@ Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& ho
   };
   for (;;) {
     if (wake_fd >= 0 && readable(wake_fd)) {
-      return CancelledError("cancelled while resolving the host");
+      return cancelled_error("cancelled while resolving the host");
     }
     const Deadline slice =
         wake_fd < 0 ? deadline
                     : std::min(deadline, std::chrono::steady_clock::now() + kWakeCheckInterval);
-    Result<std::vector<ResolvedAddress>> found = LookUpHost(host, port, slice);
+    Result<std::vector<ResolvedAddress>> found = look_up_host(host, port, slice);
     if (found.ok() || found.status().code() != StatusCode::kDeadlineExceeded || slice == deadline) {
       return found;
     }
   }
 }
 
-std::string NumericAddress(const ResolvedAddress& address) {
+std::string numeric_address(const ResolvedAddress& address) {
   char text[NI_MAXHOST] = {};
   if (::getnameinfo(address.address(), address.length, text, sizeof text, nullptr, 0,
                     NI_NUMERICHOST) != 0) {
@@ -172,14 +172,14 @@ std::string NumericAddress(const ResolvedAddress& address) {
   return text;
 }
 
-void SetGetAddrInfoForTesting(GetAddrInfoFunction get_addr_info) {
-  Registry& registry = TheRegistry();
+void set_get_addr_info_for_testing(GetAddrInfoFunction get_addr_info) {
+  Registry& registry = the_registry();
   std::lock_guard<std::mutex> lock(registry.mu);
   registry.get_addr_info = std::move(get_addr_info);
 }
 
-std::size_t HostLookupsInFlightForTesting() {
-  Registry& registry = TheRegistry();
+std::size_t host_lookups_in_flight_for_testing() {
+  Registry& registry = the_registry();
   std::lock_guard<std::mutex> lock(registry.mu);
   return registry.in_flight.size();
 }

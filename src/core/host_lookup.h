@@ -12,7 +12,7 @@
 //
 // Example:
 //   SIMBA_ASSIGN_OR_RETURN(std::vector<ResolvedAddress> addresses,
-//                          LookUpHost(host, port, deadline));
+//                          look_up_host(host, port, deadline));
 //   for (const ResolvedAddress& a : addresses) {
 //     int fd = ::socket(a.family, a.socktype, a.protocol);
 //     ::connect(fd, a.address(), a.length);
@@ -52,20 +52,20 @@ struct ResolvedAddress {
 // Errors (messages name no peer: callers prepend "redis at host:port: "):
 //   kUnavailable       the resolver failed ("cannot resolve host: <gai_strerror>").
 //   kDeadlineExceeded  no answer by `deadline`.
-Result<std::vector<ResolvedAddress>> LookUpHost(const std::string& host, std::uint16_t port,
-                                                Deadline deadline);
+Result<std::vector<ResolvedAddress>> look_up_host(const std::string& host, std::uint16_t port,
+                                                  Deadline deadline);
 
 // LookUpHost, also giving up (kCancelled) once `wake_fd` is readable (-1:
 // never), for callers that can be cancelled through a wake fd. It looks at
 // the fd every 50 ms; each look rejoins the same in-flight lookup, so this
 // costs no extra query.
-Result<std::vector<ResolvedAddress>> LookUpHostUnlessWoken(const std::string& host,
-                                                           std::uint16_t port, Deadline deadline,
-                                                           int wake_fd);
+Result<std::vector<ResolvedAddress>> look_up_host_unless_woken(const std::string& host,
+                                                               std::uint16_t port,
+                                                               Deadline deadline, int wake_fd);
 
 // The numeric form of `address` ("10.0.0.7", "fe80::1%eth0"), as client
 // libraries take it in place of a name; "" if it has none.
-std::string NumericAddress(const ResolvedAddress& address);
+std::string numeric_address(const ResolvedAddress& address);
 
 // getaddrinfo()'s signature and contract: 0 and `*found` (to be freed with
 // freeaddrinfo()), or an EAI_ code.
@@ -74,10 +74,10 @@ using GetAddrInfoFunction = std::function<int(const char* host, const char* serv
 
 // Makes name lookups started from now on call `get_addr_info` instead of
 // ::getaddrinfo (an empty function restores it). Numeric hosts never call it.
-void SetGetAddrInfoForTesting(GetAddrInfoFunction get_addr_info);
+void set_get_addr_info_for_testing(GetAddrInfoFunction get_addr_info);
 
 // Lookups whose worker has not finished yet.
-std::size_t HostLookupsInFlightForTesting();
+std::size_t host_lookups_in_flight_for_testing();
 
 }  // namespace simba::internal
 

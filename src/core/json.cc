@@ -4,7 +4,7 @@
 
 namespace simba::internal {
 
-void AppendQuoted(std::string& out, std::string_view s, const Quoting& quoting) {
+void append_quoted(std::string& out, std::string_view s, const Quoting& quoting) {
   out += quoting.quote;
   for (const char c : s) {
     const auto byte = static_cast<unsigned char>(c);
@@ -25,14 +25,14 @@ void AppendQuoted(std::string& out, std::string_view s, const Quoting& quoting) 
   out += quoting.quote;
 }
 
-std::string JsonString(std::string_view s) {
+std::string json_string(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
-  AppendJsonString(out, s);
+  append_json_string(out, s);
   return out;
 }
 
-std::string FixedPoint(std::int64_t value, int decimals) {
+std::string fixed_point(std::int64_t value, int decimals) {
   std::string out;
   // Work on the magnitude as unsigned so INT64_MIN cannot overflow.
   std::uint64_t magnitude = static_cast<std::uint64_t>(value);

@@ -29,18 +29,18 @@ inline constexpr Quoting kLabelQuoting{'"', "\n", nullptr};
 // A name in a log line: an odd name cannot break or fake the line.
 inline constexpr Quoting kLogQuoting{'\'', "", "\\x%02x"};
 
-void AppendQuoted(std::string& out, std::string_view s, const Quoting& quoting);
+void append_quoted(std::string& out, std::string_view s, const Quoting& quoting);
 
 // Appends `s` as a JSON string literal, quotes included.
-inline void AppendJsonString(std::string& out, std::string_view s) {
-  AppendQuoted(out, s, kJsonQuoting);
+inline void append_json_string(std::string& out, std::string_view s) {
+  append_quoted(out, s, kJsonQuoting);
 }
 // The same, returned.
-std::string JsonString(std::string_view s);
+std::string json_string(std::string_view s);
 
 // `value` / 10^decimals in decimals, trailing zeros dropped:
 // (12345, 3) -> "12.345", (12300, 3) -> "12.3", (12000, 3) -> "12".
-std::string FixedPoint(std::int64_t value, int decimals);
+std::string fixed_point(std::int64_t value, int decimals);
 
 }  // namespace simba::internal
 

@@ -39,10 +39,10 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   TurnGate& turns() { return turns_; }
 
   // The core, made on first use; its callbacks reach this slot weakly.
-  Result<std::shared_ptr<ServiceCore>> Core(FactoryImpl& factory, const ContendOptions& lease);
+  Result<std::shared_ptr<ServiceCore>> core(FactoryImpl& factory, const ContendOptions& lease);
 
   // For the contender: the hold ended without our release.
-  void OnReleased() {
+  void on_released() {
     std::function<void()> lost;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -54,13 +54,13 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   }
 
   // The hold begins: a loss from now on runs `on_lost`.
-  void BeginHold(std::function<void()> on_lost) {
+  void begin_hold(std::function<void()> on_lost) {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = true;
     on_lost_ = std::move(on_lost);
   }
   // The hold ends by release: a loss is no longer reported.
-  void EndHold() {
+  void end_hold() {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = false;
     on_lost_ = nullptr;
@@ -75,18 +75,18 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   std::shared_ptr<ServiceCore> core_;  // made on first use, under mu_
 };
 
-Result<std::shared_ptr<ServiceCore>> KeySlot::Core(FactoryImpl& factory,
+Result<std::shared_ptr<ServiceCore>> KeySlot::core(FactoryImpl& factory,
                                                    const ContendOptions& lease) {
   std::lock_guard<std::mutex> lock(mu_);
   if (core_ != nullptr) return core_;
   // The contender hears only that the hold ended.
-  auto contender = MakeContender(key_, nullptr, [weak = weak_from_this()](const MutexState&) {
-    if (auto slot = weak.lock()) slot->OnReleased();
+  auto contender = make_contender(key_, nullptr, [weak = weak_from_this()](const MutexState&) {
+    if (auto slot = weak.lock()) slot->on_released();
   });
   ServiceHooks hooks;
   hooks.subscribe_only_while_waiting = true;
-  SIMBA_ASSIGN_OR_RETURN(core_, factory.CreateContendCore(std::move(contender), lease,
-                                                          std::move(hooks)));
+  SIMBA_ASSIGN_OR_RETURN(
+      core_, factory.create_contend_core(std::move(contender), lease, std::move(hooks)));
   return core_;
 }
 
@@ -96,7 +96,8 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend,
   LeaseKeyedLockBackend(std::shared_ptr<FactoryImpl> factory, ContendOptions lease)
       : factory_(std::move(factory)), lease_(lease) {
     const Capabilities& store = factory_->backend()->capabilities();
-    capabilities_.mechanism = "lease on the store's mutexes (fencing: " + store.fencing_source + ")";
+    capabilities_.mechanism =
+        "lease on the store's mutexes (fencing: " + store.fencing_source + ")";
     capabilities_.cross_process = store.cross_process;
     capabilities_.fencing_tokens = true;
     capabilities_.fifo = store.fifo;
@@ -114,17 +115,17 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend,
     // The store's own rules for names (ZooKeeper: no '/'), said of a key.
     const Status store = factory_->backend()->validate_mutex(key);
     if (!store.ok()) {
-      return InvalidArgumentError("key '" + std::string(key) + "' cannot be held by the " +
-                                  std::string(scheme()) + " store: " + store.message());
+      return invalid_argument_error("key '" + std::string(key) + "' cannot be held by the " +
+                                    std::string(scheme()) + " store: " + store.message());
     }
-    return OkStatus();
+    return ok_status();
   }
 
   Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override;
 
   // A user of `slot` (from Slot()) is done with it: when it was the last,
   // the key is idle (kept for its next hold, or forgotten).
-  void Done(const std::shared_ptr<KeySlot>& slot) {
+  void done(const std::shared_ptr<KeySlot>& slot) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(slot->key());
     if (it == slots_.end() || it->second.slot != slot || --it->second.users > 0) return;
@@ -139,7 +140,7 @@ class LeaseKeyedLockBackend final : public KeyedLockBackend,
   std::shared_ptr<Runtime> shared_runtime() const override { return factory_->runtime(); }
 
   // The slot of `key`, with one more user (until Done).
-  std::shared_ptr<KeySlot> Slot(const std::string& key) {
+  std::shared_ptr<KeySlot> slot_for(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     Entry& entry = slots_[key];
     if (entry.slot == nullptr) {
@@ -179,12 +180,12 @@ class LeaseKeyHold final : public KeyHold {
 
   std::uint64_t fencing_token() const override { return token_; }
   Status release(Deadline) override {
-    if (!turn_.taken()) return OkStatus();
-    slot_->EndHold();
+    if (!turn_.taken()) return ok_status();
+    slot_->end_hold();
     // Bounded by the lease options' operation_timeout.
-    Status stopped = core_->status() == ServiceStatus::kRunning ? core_->Stop() : OkStatus();
+    Status stopped = core_->status() == ServiceStatus::kRunning ? core_->stop() : ok_status();
     turn_.release();
-    backend_->Done(slot_);
+    backend_->done(slot_);
     return stopped;
   }
 
@@ -198,34 +199,34 @@ class LeaseKeyHold final : public KeyHold {
 
 Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquireRequest& request) {
   SIMBA_RETURN_IF_ERROR(validate_key(request.key));
-  const std::shared_ptr<KeySlot> slot = Slot(std::string(request.key));
+  const std::shared_ptr<KeySlot> slot = slot_for(std::string(request.key));
   TurnGate::Turn turn = slot->turns().take(request.wait_deadline, request.cancel);
-  Status awaited = turn.taken()                   ? OkStatus()
-                   : request.cancel.stop_requested() ? CancelledError("cancelled")
-                                                     : DeadlineExceededError("held here");
+  Status awaited = turn.taken()                      ? ok_status()
+                   : request.cancel.stop_requested() ? cancelled_error("cancelled")
+                                                     : deadline_exceeded_error("held here");
   std::shared_ptr<ServiceCore> core;
   if (awaited.ok()) {
-    Result<std::shared_ptr<ServiceCore>> made = slot->Core(*factory_, lease_);
-    awaited = made.ok() ? (core = *made)->Start() : made.status();
+    Result<std::shared_ptr<ServiceCore>> made = slot->core(*factory_, lease_);
+    awaited = made.ok() ? (core = *made)->start() : made.status();
   }
   if (awaited.ok()) awaited = core->await_owner(request.wait_deadline, request.cancel);
   if (awaited.ok()) {
-    slot->BeginHold(request.on_lost);
+    slot->begin_hold(request.on_lost);
     // Lost between the grant and BeginHold: the loss was not heard.
     if (core->is_owner()) {
       return std::unique_ptr<KeyHold>(
           std::make_unique<LeaseKeyHold>(shared_from_this(), slot, std::move(turn), core));
     }
-    slot->EndHold();
-    awaited = DeadlineExceededError("key '" + slot->key() + "' was lost as it was granted");
+    slot->end_hold();
+    awaited = deadline_exceeded_error("key '" + slot->key() + "' was lost as it was granted");
   }
   // Give up our place: stopping releases the key if an attempt got it
   // meanwhile.
-  if (core != nullptr && core->status() == ServiceStatus::kRunning) (void)core->Stop();
+  if (core != nullptr && core->status() == ServiceStatus::kRunning) (void)core->stop();
   turn.release();
-  Done(slot);
+  done(slot);
   if (awaited.code() == StatusCode::kCancelled) {
-    return CancelledError("acquiring key '" + slot->key() + "' was cancelled");
+    return cancelled_error("acquiring key '" + slot->key() + "' was cancelled");
   }
   if (awaited.code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<KeyHold>();
   return awaited;
@@ -234,16 +235,16 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
 }  // namespace
 }  // namespace internal
 
-Result<std::shared_ptr<KeyedLockBackend>> NewLeaseKeyedLockBackend(
+Result<std::shared_ptr<KeyedLockBackend>> new_lease_keyed_lock_backend(
     std::shared_ptr<Backend> backend, ContendOptions lease, std::shared_ptr<Metrics> metrics,
     std::shared_ptr<LockEventListener> events) {
-  if (backend == nullptr) return InvalidArgumentError("backend must not be null");
-  SIMBA_RETURN_IF_ERROR(lease.Validate());
+  if (backend == nullptr) return invalid_argument_error("backend must not be null");
+  SIMBA_RETURN_IF_ERROR(lease.validate());
   FactoryOptions options;
   options.contend = lease;
   options.metrics = std::move(metrics);
   options.events = std::move(events);
-  SIMBA_RETURN_IF_ERROR(internal::FactoryImpl::Validate(options));
+  SIMBA_RETURN_IF_ERROR(internal::FactoryImpl::validate(options));
   return std::shared_ptr<KeyedLockBackend>(std::make_shared<internal::LeaseKeyedLockBackend>(
       std::make_shared<internal::FactoryImpl>(std::move(backend), std::move(options)), lease));
 }

@@ -19,7 +19,7 @@
 namespace simba {
 
 Status KeyedLockBackend::validate_key(std::string_view key) const {
-  return ValidateName("key", key, capabilities().max_key_length);
+  return validate_name("key", key, capabilities().max_key_length);
 }
 
 namespace internal {
@@ -31,7 +31,7 @@ using std::chrono::milliseconds;
 // the provider's end does it (a holder's own release() uses the same bound).
 constexpr milliseconds kReleaseTimeout{5000};
 
-Deadline ReleaseDeadline() { return std::chrono::steady_clock::now() + kReleaseTimeout; }
+Deadline release_deadline() { return std::chrono::steady_clock::now() + kReleaseTimeout; }
 
 }  // namespace
 
@@ -46,47 +46,47 @@ class HoldReporter {
   HoldReporter() = default;
   HoldReporter(std::string store, Observers observers, std::shared_ptr<Clock> clock)
       : store_(std::move(store)),
-        contender_id_(MutexContender::GenerateHostContenderId()),
+        contender_id_(MutexContender::generate_host_contender_id()),
         observers_(std::move(observers)),
         clock_(std::move(clock)) {}
 
-  void Waiting(const std::string& key, int delta) const {
+  void waiting(const std::string& key, int delta) const {
     if (observers_.metrics) observers_.metrics->waiting_changed(MetricLabels{store_, key}, delta);
   }
-  void Acquired(const std::string& key, std::uint64_t token, std::chrono::microseconds waited,
+  void acquired(const std::string& key, std::uint64_t token, std::chrono::microseconds waited,
                 milliseconds max_hold) const {
     if (!observers_.any()) return;
-    LockEvent event = Make(LockEvent::Kind::kAcquired, key, token);
+    LockEvent event = make(LockEvent::Kind::kAcquired, key, token);
     event.waited = waited;
     event.lease_left = max_hold;  // the hold ends at max_hold unless released
-    observers_.Deliver(event);
+    observers_.deliver(event);
   }
-  void Released(const std::string& key, std::uint64_t token) const {
-    if (observers_.any()) observers_.Deliver(Make(LockEvent::Kind::kReleased, key, token));
+  void released(const std::string& key, std::uint64_t token) const {
+    if (observers_.any()) observers_.deliver(make(LockEvent::Kind::kReleased, key, token));
   }
-  void Lost(const std::string& key, std::uint64_t token, LossCause cause, std::string why) const {
+  void lost(const std::string& key, std::uint64_t token, LossCause cause, std::string why) const {
     if (!observers_.any()) return;
-    LockEvent event = Make(LockEvent::Kind::kLost, key, token);
+    LockEvent event = make(LockEvent::Kind::kLost, key, token);
     event.cause = cause;
-    event.error = AbortedError(std::move(why));
-    observers_.Deliver(event);
+    event.error = aborted_error(std::move(why));
+    observers_.deliver(event);
   }
-  void StoreError(const std::string& key, const Status& error) const {
+  void store_error(const std::string& key, const Status& error) const {
     if (!observers_.any()) return;
-    LockEvent event = Make(LockEvent::Kind::kStoreError, key, 0);
+    LockEvent event = make(LockEvent::Kind::kStoreError, key, 0);
     event.error = error;
-    observers_.Deliver(event);
+    observers_.deliver(event);
   }
 
  private:
-  LockEvent Make(LockEvent::Kind kind, const std::string& key, std::uint64_t token) const {
-    return MakeLockEvent(kind, store_, key, contender_id_, token, *clock_);
+  LockEvent make(LockEvent::Kind kind, const std::string& key, std::uint64_t token) const {
+    return make_lock_event(kind, store_, key, contender_id_, token, *clock_);
   }
 
   std::string store_;
   std::string contender_id_;
   Observers observers_;
-  std::shared_ptr<Clock> clock_ = Clock::Steady();
+  std::shared_ptr<Clock> clock_ = Clock::steady();
 };
 
 class KeyedProviderState;
@@ -104,7 +104,7 @@ class KeyedHold {
   const std::weak_ptr<KeyedProviderState>& provider() const { return provider_; }
 
   // Called once the store granted the key.
-  void Granted(std::unique_ptr<KeyHold> store_hold, Clock::TimePoint deadline,
+  void granted(std::unique_ptr<KeyHold> store_hold, Clock::TimePoint deadline,
                std::shared_ptr<Clock> clock) {
     std::lock_guard<std::mutex> lock(mu_);
     token_ = store_hold->fencing_token();
@@ -122,10 +122,10 @@ class KeyedHold {
     watchdog_ = id;
   }
 
-  bool IsHeld() const {
+  bool is_held() const {
     std::lock_guard<std::mutex> lock(mu_);
     // The deadline too: a late watchdog never stretches max_hold.
-    return !ended_ && store_hold_ != nullptr && clock_->Now() < deadline_;
+    return !ended_ && store_hold_ != nullptr && clock_->now() < deadline_;
   }
   std::uint64_t token() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -140,7 +140,7 @@ class KeyedHold {
   // Ends the hold for `why` if nothing ended it yet, and returns what the
   // store still holds (null if something else ended it first, or for a
   // hold whose grant is still on its way). The caller frees it.
-  std::unique_ptr<KeyHold> End(Ending why, Runtime::TimerId* watchdog) {
+  std::unique_ptr<KeyHold> end(Ending why, Runtime::TimerId* watchdog) {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_) return std::move(orphan_);
     ended_ = true;
@@ -162,7 +162,7 @@ class KeyedHold {
   std::unique_ptr<KeyHold> orphan_;
   std::uint64_t token_ = 0;
   Clock::TimePoint deadline_{};
-  std::shared_ptr<Clock> clock_ = Clock::Steady();
+  std::shared_ptr<Clock> clock_ = Clock::steady();
   Runtime::TimerId watchdog_ = 0;
 };
 
@@ -191,16 +191,16 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
   const HoldReporter& reporter() const { return reporter_; }
 
   // The live acquisition of `key` by this thread, with one more lease on it.
-  std::shared_ptr<KeyedHold> Reenter(const std::string& key) {
+  std::shared_ptr<KeyedHold> reenter(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = table_.find({std::this_thread::get_id(), key});
-    if (it == table_.end() || !it->second.hold->IsHeld()) return nullptr;
+    if (it == table_.end() || !it->second.hold->is_held()) return nullptr;
     ++it->second.leases;
     return it->second.hold;
   }
 
   // Records a granted acquisition and starts its watchdog.
-  void Track(const std::shared_ptr<KeyedHold>& hold) {
+  void track(const std::shared_ptr<KeyedHold>& hold) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // Replaces an acquisition of this thread that already ended (its
@@ -209,15 +209,16 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     }
     std::weak_ptr<KeyedHold> weak = hold;
     std::weak_ptr<KeyedProviderState> self = weak_from_this();
-    hold->set_watchdog(runtime_->ScheduleAt(hold->deadline(), [weak, self] {
+    hold->set_watchdog(runtime_->schedule_at(hold->deadline(), [weak, self] {
       auto h = weak.lock();
       auto state = self.lock();
-      if (h != nullptr && state != nullptr) state->EndInBackground(h, KeyedHold::Ending::kWatchdog);
+      if (h != nullptr && state != nullptr)
+        state->end_in_background(h, KeyedHold::Ending::kWatchdog);
     }));
   }
 
   // One lease of `hold` is given up. True when it was the last.
-  bool Leave(const std::shared_ptr<KeyedHold>& hold) {
+  bool leave(const std::shared_ptr<KeyedHold>& hold) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = table_.find({hold->thread(), hold->key()});
     if (it == table_.end() || it->second.hold != hold) return true;
@@ -227,32 +228,32 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
   }
 
   // Frees the key now, on this thread (a holder's release).
-  Status EndNow(const std::shared_ptr<KeyedHold>& hold) {
+  Status end_now(const std::shared_ptr<KeyedHold>& hold) {
     Runtime::TimerId watchdog = 0;
-    std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kReleased, &watchdog);
-    if (watchdog != 0) runtime_->Cancel(watchdog);
-    if (store_hold == nullptr) return OkStatus();  // the watchdog or a loss was first
+    std::unique_ptr<KeyHold> store_hold = hold->end(KeyedHold::Ending::kReleased, &watchdog);
+    if (watchdog != 0) runtime_->cancel(watchdog);
+    if (store_hold == nullptr) return ok_status();  // the watchdog or a loss was first
     // Given up before the store hears it, as a contend service's stop().
-    reporter_.Released(hold->key(), hold->token());
+    reporter_.released(hold->key(), hold->token());
     return store_hold->release(std::chrono::steady_clock::now() + kReleaseTimeout)
-        .WithContext("releasing key '" + hold->key() + "'");
+        .with_context("releasing key '" + hold->key() + "'");
   }
 
   // The watchdog or a loss: the hold ends at once (is_held() turns false,
   // lost_token() stops); the store is told on the I/O thread, so a timer or
   // a store's callback thread never waits for it.
-  void EndInBackground(const std::shared_ptr<KeyedHold>& hold, KeyedHold::Ending why) {
+  void end_in_background(const std::shared_ptr<KeyedHold>& hold, KeyedHold::Ending why) {
     Runtime::TimerId watchdog = 0;
-    std::unique_ptr<KeyHold> store_hold = hold->End(why, &watchdog);
-    if (watchdog != 0) runtime_->Cancel(watchdog);
+    std::unique_ptr<KeyHold> store_hold = hold->end(why, &watchdog);
+    if (watchdog != 0) runtime_->cancel(watchdog);
     if (store_hold == nullptr) return;
     if (why == KeyedHold::Ending::kWatchdog) {
       SIMBA_LOG(kWarn, "key '" << hold->key() << "': held for its whole max_hold; freeing it");
-      reporter_.Lost(hold->key(), hold->token(), LossCause::kDeadlinePassed,
+      reporter_.lost(hold->key(), hold->token(), LossCause::kDeadlinePassed,
                      "held for its whole max_hold");
     } else {
       SIMBA_LOG(kWarn, "key '" << hold->key() << "': the store ended the hold");
-      reporter_.Lost(hold->key(), hold->token(), LossCause::kOtherOwner,
+      reporter_.lost(hold->key(), hold->token(), LossCause::kOtherOwner,
                      "the store ended the hold (its session or lock was lost)");
     }
     auto shared = std::make_shared<std::unique_ptr<KeyHold>>(std::move(store_hold));
@@ -263,22 +264,22 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     }
     // If the pool is closed the task is dropped, and destroying the hold
     // frees the key. The task holds nothing of the provider but the count
-    // Close() waits for (the backend outlives it: Close waits).
-    const bool posted = runtime_->PostIo([shared, key, pending = pending_] {
-      const Status released = (*shared)->release(ReleaseDeadline());
+    // close() waits for (the backend outlives it: Close waits).
+    const bool posted = runtime_->post_io([shared, key, pending = pending_] {
+      const Status released = (*shared)->release(release_deadline());
       if (!released.ok()) {
         SIMBA_LOG(kWarn, "key '" << key << "': freeing it failed (the store's session or "
                                  << "lease frees it): " << released);
       }
       shared->reset();
-      pending->Done();
+      pending->done();
     });
-    if (!posted) pending_->Done();
+    if (!posted) pending_->done();
   }
 
   // The provider is going away: free every key still held, then stop the
   // threads.
-  void Close() {
+  void close() {
     std::vector<std::shared_ptr<KeyedHold>> holds;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -287,14 +288,15 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     }
     for (const auto& hold : holds) {
       Runtime::TimerId watchdog = 0;
-      std::unique_ptr<KeyHold> store_hold = hold->End(KeyedHold::Ending::kProviderClosed, &watchdog);
-      if (watchdog != 0) runtime_->Cancel(watchdog);
+      std::unique_ptr<KeyHold> store_hold =
+          hold->end(KeyedHold::Ending::kProviderClosed, &watchdog);
+      if (watchdog != 0) runtime_->cancel(watchdog);
       if (store_hold == nullptr) continue;
-      reporter_.Released(hold->key(), hold->token());
-      (void)store_hold->release(ReleaseDeadline());
+      reporter_.released(hold->key(), hold->token());
+      (void)store_hold->release(release_deadline());
     }
     if (owns_runtime_) {
-      runtime_->Shutdown();
+      runtime_->shutdown();
     } else {
       // The backend's threads go on: wait for the keys this provider is
       // freeing on them.
@@ -314,7 +316,7 @@ class KeyedProviderState : public std::enable_shared_from_this<KeyedProviderStat
     std::mutex mu;
     std::condition_variable cv;
     int tasks = 0;
-    void Done() {
+    void done() {
       std::lock_guard<std::mutex> lock(mu);
       if (--tasks == 0) cv.notify_all();
     }
@@ -334,28 +336,27 @@ class KeyedLockProviderImpl final : public KeyedLockProvider {
  public:
   explicit KeyedLockProviderImpl(std::shared_ptr<KeyedProviderState> state)
       : state_(std::move(state)) {}
-  ~KeyedLockProviderImpl() override { state_->Close(); }
+  ~KeyedLockProviderImpl() override { state_->close(); }
 
   Result<Lease> acquire(std::string_view key, milliseconds max_hold,
                         std::stop_token cancel) override {
     SIMBA_ASSIGN_OR_RETURN(std::optional<Lease> lease,
-                           AcquireUntil(key, Deadline::max(), max_hold, std::move(cancel)));
+                           acquire_until(key, Deadline::max(), max_hold, std::move(cancel)));
     if (!lease.has_value()) {
-      return InternalError("the store gave up waiting for key '" + std::string(key) +
-                           "' although no deadline was set");
+      return internal_error("the store gave up waiting for key '" + std::string(key) +
+                            "' although no deadline was set");
     }
     return std::move(*lease);
   }
 
   Result<std::optional<Lease>> try_acquire(std::string_view key, milliseconds max_wait,
-                                           milliseconds max_hold,
-                                           std::stop_token cancel) override {
+                                           milliseconds max_hold, std::stop_token cancel) override {
     if (max_wait < milliseconds(0)) {
-      return InvalidArgumentError("max_wait must be >= 0, got " + std::to_string(max_wait.count()) +
-                                  " ms");
+      return invalid_argument_error("max_wait must be >= 0, got " +
+                                    std::to_string(max_wait.count()) + " ms");
     }
-    return AcquireUntil(key, std::chrono::steady_clock::now() + max_wait, max_hold,
-                        std::move(cancel));
+    return acquire_until(key, std::chrono::steady_clock::now() + max_wait, max_hold,
+                         std::move(cancel));
   }
 
   const KeyedLockCapabilities& capabilities() const override {
@@ -364,17 +365,17 @@ class KeyedLockProviderImpl final : public KeyedLockProvider {
   std::string_view scheme() const override { return state_->backend()->scheme(); }
 
  private:
-  Result<std::optional<Lease>> AcquireUntil(std::string_view key_view, Deadline wait_deadline,
-                                            milliseconds max_hold, std::stop_token cancel) {
+  Result<std::optional<Lease>> acquire_until(std::string_view key_view, Deadline wait_deadline,
+                                             milliseconds max_hold, std::stop_token cancel) {
     if (max_hold <= milliseconds(0)) {
-      return InvalidArgumentError("max_hold must be > 0, got " + std::to_string(max_hold.count()) +
-                                  " ms");
+      return invalid_argument_error("max_hold must be > 0, got " +
+                                    std::to_string(max_hold.count()) + " ms");
     }
     SIMBA_RETURN_IF_ERROR(state_->backend()->validate_key(key_view));
     const std::string key(key_view);
     // Reentrancy: this thread holds the key already. Its first max_hold
     // stays in force.
-    if (auto held = state_->Reenter(key)) return std::optional<Lease>(Lease(std::move(held)));
+    if (auto held = state_->reenter(key)) return std::optional<Lease>(Lease(std::move(held)));
 
     auto hold = std::make_shared<KeyedHold>(key, std::this_thread::get_id(), state_);
     std::weak_ptr<KeyedHold> weak = hold;
@@ -387,18 +388,18 @@ class KeyedLockProviderImpl final : public KeyedLockProvider {
     request.on_lost = [weak, provider] {
       auto h = weak.lock();
       auto state = provider.lock();
-      if (h != nullptr && state != nullptr) state->EndInBackground(h, KeyedHold::Ending::kLost);
+      if (h != nullptr && state != nullptr) state->end_in_background(h, KeyedHold::Ending::kLost);
     };
     const HoldReporter& reporter = state_->reporter();
     const auto asked = std::chrono::steady_clock::now();
-    reporter.Waiting(key, +1);
+    reporter.waiting(key, +1);
     Result<std::unique_ptr<KeyHold>> acquired = state_->backend()->acquire(request);
-    reporter.Waiting(key, -1);
+    reporter.waiting(key, -1);
     if (!acquired.ok()) {
       // The caller's own doing (a cancel, a bad request) is no store error.
       const StatusCode code = acquired.status().code();
       if (code != StatusCode::kCancelled && code != StatusCode::kInvalidArgument) {
-        reporter.StoreError(key, acquired.status());
+        reporter.store_error(key, acquired.status());
       }
       return acquired.status();
     }
@@ -406,12 +407,12 @@ class KeyedLockProviderImpl final : public KeyedLockProvider {
     if (store_hold == nullptr) return std::optional<Lease>();
     const std::uint64_t token = store_hold->fencing_token();
     // max_hold counts from the grant: the wait is not part of the hold.
-    hold->Granted(std::move(store_hold), state_->clock()->Now() + max_hold, state_->clock());
-    reporter.Acquired(key, token,
+    hold->granted(std::move(store_hold), state_->clock()->now() + max_hold, state_->clock());
+    reporter.acquired(key, token,
                       std::chrono::duration_cast<std::chrono::microseconds>(
                           std::chrono::steady_clock::now() - asked),
                       max_hold);
-    state_->Track(hold);
+    state_->track(hold);
     return std::optional<Lease>(Lease(std::move(hold)));
   }
 
@@ -443,7 +444,7 @@ Lease::~Lease() {
   }
 }
 
-bool Lease::is_held() const { return hold_ != nullptr && !released_ && hold_->IsHeld(); }
+bool Lease::is_held() const { return hold_ != nullptr && !released_ && hold_->is_held(); }
 
 std::uint64_t Lease::fencing_token() const { return is_held() ? hold_->token() : 0; }
 
@@ -461,21 +462,21 @@ const std::string& Lease::key() const {
 }
 
 Status Lease::release() {
-  if (hold_ == nullptr || released_) return OkStatus();
+  if (hold_ == nullptr || released_) return ok_status();
   released_ = true;
   auto state = hold_->provider().lock();
-  if (state == nullptr) return OkStatus();  // the provider freed it when it closed
-  if (!state->Leave(hold_)) return OkStatus();  // an outer lease still holds it
-  return state->EndNow(hold_);
+  if (state == nullptr) return ok_status();      // the provider freed it when it closed
+  if (!state->leave(hold_)) return ok_status();  // an outer lease still holds it
+  return state->end_now(hold_);
 }
 
 // ---- KeyedLockProvider ----
 
 Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::create(
     std::shared_ptr<KeyedLockBackend> backend, KeyedLockOptions options) {
-  if (backend == nullptr) return InvalidArgumentError("backend must not be null");
-  SIMBA_RETURN_IF_ERROR(options.lease.Validate());
-  if (options.clock == nullptr) options.clock = Clock::Steady();
+  if (backend == nullptr) return invalid_argument_error("backend must not be null");
+  SIMBA_RETURN_IF_ERROR(options.lease.validate());
+  if (options.clock == nullptr) options.clock = Clock::steady();
   // A backend that reports its holds itself got the sinks when it was made.
   internal::HoldReporter reporter;
   if (!backend->capabilities().reports_holds) {

@@ -6,8 +6,7 @@ namespace simba::internal {
 
 class ListenerHub::Handle final : public Subscription {
  public:
-  Handle(std::shared_ptr<ListenerHub> hub, SlotPtr slot,
-         std::function<void(const Slot&)> on_close)
+  Handle(std::shared_ptr<ListenerHub> hub, SlotPtr slot, std::function<void(const Slot&)> on_close)
       : hub_(std::move(hub)), slot_(std::move(slot)), on_close_(std::move(on_close)) {}
   ~Handle() override {
     hub_->close(slot_);
@@ -26,8 +25,8 @@ std::unique_ptr<Subscription> ListenerHub::subscribe(std::string mutex, std::str
                                                      Listener listener,
                                                      std::function<void(const Slot&)> on_close,
                                                      SlotPtr* slot) {
-  auto made = std::make_shared<Slot>(
-      Slot{std::move(mutex), std::move(contender_id), std::move(listener)});
+  auto made =
+      std::make_shared<Slot>(Slot{std::move(mutex), std::move(contender_id), std::move(listener)});
   {
     std::lock_guard<std::mutex> lock(mu_);
     slots_[made->mutex].push_back(made);
@@ -80,8 +79,7 @@ void ListenerHub::deliver(const Work& work) {
   }
 }
 
-void ListenerHub::publish(const MutexEvent& event,
-                          const std::function<bool(const Slot&)>& match) {
+void ListenerHub::publish(const MutexEvent& event, const std::function<bool(const Slot&)>& match) {
   Work work;
   collect(event, &work, match);
   deliver(work);

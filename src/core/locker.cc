@@ -25,7 +25,7 @@ struct Locker::State {
   // Held for the whole of acquire/release; the loss handler only try-locks it.
   std::mutex control_mu;
 
-  void OnReleased() {
+  void on_released() {
     std::uint64_t seen;
     std::function<void()> notify;
     {
@@ -46,7 +46,7 @@ struct Locker::State {
       std::lock_guard<std::mutex> lock(mu);
       if (lifecycle != seen || phase != Phase::kLost) return;
     }
-    (void)core->Stop();
+    (void)core->stop();
   }
 };
 
@@ -56,13 +56,16 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
   state->clock = factory.clock();
   state->on_lost = std::move(options.on_lost);
   state->contend = options.contend.value_or(factory.contend_options());
-  std::string id = options.contender_id.empty() ? MutexContender::GenerateHostContenderId()
+  std::string id = options.contender_id.empty() ? MutexContender::generate_host_contender_id()
                                                 : std::move(options.contender_id);
   std::weak_ptr<State> weak = state;
-  auto contender = MakeContender(std::move(mutex), nullptr, [weak](const MutexState&) {
-    if (auto s = weak.lock()) s->OnReleased();
-  }, std::move(id));
-  SIMBA_ASSIGN_OR_RETURN(state->core, internal::FactoryAccess::Of(factory)->CreateContendCore(
+  auto contender = make_contender(
+      std::move(mutex), nullptr,
+      [weak](const MutexState&) {
+        if (auto s = weak.lock()) s->on_released();
+      },
+      std::move(id));
+  SIMBA_ASSIGN_OR_RETURN(state->core, internal::FactoryAccess::of(factory)->create_contend_core(
                                           std::move(contender), state->contend, {}));
   return std::unique_ptr<Locker>(new Locker(std::move(state)));
 }
@@ -71,53 +74,53 @@ Locker::Locker(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 Locker::~Locker() { (void)release(); }
 
-Status Locker::acquire(std::stop_token cancel) { return AcquireUntil(std::nullopt, cancel); }
+Status Locker::acquire(std::stop_token cancel) { return acquire_until(std::nullopt, cancel); }
 
 Status Locker::acquire(std::chrono::milliseconds timeout, std::stop_token cancel) {
   if (timeout < std::chrono::milliseconds(0)) {
-    return InvalidArgumentError("timeout must be >= 0");
+    return invalid_argument_error("timeout must be >= 0");
   }
-  return AcquireUntil(timeout, cancel);
+  return acquire_until(timeout, cancel);
 }
 
-Status Locker::BeginAcquire() {
+Status Locker::begin_acquire() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->phase == State::Phase::kAcquiring || state_->phase == State::Phase::kHeld) {
-      return FailedPreconditionError("mutex '" + mutex() +
-                                     "' is already held or being acquired by this locker");
+      return failed_precondition_error("mutex '" + mutex() +
+                                       "' is already held or being acquired by this locker");
     }
   }
   // After a lost lease the core may still be running; start afresh.
-  if (state_->core->status() == ServiceStatus::kRunning) (void)state_->core->Stop();
+  if (state_->core->status() == ServiceStatus::kRunning) (void)state_->core->stop();
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kAcquiring;
     ++state_->lifecycle;
   }
-  if (Status s = state_->core->Start(); !s.ok()) {
+  if (Status s = state_->core->start(); !s.ok()) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kIdle;
     return s;
   }
-  return OkStatus();
+  return ok_status();
 }
 
-Status Locker::AcquireUntil(std::optional<std::chrono::milliseconds> timeout,
-                            std::stop_token cancel) {
+Status Locker::acquire_until(std::optional<std::chrono::milliseconds> timeout,
+                             std::stop_token cancel) {
   std::lock_guard<std::mutex> control(state_->control_mu);
   const Clock::TimePoint deadline =
-      timeout ? state_->clock->Now() + *timeout : Clock::TimePoint::max();
-  SIMBA_RETURN_IF_ERROR(BeginAcquire());
-  Status awaited = AwaitHold(deadline, cancel);
+      timeout ? state_->clock->now() + *timeout : Clock::TimePoint::max();
+  SIMBA_RETURN_IF_ERROR(begin_acquire());
+  Status awaited = await_hold(deadline, cancel);
   if (awaited.code() == StatusCode::kDeadlineExceeded && timeout) {
-    return DeadlineExceededError("could not acquire mutex '" + mutex() + "' within " +
-                                 std::to_string(timeout->count()) + "ms");
+    return deadline_exceeded_error("could not acquire mutex '" + mutex() + "' within " +
+                                   std::to_string(timeout->count()) + "ms");
   }
   return awaited;
 }
 
-Status Locker::AwaitHold(Clock::TimePoint deadline, const std::stop_token& cancel) {
+Status Locker::await_hold(Clock::TimePoint deadline, const std::stop_token& cancel) {
   for (;;) {
     const Status awaited = state_->core->await_owner(deadline, cancel);
     {
@@ -128,27 +131,28 @@ Status Locker::AwaitHold(Clock::TimePoint deadline, const std::stop_token& cance
         state_->phase = State::Phase::kHeld;
         state_->token = state_->core->fencing_token();
         state_->lost_source = std::stop_source();
-        return OkStatus();
+        return ok_status();
       }
       if (awaited.ok()) continue;  // lost as it was granted: wait on
       state_->phase = State::Phase::kIdle;
       ++state_->lifecycle;
     }
     // Give up our place: releases the mutex if an attempt got it meanwhile.
-    (void)state_->core->Stop();
+    (void)state_->core->stop();
     return awaited;
   }
 }
 
 Result<bool> Locker::try_acquire() {
   std::lock_guard<std::mutex> control(state_->control_mu);
-  SIMBA_RETURN_IF_ERROR(BeginAcquire());
+  SIMBA_RETURN_IF_ERROR(begin_acquire());
   // A deadline already past: the answer of the first attempt.
-  const Status awaited = AwaitHold(Clock::TimePoint::min(), {});
+  const Status awaited = await_hold(Clock::TimePoint::min(), {});
   if (awaited.ok()) return true;
   if (awaited.code() != StatusCode::kDeadlineExceeded) return awaited;
   const std::optional<Status> attempt = state_->core->last_attempt();
-  if (!attempt) return DeadlineExceededError("no answer from the store for mutex '" + mutex() + "'");
+  if (!attempt)
+    return deadline_exceeded_error("no answer from the store for mutex '" + mutex() + "'");
   if (!attempt->ok()) return *attempt;
   return false;  // another owner has it
 }
@@ -161,8 +165,8 @@ Status Locker::release() {
     state_->token = 0;
     ++state_->lifecycle;
   }
-  if (state_->core->status() != ServiceStatus::kRunning) return OkStatus();
-  return state_->core->Stop();
+  if (state_->core->status() != ServiceStatus::kRunning) return ok_status();
+  return state_->core->stop();
 }
 
 bool Locker::is_held() const {

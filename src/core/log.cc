@@ -7,7 +7,7 @@
 namespace simba::internal {
 namespace {
 
-LogLevel ConfiguredLevel() {
+LogLevel configured_level() {
   const char* env = std::getenv("SIMBA_LOG");
   if (env == nullptr) return LogLevel::kWarn;
   if (std::strcmp(env, "error") == 0) return LogLevel::kError;
@@ -16,26 +16,30 @@ LogLevel ConfiguredLevel() {
   return LogLevel::kWarn;
 }
 
-const char* LevelName(LogLevel level) {
+const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::kError: return "E";
-    case LogLevel::kWarn: return "W";
-    case LogLevel::kInfo: return "I";
-    case LogLevel::kDebug: return "D";
+    case LogLevel::kError:
+      return "E";
+    case LogLevel::kWarn:
+      return "W";
+    case LogLevel::kInfo:
+      return "I";
+    case LogLevel::kDebug:
+      return "D";
   }
   return "?";
 }
 
 }  // namespace
 
-bool LogEnabled(LogLevel level) {
-  static const LogLevel kConfigured = ConfiguredLevel();
+bool log_enabled(LogLevel level) {
+  static const LogLevel kConfigured = configured_level();
   return static_cast<int>(level) <= static_cast<int>(kConfigured);
 }
 
-void LogLine(LogLevel level, const std::string& line) {
+void log_line(LogLevel level, const std::string& line) {
   // One fprintf per line keeps lines from different threads whole.
-  std::fprintf(stderr, "simba[%s] %s\n", LevelName(level), line.c_str());
+  std::fprintf(stderr, "simba[%s] %s\n", level_name(level), line.c_str());
 }
 
 }  // namespace simba::internal

@@ -24,7 +24,7 @@ constexpr std::size_t kCauses = 4;
 
 // Bucket bounds sorted, without duplicates, NaN or infinities (+Inf is
 // always added on output), whatever order the options gave them in.
-std::vector<double> NormalizedBounds(std::vector<double> bounds) {
+std::vector<double> normalized_bounds(std::vector<double> bounds) {
   bounds.erase(
       std::remove_if(bounds.begin(), bounds.end(), [](double b) { return !std::isfinite(b); }),
       bounds.end());
@@ -33,9 +33,9 @@ std::vector<double> NormalizedBounds(std::vector<double> bounds) {
   return bounds;
 }
 
-PrometheusMetricsOptions Normalized(PrometheusMetricsOptions options) {
-  options.latency_buckets = NormalizedBounds(std::move(options.latency_buckets));
-  options.margin_buckets = NormalizedBounds(std::move(options.margin_buckets));
+PrometheusMetricsOptions normalized(PrometheusMetricsOptions options) {
+  options.latency_buckets = normalized_bounds(std::move(options.latency_buckets));
+  options.margin_buckets = normalized_bounds(std::move(options.margin_buckets));
   return options;
 }
 
@@ -44,7 +44,7 @@ PrometheusMetricsOptions Normalized(PrometheusMetricsOptions options) {
 struct Histogram {
   explicit Histogram(std::size_t bounds) : buckets(bounds + 1, 0) {}
 
-  void Observe(const std::vector<double>& bounds, microseconds value) {
+  void observe(const std::vector<double>& bounds, microseconds value) {
     const double seconds = static_cast<double>(value.count()) / 1e6;
     const auto it = std::lower_bound(bounds.begin(), bounds.end(), seconds);
     ++buckets[static_cast<std::size_t>(it - bounds.begin())];
@@ -62,26 +62,30 @@ constexpr std::array<LossCause, kCauses> kCausesByName = {
     LossCause::kDeadlinePassed, LossCause::kForcedRelease, LossCause::kOtherOwner,
     LossCause::kRenewalFailed};
 
-std::size_t CauseIndex(LossCause cause) {
+std::size_t cause_index(LossCause cause) {
   switch (cause) {
-    case LossCause::kRenewalFailed: return 0;
-    case LossCause::kDeadlinePassed: return 1;
-    case LossCause::kOtherOwner: return 2;
-    case LossCause::kForcedRelease: return 3;
+    case LossCause::kRenewalFailed:
+      return 0;
+    case LossCause::kDeadlinePassed:
+      return 1;
+    case LossCause::kOtherOwner:
+      return 2;
+    case LossCause::kForcedRelease:
+      return 3;
   }
   return 0;
 }
 
 // A label value escaped per the exposition format: backslash, double quote
 // and line feed.
-void AppendLabelValue(std::string& out, std::string_view value) {
-  internal::AppendQuoted(out, value, internal::kLabelQuoting);
+void append_label_value(std::string& out, std::string_view value) {
+  internal::append_quoted(out, value, internal::kLabelQuoting);
 }
 
 // The shortest text that parses back to `value`, in plain decimals where
 // that stays short ("0.0005", "1", "2.5"; the shortest form would give
 // "5e-04"), else with an exponent.
-std::string FormatDouble(double value) {
+std::string format_double(double value) {
   char buf[128];
   const double magnitude = std::fabs(value);
   const bool plain = magnitude == 0 || (magnitude >= 1e-9 && magnitude < 1e21);
@@ -92,10 +96,10 @@ std::string FormatDouble(double value) {
 }
 
 // Microseconds as decimal seconds: 1234567 -> "1.234567", 2500000 -> "2.5".
-std::string SecondsFromMicros(std::int64_t us) { return internal::FixedPoint(us, 6); }
+std::string seconds_from_micros(std::int64_t us) { return internal::fixed_point(us, 6); }
 
-void AppendFamilyHeader(std::string& out, std::string_view name, std::string_view type,
-                        std::string_view help) {
+void append_family_header(std::string& out, std::string_view name, std::string_view type,
+                          std::string_view help) {
   out += "# HELP ";
   out += name;
   out += ' ';
@@ -108,19 +112,19 @@ void AppendFamilyHeader(std::string& out, std::string_view name, std::string_vie
 }
 
 // name{store="...",mutex="..."[,extra]} value
-void AppendSample(std::string& out, std::string_view name, std::string_view store,
-                  std::string_view mutex, std::string_view extra_label,
-                  std::string_view extra_value, std::string_view value) {
+void append_sample(std::string& out, std::string_view name, std::string_view store,
+                   std::string_view mutex, std::string_view extra_label,
+                   std::string_view extra_value, std::string_view value) {
   out += name;
   out += "{store=";
-  AppendLabelValue(out, store);
+  append_label_value(out, store);
   out += ",mutex=";
-  AppendLabelValue(out, mutex);
+  append_label_value(out, mutex);
   if (!extra_label.empty()) {
     out += ',';
     out += extra_label;
     out += '=';
-    AppendLabelValue(out, extra_value);
+    append_label_value(out, extra_value);
   }
   out += "} ";
   out += value;
@@ -156,11 +160,11 @@ struct PrometheusMetrics::Series {
 };
 
 PrometheusMetrics::PrometheusMetrics(PrometheusMetricsOptions options)
-    : options_(Normalized(std::move(options))) {}
+    : options_(normalized(std::move(options))) {}
 
 PrometheusMetrics::~PrometheusMetrics() = default;
 
-PrometheusMetrics::Series& PrometheusMetrics::SeriesLocked(const MetricLabels& labels) {
+PrometheusMetrics::Series& PrometheusMetrics::series_locked(const MetricLabels& labels) {
   auto& labelled = labelled_[std::string(labels.store)];
   std::string_view mutex_label = labels.mutex;
   if (labelled.find(labels.mutex) == labelled.end()) {
@@ -192,24 +196,24 @@ std::string PrometheusMetrics::mutex_label(std::string_view store, std::string_v
 void PrometheusMetrics::acquired(const MetricLabels& labels, microseconds waited,
                                  std::optional<microseconds> handoff) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
+  Series& s = series_locked(labels);
   ++s.acquisitions;
   ++s.owners;
   s.owners_touched = true;
-  s.acquire_latency.Observe(options_.latency_buckets, waited);
-  if (handoff) s.handoff_latency.Observe(options_.latency_buckets, *handoff);
+  s.acquire_latency.observe(options_.latency_buckets, waited);
+  if (handoff) s.handoff_latency.observe(options_.latency_buckets, *handoff);
 }
 
 void PrometheusMetrics::renewed(const MetricLabels& labels, microseconds margin) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
+  Series& s = series_locked(labels);
   ++s.renewals;
-  s.lease_margin.Observe(options_.margin_buckets, margin);
+  s.lease_margin.observe(options_.margin_buckets, margin);
 }
 
 void PrometheusMetrics::released(const MetricLabels& labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
+  Series& s = series_locked(labels);
   ++s.releases;
   --s.owners;
   s.owners_touched = true;
@@ -217,22 +221,22 @@ void PrometheusMetrics::released(const MetricLabels& labels) {
 
 void PrometheusMetrics::lost(const MetricLabels& labels, LossCause cause) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
-  ++s.losses[CauseIndex(cause)];
+  Series& s = series_locked(labels);
+  ++s.losses[cause_index(cause)];
   --s.owners;
   s.owners_touched = true;
 }
 
 void PrometheusMetrics::store_error(const MetricLabels& labels, bool renewal) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
+  Series& s = series_locked(labels);
   ++s.store_errors;
   if (renewal) ++s.renew_failures;
 }
 
 void PrometheusMetrics::waiting_changed(const MetricLabels& labels, int delta) {
   std::lock_guard<std::mutex> lock(mu_);
-  Series& s = SeriesLocked(labels);
+  Series& s = series_locked(labels);
   s.waiting += delta;
   s.waiting_touched = true;
 }
@@ -250,7 +254,7 @@ std::string PrometheusMetrics::expose() const {
     std::string samples;
     for (const auto& [key, series] : series_) sample(samples, key.first, key.second, *series);
     if (samples.empty()) return;
-    AppendFamilyHeader(out, name, type, help);
+    append_family_header(out, name, type, help);
     out += samples;
   };
   // Counters are exposed from the moment their series exists, zeros too:
@@ -261,7 +265,7 @@ std::string PrometheusMetrics::expose() const {
     family(
         name, "counter", help,
         [&](std::string& o, const std::string& store, const std::string& mutex, const Series& s) {
-          AppendSample(o, name, store, mutex, {}, {}, std::to_string(s.*field));
+          append_sample(o, name, store, mutex, {}, {}, std::to_string(s.*field));
         });
   };
   const auto gauge = [&](std::string_view name, std::string_view help, std::int64_t Series::*field,
@@ -270,8 +274,8 @@ std::string PrometheusMetrics::expose() const {
         name, "gauge", help,
         [&](std::string& o, const std::string& store, const std::string& mutex, const Series& s) {
           if (s.*touched) {
-            AppendSample(o, name, store, mutex, {}, {},
-                         std::to_string(std::max<std::int64_t>(s.*field, 0)));
+            append_sample(o, name, store, mutex, {}, {},
+                          std::to_string(std::max<std::int64_t>(s.*field, 0)));
           }
         });
   };
@@ -288,12 +292,12 @@ std::string PrometheusMetrics::expose() const {
           std::uint64_t cumulative = 0;
           for (std::size_t i = 0; i < bounds.size(); ++i) {
             cumulative += h.buckets[i];
-            AppendSample(o, bucket, store, mutex, "le", FormatDouble(bounds[i]),
-                         std::to_string(cumulative));
+            append_sample(o, bucket, store, mutex, "le", format_double(bounds[i]),
+                          std::to_string(cumulative));
           }
-          AppendSample(o, bucket, store, mutex, "le", "+Inf", std::to_string(h.count));
-          AppendSample(o, sum, store, mutex, {}, {}, SecondsFromMicros(h.sum_us));
-          AppendSample(o, count, store, mutex, {}, {}, std::to_string(h.count));
+          append_sample(o, bucket, store, mutex, "le", "+Inf", std::to_string(h.count));
+          append_sample(o, sum, store, mutex, {}, {}, seconds_from_micros(h.sum_us));
+          append_sample(o, count, store, mutex, {}, {}, std::to_string(h.count));
         });
   };
 
@@ -303,8 +307,8 @@ std::string PrometheusMetrics::expose() const {
          [](std::string& o, const std::string& store, const std::string& mutex, const Series& s) {
            // Every cause, zeros too (see `counter`).
            for (const LossCause cause : kCausesByName) {
-             AppendSample(o, "simba_losses_total", store, mutex, "cause", LossCauseName(cause),
-                          std::to_string(s.losses[CauseIndex(cause)]));
+             append_sample(o, "simba_losses_total", store, mutex, "cause", loss_cause_name(cause),
+                           std::to_string(s.losses[cause_index(cause)]));
            }
          });
   counter("simba_renewals_total", "Successful lease renewals.", &Series::renewals);
@@ -325,13 +329,14 @@ std::string PrometheusMetrics::expose() const {
   // Per store seen (every report records its store in labelled_, even with
   // max_mutex_labels 0), how many mutexes share mutex="_other".
   if (!labelled_.empty()) {
-    AppendFamilyHeader(out, "simba_mutex_labels_folded", "gauge",
-                       "Distinct mutexes counted under mutex=\"_other\" (over max_mutex_labels).");
+    append_family_header(
+        out, "simba_mutex_labels_folded", "gauge",
+        "Distinct mutexes counted under mutex=\"_other\" (over max_mutex_labels).");
     for (const auto& [store, names] : labelled_) {
       const auto it = folded_.find(store);
       const std::size_t folded = it == folded_.end() ? 0 : it->second.size();
       out += "simba_mutex_labels_folded{store=";
-      AppendLabelValue(out, store);
+      append_label_value(out, store);
       out += "} ";
       out += std::to_string(folded);
       out += '\n';

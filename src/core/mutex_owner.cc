@@ -2,12 +2,12 @@
 
 namespace simba {
 
-const MutexOwner& MutexOwner::None() {
+const MutexOwner& MutexOwner::none() {
   static const MutexOwner* const kNone = new MutexOwner();
   return *kNone;
 }
 
-const MutexState& MutexState::None() {
+const MutexState& MutexState::none() {
   static const MutexState* const kNone = new MutexState();
   return *kNone;
 }

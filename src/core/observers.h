@@ -23,12 +23,12 @@ struct Observers {
   bool any() const { return metrics != nullptr || events != nullptr; }
   // Counts `event` in the metrics (a store error as a renewal's when
   // `renewal`), then hands it to the listener. On the caller's thread.
-  void Deliver(const LockEvent& event, bool renewal = false) const;
+  void deliver(const LockEvent& event, bool renewal = false) const;
 };
 
 // A LockEvent stamped now: system time, and `clock`'s for `monotonic`.
-LockEvent MakeLockEvent(LockEvent::Kind kind, std::string store, std::string mutex,
-                        std::string contender_id, std::uint64_t token, const Clock& clock);
+LockEvent make_lock_event(LockEvent::Kind kind, std::string store, std::string mutex,
+                          std::string contender_id, std::uint64_t token, const Clock& clock);
 
 }  // namespace simba::internal
 

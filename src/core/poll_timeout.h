@@ -12,7 +12,7 @@ namespace simba::internal {
 
 // Milliseconds left until `deadline`, rounded up so that poll() never wakes
 // before it (and capped to fit an int); -1 once it has passed.
-inline int PollTimeout(Deadline deadline) {
+inline int poll_timeout(Deadline deadline) {
   const auto left = deadline - std::chrono::steady_clock::now();
   if (left <= std::chrono::steady_clock::duration::zero()) return -1;
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(left).count();

@@ -5,16 +5,16 @@
 
 #include "simba/keyed_lock.h"
 
-// BackendRegistry::Default(), OpenBackend() and RegisterBuiltinBackends() are
+// BackendRegistry::global(), open_backend() and register_builtin_backends() are
 // in src/registry/builtin_backends.cc: they depend on the optional backends,
 // which link against simba_core, so they cannot live in simba_core itself.
 
 namespace simba {
 namespace {
 
-// The same rule as Uri::Parse applies, so that every registered scheme is
+// The same rule as Uri::parse applies, so that every registered scheme is
 // reachable by some URI.
-bool IsValidScheme(std::string_view scheme) {
+bool is_valid_scheme(std::string_view scheme) {
   const auto is_alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
   if (scheme.empty() || !is_alpha(scheme.front())) return false;
   return std::all_of(scheme.begin(), scheme.end(), [&](char c) {
@@ -24,82 +24,82 @@ bool IsValidScheme(std::string_view scheme) {
 
 }  // namespace
 
-Status BackendRegistry::Register(std::string scheme, Opener opener) {
-  return Register(std::move(scheme), StoreEntry{std::move(opener), nullptr, nullptr});
+Status BackendRegistry::add(std::string scheme, Opener opener) {
+  return add(std::move(scheme), StoreEntry{std::move(opener), nullptr, nullptr});
 }
 
-Status BackendRegistry::Register(std::string scheme, StoreEntry entry) {
-  if (!IsValidScheme(scheme)) {
-    return InvalidArgumentError("invalid store scheme '" + scheme +
-                                "': a scheme starts with a letter and has only letters, "
-                                "digits, '+', '-' and '.'");
+Status BackendRegistry::add(std::string scheme, StoreEntry entry) {
+  if (!is_valid_scheme(scheme)) {
+    return invalid_argument_error("invalid store scheme '" + scheme +
+                                  "': a scheme starts with a letter and has only letters, "
+                                  "digits, '+', '-' and '.'");
   }
   std::transform(scheme.begin(), scheme.end(), scheme.begin(), [](char c) {
     return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
   });
   if (!entry.open) {
-    return InvalidArgumentError("no opener given for store scheme '" + scheme + "'");
+    return invalid_argument_error("no opener given for store scheme '" + scheme + "'");
   }
   const std::lock_guard<std::mutex> lock(mu_);
   if (entries_.contains(scheme)) {
-    return AlreadyExistsError("store scheme '" + scheme + "' is registered already");
+    return already_exists_error("store scheme '" + scheme + "' is registered already");
   }
   entries_.emplace(std::move(scheme), std::move(entry));
-  return OkStatus();
+  return ok_status();
 }
 
-Result<BackendRegistry::StoreEntry> BackendRegistry::Find(const Uri& uri) const {
+Result<BackendRegistry::StoreEntry> BackendRegistry::find(const Uri& uri) const {
   {
     const std::lock_guard<std::mutex> lock(mu_);
     const auto it = entries_.find(uri.scheme);
     if (it != entries_.end()) return it->second;
   }
-  // Schemes() takes the lock again; it is not held here.
-  const std::vector<std::string> schemes = Schemes();
+  // schemes() takes the lock again; it is not held here.
+  const std::vector<std::string> schemes = this->schemes();
   std::string supported;
   for (const std::string& scheme : schemes) {
     if (!supported.empty()) supported += ", ";
     supported += scheme;
   }
-  return UnimplementedError("unknown store scheme '" + uri.scheme + "' in '" + uri.ToString() +
-                            "'; " +
-                            (schemes.empty() ? std::string("no store schemes are registered")
-                                             : "this build supports: " + supported));
+  return unimplemented_error("unknown store scheme '" + uri.scheme + "' in '" + uri.to_string() +
+                             "'; " +
+                             (schemes.empty() ? std::string("no store schemes are registered")
+                                              : "this build supports: " + supported));
 }
 
-Result<std::shared_ptr<Backend>> BackendRegistry::Open(std::string_view text) const {
-  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
-  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, Find(uri));
+Result<std::shared_ptr<Backend>> BackendRegistry::open(std::string_view text) const {
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::parse(text));
+  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, find(uri));
   // Called without the lock: opening may connect to a server and take a
   // while, and an opener may itself use the registry.
   Result<std::shared_ptr<Backend>> backend = entry.open(uri);
-  if (!backend.ok()) return backend.status().WithContext("opening " + uri.ToString());
+  if (!backend.ok()) return backend.status().with_context("opening " + uri.to_string());
   if (*backend == nullptr) {
-    return InternalError("the opener for store scheme '" + uri.scheme +
-                         "' returned no backend for " + uri.ToString());
+    return internal_error("the opener for store scheme '" + uri.scheme +
+                          "' returned no backend for " + uri.to_string());
   }
   return backend;
 }
 
-Result<std::shared_ptr<KeyedLockBackend>> BackendRegistry::OpenKeyed(
+Result<std::shared_ptr<KeyedLockBackend>> BackendRegistry::open_keyed(
     std::string_view text, const KeyedLockOptions& options) const {
-  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
-  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, Find(uri));
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::parse(text));
+  SIMBA_ASSIGN_OR_RETURN(const StoreEntry entry, find(uri));
   if (entry.open_keyed) {
     Result<std::shared_ptr<KeyedLockBackend>> keyed = entry.open_keyed(uri, options);
     if (keyed.ok() && *keyed == nullptr) {
-      return InternalError("the keyed opener for store scheme '" + uri.scheme +
-                           "' returned no backend for " + uri.ToString());
+      return internal_error("the keyed opener for store scheme '" + uri.scheme +
+                            "' returned no backend for " + uri.to_string());
     }
     return keyed;
   }
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, Open(text));
-  return NewLeaseKeyedLockBackend(std::move(backend), options.lease, options.metrics,
-                                  options.events);
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, open(text));
+  return new_lease_keyed_lock_backend(std::move(backend), options.lease, options.metrics,
+                                      options.events);
 }
 
-Result<std::string> BackendRegistry::Schema(std::string_view text) const {
-  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::Parse(text));
+Result<std::string> BackendRegistry::schema(std::string_view text) const {
+  SIMBA_ASSIGN_OR_RETURN(const Uri uri, Uri::parse(text));
   SchemaMaker schema;
   {
     const std::lock_guard<std::mutex> lock(mu_);
@@ -107,14 +107,14 @@ Result<std::string> BackendRegistry::Schema(std::string_view text) const {
     if (it != entries_.end()) schema = it->second.schema;
   }
   if (!schema) {
-    return UnimplementedError("'" + uri.scheme +
-                              "' stores have no table for a DBA to create (only SQL servers do; "
-                              "the backend creates what it needs)");
+    return unimplemented_error("'" + uri.scheme +
+                               "' stores have no table for a DBA to create (only SQL servers do; "
+                               "the backend creates what it needs)");
   }
   return schema(uri);
 }
 
-std::vector<std::string> BackendRegistry::Schemes() const {
+std::vector<std::string> BackendRegistry::schemes() const {
   const std::lock_guard<std::mutex> lock(mu_);
   std::vector<std::string> schemes;
   schemes.reserve(entries_.size());

@@ -11,7 +11,7 @@
 namespace simba::internal {
 namespace {
 
-void RunGuarded(const Task& task, const char* where) {
+void run_guarded(const Task& task, const char* where) {
   try {
     task();
   } catch (const std::exception& e) {
@@ -23,11 +23,11 @@ void RunGuarded(const Task& task, const char* where) {
 
 // Every live Runtime, and a count of tasks handed on between threads, for
 // Runtime::all_idle.
-std::mutex& RegistryMutex() {
+std::mutex& registry_mutex() {
   static std::mutex mu;
   return mu;
 }
-std::set<const Runtime*>& Registry() {
+std::set<const Runtime*>& registry() {
   static std::set<const Runtime*> runtimes;
   return runtimes;
 }
@@ -51,13 +51,13 @@ ThreadPool::ThreadPool(std::string name, int threads)
   threads_.reserve(static_cast<std::size_t>(threads));
   for (int i = 0; i < threads; ++i) {
     threads_.push_back(std::make_unique<Worker>());
-    threads_.back()->start([state = state_] { Work(state); });
+    threads_.back()->start([state = state_] { work(state); });
   }
 }
 
-ThreadPool::~ThreadPool() { Shutdown(); }
+ThreadPool::~ThreadPool() { shutdown(); }
 
-bool ThreadPool::Post(Task task, bool urgent) {
+bool ThreadPool::post(Task task, bool urgent) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->closed) return false;
@@ -72,7 +72,7 @@ bool ThreadPool::Post(Task task, bool urgent) {
   return true;
 }
 
-void ThreadPool::Shutdown() {
+void ThreadPool::shutdown() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->closed = true;
@@ -93,20 +93,20 @@ std::size_t ThreadPool::busy() const {
   return state_->queue.size() + state_->running;
 }
 
-void ThreadPool::Work(const std::shared_ptr<State>& state) {
+void ThreadPool::work(const std::shared_ptr<State>& state) {
   for (;;) {
     Task task;
     {
       std::unique_lock<std::mutex> lock(state->mu);
       state->cv.wait(lock, [&] { return state->closed || !state->queue.empty(); });
-      // Queued tasks still run after Shutdown(): they may be the last
+      // Queued tasks still run after shutdown(): they may be the last
       // notifications a service owes its contender.
       if (state->queue.empty()) return;
       task = std::move(state->queue.front());
       state->queue.pop_front();
       ++state->running;
     }
-    RunGuarded(task, state->name.c_str());
+    run_guarded(task, state->name.c_str());
     task = nullptr;  // its captures may own the pool: drop them before the lock
     std::lock_guard<std::mutex> lock(state->mu);
     --state->running;
@@ -115,21 +115,21 @@ void ThreadPool::Work(const std::shared_ptr<State>& state) {
 
 Strand::Strand(std::shared_ptr<ThreadPool> pool) : pool_(std::move(pool)) {}
 
-void Strand::Post(Task task) {
-  bool schedule = false;
+void Strand::post(Task task) {
+  bool to_schedule = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));
     if (!scheduled_) {
       scheduled_ = true;
-      schedule = true;
+      to_schedule = true;
     }
   }
-  if (schedule) Schedule();
+  if (to_schedule) schedule();
 }
 
-void Strand::Schedule() {
-  if (pool_->Post([self = shared_from_this()] { self->Run(); })) return;
+void Strand::schedule() {
+  if (pool_->post([self = shared_from_this()] { self->run(); })) return;
   std::lock_guard<std::mutex> lock(mu_);
   SIMBA_LOG(kWarn, "callback dropped: the factory is closed");
   queue_.clear();
@@ -137,17 +137,17 @@ void Strand::Schedule() {
   idle_cv_.notify_all();
 }
 
-bool Strand::RunningInThisThread() const {
+bool Strand::running_in_this_thread() const {
   std::lock_guard<std::mutex> lock(mu_);
   return running_thread_ == std::this_thread::get_id();
 }
 
-void Strand::Drain() {
+void Strand::drain() {
   std::unique_lock<std::mutex> lock(mu_);
   idle_cv_.wait(lock, [this] { return !scheduled_ || pool_->closed(); });
 }
 
-void Strand::Run() {
+void Strand::run() {
   // A bounded batch, then yield the pool thread so one busy service cannot
   // starve the callbacks of others.
   constexpr int kBatch = 16;
@@ -165,11 +165,11 @@ void Strand::Run() {
       queue_.pop_front();
       running_thread_ = std::this_thread::get_id();
     }
-    RunGuarded(task, "callback");
+    run_guarded(task, "callback");
     std::lock_guard<std::mutex> lock(mu_);
     running_thread_ = std::thread::id();
   }
-  Schedule();
+  schedule();
 }
 
 struct Runtime::Timers {
@@ -189,30 +189,30 @@ Runtime::Runtime(std::shared_ptr<Clock> clock, int io_threads, int callback_thre
       io_(std::make_shared<ThreadPool>("io", io_threads)),
       callbacks_(std::make_shared<ThreadPool>("callbacks", callback_threads)),
       timers_(std::make_shared<Timers>(clock_)) {
-  timer_thread_.start([timers = timers_] { TimerLoop(timers); });
-  std::lock_guard<std::mutex> lock(RegistryMutex());
-  Registry().insert(this);
+  timer_thread_.start([timers = timers_] { timer_loop(timers); });
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().insert(this);
 }
 
 Runtime::~Runtime() {
   {
-    std::lock_guard<std::mutex> lock(RegistryMutex());
-    Registry().erase(this);
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    registry().erase(this);
   }
-  Shutdown();
+  shutdown();
 }
 
 bool Runtime::all_idle(std::size_t blocked_io) {
-  std::lock_guard<std::mutex> registry(RegistryMutex());
+  std::lock_guard<std::mutex> registry_lock(registry_mutex());
   const std::uint64_t before = posts.load();
   std::size_t io = 0;
-  for (const Runtime* runtime : Registry()) {
+  for (const Runtime* runtime : registry()) {
     {
       Timers& timers = *runtime->timers_;
       std::lock_guard<std::mutex> lock(timers.mu);
       if (timers.running) return false;
       if (!timers.closed && !timers.due.empty() &&
-          timers.due.begin()->first.first <= timers.clock->Now()) {
+          timers.due.begin()->first.first <= timers.clock->now()) {
         return false;
       }
     }
@@ -224,7 +224,7 @@ bool Runtime::all_idle(std::size_t blocked_io) {
   return io <= blocked_io && posts.load() == before;
 }
 
-Runtime::TimerId Runtime::ScheduleAt(Clock::TimePoint when, Task task) {
+Runtime::TimerId Runtime::schedule_at(Clock::TimePoint when, Task task) {
   TimerId id;
   {
     std::lock_guard<std::mutex> lock(timers_->mu);
@@ -238,7 +238,7 @@ Runtime::TimerId Runtime::ScheduleAt(Clock::TimePoint when, Task task) {
   return id;
 }
 
-void Runtime::Cancel(TimerId id) {
+void Runtime::cancel(TimerId id) {
   if (id == 0) return;
   std::lock_guard<std::mutex> lock(timers_->mu);
   auto it = timers_->when.find(id);
@@ -247,7 +247,7 @@ void Runtime::Cancel(TimerId id) {
   timers_->when.erase(it);
 }
 
-void Runtime::Shutdown() {
+void Runtime::shutdown() {
   {
     std::lock_guard<std::mutex> lock(timers_->mu);
     if (timers_->closed) return;
@@ -259,8 +259,8 @@ void Runtime::Shutdown() {
   // From one of its own timers, the timer thread is left to end by itself
   // (Worker::join) when that timer returns: it holds the state it uses.
   timer_thread_.join();
-  io_->Shutdown();
-  callbacks_->Shutdown();
+  io_->shutdown();
+  callbacks_->shutdown();
 }
 
 bool Runtime::closed() const {
@@ -268,7 +268,7 @@ bool Runtime::closed() const {
   return timers_->closed;
 }
 
-void Runtime::TimerLoop(const std::shared_ptr<Timers>& timers) {
+void Runtime::timer_loop(const std::shared_ptr<Timers>& timers) {
   std::unique_lock<std::mutex> lock(timers->mu);
   while (!timers->closed) {
     if (timers->due.empty()) {
@@ -277,8 +277,8 @@ void Runtime::TimerLoop(const std::shared_ptr<Timers>& timers) {
     }
     auto first = timers->due.begin();
     const Clock::TimePoint when = first->first.first;
-    if (timers->clock->Now() < when) {
-      timers->clock->WaitUntil(timers->cv, lock, when);
+    if (timers->clock->now() < when) {
+      timers->clock->wait_until(timers->cv, lock, when);
       continue;
     }
     Task task = std::move(first->second);
@@ -287,7 +287,7 @@ void Runtime::TimerLoop(const std::shared_ptr<Timers>& timers) {
     timers->running = true;
     posts.fetch_add(1);
     lock.unlock();
-    RunGuarded(task, "timer");
+    run_guarded(task, "timer");
     task = nullptr;  // its captures may own the Runtime: drop them before the lock
     lock.lock();
     timers->running = false;

@@ -34,11 +34,11 @@ class ThreadPool {
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
-  // Queues `task`; returns false (and drops it) after Shutdown().
+  // Queues `task`; returns false (and drops it) after shutdown().
   // `urgent` puts the task before every queued one.
-  bool Post(Task task, bool urgent = false);
+  bool post(Task task, bool urgent = false);
   // Runs what is queued, then joins the threads. Idempotent.
-  void Shutdown();
+  void shutdown();
   bool closed() const;
   // Tasks queued or running (for Runtime::all_idle).
   std::size_t busy() const;
@@ -47,7 +47,7 @@ class ThreadPool {
   struct State;
   // The queue, shared with the threads: a pool shut down (and destroyed)
   // from one of its own tasks leaves that thread only what it owns.
-  static void Work(const std::shared_ptr<State>& state);
+  static void work(const std::shared_ptr<State>& state);
 
   const std::shared_ptr<State> state_;
   std::vector<std::unique_ptr<Worker>> threads_;
@@ -58,17 +58,17 @@ class Strand : public std::enable_shared_from_this<Strand> {
  public:
   explicit Strand(std::shared_ptr<ThreadPool> pool);
 
-  void Post(Task task);
+  void post(Task task);
   // True when called from inside a task of this strand.
-  bool RunningInThisThread() const;
+  bool running_in_this_thread() const;
   // Blocks until every task posted so far has run (returns at once if the pool
   // is closed). Must not be called from inside a task of this strand.
-  void Drain();
+  void drain();
 
  private:
-  void Run();
+  void run();
   // Queues Run() on the pool; a closed pool drops the queue.
-  void Schedule();
+  void schedule();
 
   std::shared_ptr<ThreadPool> pool_;
   mutable std::mutex mu_;
@@ -89,20 +89,20 @@ class Runtime {
 
   const std::shared_ptr<Clock>& clock() const { return clock_; }
 
-  // Runs `task` on the timer thread once clock()->Now() >= when. Returns 0
-  // (and drops the task) after Shutdown().
-  TimerId ScheduleAt(Clock::TimePoint when, Task task);
+  // Runs `task` on the timer thread once clock()->now() >= when. Returns 0
+  // (and drops the task) after shutdown().
+  TimerId schedule_at(Clock::TimePoint when, Task task);
   // Forgets a timer that has not run yet; a no-op otherwise.
-  void Cancel(TimerId id);
+  void cancel(TimerId id);
 
   // `urgent` tasks (an owner's renewal) go before everything queued, so a
   // backlog of acquisitions on a slow store cannot make a lease lapse.
-  bool PostIo(Task task, bool urgent = false) { return io_->Post(std::move(task), urgent); }
-  std::shared_ptr<Strand> MakeStrand() { return std::make_shared<Strand>(callbacks_); }
+  bool post_io(Task task, bool urgent = false) { return io_->post(std::move(task), urgent); }
+  std::shared_ptr<Strand> make_strand() { return std::make_shared<Strand>(callbacks_); }
 
   // Stops the timer thread (pending timers are dropped), then drains and joins
   // the pools. Idempotent.
-  void Shutdown();
+  void shutdown();
   bool closed() const;
 
   // A hook for tests on a ManualClock that must check that something did
@@ -117,7 +117,7 @@ class Runtime {
   // The timers, shared with the timer thread: a Runtime shut down (and
   // destroyed) from one of its own timers leaves that thread only what it
   // owns.
-  static void TimerLoop(const std::shared_ptr<Timers>& timers);
+  static void timer_loop(const std::shared_ptr<Timers>& timers);
 
   const std::shared_ptr<Clock> clock_;
   std::shared_ptr<ThreadPool> io_;

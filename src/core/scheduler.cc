@@ -27,14 +27,14 @@ struct Scheduler::State {
   std::jthread worker;
   std::mutex control_mu;  // serializes start/stop
 
-  void OnAcquired() {
+  void on_acquired() {
     std::lock_guard<std::mutex> lock(mu);
     ++leadership;
     leading = true;
     run_stop = std::stop_source();
     cv.notify_all();
   }
-  void OnReleased() {
+  void on_released() {
     std::lock_guard<std::mutex> lock(mu);
     ++leadership;
     leading = false;
@@ -42,7 +42,7 @@ struct Scheduler::State {
     cv.notify_all();
   }
 
-  void Loop(const std::stop_token& stop, MutexContendService* service) {
+  void loop(const std::stop_token& stop, MutexContendService* service) {
     // Registered before taking `mu`: if stop was already requested, the
     // callback runs right here and needs the lock itself.
     std::stop_callback wake(stop, [this] {
@@ -56,17 +56,17 @@ struct Scheduler::State {
         continue;
       }
       const std::uint64_t epoch = leadership;
-      Clock::TimePoint next = clock->Now() + config.initial_delay;
+      Clock::TimePoint next = clock->now() + config.initial_delay;
       while (!stop.stop_requested() && leadership == epoch) {
-        if (clock->Now() < next) {
-          clock->WaitUntil(cv, lock, next);
+        if (clock->now() < next) {
+          clock->wait_until(cv, lock, next);
           continue;
         }
         std::stop_source run = run_stop;
         lock.unlock();
         // The lease is checked before every run, not just the cached owner.
         const std::uint64_t token = service->fencing_token();
-        const Clock::TimePoint started = clock->Now();
+        const Clock::TimePoint started = clock->now();
         if (token != 0 && !run.stop_requested()) {
           try {
             work(WorkContext{mutex, token, run.get_token()});
@@ -80,7 +80,7 @@ struct Scheduler::State {
         if (config.strategy == ScheduleConfig::Strategy::kFixedRate) {
           next = started + config.period;
         } else {
-          next = clock->Now() + config.period;
+          next = clock->now() + config.period;
         }
       }
     }
@@ -110,12 +110,12 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(MutexContendServiceFactory&
                                                      std::string mutex, ScheduleConfig config,
                                                      std::function<void(const WorkContext&)> work,
                                                      SchedulerOptions options) {
-  if (!work) return InvalidArgumentError("work must not be empty");
+  if (!work) return invalid_argument_error("work must not be empty");
   if (config.period <= std::chrono::milliseconds(0)) {
-    return InvalidArgumentError("period must be > 0");
+    return invalid_argument_error("period must be > 0");
   }
   if (config.initial_delay < std::chrono::milliseconds(0)) {
-    return InvalidArgumentError("initial_delay must be >= 0");
+    return invalid_argument_error("initial_delay must be >= 0");
   }
   auto state = std::make_shared<State>();
   state->mutex = mutex;
@@ -123,15 +123,15 @@ Result<std::unique_ptr<Scheduler>> Scheduler::create(MutexContendServiceFactory&
   state->work = std::move(work);
   state->clock = factory.clock();
   std::weak_ptr<State> weak = state;
-  std::string id = options.contender_id.empty() ? MutexContender::GenerateHostContenderId()
+  std::string id = options.contender_id.empty() ? MutexContender::generate_host_contender_id()
                                                 : std::move(options.contender_id);
   auto contender = std::make_shared<SchedulerContender>(
       std::move(mutex), std::move(id),
       [weak] {
-        if (auto s = weak.lock()) s->OnAcquired();
+        if (auto s = weak.lock()) s->on_acquired();
       },
       [weak] {
-        if (auto s = weak.lock()) s->OnReleased();
+        if (auto s = weak.lock()) s->on_released();
       });
   SIMBA_ASSIGN_OR_RETURN(auto service,
                          factory.create_contend_service(
@@ -151,7 +151,7 @@ Status Scheduler::start() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->running) {
-      return FailedPreconditionError("scheduler '" + state_->mutex + "' is already running");
+      return failed_precondition_error("scheduler '" + state_->mutex + "' is already running");
     }
     state_->leading = false;
   }
@@ -160,8 +160,8 @@ Status Scheduler::start() {
   state_->running = true;
   MutexContendService* service = service_.get();
   state_->worker = std::jthread(
-      [state = state_.get(), service](std::stop_token stop) { state->Loop(stop, service); });
-  return OkStatus();
+      [state = state_.get(), service](std::stop_token stop) { state->loop(stop, service); });
+  return ok_status();
 }
 
 Status Scheduler::stop() {
@@ -170,7 +170,7 @@ Status Scheduler::stop() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (!state_->running) {
-      return FailedPreconditionError("scheduler '" + state_->mutex + "' is not running");
+      return failed_precondition_error("scheduler '" + state_->mutex + "' is not running");
     }
     state_->running = false;
     state_->run_stop.request_stop();

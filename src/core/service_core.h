@@ -49,11 +49,11 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
               std::shared_ptr<MutexContender> contender, ContendOptions options,
               std::chrono::milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
-              std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
-              ServiceHooks hooks, Observers observers = {});
+              std::shared_ptr<Backend> backend, std::shared_ptr<Random> random, ServiceHooks hooks,
+              Observers observers = {});
 
-  Status Start();
-  Status Stop();
+  Status start();
+  Status stop();
 
   ServiceStatus status() const;
   const std::string& mutex() const { return mutex_; }
@@ -79,37 +79,36 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
  private:
   using Generation = std::uint64_t;
 
-  void ScheduleAttemptLocked(std::chrono::milliseconds delay);
-  void OnAttemptTimer(Generation gen);
+  void schedule_attempt_locked(std::chrono::milliseconds delay);
+  void on_attempt_timer(Generation gen);
   // Hands the attempt to the I/O pool now (or asks the one in flight to
   // run again).
-  void StartAttemptLocked(Generation gen);
+  void start_attempt_locked(Generation gen);
   // `losses_seen` is losses_ when the attempt was handed off.
-  void RunAttempt(Generation gen, std::uint64_t losses_seen);
-  void OnLeaseDeadline(Generation gen);
-  void OnEvent(Generation gen, const MutexEvent& event);
+  void run_attempt(Generation gen, std::uint64_t losses_seen);
+  void on_lease_deadline(Generation gen);
+  void on_event(Generation gen, const MutexEvent& event);
   // Subscribes to the store's pushes for lifecycle `gen`; null if the store
   // has none or subscribing failed (logged; polling still works).
-  std::unique_ptr<Subscription> Subscribe(Generation gen, Status* error);
+  std::unique_ptr<Subscription> open_subscription(Generation gen, Status* error);
   // Records `owner` as the new "after" state and queues the callback.
-  void ApplyLocked(const MutexOwner& owner);
-  bool IsOwnerLocked(Clock::TimePoint now) const;
+  void apply_locked(const MutexOwner& owner);
+  bool is_owner_locked(Clock::TimePoint now) const;
   // Reports to the observers, in order on the strand, outside every lock.
   // `renewal` marks a store error of an owner. No-ops without observers.
-  void ReportLocked(LockEvent event, bool renewal = false);
+  void report_locked(LockEvent event, bool renewal = false);
   // A LockEvent of `kind` about this contender and `token`, stamped now.
-  LockEvent MakeEventLocked(LockEvent::Kind kind, std::uint64_t token) const;
+  LockEvent make_event_locked(LockEvent::Kind kind, std::uint64_t token) const;
   // A reply made us the owner (or renewed us) until `deadline`: report it
   // (before lease_deadline_ and state_ take the new values).
-  void ReportHoldLocked(const MutexOwner& owner, Clock::TimePoint now,
-                        Clock::TimePoint deadline);
+  void report_hold_locked(const MutexOwner& owner, Clock::TimePoint now, Clock::TimePoint deadline);
   // Our hold (state_.after) ended without our giving it up: report the loss.
-  void ReportLossLocked(LossCause cause, std::string why);
+  void report_loss_locked(LossCause cause, std::string why);
   // Counts this contender as waiting (or not) in the metrics' gauge.
-  void SetWaitingLocked(bool waiting);
-  StoreTime EstimatedStoreNowLocked(Clock::TimePoint now) const;
-  std::chrono::milliseconds FailureDelayLocked(Clock::TimePoint now, const Status& error);
-  Deadline StoreDeadline() const;
+  void set_waiting_locked(bool waiting);
+  StoreTime estimated_store_now_locked(Clock::TimePoint now) const;
+  std::chrono::milliseconds failure_delay_locked(Clock::TimePoint now, const Status& error);
+  Deadline store_deadline() const;
 
   const Mode mode_;
   const std::shared_ptr<MutexRetriever> retriever_;
@@ -184,19 +183,17 @@ class FactoryImpl {
   FactoryImpl& operator=(const FactoryImpl&) = delete;
 
   // Checks `options` as MutexContendServiceFactory::create does.
-  static Status Validate(const FactoryOptions& options);
+  static Status validate(const FactoryOptions& options);
 
-  Result<std::unique_ptr<MutexContendService>> CreateContendService(
-      std::shared_ptr<MutexContender> contender, const ContendOptions& options,
-      ServiceHooks hooks);
-  Result<std::unique_ptr<MutexRetrievalService>> CreateRetrievalService(
+  Result<std::unique_ptr<MutexContendService>> create_contend_service(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options, ServiceHooks hooks);
+  Result<std::unique_ptr<MutexRetrievalService>> create_retrieval_service(
       std::shared_ptr<MutexRetriever> retriever);
   // A contend core without a public handle (keyed leases drive it
   // themselves). Validated as CreateContendService; tracked, so the factory's
   // end stops it.
-  Result<std::shared_ptr<ServiceCore>> CreateContendCore(
-      std::shared_ptr<MutexContender> contender, const ContendOptions& options,
-      ServiceHooks hooks);
+  Result<std::shared_ptr<ServiceCore>> create_contend_core(
+      std::shared_ptr<MutexContender> contender, const ContendOptions& options, ServiceHooks hooks);
 
   const std::shared_ptr<Backend>& backend() const { return backend_; }
   const std::shared_ptr<Clock>& clock() const { return options_.clock; }
@@ -206,7 +203,7 @@ class FactoryImpl {
   const Observers& observers() const { return observers_; }
 
  private:
-  void Track(const std::shared_ptr<ServiceCore>& core);
+  void track(const std::shared_ptr<ServiceCore>& core);
 
   const std::shared_ptr<Backend> backend_;
   FactoryOptions options_;
@@ -219,10 +216,10 @@ class FactoryImpl {
 // How the library reaches a factory's implementation (a friend of
 // MutexContendServiceFactory).
 struct FactoryAccess {
-  static const std::shared_ptr<FactoryImpl>& Of(const MutexContendServiceFactory& factory) {
+  static const std::shared_ptr<FactoryImpl>& of(const MutexContendServiceFactory& factory) {
     return factory.impl_;
   }
-  static std::unique_ptr<MutexContendServiceFactory> Wrap(std::shared_ptr<FactoryImpl> impl) {
+  static std::unique_ptr<MutexContendServiceFactory> wrap(std::shared_ptr<FactoryImpl> impl) {
     return std::unique_ptr<MutexContendServiceFactory>(
         new MutexContendServiceFactory(std::move(impl)));
   }

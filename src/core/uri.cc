@@ -12,37 +12,37 @@ namespace {
 
 constexpr std::string_view kHidden = "****";
 
-bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsControl(char c) {
+bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_control(char c) {
   const auto u = static_cast<unsigned char>(c);
   return u < 0x20 || u == 0x7f;
 }
-char ToLower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
+char to_lower(char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c; }
 
-int HexValue(char c) {
+int hex_value(char c) {
   if (c >= '0' && c <= '9') return c - '0';
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
 }
 
-std::string Lower(std::string_view s) {
+std::string lower_cased(std::string_view s) {
   std::string out(s);
-  for (char& c : out) c = ToLower(c);
+  for (char& c : out) c = to_lower(c);
   return out;
 }
 
 // RFC 3986 "unreserved": a host name outside brackets is limited to these so
 // that a stray space, quote or '%' is reported instead of reaching a resolver.
-bool IsHostChar(char c) {
-  return IsAlpha(c) || IsDigit(c) || c == '-' || c == '.' || c == '_' || c == '~';
+bool is_host_char(char c) {
+  return is_alpha(c) || is_digit(c) || c == '-' || c == '.' || c == '_' || c == '~';
 }
 
 // libpq and others accept credentials as query parameters; their values get
 // the same protection as the password.
-bool IsSecretQueryKey(std::string_view key) {
-  const std::string lower = Lower(key);
+bool is_secret_query_key(std::string_view key) {
+  const std::string lower = lower_cased(key);
   for (std::string_view word : {"password", "passwd", "secret", "token"}) {
     if (lower.find(word) != std::string::npos) return true;
   }
@@ -52,7 +52,7 @@ bool IsSecretQueryKey(std::string_view key) {
 // `s` with each byte for which `escape` holds written as `format` (a printf
 // format for the byte).
 template <class Pred>
-std::string Escape(std::string_view s, const char* format, Pred escape) {
+std::string escape(std::string_view s, const char* format, Pred escape) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
@@ -69,13 +69,13 @@ std::string Escape(std::string_view s, const char* format, Pred escape) {
 
 // Control characters are shown escaped so that, e.g., a newline read from a
 // config file is visible in the message instead of breaking it.
-std::string Printable(std::string_view s) { return Escape(s, "\\x%02x", IsControl); }
+std::string printable(std::string_view s) { return escape(s, "\\x%02x", is_control); }
 
 // Percent-encodes what would otherwise be read back differently (`reserved`),
 // '%', blanks and control characters; everything else stays readable.
-std::string Encode(std::string_view s, std::string_view reserved) {
-  return Escape(s, "%%%02X", [reserved](char c) {
-    return static_cast<unsigned char>(c) <= 0x20 || IsControl(c) || c == '%' ||
+std::string encode(std::string_view s, std::string_view reserved) {
+  return escape(s, "%%%02X", [reserved](char c) {
+    return static_cast<unsigned char>(c) <= 0x20 || is_control(c) || c == '%' ||
            reserved.find(c) != std::string_view::npos;
   });
 }
@@ -83,23 +83,23 @@ std::string Encode(std::string_view s, std::string_view reserved) {
 // Calls `item` with each piece of `list` between `separator`s, empty ones
 // included, until it returns an error.
 template <class Fn>
-Status ForEachItem(std::string_view list, char separator, Fn item) {
+Status for_each_item(std::string_view list, char separator, Fn item) {
   for (;;) {
     const std::size_t end = list.find(separator);
     SIMBA_RETURN_IF_ERROR(item(list.substr(0, end)));
-    if (end == std::string_view::npos) return OkStatus();
+    if (end == std::string_view::npos) return ok_status();
     list.remove_prefix(end + 1);
   }
 }
 
-bool IsValidScheme(std::string_view scheme) {
-  if (scheme.empty() || !IsAlpha(scheme.front())) return false;
+bool is_valid_scheme(std::string_view scheme) {
+  if (scheme.empty() || !is_alpha(scheme.front())) return false;
   return std::all_of(scheme.begin(), scheme.end(), [](char c) {
-    return IsAlpha(c) || IsDigit(c) || c == '+' || c == '-' || c == '.';
+    return is_alpha(c) || is_digit(c) || c == '+' || c == '-' || c == '.';
   });
 }
 
-std::string JoinQuoted(const std::vector<std::string_view>& items) {
+std::string join_quoted(const std::vector<std::string_view>& items) {
   std::string out;
   for (std::string_view item : items) {
     if (!out.empty()) out += ", ";
@@ -109,7 +109,7 @@ std::string JoinQuoted(const std::vector<std::string_view>& items) {
 }
 
 // Levenshtein distance, for "did you mean" on a mistyped query key.
-std::size_t EditDistance(std::string_view a, std::string_view b) {
+std::size_t edit_distance(std::string_view a, std::string_view b) {
   std::vector<std::size_t> row(b.size() + 1);
   for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
   for (std::size_t i = 1; i <= a.size(); ++i) {
@@ -129,9 +129,9 @@ std::size_t EditDistance(std::string_view a, std::string_view b) {
 // query values) hidden, and never quotes a fragment that overlaps them.
 class Parser {
  public:
-  explicit Parser(std::string_view text) : text_(text) { FindSecrets(); }
+  explicit Parser(std::string_view text) : text_(text) { find_secrets(); }
 
-  Result<Uri> Parse();
+  Result<Uri> parse();
 
  private:
   struct Range {
@@ -140,35 +140,35 @@ class Parser {
     bool password;  // else a secret query value
   };
 
-  void FindSecrets();
-  void Hide(std::string_view piece, bool password);
+  void find_secrets();
+  void hide(std::string_view piece, bool password);
   // The hidden range `piece` overlaps, if any.
-  const Range* HiddenRange(std::string_view piece) const;
-  std::string Redacted() const;
+  const Range* hidden_range(std::string_view piece) const;
+  std::string redacted() const;
 
   // "<what> '<piece>'<detail> in store URI '<redacted>'", leaving the piece
   // out when it may contain a secret.
-  Status Fail(std::string_view what, std::string_view piece = {},
+  Status fail(std::string_view what, std::string_view piece = {},
               std::string_view detail = {}) const;
 
   // `secret`: quote nothing from `raw` in errors.
-  Result<std::string> Decode(std::string_view raw, std::string_view where,
+  Result<std::string> decode(std::string_view raw, std::string_view where,
                              bool secret = false) const;
-  Status ParseHosts(std::string_view host_list, Uri& uri) const;
-  Status ParseHost(std::string_view entry, Uri& uri) const;
-  Result<std::uint16_t> ParsePort(std::string_view port, std::string_view entry) const;
-  Status ParseQuery(std::string_view query, Uri& uri) const;
+  Status parse_hosts(std::string_view host_list, Uri& uri) const;
+  Status parse_host(std::string_view entry, Uri& uri) const;
+  Result<std::uint16_t> parse_port(std::string_view port, std::string_view entry) const;
+  Status parse_query(std::string_view query, Uri& uri) const;
 
   std::string_view text_;
   std::vector<Range> hidden_;
 };
 
-void Parser::Hide(std::string_view piece, bool password) {
+void Parser::hide(std::string_view piece, bool password) {
   const auto begin = static_cast<std::size_t>(piece.data() - text_.data());
   hidden_.push_back({begin, begin + piece.size(), password});
 }
 
-const Parser::Range* Parser::HiddenRange(std::string_view piece) const {
+const Parser::Range* Parser::hidden_range(std::string_view piece) const {
   if (piece.empty()) return nullptr;
   const auto begin = static_cast<std::size_t>(piece.data() - text_.data());
   const std::size_t end = begin + piece.size();
@@ -182,7 +182,7 @@ const Parser::Range* Parser::HiddenRange(std::string_view piece) const {
 // the authority early, so the password is taken to run from the first ':'
 // after "://" to the LAST '@' anywhere. Without a usable "://" the search
 // starts at the beginning, which covers "redis:/:pw@host" typos.
-void Parser::FindSecrets() {
+void Parser::find_secrets() {
   std::size_t start = 0;
   if (const std::size_t sep = text_.find("://"); sep != std::string_view::npos) {
     const std::string_view scheme = text_.substr(0, sep);
@@ -190,57 +190,56 @@ void Parser::FindSecrets() {
   }
   if (const std::size_t at = text_.rfind('@'); at != std::string_view::npos && at >= start) {
     if (const std::size_t colon = text_.find(':', start); colon < at) {
-      Hide(text_.substr(colon + 1, at - colon - 1), /*password=*/true);
+      hide(text_.substr(colon + 1, at - colon - 1), /*password=*/true);
     }
   }
   if (const std::size_t q = text_.find('?', start); q != std::string_view::npos) {
-    (void)ForEachItem(text_.substr(q + 1), '&', [this](std::string_view item) {
+    (void)for_each_item(text_.substr(q + 1), '&', [this](std::string_view item) {
       if (const std::size_t eq = item.find('='); eq != std::string_view::npos) {
         // The raw key is good enough here: "pass%77ord" is not worth decoding.
-        if (IsSecretQueryKey(item.substr(0, eq))) Hide(item.substr(eq + 1), /*password=*/false);
+        if (is_secret_query_key(item.substr(0, eq))) hide(item.substr(eq + 1), /*password=*/false);
       }
-      return OkStatus();
+      return ok_status();
     });
   }
   std::sort(hidden_.begin(), hidden_.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
 }
 
-std::string Parser::Redacted() const {
+std::string Parser::redacted() const {
   std::string out;
   std::size_t pos = 0;
   for (const Range& r : hidden_) {
     if (r.end <= pos) continue;
-    if (r.begin > pos) out += Printable(text_.substr(pos, r.begin - pos));
+    if (r.begin > pos) out += printable(text_.substr(pos, r.begin - pos));
     out += kHidden;
     pos = r.end;
   }
-  if (pos < text_.size()) out += Printable(text_.substr(pos));
+  if (pos < text_.size()) out += printable(text_.substr(pos));
   return out;
 }
 
-Status Parser::Fail(std::string_view what, std::string_view piece,
-                    std::string_view detail) const {
+Status Parser::fail(std::string_view what, std::string_view piece, std::string_view detail) const {
   std::string message(what);
-  const Range* hidden = HiddenRange(piece);
+  const Range* hidden = hidden_range(piece);
   if (piece.data() != nullptr && hidden == nullptr) {
     message += " '";
-    message += Printable(piece);
+    message += printable(piece);
     message += "'";
   }
   message += detail;
   message += " in store URI '";
-  message += Redacted();
+  message += redacted();
   message += "'";
   if (hidden != nullptr && hidden->password) {
     // Only a password holding an unescaped '/' or '?' (or an '@' in the path
     // or query) makes a parsed piece run into the password.
     message += "; if the password has '/', '?' or '%' in it, write them as %2F, %3F and %25";
   }
-  return InvalidArgumentError(std::move(message));
+  return invalid_argument_error(std::move(message));
 }
 
-Result<std::string> Parser::Decode(std::string_view raw, std::string_view where,
+Result<std::string> Parser::decode(std::string_view raw, std::string_view where,
                                    bool secret) const {
   std::string out;
   out.reserve(raw.size());
@@ -250,16 +249,16 @@ Result<std::string> Parser::Decode(std::string_view raw, std::string_view where,
       continue;
     }
     const std::string_view escape = raw.substr(i, 3);
-    const int hi = escape.size() == 3 ? HexValue(escape[1]) : -1;
-    const int lo = escape.size() == 3 ? HexValue(escape[2]) : -1;
+    const int hi = escape.size() == 3 ? hex_value(escape[1]) : -1;
+    const int lo = escape.size() == 3 ? hex_value(escape[2]) : -1;
     if (hi < 0 || lo < 0) {
-      return Fail("bad percent-escape", secret ? std::string_view() : escape,
+      return fail("bad percent-escape", secret ? std::string_view() : escape,
                   std::string(" in ") + std::string(where) +
                       " (expected '%' and two hex digits; write a literal '%' as %25)");
     }
     if (hi == 0 && lo == 0) {
       // C clients would silently cut the string at the NUL.
-      return Fail("'%00' (a NUL byte) is not allowed in " + std::string(where));
+      return fail("'%00' (a NUL byte) is not allowed in " + std::string(where));
     }
     out += static_cast<char>(hi * 16 + lo);
     i += 2;
@@ -267,37 +266,37 @@ Result<std::string> Parser::Decode(std::string_view raw, std::string_view where,
   return out;
 }
 
-Result<std::uint16_t> Parser::ParsePort(std::string_view port, std::string_view entry) const {
-  if (port.empty()) return Fail("empty port after ':' in host", entry);
-  if (!std::all_of(port.begin(), port.end(), IsDigit)) {
-    return Fail("invalid port", port, " (expected a number from 1 to 65535)");
+Result<std::uint16_t> Parser::parse_port(std::string_view port, std::string_view entry) const {
+  if (port.empty()) return fail("empty port after ':' in host", entry);
+  if (!std::all_of(port.begin(), port.end(), is_digit)) {
+    return fail("invalid port", port, " (expected a number from 1 to 65535)");
   }
   std::uint32_t value = 0;
   const auto parsed = std::from_chars(port.data(), port.data() + port.size(), value);
   if (parsed.ec != std::errc() || value == 0 || value > 65535) {
-    return Fail("port", port, " is out of range (expected a number from 1 to 65535)");
+    return fail("port", port, " is out of range (expected a number from 1 to 65535)");
   }
   return static_cast<std::uint16_t>(value);
 }
 
-Status Parser::ParseHost(std::string_view entry, Uri& uri) const {
+Status Parser::parse_host(std::string_view entry, Uri& uri) const {
   UriHost host;
   std::string_view port;
   bool has_port = false;
   if (entry.front() == '[') {
     const std::size_t close = entry.find(']');
-    if (close == std::string_view::npos) return Fail("missing ']' after IPv6 address", entry);
+    if (close == std::string_view::npos) return fail("missing ']' after IPv6 address", entry);
     const std::string_view address = entry.substr(1, close - 1);
-    const bool valid =
-        address.find(':') != std::string_view::npos &&
-        std::all_of(address.begin(), address.end(),
-                    [](char c) { return HexValue(c) >= 0 || c == ':' || c == '.'; });
-    if (!valid) return Fail("invalid IPv6 address", address);
+    const bool valid = address.find(':') != std::string_view::npos &&
+                       std::all_of(address.begin(), address.end(), [](char c) {
+                         return hex_value(c) >= 0 || c == ':' || c == '.';
+                       });
+    if (!valid) return fail("invalid IPv6 address", address);
     host.host = std::string(address);
     const std::string_view after = entry.substr(close + 1);
     if (!after.empty()) {
       if (after.front() != ':') {
-        return Fail("unexpected text", after, " after ']' (expected ':port')");
+        return fail("unexpected text", after, " after ']' (expected ':port')");
       }
       port = after.substr(1);
       has_port = true;
@@ -307,78 +306,78 @@ Status Parser::ParseHost(std::string_view entry, Uri& uri) const {
     const std::string_view name = entry.substr(0, colon);
     if (colon != std::string_view::npos) {
       if (entry.find(':', colon + 1) != std::string_view::npos) {
-        return Fail("host", entry,
+        return fail("host", entry,
                     " has more than one ':' (write an IPv6 address in brackets, e.g. "
                     "[::1]:6379)");
       }
       port = entry.substr(colon + 1);
       has_port = true;
-      if (name.empty()) return Fail("port without a host name:", entry);
+      if (name.empty()) return fail("port without a host name:", entry);
     }
-    if (const auto bad = std::find_if_not(name.begin(), name.end(), IsHostChar);
+    if (const auto bad = std::find_if_not(name.begin(), name.end(), is_host_char);
         bad != name.end()) {
-      return Fail("invalid character in host name", name,
+      return fail("invalid character in host name", name,
                   " (host names use letters, digits, '-', '.', '_' and '~')");
     }
     host.host = std::string(name);
   }
   if (has_port) {
-    SIMBA_ASSIGN_OR_RETURN(host.port, ParsePort(port, entry));
+    SIMBA_ASSIGN_OR_RETURN(host.port, parse_port(port, entry));
   }
   uri.hosts.push_back(std::move(host));
-  return OkStatus();
+  return ok_status();
 }
 
-Status Parser::ParseHosts(std::string_view host_list, Uri& uri) const {
-  if (host_list.empty()) return OkStatus();
-  return ForEachItem(host_list, ',', [&](std::string_view entry) {
-    if (entry.empty()) return Fail("empty entry in host list", host_list);
-    return ParseHost(entry, uri);
+Status Parser::parse_hosts(std::string_view host_list, Uri& uri) const {
+  if (host_list.empty()) return ok_status();
+  return for_each_item(host_list, ',', [&](std::string_view entry) {
+    if (entry.empty()) return fail("empty entry in host list", host_list);
+    return parse_host(entry, uri);
   });
 }
 
-Status Parser::ParseQuery(std::string_view query, Uri& uri) const {
-  return ForEachItem(query, '&', [&](std::string_view item) -> Status {
+Status Parser::parse_query(std::string_view query, Uri& uri) const {
+  return for_each_item(query, '&', [&](std::string_view item) -> Status {
     // Empty items ("a=1&&b=2", a trailing '&') carry no meaning to get wrong.
-    if (item.empty()) return OkStatus();
+    if (item.empty()) return ok_status();
     const std::size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      return Fail("query parameter", item, " has no value (expected key=value)");
+      return fail("query parameter", item, " has no value (expected key=value)");
     }
-    if (eq == 0) return Fail("query parameter", item, " has an empty key");
+    if (eq == 0) return fail("query parameter", item, " has an empty key");
     const std::string_view raw_key = item.substr(0, eq);
-    SIMBA_ASSIGN_OR_RETURN(std::string key, Decode(raw_key, "a query key"));
+    SIMBA_ASSIGN_OR_RETURN(std::string key, decode(raw_key, "a query key"));
     SIMBA_ASSIGN_OR_RETURN(
         std::string value,
-        Decode(item.substr(eq + 1), "the value of query key '" + Printable(key) + "'",
-               IsSecretQueryKey(key)));
-    if (uri.query.contains(key)) return Fail("duplicate query key", raw_key);
+        decode(item.substr(eq + 1), "the value of query key '" + printable(key) + "'",
+               is_secret_query_key(key)));
+    if (uri.query.contains(key)) return fail("duplicate query key", raw_key);
     uri.query.emplace(std::move(key), std::move(value));
-    return OkStatus();
+    return ok_status();
   });
 }
 
-Result<Uri> Parser::Parse() {
-  if (text_.empty()) return InvalidArgumentError("empty store URI (expected scheme://...)");
-  if (const auto bad = std::find_if(text_.begin(), text_.end(), IsControl); bad != text_.end()) {
-    return Fail("control character " + Printable(std::string_view(&*bad, 1)) + " at byte " +
+Result<Uri> Parser::parse() {
+  if (text_.empty()) return invalid_argument_error("empty store URI (expected scheme://...)");
+  if (const auto bad = std::find_if(text_.begin(), text_.end(), is_control); bad != text_.end()) {
+    return fail("control character " + printable(std::string_view(&*bad, 1)) + " at byte " +
                 std::to_string(bad - text_.begin()));
   }
   const std::size_t sep = text_.find("://");
   if (sep == std::string_view::npos) {
-    return Fail(
+    return fail(
         "missing \"://\" (expected scheme://[user[:password]@]host[:port][/path][?key=value])");
   }
   const std::string_view scheme = text_.substr(0, sep);
-  if (scheme.empty()) return Fail("empty scheme before \"://\"");
-  if (!IsValidScheme(scheme)) {
-    return Fail("invalid scheme", scheme,
+  if (scheme.empty()) return fail("empty scheme before \"://\"");
+  if (!is_valid_scheme(scheme)) {
+    return fail("invalid scheme", scheme,
                 " (a scheme starts with a letter and has only letters, digits, '+', '-' and "
                 "'.')");
   }
 
   Uri uri;
-  uri.scheme = Lower(scheme);
+  uri.scheme = lower_cased(scheme);
 
   std::string_view rest = text_.substr(sep + 3);
   const std::size_t authority_end = rest.find_first_of("/?");
@@ -390,31 +389,31 @@ Result<Uri> Parser::Parse() {
     const std::string_view userinfo = authority.substr(0, at);
     authority.remove_prefix(at + 1);
     const std::size_t colon = userinfo.find(':');
-    SIMBA_ASSIGN_OR_RETURN(std::string user, Decode(userinfo.substr(0, colon), "the user name"));
+    SIMBA_ASSIGN_OR_RETURN(std::string user, decode(userinfo.substr(0, colon), "the user name"));
     if (!user.empty()) uri.user = std::move(user);
     if (colon != std::string_view::npos) {
       SIMBA_ASSIGN_OR_RETURN(uri.password,
-                             Decode(userinfo.substr(colon + 1), "the password", /*secret=*/true));
+                             decode(userinfo.substr(colon + 1), "the password", /*secret=*/true));
     }
   }
-  SIMBA_RETURN_IF_ERROR(ParseHosts(authority, uri));
+  SIMBA_RETURN_IF_ERROR(parse_hosts(authority, uri));
 
   const std::size_t question = rest.find('?');
-  SIMBA_ASSIGN_OR_RETURN(uri.path, Decode(rest.substr(0, question), "the path"));
+  SIMBA_ASSIGN_OR_RETURN(uri.path, decode(rest.substr(0, question), "the path"));
   if (question != std::string_view::npos) {
-    SIMBA_RETURN_IF_ERROR(ParseQuery(rest.substr(question + 1), uri));
+    SIMBA_RETURN_IF_ERROR(parse_query(rest.substr(question + 1), uri));
   }
   return uri;
 }
 
 }  // namespace
 
-Result<Uri> Uri::Parse(std::string_view text) { return Parser(text).Parse(); }
+Result<Uri> Uri::parse(std::string_view text) { return Parser(text).parse(); }
 
-std::string Uri::ToString() const {
+std::string Uri::to_string() const {
   std::string out = scheme + "://";
   if (user.has_value() || password.has_value()) {
-    if (user.has_value()) out += Encode(*user, ":@/?");
+    if (user.has_value()) out += encode(*user, ":@/?");
     if (password.has_value()) {
       out += ':';
       out += kHidden;
@@ -430,52 +429,52 @@ std::string Uri::ToString() const {
     if (hosts[i].port.has_value()) out += ':' + std::to_string(*hosts[i].port);
   }
   if (!path.empty() && path.front() != '/') out += '/';
-  out += Encode(path, "?");
+  out += encode(path, "?");
   char separator = '?';
   for (const auto& [key, value] : query) {
     out += separator;
     separator = '&';
-    out += Encode(key, "&=");
+    out += encode(key, "&=");
     out += '=';
-    out += IsSecretQueryKey(key) ? std::string(kHidden) : Encode(value, "&");
+    out += is_secret_query_key(key) ? std::string(kHidden) : encode(value, "&");
   }
   return out;
 }
 
-std::optional<std::string> Uri::Query(std::string_view key) const {
+std::optional<std::string> Uri::query_value(std::string_view key) const {
   const auto it = query.find(std::string(key));
   if (it == query.end()) return std::nullopt;
   return it->second;
 }
 
-Status Uri::CheckQueryKeys(const std::vector<std::string_view>& known) const {
+Status Uri::check_query_keys(const std::vector<std::string_view>& known) const {
   std::vector<std::string_view> unknown;
   for (const auto& entry : query) {
     if (std::find(known.begin(), known.end(), entry.first) == known.end()) {
       unknown.push_back(entry.first);
     }
   }
-  if (unknown.empty()) return OkStatus();
+  if (unknown.empty()) return ok_status();
 
   std::string message = unknown.size() == 1 ? "unknown query key '" : "unknown query keys '";
   for (std::size_t i = 0; i < unknown.size(); ++i) {
     if (i > 0) message += "', '";
-    message += Printable(unknown[i]);
+    message += printable(unknown[i]);
   }
-  message += "' in store URI '" + Printable(ToString()) + "'; ";
+  message += "' in store URI '" + printable(to_string()) + "'; ";
   if (known.empty()) {
     message += scheme + ":// takes no query keys";
   } else {
     std::vector<std::string_view> sorted = known;
     std::sort(sorted.begin(), sorted.end());
-    message += scheme + ":// accepts: " + JoinQuoted(sorted);
+    message += scheme + ":// accepts: " + join_quoted(sorted);
     // A suggestion only for a single near miss: with several unknown keys
     // the list above says enough.
     if (unknown.size() == 1) {
       std::string_view best;
       std::size_t best_distance = 3;  // more than 2 edits is not a typo
       for (std::string_view candidate : sorted) {
-        if (const std::size_t d = EditDistance(unknown[0], candidate); d < best_distance) {
+        if (const std::size_t d = edit_distance(unknown[0], candidate); d < best_distance) {
           best = candidate;
           best_distance = d;
         }
@@ -483,7 +482,7 @@ Status Uri::CheckQueryKeys(const std::vector<std::string_view>& known) const {
       if (!best.empty()) message += " (did you mean '" + std::string(best) + "'?)";
     }
   }
-  return InvalidArgumentError(std::move(message));
+  return invalid_argument_error(std::move(message));
 }
 
 namespace {
@@ -507,16 +506,16 @@ constexpr std::string_view kDurationHelp =
 
 }  // namespace
 
-Result<std::chrono::milliseconds> ParseDuration(std::string_view parameter,
-                                                std::string_view text) {
+Result<std::chrono::milliseconds> parse_duration(std::string_view parameter,
+                                                 std::string_view text) {
   const auto fail = [&](std::string_view problem) {
-    return InvalidArgumentError(std::string(parameter) + ": '" + Printable(text) + "' " +
-                                std::string(problem) + "; " + std::string(kDurationHelp));
+    return invalid_argument_error(std::string(parameter) + ": '" + printable(text) + "' " +
+                                  std::string(problem) + "; " + std::string(kDurationHelp));
   };
   if (text.empty()) return fail("is empty");
   if (text.front() == '-') return fail("is negative");
-  const std::size_t digits = static_cast<std::size_t>(
-      std::find_if_not(text.begin(), text.end(), IsDigit) - text.begin());
+  const std::size_t digits =
+      static_cast<std::size_t>(std::find_if_not(text.begin(), text.end(), is_digit) - text.begin());
   if (digits == 0) return fail("does not start with a number");
   const std::string_view number = text.substr(0, digits);
   const std::string_view unit_text = text.substr(digits);
@@ -527,22 +526,22 @@ Result<std::chrono::milliseconds> ParseDuration(std::string_view parameter,
   const auto unit = std::find_if(std::begin(kDurationUnits), std::end(kDurationUnits),
                                  [&](const DurationUnit& u) { return u.suffix == unit_text; });
   if (unit == std::end(kDurationUnits)) {
-    return fail("has an unknown unit '" + Printable(unit_text) + "'");
+    return fail("has an unknown unit '" + printable(unit_text) + "'");
   }
   const std::int64_t limit = kMaxDurationMillis / unit->millis;
   std::int64_t value = 0;
   for (char c : number) {
     value = value * 10 + (c - '0');
     if (value > limit) {
-      return fail("is too large (at most " + FormatDuration(std::chrono::milliseconds(
-                                                  kMaxDurationMillis)) +
+      return fail("is too large (at most " +
+                  format_duration(std::chrono::milliseconds(kMaxDurationMillis)) +
                   ", about 100 years)");
     }
   }
   return std::chrono::milliseconds(value * unit->millis);
 }
 
-std::string FormatDuration(std::chrono::milliseconds d) {
+std::string format_duration(std::chrono::milliseconds d) {
   const std::int64_t count = d.count();
   if (count == 0) return "0ms";
   // Unsigned, so that the most negative value has a magnitude too.

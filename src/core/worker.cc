@@ -55,10 +55,10 @@ void Backoff::reset() {
 
 Status Backoff::ready() const {
   const auto now = steady_clock::now();
-  if (now >= next_) return OkStatus();
+  if (now >= next_) return ok_status();
   const auto wait = std::chrono::ceil<milliseconds>(next_ - now);
   return Status(last_error_.code(),
-                last_error_.message() + " (next reconnect in " + FormatDuration(wait) + ")");
+                last_error_.message() + " (next reconnect in " + format_duration(wait) + ")");
 }
 
 TurnGate::Turn& TurnGate::Turn::operator=(Turn&& other) noexcept {

@@ -6,8 +6,8 @@
 
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <set>
 #include <stop_token>
@@ -29,7 +29,7 @@ namespace simba::internal {
 // Worker and its owner may be gone by then. What `body` itself uses after
 // such a join it must own: capture a shared_ptr to the owner, e.g.
 //   worker_.start([self = shared_from_this()] { self->Run(); });
-// and have the owner's Stop() (not its destructor, which the capture holds
+// and have the owner's stop() (not its destructor, which the capture holds
 // off) set its stop flag, wake the body, and call worker_.join().
 //
 // Thread safety: every method may be called from any thread.
@@ -68,13 +68,12 @@ class Backoff {
   static constexpr std::chrono::milliseconds kFirst{100};
   static constexpr std::chrono::milliseconds kMax{2000};
 
-  explicit Backoff(std::chrono::milliseconds first = kFirst,
-                   std::chrono::milliseconds max = kMax)
+  explicit Backoff(std::chrono::milliseconds first = kFirst, std::chrono::milliseconds max = kMax)
       : first_(first), max_(max) {}
 
   // An attempt failed with `error`: returns the delay before the next one,
   // which ready() enforces.
-  std::chrono::milliseconds failed(Status error = OkStatus());
+  std::chrono::milliseconds failed(Status error = ok_status());
   // An attempt worked: the next one may come at once, and the next failure
   // waits `first` again.
   void reset();
@@ -96,7 +95,7 @@ class Backoff {
 // try_lock_until is invisible to ThreadSanitizer on Debian 12's glibc.)
 //
 //   TurnGate::Turn turn = gate_.take(deadline);
-//   if (!turn.taken()) return DeadlineExceededError("...");
+//   if (!turn.taken()) return deadline_exceeded_error("...");
 //
 // Thread safety: take() from any thread; a Turn is released by its
 // destructor, on any thread.

@@ -6,8 +6,8 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "simba/backends/memory.h"
@@ -47,8 +47,8 @@ namespace {
 // The entry of a store opened from its options, `from_uri` reading them: its
 // keyed locks are leases on its mutexes (the default), it has no schema.
 template <typename Options>
-BackendRegistry::StoreEntry EntryOf(Result<Options> (*from_uri)(const Uri&),
-                                       Result<std::shared_ptr<Backend>> (*open)(Options)) {
+BackendRegistry::StoreEntry entry_of(Result<Options> (*from_uri)(const Uri&),
+                                     Result<std::shared_ptr<Backend>> (*open)(Options)) {
   return {[from_uri, open](const Uri& uri) -> Result<std::shared_ptr<Backend>> {
             SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
             return open(std::move(options));
@@ -60,7 +60,7 @@ BackendRegistry::StoreEntry EntryOf(Result<Options> (*from_uri)(const Uri&),
 // A store's own keyed-lock backend, opened from its options, `from_uri`
 // reading them.
 template <typename Options>
-BackendRegistry::KeyedOpener KeyedEntryOf(
+BackendRegistry::KeyedOpener keyed_entry_of(
     Result<Options> (*from_uri)(const Uri&),
     Result<std::shared_ptr<KeyedLockBackend>> (*open)(Options)) {
   return [from_uri, open](const Uri& uri,
@@ -71,7 +71,7 @@ BackendRegistry::KeyedOpener KeyedEntryOf(
 }
 
 // `ddl` for table `table` instead of simba_mutex.
-std::string ForTable(std::string ddl, const std::string& table) {
+std::string for_table(std::string ddl, const std::string& table) {
   const std::string name = "simba_mutex";
   for (std::size_t at = ddl.find(name); at != std::string::npos; at = ddl.find(name, at)) {
     ddl.replace(at, name.size(), table);
@@ -84,120 +84,120 @@ std::string ForTable(std::string ddl, const std::string& table) {
 // the DDL as it is: only a name the backend itself would accept (a DBA pipes
 // this into psql or mysql).
 template <typename Options>
-BackendRegistry::SchemaMaker SqlSchema(Result<Options> (*from_uri)(const Uri&),
-                                       std::string (*ddl)()) {
+BackendRegistry::SchemaMaker sql_schema(Result<Options> (*from_uri)(const Uri&),
+                                        std::string (*ddl)()) {
   return [from_uri, ddl](const Uri& uri) -> Result<std::string> {
     SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
-    SIMBA_RETURN_IF_ERROR(internal::sql::ValidateTableName(options.table));
-    return ForTable(ddl(), options.table);
+    SIMBA_RETURN_IF_ERROR(internal::sql::validate_table_name(options.table));
+    return for_table(ddl(), options.table);
   };
 }
 #endif
 
 // Registers `entry` under each of `schemes`.
-Status RegisterAs(BackendRegistry& registry, std::initializer_list<const char*> schemes,
-                  const BackendRegistry::StoreEntry& entry) {
-  for (const char* scheme : schemes) SIMBA_RETURN_IF_ERROR(registry.Register(scheme, entry));
-  return OkStatus();
+Status register_as(BackendRegistry& registry, std::initializer_list<const char*> schemes,
+                   const BackendRegistry::StoreEntry& entry) {
+  for (const char* scheme : schemes) SIMBA_RETURN_IF_ERROR(registry.add(scheme, entry));
+  return ok_status();
 }
 
 }  // namespace
 
 // One entry per store: its contention backend, its keyed-lock backend when
 // it is not leases on the mutexes, its schema when it has one.
-Status RegisterBuiltinBackends(BackendRegistry& registry) {
+Status register_builtin_backends(BackendRegistry& registry) {
   {
-    BackendRegistry::StoreEntry memory = EntryOf(&MemoryOptionsFromUri, &NewMemoryBackend);
+    BackendRegistry::StoreEntry memory = entry_of(&memory_options_from_uri, &new_memory_backend);
     memory.open_keyed = [](const Uri& uri,
                            const KeyedLockOptions&) -> Result<std::shared_ptr<KeyedLockBackend>> {
-      SIMBA_ASSIGN_OR_RETURN(MemoryKeyedOptions options, MemoryKeyedOptionsFromUri(uri));
-      return NewMemoryKeyedLockBackend(std::move(options));
+      SIMBA_ASSIGN_OR_RETURN(MemoryKeyedOptions options, memory_keyed_options_from_uri(uri));
+      return new_memory_keyed_lock_backend(std::move(options));
     };
-    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"memory"}, memory));
+    SIMBA_RETURN_IF_ERROR(register_as(registry, {"memory"}, memory));
   }
 #if SIMBA_HAVE_SQLITE
   SIMBA_RETURN_IF_ERROR(
-      RegisterAs(registry, {"sqlite"}, EntryOf(&SqliteOptionsFromUri, &NewSqliteBackend)));
+      register_as(registry, {"sqlite"}, entry_of(&sqlite_options_from_uri, &new_sqlite_backend)));
 #endif
 #if SIMBA_HAVE_REDIS
   SIMBA_RETURN_IF_ERROR(
-      RegisterAs(registry, {"redis"}, EntryOf(&RedisOptionsFromUri, &NewRedisBackend)));
+      register_as(registry, {"redis"}, entry_of(&redis_options_from_uri, &new_redis_backend)));
 #endif
 #if SIMBA_HAVE_POSTGRES
   {
     // Keyed locks are the server's advisory locks.
     BackendRegistry::StoreEntry postgres =
-        EntryOf(&PostgresOptionsFromUri, &NewPostgresBackend);
+        entry_of(&postgres_options_from_uri, &new_postgres_backend);
     postgres.open_keyed =
-        KeyedEntryOf(&PostgresKeyedOptionsFromUri, &NewPostgresKeyedLockBackend);
-    postgres.schema = SqlSchema(&PostgresOptionsFromUri, &PostgresSchemaSql);
-    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"postgresql", "postgres"}, postgres));
+        keyed_entry_of(&postgres_keyed_options_from_uri, &new_postgres_keyed_lock_backend);
+    postgres.schema = sql_schema(&postgres_options_from_uri, &postgres_schema_sql);
+    SIMBA_RETURN_IF_ERROR(register_as(registry, {"postgresql", "postgres"}, postgres));
   }
 #endif
 #if SIMBA_HAVE_MYSQL
   {
     // Keyed locks are the server's GET_LOCK.
-    BackendRegistry::StoreEntry mysql = EntryOf(&MysqlOptionsFromUri, &NewMysqlBackend);
-    mysql.open_keyed = KeyedEntryOf(&MysqlKeyedOptionsFromUri, &NewMysqlKeyedLockBackend);
-    mysql.schema = SqlSchema(&MysqlOptionsFromUri, &MysqlSchemaSql);
-    SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"mysql", "mariadb"}, mysql));
+    BackendRegistry::StoreEntry mysql = entry_of(&mysql_options_from_uri, &new_mysql_backend);
+    mysql.open_keyed = keyed_entry_of(&mysql_keyed_options_from_uri, &new_mysql_keyed_lock_backend);
+    mysql.schema = sql_schema(&mysql_options_from_uri, &mysql_schema_sql);
+    SIMBA_RETURN_IF_ERROR(register_as(registry, {"mysql", "mariadb"}, mysql));
   }
 #endif
 #if SIMBA_HAVE_ZOOKEEPER
-  SIMBA_RETURN_IF_ERROR(RegisterAs(registry, {"zookeeper"},
-                                   EntryOf(&ZookeeperOptionsFromUri, &NewZookeeperBackend)));
+  SIMBA_RETURN_IF_ERROR(register_as(registry, {"zookeeper"},
+                                    entry_of(&zookeeper_options_from_uri, &new_zookeeper_backend)));
 #endif
 #if SIMBA_HAVE_ETCD
   SIMBA_RETURN_IF_ERROR(
-      RegisterAs(registry, {"etcd"}, EntryOf(&EtcdOptionsFromUri, &NewEtcdBackend)));
+      register_as(registry, {"etcd"}, entry_of(&etcd_options_from_uri, &new_etcd_backend)));
 #endif
-  return OkStatus();
+  return ok_status();
 }
 
-BackendRegistry& BackendRegistry::Default() {
+BackendRegistry& BackendRegistry::global() {
   // Never destroyed, so a backend opened from another static's destructor at
   // exit still finds it.
-  static BackendRegistry* const registry = [] {
+  static BackendRegistry* const kRegistry = [] {
     auto* filled = new BackendRegistry();
-    if (const Status status = RegisterBuiltinBackends(*filled); !status.ok()) {
+    if (const Status status = register_builtin_backends(*filled); !status.ok()) {
       // Only a programming error gets here (a duplicate or malformed built-in
       // scheme); there is no caller that could handle it.
       std::fprintf(stderr, "simba: registering the built-in backends failed: %s\n",
-                   status.ToString().c_str());
+                   status.to_string().c_str());
       std::abort();
     }
     return filled;
   }();
-  return *registry;
+  return *kRegistry;
 }
 
-Result<std::shared_ptr<Backend>> OpenBackend(std::string_view uri) {
-  return BackendRegistry::Default().Open(uri);
+Result<std::shared_ptr<Backend>> open_backend(std::string_view uri) {
+  return BackendRegistry::global().open(uri);
 }
 
-Result<std::string> SchemaSql(std::string_view uri) {
-  return BackendRegistry::Default().Schema(uri);
+Result<std::string> schema_sql(std::string_view uri) {
+  return BackendRegistry::global().schema(uri);
 }
 
 // The open() doors of the public APIs: the default registry picks the store.
 
 Result<std::unique_ptr<MutexContendServiceFactory>> MutexContendServiceFactory::open(
     std::string_view uri, FactoryOptions options) {
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, open_backend(uri));
   return create(std::move(backend), std::move(options));
 }
 
 Result<std::unique_ptr<ClusteredLockManager>> ClusteredLockManager::open(
     std::string_view uri, ClusteredLockOptions options) {
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, OpenBackend(uri));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, open_backend(uri));
   return create(std::move(backend), std::move(options));
 }
 
 Result<std::unique_ptr<KeyedLockProvider>> KeyedLockProvider::open(std::string_view uri,
                                                                    KeyedLockOptions options) {
-  SIMBA_RETURN_IF_ERROR(options.lease.Validate());
+  SIMBA_RETURN_IF_ERROR(options.lease.validate());
   SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<KeyedLockBackend> backend,
-                         BackendRegistry::Default().OpenKeyed(uri, options));
+                         BackendRegistry::global().open_keyed(uri, options));
   return create(std::move(backend), std::move(options));
 }
 

@@ -8,7 +8,7 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription EtcdStore() {
+StoreDescription etcd_store() {
   StoreDescription store;
   store.name = "etcd";
   store.server = "etcd";
@@ -19,17 +19,17 @@ StoreDescription EtcdStore() {
       {"etcd://", StatusCode::kInvalidArgument, "host"},
       {"etcd://127.0.0.1:2379/some/path", StatusCode::kInvalidArgument, "path"},
       {"etcd://127.0.0.1:2379?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
-      {"etcd://127.0.0.1:2379?connect_timeout=fast", StatusCode::kInvalidArgument, "connect_timeout"},
-      {"etcd://127.0.0.1:2379?connect_timeout=0ms", StatusCode::kInvalidArgument, "connect_timeout"},
+      {"etcd://127.0.0.1:2379?connect_timeout=fast", StatusCode::kInvalidArgument,
+       "connect_timeout"},
+      {"etcd://127.0.0.1:2379?connect_timeout=0ms", StatusCode::kInvalidArgument,
+       "connect_timeout"},
       {"etcd://127.0.0.1:2379?key_prefix=a/b", StatusCode::kInvalidArgument, "key_prefix"},
       {"etcd://127.0.0.1:2379?key_prefix=", StatusCode::kInvalidArgument, "key_prefix"},
       {"etcd://user:secret@127.0.0.1:2379", StatusCode::kInvalidArgument, "user and password"},
   };
   // docs/backends/etcd.md: a queue of keys by create revision, watched
-  store.expect = {.push_release = true,
-                  .forced_loss_pushed = true,
-                  .lists_waiters = true,
-                  .fifo = true};
+  store.expect = {
+      .push_release = true, .forced_loss_pushed = true, .lists_waiters = true, .fifo = true};
   // Keys and leases survive a restart (etcd extends leases when a leader
   // starts); EtcdFailures.ServerRestartNeverOverlapsOwners allows 20 s for
   // the next owner.
@@ -37,10 +37,8 @@ StoreDescription EtcdStore() {
   store.restart_owner_within = std::chrono::seconds(20);
   // keys: lease + transaction
   store.keyed_crash_freed_within = std::chrono::seconds(6);
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = true,
-                        .push_handoff = true,
-                        .freed_with_session = false};
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = true, .push_handoff = true, .freed_with_session = false};
   store.keyed_store_lists_waiters = true;
   return store;
 }
@@ -48,4 +46,4 @@ StoreDescription EtcdStore() {
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Etcd, EtcdStore);
+SIMBA_STORE_SUITES(Etcd, etcd_store);

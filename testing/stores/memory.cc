@@ -5,7 +5,7 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription MemoryStore() {
+StoreDescription memory_store() {
   StoreDescription store;
   store.name = "memory";
   store.at = [](const std::string&, const std::string& ns) { return "memory://" + ns; };
@@ -17,16 +17,12 @@ StoreDescription MemoryStore() {
       {"memory://name?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
   };
   // in-process: every release and force is a call the store sees
-  store.expect = {.push_release = true,
-                  .forced_loss_pushed = true,
-                  .lists_waiters = true,
-                  .fifo = false};
+  store.expect = {
+      .push_release = true, .forced_loss_pushed = true, .lists_waiters = true, .fifo = false};
   // keys: a FIFO per key inside the process
   store.keyed_crash_freed_within = std::chrono::seconds(5);
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = true,
-                        .push_handoff = true,
-                        .freed_with_session = true};
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = true, .push_handoff = true, .freed_with_session = true};
   store.keyed_order_tested_by =
       "KeyedLockTest.WaitersOfTheMemoryStoreAreServedInArrivalOrder "
       "(tests/unit/keyed_lock_test.cc)";
@@ -36,4 +32,4 @@ StoreDescription MemoryStore() {
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Memory, MemoryStore);
+SIMBA_STORE_SUITES(Memory, memory_store);

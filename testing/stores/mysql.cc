@@ -9,12 +9,12 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription MysqlStore() {
+StoreDescription mysql_store() {
   StoreDescription store;
   store.name = "mysql";
   store.server = "mysql";
   store.at = [](const std::string& server, const std::string& ns) {
-    return server + "?table=" + TableFor(ns);
+    return server + "?table=" + table_for(ns);
   };
   store.bad_uris = {
       {"mysql://", StatusCode::kInvalidArgument, "host"},
@@ -27,10 +27,8 @@ StoreDescription MysqlStore() {
   };
   // docs/backends/mysql.md: MySQL cannot notify, so waiters poll and a forced holder learns at its
   // next renewal
-  store.expect = {.push_release = false,
-                  .forced_loss_pushed = false,
-                  .lists_waiters = false,
-                  .fifo = false};
+  store.expect = {
+      .push_release = false, .forced_loss_pushed = false, .lists_waiters = false, .fifo = false};
   // Rows survive a restart (InnoDB commits are durable), connections do not.
   store.restarts = true;
   // keys: GET_LOCK; keys carry the test name, so tests sharing the server
@@ -41,15 +39,13 @@ StoreDescription MysqlStore() {
   // "as soon as the server notices the session is gone"). A second covers the
   // kill, the server's reaction and the waiter's wake-up on a loaded machine;
   // a lease (ttl 2 s + transition 1 s) could not meet it.
-  store.keyed_crash_freed_within = Scaled(std::chrono::milliseconds(1000));
-  store.keyed_expect = {.fencing_tokens = false,
-                        .fifo = false,
-                        .push_handoff = true,
-                        .freed_with_session = true};
+  store.keyed_crash_freed_within = scaled(std::chrono::milliseconds(1000));
+  store.keyed_expect = {
+      .fencing_tokens = false, .fifo = false, .push_handoff = true, .freed_with_session = true};
   return store;
 }
 
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Mysql, MysqlStore);
+SIMBA_STORE_SUITES(Mysql, mysql_store);

@@ -9,18 +9,19 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription PostgresStore() {
+StoreDescription postgres_store() {
   StoreDescription store;
   store.name = "postgres";
   store.server = "postgres";
   store.at = [](const std::string& server, const std::string& ns) {
-    return server + "?table=" + TableFor(ns);
+    return server + "?table=" + table_for(ns);
   };
   store.bad_uris = {
       {"postgresql://", StatusCode::kInvalidArgument, "host"},
       {"postgresql://u@127.0.0.1:5432", StatusCode::kInvalidArgument, "database"},  // no database
       {"postgresql://u@127.0.0.1:5432/db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
-      {"postgresql://u@127.0.0.1:5432/db?connections=0", StatusCode::kInvalidArgument, "connections"},
+      {"postgresql://u@127.0.0.1:5432/db?connections=0", StatusCode::kInvalidArgument,
+       "connections"},
       {"postgresql://u@127.0.0.1:5432/db?table=a-b", StatusCode::kInvalidArgument, "table"},
       {"postgresql://a:1,b:2/db", StatusCode::kInvalidArgument, "one host"},
   };
@@ -40,11 +41,9 @@ StoreDescription PostgresStore() {
   // "as soon as the server notices the session is gone"). A second covers the
   // kill, the server's reaction and the waiter's wake-up on a loaded machine;
   // a lease (ttl 2 s + transition 1 s) could not meet it.
-  store.keyed_crash_freed_within = Scaled(std::chrono::milliseconds(1000));
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = true,
-                        .push_handoff = true,
-                        .freed_with_session = true};
+  store.keyed_crash_freed_within = scaled(std::chrono::milliseconds(1000));
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = true, .push_handoff = true, .freed_with_session = true};
   store.keyed_order_tested_by =
       "PostgresKeyed.WaitersAreServedInArrivalOrder (tests/keyed/postgres_keyed_test.cc)";
   return store;
@@ -53,4 +52,4 @@ StoreDescription PostgresStore() {
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Postgres, PostgresStore);
+SIMBA_STORE_SUITES(Postgres, postgres_store);

@@ -8,7 +8,7 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription RedisStore() {
+StoreDescription redis_store() {
   StoreDescription store;
   store.name = "redis";
   store.server = "redis";
@@ -21,7 +21,8 @@ StoreDescription RedisStore() {
       {"redis://", StatusCode::kInvalidArgument, "host"},
       {"redis://127.0.0.1:6379/not-a-db", StatusCode::kInvalidArgument, "database number"},
       {"redis://127.0.0.1:6379?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
-      {"redis://127.0.0.1:6379?connect_timeout=fast", StatusCode::kInvalidArgument, "connect_timeout"},
+      {"redis://127.0.0.1:6379?connect_timeout=fast", StatusCode::kInvalidArgument,
+       "connect_timeout"},
       {"redis://127.0.0.1:6379?key_prefix=a*b", StatusCode::kInvalidArgument, "key_prefix"},
       {"redis://127.0.0.1:6379?restart_guard=maybe", StatusCode::kInvalidArgument, "restart_guard"},
       {"redis://a:1,b:2", StatusCode::kInvalidArgument, "one host"},
@@ -37,14 +38,12 @@ StoreDescription RedisStore() {
   store.restarts = true;
   // keys: leases, push hand-off
   store.keyed_crash_freed_within = std::chrono::seconds(6);
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = false,
-                        .push_handoff = true,
-                        .freed_with_session = false};
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = false, .push_handoff = true, .freed_with_session = false};
   return store;
 }
 
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Redis, RedisStore);
+SIMBA_STORE_SUITES(Redis, redis_store);

@@ -9,7 +9,7 @@
 namespace simba::testing {
 namespace {
 
-TempDir& Dir() {
+TempDir& dir() {
   static TempDir* dir = new TempDir();
   return *dir;
 }
@@ -17,26 +17,26 @@ TempDir& Dir() {
 // Remove the directory at exit (the static above is never destroyed, so do
 // it explicitly).
 struct DirCleanup {
-  ~DirCleanup() { delete &Dir(); }
+  ~DirCleanup() { delete &dir(); }
 } cleanup;
 
-StoreDescription SqliteStore() {
+StoreDescription sqlite_store() {
   StoreDescription store;
   store.name = "sqlite";
   store.at = [](const std::string&, const std::string& ns) {
-    return "sqlite://" + Dir().path() + "/" + ns + ".db";
+    return "sqlite://" + dir().path() + "/" + ns + ".db";
   };
-  const std::string read_only = Dir().path() + "/read-only";
+  const std::string read_only = dir().path() + "/read-only";
   ::mkdir(read_only.c_str(), 0555);
   store.bad_uris = {
       {"sqlite://", StatusCode::kInvalidArgument, "path"},
-      {"sqlite://" + Dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound, "/no/such/dir"},
+      {"sqlite://" + dir().path() + "/no/such/dir/x.db", StatusCode::kNotFound, "/no/such/dir"},
       // Nobody can create a file in /proc: root is told ENOENT, others EACCES.
       {"sqlite:///proc/simba-conformance.db",
        ::geteuid() == 0 ? StatusCode::kNotFound : StatusCode::kPermissionDenied,
        "/proc/simba-conformance.db"},
-      {"sqlite://" + Dir().path() + "/x.db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
-      {"sqlite://" + Dir().path() + "/x.db?busy_timeout=fast", StatusCode::kInvalidArgument,
+      {"sqlite://" + dir().path() + "/x.db?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
+      {"sqlite://" + dir().path() + "/x.db?busy_timeout=fast", StatusCode::kInvalidArgument,
        "busy_timeout"},
   };
   if (::geteuid() != 0) {
@@ -52,14 +52,12 @@ StoreDescription SqliteStore() {
                   .push_channel_starts_on_subscribe = true};
   // keys: leases on the store's mutexes; processes on one host
   store.keyed_crash_freed_within = std::chrono::seconds(6);
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = false,
-                        .push_handoff = true,
-                        .freed_with_session = false};
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = false, .push_handoff = true, .freed_with_session = false};
   return store;
 }
 
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Sqlite, SqliteStore);
+SIMBA_STORE_SUITES(Sqlite, sqlite_store);

@@ -8,7 +8,7 @@
 
 namespace simba::testing {
 
-std::string TableFor(const std::string& ns) {
+std::string table_for(const std::string& ns) {
   std::string table = ns;
   std::replace_if(
       table.begin(), table.end(),
@@ -18,18 +18,18 @@ std::string TableFor(const std::string& ns) {
   return table.substr(0, 63);
 }
 
-std::string SharedServerOf(const StoreDescription& store) {
-  return store.server.empty() ? std::string() : SharedServerUri(store.server);
+std::string shared_server_of(const StoreDescription& store) {
+  return store.server.empty() ? std::string() : shared_server_uri(store.server);
 }
 
-std::string StoreUri(const StoreDescription& store, const std::string& ns) {
-  return store.at(SharedServerOf(store), ns);
+std::string store_uri(const StoreDescription& store, const std::string& ns) {
+  return store.at(shared_server_of(store), ns);
 }
 
-BackendTarget ConformanceTargetOf(const StoreDescription& store) {
+BackendTarget conformance_target_of(const StoreDescription& store) {
   BackendTarget target;
   target.name = store.name;
-  target.uri = [store](const std::string& unique) { return StoreUri(store, "t-" + unique); };
+  target.uri = [store](const std::string& unique) { return store_uri(store, "t-" + unique); };
   target.bad_uris = store.bad_uris;
   target.options = store.lease;
   target.expect = store.expect;
@@ -44,13 +44,13 @@ BackendTarget ConformanceTargetOf(const StoreDescription& store) {
   return target;
 }
 
-KeyedTarget KeyedTargetOf(const StoreDescription& store) {
+KeyedTarget keyed_target_of(const StoreDescription& store) {
   KeyedTarget target;
   target.name = store.name;
   if (store.keyed_on_server) {
-    target.uri = [store](const std::string&) { return SharedServerOf(store); };
+    target.uri = [store](const std::string&) { return shared_server_of(store); };
   } else {
-    target.uri = [store](const std::string& unique) { return StoreUri(store, "k-" + unique); };
+    target.uri = [store](const std::string& unique) { return store_uri(store, "k-" + unique); };
   }
   target.options.lease = store.lease;
   target.crash_freed_within = store.keyed_crash_freed_within;
@@ -60,10 +60,10 @@ KeyedTarget KeyedTargetOf(const StoreDescription& store) {
   return target;
 }
 
-ClusteredTarget ClusteredTargetOf(const StoreDescription& store) {
+ClusteredTarget clustered_target_of(const StoreDescription& store) {
   ClusteredTarget target;
   target.name = store.name;
-  target.uri = [store](const std::string& unique) { return StoreUri(store, "t-" + unique); };
+  target.uri = [store](const std::string& unique) { return store_uri(store, "t-" + unique); };
   target.lease = store.lease;
   return target;
 }

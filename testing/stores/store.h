@@ -4,7 +4,7 @@
 // suites. Adding a store to the suites is one description and one line in
 // tests/CMakeLists.txt (simba_add_store_suites):
 //
-//   StoreDescription RedisStore() {
+//   StoreDescription redis_store() {
 //     StoreDescription store;
 //     store.name = "redis";
 //     store.server = "redis";
@@ -86,22 +86,22 @@ struct StoreDescription {
 };
 
 // The shared server's URI (SharedServerUri) or "" for a store without one.
-std::string SharedServerOf(const StoreDescription& store);
+std::string shared_server_of(const StoreDescription& store);
 // The store one test uses, `ns` its namespace, on the shared server.
-std::string StoreUri(const StoreDescription& store, const std::string& ns);
+std::string store_uri(const StoreDescription& store, const std::string& ns);
 
-BackendTarget ConformanceTargetOf(const StoreDescription& store);
-KeyedTarget KeyedTargetOf(const StoreDescription& store);
-ClusteredTarget ClusteredTargetOf(const StoreDescription& store);
+BackendTarget conformance_target_of(const StoreDescription& store);
+KeyedTarget keyed_target_of(const StoreDescription& store);
+ClusteredTarget clustered_target_of(const StoreDescription& store);
 
 // A table name for namespace `ns` (SQL stores): lower case, every character
 // but letters, digits and '_' made '_', at most 63 characters.
-std::string TableFor(const std::string& ns);
+std::string table_for(const std::string& ns);
 
 // `target` once, or not at all when `when` is false (an instantiation that
 // generates nothing; the suites allow that for their optional parts).
 template <typename T>
-std::vector<T> OnlyIf(bool when, T target) {
+std::vector<T> only_if(bool when, T target) {
   if (!when) return {};
   return {std::move(target)};
 }
@@ -110,32 +110,31 @@ std::vector<T> OnlyIf(bool when, T target) {
 
 // Every suite on the store `describe()` returns, with test names
 // <Prefix>/<Suite>.<Case>/<store name> (scripts/test.sh selects by them).
-#define SIMBA_STORE_SUITES(Prefix, describe)                                                    \
+#define SIMBA_STORE_SUITES(Prefix, describe)                                                   \
   namespace simba::testing {                                                                   \
   INSTANTIATE_TEST_SUITE_P(Prefix, Conformance,                                                \
-                           ::testing::Values(ConformanceTargetOf(describe())), TargetName);    \
-  INSTANTIATE_TEST_SUITE_P(                                                                    \
-      Prefix, CrossProcessConformance,                                                         \
-      ::testing::ValuesIn(OnlyIf(describe().shared_across_processes,                           \
-                                 ConformanceTargetOf(describe()))),                            \
-      TargetName);                                                                             \
-  INSTANTIATE_TEST_SUITE_P(                                                                    \
-      Prefix, ServerRestartConformance,                                                        \
-      ::testing::ValuesIn(OnlyIf(describe().restarts, ConformanceTargetOf(describe()))),       \
-      TargetName);                                                                             \
+                           ::testing::Values(conformance_target_of(describe())), target_name); \
+  INSTANTIATE_TEST_SUITE_P(Prefix, CrossProcessConformance,                                    \
+                           ::testing::ValuesIn(only_if(describe().shared_across_processes,     \
+                                                       conformance_target_of(describe()))),    \
+                           target_name);                                                       \
+  INSTANTIATE_TEST_SUITE_P(Prefix, ServerRestartConformance,                                   \
+                           ::testing::ValuesIn(only_if(describe().restarts,                    \
+                                                       conformance_target_of(describe()))),    \
+                           target_name);                                                       \
   INSTANTIATE_TEST_SUITE_P(Prefix, KeyedConformance,                                           \
-                           ::testing::Values(KeyedTargetOf(describe())), KeyedTargetName);     \
-  INSTANTIATE_TEST_SUITE_P(                                                                    \
-      Prefix, KeyedCrossProcess,                                                               \
-      ::testing::ValuesIn(OnlyIf(describe().shared_across_processes, KeyedTargetOf(describe()))), \
-      KeyedTargetName);                                                                        \
+                           ::testing::Values(keyed_target_of(describe())), keyed_target_name); \
+  INSTANTIATE_TEST_SUITE_P(Prefix, KeyedCrossProcess,                                          \
+                           ::testing::ValuesIn(only_if(describe().shared_across_processes,     \
+                                                       keyed_target_of(describe()))),          \
+                           keyed_target_name);                                                 \
   INSTANTIATE_TEST_SUITE_P(Prefix, ClusteredConformance,                                       \
-                           ::testing::Values(ClusteredTargetOf(describe())),                   \
-                           ClusteredTargetName);                                               \
+                           ::testing::Values(clustered_target_of(describe())),                 \
+                           clustered_target_name);                                             \
   INSTANTIATE_TEST_SUITE_P(Prefix, ClusteredCrossProcess,                                      \
-                           ::testing::ValuesIn(OnlyIf(describe().shared_across_processes,      \
-                                                      ClusteredTargetOf(describe()))),         \
-                           ClusteredTargetName);                                               \
+                           ::testing::ValuesIn(only_if(describe().shared_across_processes,     \
+                                                       clustered_target_of(describe()))),      \
+                           clustered_target_name);                                             \
   }                                                                                            \
   GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(Conformance);                                  \
   GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(CrossProcessConformance);                      \

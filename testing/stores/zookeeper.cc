@@ -8,7 +8,7 @@
 namespace simba::testing {
 namespace {
 
-StoreDescription ZookeeperStore() {
+StoreDescription zookeeper_store() {
   StoreDescription store;
   store.name = "zookeeper";
   store.server = "zookeeper";
@@ -19,16 +19,15 @@ StoreDescription ZookeeperStore() {
       {"zookeeper://", StatusCode::kInvalidArgument, "host"},
       {"zookeeper://u:p@127.0.0.1:2181", StatusCode::kInvalidArgument, "user info"},
       {"zookeeper://127.0.0.1:2181?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
-      {"zookeeper://127.0.0.1:2181?session_timeout=fast", StatusCode::kInvalidArgument, "session_timeout"},
+      {"zookeeper://127.0.0.1:2181?session_timeout=fast", StatusCode::kInvalidArgument,
+       "session_timeout"},
       {"zookeeper://127.0.0.1:2181?root=relative", StatusCode::kInvalidArgument, "root"},
       {"zookeeper://127.0.0.1:2181?root=/trailing/", StatusCode::kInvalidArgument, "root"},
       {"zookeeper://127.0.0.1:2181/chroot/", StatusCode::kInvalidArgument, "chroot"},
   };
   // docs/backends/zookeeper.md: a queue of sequential nodes, each watching its predecessor
-  store.expect = {.push_release = true,
-                  .forced_loss_pushed = true,
-                  .lists_waiters = true,
-                  .fifo = true};
+  store.expect = {
+      .push_release = true, .forced_loss_pushed = true, .lists_waiters = true, .fifo = true};
   // The nodes survive a restart (writes are fsynced); a session may outlive
   // a quick one or expire after it, and with it the ephemeral nodes:
   // ZookeeperFailures.RestartWhileALeaseIsHeldKeepsOneOwner allows 20 s for
@@ -37,10 +36,8 @@ StoreDescription ZookeeperStore() {
   store.restart_owner_within = std::chrono::seconds(20);
   // keys: the sequential-ephemeral queue
   store.keyed_crash_freed_within = std::chrono::seconds(8);
-  store.keyed_expect = {.fencing_tokens = true,
-                        .fifo = true,
-                        .push_handoff = true,
-                        .freed_with_session = true};
+  store.keyed_expect = {
+      .fencing_tokens = true, .fifo = true, .push_handoff = true, .freed_with_session = true};
   store.keyed_store_lists_waiters = true;
   return store;
 }
@@ -48,4 +45,4 @@ StoreDescription ZookeeperStore() {
 }  // namespace
 }  // namespace simba::testing
 
-SIMBA_STORE_SUITES(Zookeeper, ZookeeperStore);
+SIMBA_STORE_SUITES(Zookeeper, zookeeper_store);

@@ -8,6 +8,6 @@
 
 namespace simba::testing {
 
-std::string_view CliStoreOfThisBinary() { return SIMBA_CLI_STORE; }
+std::string_view cli_store_of_this_binary() { return SIMBA_CLI_STORE; }
 
 }  // namespace simba::testing

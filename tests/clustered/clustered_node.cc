@@ -18,10 +18,10 @@
 
 namespace {
 
-using simba::testing::EmitLine;
-using simba::testing::StopRequested;
+using simba::testing::emit_line;
+using simba::testing::stop_requested;
 
-int Usage() {
+int usage() {
   std::fprintf(stderr,
                "usage: simba-test-clustered-node --store URI --lock NAME [--ttl-ms N] "
                "[--transition-ms N]\n");
@@ -45,36 +45,36 @@ int main(int argc, char** argv) {
     } else if (flag == "--transition-ms") {
       lease.transition = std::chrono::milliseconds(std::atoll(value.c_str()));
     } else {
-      return Usage();
+      return usage();
     }
   }
-  if (store.empty() || name.empty()) return Usage();
-  simba::testing::StopOnSignals();
+  if (store.empty() || name.empty()) return usage();
+  simba::testing::stop_on_signals();
 
   simba::ClusteredLockOptions options;
   options.lease = lease;
   auto manager = simba::ClusteredLockManager::open(store, options);
   if (!manager.ok()) {
-    EmitLine("ERROR " + manager.status().ToString());
+    emit_line("ERROR " + manager.status().to_string());
     return 3;
   }
   if (auto defined = (*manager)->define(name); !defined.ok()) {
-    EmitLine("ERROR " + defined.status().ToString());
+    emit_line("ERROR " + defined.status().to_string());
     return 3;
   }
   auto lock = (*manager)->get(name).value();
-  lock->add_loss_listener([](const simba::Status&) { EmitLine("LOST"); });
+  lock->add_loss_listener([](const simba::Status&) { emit_line("LOST"); });
   auto locked = lock->lock();
   if (locked.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
-    EmitLine("ERROR lock() did not finish within 30 s");
+    emit_line("ERROR lock() did not finish within 30 s");
     return 4;
   }
   if (simba::Status s = locked.get(); !s.ok()) {
-    EmitLine("ERROR " + s.ToString());
+    emit_line("ERROR " + s.to_string());
     return 4;
   }
-  EmitLine("LOCKED " + std::to_string(lock->fencing_token()));
-  while (!StopRequested()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  emit_line("LOCKED " + std::to_string(lock->fencing_token()));
+  while (!stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   auto unlocked = lock->unlock();
   (void)unlocked.wait_for(std::chrono::seconds(10));
   return 0;

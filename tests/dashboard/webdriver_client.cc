@@ -19,7 +19,7 @@ using std::chrono::milliseconds;
 
 // ---- HTTP ----------------------------------------------------------------------
 
-std::string HttpReply::Header(const std::string& name) const {
+std::string HttpReply::header(const std::string& name) const {
   auto lower = [](std::string s) {
     std::transform(s.begin(), s.end(), s.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -29,8 +29,8 @@ std::string HttpReply::Header(const std::string& name) const {
   std::size_t start = head.find('\n');
   while (start != std::string::npos && start + 1 < head.size()) {
     const std::size_t end = head.find('\n', start + 1);
-    std::string line = head.substr(start + 1, end == std::string::npos ? std::string::npos
-                                                                         : end - start - 1);
+    std::string line =
+        head.substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lower(line).rfind(want, 0) == 0) {
       std::string value = line.substr(want.size());
@@ -42,8 +42,8 @@ std::string HttpReply::Header(const std::string& name) const {
   return "";
 }
 
-std::optional<HttpReply> HttpRaw(int port, const std::string& raw, milliseconds timeout,
-                                 std::string* error) {
+std::optional<HttpReply> http_raw(int port, const std::string& raw, milliseconds timeout,
+                                  std::string* error) {
   const auto deadline = Clock::now() + timeout;
   auto left_ms = [&] {
     return static_cast<int>(std::max<long long>(
@@ -62,8 +62,7 @@ std::optional<HttpReply> HttpRaw(int port, const std::string& raw, milliseconds 
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<std::uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 &&
-      errno != EINPROGRESS) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 && errno != EINPROGRESS) {
     *error = "connect to port " + std::to_string(port) + ": " + std::strerror(errno);
     return std::nullopt;
   }
@@ -90,8 +89,8 @@ std::optional<HttpReply> HttpRaw(int port, const std::string& raw, milliseconds 
     if (body_at && length && in.size() >= *body_at + *length) break;
     pollfd p{fd, POLLIN, 0};
     if (::poll(&p, 1, left_ms()) <= 0) {
-      *error = "timed out waiting for port " + std::to_string(port) + " (read so far: " +
-               in.substr(0, 200) + ")";
+      *error = "timed out waiting for port " + std::to_string(port) +
+               " (read so far: " + in.substr(0, 200) + ")";
       return std::nullopt;
     }
     char buf[8192];
@@ -104,7 +103,7 @@ std::optional<HttpReply> HttpRaw(int port, const std::string& raw, milliseconds 
       if (end == std::string::npos) continue;
       body_at = end + 4;
       reply.head = in.substr(0, end);
-      const std::string cl = reply.Header("Content-Length");
+      const std::string cl = reply.header("Content-Length");
       if (!cl.empty()) length = std::stoull(cl);
     }
   }
@@ -120,20 +119,20 @@ std::optional<HttpReply> HttpRaw(int port, const std::string& raw, milliseconds 
   return reply;
 }
 
-std::optional<HttpReply> HttpCall(int port, const std::string& method, const std::string& path,
-                                  const std::string& body, milliseconds timeout,
-                                  std::string* error) {
-  std::string raw = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" +
-                    std::to_string(port) + "\r\nConnection: close\r\n";
+std::optional<HttpReply> http_call(int port, const std::string& method, const std::string& path,
+                                   const std::string& body, milliseconds timeout,
+                                   std::string* error) {
+  std::string raw = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+                    "\r\nConnection: close\r\n";
   if (!body.empty() || method == "POST") {
     raw += "Content-Type: application/json; charset=utf-8\r\nContent-Length: " +
            std::to_string(body.size()) + "\r\n";
   }
   raw += "\r\n" + body;
-  return HttpRaw(port, raw, timeout, error);
+  return http_raw(port, raw, timeout, error);
 }
 
-int FreePort() {
+int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return 0;
   sockaddr_in addr{};
@@ -156,43 +155,43 @@ constexpr milliseconds kCommandTimeout{60000};  // a first session starts a brow
 }  // namespace
 
 WebDriver::~WebDriver() {
-  if (has_session()) DeleteSession();
+  if (has_session()) delete_session();
 }
 
-std::optional<Json> WebDriver::Command(const std::string& method, const std::string& path,
+std::optional<Json> WebDriver::command(const std::string& method, const std::string& path,
                                        const std::string& body, std::string* error) {
-  auto reply = HttpCall(port_, method, path, body, kCommandTimeout, error);
+  auto reply = http_call(port_, method, path, body, kCommandTimeout, error);
   if (!reply) return std::nullopt;
-  auto doc = ParseJson(reply->body, error);
+  auto doc = parse_json(reply->body, error);
   if (!doc) return std::nullopt;
-  const Json* value = doc->Get("value");
+  const Json* value = doc->get("value");
   if (value == nullptr) {
     *error = "no value in " + reply->body.substr(0, 300);
     return std::nullopt;
   }
   if (reply->status != 200) {
-    const Json* e = value->Get("error");
-    const Json* m = value->Get("message");
-    *error = "WebDriver " + method + " " + path + ": HTTP " + std::to_string(reply->status) +
-             " " + (e != nullptr ? e->string : "") + ": " + (m != nullptr ? m->string : "");
+    const Json* e = value->get("error");
+    const Json* m = value->get("message");
+    *error = "WebDriver " + method + " " + path + ": HTTP " + std::to_string(reply->status) + " " +
+             (e != nullptr ? e->string : "") + ": " + (m != nullptr ? m->string : "");
     return std::nullopt;
   }
   return *value;
 }
 
-bool WebDriver::Ready() {
+bool WebDriver::ready() {
   std::string error;
-  auto value = Command("GET", "/status", "", &error);
+  auto value = command("GET", "/status", "", &error);
   if (!value) return false;
-  const Json* ready = value->Get("ready");
+  const Json* ready = value->get("ready");
   return ready != nullptr && ready->boolean;
 }
 
-bool WebDriver::NewSession(const std::string& always_match, std::string* error) {
-  auto value = Command("POST", "/session",
+bool WebDriver::new_session(const std::string& always_match, std::string* error) {
+  auto value = command("POST", "/session",
                        "{\"capabilities\":{\"alwaysMatch\":" + always_match + "}}", error);
   if (!value) return false;
-  const Json* id = value->Get("sessionId");
+  const Json* id = value->get("sessionId");
   if (id == nullptr || id->string.empty()) {
     *error = "no sessionId in the reply";
     return false;
@@ -201,28 +200,28 @@ bool WebDriver::NewSession(const std::string& always_match, std::string* error) 
   return true;
 }
 
-bool WebDriver::Navigate(const std::string& url, std::string* error) {
-  return Command("POST", "/session/" + session_ + "/url", "{\"url\":" + JsonString(url) + "}",
+bool WebDriver::navigate(const std::string& url, std::string* error) {
+  return command("POST", "/session/" + session_ + "/url", "{\"url\":" + json_string(url) + "}",
                  error)
       .has_value();
 }
 
-std::optional<Json> WebDriver::Execute(const std::string& script, std::string* error) {
-  return Command("POST", "/session/" + session_ + "/execute/sync",
-                 "{\"script\":" + JsonString(script) + ",\"args\":[]}", error);
+std::optional<Json> WebDriver::execute(const std::string& script, std::string* error) {
+  return command("POST", "/session/" + session_ + "/execute/sync",
+                 "{\"script\":" + json_string(script) + ",\"args\":[]}", error);
 }
 
-std::string WebDriver::ExecuteString(const std::string& script) {
+std::string WebDriver::execute_string(const std::string& script) {
   std::string error;
-  auto value = Execute(script, &error);
+  auto value = execute(script, &error);
   if (!value || value->type != Json::Type::kString) return "";
   return value->string;
 }
 
-bool WebDriver::DeleteSession() {
+bool WebDriver::delete_session() {
   if (!has_session()) return true;
   std::string error;
-  const bool ok = Command("DELETE", "/session/" + session_, "", &error).has_value();
+  const bool ok = command("DELETE", "/session/" + session_, "", &error).has_value();
   session_.clear();
   return ok;
 }

@@ -15,7 +15,7 @@
 
 namespace simba::testing {
 
-using internal::JsonString;
+using internal::json_string;
 
 // ---- HTTP ----------------------------------------------------------------------
 
@@ -24,21 +24,21 @@ struct HttpReply {
   std::string head;  // status line and headers
   std::string body;
   // The first header `name` (case-insensitive), or "".
-  std::string Header(const std::string& name) const;
+  std::string header(const std::string& name) const;
 };
 
 // Sends `raw` as it is to 127.0.0.1:`port` and reads the reply until the
 // server closes or Content-Length is reached. nullopt (with `error`) when
 // the connection fails or `timeout` passes first.
-std::optional<HttpReply> HttpRaw(int port, const std::string& raw,
-                                 std::chrono::milliseconds timeout, std::string* error);
+std::optional<HttpReply> http_raw(int port, const std::string& raw,
+                                  std::chrono::milliseconds timeout, std::string* error);
 // One request (Connection: close); a non-empty `body` is sent as JSON.
-std::optional<HttpReply> HttpCall(int port, const std::string& method, const std::string& path,
-                                  const std::string& body, std::chrono::milliseconds timeout,
-                                  std::string* error);
+std::optional<HttpReply> http_call(int port, const std::string& method, const std::string& path,
+                                   const std::string& body, std::chrono::milliseconds timeout,
+                                   std::string* error);
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
-int FreePort();
+int free_port();
 
 // ---- WebDriver -----------------------------------------------------------------
 
@@ -51,21 +51,21 @@ class WebDriver {
   WebDriver& operator=(const WebDriver&) = delete;
 
   // Whether the driver answers /status with ready: true.
-  bool Ready();
+  bool ready();
   // POST /session with {"capabilities":{"alwaysMatch": `always_match`}}.
-  bool NewSession(const std::string& always_match, std::string* error);
-  bool Navigate(const std::string& url, std::string* error);
+  bool new_session(const std::string& always_match, std::string* error);
+  bool navigate(const std::string& url, std::string* error);
   // execute/sync: runs `script` (a function body; `return` gives the value)
   // in the page and returns its value.
-  std::optional<Json> Execute(const std::string& script, std::string* error);
+  std::optional<Json> execute(const std::string& script, std::string* error);
   // The script's value as a string ("" for null / not a string).
-  std::string ExecuteString(const std::string& script);
-  bool DeleteSession();
+  std::string execute_string(const std::string& script);
+  bool delete_session();
   bool has_session() const { return !session_.empty(); }
 
  private:
   // The "value" of a command's reply, or nullopt with the WebDriver error.
-  std::optional<Json> Command(const std::string& method, const std::string& path,
+  std::optional<Json> command(const std::string& method, const std::string& path,
                               const std::string& body, std::string* error);
 
   int port_;

@@ -4,9 +4,9 @@
 // connections, URIs and the error table. Every test runs against a real
 // etcd; raw requests go through the backend's own HTTP client
 // (backends/etcd/etcd_client.h).
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -18,9 +18,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <optional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,10 +41,10 @@
 namespace simba::testing {
 namespace {
 
-using internal::etcd::Base64Decode;
-using internal::etcd::Base64Encode;
+using internal::etcd::base64_decode;
+using internal::etcd::base64_encode;
 using internal::etcd::HttpConnection;
-using internal::etcd::Int64Field;
+using internal::etcd::int64_field;
 using internal::etcd::Json;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -53,13 +53,13 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // A key prefix of this test's own on the shared server.
-std::string TestPrefix() {
+std::string test_prefix() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return std::string("et-") + info->name() + "-" + std::to_string(::getpid());
 }
 
-std::string WithPrefix(const std::string& server_uri, const std::string& query = "") {
-  return server_uri + "?key_prefix=" + TestPrefix() + query;
+std::string with_prefix(const std::string& server_uri, const std::string& query = "") {
+  return server_uri + "?key_prefix=" + test_prefix() + query;
 }
 
 // ---- raw access to the server -----------------------------------------------------
@@ -76,7 +76,7 @@ struct RawKv {
 class Raw {
  public:
   explicit Raw(const std::string& uri) {
-    auto parsed = Uri::Parse(uri);
+    auto parsed = Uri::parse(uri);
     EXPECT_THAT(parsed, IsOk());
     if (parsed.ok()) {
       endpoint_.host = parsed->hosts.front().host;
@@ -86,54 +86,52 @@ class Raw {
 
   // The reply of one POST; an empty object (and a failed expectation) on
   // error.
-  Json Call(const std::string& path, const Json& body) {
-    auto conn = HttpConnection::Open(endpoint_, In(seconds(5)));
+  Json call(const std::string& path, const Json& body) {
+    auto conn = HttpConnection::open(endpoint_, in(seconds(5)));
     EXPECT_THAT(conn, IsOk());
     if (!conn.ok()) return Json::object();
-    auto replies = (*conn)->Call({{path, body.dump()}}, In(seconds(5)));
+    auto replies = (*conn)->call({{path, body.dump()}}, in(seconds(5)));
     EXPECT_THAT(replies, IsOk());
     if (!replies.ok()) return Json::object();
-    auto parsed = internal::etcd::ParseReply(replies->front(), "raw " + path);
+    auto parsed = internal::etcd::parse_reply(replies->front(), "raw " + path);
     EXPECT_THAT(parsed, IsOk());
     return parsed.ok() ? *parsed : Json::object();
   }
 
   // Every key starting with `prefix`, in create order.
-  std::vector<RawKv> Range(const std::string& prefix) {
+  std::vector<RawKv> range(const std::string& prefix) {
     const Json reply =
-        Call("/v3/kv/range", {{"key", Base64Encode(prefix)},
-                              {"range_end", Base64Encode(internal::etcd::PrefixEnd(prefix))},
+        call("/v3/kv/range", {{"key", base64_encode(prefix)},
+                              {"range_end", base64_encode(internal::etcd::prefix_end(prefix))},
                               {"sort_order", "ASCEND"},
                               {"sort_target", "CREATE"}});
     std::vector<RawKv> kvs;
     for (const Json& kv : reply.value("kvs", Json::array())) {
       RawKv raw;
-      EXPECT_TRUE(Base64Decode(kv.value("key", ""), &raw.key));
-      EXPECT_TRUE(Base64Decode(kv.value("value", ""), &raw.value));
-      raw.create_revision = Int64Field(kv, "create_revision");
-      raw.lease = Int64Field(kv, "lease");
+      EXPECT_TRUE(base64_decode(kv.value("key", ""), &raw.key));
+      EXPECT_TRUE(base64_decode(kv.value("value", ""), &raw.value));
+      raw.create_revision = int64_field(kv, "create_revision");
+      raw.lease = int64_field(kv, "lease");
       kvs.push_back(raw);
     }
     return kvs;
   }
 
   // The lease's {remaining, granted} seconds.
-  std::pair<std::int64_t, std::int64_t> TimeToLive(std::int64_t lease) {
-    const Json reply = Call("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
-    return {Int64Field(reply, "TTL"), Int64Field(reply, "grantedTTL")};
+  std::pair<std::int64_t, std::int64_t> time_to_live(std::int64_t lease) {
+    const Json reply = call("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+    return {int64_field(reply, "TTL"), int64_field(reply, "grantedTTL")};
   }
 
-  void Revoke(std::int64_t lease) {
-    Call("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
-  }
+  void revoke(std::int64_t lease) { call("/v3/lease/revoke", {{"ID", std::to_string(lease)}}); }
 
   // Requests the server has started on its KV and Lease services (gRPC
   // counters in /metrics; the watch is not counted).
-  long long Requests() {
-    auto conn = HttpConnection::Open(endpoint_, In(seconds(5)));
+  long long requests() {
+    auto conn = HttpConnection::open(endpoint_, in(seconds(5)));
     EXPECT_THAT(conn, IsOk());
     if (!conn.ok()) return -1;
-    auto replies = (*conn)->Call({{"/metrics", ""}}, In(seconds(5)));
+    auto replies = (*conn)->call({{"/metrics", ""}}, in(seconds(5)));
     EXPECT_THAT(replies, IsOk());
     if (!replies.ok()) return -1;
     long long total = 0;
@@ -157,8 +155,8 @@ class Raw {
   internal::etcd::Endpoint endpoint_;
 };
 
-std::string SharedEtcd() {
-  const std::string uri = SharedServerUri("etcd");
+std::string shared_etcd() {
+  const std::string uri = shared_server_uri("etcd");
   EXPECT_FALSE(uri.empty()) << "no etcd server";
   return uri;
 }
@@ -166,10 +164,11 @@ std::string SharedEtcd() {
 // ---- URIs, names and errors ----------------------------------------------------------
 
 TEST(EtcdUri, ParsesEndpointsPrefixAndTimeout) {
-  auto uri = Uri::Parse("etcd://10.0.0.5:2380,example.org,[::1]:4000?key_prefix=app.locks"
-                        "&connect_timeout=250ms");
+  auto uri = Uri::parse(
+      "etcd://10.0.0.5:2380,example.org,[::1]:4000?key_prefix=app.locks"
+      "&connect_timeout=250ms");
   SIMBA_ASSERT_OK(uri);
-  auto options = EtcdOptionsFromUri(*uri);
+  auto options = etcd_options_from_uri(*uri);
   SIMBA_ASSERT_OK(options);
   ASSERT_EQ(options->endpoints.size(), 3u);
   EXPECT_EQ(options->endpoints[0].host, "10.0.0.5");
@@ -181,7 +180,7 @@ TEST(EtcdUri, ParsesEndpointsPrefixAndTimeout) {
   EXPECT_EQ(options->key_prefix, "app.locks");
   EXPECT_EQ(options->connect_timeout, milliseconds(250));
 
-  auto defaults = EtcdOptionsFromUri(*Uri::Parse("etcd://localhost/"));
+  auto defaults = etcd_options_from_uri(*Uri::parse("etcd://localhost/"));
   SIMBA_ASSERT_OK(defaults);
   EXPECT_EQ(defaults->key_prefix, "simba");
   EXPECT_EQ(defaults->connect_timeout, seconds(3));
@@ -201,93 +200,93 @@ TEST(EtcdUri, BadUrisAreClearErrors) {
       {"etcd://", "host"},
   };
   for (const auto& [text, mentions] : cases) {
-    auto backend = OpenBackend(text);
+    auto backend = open_backend(text);
     EXPECT_THAT(backend, StatusIs(StatusCode::kInvalidArgument, HasSubstr(mentions))) << text;
   }
   // User info is refused, and the password is never repeated.
-  auto with_password = OpenBackend("etcd://root:hunter2@127.0.0.1:2379");
+  auto with_password = open_backend("etcd://root:hunter2@127.0.0.1:2379");
   EXPECT_THAT(with_password, StatusIs(StatusCode::kInvalidArgument, HasSubstr("password")));
   EXPECT_THAT(with_password.status().message(), Not(HasSubstr("hunter2")));
   EtcdOptions no_endpoints;
   no_endpoints.endpoints.clear();
-  EXPECT_THAT(NewEtcdBackend(no_endpoints), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(new_etcd_backend(no_endpoints), StatusIs(StatusCode::kInvalidArgument));
 }
 
 TEST(EtcdUri, UnreachableEndpointFailsFastNamingIt) {
-  auto backend = OpenBackend("etcd://127.0.0.1:1?connect_timeout=1s");
+  auto backend = open_backend("etcd://127.0.0.1:1?connect_timeout=1s");
   SIMBA_ASSERT_OK(backend);
   const auto started = steady_clock::now();
-  auto acquired = (*backend)->acquire_or_renew(Request("m", "c"), In(seconds(5)));
-  EXPECT_LT(steady_clock::now() - started, Scaled(seconds(2)));
+  auto acquired = (*backend)->acquire_or_renew(request_for("m", "c"), in(seconds(5)));
+  EXPECT_LT(steady_clock::now() - started, scaled(seconds(2)));
   EXPECT_TRUE(acquired.status().code() == StatusCode::kUnavailable ||
               acquired.status().code() == StatusCode::kDeadlineExceeded)
       << acquired.status();
   EXPECT_THAT(acquired.status().message(), HasSubstr("127.0.0.1:1"));
   // Between attempts it backs off, failing at once.
   const auto again = steady_clock::now();
-  EXPECT_THAT((*backend)->read("m", In(seconds(5))), Not(IsOk()));
-  EXPECT_LT(steady_clock::now() - again, Scaled(seconds(1)));
+  EXPECT_THAT((*backend)->read("m", in(seconds(5))), Not(IsOk()));
+  EXPECT_LT(steady_clock::now() - again, scaled(seconds(1)));
 }
 
 TEST(EtcdUri, ADeadEndpointIsSkippedForTheNextOne) {
-  const std::string live = SharedEtcd().substr(std::string("etcd://").size());
-  auto backend = Open("etcd://127.0.0.1:1," + live + "?key_prefix=" + TestPrefix());
+  const std::string live = shared_etcd().substr(std::string("etcd://").size());
+  auto backend = open("etcd://127.0.0.1:1," + live + "?key_prefix=" + test_prefix());
   ASSERT_TRUE(backend);
-  auto acquired = backend->acquire_or_renew(Request("m", "c"), In(seconds(10)));
+  auto acquired = backend->acquire_or_renew(request_for("m", "c"), in(seconds(10)));
   SIMBA_EXPECT_OK(acquired) << acquired.status();
-  SIMBA_EXPECT_OK(backend->release("m", "c", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("m", "c", in(seconds(10))));
 }
 
 TEST(EtcdErrors, GrpcCodesMapToStatusCodes) {
-  using internal::etcd::ErrorStatus;
+  using internal::etcd::error_status;
   struct Case {
     int grpc;
     int http;
     StatusCode expected;
   };
   const std::vector<Case> cases = {
-      {14, 503, StatusCode::kUnavailable},        // no leader
-      {4, 504, StatusCode::kUnavailable},         // request timed out
-      {8, 429, StatusCode::kUnavailable},         // too many requests
-      {10, 409, StatusCode::kUnavailable},        // aborted
-      {2, 500, StatusCode::kUnavailable},         // unknown (leader changed)
-      {13, 500, StatusCode::kUnavailable},        // internal
-      {16, 401, StatusCode::kPermissionDenied},   // invalid auth token
-      {7, 403, StatusCode::kPermissionDenied},    // permission denied
-      {3, 400, StatusCode::kInvalidArgument},     // request too large
-      {11, 400, StatusCode::kInvalidArgument},    // future revision
-      {5, 404, StatusCode::kInternal},            // lease not found
-      {9, 400, StatusCode::kInternal},            // lease already exists
-      {0, 502, StatusCode::kUnavailable},         // a proxy's error page
-      {0, 404, StatusCode::kInternal},            // not an etcd URL
+      {14, 503, StatusCode::kUnavailable},       // no leader
+      {4, 504, StatusCode::kUnavailable},        // request timed out
+      {8, 429, StatusCode::kUnavailable},        // too many requests
+      {10, 409, StatusCode::kUnavailable},       // aborted
+      {2, 500, StatusCode::kUnavailable},        // unknown (leader changed)
+      {13, 500, StatusCode::kUnavailable},       // internal
+      {16, 401, StatusCode::kPermissionDenied},  // invalid auth token
+      {7, 403, StatusCode::kPermissionDenied},   // permission denied
+      {3, 400, StatusCode::kInvalidArgument},    // request too large
+      {11, 400, StatusCode::kInvalidArgument},   // future revision
+      {5, 404, StatusCode::kInternal},           // lease not found
+      {9, 400, StatusCode::kInternal},           // lease already exists
+      {0, 502, StatusCode::kUnavailable},        // a proxy's error page
+      {0, 404, StatusCode::kInternal},           // not an etcd URL
   };
   for (const Case& c : cases) {
-    const Status status = ErrorStatus(c.grpc, c.http, "message", "etcd at x: calling");
+    const Status status = error_status(c.grpc, c.http, "message", "etcd at x: calling");
     EXPECT_EQ(status.code(), c.expected) << c.grpc << " / " << c.http;
     EXPECT_THAT(status.message(), HasSubstr("etcd at x: calling: message"));
   }
   // Both of the gateway's error shapes.
   int code = 0;
-  auto unary = internal::etcd::ParseReply(
+  auto unary = internal::etcd::parse_reply(
       {404, R"({"error":"etcdserver: requested lease not found","code":5})"}, "ctx", &code);
   EXPECT_THAT(unary, StatusIs(StatusCode::kInternal, HasSubstr("lease not found")));
   EXPECT_EQ(code, 5);
-  auto stream = internal::etcd::ParseStreamLine(
+  auto stream = internal::etcd::parse_stream_line(
       R"({"error":{"grpc_code":14,"http_code":503,"message":"no leader"}})", "ctx", &code);
   EXPECT_THAT(stream, StatusIs(StatusCode::kUnavailable, HasSubstr("no leader")));
   EXPECT_EQ(code, 14);
-  auto garbage = internal::etcd::ParseReply({200, "<html>"}, "ctx");
+  auto garbage = internal::etcd::parse_reply({200, "<html>"}, "ctx");
   EXPECT_THAT(garbage, StatusIs(StatusCode::kUnavailable));
 }
 
 TEST(EtcdNames, SlashesAreEscapedSoMutexesStayApart) {
-  const std::string uri = WithPrefix(SharedEtcd());
-  auto backend = Open(uri);
+  const std::string uri = with_prefix(shared_etcd());
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   // "a" and "a/b" are different mutexes, with keys apart.
-  auto a = backend->acquire_or_renew(Request("a", "one"), In(seconds(10)));
-  auto ab = backend->acquire_or_renew(Request("a/b", "two"), In(seconds(10)));
-  auto percent = backend->acquire_or_renew(Request("50%/x", "three"), In(seconds(10)));
+  auto a = backend->acquire_or_renew(request_for("a", "one"), in(seconds(10)));
+  auto ab = backend->acquire_or_renew(request_for("a/b", "two"), in(seconds(10)));
+  auto percent = backend->acquire_or_renew(request_for("50%/x", "three"), in(seconds(10)));
   SIMBA_ASSERT_OK(a);
   SIMBA_ASSERT_OK(ab);
   SIMBA_ASSERT_OK(percent);
@@ -295,17 +294,17 @@ TEST(EtcdNames, SlashesAreEscapedSoMutexesStayApart) {
   EXPECT_EQ(ab->owner.owner_id, "two");
   EXPECT_EQ(percent->owner.owner_id, "three");
   Raw raw(uri);
-  EXPECT_EQ(raw.Range(TestPrefix() + "/a/").size(), 1u);
-  EXPECT_EQ(raw.Range(TestPrefix() + "/a%2Fb/").size(), 1u);
-  EXPECT_EQ(raw.Range(TestPrefix() + "/50%25%2Fx/").size(), 1u);
-  auto listed = backend->list(In(seconds(10)));
+  EXPECT_EQ(raw.range(test_prefix() + "/a/").size(), 1u);
+  EXPECT_EQ(raw.range(test_prefix() + "/a%2Fb/").size(), 1u);
+  EXPECT_EQ(raw.range(test_prefix() + "/50%25%2Fx/").size(), 1u);
+  auto listed = backend->list(in(seconds(10)));
   SIMBA_ASSERT_OK(listed);
   std::map<std::string, std::string> owners;
   for (const auto& m : *listed) owners[m.mutex] = m.record.owner.owner_id;
-  EXPECT_EQ(owners, (std::map<std::string, std::string>{
-                        {"a", "one"}, {"a/b", "two"}, {"50%/x", "three"}}));
+  EXPECT_EQ(owners,
+            (std::map<std::string, std::string>{{"a", "one"}, {"a/b", "two"}, {"50%/x", "three"}}));
   for (const auto& [mutex, id] : owners) {
-    EXPECT_THAT(backend->release(mutex, id, In(seconds(10))), IsOkAndHolds(true));
+    EXPECT_THAT(backend->release(mutex, id, in(seconds(10))), IsOkAndHolds(true));
   }
   // Names: the default rules, up to 512 bytes.
   EXPECT_THAT(backend->validate_mutex(std::string(513, 'm')),
@@ -318,16 +317,16 @@ TEST(EtcdNames, SlashesAreEscapedSoMutexesStayApart) {
 // ---- layout and tokens -----------------------------------------------------------------
 
 TEST(EtcdLayout, KeyValueLeaseAndToken) {
-  const std::string uri = WithPrefix(SharedEtcd());
-  auto backend = Open(uri);
+  const std::string uri = with_prefix(shared_etcd());
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   Raw raw(uri);
-  const std::string queue = TestPrefix() + "/layout/";
+  const std::string queue = test_prefix() + "/layout/";
 
-  auto first = backend->acquire_or_renew(Request("layout", "c1"), In(seconds(10)));
+  auto first = backend->acquire_or_renew(request_for("layout", "c1"), in(seconds(10)));
   SIMBA_ASSERT_OK(first);
   ASSERT_EQ(first->owner.owner_id, "c1");
-  std::vector<RawKv> keys = raw.Range(queue);
+  std::vector<RawKv> keys = raw.range(queue);
   ASSERT_EQ(keys.size(), 1u);
   const RawKv mine = keys.front();
   // <prefix>/<mutex>/<lease as 16 hex digits>, value: the contender id.
@@ -338,7 +337,7 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   EXPECT_EQ(mine.value, "c1");
   EXPECT_NE(mine.lease, 0);
   // The lease outlasts ttl + transition (2 s + 1 s).
-  const auto [left, granted] = raw.TimeToLive(mine.lease);
+  const auto [left, granted] = raw.time_to_live(mine.lease);
   EXPECT_GE(granted, 3);
   EXPECT_GE(left, 2);
   // The token is the key's create revision.
@@ -347,27 +346,27 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   EXPECT_EQ(first->owner.ttl_at - first->store_now, milliseconds(2000));
   EXPECT_EQ(first->owner.transition_at - first->store_now, milliseconds(3000));
   // The mutex's record, outside its queue.
-  EXPECT_EQ(raw.Range(TestPrefix() + "/layout").size(), 2u);
+  EXPECT_EQ(raw.range(test_prefix() + "/layout").size(), 2u);
 
   // A renewal keeps the key, the lease and the token.
-  auto renewed = backend->acquire_or_renew(Request("layout", "c1"), In(seconds(10)));
+  auto renewed = backend->acquire_or_renew(request_for("layout", "c1"), in(seconds(10)));
   SIMBA_ASSERT_OK(renewed);
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
-  keys = raw.Range(queue);
+  keys = raw.range(queue);
   ASSERT_EQ(keys.size(), 1u);
   EXPECT_EQ(keys.front().create_revision, mine.create_revision);
   EXPECT_EQ(keys.front().lease, mine.lease);
 
   // A second contender queues behind, and sees the owner.
-  auto waiting = backend->acquire_or_renew(Request("layout", "c2"), In(seconds(10)));
+  auto waiting = backend->acquire_or_renew(request_for("layout", "c2"), in(seconds(10)));
   SIMBA_ASSERT_OK(waiting);
   EXPECT_EQ(waiting->owner.owner_id, "c1");
   EXPECT_EQ(waiting->owner.fencing_token, first->owner.fencing_token);
-  keys = raw.Range(queue);
+  keys = raw.range(queue);
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys[1].value, "c2");
   EXPECT_NE(keys[1].lease, mine.lease);
-  auto read = backend->read("layout", In(seconds(10)));
+  auto read = backend->read("layout", in(seconds(10)));
   SIMBA_ASSERT_OK(read);
   EXPECT_EQ(read->owner.owner_id, "c1");
   EXPECT_EQ(read->owner.fencing_token, first->owner.fencing_token);
@@ -375,21 +374,21 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   EXPECT_LE(read->owner.transition_at - read->store_now, milliseconds(3000));
 
   // Released: key and lease gone; the next owner's token is greater.
-  EXPECT_THAT(backend->release("layout", "c1", In(seconds(10))), IsOkAndHolds(true));
-  EXPECT_EQ(raw.TimeToLive(mine.lease).first, -1);
-  auto next = backend->acquire_or_renew(Request("layout", "c2"), In(seconds(10)));
+  EXPECT_THAT(backend->release("layout", "c1", in(seconds(10))), IsOkAndHolds(true));
+  EXPECT_EQ(raw.time_to_live(mine.lease).first, -1);
+  auto next = backend->acquire_or_renew(request_for("layout", "c2"), in(seconds(10)));
   SIMBA_ASSERT_OK(next);
   EXPECT_EQ(next->owner.owner_id, "c2");
   EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
   EXPECT_EQ(next->owner.fencing_token, static_cast<std::uint64_t>(keys[1].create_revision));
   // A waiter's release says it did not own the mutex.
-  auto third = backend->acquire_or_renew(Request("layout", "c3"), In(seconds(10)));
+  auto third = backend->acquire_or_renew(request_for("layout", "c3"), in(seconds(10)));
   SIMBA_ASSERT_OK(third);
-  EXPECT_THAT(backend->release("layout", "c3", In(seconds(10))), IsOkAndHolds(false));
-  EXPECT_THAT(backend->release("layout", "c2", In(seconds(10))), IsOkAndHolds(true));
-  EXPECT_TRUE(raw.Range(queue).empty());
+  EXPECT_THAT(backend->release("layout", "c3", in(seconds(10))), IsOkAndHolds(false));
+  EXPECT_THAT(backend->release("layout", "c2", in(seconds(10))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.range(queue).empty());
   // The record stays: list() shows the mutex as free.
-  auto listed = backend->list(In(seconds(10)));
+  auto listed = backend->list(in(seconds(10)));
   SIMBA_ASSERT_OK(listed);
   ASSERT_EQ(listed->size(), 1u);
   EXPECT_EQ(listed->front().mutex, "layout");
@@ -397,26 +396,26 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
 }
 
 TEST(EtcdLayout, ForceReleaseDeletesTheOwnersKeyAndTellsTheOwner) {
-  const std::string uri = WithPrefix(SharedEtcd());
-  auto factory = Factory(uri, seconds(10), seconds(5));
+  const std::string uri = with_prefix(shared_etcd());
+  auto factory = make_factory(uri, seconds(10), seconds(5));
   ASSERT_TRUE(factory);
   Timeline timeline;
-  auto service = factory->create_contend_service(timeline.Contender("forced", "A")).value();
+  auto service = factory->create_contend_service(timeline.contender("forced", "A")).value();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(timeline.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(timeline.acquired.wait(seconds(10)));
   const std::uint64_t token = service->fencing_token();
-  auto forced = factory->backend()->force_release("forced", In(seconds(10)));
+  auto forced = factory->backend()->force_release("forced", in(seconds(10)));
   SIMBA_ASSERT_OK(forced);
   EXPECT_EQ(forced->previous.owner_id, service->contender_id());
   EXPECT_EQ(forced->previous.fencing_token, token);
   EXPECT_GT(forced->fencing_floor, token);
   // Told at once (the watch), not at its next renewal 10 s later.
-  ASSERT_TRUE(timeline.released.Wait(seconds(3)));
+  ASSERT_TRUE(timeline.released.wait(seconds(3)));
   SIMBA_EXPECT_OK(service->stop());
 }
 
 TEST(EtcdEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
-  ExpectAListenerMayDestroyItsBackend(WithPrefix(SharedEtcd()));
+  expect_a_listener_may_destroy_its_backend(with_prefix(shared_etcd()));
 }
 
 // ---- failures ------------------------------------------------------------------------------
@@ -431,51 +430,51 @@ TEST(EtcdEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
 // by the server at the same time, and the waiter then needs one more round
 // trip, which it sometimes wins. The fencing token covers that window.
 TEST(EtcdFailures, RevokedLeaseIsPushedToTheOwnerAndTheWaiterTakesOver) {
-  const std::string uri = WithPrefix(SharedEtcd());
+  const std::string uri = with_prefix(shared_etcd());
   // Separate factories: separate backends and watches, like processes.
-  auto fa = Factory(uri, seconds(10), seconds(5));
-  auto fb = Factory(uri, seconds(10), seconds(5));
+  auto fa = make_factory(uri, seconds(10), seconds(5));
+  auto fb = make_factory(uri, seconds(10), seconds(5));
   ASSERT_TRUE(fa && fb);
   Timeline timeline;
-  auto a = fa->create_contend_service(timeline.Contender("revoked", "A")).value();
-  auto b = fb->create_contend_service(timeline.Contender("revoked", "B")).value();
+  auto a = fa->create_contend_service(timeline.contender("revoked", "A")).value();
+  auto b = fb->create_contend_service(timeline.contender("revoked", "B")).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = a->fencing_token();
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
-                         seconds(10)));
+  ASSERT_TRUE(
+      eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(10)));
 
   Raw raw(uri);
-  const std::vector<RawKv> keys = raw.Range(TestPrefix() + "/revoked/");
+  const std::vector<RawKv> keys = raw.range(test_prefix() + "/revoked/");
   ASSERT_EQ(keys.size(), 2u);
   ASSERT_EQ(keys.front().value, a->contender_id());
   ASSERT_EQ(keys.back().value, b->contender_id());
   const auto revoked_at = steady_clock::now();
-  raw.Revoke(keys.front().lease);
+  raw.revoke(keys.front().lease);
 
   // The push: one watch event on loopback takes milliseconds; the bound is
   // 1 s (etcd.md), far below the 10 s until A's next renewal, which is what
   // a missing push would cost. The margin absorbs a loaded machine.
-  const auto kPushBound = Scaled(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return timeline.When("A released").has_value(); }, seconds(15)))
+  const auto push_bound = scaled(seconds(1));
+  ASSERT_TRUE(eventually([&] { return timeline.when("A released").has_value(); }, seconds(15)))
       << "A was never told";
-  const auto a_told = timeline.When("A released");
+  const auto a_told = timeline.when("A released");
   ASSERT_TRUE(a_told.has_value());
-  EXPECT_LT(*a_told - revoked_at, kPushBound) << "A was told late: not pushed";
+  EXPECT_LT(*a_told - revoked_at, push_bound) << "A was told late: not pushed";
   EXPECT_FALSE(a->is_owner());
   // B is woken by the same push (its predecessor's key went) and takes over.
-  ASSERT_TRUE(Eventually([&] { return timeline.When("B acquired").has_value(); }, seconds(15)))
+  ASSERT_TRUE(eventually([&] { return timeline.when("B acquired").has_value(); }, seconds(15)))
       << "B never took over";
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(3)));
-  const auto b_told = timeline.When("B acquired");
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(3)));
+  const auto b_told = timeline.when("B acquired");
   ASSERT_TRUE(b_told.has_value());
-  EXPECT_LT(*b_told - revoked_at, kPushBound) << "B took over late: not pushed";
+  EXPECT_LT(*b_told - revoked_at, push_bound) << "B took over late: not pushed";
   // At the store, one owner: A's key is gone, B's (the same one it queued
   // with) is the lowest, and its token, the key's create revision, is
   // greater than A's. (A, still running, may have queued again behind B
   // with a new key.)
-  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/revoked/");
+  const std::vector<RawKv> after = raw.range(test_prefix() + "/revoked/");
   ASSERT_GE(after.size(), 1u);
   EXPECT_EQ(after.front().value, b->contender_id());
   EXPECT_EQ(after.front().create_revision, keys.back().create_revision);
@@ -489,19 +488,19 @@ TEST(EtcdFailures, RevokedLeaseIsPushedToTheOwnerAndTheWaiterTakesOver) {
 }
 
 TEST(EtcdFailures, ServerRestartNeverOverlapsOwners) {
-  auto server = TestServer::Start("etcd");
+  auto server = TestServer::start("etcd");
   SIMBA_ASSERT_OK(server);
-  const std::string uri = WithPrefix((*server)->uri());
-  auto fa = Factory(uri, seconds(2), seconds(1));
-  auto fb = Factory(uri, seconds(2), seconds(1));
+  const std::string uri = with_prefix((*server)->uri());
+  auto fa = make_factory(uri, seconds(2), seconds(1));
+  auto fb = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(fa && fb);
   Timeline timeline;
-  auto a = fa->create_contend_service(timeline.Contender("restart", "A")).value();
-  auto b = fb->create_contend_service(timeline.Contender("restart", "B")).value();
+  auto a = fa->create_contend_service(timeline.contender("restart", "A")).value();
+  auto b = fb->create_contend_service(timeline.contender("restart", "B")).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
 
   std::atomic<bool> sampling{true};
   std::atomic<int> overlaps{0};
@@ -513,13 +512,13 @@ TEST(EtcdFailures, ServerRestartNeverOverlapsOwners) {
       std::this_thread::sleep_for(milliseconds(1));
     }
   });
-  SIMBA_ASSERT_OK((*server)->Stop());
+  SIMBA_ASSERT_OK((*server)->stop());
   // Past the whole lease: the owner must have let go locally.
   std::this_thread::sleep_for(seconds(4));
   EXPECT_FALSE(a->is_owner());
   EXPECT_FALSE(b->is_owner());
-  SIMBA_ASSERT_OK((*server)->Restart());
-  EXPECT_TRUE(Eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)))
+  SIMBA_ASSERT_OK((*server)->restart());
+  EXPECT_TRUE(eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)))
       << "no owner after the restart";
   std::this_thread::sleep_for(seconds(3));
   sampling = false;
@@ -532,14 +531,14 @@ TEST(EtcdFailures, ServerRestartNeverOverlapsOwners) {
 }
 
 TEST(EtcdFailures, PausedServerMakesCallsEndByTheirDeadline) {
-  auto server = TestServer::Start("etcd");
+  auto server = TestServer::start("etcd");
   SIMBA_ASSERT_OK(server);
-  auto backend = Open(WithPrefix((*server)->uri()));
+  auto backend = open(with_prefix((*server)->uri()));
   ASSERT_TRUE(backend);
-  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("paused", "c"), In(seconds(10))));
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("paused", "c"), in(seconds(10))));
   auto waiter_sub = backend->subscribe("paused", "w", [](const MutexEvent&) {});
   SIMBA_ASSERT_OK(waiter_sub);
-  SIMBA_ASSERT_OK((*server)->Pause());
+  SIMBA_ASSERT_OK((*server)->pause());
   const milliseconds budget(300);
   auto within = [&](const char* what, auto call) {
     const auto started = steady_clock::now();
@@ -548,59 +547,59 @@ TEST(EtcdFailures, PausedServerMakesCallsEndByTheirDeadline) {
     EXPECT_TRUE(status.code() == StatusCode::kDeadlineExceeded ||
                 status.code() == StatusCode::kUnavailable)
         << what << ": " << status;
-    EXPECT_LT(took, Scaled(budget + milliseconds(700))) << what;
+    EXPECT_LT(took, scaled(budget + milliseconds(700))) << what;
   };
   within("acquire", [&] {
-    return backend->acquire_or_renew(Request("paused", "c"), In(budget)).status();
+    return backend->acquire_or_renew(request_for("paused", "c"), in(budget)).status();
   });
   within("acquire again", [&] {
-    return backend->acquire_or_renew(Request("paused", "c"), In(budget)).status();
+    return backend->acquire_or_renew(request_for("paused", "c"), in(budget)).status();
   });
-  within("read", [&] { return backend->read("paused", In(budget)).status(); });
-  within("list", [&] { return backend->list(In(budget)).status(); });
-  within("force", [&] { return backend->force_release("other", In(budget)).status(); });
-  within("release", [&] { return backend->release("other", "c", In(budget)).status(); });
-  SIMBA_ASSERT_OK((*server)->Resume());
+  within("read", [&] { return backend->read("paused", in(budget)).status(); });
+  within("list", [&] { return backend->list(in(budget)).status(); });
+  within("force", [&] { return backend->force_release("other", in(budget)).status(); });
+  within("release", [&] { return backend->release("other", "c", in(budget)).status(); });
+  SIMBA_ASSERT_OK((*server)->resume());
   // Back to work once the server answers (a reconnect may be backing off).
-  EXPECT_TRUE(Eventually(
+  EXPECT_TRUE(eventually(
       [&] {
-        auto renewed = backend->acquire_or_renew(Request("paused", "c"), In(seconds(2)));
+        auto renewed = backend->acquire_or_renew(request_for("paused", "c"), in(seconds(2)));
         return renewed.ok() && renewed->owner.owner_id == "c";
       },
       seconds(10)));
-  SIMBA_EXPECT_OK(backend->release("paused", "c", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("paused", "c", in(seconds(10))));
 }
 
 TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
-  const std::string server_uri = SharedEtcd();
-  auto parsed = Uri::Parse(server_uri);
+  const std::string server_uri = shared_etcd();
+  auto parsed = Uri::parse(server_uri);
   SIMBA_ASSERT_OK(parsed);
   TcpProxy proxy(*parsed->hosts.front().port);
-  const std::string proxied = WithPrefix("etcd://127.0.0.1:" + std::to_string(proxy.port()));
-  const std::string direct = WithPrefix(server_uri);
-  auto owner_factory = Factory(direct, seconds(10), seconds(5));
-  auto waiter_factory = Factory(proxied, seconds(10), seconds(5));
+  const std::string proxied = with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port()));
+  const std::string direct = with_prefix(server_uri);
+  auto owner_factory = make_factory(direct, seconds(10), seconds(5));
+  auto waiter_factory = make_factory(proxied, seconds(10), seconds(5));
   ASSERT_TRUE(owner_factory && waiter_factory);
   Timeline timeline;
-  auto owner = owner_factory->create_contend_service(timeline.Contender("cut", "O")).value();
-  auto waiter = waiter_factory->create_contend_service(timeline.Contender("cut", "W")).value();
+  auto owner = owner_factory->create_contend_service(timeline.contender("cut", "O")).value();
+  auto waiter = waiter_factory->create_contend_service(timeline.contender("cut", "W")).value();
   SIMBA_ASSERT_OK(owner->start());
-  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return owner->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(waiter->start());
-  ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
+  ASSERT_TRUE(eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
                          seconds(10)));
   // The waiter's backend holds its request and watch connections.
   EXPECT_EQ(proxy.connections(), 2);
-  proxy.CutAll();
+  proxy.cut_all();
   // The watch comes back (its reconnect backs off from 100 ms)...
-  ASSERT_TRUE(Eventually([&] { return proxy.connections() >= 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return proxy.connections() >= 1; }, seconds(5)));
   // ... and still wakes the waiter when the owner leaves.
   SIMBA_ASSERT_OK(owner->stop());
-  ASSERT_TRUE(Eventually([&] { return waiter->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return waiter->is_owner(); }, seconds(5)));
   // Plain calls reconnect too.
-  proxy.CutAll();
-  EXPECT_TRUE(Eventually(
-      [&] { return waiter_factory->backend()->read("cut", In(seconds(2))).ok(); }, seconds(5)));
+  proxy.cut_all();
+  EXPECT_TRUE(eventually(
+      [&] { return waiter_factory->backend()->read("cut", in(seconds(2))).ok(); }, seconds(5)));
   EXPECT_TRUE(waiter->is_owner());
   SIMBA_EXPECT_OK(waiter->stop());
 }
@@ -614,14 +613,14 @@ TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
 // waiter queued directly on the server never gets the mutex. Then its
 // release still hands over by push, through the watch it re-made on
 // endpoint 2.
-void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
-  const std::string server_uri = SharedEtcd();
-  auto parsed = Uri::Parse(server_uri);
+void owner_keeps_its_lease_when_its_endpoint_dies(bool blackhole) {
+  const std::string server_uri = shared_etcd();
+  auto parsed = Uri::parse(server_uri);
   SIMBA_ASSERT_OK(parsed);
   const std::string live = server_uri.substr(std::string("etcd://").size());
   auto proxy = std::make_unique<TcpProxy>(*parsed->hosts.front().port);
   const std::string two_endpoints = "etcd://127.0.0.1:" + std::to_string(proxy->port()) + "," +
-                                    live + "?key_prefix=" + TestPrefix() +
+                                    live + "?key_prefix=" + test_prefix() +
                                     "&connect_timeout=500ms";
   // ttl 1 s + transition 5 s: a 6 s etcd lease. A silent endpoint holds a
   // call until its operation_timeout (3 s) ends it; the retry then goes to
@@ -633,23 +632,24 @@ void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
   options.contend.ttl = seconds(1);
   options.contend.transition = seconds(5);
   auto owner_factory = MutexContendServiceFactory::open(two_endpoints, options);
-  auto waiter_factory = MutexContendServiceFactory::open(WithPrefix(server_uri), options);
+  auto waiter_factory = MutexContendServiceFactory::open(with_prefix(server_uri), options);
   SIMBA_ASSERT_OK(owner_factory);
   SIMBA_ASSERT_OK(waiter_factory);
   Timeline timeline;
-  auto owner = (*owner_factory)->create_contend_service(timeline.Contender("failover", "O")).value();
+  auto owner =
+      (*owner_factory)->create_contend_service(timeline.contender("failover", "O")).value();
   auto waiter =
-      (*waiter_factory)->create_contend_service(timeline.Contender("failover", "W")).value();
+      (*waiter_factory)->create_contend_service(timeline.contender("failover", "W")).value();
   SIMBA_ASSERT_OK(owner->start());
-  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return owner->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(waiter->start());
-  ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
+  ASSERT_TRUE(eventually([&] { return waiter->after_owner().owner_id == owner->contender_id(); },
                          seconds(10)));
   // Both of the owner backend's connections (calls and watch) use endpoint 1.
   ASSERT_EQ(proxy->connections(), 2);
   const std::uint64_t token = owner->fencing_token();
   Raw raw(server_uri);
-  const std::vector<RawKv> before = raw.Range(TestPrefix() + "/failover/");
+  const std::vector<RawKv> before = raw.range(test_prefix() + "/failover/");
   ASSERT_EQ(before.size(), 2u);
 
   std::atomic<bool> sampling{true};
@@ -674,9 +674,9 @@ void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
   sampler.join();
   EXPECT_EQ(not_owner.load(), 0) << "the owner lost the mutex while endpoint 2 was up";
   EXPECT_GT(samples.load(), 1000);
-  EXPECT_FALSE(timeline.When("W acquired").has_value()) << "the waiter took over";
+  EXPECT_FALSE(timeline.when("W acquired").has_value()) << "the waiter took over";
   EXPECT_EQ(owner->fencing_token(), token);
-  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/failover/");
+  const std::vector<RawKv> after = raw.range(test_prefix() + "/failover/");
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after.front().create_revision, before.front().create_revision) << "a new key";
   EXPECT_EQ(after.front().lease, before.front().lease) << "a new lease";
@@ -690,14 +690,14 @@ void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
   // silent endpoint that still vouched for the key would let the renewals be
   // bare keep-alives that never see the delete: told never.)
   const auto forced_at = steady_clock::now();
-  auto forced = (*waiter_factory)->backend()->force_release("failover", In(seconds(10)));
+  auto forced = (*waiter_factory)->backend()->force_release("failover", in(seconds(10)));
   SIMBA_ASSERT_OK(forced);
   EXPECT_EQ(forced->previous.fencing_token, token);
-  ASSERT_TRUE(Eventually([&] { return timeline.When("O released").has_value(); }, seconds(10)))
+  ASSERT_TRUE(eventually([&] { return timeline.when("O released").has_value(); }, seconds(10)))
       << "the owner was never told its key was deleted";
-  EXPECT_LT(*timeline.When("O released") - forced_at, Scaled(seconds(2)));
+  EXPECT_LT(*timeline.when("O released") - forced_at, scaled(seconds(2)));
   // Whoever owns the mutex next has a token above the floor.
-  ASSERT_TRUE(Eventually([&] { return owner->is_owner() || waiter->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return owner->is_owner() || waiter->is_owner(); }, seconds(10)));
   EXPECT_GT(owner->is_owner() ? owner->fencing_token() : waiter->fencing_token(),
             forced->fencing_floor);
   SIMBA_EXPECT_OK(owner->stop());
@@ -705,37 +705,37 @@ void OwnerKeepsItsLeaseWhenItsEndpointDies(bool blackhole) {
 }
 
 TEST(EtcdFailover, OwnerKeepsItsLeaseWhenItsEndpointIsKilled) {
-  OwnerKeepsItsLeaseWhenItsEndpointDies(/*blackhole=*/false);
+  owner_keeps_its_lease_when_its_endpoint_dies(/*blackhole=*/false);
 }
 
 TEST(EtcdFailover, OwnerKeepsItsLeaseWhenItsEndpointFallsSilent) {
-  OwnerKeepsItsLeaseWhenItsEndpointDies(/*blackhole=*/true);
+  owner_keeps_its_lease_when_its_endpoint_dies(/*blackhole=*/true);
 }
 
 // ---- hand-off ----------------------------------------------------------------------------------
 
 TEST(EtcdHandOff, CleanReleaseHandsOverInAFewRoundTrips) {
-  const std::string uri = WithPrefix(SharedEtcd());
-  auto fa = Factory(uri, seconds(10), seconds(5));
-  auto fb = Factory(uri, seconds(10), seconds(5));
+  const std::string uri = with_prefix(shared_etcd());
+  auto fa = make_factory(uri, seconds(10), seconds(5));
+  auto fb = make_factory(uri, seconds(10), seconds(5));
   ASSERT_TRUE(fa && fb);
   for (int round = 0; round < 3; ++round) {
     Timeline timeline;
-    auto a = fa->create_contend_service(timeline.Contender("handoff", "A")).value();
-    auto b = fb->create_contend_service(timeline.Contender("handoff", "B")).value();
+    auto a = fa->create_contend_service(timeline.contender("handoff", "A")).value();
+    auto b = fb->create_contend_service(timeline.contender("handoff", "B")).value();
     SIMBA_ASSERT_OK(a->start());
-    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+    ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
     SIMBA_ASSERT_OK(b->start());
-    ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
-                           seconds(10)));
+    ASSERT_TRUE(
+        eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(10)));
     const auto stopped = steady_clock::now();
     SIMBA_ASSERT_OK(a->stop());
     // A poll would come 13 s later (the waiter's lease is 15 s): this is
     // the watch.
-    ASSERT_TRUE(timeline.acquired.Wait(seconds(10)));
-    ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, milliseconds(500)));
+    ASSERT_TRUE(timeline.acquired.wait(seconds(10)));
+    ASSERT_TRUE(eventually([&] { return b->is_owner(); }, milliseconds(500)));
     const auto took = steady_clock::now() - stopped;
-    EXPECT_LT(took, Scaled(milliseconds(500))) << "round " << round;
+    EXPECT_LT(took, scaled(milliseconds(500))) << "round " << round;
     RecordProperty("handoff_ms_" + std::to_string(round),
                    std::to_string(std::chrono::duration_cast<milliseconds>(took).count()));
     SIMBA_EXPECT_OK(b->stop());
@@ -745,21 +745,21 @@ TEST(EtcdHandOff, CleanReleaseHandsOverInAFewRoundTrips) {
 TEST(EtcdHandOff, WaitersKeepTheirPlaceWhileTheyWait) {
   // ttl 2 s + transition 1 s: a 3 s lease, renewed only by the waiter's
   // polls; after 8 s of waiting its key is still the one it made.
-  const std::string uri = WithPrefix(SharedEtcd());
-  auto factory = Factory(uri, seconds(2), seconds(1));
+  const std::string uri = with_prefix(shared_etcd());
+  auto factory = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(factory);
   Timeline timeline;
-  auto a = factory->create_contend_service(timeline.Contender("patient", "A")).value();
-  auto b = factory->create_contend_service(timeline.Contender("patient", "B")).value();
+  auto a = factory->create_contend_service(timeline.contender("patient", "A")).value();
+  auto b = factory->create_contend_service(timeline.contender("patient", "B")).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return !b->after_owner().owner_id.empty(); }, seconds(10)));
   Raw raw(uri);
-  const std::vector<RawKv> before = raw.Range(TestPrefix() + "/patient/");
+  const std::vector<RawKv> before = raw.range(test_prefix() + "/patient/");
   ASSERT_EQ(before.size(), 2u);
   std::this_thread::sleep_for(seconds(8));
-  const std::vector<RawKv> after = raw.Range(TestPrefix() + "/patient/");
+  const std::vector<RawKv> after = raw.range(test_prefix() + "/patient/");
   ASSERT_EQ(after.size(), 2u);
   EXPECT_EQ(after[0].create_revision, before[0].create_revision);
   EXPECT_EQ(after[1].create_revision, before[1].create_revision) << "the waiter lost its key";
@@ -770,15 +770,15 @@ TEST(EtcdHandOff, WaitersKeepTheirPlaceWhileTheyWait) {
 
 TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   // A private server, so its request counters count only this test.
-  auto server = TestServer::Start("etcd");
+  auto server = TestServer::start("etcd");
   SIMBA_ASSERT_OK(server);
-  const std::string uri = WithPrefix((*server)->uri());
+  const std::string uri = with_prefix((*server)->uri());
   constexpr int kFactories = 5;
   constexpr int kContenders = 50;
   // A long lease: no waiter polls during the test, every wake-up is a push.
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < kFactories; ++i) {
-    factories.push_back(Factory(uri, seconds(30), seconds(10)));
+    factories.push_back(make_factory(uri, seconds(30), seconds(10)));
     ASSERT_TRUE(factories.back());
   }
   std::mutex mu;
@@ -786,7 +786,7 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   std::vector<int> order;
   std::vector<std::unique_ptr<MutexContendService>> services;
   for (int i = 0; i < kContenders; ++i) {
-    auto contender = MakeContender(
+    auto contender = make_contender(
         "herd",
         [&, i](const MutexState&) {
           std::lock_guard<std::mutex> lock(mu);
@@ -797,13 +797,13 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
     services.push_back(factories[i % kFactories]->create_contend_service(contender).value());
     SIMBA_ASSERT_OK(services.back()->start());
     // Queued (its key exists) before the next one starts.
-    ASSERT_TRUE(Eventually([&] { return !services.back()->after_owner().owner_id.empty(); },
-                           seconds(10)))
+    ASSERT_TRUE(
+        eventually([&] { return !services.back()->after_owner().owner_id.empty(); }, seconds(10)))
         << "contender " << i;
   }
   auto wait_for = [&](std::size_t acquisitions) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, Scaled(seconds(10)), [&] { return order.size() >= acquisitions; });
+    return cv.wait_for(lock, scaled(seconds(10)), [&] { return order.size() >= acquisitions; });
   };
   ASSERT_TRUE(wait_for(1));
   // Let start-up settle (each watch wakes its subscribers once when created).
@@ -814,7 +814,7 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   // not have been, which would call a moment after the hand-off) is counted
   // in the window where it lands, and no sleep is needed to catch it.
   std::vector<long long> per_handoff;
-  long long before = raw.Requests();
+  long long before = raw.requests();
   for (std::size_t handoff = 1; handoff < kContenders; ++handoff) {
     int current;
     {
@@ -825,7 +825,7 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
     ASSERT_TRUE(wait_for(handoff + 1)) << "hand-off " << handoff;
     if (handoff + 1 < kContenders) {
       // (The last hand-off has no next stop to close its window.)
-      const long long now = raw.Requests();
+      const long long now = raw.requests();
       per_handoff.push_back(now - before);
       before = now;
     }
@@ -853,20 +853,20 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
 }
 
 TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
-  auto server = TestServer::Start("etcd");
+  auto server = TestServer::start("etcd");
   SIMBA_ASSERT_OK(server);
-  const std::string uri = WithPrefix((*server)->uri());
-  auto backend = Open(uri);
+  const std::string uri = with_prefix((*server)->uri());
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   Raw raw(uri);
   // Without a subscription there is no watch: every renewal checks the
   // key with a transaction (keep-alive + transaction).
-  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("plain", "c"), In(seconds(10))));
-  long long before = raw.Requests();
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("plain", "c"), in(seconds(10))));
+  long long before = raw.requests();
   for (int i = 0; i < 5; ++i) {
-    SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("plain", "c"), In(seconds(10))));
+    SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("plain", "c"), in(seconds(10))));
   }
-  EXPECT_EQ(raw.Requests() - before, 10);
+  EXPECT_EQ(raw.requests() - before, 10);
 
   // With one, the watch vouches for the key: a keep-alive alone renews.
   std::mutex mu;
@@ -876,25 +876,25 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
     events.push_back(event);
   });
   SIMBA_ASSERT_OK(sub);
-  auto first = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+  auto first = backend->acquire_or_renew(request_for("watched", "c"), in(seconds(10)));
   SIMBA_ASSERT_OK(first);
   ASSERT_EQ(first->owner.owner_id, "c");
-  before = raw.Requests();
+  before = raw.requests();
   for (int i = 0; i < 5; ++i) {
-    auto renewed = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+    auto renewed = backend->acquire_or_renew(request_for("watched", "c"), in(seconds(10)));
     SIMBA_ASSERT_OK(renewed);
     EXPECT_EQ(renewed->owner.owner_id, "c");
     EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
     EXPECT_EQ(renewed->owner.transition_at - renewed->store_now, milliseconds(3000));
   }
-  EXPECT_EQ(raw.Requests() - before, 5);
+  EXPECT_EQ(raw.requests() - before, 5);
 
   // A forced release reaches the owner through the watch (kLost with its
   // token), and the next renewal checks with the store again: a new key,
   // a new token.
-  auto forced = backend->force_release("watched", In(seconds(10)));
+  auto forced = backend->force_release("watched", in(seconds(10)));
   SIMBA_ASSERT_OK(forced);
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         std::lock_guard<std::mutex> lock(mu);
         return std::any_of(events.begin(), events.end(), [&](const MutexEvent& e) {
@@ -903,25 +903,26 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
         });
       },
       seconds(3)));
-  auto again = backend->acquire_or_renew(Request("watched", "c"), In(seconds(10)));
+  auto again = backend->acquire_or_renew(request_for("watched", "c"), in(seconds(10)));
   SIMBA_ASSERT_OK(again);
   EXPECT_EQ(again->owner.owner_id, "c");
   EXPECT_GT(again->owner.fencing_token, forced->fencing_floor);
-  SIMBA_EXPECT_OK(backend->release("watched", "c", In(seconds(10))));
-  SIMBA_EXPECT_OK(backend->release("plain", "c", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("watched", "c", in(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("plain", "c", in(seconds(10))));
 }
 
-// ---- scale ----------------------------------------------------------------------------------------
+// ---- scale
+// ----------------------------------------------------------------------------------------
 
 TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
-  auto server = TestServer::Start("etcd");
+  auto server = TestServer::start("etcd");
   SIMBA_ASSERT_OK(server);
-  auto parsed = Uri::Parse((*server)->uri());
+  auto parsed = Uri::parse((*server)->uri());
   SIMBA_ASSERT_OK(parsed);
   TcpProxy proxy(*parsed->hosts.front().port);
-  auto backend = Open(WithPrefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  auto backend = open(with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
   ASSERT_TRUE(backend);
-  const int threads_before = CountThreads();
+  const int threads_before = count_threads();
   // Each acquisition is two fsynced writes on the server (~1 ms each here).
   constexpr int kMutexes = 10000;
   std::vector<std::unique_ptr<Subscription>> subscriptions;
@@ -931,18 +932,18 @@ TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
     auto sub = backend->subscribe(mutex, "c", [&](const MutexEvent&) { ++events; });
     SIMBA_ASSERT_OK(sub);
     subscriptions.push_back(std::move(*sub));
-    auto acquired =
-        backend->acquire_or_renew(Request(mutex, "c", seconds(120), seconds(0)), In(seconds(10)));
+    auto acquired = backend->acquire_or_renew(request_for(mutex, "c", seconds(120), seconds(0)),
+                                              in(seconds(10)));
     SIMBA_ASSERT_OK(acquired);
     ASSERT_EQ(acquired->owner.owner_id, "c");
   }
   EXPECT_EQ(proxy.connections(), 2);
-  EXPECT_LE(CountThreads(), threads_before + 1);
-  auto listed = backend->list(In(seconds(30)));
+  EXPECT_LE(count_threads(), threads_before + 1);
+  auto listed = backend->list(in(seconds(30)));
   SIMBA_ASSERT_OK(listed);
   EXPECT_EQ(listed->size(), static_cast<std::size_t>(kMutexes));
   // A release still goes over the same connection.
-  EXPECT_THAT(backend->release("many-0", "c", In(seconds(10))), IsOkAndHolds(true));
+  EXPECT_THAT(backend->release("many-0", "c", in(seconds(10))), IsOkAndHolds(true));
   EXPECT_EQ(proxy.connections(), 2);
 }
 

@@ -40,7 +40,7 @@
 //
 // At the end the workers are stopped, the logs read and the checker
 // (testing/fault_history.h) names every broken guarantee. A run must also
-// have done enough to prove anything (Run::SetMinimums): 5 accepted writes
+// have done enough to prove anything (Run::set_minimums): 5 accepted writes
 // per second of run, half the slowest hand-over pace the workers allow (at
 // least 2 acquisitions), and half of the faults aimed at a worker must have
 // found it holding the mutex; below that it fails with too-little-activity.
@@ -123,13 +123,13 @@ struct RunOptions {
   milliseconds hold_min{300}, hold_max{1500};
 };
 
-std::vector<std::string> FaultsFor(const std::string& store) {
+std::vector<std::string> faults_for(const std::string& store) {
   if (store == "memory") return {"crash", "hang", "clock-jump"};
   if (store == "sqlite") return {"kill", "pause"};
   return {"kill", "pause", "restart", "cut", "cut-all", "blackhole", "blackhole-all"};
 }
 
-std::vector<std::string> Split(const std::string& s, char sep) {
+std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> parts;
   std::stringstream in(s);
   std::string part;
@@ -139,7 +139,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return parts;
 }
 
-void Say(const std::string& line) { std::cout << "fault-run: " << line << std::endl; }
+void say(const std::string& line) { std::cout << "fault-run: " << line << std::endl; }
 
 // ---- the workers ---------------------------------------------------------------------------
 
@@ -150,13 +150,13 @@ class Workers {
   virtual ~Workers() = default;
   virtual const Clock& clock() const = 0;
   // Starts worker `id`.
-  virtual Status Spawn(int id) = 0;
+  virtual Status spawn(int id) = 0;
   // Ends worker `id` the hard way (no release, no last words); its fault.
-  virtual FaultEvent Kill(int id) = 0;
+  virtual FaultEvent kill(int id) = 0;
   // Keeps worker `id` from acting (or reaching the store) for `d`.
-  virtual FaultEvent Pause(int id, Clock::Duration d) = 0;
+  virtual FaultEvent pause(int id, Clock::Duration d) = 0;
   // Stops every live worker and returns every worker's history.
-  virtual std::vector<WorkerHistory> Finish() = 0;
+  virtual std::vector<WorkerHistory> finish() = 0;
 };
 
 class ProcessWorkers final : public Workers {
@@ -173,7 +173,7 @@ class ProcessWorkers final : public Workers {
 
   const Clock& clock() const override { return *clock_; }
 
-  Status Spawn(int id) override {
+  Status spawn(int id) override {
     const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
     std::unique_ptr<TcpProxy> proxy;
     std::string uri = uri_;
@@ -181,68 +181,84 @@ class ProcessWorkers final : public Workers {
       proxy = std::make_unique<TcpProxy>(server_port_);
       const std::string port = ":" + std::to_string(server_port_);
       const auto at = uri.find(port);
-      if (at == std::string::npos) return InternalError("no port in " + uri);
+      if (at == std::string::npos) return internal_error("no port in " + uri);
       uri.replace(at, port.size(), ":" + std::to_string(proxy->port()));
     }
     auto process = std::make_unique<Subprocess>(std::vector<std::string>{
-        options_.worker_path, "--store", uri, "--id", std::to_string(id), "--log", LogPath(id),
-        "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
-        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--hold-min-ms",
-        ms(options_.hold_min), "--hold-max-ms", ms(options_.hold_max), "--seed",
+        options_.worker_path,
+        "--store",
+        uri,
+        "--id",
+        std::to_string(id),
+        "--log",
+        log_path(id),
+        "--resource",
+        socket_,
+        "--ttl-ms",
+        ms(options_.ttl),
+        "--transition-ms",
+        ms(options_.transition),
+        "--op-timeout-ms",
+        ms(options_.op_timeout),
+        "--hold-min-ms",
+        ms(options_.hold_min),
+        "--hold-max-ms",
+        ms(options_.hold_max),
+        "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
-    if (!process->started()) return UnavailableError("cannot start " + options_.worker_path);
+    if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
     workers_[id] = {std::move(process), std::move(proxy), WorkerFate{}};
-    return OkStatus();
+    return ok_status();
   }
 
   // Network faults between the workers and the store: of one worker's
   // connections (`id` > 0) or of everyone's (`id` == 0).
-  FaultEvent Cut(int id) {
-    const Nanos start = NowNanos(*clock_);
-    for (TcpProxy* proxy : Proxies(id)) proxy->CutAll();
-    return {id > 0 ? "cut" : "cut-all", id, start, NowNanos(*clock_)};
+  FaultEvent cut(int id) {
+    const Nanos start = now_nanos(*clock_);
+    for (TcpProxy* proxy : proxies(id)) proxy->cut_all();
+    return {id > 0 ? "cut" : "cut-all", id, start, now_nanos(*clock_)};
   }
-  FaultEvent Blackhole(int id, Clock::Duration d) {
-    const Nanos start = NowNanos(*clock_);
-    for (TcpProxy* proxy : Proxies(id)) proxy->set_blackhole(true);
+  FaultEvent blackhole(int id, Clock::Duration d) {
+    const Nanos start = now_nanos(*clock_);
+    for (TcpProxy* proxy : proxies(id)) proxy->set_blackhole(true);
     std::this_thread::sleep_for(d);
-    for (TcpProxy* proxy : Proxies(id)) proxy->set_blackhole(false);
-    return {id > 0 ? "blackhole" : "blackhole-all", id, start, NowNanos(*clock_)};
+    for (TcpProxy* proxy : proxies(id)) proxy->set_blackhole(false);
+    return {id > 0 ? "blackhole" : "blackhole-all", id, start, now_nanos(*clock_)};
   }
 
-  FaultEvent Kill(int id) override {
+  FaultEvent kill(int id) override {
     Entry& w = workers_.at(id);
-    const Nanos at = NowNanos(*clock_);
-    w.process->Signal(SIGKILL);
-    w.process->Wait();
+    const Nanos at = now_nanos(*clock_);
+    w.process->signal(SIGKILL);
+    w.process->wait();
     w.fate.killed = true;
     w.done = true;
     return {"kill", id, at, at};
   }
 
-  FaultEvent Pause(int id, Clock::Duration d) override {
+  FaultEvent pause(int id, Clock::Duration d) override {
     Entry& w = workers_.at(id);
-    const Nanos start = NowNanos(*clock_);
-    w.process->Signal(SIGSTOP);
+    const Nanos start = now_nanos(*clock_);
+    w.process->signal(SIGSTOP);
     std::this_thread::sleep_for(d);
-    w.process->Signal(SIGCONT);
-    return {"pause", id, start, NowNanos(*clock_)};
+    w.process->signal(SIGCONT);
+    return {"pause", id, start, now_nanos(*clock_)};
   }
 
-  std::vector<WorkerHistory> Finish() override {
+  std::vector<WorkerHistory> finish() override {
     for (auto& [id, w] : workers_) {
-      if (!w.done) w.process->Signal(SIGTERM);
+      if (!w.done) w.process->signal(SIGTERM);
     }
     std::vector<WorkerHistory> histories;
     for (auto& [id, w] : workers_) {
       if (!w.done) {
         // A clean stop releases the mutex: one store call, bounded by the
         // operation timeout.
-        const auto status = w.process->WaitFor(Scaled(milliseconds(15000)));
+        const auto status = w.process->wait_for(scaled(milliseconds(15000)));
         if (!status) {
           w.fate.detail = "did not exit within 15 s of SIGTERM (hung)";
-          w.process->Signal(SIGKILL);
-          w.process->Wait();
+          w.process->signal(SIGKILL);
+          w.process->wait();
         } else if (WIFEXITED(*status) && WEXITSTATUS(*status) == 0) {
           w.fate.exited_cleanly = true;
         } else if (WIFEXITED(*status)) {
@@ -255,10 +271,10 @@ class ProcessWorkers final : public Workers {
       WorkerHistory h;
       h.worker = id;
       h.fate = w.fate;
-      std::ifstream in(LogPath(id));
+      std::ifstream in(log_path(id));
       std::string line;
       while (std::getline(in, line)) {
-        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+        if (auto e = parse_worker_event(line)) h.events.push_back(*e);
       }
       histories.push_back(std::move(h));
     }
@@ -266,13 +282,13 @@ class ProcessWorkers final : public Workers {
   }
 
   // A worker that exited on its own while the run went on (a crash).
-  void NoteUnexpectedExits() {
+  void note_unexpected_exits() {
     for (auto& [id, w] : workers_) {
       if (w.done) continue;
-      if (auto status = w.process->WaitFor(milliseconds(0))) {
+      if (auto status = w.process->wait_for(milliseconds(0))) {
         w.done = true;
         w.fate.detail = "exited during the run (wait status " + std::to_string(*status) + ")";
-        Say("worker " + std::to_string(id) + " " + w.fate.detail);
+        say("worker " + std::to_string(id) + " " + w.fate.detail);
       }
     }
   }
@@ -284,20 +300,20 @@ class ProcessWorkers final : public Workers {
     WorkerFate fate;
     bool done = false;
   };
-  std::vector<TcpProxy*> Proxies(int id) {
+  std::vector<TcpProxy*> proxies(int id) {
     std::vector<TcpProxy*> proxies;
     for (auto& [worker, w] : workers_) {
       if (w.proxy && !w.done && (id == 0 || id == worker)) proxies.push_back(w.proxy.get());
     }
     return proxies;
   }
-  std::string LogPath(int id) const { return dir_ + "/worker-" + std::to_string(id) + ".log"; }
+  std::string log_path(int id) const { return dir_ + "/worker-" + std::to_string(id) + ".log"; }
 
   const RunOptions& options_;
   std::string uri_;
   int server_port_;
   std::string dir_, socket_;
-  std::shared_ptr<Clock> clock_ = Clock::Steady();
+  std::shared_ptr<Clock> clock_ = Clock::steady();
   std::map<int, Entry> workers_;
 };
 
@@ -309,11 +325,11 @@ class ThreadWorkers final : public Workers {
   ThreadWorkers(const RunOptions& options, FencedResource* resource,
                 std::shared_ptr<ManualClock> clock)
       : options_(options), resource_(resource), clock_(std::move(clock)) {
-    store_ = NewMemoryBackend({"fault-run", clock_}).value();
+    store_ = new_memory_backend({"fault-run", clock_}).value();
     driver_ = std::thread([this] {
       while (!stop_driver_) {
         std::this_thread::sleep_for(milliseconds(2));
-        clock_->Advance(milliseconds(2));
+        clock_->advance(milliseconds(2));
       }
     });
   }
@@ -330,7 +346,7 @@ class ThreadWorkers final : public Workers {
   // Some worker thread never stopped: the process must end without joining.
   bool hung() const { return hung_; }
 
-  Status Spawn(int id) override {
+  Status spawn(int id) override {
     auto w = std::make_unique<Entry>();
     w->faults = std::make_shared<FaultInjectingBackend>(store_);
     w->faults->set_lease_stretch(options_.lease_stretch);
@@ -350,25 +366,26 @@ class ThreadWorkers final : public Workers {
     worker_options.hold_max = options_.hold_max;
     Entry* raw = w.get();
     w->thread = std::thread([this, raw, worker_options] {
-      FaultWorker worker(raw->factory.get(), resource_,
-                         [raw](const std::string& line) {
-                           std::lock_guard<std::mutex> lock(raw->mu);
-                           if (!raw->dead) raw->lines.push_back(line);
-                         },
-                         worker_options);
-      const Status status = worker.Run([raw] { return raw->stop.load(); });
+      FaultWorker worker(
+          raw->factory.get(), resource_,
+          [raw](const std::string& line) {
+            std::lock_guard<std::mutex> lock(raw->mu);
+            if (!raw->dead) raw->lines.push_back(line);
+          },
+          worker_options);
+      const Status status = worker.run([raw] { return raw->stop.load(); });
       std::lock_guard<std::mutex> lock(raw->mu);
       raw->status = status;
       raw->done = true;
       raw->done_cv.notify_all();
     });
     workers_[id] = std::move(w);
-    return OkStatus();
+    return ok_status();
   }
 
-  FaultEvent Kill(int id) override {
+  FaultEvent kill(int id) override {
     Entry& w = *workers_.at(id);
-    const Nanos at = NowNanos(*clock_);
+    const Nanos at = now_nanos(*clock_);
     {
       std::lock_guard<std::mutex> lock(w.mu);
       w.dead = true;  // nothing it does from now on is heard
@@ -381,30 +398,30 @@ class ThreadWorkers final : public Workers {
     return {"crash", id, at, at};
   }
 
-  FaultEvent Pause(int id, Clock::Duration d) override {
+  FaultEvent pause(int id, Clock::Duration d) override {
     Entry& w = *workers_.at(id);
-    const Nanos start = NowNanos(*clock_);
+    const Nanos start = now_nanos(*clock_);
     w.faults->set_mode(FaultInjectingBackend::Mode::kHang);
-    SleepOn(*clock_, d);
+    sleep_on(*clock_, d);
     w.faults->set_mode(FaultInjectingBackend::Mode::kPass);
-    return {"hang", id, start, NowNanos(*clock_)};
+    return {"hang", id, start, now_nanos(*clock_)};
   }
 
-  FaultEvent Jump(Clock::Duration d) {
-    const Nanos start = NowNanos(*clock_);
-    clock_->Advance(d);
-    return {"clock-jump", 0, start, NowNanos(*clock_)};
+  FaultEvent jump(Clock::Duration d) {
+    const Nanos start = now_nanos(*clock_);
+    clock_->advance(d);
+    return {"clock-jump", 0, start, now_nanos(*clock_)};
   }
 
-  std::vector<WorkerHistory> Finish() override {
+  std::vector<WorkerHistory> finish() override {
     for (auto& [id, w] : workers_) w->stop = true;
     std::vector<WorkerHistory> histories;
-    const auto give_up = std::chrono::steady_clock::now() + Scaled(milliseconds(15000));
+    const auto give_up = std::chrono::steady_clock::now() + scaled(milliseconds(15000));
     for (auto& [id, w] : workers_) {
       bool finished;
       {
         std::unique_lock<std::mutex> lock(w->mu);
-        finished = w->done_cv.wait_until(lock, give_up, [&] { return w->done; });
+        finished = w->done_cv.wait_until(lock, give_up, [&worker = *w] { return worker.done; });
       }
       if (finished) {
         if (w->thread.joinable()) w->thread.join();
@@ -423,10 +440,10 @@ class ThreadWorkers final : public Workers {
       if (!finished) {
         h.fate.detail = "did not stop within 15 s of being asked (hung)";
       } else if (!w->killed && !w->status.ok()) {
-        h.fate.detail = w->status.ToString();
+        h.fate.detail = w->status.to_string();
       }
       for (const std::string& line : w->lines) {
-        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+        if (auto e = parse_worker_event(line)) h.events.push_back(*e);
       }
       histories.push_back(std::move(h));
     }
@@ -434,7 +451,7 @@ class ThreadWorkers final : public Workers {
   }
 
   // The workers' logs as lines, for the run's directory.
-  std::map<int, std::vector<std::string>> Lines() {
+  std::map<int, std::vector<std::string>> lines() {
     std::map<int, std::vector<std::string>> all;
     for (auto& [id, w] : workers_) {
       std::lock_guard<std::mutex> lock(w->mu);
@@ -474,32 +491,32 @@ class Run {
  public:
   explicit Run(RunOptions options) : options_(std::move(options)), random_(options_.seed) {}
 
-  int Main() {
-    Say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") + ", " + std::to_string(options_.workers) + " workers, ttl " +
-        std::to_string(options_.ttl.count()) + " ms + transition " +
-        std::to_string(options_.transition.count()) + " ms, " +
+  int main() {
+    say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") + ", " +
+        std::to_string(options_.workers) + " workers, ttl " + std::to_string(options_.ttl.count()) +
+        " ms + transition " + std::to_string(options_.transition.count()) + " ms, " +
         std::to_string(options_.duration.count()) + " s, seed " + std::to_string(options_.seed) +
         ", logs in " + options_.out);
-    if (Status s = SetUp(); !s.ok()) {
-      std::cerr << "fault-run: cannot set up: " << s.ToString() << "\n";
+    if (Status s = set_up(); !s.ok()) {
+      std::cerr << "fault-run: cannot set up: " << s.to_string() << "\n";
       return 3;
     }
     for (int i = 0; i < options_.workers; ++i) {
-      if (Status s = workers_->Spawn(++last_id_); !s.ok()) {
-        std::cerr << "fault-run: " << s.ToString() << "\n";
+      if (Status s = workers_->spawn(++last_id_); !s.ok()) {
+        std::cerr << "fault-run: " << s.to_string() << "\n";
         return 3;
       }
     }
-    Schedule();
+    schedule();
     if (broken_) {
       std::cerr << "fault-run: the store could not be restarted; no verdict\n";
       return 3;
     }
-    const Nanos run_end = NowNanos(workers_->clock());
-    std::vector<WorkerHistory> histories = workers_->Finish();
+    const Nanos run_end = now_nanos(workers_->clock());
+    std::vector<WorkerHistory> histories = workers_->finish();
     const std::vector<ResourceEvent> decisions = register_->decisions();
-    WriteLogs(decisions, histories, run_end);
-    const int status = Judge(options_, histories, decisions, faults_, run_end);
+    write_logs(decisions, histories, run_end);
+    const int status = judge(options_, histories, decisions, faults_, run_end);
     if (threads_ != nullptr && threads_->hung()) {
       std::cout.flush();
       std::_Exit(status);
@@ -508,7 +525,7 @@ class Run {
   }
 
   // Checks a run, prints and saves the report; the exit status.
-  static int Judge(const RunOptions& options, const std::vector<WorkerHistory>& histories,
+  static int judge(const RunOptions& options, const std::vector<WorkerHistory>& histories,
                    const std::vector<ResourceEvent>& decisions,
                    const std::vector<FaultEvent>& faults, Nanos run_end) {
     CheckOptions check;
@@ -518,34 +535,34 @@ class Run {
     // A worker's loop blocks in stop() for one store call at most (it
     // releases before contending again), and a restarting server can hold
     // that call for its whole timeout.
-    check.hang_after = Scaled(milliseconds(3000)) + 2 * options.op_timeout;
-    check.signal_slack = Scaled(milliseconds(500));
+    check.hang_after = scaled(milliseconds(3000)) + 2 * options.op_timeout;
+    check.signal_slack = scaled(milliseconds(500));
     check.takeover_bound = options.ttl + options.transition + milliseconds(2000);
-    SetMinimums(options, histories, faults, run_end, &check);
-    const CheckReport report = CheckHistory(histories, decisions, faults, check);
-    std::cout << report.Summary();
-    std::ofstream(options.out + "/report.txt") << report.Summary();
+    set_minimums(options, histories, faults, run_end, &check);
+    const CheckReport report = check_history(histories, decisions, faults, check);
+    std::cout << report.summary();
+    std::ofstream(options.out + "/report.txt") << report.summary();
     if (options.expect_violations) {
-      std::string unproven = UnprovenOverlap(report);
+      std::string unproven = unproven_overlap(report);
       if (unproven.empty() && !options.expect_rule.empty() &&
           std::none_of(report.violations.begin(), report.violations.end(),
                        [&](const Violation& v) { return v.rule == options.expect_rule; })) {
         unproven = "no [" + options.expect_rule + "], which this run was set up to make";
       }
-      Say(unproven.empty() ? "PASS: the checker caught the two owners this run was set up to make"
+      say(unproven.empty() ? "PASS: the checker caught the two owners this run was set up to make"
                            : "FAIL: " + unproven + " (logs kept in " + options.out + ")");
       return unproven.empty() ? 0 : 1;
     }
-    Say(report.ok() ? "PASS" : "FAIL (logs kept in " + options.out + ")");
+    say(report.ok() ? "PASS" : "FAIL (logs kept in " + options.out + ")");
     return report.ok() ? 0 : 1;
   }
 
   // The least a run must do to prove anything (CheckOptions::min_*); a run
   // below it fails with too-little-activity. `span` is from the first
   // worker's start to the end of the run.
-  static void SetMinimums(const RunOptions& options, const std::vector<WorkerHistory>& histories,
-                          const std::vector<FaultEvent>& faults, Nanos run_end,
-                          CheckOptions* check) {
+  static void set_minimums(const RunOptions& options, const std::vector<WorkerHistory>& histories,
+                           const std::vector<FaultEvent>& faults, Nanos run_end,
+                           CheckOptions* check) {
     Nanos first = run_end;
     for (const WorkerHistory& h : histories) {
       if (!h.events.empty()) first = std::min(first, h.events.front().t);
@@ -565,7 +582,8 @@ class Run {
     // the defaults; the long runs see one a second); at least 2, or the
     // mutex never changed hands.
     const double cycle =
-        static_cast<double>((options.hold_max + milliseconds(300) + *check->takeover_bound).count()) /
+        static_cast<double>(
+            (options.hold_max + milliseconds(300) + *check->takeover_bound).count()) /
         1000;
     check->min_acquisitions = std::max(2, static_cast<int>(span / (2 * cycle)));
     // Faults aimed at a worker: at least half must find it holding the
@@ -580,7 +598,7 @@ class Run {
 
   // --check DIR: the checker again over the logs of an earlier run (after a
   // change to the checker, or to read a failure again).
-  static int Recheck(RunOptions options) {
+  static int recheck(RunOptions options) {
     const std::string& dir = options.out;
     auto lines = [](const std::string& path) {
       std::vector<std::string> all;
@@ -591,7 +609,7 @@ class Run {
     Nanos run_end = 0;
     std::map<int, WorkerFate> fates;
     for (const std::string& line : lines(dir + "/run.log")) {
-      std::map<std::string, std::string> w = LineWords(line);
+      std::map<std::string, std::string> w = line_words(line);
       if (w["ev"] == "run") {
         options.ttl = milliseconds(std::atoll(w["ttl_ms"].c_str()));
         options.transition = milliseconds(std::atoll(w["transition_ms"].c_str()));
@@ -614,11 +632,11 @@ class Run {
     }
     std::vector<FaultEvent> faults;
     for (const std::string& line : lines(dir + "/faults.log")) {
-      if (auto e = ParseFaultEvent(line)) faults.push_back(*e);
+      if (auto e = parse_fault_event(line)) faults.push_back(*e);
     }
     std::vector<ResourceEvent> decisions;
     for (const std::string& line : lines(dir + "/resource.log")) {
-      if (auto e = ParseResourceEvent(line)) decisions.push_back(*e);
+      if (auto e = parse_resource_event(line)) decisions.push_back(*e);
     }
     std::vector<WorkerHistory> histories;
     std::error_code error;
@@ -629,7 +647,7 @@ class Run {
       WorkerHistory h;
       h.worker = id;
       for (const std::string& line : lines(entry.path().string())) {
-        if (auto e = ParseWorkerEvent(line)) h.events.push_back(*e);
+        if (auto e = parse_worker_event(line)) h.events.push_back(*e);
       }
       if (auto f = fates.find(id); f != fates.end()) {
         h.fate = f->second;
@@ -656,13 +674,13 @@ class Run {
         if (!h.events.empty()) run_end = std::max(run_end, h.events.back().t);
       }
     }
-    Say("checking the logs in " + dir + " again (ttl " + std::to_string(options.ttl.count()) +
+    say("checking the logs in " + dir + " again (ttl " + std::to_string(options.ttl.count()) +
         " ms + transition " + std::to_string(options.transition.count()) + " ms)");
-    return Judge(options, histories, decisions, faults, run_end);
+    return judge(options, histories, decisions, faults, run_end);
   }
 
  private:
-  Status SetUp() {
+  Status set_up() {
     if (options_.store == "memory") {
       // The resource lives on the workers' virtual clock.
       auto clock = std::make_shared<ManualClock>();
@@ -670,9 +688,9 @@ class Run {
       auto threads = std::make_unique<ThreadWorkers>(options_, register_.get(), clock);
       threads_ = threads.get();
       workers_ = std::move(threads);
-      return OkStatus();
+      return ok_status();
     }
-    register_ = std::make_unique<FencedRegister>(Clock::Steady());
+    register_ = std::make_unique<FencedRegister>(Clock::steady());
     std::string uri;
     if (options_.store == "sqlite") {
       uri = "sqlite://" + options_.out + "/store.db";
@@ -681,7 +699,7 @@ class Run {
       if (options_.store == "redis" && !options_.volatile_store) {
         extra = {"--appendonly", "yes", "--appendfsync", "always"};
       }
-      auto server = TestServer::Start(options_.store, extra);
+      auto server = TestServer::start(options_.store, extra);
       if (!server.ok()) return server.status();
       server_ = std::move(*server);
       uri = server_->uri();
@@ -694,135 +712,135 @@ class Run {
       // bound of a 1.5 s lease after a restart.
       const auto lease = options_.ttl + options_.transition;
       const auto whole_seconds = std::max<long long>(2, (2 * lease.count() + 999) / 1000);
-      query += std::string(query.empty() ? "" : "&") + "session_timeout=" +
-               std::to_string(whole_seconds) + "s";
+      query += std::string(query.empty() ? "" : "&") +
+               "session_timeout=" + std::to_string(whole_seconds) + "s";
     }
     if (!query.empty()) {
       uri += (uri.find('?') == std::string::npos ? "?" : "&") + query;
     }
-    auto server =
-        FencedRegisterServer::Start(options_.out + "/resource.sock", register_.get());
+    auto server = FencedRegisterServer::start(options_.out + "/resource.sock", register_.get());
     if (!server.ok()) return server.status();
     resource_server_ = std::move(*server);
-    auto processes = std::make_unique<ProcessWorkers>(
-        options_, uri, server_ != nullptr ? server_->port() : 0, options_.out,
-                                                      options_.out + "/resource.sock");
+    auto processes =
+        std::make_unique<ProcessWorkers>(options_, uri, server_ != nullptr ? server_->port() : 0,
+                                         options_.out, options_.out + "/resource.sock");
     processes_ = processes.get();
     workers_ = std::move(processes);
-    return OkStatus();
+    return ok_status();
   }
 
-  Clock::Duration Uniform(milliseconds lo, milliseconds hi) {
-    return milliseconds(std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random_));
+  Clock::Duration uniform(milliseconds lo, milliseconds hi) {
+    return milliseconds(
+        std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random_));
   }
 
-  void Sleep(Clock::Duration d) {
-    SleepOn(workers_->clock(), d);
-    if (processes_ != nullptr) processes_->NoteUnexpectedExits();
+  void sleep(Clock::Duration d) {
+    sleep_on(workers_->clock(), d);
+    if (processes_ != nullptr) processes_->note_unexpected_exits();
   }
 
   // The worker that wrote last, if it wrote within the last 300 ms; waits up
   // to 3 s for one, then takes any live worker.
-  int Holder() {
-    const Nanos give_up = NowNanos(workers_->clock()) + 3'000'000'000;
-    while (NowNanos(workers_->clock()) < give_up) {
+  int holder() {
+    const Nanos give_up = now_nanos(workers_->clock()) + 3'000'000'000;
+    while (now_nanos(workers_->clock()) < give_up) {
       const auto last = register_->last_accepted();
       if (last && live_.count(last->worker) != 0 &&
-          NowNanos(workers_->clock()) - last->t < 300'000'000) {
+          now_nanos(workers_->clock()) - last->t < 300'000'000) {
         victim_token_ = last->token;
         return last->worker;
       }
-      SleepOn(workers_->clock(), milliseconds(10));
+      sleep_on(workers_->clock(), milliseconds(10));
     }
     return *live_.begin();
   }
 
-  void Schedule() {
+  void schedule() {
     for (int id = 1; id <= last_id_; ++id) live_.insert(id);
-    std::vector<std::string> kinds = options_.faults.empty() ? FaultsFor(options_.store)
-                                                             : options_.faults;
+    std::vector<std::string> kinds =
+        options_.faults.empty() ? faults_for(options_.store) : options_.faults;
     std::shuffle(kinds.begin(), kinds.end(), random_);
     const milliseconds lease = options_.ttl + options_.transition;
     const milliseconds window = lease + milliseconds(2000) + milliseconds(500);
-    const Nanos end = NowNanos(workers_->clock()) +
-                      std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duration).count();
-    Sleep(milliseconds(1500));  // everyone started and contending
-    for (std::size_t n = 0; NowNanos(workers_->clock()) < end && !broken_; ++n) {
+    const Nanos end =
+        now_nanos(workers_->clock()) +
+        std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duration).count();
+    sleep(milliseconds(1500));  // everyone started and contending
+    for (std::size_t n = 0; now_nanos(workers_->clock()) < end && !broken_; ++n) {
       const std::string& kind = kinds[n % kinds.size()];
       victim_token_ = 0;
-      FaultEvent fault = Inject(kind, lease);
+      FaultEvent fault = inject(kind, lease);
       std::string whom;
       if (fault.worker != 0) {
         whom = " of worker " + std::to_string(fault.worker);
         whom += victim_token_ != 0 ? " (the holder, token " + std::to_string(victim_token_) + ")"
                                    : " (no holder found: a waiter)";
       }
-      Say("fault " + kind + whom + ", healed after " +
+      say("fault " + kind + whom + ", healed after " +
           std::to_string((fault.end - fault.start) / 1'000'000) + " ms");
       faults_.push_back(fault);
       // The quiet window after a fault: the checker expects an owner in it.
-      Sleep(window);
+      sleep(window);
     }
   }
 
-  FaultEvent Inject(const std::string& kind, milliseconds lease) {
+  FaultEvent inject(const std::string& kind, milliseconds lease) {
     const Clock& clock = workers_->clock();
     if (kind == "kill" || kind == "crash") {
-      const int victim = Holder();
-      FaultEvent f = workers_->Kill(victim);
+      const int victim = holder();
+      FaultEvent f = workers_->kill(victim);
       live_.erase(victim);
-      if (Status s = workers_->Spawn(++last_id_); s.ok()) {
+      if (Status s = workers_->spawn(++last_id_); s.ok()) {
         live_.insert(last_id_);
       } else {
-        Say("cannot replace the killed worker: " + s.ToString());
+        say("cannot replace the killed worker: " + s.to_string());
       }
       return f;
     }
     if (kind == "pause" || kind == "hang") {
       // Longer than the lease the holder believes in (stretched or not).
-      return workers_->Pause(Holder(), lease + options_.lease_stretch +
-                                           Uniform(milliseconds(200), milliseconds(1000)));
+      return workers_->pause(holder(), lease + options_.lease_stretch +
+                                           uniform(milliseconds(200), milliseconds(1000)));
     }
     if (kind == "clock-jump" && threads_ != nullptr) {
-      return threads_->Jump(lease + Uniform(milliseconds(100), milliseconds(1000)));
+      return threads_->jump(lease + uniform(milliseconds(100), milliseconds(1000)));
     }
     if (kind == "restart" && server_ != nullptr) {
-      const Nanos start = NowNanos(clock);
-      Status s = server_->Kill();
-      if (s.ok()) s = server_->Restart();
-      if (!s.ok()) s = server_->Restart();  // once more: a port race, a slow start
+      const Nanos start = now_nanos(clock);
+      Status s = server_->kill();
+      if (s.ok()) s = server_->restart();
+      if (!s.ok()) s = server_->restart();  // once more: a port race, a slow start
       if (!s.ok()) {
         // Not the library's fault: the run cannot go on and says so (exit 3)
         // rather than blaming a store that is not there.
-        Say("restart failed: " + s.ToString());
+        say("restart failed: " + s.to_string());
         broken_ = true;
       }
-      return {"restart", 0, start, NowNanos(clock)};
+      return {"restart", 0, start, now_nanos(clock)};
     }
     if ((kind == "cut" || kind == "cut-all") && server_ != nullptr) {
-      return processes_->Cut(kind == "cut" ? Holder() : 0);
+      return processes_->cut(kind == "cut" ? holder() : 0);
     }
     if ((kind == "blackhole" || kind == "blackhole-all") && server_ != nullptr) {
-      const int whom = kind == "blackhole" ? Holder() : 0;
-      return processes_->Blackhole(whom, lease + Uniform(milliseconds(200), milliseconds(1000)));
+      const int whom = kind == "blackhole" ? holder() : 0;
+      return processes_->blackhole(whom, lease + uniform(milliseconds(200), milliseconds(1000)));
     }
-    Say("fault " + kind + " does not apply to store " + options_.store + "; skipped");
-    const Nanos now = NowNanos(clock);
+    say("fault " + kind + " does not apply to store " + options_.store + "; skipped");
+    const Nanos now = now_nanos(clock);
     return {kind + "-skipped", 0, now, now};
   }
 
-  void WriteLogs(const std::vector<ResourceEvent>& decisions,
-                 const std::vector<WorkerHistory>& histories, Nanos run_end) {
+  void write_logs(const std::vector<ResourceEvent>& decisions,
+                  const std::vector<WorkerHistory>& histories, Nanos run_end) {
     std::ofstream run(options_.out + "/run.log");
     run << "ev=run store=" << options_.store << " volatile=" << (options_.volatile_store ? 1 : 0)
-        << " ttl_ms=" << options_.ttl.count()
-        << " transition_ms=" << options_.transition.count()
+        << " ttl_ms=" << options_.ttl.count() << " transition_ms=" << options_.transition.count()
         << " op_timeout_ms=" << options_.op_timeout.count()
         << " hold_max_ms=" << options_.hold_max.count()
         << " lease_stretch_ms=" << options_.lease_stretch.count()
         << " expect_violations=" << (options_.expect_violations ? 1 : 0)
-        << " expect_rule=" << options_.expect_rule
-        << " seed=" << options_.seed << " run_end=" << run_end << "\n";
+        << " expect_rule=" << options_.expect_rule << " seed=" << options_.seed
+        << " run_end=" << run_end << "\n";
     for (const WorkerHistory& h : histories) {
       std::string detail = h.fate.detail;
       std::replace(detail.begin(), detail.end(), ' ', '_');
@@ -830,11 +848,11 @@ class Run {
           << " clean=" << (h.fate.exited_cleanly ? 1 : 0) << " detail=" << detail << "\n";
     }
     std::ofstream resource(options_.out + "/resource.log");
-    for (const ResourceEvent& e : decisions) resource << FormatResourceEvent(e) << "\n";
+    for (const ResourceEvent& e : decisions) resource << format_resource_event(e) << "\n";
     std::ofstream faults(options_.out + "/faults.log");
-    for (const FaultEvent& e : faults_) faults << FormatFaultEvent(e) << "\n";
+    for (const FaultEvent& e : faults_) faults << format_fault_event(e) << "\n";
     if (threads_ != nullptr) {
-      for (const auto& [id, lines] : threads_->Lines()) {
+      for (const auto& [id, lines] : threads_->lines()) {
         std::ofstream out(options_.out + "/worker-" + std::to_string(id) + ".log");
         for (const std::string& line : lines) out << line << "\n";
       }
@@ -856,7 +874,7 @@ class Run {
   bool broken_ = false;             // the harness itself failed (a restart)
 };
 
-int Usage() {
+int usage() {
   std::cerr << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
                "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
                "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
@@ -876,7 +894,7 @@ int main(int argc, char** argv) {
   RunOptions options;
   options.seed = static_cast<std::uint64_t>(
       std::chrono::system_clock::now().time_since_epoch().count() % 1000000);
-  if ((argc - 1) % 2 != 0) return simba::testing::Usage();
+  if ((argc - 1) % 2 != 0) return simba::testing::usage();
   std::string check_dir;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -917,7 +935,7 @@ int main(int argc, char** argv) {
       if (!need_number()) return 2;
       options.seed = static_cast<std::uint64_t>(number);
     } else if (flag == "--faults") {
-      options.faults = simba::testing::Split(value, ',');
+      options.faults = simba::testing::split(value, ',');
     } else if (flag == "--out") {
       options.out = value;
     } else if (flag == "--worker") {
@@ -938,7 +956,7 @@ int main(int argc, char** argv) {
       if (!need_number()) return 2;
       options.lease_stretch = std::chrono::milliseconds(number);
     } else if (flag == "--hold-ms") {
-      const auto parts = simba::testing::Split(value, ',');
+      const auto parts = simba::testing::split(value, ',');
       char* a_end = nullptr;
       char* b_end = nullptr;
       const long long lo = parts.size() == 2 ? std::strtoll(parts[0].c_str(), &a_end, 10) : 0;
@@ -952,16 +970,16 @@ int main(int argc, char** argv) {
     } else if (flag == "--check") {
       check_dir = value;
     } else {
-      return simba::testing::Usage();
+      return simba::testing::usage();
     }
   }
   if (!check_dir.empty()) {
     options.out = check_dir;
-    return simba::testing::Run::Recheck(options);
+    return simba::testing::Run::recheck(options);
   }
   static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
                                                 "mysql",  "zookeeper", "etcd"};
-  if (kStores.count(options.store) == 0) return simba::testing::Usage();
+  if (kStores.count(options.store) == 0) return simba::testing::usage();
   if (options.lease_stretch.count() > 0 && options.store != "memory") {
     std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
     return 2;
@@ -970,7 +988,7 @@ int main(int argc, char** argv) {
     std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";
     return 2;
   }
-  const auto applicable = simba::testing::FaultsFor(options.store);
+  const auto applicable = simba::testing::faults_for(options.store);
   for (const std::string& f : options.faults) {
     if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {
       std::cerr << "fault-run: fault '" << f << "' does not apply to " << options.store
@@ -982,7 +1000,7 @@ int main(int argc, char** argv) {
   }
   bool temporary = false;
   if (options.out.empty()) {
-    std::string pattern = simba::testing::ScratchParent() + "/simba-fault-run-XXXXXX";
+    std::string pattern = simba::testing::scratch_parent() + "/simba-fault-run-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       std::perror("mkdtemp");
       return 3;
@@ -1002,7 +1020,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const int status = simba::testing::Run(options).Main();
+  const int status = simba::testing::Run(options).main();
   if (temporary && status == 0) {
     std::error_code error;
     std::filesystem::remove_all(options.out, error);

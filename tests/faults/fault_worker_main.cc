@@ -20,7 +20,7 @@
 
 namespace {
 
-int Usage() {
+int usage() {
   std::fprintf(stderr,
                "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
                "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
@@ -60,12 +60,12 @@ int main(int argc, char** argv) {
     } else if (flag == "--seed") {
       options.seed = static_cast<std::uint64_t>(number);
     } else {
-      return Usage();
+      return usage();
     }
   }
   if ((argc - 1) % 2 != 0 || store.empty() || log_path.empty() || resource_path.empty() ||
       options.id <= 0) {
-    return Usage();
+    return usage();
   }
   // A worker outlives no harness: if simba-fault-run dies (killed, ctest
   // timeout), its workers go with it instead of contending forever.
@@ -77,13 +77,13 @@ int main(int argc, char** argv) {
     std::perror(log_path.c_str());
     return 3;
   }
-  simba::testing::StopOnSignals();
+  simba::testing::stop_on_signals();
 
   simba::FactoryOptions factory_options;
   factory_options.contend = options.contend;
   auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
   if (!factory.ok()) {
-    std::fprintf(stderr, "fault worker %d: %s\n", options.id, factory.status().ToString().c_str());
+    std::fprintf(stderr, "fault worker %d: %s\n", options.id, factory.status().to_string().c_str());
     return 3;
   }
   simba::testing::FencedRegisterClient resource(resource_path);
@@ -95,9 +95,9 @@ int main(int argc, char** argv) {
         (void)ignored;
       },
       options);
-  const simba::Status status = worker.Run([] { return simba::testing::StopRequested(); });
+  const simba::Status status = worker.run([] { return simba::testing::stop_requested(); });
   if (!status.ok()) {
-    std::fprintf(stderr, "fault worker %d: %s\n", options.id, status.ToString().c_str());
+    std::fprintf(stderr, "fault worker %d: %s\n", options.id, status.to_string().c_str());
     return 3;
   }
   return 0;

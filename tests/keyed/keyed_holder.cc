@@ -17,10 +17,10 @@
 
 namespace {
 
-using simba::testing::EmitLine;
-using simba::testing::StopRequested;
+using simba::testing::emit_line;
+using simba::testing::stop_requested;
 
-int Usage() {
+int usage() {
   std::fprintf(stderr,
                "usage: simba-test-keyed-holder --store URI --key KEY [--max-hold-ms N] "
                "[--ttl-ms N] [--transition-ms N]\n");
@@ -48,27 +48,27 @@ int main(int argc, char** argv) {
     } else if (flag == "--transition-ms") {
       options.lease.transition = std::chrono::milliseconds(std::atoll(value));
     } else {
-      return Usage();
+      return usage();
     }
   }
-  if (store.empty() || key.empty()) return Usage();
-  simba::testing::StopOnSignals();
+  if (store.empty() || key.empty()) return usage();
+  simba::testing::stop_on_signals();
   auto provider = simba::KeyedLockProvider::open(store, options);
   if (!provider.ok()) {
-    EmitLine("ERROR " + provider.status().ToString());
+    emit_line("ERROR " + provider.status().to_string());
     return 1;
   }
   auto lease = (*provider)->acquire(key, std::chrono::milliseconds(max_hold_ms));
   if (!lease.ok()) {
-    EmitLine("ERROR " + lease.status().ToString());
+    emit_line("ERROR " + lease.status().to_string());
     return 1;
   }
-  EmitLine("HELD " + std::to_string(lease->fencing_token()));
+  emit_line("HELD " + std::to_string(lease->fencing_token()));
   const std::stop_token lost = lease->lost_token();
-  while (!StopRequested() && !lost.stop_requested()) {
+  while (!stop_requested() && !lost.stop_requested()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  if (lost.stop_requested()) EmitLine("LOST");
+  if (lost.stop_requested()) emit_line("LOST");
   (void)lease->release();
   return 0;
 }

@@ -52,7 +52,7 @@ using std::chrono::steady_clock;
 using ::testing::HasSubstr;
 
 // A table of this test's own on the shared server.
-std::string TestTable() {
+std::string test_table() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string table = std::string("mt_") + info->name();
   std::transform(table.begin(), table.end(), table.begin(), [](unsigned char c) {
@@ -61,14 +61,14 @@ std::string TestTable() {
   return table.substr(0, 60);
 }
 
-std::string SharedUri() { return SharedServerUri("mysql") + "?table=" + TestTable(); }
+std::string shared_uri() { return shared_server_uri("mysql") + "?table=" + test_table(); }
 
 // Plain, blocking libmariadb for what the test itself does to the server.
 class RawMysql {
  public:
   // As the user of `uri` (mysql://user:password@host:port/db[?...]), over TCP.
   explicit RawMysql(const std::string& uri) : m_(mysql_init(nullptr)) {
-    auto parsed = Uri::Parse(uri.substr(0, uri.find('?')));
+    auto parsed = Uri::parse(uri.substr(0, uri.find('?')));
     if (!parsed.ok() || parsed->hosts.size() != 1) return;
     const unsigned int timeout = 5;
     mysql_options(m_, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
@@ -77,7 +77,7 @@ class RawMysql {
                              parsed->hosts[0].port.value_or(3306), nullptr, 0) != nullptr;
   }
   // As root over the Unix socket of a private server.
-  static std::unique_ptr<RawMysql> Root(const TestServer& server) {
+  static std::unique_ptr<RawMysql> root(const TestServer& server) {
     auto raw = std::unique_ptr<RawMysql>(new RawMysql());
     raw->ok_ = mysql_real_connect(raw->m_, "localhost", "root", nullptr, "simba", 0,
                                   (server.dir() + "/mysqld.sock").c_str(), 0) != nullptr;
@@ -92,7 +92,7 @@ class RawMysql {
   unsigned int error_code() { return mysql_errno(m_); }
 
   // All rows (NULL as ""), or nullopt on an error.
-  std::optional<std::vector<std::vector<std::string>>> Query(const std::string& sql) {
+  std::optional<std::vector<std::vector<std::string>>> query(const std::string& sql) {
     if (mysql_real_query(m_, sql.data(), sql.size()) != 0) return std::nullopt;
     std::vector<std::vector<std::string>> rows;
     MYSQL_RES* result = mysql_store_result(m_);
@@ -114,14 +114,14 @@ class RawMysql {
     return rows;
   }
   // The first column of the first row ("" if none), or "ERROR: ..." text.
-  std::string Exec(const std::string& sql) {
-    auto rows = Query(sql);
+  std::string exec(const std::string& sql) {
+    auto rows = query(sql);
     if (!rows) return "ERROR: " + error();
     return rows->empty() || rows->front().empty() ? "" : rows->front().front();
   }
   std::uint64_t affected() const { return affected_; }
   // `text` as a quoted literal.
-  std::string Literal(const std::string& text) {
+  std::string literal(const std::string& text) {
     std::string out(text.size() * 2 + 1, '\0');
     out.resize(mysql_real_escape_string(m_, out.data(), text.data(), text.size()));
     return "'" + out + "'";
@@ -136,66 +136,66 @@ class RawMysql {
 
 // The fixture's server keeps its data between runs: a test that counts
 // rows or versions starts without its table.
-void DropTestTable() {
-  RawMysql raw(SharedServerUri("mysql"));
+void drop_test_table() {
+  RawMysql raw(shared_server_uri("mysql"));
   ASSERT_TRUE(raw.ok()) << raw.error();
-  ASSERT_EQ(raw.Exec("DROP TABLE IF EXISTS " + TestTable()), "");
+  ASSERT_EQ(raw.exec("DROP TABLE IF EXISTS " + test_table()), "");
 }
 
 // ---- names, literals, URIs ---------------------------------------------------------
 
 TEST(MysqlNames, LongNamesAreRejectedNotTruncated) {
-  DropTestTable();
-  auto backend = Open(SharedUri());
+  drop_test_table();
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
   const std::string at_limit(66, 'm');
-  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request(at_limit, "a"), In(seconds(5))));
-  EXPECT_THAT(backend->acquire_or_renew(Request(at_limit + "x", "a"), In(seconds(5))),
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(request_for(at_limit, "a"), in(seconds(5))));
+  EXPECT_THAT(backend->acquire_or_renew(request_for(at_limit + "x", "a"), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("66")));
-  EXPECT_THAT(backend->acquire_or_renew(Request("m", std::string(129, 'c')), In(seconds(5))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("m", std::string(129, 'c')), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
-  RawMysql raw(SharedServerUri("mysql"));
+  RawMysql raw(shared_server_uri("mysql"));
   ASSERT_TRUE(raw.ok()) << raw.error();
-  EXPECT_EQ(raw.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = '" + at_limit + "'"),
+  EXPECT_EQ(raw.exec("SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + at_limit + "'"),
             "a");
-  EXPECT_EQ(raw.Exec("SELECT COUNT(*) FROM " + TestTable()), "1");
+  EXPECT_EQ(raw.exec("SELECT COUNT(*) FROM " + test_table()), "1");
 }
 
 // Parameters are literals in a multi-statement query: they must be escaped,
 // and a name that looks like a number must stay a string.
 TEST(MysqlNames, QuotesBackslashesAndNumericNamesAreExact) {
-  DropTestTable();
-  auto backend = Open(SharedUri());
+  drop_test_table();
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
   const std::vector<std::string> names = {
-      "123", "0123", "1e3", "it's", "back\\slash", "x'; DROP TABLE t; --", "\"q\"", "ünï",
-      "Case", "case"};
+      "123",   "0123", "1e3",  "it's", "back\\slash", "x'; DROP TABLE t; --",
+      "\"q\"", "ünï",  "Case", "case"};
   for (const auto& name : names) {
-    auto acquired = backend->acquire_or_renew(Request(name, "o'" + name), In(seconds(5)));
+    auto acquired = backend->acquire_or_renew(request_for(name, "o'" + name), in(seconds(5)));
     ASSERT_THAT(acquired, IsOk()) << name;
     EXPECT_EQ(acquired->owner.owner_id, "o'" + name) << name;
     EXPECT_EQ(acquired->owner.fencing_token, 1u) << name;
   }
-  RawMysql raw(SharedServerUri("mysql"));
+  RawMysql raw(shared_server_uri("mysql"));
   ASSERT_TRUE(raw.ok()) << raw.error();
-  EXPECT_EQ(raw.Exec("SELECT COUNT(*) FROM " + TestTable()), std::to_string(names.size()));
+  EXPECT_EQ(raw.exec("SELECT COUNT(*) FROM " + test_table()), std::to_string(names.size()));
   for (const auto& name : names) {
-    EXPECT_EQ(raw.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = " +
-                       raw.Literal(name)),
-              "o'" + name);
+    EXPECT_EQ(
+        raw.exec("SELECT owner_id FROM " + test_table() + " WHERE mutex = " + raw.literal(name)),
+        "o'" + name);
   }
-  auto listed = backend->list(In(seconds(5)));
+  auto listed = backend->list(in(seconds(5)));
   ASSERT_THAT(listed, IsOk());
   EXPECT_EQ(listed->size(), names.size());
 }
 
 TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
-  auto uri = Uri::Parse(
+  auto uri = Uri::parse(
       "mysql://alice:s3cret@db.example:3307/app?connections=3&table=locks&create_table=off&"
       "connect_timeout=2s&ssl_mode=verify_identity&ssl_ca=/etc/ca.pem&"
       "lock_connections=4&op_timeout=5s");  // the last two: the keyed-lock backend's
   ASSERT_THAT(uri, IsOk());
-  auto options = MysqlOptionsFromUri(*uri);
+  auto options = mysql_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->host, "db.example");
   EXPECT_EQ(options->port, 3307);
@@ -208,7 +208,7 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   EXPECT_EQ(options->connect_timeout, seconds(2));
   EXPECT_EQ(options->ssl_mode, "verify_identity");
   EXPECT_EQ(options->ssl_ca, "/etc/ca.pem");
-  auto defaults = MysqlOptionsFromUri(*Uri::Parse("mariadb://h/db"));
+  auto defaults = mysql_options_from_uri(*Uri::parse("mariadb://h/db"));
   ASSERT_THAT(defaults, IsOk());
   EXPECT_EQ(defaults->port, 3306);
   EXPECT_EQ(defaults->table, "simba_mutex");
@@ -216,25 +216,25 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
        {"mysql://h/db?sslmode=required", "mysql://h/db?host=x", "mysql://h/db?connections=0",
         "mysql://h/db?create_table=1", "mysql://h", "mysql://h/a/b", "mysql://h/db?ssl_mode=x",
         "mysql://h/db?connect_timeout=5", "postgresql://h/db"}) {
-    auto parsed = Uri::Parse(bad);
+    auto parsed = Uri::parse(bad);
     ASSERT_THAT(parsed, IsOk()) << bad;
-    EXPECT_THAT(MysqlOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+    EXPECT_THAT(mysql_options_from_uri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
   }
 }
 
 TEST(MysqlUri, ConnectErrorsAreClearAndNeverShowThePassword) {
-  const std::string uri = SharedServerUri("mysql");
+  const std::string uri = shared_server_uri("mysql");
   const std::string rest = uri.substr(uri.find('@'));
-  auto backend = Open("mysql://simba:wrong-pw-xyz" + rest + "?table=" + TestTable());
+  auto backend = open("mysql://simba:wrong-pw-xyz" + rest + "?table=" + test_table());
   ASSERT_TRUE(backend);
-  auto denied = backend->read("m", In(seconds(5)));
+  auto denied = backend->read("m", in(seconds(5)));
   EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("mysql at 127.0.0.1")));
   EXPECT_THAT(denied.status().message(), ::testing::Not(HasSubstr("wrong-pw-xyz")));
   const std::string no_db = uri.substr(0, uri.rfind('/')) + "/no_such_db";
-  auto missing = Open(no_db);
+  auto missing = open(no_db);
   ASSERT_TRUE(missing);
   // No such database, or (for this user) no access to it.
-  auto read = missing->read("m", In(seconds(5)));
+  auto read = missing->read("m", in(seconds(5)));
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(read.status().code() == StatusCode::kNotFound ||
               read.status().code() == StatusCode::kPermissionDenied)
@@ -246,7 +246,7 @@ TEST(MysqlUri, ConnectErrorsAreClearAndNeverShowThePassword) {
 constexpr char kFakeHost[] = "db.simba-test.invalid";
 
 // `uri` with the test server's host (127.0.0.1) replaced by `host`.
-std::string WithHost(std::string uri, const std::string& host) {
+std::string with_host(std::string uri, const std::string& host) {
   const std::string server_host = "127.0.0.1";
   return uri.replace(uri.find(server_host), server_host.size(), host);
 }
@@ -257,7 +257,7 @@ TEST_F(MysqlHostNames, AHungResolverCannotStallACallPastItsDeadline) {
   // With verify_identity the library must get the name (for the
   // certificate), but our lookup first still bounds a hung resolver.
   for (const std::string query : {"", "&ssl_mode=verify_identity"}) {
-    auto backend = Open(WithHost(SharedUri(), kFakeHost) + query);
+    auto backend = open(with_host(shared_uri(), kFakeHost) + query);
     ASSERT_TRUE(backend);
     const auto deadline = milliseconds(300);
     const auto start = steady_clock::now();
@@ -268,24 +268,24 @@ TEST_F(MysqlHostNames, AHungResolverCannotStallACallPastItsDeadline) {
                 ::testing::AnyOf(StatusCode::kDeadlineExceeded, StatusCode::kUnavailable))
         << query;
     EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost)) << query;
-    EXPECT_LT(took, deadline + Scaled(milliseconds(1500)))
+    EXPECT_LT(took, deadline + scaled(milliseconds(1500)))
         << query << ": " << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
   }
   // Both lookups were ours, one still hanging: the library was never asked.
-  EXPECT_EQ(internal::HostLookupsInFlightForTesting(), 1u);
+  EXPECT_EQ(internal::host_lookups_in_flight_for_testing(), 1u);
   // Once the resolver answers, a backend connects to the address.
-  fake_->release.Set();
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  fake_->release.set();
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
-  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->read("m", in(seconds(10))));
 }
 
 TEST_F(MysqlHostNames, AnUnknownHostIsUnavailableAndNamed) {
   fake_->error = EAI_NONAME;
-  fake_->release.Set();
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  fake_->release.set();
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
-  auto read = backend->read("m", In(seconds(5)));
+  auto read = backend->read("m", in(seconds(5)));
   EXPECT_THAT(read, StatusIs(StatusCode::kUnavailable, HasSubstr("cannot resolve host")));
   EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
 }
@@ -296,25 +296,25 @@ TEST_F(MysqlHostNames, EveryAddressOfANameIsTriedInTurn) {
 #endif
   // Nothing listens on 127.0.0.2 (the server is bound to 127.0.0.1).
   fake_->addresses = {"127.0.0.2", "127.0.0.1"};
-  fake_->release.Set();
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  fake_->release.set();
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
-  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->read("m", in(seconds(10))));
 }
 
 // ---- the table ---------------------------------------------------------------------
 
 TEST(MysqlTable, LayoutIsJvmSimbasAndTokensAreVersions) {
-  DropTestTable();
-  auto backend = Open(SharedUri());
+  drop_test_table();
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  auto first = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto first = backend->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->owner.transition_at - first->owner.acquired_at, milliseconds(3000));
   EXPECT_EQ(first->owner.ttl_at - first->owner.acquired_at, milliseconds(2000));
-  RawMysql raw(SharedServerUri("mysql"));
+  RawMysql raw(shared_server_uri("mysql"));
   ASSERT_TRUE(raw.ok()) << raw.error();
-  auto created = raw.Query("SHOW CREATE TABLE " + TestTable());
+  auto created = raw.query("SHOW CREATE TABLE " + test_table());
   ASSERT_TRUE(created && created->size() == 1 && created->front().size() == 2) << raw.error();
   const std::string ddl = created->front()[1];
   for (const char* column :
@@ -325,72 +325,74 @@ TEST(MysqlTable, LayoutIsJvmSimbasAndTokensAreVersions) {
     EXPECT_THAT(ddl, HasSubstr(column));
   }
   // The DB clock and the lease agree with the row.
-  EXPECT_EQ(raw.Exec("SELECT CONCAT(owner_id, '/', version, '/', ttl_at - acquired_at, '/', "
-                     "transition_at - ttl_at) FROM " + TestTable() + " WHERE mutex = 'm'"),
+  EXPECT_EQ(raw.exec("SELECT CONCAT(owner_id, '/', version, '/', ttl_at - acquired_at, '/', "
+                     "transition_at - ttl_at) FROM " +
+                     test_table() + " WHERE mutex = 'm'"),
             "a/" + std::to_string(first->owner.fencing_token) + "/2000/1000");
-  const long long db_now = std::stoll(
-      raw.Exec("SELECT CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)"));
+  const long long db_now =
+      std::stoll(raw.exec("SELECT CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) * 1000 AS SIGNED)"));
   EXPECT_LT(std::llabs(db_now - first->owner.acquired_at.count()), 5000);
   // A renewal keeps the version; a release and the next acquisition raise it.
-  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto renewed = backend->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
   EXPECT_GE(renewed->owner.acquired_at, first->owner.acquired_at);
   // Another contender does not get it, and changes nothing.
-  auto other = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  auto other = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
   ASSERT_THAT(other, IsOk());
   EXPECT_EQ(other->owner.owner_id, "a");
   EXPECT_EQ(other->owner.fencing_token, first->owner.fencing_token);
-  ASSERT_THAT(backend->release("m", "a", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_EQ(raw.Exec("SELECT CONCAT(owner_id, '/', acquired_at, '/', ttl_at, '/', "
-                     "transition_at) FROM " + TestTable() + " WHERE mutex = 'm'"),
+  ASSERT_THAT(backend->release("m", "a", in(seconds(5))), IsOkAndHolds(true));
+  EXPECT_EQ(raw.exec("SELECT CONCAT(owner_id, '/', acquired_at, '/', ttl_at, '/', "
+                     "transition_at) FROM " +
+                     test_table() + " WHERE mutex = 'm'"),
             "/0/0/0");
-  auto next = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  auto next = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
   ASSERT_THAT(next, IsOk());
   EXPECT_EQ(next->owner.owner_id, "b");
   EXPECT_EQ(next->owner.fencing_token, first->owner.fencing_token + 2);
-  EXPECT_EQ(raw.Exec("SELECT version FROM " + TestTable() + " WHERE mutex = 'm'"),
+  EXPECT_EQ(raw.exec("SELECT version FROM " + test_table() + " WHERE mutex = 'm'"),
             std::to_string(next->owner.fencing_token));
   // The DDL for a DBA is the one the backend runs.
-  EXPECT_THAT(MysqlSchemaSql(), HasSubstr("varchar(66) not null primary key comment 'mutex name'"));
-  auto schema = SchemaSql(SharedUri());
+  EXPECT_THAT(mysql_schema_sql(),
+              HasSubstr("varchar(66) not null primary key comment 'mutex name'"));
+  auto schema = schema_sql(shared_uri());
   ASSERT_THAT(schema, IsOk());
-  EXPECT_THAT(*schema, HasSubstr("CREATE TABLE IF NOT EXISTS " + TestTable() + " ("));
+  EXPECT_THAT(*schema, HasSubstr("CREATE TABLE IF NOT EXISTS " + test_table() + " ("));
 }
 
 TEST(MysqlTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
-  auto server = TestServer::Start("mysql");
+  auto server = TestServer::start("mysql");
   ASSERT_THAT(server, IsOk());
-  auto root = RawMysql::Root(**server);
+  auto root = RawMysql::root(**server);
   ASSERT_TRUE(root->ok()) << root->error();
   // A user that may read and write rows but not create tables (the simba
   // user may not grant; root, over the socket, may).
-  ASSERT_EQ(root->Exec("CREATE USER 'reader'@'%' IDENTIFIED BY 'reader-pw'"), "");
-  ASSERT_EQ(root->Exec("GRANT SELECT, INSERT, UPDATE ON simba.* TO 'reader'@'%'"), "");
+  ASSERT_EQ(root->exec("CREATE USER 'reader'@'%' IDENTIFIED BY 'reader-pw'"), "");
+  ASSERT_EQ(root->exec("GRANT SELECT, INSERT, UPDATE ON simba.* TO 'reader'@'%'"), "");
   const std::string uri = (*server)->uri();
   const std::string reader_uri = "mysql://reader:reader-pw" + uri.substr(uri.find('@'));
-  auto reader = Open(reader_uri);
+  auto reader = open(reader_uri);
   ASSERT_TRUE(reader);
-  auto denied = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto denied = reader->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("CREATE TABLE")));
   EXPECT_THAT(denied.status().message(), HasSubstr("simba_mutex"));
   EXPECT_THAT(denied.status().message(), HasSubstr("mysql at 127.0.0.1"));
   // With create_table=off it does not even try: the same advice.
-  auto no_create = Open(reader_uri + "?create_table=off");
+  auto no_create = open(reader_uri + "?create_table=off");
   ASSERT_TRUE(no_create);
-  EXPECT_THAT(no_create->read("m", In(seconds(5))),
+  EXPECT_THAT(no_create->read("m", in(seconds(5))),
               StatusIs(StatusCode::kFailedPrecondition, HasSubstr("CREATE TABLE")));
   // A DBA runs the DDL as printed; then it works.
-  ASSERT_EQ(root->Exec(MysqlSchemaSql()), "");
-  auto granted = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  ASSERT_EQ(root->exec(mysql_schema_sql()), "");
+  auto granted = reader->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(granted, IsOk());
   EXPECT_EQ(granted->owner.owner_id, "a");
   // Without UPDATE: a clear permission error, not a retry forever.
-  ASSERT_EQ(root->Exec("REVOKE UPDATE ON simba.* FROM 'reader'@'%'"), "");
-  auto reader2 = Open(reader_uri);
+  ASSERT_EQ(root->exec("REVOKE UPDATE ON simba.* FROM 'reader'@'%'"), "");
+  auto reader2 = open(reader_uri);
   ASSERT_TRUE(reader2);
-  EXPECT_THAT(reader2->release("m", "a", In(seconds(5))),
-              StatusIs(StatusCode::kPermissionDenied));
+  EXPECT_THAT(reader2->release("m", "a", in(seconds(5))), StatusIs(StatusCode::kPermissionDenied));
 }
 
 // Several processes using a new table at once each try to create it; the
@@ -398,13 +400,13 @@ TEST(MysqlTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
 TEST(MysqlTable, ConcurrentFirstUseCreatesTheTableOnce) {
   constexpr int kBackends = 8;
   for (int round = 0; round < 5; ++round) {
-    DropTestTable();
+    drop_test_table();
     std::vector<std::shared_ptr<Backend>> backends;
     for (int i = 0; i < kBackends; ++i) {
-      backends.push_back(Open(SharedUri()));
+      backends.push_back(open(shared_uri()));
       ASSERT_TRUE(backends.back());
     }
-    const std::vector<Status> results = AcquireAllAtOnce(backends);
+    const std::vector<Status> results = acquire_all_at_once(backends);
     for (int i = 0; i < kBackends; ++i) EXPECT_THAT(results[i], IsOk()) << "round " << round;
   }
 }
@@ -412,60 +414,60 @@ TEST(MysqlTable, ConcurrentFirstUseCreatesTheTableOnce) {
 // ---- failures -----------------------------------------------------------------------
 
 TEST(MysqlFailures, KilledConnectionsAreReplaced) {
-  auto server = TestServer::Start("mysql");
+  auto server = TestServer::start("mysql");
   ASSERT_THAT(server, IsOk());
   const std::string uri = (*server)->uri();
-  auto factory_a = Factory(uri, seconds(2), seconds(1));
-  auto factory_b = Factory(uri, seconds(2), seconds(1));
+  auto factory_a = make_factory(uri, seconds(2), seconds(1));
+  auto factory_b = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
-  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory_a->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
   std::this_thread::sleep_for(milliseconds(500));
 
   // Every connection of the simba user but ours: the private server has no
   // one else's.
-  auto root = RawMysql::Root(**server);
+  auto root = RawMysql::root(**server);
   ASSERT_TRUE(root->ok()) << root->error();
-  auto ids = root->Query("SELECT id FROM information_schema.processlist WHERE user = 'simba'");
+  auto ids = root->query("SELECT id FROM information_schema.processlist WHERE user = 'simba'");
   ASSERT_TRUE(ids) << root->error();
   EXPECT_FALSE(ids->empty());
-  for (const auto& row : *ids) root->Exec("KILL " + row[0]);
+  for (const auto& row : *ids) root->exec("KILL " + row[0]);
   // The holder renews on a new connection (ttl 2 s) and keeps its lease.
   std::this_thread::sleep_for(seconds(3));
   EXPECT_TRUE(holder->is_owner());
-  EXPECT_FALSE(a.released.IsSet());
-  EXPECT_FALSE(b.acquired.IsSet());
-  EXPECT_NE(root->Exec("SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
+  EXPECT_FALSE(a.released.is_set());
+  EXPECT_FALSE(b.acquired.is_set());
+  EXPECT_NE(root->exec("SELECT COUNT(*) FROM information_schema.processlist WHERE user = "
                        "'simba'"),
             "0");
   // And hands over as usual.
   SIMBA_ASSERT_OK(holder->stop());
-  ASSERT_TRUE(b.acquired.Wait(seconds(6)));
+  ASSERT_TRUE(b.acquired.wait(seconds(6)));
   EXPECT_GT(b.token.load(), a.token.load());
   SIMBA_ASSERT_OK(waiter->stop());
 }
 
 TEST(MysqlFailures, PausedServerMakesCallsEndByTheirDeadline) {
-  auto server = TestServer::Start("mysql");
+  auto server = TestServer::start("mysql");
   ASSERT_THAT(server, IsOk());
-  auto backend = Open((*server)->uri());
+  auto backend = open((*server)->uri());
   ASSERT_TRUE(backend);
-  SIMBA_ASSERT_OK(backend->acquire_or_renew(Request("m", "a"), In(seconds(5))));
-  SIMBA_ASSERT_OK((*server)->Pause());
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("m", "a"), in(seconds(5))));
+  SIMBA_ASSERT_OK((*server)->pause());
   const auto started = steady_clock::now();
-  auto late = backend->acquire_or_renew(Request("m", "a"), In(milliseconds(300)));
+  auto late = backend->acquire_or_renew(request_for("m", "a"), in(milliseconds(300)));
   const auto took = steady_clock::now() - started;
-  SIMBA_ASSERT_OK((*server)->Resume());
+  SIMBA_ASSERT_OK((*server)->resume());
   EXPECT_THAT(late, StatusIs(StatusCode::kDeadlineExceeded));
-  EXPECT_LT(took, Scaled(milliseconds(1500)))
+  EXPECT_LT(took, scaled(milliseconds(1500)))
       << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
   // The broken connection was dropped; the next call works (the server may
   // first run and roll back the abandoned transaction).
-  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(10)));
+  auto renewed = backend->acquire_or_renew(request_for("m", "a"), in(seconds(10)));
   ASSERT_THAT(renewed, IsOk()) << renewed.status();
   EXPECT_EQ(renewed->owner.owner_id, "a");
 }
@@ -498,29 +500,29 @@ class FakeJvmContender {
         hooks_(std::move(hooks)),
         random_(std::random_device{}()) {}
   ~FakeJvmContender() {
-    if (loop_.joinable()) Stop();
+    if (loop_.joinable()) stop();
   }
   bool ok() const { return db_.ok(); }
 
-  void Start() {
+  void start() {
     std::lock_guard<std::mutex> lock(mu_);
     active_ = true;
     ++generation_;
     pending_ = steady_clock::now();  // initialDelay 0
     const std::uint64_t gen = generation_;
     if (loop_.joinable()) loop_.join();
-    loop_ = std::thread([this, gen] { Loop(gen); });
+    loop_ = std::thread([this, gen] { loop(gen); });
   }
 
   // stopContend: deactivate, notifyOwner(NONE), RELEASE.
-  void Stop() {
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       active_ = false;
       cv_.notify_all();
-      NotifyOwnerLocked(Owner{});
+      notify_owner_locked(Owner{});
     }
-    Release();
+    release();
     loop_.join();
   }
 
@@ -536,70 +538,70 @@ class FakeJvmContender {
   };
 
   // ---- JdbcMutexOwnerRepository ----
-  std::string M() { return db_.Literal(mutex_); }
-  bool Acquire() {
+  std::string m() { return db_.literal(mutex_); }
+  bool acquire() {
     const std::string now = std::string("CAST(") + kJvmNow + " AS UNSIGNED)";
-    auto r = db_.Query("update " + table_ + " set acquired_at=" + now + ", ttl_at=" + now + "+" +
-                       std::to_string(ttl_.count()) + ", transition_at=" + now + "+" +
-                       std::to_string((ttl_ + transition_).count()) +
-                       ", owner_id=" + db_.Literal(id_) +
-                       ", version=version+1 where mutex=" + M() + " and ((transition_at < " +
-                       kJvmNow + ") or (owner_id=" + db_.Literal(id_) +
-                       " and transition_at > " + kJvmNow + "))");
+    auto r =
+        db_.query("update " + table_ + " set acquired_at=" + now + ", ttl_at=" + now + "+" +
+                  std::to_string(ttl_.count()) + ", transition_at=" + now + "+" +
+                  std::to_string((ttl_ + transition_).count()) + ", owner_id=" + db_.literal(id_) +
+                  ", version=version+1 where mutex=" + m() + " and ((transition_at < " + kJvmNow +
+                  ") or (owner_id=" + db_.literal(id_) + " and transition_at > " + kJvmNow + "))");
     if (!r) throw std::runtime_error("ACQUIRE: " + db_.error());
     return db_.affected() > 0;
   }
-  std::optional<Owner> Get() {
-    auto rows = db_.Query("select acquired_at, ttl_at, transition_at, owner_id, version, CAST(" +
-                          std::string(kJvmNow) + " AS UNSIGNED) from " + table_ +
-                          " where mutex=" + M());
+  std::optional<Owner> get() {
+    auto rows =
+        db_.query("select acquired_at, ttl_at, transition_at, owner_id, version, CAST(" +
+                  std::string(kJvmNow) + " AS UNSIGNED) from " + table_ + " where mutex=" + m());
     if (!rows) throw std::runtime_error("GET: " + db_.error());
     if (rows->empty()) return std::nullopt;
     const auto& row = rows->front();
     return Owner{row[3], std::stoll(row[0]), std::stoll(row[1]), std::stoll(row[2]),
                  std::stoll(row[5])};
   }
-  void Init() {
-    if (!db_.Query("insert into " + table_ +
+  void init() {
+    if (!db_.query("insert into " + table_ +
                    " (mutex, acquired_at, ttl_at, transition_at, owner_id, version) values (" +
-                   M() + ", 0, 0, 0, '', 0)") &&
+                   m() + ", 0, 0, 0, '', 0)") &&
         db_.error_code() != ER_DUP_ENTRY) {
       throw std::runtime_error("INIT: " + db_.error());
     }
   }
-  Owner EnsureOwner() {
-    if (auto owner = Get()) return *owner;
-    Init();
-    if (auto owner = Get()) return *owner;
+  Owner ensure_owner() {
+    if (auto owner = get()) return *owner;
+    init();
+    if (auto owner = get()) return *owner;
     throw std::runtime_error("No mutex found");
   }
-  Owner AcquireAndGetOwner() {
+  Owner acquire_and_get_owner() {
     std::lock_guard<std::mutex> lock(db_mu_);
-    if (!db_.Query("start transaction")) throw std::runtime_error(db_.error());
+    if (!db_.query("start transaction")) throw std::runtime_error(db_.error());
     try {
-      bool acquired = Acquire();
-      Owner owner = EnsureOwner();
+      bool acquired = acquire();
+      Owner owner = ensure_owner();
       if (!acquired && !(owner.transition_at >= owner.current_db_at)) {
-        acquired = Acquire();
-        owner = EnsureOwner();
+        acquired = acquire();
+        owner = ensure_owner();
       }
       if (acquired && owner.id != id_) throw std::runtime_error("inconsistent");
-      if (!db_.Query("commit")) throw std::runtime_error(db_.error());
+      if (!db_.query("commit")) throw std::runtime_error(db_.error());
       return owner;
     } catch (...) {
-      db_.Query("rollback");
+      db_.query("rollback");
       throw;
     }
   }
-  void Release() {
+  void release() {
     std::lock_guard<std::mutex> lock(db_mu_);
-    db_.Query("update " + table_ +
+    db_.query("update " + table_ +
               " set acquired_at=0, ttl_at=0, transition_at=0, owner_id='', version=version+1 "
-              "where mutex=" + M() + " and owner_id=" + db_.Literal(id_));
+              "where mutex=" +
+              m() + " and owner_id=" + db_.literal(id_));
   }
 
   // ---- JdbcMutexContendService + ContendPeriod ----
-  milliseconds NextDelay(const Owner& owner) {
+  milliseconds next_delay(const Owner& owner) {
     long long delay;
     if (owner.id == id_) {
       delay = owner.ttl_at - owner.current_db_at;
@@ -612,7 +614,7 @@ class FakeJvmContender {
     return milliseconds(std::max(0LL, delay));
   }
 
-  void NotifyOwnerLocked(const Owner& owner) {
+  void notify_owner_locked(const Owner& owner) {
     const bool was = view_ == id_;
     const bool is = owner.id == id_;
     const bool changed = view_ != owner.id;
@@ -621,7 +623,7 @@ class FakeJvmContender {
     if (changed && is && hooks_.on_acquired) hooks_.on_acquired();
   }
 
-  void Loop(std::uint64_t gen) {
+  void loop(std::uint64_t gen) {
     std::unique_lock<std::mutex> lock(mu_);
     while (active_ && generation_ == gen) {
       if (steady_clock::now() < pending_) {
@@ -631,7 +633,7 @@ class FakeJvmContender {
       lock.unlock();
       std::optional<Owner> owner;
       try {
-        owner = AcquireAndGetOwner();
+        owner = acquire_and_get_owner();
       } catch (const std::exception&) {
         owner.reset();
       }
@@ -639,15 +641,15 @@ class FakeJvmContender {
       ++attempts_;
       if (active_ && generation_ == gen) {
         if (owner) {
-          NotifyOwnerLocked(*owner);
-          pending_ = steady_clock::now() + NextDelay(*owner);
+          notify_owner_locked(*owner);
+          pending_ = steady_clock::now() + next_delay(*owner);
         } else {
-          if (view_ == id_) NotifyOwnerLocked(Owner{});
+          if (view_ == id_) notify_owner_locked(Owner{});
           pending_ = steady_clock::now() + ttl_;
         }
       } else if (owner && owner->id == id_) {
         lock.unlock();
-        Release();  // the compensating release of a late acquisition
+        release();  // the compensating release of a late acquisition
         lock.lock();
       }
     }
@@ -676,7 +678,7 @@ class FakeJvmContender {
 class CriticalSection {
  public:
   enum Side { kJvm, kCpp };
-  void Enter(const std::string& who, Side side) {
+  void enter(const std::string& who, Side side) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_ || inside_.count(who) > 0 || retired_.count(who) > 0) return;
     inside_.insert(who);
@@ -690,34 +692,34 @@ class CriticalSection {
     order_.push_back(side);
     cv_.notify_all();
   }
-  void Exit(const std::string& who) {
+  void exit(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     inside_.erase(who);
     cv_.notify_all();
   }
   // The holder decided to stop: it leaves and does no more work until it
   // contends again.
-  void Leave(const std::string& who) {
+  void leave(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     inside_.erase(who);
     retired_.insert(who);
     cv_.notify_all();
   }
-  void Rejoin(const std::string& who) {
+  void rejoin(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     retired_.erase(who);
   }
   // Waits until `who` is inside or the run closed; true if inside.
-  bool WaitInside(const std::string& who) {
+  bool wait_inside(const std::string& who) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !open_ || inside_.count(who) > 0; });
     return inside_.count(who) > 0;
   }
-  bool IsInside(const std::string& who) {
+  bool is_inside(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     return inside_.count(who) > 0;
   }
-  void Close() {
+  void close() {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = false;
     cv_.notify_all();
@@ -757,36 +759,36 @@ class CriticalSection {
 };
 
 TEST(MysqlJvmInterop, JvmRowsAreReadAndTakenOver) {
-  DropTestTable();
-  const std::string uri = SharedUri();
-  auto backend = Open(uri);
+  drop_test_table();
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
-  SIMBA_ASSERT_OK(backend->list(In(seconds(5))));  // creates the table
+  SIMBA_ASSERT_OK(backend->list(in(seconds(5))));  // creates the table
   Latch jvm_acquired;
-  FakeJvmContender jvm(SharedServerUri("mysql"), TestTable(), "m", "jvm:4242@host",
-                       seconds(2), seconds(1), {[&] { jvm_acquired.Set(); }, nullptr});
+  FakeJvmContender jvm(shared_server_uri("mysql"), test_table(), "m", "jvm:4242@host", seconds(2),
+                       seconds(1), {[&] { jvm_acquired.set(); }, nullptr});
   ASSERT_TRUE(jvm.ok());
-  jvm.Start();
-  ASSERT_TRUE(jvm_acquired.Wait(seconds(5)));
+  jvm.start();
+  ASSERT_TRUE(jvm_acquired.wait(seconds(5)));
   // Ours reads the JVM's lease and cannot take it.
-  auto read = backend->read("m", In(seconds(5)));
+  auto read = backend->read("m", in(seconds(5)));
   ASSERT_THAT(read, IsOk());
   EXPECT_EQ(read->owner.owner_id, "jvm:4242@host");
   EXPECT_EQ(read->owner.transition_at - read->owner.ttl_at, milliseconds(1000));
-  auto refused = backend->acquire_or_renew(Request("m", "cpp"), In(seconds(5)));
+  auto refused = backend->acquire_or_renew(request_for("m", "cpp"), in(seconds(5)));
   ASSERT_THAT(refused, IsOk());
   EXPECT_EQ(refused->owner.owner_id, "jvm:4242@host");
   // After JVM Simba's release ours takes it, with a higher version.
-  jvm.Stop();
-  auto taken = backend->acquire_or_renew(Request("m", "cpp"), In(seconds(5)));
+  jvm.stop();
+  auto taken = backend->acquire_or_renew(request_for("m", "cpp"), in(seconds(5)));
   ASSERT_THAT(taken, IsOk());
   EXPECT_EQ(taken->owner.owner_id, "cpp");
   EXPECT_GE(taken->owner.fencing_token, 3u);  // JVM acquire (1), release (2), ours
 }
 
 TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
-  DropTestTable();
-  const std::string uri = SharedUri();
+  drop_test_table();
+  const std::string uri = shared_uri();
   const std::string mutex = "interop";
   // The same on both sides: each side's loop decides when it renews by its
   // own config, and C++ holds believe their lease for ttl + transition from
@@ -813,28 +815,28 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
 
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < 2; ++i) {
-    factories.push_back(Factory(uri, kTtl, kTransition));
+    factories.push_back(make_factory(uri, kTtl, kTransition));
     ASSERT_TRUE(factories.back());
   }
   // Creates the table before the JVM side runs (JVM Simba's script would).
-  SIMBA_ASSERT_OK(factories[0]->backend()->list(In(seconds(5))));
+  SIMBA_ASSERT_OK(factories[0]->backend()->list(in(seconds(5))));
   std::vector<std::unique_ptr<FakeJvmContender>> jvms;
   std::vector<std::thread> workers;
   for (int i = 0; i < 2; ++i) {
     const std::string id = "cpp-" + std::to_string(i) + ":" + std::to_string(::getpid());
-    auto contender = MakeContender(
-        mutex, [&section, id](const MutexState&) { section.Enter(id, CriticalSection::kCpp); },
-        [&section, id](const MutexState&) { section.Exit(id); }, id);
+    auto contender = make_contender(
+        mutex, [&section, id](const MutexState&) { section.enter(id, CriticalSection::kCpp); },
+        [&section, id](const MutexState&) { section.exit(id); }, id);
     std::shared_ptr<MutexContendService> service =
         factories[static_cast<std::size_t>(i)]->create_contend_service(contender).value();
     workers.emplace_back([&, id, service] {
       std::mt19937 random(std::random_device{}());
       while (!done) {
-        section.Rejoin(id);
+        section.rejoin(id);
         if (!service->start().ok()) break;
-        if (section.WaitInside(id)) {
-          hold_then_leave(random, [&] { return section.IsInside(id); },
-                          [&] { section.Leave(id); });
+        if (section.wait_inside(id)) {
+          hold_then_leave(
+              random, [&] { return section.is_inside(id); }, [&] { section.leave(id); });
         }
         SIMBA_EXPECT_OK(service->stop());
         std::this_thread::sleep_for(
@@ -845,21 +847,21 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
   for (int i = 0; i < 2; ++i) {
     const std::string id = "jvm-" + std::to_string(i) + ":4242@jvm-host";
     jvms.push_back(std::make_unique<FakeJvmContender>(
-        SharedServerUri("mysql"), TestTable(), mutex, id, kTtl, kTransition,
-        FakeJvmContender::Hooks{[&section, id] { section.Enter(id, CriticalSection::kJvm); },
-                                [&section, id] { section.Exit(id); }}));
+        shared_server_uri("mysql"), test_table(), mutex, id, kTtl, kTransition,
+        FakeJvmContender::Hooks{[&section, id] { section.enter(id, CriticalSection::kJvm); },
+                                [&section, id] { section.exit(id); }}));
     ASSERT_TRUE(jvms.back()->ok());
     FakeJvmContender* jvm = jvms.back().get();
     workers.emplace_back([&, id, jvm] {
       std::mt19937 random(std::random_device{}());
       while (!done) {
-        section.Rejoin(id);
-        jvm->Start();
-        if (section.WaitInside(id)) {
-          hold_then_leave(random, [&] { return section.IsInside(id); },
-                          [&] { section.Leave(id); });
+        section.rejoin(id);
+        jvm->start();
+        if (section.wait_inside(id)) {
+          hold_then_leave(
+              random, [&] { return section.is_inside(id); }, [&] { section.leave(id); });
         }
-        jvm->Stop();
+        jvm->stop();
         std::this_thread::sleep_for(
             milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
       }
@@ -872,10 +874,10 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
   const auto started = steady_clock::now();
   while (steady_clock::now() - started < seconds(8) ||
          ((section.jvm_to_cpp() < 1 || section.cpp_to_jvm() < 1) &&
-          steady_clock::now() - started < Scaled(seconds(60)))) {
+          steady_clock::now() - started < scaled(seconds(60)))) {
     std::this_thread::sleep_for(milliseconds(50));
   }
-  section.Close();
+  section.close();
   done = true;
   for (auto& worker : workers) worker.join();
 

@@ -54,7 +54,7 @@ struct TlsServer {
   std::string certs;      // test-ca.sh's directory
 };
 
-std::string FirstLine(const std::string& path) {
+std::string first_line(const std::string& path) {
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);
@@ -63,18 +63,18 @@ std::string FirstLine(const std::string& path) {
 
 // The fixture's TLS-only server; run by hand (no SIMBA_TEST_SERVERS_DIR), a
 // private one made the same way, once per process.
-const TlsServer& Tls() {
+const TlsServer& tls() {
   static const TlsServer* server = [] {
     auto* s = new TlsServer;
     std::string uri;
     if (const char* dir = std::getenv("SIMBA_TEST_SERVERS_DIR"); dir != nullptr && dir[0] != 0) {
-      uri = FirstLine(std::string(dir) + "/mysql_tls/uri");
+      uri = first_line(std::string(dir) + "/mysql_tls/uri");
       s->certs = std::string(dir) + "/mysql_tls-certs";
     }
     if (uri.empty()) {
       static TempDir certs;
       static auto started =
-          TestServer::Start("mysql", {"--tls", certs.path(), "--require-secure-transport=ON"});
+          TestServer::start("mysql", {"--tls", certs.path(), "--require-secure-transport=ON"});
       if (!started.ok()) {
         std::cerr << "cannot start a TLS MariaDB: " << started.status() << "\n";
         return s;
@@ -91,36 +91,36 @@ const TlsServer& Tls() {
   return *server;
 }
 
-std::string Cert(const std::string& file) { return Tls().certs + "/" + file; }
+std::string cert(const std::string& file) { return tls().certs + "/" + file; }
 
 // A URI for `user` on the TLS server (or `host_port`), with `query`.
-std::string TlsUri(const std::string& query, const std::string& user = "simba",
-                   std::optional<std::string> host_port = std::nullopt) {
-  return "mysql://" + user + ":" + kPassword + "@" + host_port.value_or(Tls().host_port) +
+std::string tls_uri(const std::string& query, const std::string& user = "simba",
+                    std::optional<std::string> host_port = std::nullopt) {
+  return "mysql://" + user + ":" + kPassword + "@" + host_port.value_or(tls().host_port) +
          "/simba?table=tls_mutex&" + query;
 }
 
 // Acquires and releases a mutex through `uri`'s backend: OK or the first
 // error. Also fails the test if the call ran past its deadline.
-Status AcquireAndRelease(const std::string& uri) {
-  auto backend = OpenBackend(uri);
+Status acquire_and_release(const std::string& uri) {
+  auto backend = open_backend(uri);
   if (!backend.ok()) return backend.status();
   const auto start = steady_clock::now();
-  auto acquired = (*backend)->acquire_or_renew(Request("tls", "c"), start + kCallDeadline);
-  EXPECT_LT(steady_clock::now() - start, kCallDeadline + Scaled(kDeadlineSlack)) << uri;
+  auto acquired = (*backend)->acquire_or_renew(request_for("tls", "c"), start + kCallDeadline);
+  EXPECT_LT(steady_clock::now() - start, kCallDeadline + scaled(kDeadlineSlack)) << uri;
   if (!acquired.ok()) return acquired.status();
   if (acquired->owner.owner_id != "c") {
-    return InternalError("not acquired: " + acquired->owner.owner_id);
+    return internal_error("not acquired: " + acquired->owner.owner_id);
   }
-  auto released = (*backend)->release("tls", "c", In(kCallDeadline));
+  auto released = (*backend)->release("tls", "c", in(kCallDeadline));
   if (!released.ok()) return released.status();
-  return *released ? OkStatus() : InternalError("release found nothing to release");
+  return *released ? ok_status() : internal_error("release found nothing to release");
 }
 
 // The error of a connection that must fail: names the store and the cause,
 // never the password.
-::testing::Matcher<std::string> NamesStoreAndCause(const std::string& host_port,
-                                                   const std::string& cause) {
+::testing::Matcher<std::string> names_store_and_cause(const std::string& host_port,
+                                                      const std::string& cause) {
   return AllOf(HasSubstr("mysql at " + host_port), HasSubstr(cause), Not(HasSubstr(kPassword)));
 }
 
@@ -130,15 +130,15 @@ Status AcquireAndRelease(const std::string& uri) {
 // certificate: acquire + release work, and (the server being TLS-only) over
 // TLS; the negative control shows that the server does refuse a plain client.
 TEST(MysqlTls, TheRightCaConnectsEncryptedInEveryMode) {
-  ASSERT_FALSE(Tls().host_port.empty());
+  ASSERT_FALSE(tls().host_port.empty());
   for (const std::string mode : {"verify_ca", "verify_identity", "required"}) {
-    SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=" + mode + "&ssl_ca=" + Cert("ca.pem"))))
+    SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=" + mode + "&ssl_ca=" + cert("ca.pem"))))
         << mode;
   }
   // required without a CA: encrypted, the server not verified.
-  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=required")));
+  SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=required")));
   // The control: without TLS this server lets nobody in.
-  EXPECT_THAT(AcquireAndRelease(TlsUri("ssl_mode=disabled")),
+  EXPECT_THAT(acquire_and_release(tls_uri("ssl_mode=disabled")),
               StatusIs(StatusCode::kPermissionDenied));
 }
 
@@ -147,16 +147,16 @@ TEST(MysqlTls, TheRightCaConnectsEncryptedInEveryMode) {
 // server reports it. And the keyed backend, whose connect code is the
 // mutex backend's, holds and releases a key on this TLS-only server.
 TEST(MysqlTls, TheSessionReportsACipher) {
-  ASSERT_FALSE(Tls().host_port.empty());
+  ASSERT_FALSE(tls().host_port.empty());
   MYSQL* m = mysql_init(nullptr);
   ASSERT_NE(m, nullptr);
   const my_bool on = 1;
-  const std::string ca = Cert("ca.pem");
+  const std::string ca = cert("ca.pem");
   mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
   mysql_options(m, MYSQL_OPT_SSL_CA, ca.c_str());
   mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &on);
-  const auto colon = Tls().host_port.find(':');
-  const auto port = static_cast<unsigned int>(std::stoul(Tls().host_port.substr(colon + 1)));
+  const auto colon = tls().host_port.find(':');
+  const auto port = static_cast<unsigned int>(std::stoul(tls().host_port.substr(colon + 1)));
   ASSERT_NE(mysql_real_connect(m, "127.0.0.1", "simba", kPassword, "simba", port, nullptr, 0),
             nullptr)
       << mysql_error(m);
@@ -170,8 +170,8 @@ TEST(MysqlTls, TheSessionReportsACipher) {
   mysql_free_result(result);
   mysql_close(m);
   // The keyed backend over the same URI holds and releases a key there.
-  auto provider = KeyedLockProvider::open(
-      TlsUri("ssl_mode=verify_identity&ssl_ca=" + Cert("ca.pem")));
+  auto provider =
+      KeyedLockProvider::open(tls_uri("ssl_mode=verify_identity&ssl_ca=" + cert("ca.pem")));
   ASSERT_THAT(provider, IsOk());
   auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
   ASSERT_THAT(lease, IsOk());
@@ -185,25 +185,25 @@ TEST(MysqlTls, TheSessionReportsACipher) {
 // is refused in every mode that verifies, by the deadline, with an error
 // that names the store and the certificate.
 TEST(MysqlTls, AWrongCaFailsClearly) {
-  ASSERT_FALSE(Tls().host_port.empty());
+  ASSERT_FALSE(tls().host_port.empty());
   for (const std::string mode : {"verify_ca", "verify_identity", "required"}) {
     const Status status =
-        AcquireAndRelease(TlsUri("ssl_mode=" + mode + "&ssl_ca=" + Cert("other-ca.pem")));
+        acquire_and_release(tls_uri("ssl_mode=" + mode + "&ssl_ca=" + cert("other-ca.pem")));
     EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
-                                 NamesStoreAndCause(Tls().host_port, "certificate")))
+                                 names_store_and_cause(tls().host_port, "certificate")))
         << mode;
     std::cout << mode << ": " << status << "\n";
   }
   // The keyed backend says the same.
-  auto provider = KeyedLockProvider::open(
-      TlsUri("ssl_mode=verify_ca&ssl_ca=" + Cert("other-ca.pem")));
+  auto provider =
+      KeyedLockProvider::open(tls_uri("ssl_mode=verify_ca&ssl_ca=" + cert("other-ca.pem")));
   if (provider.ok()) {  // it connects lazily
     auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
     EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable,
-                                NamesStoreAndCause(Tls().host_port, "certificate")));
+                                names_store_and_cause(tls().host_port, "certificate")));
   } else {
     EXPECT_THAT(provider, StatusIs(StatusCode::kUnavailable,
-                                   NamesStoreAndCause(Tls().host_port, "certificate")));
+                                   names_store_and_cause(tls().host_port, "certificate")));
   }
 }
 
@@ -211,18 +211,18 @@ TEST(MysqlTls, AWrongCaFailsClearly) {
 // (which has DNS:localhost and IP:127.0.0.1): verify_ca, which checks only
 // the chain, connects; verify_identity refuses the name.
 TEST(MysqlTls, VerifyIdentityChecksTheHostNameAndVerifyCaDoesNot) {
-  ASSERT_FALSE(Tls().host_port.empty());
-  const std::string port = Tls().host_port.substr(Tls().host_port.find(':'));
+  ASSERT_FALSE(tls().host_port.empty());
+  const std::string port = tls().host_port.substr(tls().host_port.find(':'));
   const std::string other_name = "127.1" + port;
-  const std::string ca = "&ssl_ca=" + Cert("ca.pem");
-  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=verify_ca" + ca, "simba", other_name)));
+  const std::string ca = "&ssl_ca=" + cert("ca.pem");
+  SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=verify_ca" + ca, "simba", other_name)));
   const Status status =
-      AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca, "simba", other_name));
+      acquire_and_release(tls_uri("ssl_mode=verify_identity" + ca, "simba", other_name));
   EXPECT_THAT(status,
-              StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(other_name, "certificate")));
+              StatusIs(StatusCode::kUnavailable, names_store_and_cause(other_name, "certificate")));
   std::cout << "verify_identity to 127.1: " << status << "\n";
   // The same mode with a name the certificate has connects.
-  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=verify_identity" + ca)));
+  SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=verify_identity" + ca)));
 }
 
 // ---- a client certificate ----------------------------------------------------------
@@ -230,19 +230,19 @@ TEST(MysqlTls, VerifyIdentityChecksTheHostNameAndVerifyCaDoesNot) {
 // simba_x509 REQUIREs X509: the server lets it in with the client
 // certificate (ssl_cert + ssl_key), and without it refuses it.
 TEST(MysqlTls, AClientCertificateIsSentWhenGiven) {
-  ASSERT_FALSE(Tls().host_port.empty());
-  const std::string ca = "ssl_mode=verify_identity&ssl_ca=" + Cert("ca.pem");
-  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri(
-      ca + "&ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem"),
-      "simba_x509")));
-  const Status without = AcquireAndRelease(TlsUri(ca, "simba_x509"));
+  ASSERT_FALSE(tls().host_port.empty());
+  const std::string ca = "ssl_mode=verify_identity&ssl_ca=" + cert("ca.pem");
+  SIMBA_EXPECT_OK(acquire_and_release(
+      tls_uri(ca + "&ssl_cert=" + cert("client-cert.pem") + "&ssl_key=" + cert("client-key.pem"),
+              "simba_x509")));
+  const Status without = acquire_and_release(tls_uri(ca, "simba_x509"));
   EXPECT_THAT(without, StatusIs(StatusCode::kPermissionDenied,
-                                NamesStoreAndCause(Tls().host_port, "simba_x509")));
+                                names_store_and_cause(tls().host_port, "simba_x509")));
   std::cout << "without a client certificate: " << without << "\n";
   // The keyed backend sends it too.
-  auto provider = KeyedLockProvider::open(TlsUri(
-      ca + "&ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem"),
-      "simba_x509"));
+  auto provider = KeyedLockProvider::open(
+      tls_uri(ca + "&ssl_cert=" + cert("client-cert.pem") + "&ssl_key=" + cert("client-key.pem"),
+              "simba_x509"));
   ASSERT_THAT(provider, IsOk());
   auto lease = (*provider)->try_acquire("tls-x509", milliseconds(0), seconds(10));
   ASSERT_THAT(lease, IsOk());
@@ -256,40 +256,41 @@ TEST(MysqlTls, AClientCertificateIsSentWhenGiven) {
 // refused, by the deadline, naming the store and the cause; it never goes
 // on in the clear.
 TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
-  const std::string uri = SharedServerUri("mysql");
+  const std::string uri = shared_server_uri("mysql");
   ASSERT_FALSE(uri.empty());
   const auto at = uri.find('@');
   const std::string host_port = uri.substr(at + 1, uri.find('/', at) - at - 1);
-  const std::string ca = "&ssl_ca=" + Cert("ca.pem");
+  const std::string ca = "&ssl_ca=" + cert("ca.pem");
   for (const std::string& query :
        {std::string("ssl_mode=required"), "ssl_mode=verify_ca" + ca,
         "ssl_mode=verify_identity" + ca, "ssl_mode=required" + ca, ca.substr(1),
-        "ssl_cert=" + Cert("client-cert.pem") + "&ssl_key=" + Cert("client-key.pem")}) {
-    const Status status = AcquireAndRelease(TlsUri(query, "simba", host_port));
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")))
+        "ssl_cert=" + cert("client-cert.pem") + "&ssl_key=" + cert("client-key.pem")}) {
+    const Status status = acquire_and_release(tls_uri(query, "simba", host_port));
+    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")))
         << query;
     std::cout << query << ": " << status << "\n";
   }
   // The keyed backend refuses it too.
-  auto provider = KeyedLockProvider::open(TlsUri("ssl_mode=required", "simba", host_port));
+  auto provider = KeyedLockProvider::open(tls_uri("ssl_mode=required", "simba", host_port));
   if (provider.ok()) {
     auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
-    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")));
+    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")));
   } else {
-    EXPECT_THAT(provider, StatusIs(StatusCode::kUnavailable, NamesStoreAndCause(host_port, "TLS")));
+    EXPECT_THAT(provider,
+                StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")));
   }
   // The control: without TLS the same server and user are fine.
-  SIMBA_EXPECT_OK(AcquireAndRelease(TlsUri("ssl_mode=disabled", "simba", host_port)));
+  SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=disabled", "simba", host_port)));
 }
 
 // ---- options -----------------------------------------------------------------------
 
 TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {
-  auto uri = Uri::Parse(
+  auto uri = Uri::parse(
       "mysql://u:pw@h/db?ssl_mode=verify_ca&ssl_ca=/c/ca.pem&ssl_cert=/c/cert.pem&"
       "ssl_key=/c/key.pem");
   ASSERT_THAT(uri, IsOk());
-  auto options = MysqlOptionsFromUri(*uri);
+  auto options = mysql_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->ssl_mode, "verify_ca");
   EXPECT_EQ(options->ssl_ca, "/c/ca.pem");
@@ -301,9 +302,9 @@ TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {
       {"mysql://h/db?ssl_key=/c/key.pem", "ssl_cert"},
   };
   for (const auto& [text, named] : bad) {
-    auto parsed = Uri::Parse(text);
+    auto parsed = Uri::parse(text);
     ASSERT_THAT(parsed, IsOk()) << text;
-    EXPECT_THAT(MysqlOptionsFromUri(*parsed),
+    EXPECT_THAT(mysql_options_from_uri(*parsed),
                 StatusIs(StatusCode::kInvalidArgument, HasSubstr(named)))
         << text;
   }
@@ -312,10 +313,11 @@ TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {
   direct.host = "h";
   direct.database = "db";
   direct.ssl_mode = "verify_ca";
-  EXPECT_THAT(NewMysqlBackend(direct), StatusIs(StatusCode::kInvalidArgument, HasSubstr("ssl_ca")));
+  EXPECT_THAT(new_mysql_backend(direct),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("ssl_ca")));
   direct.ssl_mode = "required";
   direct.ssl_key = "/c/key.pem";
-  EXPECT_THAT(NewMysqlBackend(direct),
+  EXPECT_THAT(new_mysql_backend(direct),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("ssl_cert")));
 }
 

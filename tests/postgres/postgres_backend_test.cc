@@ -38,7 +38,7 @@ using std::chrono::steady_clock;
 using ::testing::HasSubstr;
 
 // A table of this test's own on the shared server.
-std::string TestTable() {
+std::string test_table() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string table = std::string("pt_") + info->name();
   std::transform(table.begin(), table.end(), table.begin(), [](unsigned char c) {
@@ -47,10 +47,10 @@ std::string TestTable() {
   return table.substr(0, 60);
 }
 
-std::string SharedUri() { return SharedServerUri("postgres") + "?table=" + TestTable(); }
+std::string shared_uri() { return shared_server_uri("postgres") + "?table=" + test_table(); }
 
 // Adds `query` ("a=b&c=d") to `uri`, which may have a query already.
-std::string WithQuery(const std::string& uri, const std::string& query) {
+std::string with_query(const std::string& uri, const std::string& query) {
   return uri + (uri.find('?') == std::string::npos ? "?" : "&") + query;
 }
 
@@ -64,7 +64,7 @@ class Psql {
   ~Psql() { PQfinish(conn_); }
   bool ok() const { return PQstatus(conn_) == CONNECTION_OK; }
   // The first column of the first row ("" if none), or "ERROR: ..." text.
-  std::string Exec(const std::string& sql) {
+  std::string exec(const std::string& sql) {
     PGresult* r = PQexec(conn_, sql.c_str());
     std::string out;
     const auto status = PQresultStatus(r);
@@ -83,55 +83,55 @@ class Psql {
 
 // The application_name of this test's session(s) called `who`: sessions of
 // other tests on the shared server never carry it.
-std::string AppName(const std::string& who) { return (who + "_" + TestTable()).substr(0, 63); }
+std::string app_name(const std::string& who) { return (who + "_" + test_table()).substr(0, 63); }
 
-// SharedUri() for the sessions called `who`.
-std::string NamedUri(const std::string& who) {
-  return WithQuery(SharedUri(), "application_name=" + AppName(who));
+// shared_uri() for the sessions called `who`.
+std::string named_uri(const std::string& who) {
+  return with_query(shared_uri(), "application_name=" + app_name(who));
 }
 
 // True once the backend whose sessions carry application_name `app` listens
 // for pushes: its LISTEN session has finished the LISTEN (pg_stat_activity
 // shows it idle after it; the listener sends nothing else for 15 s), so a
 // NOTIFY from now on reaches it.
-bool Listening(Psql& admin, const std::string& app) {
-  return Eventually(
+bool is_listening(Psql& admin, const std::string& app) {
+  return eventually(
       [&] {
-        return admin.Exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
-                          app + "' AND state = 'idle' AND query LIKE 'LISTEN %'") != "0";
+        return admin.exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app +
+                          "' AND state = 'idle' AND query LIKE 'LISTEN %'") != "0";
       },
       seconds(5));
 }
 
 // True once `waiter` has asked the store and been told `owner` holds it.
-bool ToldOwnerIs(const MutexContendService& waiter, const std::string& owner) {
-  return Eventually([&] { return waiter.after_owner().owner_id == owner; }, seconds(5));
+bool told_owner_is(const MutexContendService& waiter, const std::string& owner) {
+  return eventually([&] { return waiter.after_owner().owner_id == owner; }, seconds(5));
 }
 
 // ---- names, URIs, the table -----------------------------------------------------
 
 TEST(PostgresNames, LongNamesAreRejectedNotTruncated) {
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
   const std::string at_limit(66, 'm');
-  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request(at_limit, "a"), In(seconds(5))));
-  EXPECT_THAT(backend->acquire_or_renew(Request(at_limit + "x", "a"), In(seconds(5))),
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(request_for(at_limit, "a"), in(seconds(5))));
+  EXPECT_THAT(backend->acquire_or_renew(request_for(at_limit + "x", "a"), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("66")));
-  EXPECT_THAT(backend->acquire_or_renew(Request("m", std::string(129, 'c')), In(seconds(5))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("m", std::string(129, 'c')), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
   // The 66-character row is there under its full name.
-  Psql psql(SharedServerUri("postgres"));
+  Psql psql(shared_server_uri("postgres"));
   ASSERT_TRUE(psql.ok());
-  EXPECT_EQ(psql.Exec("SELECT owner_id FROM " + TestTable() + " WHERE mutex = '" + at_limit + "'"),
+  EXPECT_EQ(psql.exec("SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + at_limit + "'"),
             "a");
 }
 
 TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
-  auto uri = Uri::Parse(
+  auto uri = Uri::parse(
       "postgresql://alice:s3cret@db.example:5433/app?sslmode=require&application_name=x&"
       "connections=3&table=locks&create_table=off&lock_connections=4");  // the last: keyed locks
   ASSERT_THAT(uri, IsOk());
-  auto options = PostgresOptionsFromUri(*uri);
+  auto options = postgres_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->params.at("host"), "db.example");
   EXPECT_EQ(options->params.at("port"), "5433");
@@ -146,22 +146,22 @@ TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
   for (const char* bad : {"postgresql://h/db?sslmdoe=require", "postgresql://h/db?host=x",
                           "postgresql://h/db?connections=0", "postgresql://h/db?create_table=1",
                           "postgresql://h", "mysql://h/db"}) {
-    auto parsed = Uri::Parse(bad);
+    auto parsed = Uri::parse(bad);
     ASSERT_THAT(parsed, IsOk()) << bad;
-    EXPECT_THAT(PostgresOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+    EXPECT_THAT(postgres_options_from_uri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
   }
 }
 
 TEST(PostgresUri, LibpqOptionsReachTheConnection) {
   // The test server has no TLS: sslmode=require must fail (libpq got it),
   // sslmode=disable must work.
-  auto required = Open(WithQuery(SharedUri(), "sslmode=require"));
+  auto required = open(with_query(shared_uri(), "sslmode=require"));
   ASSERT_TRUE(required);
-  EXPECT_THAT(required->read("m", In(seconds(5))),
+  EXPECT_THAT(required->read("m", in(seconds(5))),
               StatusIs(StatusCode::kUnavailable, HasSubstr("SSL")));
-  auto disabled = Open(WithQuery(SharedUri(), "sslmode=disable"));
+  auto disabled = open(with_query(shared_uri(), "sslmode=disable"));
   ASSERT_TRUE(disabled);
-  SIMBA_EXPECT_OK(disabled->read("m", In(seconds(5))));
+  SIMBA_EXPECT_OK(disabled->read("m", in(seconds(5))));
 }
 
 // ---- host names ------------------------------------------------------------------
@@ -169,7 +169,7 @@ TEST(PostgresUri, LibpqOptionsReachTheConnection) {
 constexpr char kFakeHost[] = "db.simba-test.invalid";
 
 // `uri` with the test server's host (127.0.0.1) replaced by `host`.
-std::string WithHost(std::string uri, const std::string& host) {
+std::string with_host(std::string uri, const std::string& host) {
   const std::string server_host = "127.0.0.1";
   return uri.replace(uri.find(server_host), server_host.size(), host);
 }
@@ -177,7 +177,7 @@ std::string WithHost(std::string uri, const std::string& host) {
 using PostgresHostNames = FakeResolverTest;
 
 TEST_F(PostgresHostNames, AHungResolverCannotStallACallPastItsDeadline) {
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
   const auto deadline = milliseconds(300);
   const auto start = steady_clock::now();
@@ -187,21 +187,21 @@ TEST_F(PostgresHostNames, AHungResolverCannotStallACallPastItsDeadline) {
   EXPECT_THAT(read.status().code(),
               ::testing::AnyOf(StatusCode::kDeadlineExceeded, StatusCode::kUnavailable));
   EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
-  EXPECT_LT(took, deadline + Scaled(milliseconds(1500)))
+  EXPECT_LT(took, deadline + scaled(milliseconds(1500)))
       << std::chrono::duration_cast<milliseconds>(took).count() << " ms";
   // The lookup was ours, and still hangs: libpq was never asked to resolve.
-  EXPECT_EQ(internal::HostLookupsInFlightForTesting(), 1u);
+  EXPECT_EQ(internal::host_lookups_in_flight_for_testing(), 1u);
   // Once the resolver answers, the same backend connects to the address.
-  fake_->release.Set();
-  EXPECT_TRUE(Eventually([&] { return backend->read("m", In(seconds(5))).ok(); }, seconds(20)));
+  fake_->release.set();
+  EXPECT_TRUE(eventually([&] { return backend->read("m", in(seconds(5))).ok(); }, seconds(20)));
 }
 
 TEST_F(PostgresHostNames, AnUnknownHostIsUnavailableAndNamed) {
   fake_->error = EAI_NONAME;
-  fake_->release.Set();
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  fake_->release.set();
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
-  auto read = backend->read("m", In(seconds(5)));
+  auto read = backend->read("m", in(seconds(5)));
   EXPECT_THAT(read, StatusIs(StatusCode::kUnavailable, HasSubstr("cannot resolve host")));
   EXPECT_THAT(read.status().message(), HasSubstr(kFakeHost));
 }
@@ -212,96 +212,95 @@ TEST_F(PostgresHostNames, EveryAddressOfANameIsTriedInTurn) {
 #endif
   // Nothing listens on 127.0.0.2 (the server is bound to 127.0.0.1).
   fake_->addresses = {"127.0.0.2", "127.0.0.1"};
-  fake_->release.Set();
-  auto backend = Open(WithHost(SharedUri(), kFakeHost));
+  fake_->release.set();
+  auto backend = open(with_host(shared_uri(), kFakeHost));
   ASSERT_TRUE(backend);
-  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->read("m", in(seconds(10))));
 }
 
 TEST_F(PostgresHostNames, HostListsAreResolvedEntryByEntry) {
   fake_->unknown_host = "unknown.simba-test.invalid";
-  fake_->release.Set();
-  auto uri = Uri::Parse(SharedUri());
+  fake_->release.set();
+  auto uri = Uri::parse(shared_uri());
   ASSERT_THAT(uri, IsOk());
-  auto options = PostgresOptionsFromUri(*uri);
+  auto options = postgres_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   // A socket directory without a server, a name that does not resolve (left
   // out), then the server by name: libpq tries them in turn.
   options->params["host"] =
       std::string("/nonexistent-simba-dir,unknown.simba-test.invalid,") + kFakeHost;
-  auto backend = NewPostgresBackend(*options);
+  auto backend = new_postgres_backend(*options);
   ASSERT_THAT(backend, IsOk());
-  SIMBA_EXPECT_OK((*backend)->read("m", In(seconds(10))));
+  SIMBA_EXPECT_OK((*backend)->read("m", in(seconds(10))));
   // With no entry left to try, the lookup's error.
   options->params["host"] = "unknown.simba-test.invalid";
-  auto unknown = NewPostgresBackend(*options);
+  auto unknown = new_postgres_backend(*options);
   ASSERT_THAT(unknown, IsOk());
-  EXPECT_THAT((*unknown)->read("m", In(seconds(5))),
+  EXPECT_THAT((*unknown)->read("m", in(seconds(5))),
               StatusIs(StatusCode::kUnavailable, HasSubstr("unknown.simba-test.invalid")));
 }
 
 TEST_F(PostgresHostNames, LocalhostStillConnects) {
-  internal::SetGetAddrInfoForTesting({});  // the system's resolver
-  auto backend = Open(WithHost(SharedUri(), "localhost"));
+  internal::set_get_addr_info_for_testing({});  // the system's resolver
+  auto backend = open(with_host(shared_uri(), "localhost"));
   ASSERT_TRUE(backend);
-  SIMBA_EXPECT_OK(backend->read("m", In(seconds(10))));
+  SIMBA_EXPECT_OK(backend->read("m", in(seconds(10))));
 }
 
 TEST(PostgresTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
-  const std::string admin_uri = SharedServerUri("postgres");
+  const std::string admin_uri = shared_server_uri("postgres");
   Psql admin(admin_uri);
   ASSERT_TRUE(admin.ok());
   // A user that may connect but not create tables (PostgreSQL 15 no longer
   // lets everyone create in the public schema).
-  admin.Exec("DROP TABLE IF EXISTS " + TestTable());
-  admin.Exec("DROP ROLE IF EXISTS simba_reader");
-  ASSERT_EQ(admin.Exec("CREATE ROLE simba_reader LOGIN"), "");
-  ASSERT_EQ(admin.Exec("REVOKE CREATE ON SCHEMA public FROM PUBLIC"), "");
+  admin.exec("DROP TABLE IF EXISTS " + test_table());
+  admin.exec("DROP ROLE IF EXISTS simba_reader");
+  ASSERT_EQ(admin.exec("CREATE ROLE simba_reader LOGIN"), "");
+  ASSERT_EQ(admin.exec("REVOKE CREATE ON SCHEMA public FROM PUBLIC"), "");
   const std::string rest = admin_uri.substr(admin_uri.find('@'));
-  const std::string reader_uri = "postgresql://simba_reader" + rest + "?table=" + TestTable();
-  auto reader = Open(reader_uri);
+  const std::string reader_uri = "postgresql://simba_reader" + rest + "?table=" + test_table();
+  auto reader = open(reader_uri);
   ASSERT_TRUE(reader);
-  auto denied = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto denied = reader->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   EXPECT_THAT(denied, StatusIs(StatusCode::kPermissionDenied, HasSubstr("CREATE TABLE")));
-  EXPECT_THAT(denied.status().message(), HasSubstr(TestTable()));
+  EXPECT_THAT(denied.status().message(), HasSubstr(test_table()));
   // With create_table=off it does not even try: the same advice.
-  auto no_create = Open(WithQuery(reader_uri, "create_table=off"));
+  auto no_create = open(with_query(reader_uri, "create_table=off"));
   ASSERT_TRUE(no_create);
-  EXPECT_THAT(no_create->read("m", In(seconds(5))),
+  EXPECT_THAT(no_create->read("m", in(seconds(5))),
               StatusIs(StatusCode::kFailedPrecondition, HasSubstr("CREATE TABLE")));
   // A DBA runs the DDL (as printed) and grants; then it works.
-  std::string ddl = PostgresSchemaSql();
-  ddl.replace(ddl.find("simba_mutex"), std::string("simba_mutex").size(), TestTable());
-  ASSERT_EQ(admin.Exec(ddl), "");
-  ASSERT_EQ(admin.Exec("GRANT SELECT, INSERT, UPDATE ON " + TestTable() + " TO simba_reader"),
-            "");
-  auto granted = reader->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  std::string ddl = postgres_schema_sql();
+  ddl.replace(ddl.find("simba_mutex"), std::string("simba_mutex").size(), test_table());
+  ASSERT_EQ(admin.exec(ddl), "");
+  ASSERT_EQ(admin.exec("GRANT SELECT, INSERT, UPDATE ON " + test_table() + " TO simba_reader"), "");
+  auto granted = reader->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(granted, IsOk());
   EXPECT_EQ(granted->owner.owner_id, "a");
-  admin.Exec("DROP TABLE " + TestTable());
-  admin.Exec("DROP ROLE simba_reader");
+  admin.exec("DROP TABLE " + test_table());
+  admin.exec("DROP ROLE simba_reader");
 }
 
 TEST(PostgresTable, LayoutIsSimbasAndTokensAreVersions) {
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  auto first = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto first = backend->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->owner.transition_at - first->owner.acquired_at, milliseconds(3000));
   EXPECT_EQ(first->owner.ttl_at - first->owner.acquired_at, milliseconds(2000));
-  Psql psql(SharedServerUri("postgres"));
+  Psql psql(shared_server_uri("postgres"));
   ASSERT_TRUE(psql.ok());
-  EXPECT_EQ(psql.Exec("SELECT version FROM " + TestTable() + " WHERE mutex = 'm'"),
+  EXPECT_EQ(psql.exec("SELECT version FROM " + test_table() + " WHERE mutex = 'm'"),
             std::to_string(first->owner.fencing_token));
   // A renewal keeps the version; a release and the next acquisition raise it.
-  auto renewed = backend->acquire_or_renew(Request("m", "a"), In(seconds(5)));
+  auto renewed = backend->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
-  ASSERT_THAT(backend->release("m", "a", In(seconds(5))), IsOk());
-  EXPECT_EQ(psql.Exec("SELECT owner_id || '/' || transition_at FROM " + TestTable() +
+  ASSERT_THAT(backend->release("m", "a", in(seconds(5))), IsOk());
+  EXPECT_EQ(psql.exec("SELECT owner_id || '/' || transition_at FROM " + test_table() +
                       " WHERE mutex = 'm'"),
             "/0");
-  auto next = backend->acquire_or_renew(Request("m", "b"), In(seconds(5)));
+  auto next = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
   ASSERT_THAT(next, IsOk());
   EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
 }
@@ -309,17 +308,17 @@ TEST(PostgresTable, LayoutIsSimbasAndTokensAreVersions) {
 // Several processes using a new table at once each try to create it; the
 // losers must carry on, not fail (CI once saw "type ... already exists").
 TEST(PostgresTable, ConcurrentFirstUseCreatesTheTableOnce) {
-  Psql psql(SharedServerUri("postgres"));
+  Psql psql(shared_server_uri("postgres"));
   ASSERT_TRUE(psql.ok());
   constexpr int kBackends = 8;
   for (int round = 0; round < 20; ++round) {
-    ASSERT_EQ(psql.Exec("DROP TABLE IF EXISTS " + TestTable()), "");
+    ASSERT_EQ(psql.exec("DROP TABLE IF EXISTS " + test_table()), "");
     std::vector<std::shared_ptr<Backend>> backends;
     for (int i = 0; i < kBackends; ++i) {
-      backends.push_back(Open(SharedUri()));
+      backends.push_back(open(shared_uri()));
       ASSERT_TRUE(backends.back());
     }
-    const std::vector<Status> results = AcquireAllAtOnce(backends);
+    const std::vector<Status> results = acquire_all_at_once(backends);
     for (int i = 0; i < kBackends; ++i) EXPECT_THAT(results[i], IsOk()) << "round " << round;
   }
 }
@@ -327,25 +326,25 @@ TEST(PostgresTable, ConcurrentFirstUseCreatesTheTableOnce) {
 // ---- hand-off ---------------------------------------------------------------------
 
 TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
-  Psql admin(SharedServerUri("postgres"));
+  Psql admin(shared_server_uri("postgres"));
   ASSERT_TRUE(admin.ok());
-  auto factory_a = Factory(SharedUri(), seconds(10), seconds(6));
-  auto factory_b = Factory(NamedUri("b"), seconds(10), seconds(6));
+  auto factory_a = make_factory(shared_uri(), seconds(10), seconds(6));
+  auto factory_b = make_factory(named_uri("b"), seconds(10), seconds(6));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
-  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory_a->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
   // b has looked and is waiting, and listens.
-  ASSERT_TRUE(ToldOwnerIs(*waiter, "a"));
-  ASSERT_TRUE(Listening(admin, AppName("b")));
-  EXPECT_FALSE(b.acquired.IsSet());
+  ASSERT_TRUE(told_owner_is(*waiter, "a"));
+  ASSERT_TRUE(is_listening(admin, app_name("b")));
+  EXPECT_FALSE(b.acquired.is_set());
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
   // Polling would take the hard lease (16 s); NOTIFY takes a round trip.
-  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  ASSERT_TRUE(b.acquired.wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   EXPECT_GT(b.token.load(), a.token.load());
   SIMBA_ASSERT_OK(waiter->stop());
@@ -358,23 +357,23 @@ TEST(PostgresHandOff, WaiterTakesOverWithinARoundTripOfTheRelease) {
 // backend destroys the LISTEN thread's owner on that very thread (before
 // #21 it detached and then freed what the thread still read).
 TEST(PostgresHandOff, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
-  ExpectAListenerMayDestroyItsBackend(SharedUri());
+  expect_a_listener_may_destroy_its_backend(shared_uri());
 }
 
 TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
-  Psql admin(SharedServerUri("postgres"));
+  Psql admin(shared_server_uri("postgres"));
   ASSERT_TRUE(admin.ok());
-  auto factory_a = Factory(SharedUri(), seconds(20), seconds(5));
-  auto factory_b = Factory(NamedUri("b"), seconds(20), seconds(5));
+  auto factory_a = make_factory(shared_uri(), seconds(20), seconds(5));
+  auto factory_b = make_factory(named_uri("b"), seconds(20), seconds(5));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
-  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory_a->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   const std::uint64_t a_token = holder->fencing_token();
   // What the store pushes about a's hold, as the core's subscription hears it.
-  auto backend = Open(NamedUri("events"));
+  auto backend = open(named_uri("events"));
   ASSERT_TRUE(backend);
   std::mutex events_mu;
   std::vector<MutexEvent> events;
@@ -385,27 +384,26 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
   ASSERT_THAT(listening, IsOk());
   SIMBA_ASSERT_OK(waiter->start());
   // Both listen, and b has looked and waits.
-  ASSERT_TRUE(Listening(admin, AppName("events")));
-  ASSERT_TRUE(Listening(admin, AppName("b")));
-  ASSERT_TRUE(ToldOwnerIs(*waiter, holder->contender_id()));
-  EXPECT_FALSE(b.acquired.IsSet());
+  ASSERT_TRUE(is_listening(admin, app_name("events")));
+  ASSERT_TRUE(is_listening(admin, app_name("b")));
+  ASSERT_TRUE(told_owner_is(*waiter, holder->contender_id()));
+  EXPECT_FALSE(b.acquired.is_set());
 
   const auto forced_at = steady_clock::now();
-  auto forced = backend->force_release("m", In(seconds(3)));
+  auto forced = backend->force_release("m", in(seconds(3)));
   ASSERT_THAT(forced, IsOk());
   EXPECT_EQ(forced->previous.owner_id, holder->contender_id());
-  ASSERT_TRUE(a.released.Wait(seconds(3)));
+  ASSERT_TRUE(a.released.wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
-  ASSERT_TRUE(Eventually([&] { return holder->is_owner() || waiter->is_owner(); }, seconds(3)));
+  ASSERT_TRUE(eventually([&] { return holder->is_owner() || waiter->is_owner(); }, seconds(3)));
   EXPECT_GT(std::max(holder->fencing_token(), waiter->fencing_token()), forced->fencing_floor);
   // The loss reaches this backend's own LISTEN session, which need not have
   // read it yet.
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         std::lock_guard<std::mutex> lock(events_mu);
-        return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
-          return e.kind == MutexEvent::Kind::kLost;
-        });
+        return std::any_of(events.begin(), events.end(),
+                           [](const MutexEvent& e) { return e.kind == MutexEvent::Kind::kLost; });
       },
       seconds(3)));
   {
@@ -425,9 +423,9 @@ TEST(PostgresForce, HolderIsToldAtOnceAndTheWaiterTakesOver) {
 // A free mutex has nobody to tell: forcing it pushes no loss (an empty
 // owner would match every owner).
 TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
-  Psql admin(SharedServerUri("postgres"));
+  Psql admin(shared_server_uri("postgres"));
   ASSERT_TRUE(admin.ok());
-  auto backend = Open(NamedUri("x"));
+  auto backend = open(named_uri("x"));
   ASSERT_TRUE(backend);
   std::mutex events_mu;
   std::vector<MutexEvent> events;
@@ -436,9 +434,9 @@ TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
     events.push_back(e);
   });
   ASSERT_THAT(listening, IsOk());
-  ASSERT_TRUE(Listening(admin, AppName("x")));
-  ASSERT_THAT(backend->force_release("free", In(seconds(3))), IsOk());
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(is_listening(admin, app_name("x")));
+  ASSERT_THAT(backend->force_release("free", in(seconds(3))), IsOk());
+  ASSERT_TRUE(eventually(
       [&] {
         std::lock_guard<std::mutex> lock(events_mu);
         return std::any_of(events.begin(), events.end(), [](const MutexEvent& e) {
@@ -453,37 +451,37 @@ TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
 // ---- failures -----------------------------------------------------------------------
 
 TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
-  const std::string uri = SharedUri();
-  auto factory_a = Factory(WithQuery(uri, "application_name=simba_kill_a"), seconds(2),
-                           seconds(1));
-  auto factory_b = Factory(WithQuery(uri, "application_name=simba_kill_b"), seconds(10),
-                           seconds(6));
+  const std::string uri = shared_uri();
+  auto factory_a =
+      make_factory(with_query(uri, "application_name=simba_kill_a"), seconds(2), seconds(1));
+  auto factory_b =
+      make_factory(with_query(uri, "application_name=simba_kill_b"), seconds(10), seconds(6));
   ASSERT_TRUE(factory_a && factory_b);
   Recorder a, b;
-  auto holder = factory_a->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory_b->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory_a->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory_b->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
   // b has looked, and both backends' sessions (b's listener too) are up
   // before they are killed.
-  Psql admin(SharedServerUri("postgres"));
+  Psql admin(shared_server_uri("postgres"));
   ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE(ToldOwnerIs(*waiter, "a"));
-  ASSERT_TRUE(Listening(admin, "simba_kill_b"));
-  const std::string killed = admin.Exec(
+  ASSERT_TRUE(told_owner_is(*waiter, "a"));
+  ASSERT_TRUE(is_listening(admin, "simba_kill_b"));
+  const std::string killed = admin.exec(
       "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name IN "
       "('simba_kill_a', 'simba_kill_b')");
   EXPECT_NE(killed, "0");
   // The holder renews on a new connection (ttl 2 s) and keeps its lease.
   std::this_thread::sleep_for(seconds(3));
   EXPECT_TRUE(holder->is_owner());
-  EXPECT_FALSE(a.released.IsSet());
+  EXPECT_FALSE(a.released.is_set());
   // The waiter's listener reconnected: a release still reaches it at once.
-  ASSERT_TRUE(Listening(admin, "simba_kill_b"));
+  ASSERT_TRUE(is_listening(admin, "simba_kill_b"));
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
-  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  ASSERT_TRUE(b.acquired.wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   SIMBA_ASSERT_OK(waiter->stop());
 }

@@ -34,7 +34,7 @@ class RawRedis {
  public:
   // `uri` as given to the backend (redis://host:port[/db][?...]).
   explicit RawRedis(const std::string& uri) {
-    auto parsed = Uri::Parse(uri);
+    auto parsed = Uri::parse(uri);
     if (!parsed.ok() || parsed->hosts.empty()) throw std::runtime_error("bad uri " + uri);
     const UriHost& host = parsed->hosts.front();
     timeval timeout{5, 0};
@@ -46,7 +46,7 @@ class RawRedis {
     redisSetTimeout(context_.get(), timeout);
   }
 
-  RawReply Call(const std::vector<std::string>& args) {
+  RawReply call(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lengths;
     for (const auto& a : args) {
@@ -56,20 +56,20 @@ class RawRedis {
     void* reply = redisCommandArgv(context_.get(), static_cast<int>(argv.size()), argv.data(),
                                    lengths.data());
     if (reply == nullptr) throw std::runtime_error(std::string("redis: ") + context_->errstr);
-    RawReply out = Convert(static_cast<redisReply*>(reply));
+    RawReply out = convert(static_cast<redisReply*>(reply));
     freeReplyObject(reply);
     return out;
   }
 
   // For a subscribed connection: the next pushed message, or nullopt-like
   // (type NIL) after the timeout.
-  RawReply Next(int timeout_ms) {
+  RawReply next(int timeout_ms) {
     timeval timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
     redisSetTimeout(context_.get(), timeout);
     void* reply = nullptr;
     RawReply out;
     if (redisGetReply(context_.get(), &reply) == REDIS_OK && reply != nullptr) {
-      out = Convert(static_cast<redisReply*>(reply));
+      out = convert(static_cast<redisReply*>(reply));
       freeReplyObject(reply);
     } else {
       // A timeout leaves the context unusable in hiredis 0.14: reconnect is
@@ -80,11 +80,11 @@ class RawRedis {
   }
 
   // For a subscribed connection: the next pushed message if one arrives
-  // within `timeout_ms`, else nullopt. Unlike Next() this waits with poll(2),
+  // within `timeout_ms`, else nullopt. Unlike next() this waits with poll(2),
   // so hiredis never times out and the connection stays usable after a
   // timeout (a reader thread can wait in short slices and still notice that
   // it should stop). Throws when the connection fails.
-  std::optional<RawReply> Poll(int timeout_ms) {
+  std::optional<RawReply> poll(int timeout_ms) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
     for (;;) {
       void* reply = nullptr;
@@ -92,7 +92,7 @@ class RawRedis {
         throw std::runtime_error(std::string("redis: ") + context_->errstr);
       }
       if (reply != nullptr) {
-        RawReply out = Convert(static_cast<redisReply*>(reply));
+        RawReply out = convert(static_cast<redisReply*>(reply));
         freeReplyObject(reply);
         return out;
       }
@@ -111,8 +111,8 @@ class RawRedis {
     }
   }
 
-  // Writes out what Send() queued (Send only buffers it); blocks until done.
-  void Flush() {
+  // Writes out what send() queued (Send only buffers it); blocks until done.
+  void flush() {
     int done = 0;
     do {
       if (redisBufferWrite(context_.get(), &done) != REDIS_OK) {
@@ -121,7 +121,7 @@ class RawRedis {
     } while (done == 0);
   }
 
-  void Send(const std::vector<std::string>& args) {
+  void send(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<size_t> lengths;
     for (const auto& a : args) {
@@ -133,12 +133,12 @@ class RawRedis {
   }
 
  private:
-  static RawReply Convert(const redisReply* r) {
+  static RawReply convert(const redisReply* r) {
     RawReply out;
     out.type = r->type;
     out.integer = r->integer;
     if (r->str != nullptr) out.str.assign(r->str, r->len);
-    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(Convert(r->element[i]));
+    for (size_t i = 0; i < r->elements; ++i) out.elements.push_back(convert(r->element[i]));
     return out;
   }
 

@@ -5,8 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -43,44 +43,45 @@ using ::testing::HasSubstr;
 const std::vector<std::string> kDurable = {"--appendonly", "yes", "--appendfsync", "always"};
 
 // A key prefix of this test's own on the shared server.
-std::string TestPrefix() {
+std::string test_prefix() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   return std::string("rt-") + info->name() + "-" + std::to_string(::getpid());
 }
 
-std::string SharedUri(const std::string& query = "") {
-  return SharedServerUri("redis") + "?key_prefix=" + TestPrefix() + query;
+std::string shared_uri(const std::string& query = "") {
+  return shared_server_uri("redis") + "?key_prefix=" + test_prefix() + query;
 }
 
-std::string Key(const std::string& mutex, const std::string& suffix = "") {
-  return TestPrefix() + ":{" + mutex + "}" + suffix;
+std::string key(const std::string& mutex, const std::string& suffix = "") {
+  return test_prefix() + ":{" + mutex + "}" + suffix;
 }
 
 // ---- names and URIs -----------------------------------------------------------
 
 TEST(RedisNames, BracesAndDelimitersAreRejectedClearly) {
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  const Deadline deadline = In(seconds(3));
-  EXPECT_THAT(backend->acquire_or_renew(Request("a{b}", "c"), deadline),
+  const Deadline deadline = in(seconds(3));
+  EXPECT_THAT(backend->acquire_or_renew(request_for("a{b}", "c"), deadline),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("'{' or '}'")));
   EXPECT_THAT(backend->read("x}", deadline), StatusIs(StatusCode::kInvalidArgument));
-  EXPECT_THAT(backend->acquire_or_renew(Request("a@@b", "c"), deadline),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("a@@b", "c"), deadline),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("@@")));
-  EXPECT_THAT(backend->acquire_or_renew(Request("m", "id@@x"), deadline),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("m", "id@@x"), deadline),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("contender_id")));
   EXPECT_THAT(backend->release("m", "id@@x", deadline), StatusIs(StatusCode::kInvalidArgument));
   EXPECT_THAT(backend->subscribe("a{b", [](const MutexEvent&) {}),
               StatusIs(StatusCode::kInvalidArgument));
   // A single '@' or other punctuation is fine.
-  SIMBA_EXPECT_OK(backend->acquire_or_renew(Request("a@b:c/d", "e@f"), deadline));
+  SIMBA_EXPECT_OK(backend->acquire_or_renew(request_for("a@b:c/d", "e@f"), deadline));
 }
 
 TEST(RedisUri, Parses) {
-  auto uri = Uri::Parse("redis://alice:s3cret@db.example:6380/3?connect_timeout=2s&"
-                        "restart_guard=off&keyspace_events=off&key_prefix=app1");
+  auto uri = Uri::parse(
+      "redis://alice:s3cret@db.example:6380/3?connect_timeout=2s&"
+      "restart_guard=off&keyspace_events=off&key_prefix=app1");
   ASSERT_THAT(uri, IsOk());
-  auto options = RedisOptionsFromUri(*uri);
+  auto options = redis_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->host, "db.example");
   EXPECT_EQ(options->port, 6380);
@@ -92,7 +93,7 @@ TEST(RedisUri, Parses) {
   EXPECT_FALSE(options->keyspace_events);
   EXPECT_EQ(options->key_prefix, "app1");
 
-  auto defaults = RedisOptionsFromUri(*Uri::Parse("redis://h"));
+  auto defaults = redis_options_from_uri(*Uri::parse("redis://h"));
   ASSERT_THAT(defaults, IsOk());
   EXPECT_EQ(defaults->port, 6379);
   EXPECT_EQ(defaults->database, 0);
@@ -102,74 +103,74 @@ TEST(RedisUri, Parses) {
   for (const char* bad : {"redis://h/x", "redis://h/-1", "redis://h?key_prefix=a{b}",
                           "redis://h?key_prefix=", "redis://h?keyspace_events=on",
                           "redis://h?connect_timeout=0s", "sqlite://h"}) {
-    auto parsed = Uri::Parse(bad);
+    auto parsed = Uri::parse(bad);
     if (!parsed.ok()) continue;
-    EXPECT_THAT(RedisOptionsFromUri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
+    EXPECT_THAT(redis_options_from_uri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
   }
 }
 
 TEST(RedisUri, WrongPasswordAndDatabaseAreClearErrors) {
   // The shared server has no password: AUTH with one is refused.
-  auto with_password = Open("redis://:nope@" + SharedServerUri("redis").substr(8));
+  auto with_password = open("redis://:nope@" + shared_server_uri("redis").substr(8));
   ASSERT_TRUE(with_password);
-  EXPECT_THAT(with_password->read("m", In(seconds(3))),
+  EXPECT_THAT(with_password->read("m", in(seconds(3))),
               StatusIs(StatusCode::kPermissionDenied, HasSubstr("AUTH")));
-  auto bad_db = Open(SharedServerUri("redis") + "/999");
+  auto bad_db = open(shared_server_uri("redis") + "/999");
   ASSERT_TRUE(bad_db);
-  EXPECT_THAT(bad_db->read("m", In(seconds(3))),
+  EXPECT_THAT(bad_db->read("m", in(seconds(3))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("database 999")));
 }
 
 TEST(RedisUri, PasswordUserAndDatabaseComeFromTheUri) {
-  auto server = TestServer::Start("redis", kDurable);
+  auto server = TestServer::start("redis", kDurable);
   ASSERT_THAT(server, IsOk());
   const std::string address = (*server)->uri().substr(std::string("redis://").size());
   {
     RawRedis admin((*server)->uri());
-    ASSERT_FALSE(admin.Call({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "&*", "+@all"})
-                     .error());
-    ASSERT_FALSE(admin.Call({"CONFIG", "SET", "requirepass", "s3cret"}).error());
+    ASSERT_FALSE(
+        admin.call({"ACL", "SETUSER", "alice", "on", ">alice-pw", "~*", "&*", "+@all"}).error());
+    ASSERT_FALSE(admin.call({"CONFIG", "SET", "requirepass", "s3cret"}).error());
   }
   // The default user's password, database 3.
-  auto with_password = Open("redis://:s3cret@" + address + "/3");
+  auto with_password = open("redis://:s3cret@" + address + "/3");
   ASSERT_TRUE(with_password);
-  ASSERT_THAT(with_password->acquire_or_renew(Request("m", "a"), In(seconds(3))), IsOk());
+  ASSERT_THAT(with_password->acquire_or_renew(request_for("m", "a"), in(seconds(3))), IsOk());
   // An ACL user, database 5: a different database, so the mutex is free.
-  auto as_alice = Open("redis://alice:alice-pw@" + address + "/5");
+  auto as_alice = open("redis://alice:alice-pw@" + address + "/5");
   ASSERT_TRUE(as_alice);
-  auto alice = as_alice->acquire_or_renew(Request("m", "b"), In(seconds(3)));
+  auto alice = as_alice->acquire_or_renew(request_for("m", "b"), in(seconds(3)));
   ASSERT_THAT(alice, IsOk());
   EXPECT_EQ(alice->owner.owner_id, "b");
   // Check where the keys went, as alice.
   RawRedis raw((*server)->uri());
-  ASSERT_FALSE(raw.Call({"AUTH", "alice", "alice-pw"}).error());
-  ASSERT_FALSE(raw.Call({"SELECT", "3"}).error());
-  EXPECT_EQ(raw.Call({"GET", "simba:{m}"}).str, "a");
-  ASSERT_FALSE(raw.Call({"SELECT", "5"}).error());
-  EXPECT_EQ(raw.Call({"GET", "simba:{m}"}).str, "b");
+  ASSERT_FALSE(raw.call({"AUTH", "alice", "alice-pw"}).error());
+  ASSERT_FALSE(raw.call({"SELECT", "3"}).error());
+  EXPECT_EQ(raw.call({"GET", "simba:{m}"}).str, "a");
+  ASSERT_FALSE(raw.call({"SELECT", "5"}).error());
+  EXPECT_EQ(raw.call({"GET", "simba:{m}"}).str, "b");
   // Without the password: a clear error, not a hang.
-  auto without = Open((*server)->uri());
+  auto without = open((*server)->uri());
   ASSERT_TRUE(without);
-  EXPECT_THAT(without->read("m", In(seconds(3))), StatusIs(StatusCode::kPermissionDenied));
-  auto wrong_user = Open("redis://alice:nope@" + address);
+  EXPECT_THAT(without->read("m", in(seconds(3))), StatusIs(StatusCode::kPermissionDenied));
+  auto wrong_user = open("redis://alice:nope@" + address);
   ASSERT_TRUE(wrong_user);
-  EXPECT_THAT(wrong_user->read("m", In(seconds(3))),
+  EXPECT_THAT(wrong_user->read("m", in(seconds(3))),
               StatusIs(StatusCode::kPermissionDenied, HasSubstr("AUTH")));
   // The server script stops the server by PID; it needs no password.
 }
 
 TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
   // A port nobody listens on (the server on it was stopped).
-  auto server = TestServer::Start("redis");
+  auto server = TestServer::start("redis");
   ASSERT_THAT(server, IsOk());
   const std::string uri = (*server)->uri();
-  SIMBA_ASSERT_OK((*server)->Stop());
-  auto backend = Open(uri);
+  SIMBA_ASSERT_OK((*server)->stop());
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   const auto started = steady_clock::now();
-  EXPECT_THAT(backend->read("m", In(seconds(2))), StatusIs(StatusCode::kUnavailable));
+  EXPECT_THAT(backend->read("m", in(seconds(2))), StatusIs(StatusCode::kUnavailable));
   // Within the reconnect backoff a second call fails at once, saying so.
-  EXPECT_THAT(backend->read("m", In(seconds(2))),
+  EXPECT_THAT(backend->read("m", in(seconds(2))),
               StatusIs(StatusCode::kUnavailable, HasSubstr("reconnect")));
   EXPECT_LT(steady_clock::now() - started, seconds(2));
 }
@@ -178,20 +179,20 @@ TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
 // subscription live at the server wait for it.
 // True once contender `id` of `mutex` has tried (it is in the mutex's queue)
 // and listens for its wake-up (the server confirmed its personal channel).
-bool TriedAndListening(RawRedis& raw, const std::string& mutex, const std::string& id) {
-  return Eventually(
+bool tried_and_listening(RawRedis& raw, const std::string& mutex, const std::string& id) {
+  return eventually(
       [&] {
-        RawReply score = raw.Call({"ZSCORE", Key(mutex, ":contender"), id});
-        RawReply r = raw.Call({"PUBSUB", "NUMSUB", Key(mutex, ":" + id)});
+        RawReply score = raw.call({"ZSCORE", key(mutex, ":contender"), id});
+        RawReply r = raw.call({"PUBSUB", "NUMSUB", key(mutex, ":" + id)});
         return !score.nil() && r.elements.size() == 2 && r.elements[1].integer >= 1;
       },
       seconds(5));
 }
 
-bool Subscribed(RawRedis& raw, const std::string& channel) {
-  return Eventually(
+bool subscribed(RawRedis& raw, const std::string& channel) {
+  return eventually(
       [&] {
-        RawReply r = raw.Call({"PUBSUB", "NUMSUB", channel});
+        RawReply r = raw.call({"PUBSUB", "NUMSUB", channel});
         return r.elements.size() == 2 && r.elements[1].integer >= 1;
       },
       seconds(5));
@@ -202,7 +203,7 @@ struct EventLog {
   std::mutex mu;
   std::condition_variable cv;
   std::vector<MutexEvent> events;
-  std::function<void(const MutexEvent&)> Listener() {
+  std::function<void(const MutexEvent&)> listener() {
     return [this](const MutexEvent& e) {
       std::lock_guard<std::mutex> lock(mu);
       events.push_back(e);
@@ -210,7 +211,7 @@ struct EventLog {
     };
   }
   // Waits for a release event (since the last Clear), by `by` if given.
-  bool WaitReleased(milliseconds timeout, const std::string& by = "") {
+  bool wait_released(milliseconds timeout, const std::string& by = "") {
     std::unique_lock<std::mutex> lock(mu);
     return cv.wait_for(lock, timeout, [&] {
       return std::any_of(events.begin(), events.end(), [&](const MutexEvent& e) {
@@ -218,7 +219,7 @@ struct EventLog {
       });
     });
   }
-  void Clear() {
+  void clear() {
     std::lock_guard<std::mutex> lock(mu);
     events.clear();
   }
@@ -227,62 +228,62 @@ struct EventLog {
 // ---- wire layout (what JVM Simba sees) ------------------------------------------
 
 TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
-  const std::string uri = SharedUri();
-  auto backend = Open(uri);
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   RawRedis raw(uri);
   RawRedis listener(uri);
-  listener.Call({"SUBSCRIBE", Key("m")});
+  listener.call({"SUBSCRIBE", key("m")});
 
-  auto held = backend->acquire_or_renew(Request("m", "c1"), In(seconds(3)));
+  auto held = backend->acquire_or_renew(request_for("m", "c1"), in(seconds(3)));
   ASSERT_THAT(held, IsOk());
   EXPECT_EQ(held->owner.owner_id, "c1");
   EXPECT_GT(held->owner.fencing_token, 0u);
   EXPECT_EQ(held->owner.transition_at - held->store_now, milliseconds(3000));
   EXPECT_EQ(held->owner.ttl_at - held->store_now, milliseconds(2000));
 
-  EXPECT_EQ(raw.Call({"GET", Key("m")}).str, "c1");
-  const long long pttl = raw.Call({"PTTL", Key("m")}).integer;
+  EXPECT_EQ(raw.call({"GET", key("m")}).str, "c1");
+  const long long pttl = raw.call({"PTTL", key("m")}).integer;
   EXPECT_GT(pttl, 2500);
   EXPECT_LE(pttl, 3000);
-  RawReply message = listener.Next(2000);
+  RawReply message = listener.next(2000);
   ASSERT_EQ(message.elements.size(), 3u);
   EXPECT_EQ(message.elements[0].str, "message");
-  EXPECT_EQ(message.elements[1].str, Key("m"));
+  EXPECT_EQ(message.elements[1].str, key("m"));
   EXPECT_EQ(message.elements[2].str, "acquired@@c1");
 
   // A failed acquisition queues the contender with ZADD NX, scored in
   // server seconds, and reports the owner. (c2 listens for its wake-up;
   // queue entries of contenders that do not are dropped.)
   EventLog c2_events;
-  auto c2_subscription = backend->subscribe("m", "c2", c2_events.Listener());
+  auto c2_subscription = backend->subscribe("m", "c2", c2_events.listener());
   ASSERT_THAT(c2_subscription, IsOk());
-  ASSERT_TRUE(Subscribed(raw, Key("m", ":c2")));
-  auto other = backend->acquire_or_renew(Request("m", "c2"), In(seconds(3)));
+  ASSERT_TRUE(subscribed(raw, key("m", ":c2")));
+  auto other = backend->acquire_or_renew(request_for("m", "c2"), in(seconds(3)));
   ASSERT_THAT(other, IsOk());
   EXPECT_EQ(other->owner.owner_id, "c1");
   EXPECT_EQ(other->owner.fencing_token, held->owner.fencing_token);
-  RawReply score = raw.Call({"ZSCORE", Key("m", ":contender"), "c2"});
-  const long long now_seconds = std::stoll(raw.Call({"TIME"}).elements[0].str);
+  RawReply score = raw.call({"ZSCORE", key("m", ":contender"), "c2"});
+  const long long now_seconds = std::stoll(raw.call({"TIME"}).elements[0].str);
   EXPECT_NEAR(std::stoll(score.str), now_seconds, 2);
 
   // Renewal keeps the token and resets PX to ttl + transition.
   std::this_thread::sleep_for(milliseconds(300));
-  auto renewed = backend->acquire_or_renew(Request("m", "c1"), In(seconds(3)));
+  auto renewed = backend->acquire_or_renew(request_for("m", "c1"), in(seconds(3)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.fencing_token, held->owner.fencing_token);
-  EXPECT_GT(raw.Call({"PTTL", Key("m")}).integer, 2800);
+  EXPECT_GT(raw.call({"PTTL", key("m")}).integer, 2800);
 
   // Release deletes the key and wakes c2 (the oldest waiter), taking it
   // off the queue as JVM Simba does.
-  ASSERT_THAT(backend->release("m", "c1", In(seconds(3))), IsOkAndHolds(true));
-  EXPECT_TRUE(raw.Call({"GET", Key("m")}).nil());
-  EXPECT_EQ(raw.Call({"ZCARD", Key("m", ":contender")}).integer, 0);
-  ASSERT_TRUE(c2_events.WaitReleased(seconds(2), "c1"));
-  ASSERT_THAT(backend->release("m", "c1", In(seconds(3))), IsOkAndHolds(false));
+  ASSERT_THAT(backend->release("m", "c1", in(seconds(3))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.call({"GET", key("m")}).nil());
+  EXPECT_EQ(raw.call({"ZCARD", key("m", ":contender")}).integer, 0);
+  ASSERT_TRUE(c2_events.wait_released(seconds(2), "c1"));
+  ASSERT_THAT(backend->release("m", "c1", in(seconds(3))), IsOkAndHolds(false));
 
   // The next acquisition has a greater token.
-  auto again = backend->acquire_or_renew(Request("m", "c2"), In(seconds(3)));
+  auto again = backend->acquire_or_renew(request_for("m", "c2"), in(seconds(3)));
   ASSERT_THAT(again, IsOk());
   EXPECT_GT(again->owner.fencing_token, held->owner.fencing_token);
 }
@@ -294,26 +295,26 @@ TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
 // is gone, try now"); our subscriber turns its own id as the releaser into a
 // forced kLost, so the holder stops long before its next renewal.
 TEST(RedisForce, ForcedReleaseTellsTheOwnerAtOnce) {
-  const std::string uri = SharedUri();
-  auto backend = Open(uri);
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   RawRedis raw(uri);
   RawRedis jvm_owner(uri);  // what a JVM owner's personal channel receives
-  jvm_owner.Call({"SUBSCRIBE", Key("m", ":holder")});
+  jvm_owner.call({"SUBSCRIBE", key("m", ":holder")});
   EventLog holder_events, waiter_events;
-  auto holder_sub = backend->subscribe("m", "holder", holder_events.Listener());
-  auto waiter_sub = backend->subscribe("m", "waiter", waiter_events.Listener());
+  auto holder_sub = backend->subscribe("m", "holder", holder_events.listener());
+  auto waiter_sub = backend->subscribe("m", "waiter", waiter_events.listener());
   ASSERT_THAT(holder_sub, IsOk());
   ASSERT_THAT(waiter_sub, IsOk());
-  ASSERT_TRUE(Subscribed(raw, Key("m", ":waiter")));
-  auto held = backend->acquire_or_renew(Request("m", "holder"), In(seconds(3)));
+  ASSERT_TRUE(subscribed(raw, key("m", ":waiter")));
+  auto held = backend->acquire_or_renew(request_for("m", "holder"), in(seconds(3)));
   ASSERT_THAT(held, IsOk());
-  ASSERT_THAT(backend->acquire_or_renew(Request("m", "waiter"), In(seconds(3))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "waiter"), in(seconds(3))), IsOk());
 
-  auto forced = backend->force_release("m", In(seconds(3)));
+  auto forced = backend->force_release("m", in(seconds(3)));
   ASSERT_THAT(forced, IsOk());
   EXPECT_EQ(forced->previous.owner_id, "holder");
-  RawReply message = jvm_owner.Next(2000);
+  RawReply message = jvm_owner.next(2000);
   ASSERT_EQ(message.elements.size(), 3u);
   EXPECT_EQ(message.elements[2].str, "released@@holder");
   {
@@ -331,42 +332,42 @@ TEST(RedisForce, ForcedReleaseTellsTheOwnerAtOnce) {
     EXPECT_TRUE(lost.forced);
   }
   // The oldest waiter is woken as by a release, and hears no loss.
-  ASSERT_TRUE(waiter_events.WaitReleased(seconds(2), "holder"));
+  ASSERT_TRUE(waiter_events.wait_released(seconds(2), "holder"));
   std::lock_guard<std::mutex> lock(waiter_events.mu);
   for (const MutexEvent& e : waiter_events.events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
 }
 
 TEST(RedisEvents, AListenerMayDestroyTheBackendAndItsOwnSubscription) {
-  ExpectAListenerMayDestroyItsBackend(SharedUri());
+  expect_a_listener_may_destroy_its_backend(shared_uri());
 }
 
 TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
-  const std::string uri = SharedUri();
+  const std::string uri = shared_uri();
   const milliseconds ttl(20000), transition(5000);
-  auto factory = Factory(uri, ttl, transition);
+  auto factory = make_factory(uri, ttl, transition);
   ASSERT_TRUE(factory);
   Recorder a;
-  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
+  auto holder = factory->create_contend_service(a.contender("m", "a")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   const std::uint64_t token = holder->fencing_token();
   // Force only once the server confirmed the holder's personal channel: a
   // forced release published before that does not reach it (its first
   // attempt does not wait for the subscription, and the wake-up sent once
   // the channel is confirmed is a release, which an owner ignores), and the
   // holder would learn at its renewal, 20 s later.
-  RawRedis raw(SharedServerUri("redis"));
-  ASSERT_TRUE(Subscribed(raw, Key("m", ":a")));
-  auto operator_backend = Open(uri);
+  RawRedis raw(shared_server_uri("redis"));
+  ASSERT_TRUE(subscribed(raw, key("m", ":a")));
+  auto operator_backend = open(uri);
   ASSERT_TRUE(operator_backend);
   const auto forced_at = steady_clock::now();
-  auto forced = operator_backend->force_release("m", In(seconds(3)));
+  auto forced = operator_backend->force_release("m", in(seconds(3)));
   ASSERT_THAT(forced, IsOk());
   // Without the push A would hold on until its renewal, 20 s later.
-  ASSERT_TRUE(a.released.Wait(seconds(2)));
+  ASSERT_TRUE(a.released.wait(seconds(2)));
   EXPECT_LT(steady_clock::now() - forced_at, seconds(2));
   // It contends again, and any new hold is above the floor.
-  ASSERT_TRUE(Eventually([&] { return holder->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return holder->is_owner(); }, seconds(5)));
   EXPECT_GT(holder->fencing_token(), forced->fencing_floor);
   EXPECT_GT(holder->fencing_token(), token);
   SIMBA_ASSERT_OK(holder->stop());
@@ -375,64 +376,64 @@ TEST(RedisForce, HolderStopsAtOnceNotAtItsNextRenewal) {
 // ---- hand-off -------------------------------------------------------------------
 
 TEST(RedisHandOff, ReleaseWakesTheOldestLiveWaiterSkippingDeadOnes) {
-  const std::string uri = SharedUri();
-  auto backend = Open(uri);
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
   ASSERT_TRUE(backend);
   RawRedis raw(uri);
-  ASSERT_THAT(backend->acquire_or_renew(Request("m", "owner"), In(seconds(3))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
   // Two crashed waiters that queued long ago (nobody listens for them) and
   // two live ones, queued in order.
-  raw.Call({"ZADD", Key("m", ":contender"), "1", "ghost-1", "2", "ghost-2"});
+  raw.call({"ZADD", key("m", ":contender"), "1", "ghost-1", "2", "ghost-2"});
   EventLog first, second;
-  auto sub1 = backend->subscribe("m", "live-1", first.Listener());
-  auto sub2 = backend->subscribe("m", "live-2", second.Listener());
+  auto sub1 = backend->subscribe("m", "live-1", first.listener());
+  auto sub2 = backend->subscribe("m", "live-2", second.listener());
   ASSERT_THAT(sub1, IsOk());
   ASSERT_THAT(sub2, IsOk());
-  ASSERT_TRUE(Subscribed(raw, Key("m", ":live-1")));
-  ASSERT_TRUE(Subscribed(raw, Key("m", ":live-2")));
+  ASSERT_TRUE(subscribed(raw, key("m", ":live-1")));
+  ASSERT_TRUE(subscribed(raw, key("m", ":live-2")));
   // live-1's failed attempt queues it, and also drops the two oldest
   // entries nobody listens for.
-  ASSERT_THAT(backend->acquire_or_renew(Request("m", "live-1"), In(seconds(3))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "live-1"), in(seconds(3))), IsOk());
   std::this_thread::sleep_for(milliseconds(1100));  // a later score for live-2
-  ASSERT_THAT(backend->acquire_or_renew(Request("m", "live-2"), In(seconds(3))), IsOk());
-  raw.Call({"ZADD", Key("m", ":contender"), "3", "ghost-3"});
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "live-2"), in(seconds(3))), IsOk());
+  raw.call({"ZADD", key("m", ":contender"), "3", "ghost-3"});
 
   // Each subscription was woken once when the server confirmed it (a
   // release may have slipped in before); forget those.
-  ASSERT_TRUE(first.WaitReleased(seconds(2)));
-  ASSERT_TRUE(second.WaitReleased(seconds(2)));
-  first.Clear();
-  second.Clear();
-  ASSERT_THAT(backend->release("m", "owner", In(seconds(3))), IsOkAndHolds(true));
+  ASSERT_TRUE(first.wait_released(seconds(2)));
+  ASSERT_TRUE(second.wait_released(seconds(2)));
+  first.clear();
+  second.clear();
+  ASSERT_THAT(backend->release("m", "owner", in(seconds(3))), IsOkAndHolds(true));
   // ghost-3 (the oldest now) is skipped, live-1 woken; live-2 is not.
-  ASSERT_TRUE(first.WaitReleased(seconds(2)));
-  EXPECT_FALSE(second.WaitReleased(milliseconds(300)));
+  ASSERT_TRUE(first.wait_released(seconds(2)));
+  EXPECT_FALSE(second.wait_released(milliseconds(300)));
   {
     std::lock_guard<std::mutex> lock(first.mu);
     ASSERT_EQ(first.events.size(), 1u);
     EXPECT_EQ(first.events[0].owner_id, "owner");
   }
-  RawReply queue = raw.Call({"ZRANGE", Key("m", ":contender"), "0", "-1"});
+  RawReply queue = raw.call({"ZRANGE", key("m", ":contender"), "0", "-1"});
   ASSERT_EQ(queue.elements.size(), 1u);
   EXPECT_EQ(queue.elements[0].str, "live-2");
 }
 
 TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
-  auto factory = Factory(SharedUri(), seconds(10), seconds(6));
+  auto factory = make_factory(shared_uri(), seconds(10), seconds(6));
   ASSERT_TRUE(factory);
   Recorder a, b;
-  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
-  RawRedis raw(SharedServerUri("redis"));
-  ASSERT_TRUE(TriedAndListening(raw, "m", "b"));
-  EXPECT_FALSE(b.acquired.IsSet());
+  RawRedis raw(shared_server_uri("redis"));
+  ASSERT_TRUE(tried_and_listening(raw, "m", "b"));
+  EXPECT_FALSE(b.acquired.is_set());
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
   // Polling would take the hard lease (16 s); push takes a round trip or two.
-  ASSERT_TRUE(b.acquired.Wait(seconds(2)));
+  ASSERT_TRUE(b.acquired.wait(seconds(2)));
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   EXPECT_GT(b.token.load(), a.token.load());
   SIMBA_ASSERT_OK(waiter->stop());
@@ -443,16 +444,16 @@ TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
 // expire (the end of the owner's acquire call + its 1.5 s hard lease). The
 // waiter's jitter is pinned at its largest value (+999 ms after the hard
 // lease), so a waiter that only polls owns it ~1 s after the expiry.
-std::optional<milliseconds> TakeoverAfterExpiry(const std::string& uri) {
-  auto crashed = Open(uri);
+std::optional<milliseconds> takeover_after_expiry(const std::string& uri) {
+  auto crashed = open(uri);
   if (!crashed) return std::nullopt;
   // Connected and scripts loaded first, so the acquire below is one round
   // trip and `expired_by` is within about a millisecond of the expiry.
-  EXPECT_THAT(crashed->read("m", In(seconds(3))), IsOk());
+  EXPECT_THAT(crashed->read("m", in(seconds(3))), IsOk());
   // An owner that never renews: its hard lease is 1.5 s.
   constexpr milliseconds kHardLease(1500);
   auto held = crashed->acquire_or_renew(
-      Request("m", "crashed", milliseconds(1000), milliseconds(500)), In(seconds(3)));
+      request_for("m", "crashed", milliseconds(1000), milliseconds(500)), in(seconds(3)));
   const auto expired_by = steady_clock::now() + kHardLease;
   EXPECT_THAT(held, IsOk());
   if (!held.ok() || !held->owner.is_owner("crashed")) return std::nullopt;
@@ -466,12 +467,12 @@ std::optional<milliseconds> TakeoverAfterExpiry(const std::string& uri) {
   EXPECT_THAT(factory, IsOk());
   if (!factory.ok()) return std::nullopt;
   Recorder b;
-  auto waiter = (*factory)->create_contend_service(b.Contender("m", "b")).value();
+  auto waiter = (*factory)->create_contend_service(b.contender("m", "b")).value();
   EXPECT_THAT(waiter->start(), IsOk());
-  EXPECT_TRUE(b.acquired.Wait(kHardLease + seconds(5)));
+  EXPECT_TRUE(b.acquired.wait(kHardLease + seconds(5)));
   EXPECT_THAT(waiter->stop(), IsOk());
-  if (!b.acquired.IsSet()) return std::nullopt;
-  return std::chrono::duration_cast<milliseconds>(b.AcquiredAt() - expired_by);
+  if (!b.acquired.is_set()) return std::nullopt;
+  return std::chrono::duration_cast<milliseconds>(b.acquired_at() - expired_by);
 }
 
 // Redis deletes an expired key within ~100 ms on an idle server (its active
@@ -484,10 +485,10 @@ std::optional<milliseconds> TakeoverAfterExpiry(const std::string& uri) {
 constexpr milliseconds kExpiryPushBound(500);
 
 TEST(RedisHandOff, ExpiryIsPushedWhenTheServerPublishesKeyEvents) {
-  auto server = TestServer::Start("redis", {"--notify-keyspace-events", "Ex", "--appendonly",
-                                            "yes", "--appendfsync", "always"});
+  auto server = TestServer::start("redis", {"--notify-keyspace-events", "Ex", "--appendonly", "yes",
+                                            "--appendfsync", "always"});
   ASSERT_THAT(server, IsOk());
-  const auto after_expiry = TakeoverAfterExpiry((*server)->uri());
+  const auto after_expiry = takeover_after_expiry((*server)->uri());
   ASSERT_TRUE(after_expiry);
   RecordProperty("after_expiry_ms", static_cast<int>(after_expiry->count()));
   EXPECT_LT(*after_expiry, kExpiryPushBound);
@@ -500,10 +501,10 @@ TEST(RedisHandOff, ExpiryIsPushedWhenTheServerPublishesKeyEvents) {
 // end of the hard lease plus the jitter (< 1 s), plus the waiter's timer and
 // one round trip; 250 ms of room for those on a loaded machine.
 TEST(RedisHandOff, WithoutKeyEventsExpiryIsFoundOnlyAtThePoll) {
-  auto server = TestServer::Start("redis", {"--notify-keyspace-events", "Ex", "--appendonly",
-                                            "yes", "--appendfsync", "always"});
+  auto server = TestServer::start("redis", {"--notify-keyspace-events", "Ex", "--appendonly", "yes",
+                                            "--appendfsync", "always"});
   ASSERT_THAT(server, IsOk());
-  const auto after_expiry = TakeoverAfterExpiry((*server)->uri() + "?keyspace_events=off");
+  const auto after_expiry = takeover_after_expiry((*server)->uri() + "?keyspace_events=off");
   ASSERT_TRUE(after_expiry);
   RecordProperty("after_expiry_ms", static_cast<int>(after_expiry->count()));
   EXPECT_GE(*after_expiry, kExpiryPushBound);
@@ -514,45 +515,45 @@ TEST(RedisHandOff, WithoutKeyEventsExpiryIsFoundOnlyAtThePoll) {
 
 TEST(RedisFailures, ServerRestartWithoutDurabilityNeverOverlapsOwners) {
   // A server that keeps nothing across a restart (the script's defaults).
-  auto server = TestServer::Start("redis");
+  auto server = TestServer::start("redis");
   ASSERT_THAT(server, IsOk());
   const std::string uri = (*server)->uri();
   const milliseconds ttl(1000), transition(1000);
 
   // Wait out the guard of the fresh server.
-  auto factory_a = Factory(uri, ttl, transition);
+  auto factory_a = make_factory(uri, ttl, transition);
   ASSERT_TRUE(factory_a);
   Recorder a;
   std::atomic<steady_clock::rep> a_lost{0};
-  auto contender_a = MakeContender(
+  auto contender_a = make_contender(
       "m",
       [&](const MutexState& s) {
         a.token = s.after.fencing_token;
-        a.acquired.Set();
+        a.acquired.set();
       },
       [&](const MutexState&) {
         a_lost = steady_clock::now().time_since_epoch().count();
-        a.released.Set();
+        a.released.set();
       },
       "a");
   auto holder = factory_a->create_contend_service(contender_a).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
 
-  SIMBA_ASSERT_OK((*server)->Kill());
-  SIMBA_ASSERT_OK((*server)->Restart());
+  SIMBA_ASSERT_OK((*server)->kill());
+  SIMBA_ASSERT_OK((*server)->restart());
   const auto restarted = steady_clock::now();
 
-  auto factory_b = Factory(uri, ttl, transition);
+  auto factory_b = make_factory(uri, ttl, transition);
   ASSERT_TRUE(factory_b);
   Recorder b;
   std::atomic<steady_clock::rep> b_won{0};
-  auto contender_b = MakeContender(
+  auto contender_b = make_contender(
       "m",
       [&](const MutexState& s) {
         b_won = steady_clock::now().time_since_epoch().count();
         b.token = s.after.fencing_token;
-        b.acquired.Set();
+        b.acquired.set();
       },
       [](const MutexState&) {}, "b");
   auto taker = factory_b->create_contend_service(contender_b).value();
@@ -561,13 +562,13 @@ TEST(RedisFailures, ServerRestartWithoutDurabilityNeverOverlapsOwners) {
   // A cannot renew (its key is gone and the guard refuses new leases): it
   // is revoked by its lease deadline, ttl + transition after its last
   // renewal.
-  ASSERT_TRUE(a.released.Wait(ttl + transition + seconds(1)));
+  ASSERT_TRUE(a.released.wait(ttl + transition + seconds(1)));
   // A would contend again and might win once the guard is over; this test
   // is about B taking over, so A leaves.
   SIMBA_ASSERT_OK(holder->stop());
   // B gets the mutex after the guard (ttl + transition after the restart)
   // plus its error backoff, and never before A let go.
-  ASSERT_TRUE(b.acquired.Wait(ttl + transition + seconds(4)));
+  ASSERT_TRUE(b.acquired.wait(ttl + transition + seconds(4)));
   EXPECT_GE(b_won.load(), a_lost.load());
   EXPECT_GE(steady_clock::now() - restarted, ttl + transition - milliseconds(1000));
   // Tokens keep growing although the server forgot the counter.
@@ -581,7 +582,7 @@ TEST(RedisFailures, ServerRestartWithoutDurabilityNeverOverlapsOwners) {
 // the owner of a forgotten lease still held it.
 TEST(RedisFailures, RestartGuardLastsTheWholeLeaseFromTheServersStart) {
   using std::chrono::system_clock;
-  auto server = TestServer::Start("redis");  // keeps nothing across restarts
+  auto server = TestServer::start("redis");  // keeps nothing across restarts
   ASSERT_THAT(server, IsOk());
   auto millis_of_second = [] {
     return std::chrono::duration_cast<milliseconds>(system_clock::now().time_since_epoch())
@@ -593,17 +594,18 @@ TEST(RedisFailures, RestartGuardLastsTheWholeLeaseFromTheServersStart) {
     std::this_thread::sleep_for(milliseconds(5));
   }
   const auto before_restart = system_clock::now();
-  SIMBA_ASSERT_OK((*server)->Kill());
-  SIMBA_ASSERT_OK((*server)->Restart());
+  SIMBA_ASSERT_OK((*server)->kill());
+  SIMBA_ASSERT_OK((*server)->restart());
   // ...and look at the server first just after the next second begins.
   std::this_thread::sleep_for(milliseconds(1030 - millis_of_second()));
-  auto backend = Open((*server)->uri());
+  auto backend = open((*server)->uri());
   ASSERT_TRUE(backend);
-  const AcquireRequest request = Request("guarded", "c", milliseconds(1000), milliseconds(1000));
+  const AcquireRequest request =
+      request_for("guarded", "c", milliseconds(1000), milliseconds(1000));
   const auto give_up = steady_clock::now() + seconds(10);
   bool won = false;
   while (!won && steady_clock::now() < give_up) {
-    auto reply = backend->acquire_or_renew(request, In(seconds(3)));
+    auto reply = backend->acquire_or_renew(request, in(seconds(3)));
     won = reply.ok() && reply->owner.owner_id == "c";
     if (!won) std::this_thread::sleep_for(milliseconds(10));
   }
@@ -619,94 +621,94 @@ TEST(RedisFailures, RestartGuardLastsTheWholeLeaseFromTheServersStart) {
 TEST(RedisFailures, ContenderAcquiresWhenTheRestartGuardEnds) {
   const milliseconds ttl(6000), transition(500);
   const auto before_start = steady_clock::now();
-  auto server = TestServer::Start("redis");  // keeps nothing: a guard from its start
+  auto server = TestServer::start("redis");  // keeps nothing: a guard from its start
   ASSERT_THAT(server, IsOk());
   const auto after_start = steady_clock::now();
-  auto factory = Factory((*server)->uri(), ttl, transition);
+  auto factory = make_factory((*server)->uri(), ttl, transition);
   ASSERT_TRUE(factory);
   Recorder a;
-  auto service = factory->create_contend_service(a.Contender("m", "a")).value();
+  auto service = factory->create_contend_service(a.contender("m", "a")).value();
   SIMBA_ASSERT_OK(service->start());
   // The guard lasts ttl + transition from the start, up to a second more
   // (INFO's uptime counts whole seconds); then one jitter (< 100 ms) and a
   // round trip.
-  ASSERT_TRUE(a.acquired.Wait(std::chrono::duration_cast<milliseconds>(
+  ASSERT_TRUE(a.acquired.wait(std::chrono::duration_cast<milliseconds>(
       after_start + ttl + transition + milliseconds(1500) - steady_clock::now())));
   EXPECT_GE(steady_clock::now() - before_start, ttl + transition);
   SIMBA_ASSERT_OK(service->stop());
 }
 
 TEST(RedisFailures, ServicesStartWhileTheServerIsDownAndAcquireWhenItIsBack) {
-  auto server = TestServer::Start("redis", kDurable);
+  auto server = TestServer::start("redis", kDurable);
   ASSERT_THAT(server, IsOk());
-  SIMBA_ASSERT_OK((*server)->Stop());
-  auto factory = Factory((*server)->uri(), seconds(2), seconds(1));
+  SIMBA_ASSERT_OK((*server)->stop());
+  auto factory = make_factory((*server)->uri(), seconds(2), seconds(1));
   ASSERT_TRUE(factory);
   Recorder a;
-  auto service = factory->create_contend_service(a.Contender("m", "a")).value();
+  auto service = factory->create_contend_service(a.contender("m", "a")).value();
   // start() does not wait for the store (subscribing included).
   const auto started = steady_clock::now();
   SIMBA_ASSERT_OK(service->start());
   EXPECT_LT(steady_clock::now() - started, milliseconds(500));
-  EXPECT_FALSE(a.acquired.Wait(milliseconds(500)));
-  SIMBA_ASSERT_OK((*server)->Restart());
+  EXPECT_FALSE(a.acquired.wait(milliseconds(500)));
+  SIMBA_ASSERT_OK((*server)->restart());
   // Retries back off to at most ttl (2 s) plus jitter.
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   EXPECT_TRUE(service->is_owner());
   SIMBA_ASSERT_OK(service->stop());
 }
 
 TEST(RedisFailures, PausedServerMakesCallsFailByTheirDeadline) {
-  auto server = TestServer::Start("redis");
+  auto server = TestServer::start("redis");
   ASSERT_THAT(server, IsOk());
-  auto backend = Open((*server)->uri() + "?restart_guard=off");
+  auto backend = open((*server)->uri() + "?restart_guard=off");
   ASSERT_TRUE(backend);
-  ASSERT_THAT(backend->read("m", In(seconds(3))), IsOk());
-  SIMBA_ASSERT_OK((*server)->Pause());
+  ASSERT_THAT(backend->read("m", in(seconds(3))), IsOk());
+  SIMBA_ASSERT_OK((*server)->pause());
   const auto started = steady_clock::now();
-  EXPECT_THAT(backend->acquire_or_renew(Request("m", "a"), In(milliseconds(300))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("m", "a"), in(milliseconds(300))),
               StatusIs(StatusCode::kDeadlineExceeded));
   EXPECT_LT(steady_clock::now() - started, milliseconds(1000));
-  SIMBA_ASSERT_OK((*server)->Resume());
+  SIMBA_ASSERT_OK((*server)->resume());
   // The late reply was never taken for another call's: the connection was
   // replaced and the next call works.
-  auto after = backend->acquire_or_renew(Request("m", "a"), In(seconds(3)));
+  auto after = backend->acquire_or_renew(request_for("m", "a"), in(seconds(3)));
   ASSERT_THAT(after, IsOk());
   EXPECT_EQ(after->owner.owner_id, "a");
 }
 
 TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
-  auto server = TestServer::Start("redis", kDurable);
+  auto server = TestServer::start("redis", kDurable);
   ASSERT_THAT(server, IsOk());
   const std::string uri = (*server)->uri();
-  auto factory = Factory(uri, seconds(2), seconds(1));
+  auto factory = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(factory);
   Recorder a, b;
-  auto holder = factory->create_contend_service(a.Contender("m", "a")).value();
-  auto waiter = factory->create_contend_service(b.Contender("m", "b")).value();
+  auto holder = factory->create_contend_service(a.contender("m", "a")).value();
+  auto waiter = factory->create_contend_service(b.contender("m", "b")).value();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
   SIMBA_ASSERT_OK(waiter->start());
   // The waiter has tried (it is queued) and listens (both connections are
   // up) before they are killed. The default key prefix: "simba".
   RawRedis raw(uri);
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
-        RawReply r = raw.Call({"PUBSUB", "NUMSUB", "simba:{m}:b"});
-        return !raw.Call({"ZSCORE", "simba:{m}:contender", "b"}).nil() &&
-               r.elements.size() == 2 && r.elements[1].integer >= 1;
+        RawReply r = raw.call({"PUBSUB", "NUMSUB", "simba:{m}:b"});
+        return !raw.call({"ZSCORE", "simba:{m}:contender", "b"}).nil() && r.elements.size() == 2 &&
+               r.elements[1].integer >= 1;
       },
       seconds(5)));
   for (const char* name : {"simba-commands", "simba-events"}) {
     // Only this process's connections: CLIENT LIST shows every client.
-    RawReply list = raw.Call({"CLIENT", "LIST"});
+    RawReply list = raw.call({"CLIENT", "LIST"});
     std::istringstream lines(list.str);
     std::string line;
     int killed = 0;
     while (std::getline(lines, line)) {
       if (line.find(std::string("name=") + name + " ") == std::string::npos) continue;
       const std::string id = line.substr(3, line.find(' ') - 3);
-      raw.Call({"CLIENT", "KILL", "ID", id});
+      raw.call({"CLIENT", "KILL", "ID", id});
       ++killed;
     }
     EXPECT_GT(killed, 0) << name;
@@ -715,11 +717,11 @@ TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
   // 3 s, longer than ttl) and keeps the lease.
   std::this_thread::sleep_for(seconds(3));
   EXPECT_TRUE(holder->is_owner());
-  EXPECT_FALSE(a.released.IsSet());
+  EXPECT_FALSE(a.released.is_set());
   // The waiter's subscription was renewed: a release still reaches it at once.
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
-  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
+  ASSERT_TRUE(b.acquired.wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - released_at, milliseconds(900));
   SIMBA_ASSERT_OK(waiter->stop());
 }
@@ -727,28 +729,27 @@ TEST(RedisFailures, ClientKillOfBothConnectionsIsSurvived) {
 // ---- scale --------------------------------------------------------------------------
 
 TEST(RedisScale, TenThousandMutexesShareTwoConnections) {
-  auto server = TestServer::Start("redis", kDurable);
+  auto server = TestServer::start("redis", kDurable);
   ASSERT_THAT(server, IsOk());
   const std::string uri = (*server)->uri();
-  const int before_threads = CountThreads();
-  auto factory = Factory(uri, seconds(10), seconds(6));
+  const int before_threads = count_threads();
+  auto factory = make_factory(uri, seconds(10), seconds(6));
   ASSERT_TRUE(factory);
   constexpr int kMutexes = 10000;
   std::atomic<int> acquired{0};
   std::vector<std::unique_ptr<MutexContendService>> services;
   services.reserve(kMutexes);
   for (int i = 0; i < kMutexes; ++i) {
-    auto contender = MakeContender(
-        "m" + std::to_string(i), [&](const MutexState&) { ++acquired; },
-        [](const MutexState&) {});
+    auto contender = make_contender(
+        "m" + std::to_string(i), [&](const MutexState&) { ++acquired; }, [](const MutexState&) {});
     services.push_back(factory->create_contend_service(contender).value());
     SIMBA_ASSERT_OK(services.back()->start());
   }
-  ASSERT_TRUE(Eventually([&] { return acquired.load() == kMutexes; }, seconds(60)))
+  ASSERT_TRUE(eventually([&] { return acquired.load() == kMutexes; }, seconds(60)))
       << acquired.load();
-  EXPECT_LE(CountThreads() - before_threads, 8);
+  EXPECT_LE(count_threads() - before_threads, 8);
   RawRedis raw(uri);
-  RawReply list = raw.Call({"CLIENT", "LIST"});
+  RawReply list = raw.call({"CLIENT", "LIST"});
   std::istringstream lines(list.str);
   std::string line;
   int clients = 0;

@@ -106,12 +106,12 @@ redis.call('PUBLISH', lock .. ':' .. waiter, 'released@@' .. id)
 return 1
 )lua";
 
-std::string LockKey(const std::string& mutex) { return "simba:{" + mutex + "}"; }
-std::string QueueKey(const std::string& mutex) { return LockKey(mutex) + ":contender"; }
+std::string lock_key(const std::string& mutex) { return "simba:{" + mutex + "}"; }
+std::string queue_key(const std::string& mutex) { return lock_key(mutex) + ":contender"; }
 
 // Splits "<a>@@<b>" at its first "@@" (JVM Simba requires exactly two parts;
 // ids never contain "@@").
-bool SplitPair(const std::string& text, std::string* first, std::string* second) {
+bool split_pair(const std::string& text, std::string* first, std::string* second) {
   const std::size_t at = text.find("@@");
   if (at == std::string::npos || text.find("@@", at + 2) != std::string::npos) return false;
   *first = text.substr(0, at);
@@ -149,24 +149,24 @@ class FakeJvmContender {
         random_(std::random_device{}()) {}
 
   ~FakeJvmContender() {
-    if (running()) Stop();
+    if (running()) stop();
   }
 
   const std::string& id() const { return id_; }
-  std::string personal_channel() const { return LockKey(mutex_) + ":" + id_; }
+  std::string personal_channel() const { return lock_key(mutex_) + ":" + id_; }
 
   // startContend: listen on the broadcast and the personal channel, then
   // attempt at once. Returns once the server has confirmed both
   // subscriptions, so a release from now on reaches us.
-  void Start() {
+  void start() {
     subscriber_ = std::make_unique<RawRedis>(uri_);
-    subscriber_->Send({"SUBSCRIBE", LockKey(mutex_), personal_channel()});
-    subscriber_->Flush();
+    subscriber_->send({"SUBSCRIBE", lock_key(mutex_), personal_channel()});
+    subscriber_->flush();
     int confirmed = 0;
     const auto until = steady_clock::now() + seconds(5);
     while (confirmed < 2) {
       if (steady_clock::now() > until) throw std::runtime_error("SUBSCRIBE not confirmed");
-      auto reply = subscriber_->Poll(100);
+      auto reply = subscriber_->poll(100);
       if (reply && reply->elements.size() == 3 && reply->elements[0].str == "subscribe") {
         ++confirmed;
       }
@@ -177,17 +177,17 @@ class FakeJvmContender {
       gen = ++generation_;
       active_ = true;
       view_ = Owner{};
-      ScheduleLocked(milliseconds(0));
+      schedule_locked(milliseconds(0));
     }
     stop_reader_ = false;
-    reader_ = std::thread([this] { ReadMessages(); });
-    loop_ = std::thread([this, gen] { Loop(gen); });
+    reader_ = std::thread([this] { read_messages(); });
+    loop_ = std::thread([this, gen] { loop(gen); });
   }
 
   // stopContend: stop listening first (so we never receive our own
   // wake-up), drop the pending attempt, run the release script (which may
   // wake one waiter), then apply "no owner" locally.
-  void Stop() {
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       active_ = false;
@@ -198,13 +198,13 @@ class FakeJvmContender {
     reader_.join();  // it unsubscribes before it returns
     subscriber_.reset();
     try {
-      Release();
+      release();
     } catch (const std::exception&) {
       // JVM Simba logs it; the lease expires at the store.
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      NotifyOwnerLocked(Owner{});
+      notify_owner_locked(Owner{});
     }
     loop_.join();
   }
@@ -240,21 +240,21 @@ class FakeJvmContender {
     steady_clock::time_point transition_at{};
   };
 
-  std::string Px() const { return std::to_string((ttl_ + transition_).count()); }
+  std::string px() const { return std::to_string((ttl_ + transition_).count()); }
 
-  RawReply Eval(const char* script, std::vector<std::string> argv) {
+  RawReply eval(const char* script, std::vector<std::string> argv) {
     std::vector<std::string> args = {"EVAL", script, "1", "{" + mutex_ + "}"};
     args.insert(args.end(), argv.begin(), argv.end());
     std::lock_guard<std::mutex> lock(commands_mu_);
-    return commands_.Call(args);
+    return commands_.call(args);
   }
 
-  void Release() { Eval(kJvmRelease, {id_}); }
+  void release() { eval(kJvmRelease, {id_}); }
 
   // One attempt: guard when we believe we own the mutex, else acquire.
   // §3.2.5: the owner's transitionAt is local receipt time + the reply's ms.
-  std::optional<Owner> Attempt(bool guard) {
-    const RawReply reply = Eval(guard ? kJvmGuard : kJvmAcquire, {id_, Px()});
+  std::optional<Owner> attempt(bool guard) {
+    const RawReply reply = eval(guard ? kJvmGuard : kJvmAcquire, {id_, px()});
     const auto received = steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -265,13 +265,13 @@ class FakeJvmContender {
     if (reply.str == "@@") return Owner{};
     std::string owner;
     std::string ms;
-    if (!SplitPair(reply.str, &owner, &ms)) return std::nullopt;
+    if (!split_pair(reply.str, &owner, &ms)) return std::nullopt;
     return Owner{owner, received + milliseconds(std::stoll(ms))};
   }
 
   // ContendPeriod: the owner comes back at ttlAt (= transitionAt - its
   // transition, with the local config), others at transitionAt + J.
-  milliseconds NextDelayLocked(const Owner& owner) {
+  milliseconds next_delay_locked(const Owner& owner) {
     const auto now = steady_clock::now();
     if (owner.id.empty()) return milliseconds(0);  // NONE: all zeros, clamps to 0
     milliseconds delay;
@@ -288,13 +288,13 @@ class FakeJvmContender {
   }
 
   // At most one pending attempt: a new one replaces it.
-  void ScheduleLocked(milliseconds delay) {
+  void schedule_locked(milliseconds delay) {
     if (!active_) return;
     pending_ = steady_clock::now() + delay;
     cv_.notify_all();
   }
 
-  void NotifyOwnerLocked(const Owner& owner) {
+  void notify_owner_locked(const Owner& owner) {
     const bool was = view_.id == id_;
     const bool is = owner.id == id_;
     const bool changed = view_.id != owner.id;
@@ -303,7 +303,7 @@ class FakeJvmContender {
     if (changed && is && hooks_.on_acquired) hooks_.on_acquired();
   }
 
-  void Loop(std::uint64_t gen) {
+  void loop(std::uint64_t gen) {
     std::unique_lock<std::mutex> lock(mu_);
     while (active_ && generation_ == gen) {
       if (!pending_) {
@@ -319,25 +319,25 @@ class FakeJvmContender {
       lock.unlock();
       std::optional<Owner> owner;
       try {
-        owner = Attempt(guard);
+        owner = attempt(guard);
       } catch (const std::exception&) {
         owner.reset();
       }
       lock.lock();
       if (active_ && generation_ == gen) {
         if (owner) {
-          NotifyOwnerLocked(*owner);
-          ScheduleLocked(NextDelayLocked(*owner));
+          notify_owner_locked(*owner);
+          schedule_locked(next_delay_locked(*owner));
         } else {
           // After an exception: revoke if owner, retry after ttl.
-          if (view_.id == id_) NotifyOwnerLocked(Owner{});
-          ScheduleLocked(ttl_);
+          if (view_.id == id_) notify_owner_locked(Owner{});
+          schedule_locked(ttl_);
         }
       } else if (owner && owner->id == id_) {
         // A result that lands after stop: give the mutex back.
         lock.unlock();
         try {
-          Release();
+          release();
         } catch (const std::exception&) {
         }
         lock.lock();
@@ -347,20 +347,20 @@ class FakeJvmContender {
 
   // The listener: `released@@X` -> forget the owner and attempt at once;
   // `acquired@@X` -> X owns it until now + ttl + transition (local config).
-  void ReadMessages() {
+  void read_messages() {
     try {
       while (!stop_reader_) {
-        auto reply = subscriber_->Poll(10);
+        auto reply = subscriber_->poll(10);
         if (!reply || reply->elements.size() != 3 || reply->elements[0].str != "message") {
           continue;
         }
-        OnMessage(reply->elements[1].str, reply->elements[2].str);
+        on_message(reply->elements[1].str, reply->elements[2].str);
       }
-      subscriber_->Send({"UNSUBSCRIBE", LockKey(mutex_), personal_channel()});
-      subscriber_->Flush();
+      subscriber_->send({"UNSUBSCRIBE", lock_key(mutex_), personal_channel()});
+      subscriber_->flush();
       const auto until = steady_clock::now() + seconds(5);
       while (steady_clock::now() < until) {
-        auto reply = subscriber_->Poll(100);
+        auto reply = subscriber_->poll(100);
         if (reply && reply->elements.size() == 3 && reply->elements[0].str == "unsubscribe" &&
             reply->elements[2].integer == 0) {
           return;
@@ -371,18 +371,18 @@ class FakeJvmContender {
     }
   }
 
-  void OnMessage(const std::string& channel, const std::string& payload) {
+  void on_message(const std::string& channel, const std::string& payload) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!active_) return;
     messages_.push_back(Message{channel, payload});
     std::string event;
     std::string who;
-    if (!SplitPair(payload, &event, &who)) return;
+    if (!split_pair(payload, &event, &who)) return;
     if (event == "released") {
-      NotifyOwnerLocked(Owner{});
-      ScheduleLocked(milliseconds(0));
+      notify_owner_locked(Owner{});
+      schedule_locked(milliseconds(0));
     } else if (event == "acquired") {
-      NotifyOwnerLocked(Owner{who, steady_clock::now() + ttl_ + transition_});
+      notify_owner_locked(Owner{who, steady_clock::now() + ttl_ + transition_});
     }
   }
 
@@ -424,61 +424,60 @@ constexpr milliseconds kSlowTransition{6000};
 
 // The earliest moment a waiter may poll the mutex by itself, if the holder
 // wrote its lease (acquired, no renewal since) no earlier than `written`.
-steady_clock::time_point EarliestPoll(steady_clock::time_point written) {
+steady_clock::time_point earliest_poll(steady_clock::time_point written) {
   return written + kSlowTtl + kSlowTransition + milliseconds(ContendPeriod::kJitterMin);
 }
 
-std::unique_ptr<TestServer> StartDurableServer() {
-  auto server = TestServer::Start("redis", {"--appendonly", "yes", "--appendfsync", "always"});
+std::unique_ptr<TestServer> start_durable_server() {
+  auto server = TestServer::start("redis", {"--appendonly", "yes", "--appendfsync", "always"});
   EXPECT_THAT(server, IsOk());
   return server.ok() ? std::move(server).value() : nullptr;
 }
 
-std::string CppId(const std::string& name) {
+std::string make_cpp_id(const std::string& name) {
   return name + ":" + std::to_string(::getpid()) + "@cpp-host/0123abcd";
 }
-std::string JvmId(const std::string& name) { return name + ":4242@jvm-host"; }
+std::string jvm_id(const std::string& name) { return name + ":4242@jvm-host"; }
 
-bool InQueue(RawRedis& raw, const std::string& mutex, const std::string& id) {
-  return !raw.Call({"ZSCORE", QueueKey(mutex), id}).nil();
+bool in_queue(RawRedis& raw, const std::string& mutex, const std::string& id) {
+  return !raw.call({"ZSCORE", queue_key(mutex), id}).nil();
 }
 
 // ---- a. a JVM owner, a C++ waiter ----------------------------------------------------
 
 TEST(RedisJvmInterop, JvmHoldsCppWaits) {
-  auto server = StartDurableServer();
+  auto server = start_durable_server();
   ASSERT_TRUE(server);
   const std::string uri = server->uri();
   const std::string mutex = "interop-a";
   RawRedis raw(uri);
 
   Latch jvm_acquired;
-  FakeJvmContender jvm(uri, mutex, JvmId("0"), kSlowTtl, kSlowTransition,
-                       {[&] { jvm_acquired.Set(); }, nullptr});
+  FakeJvmContender jvm(uri, mutex, jvm_id("0"), kSlowTtl, kSlowTransition,
+                       {[&] { jvm_acquired.set(); }, nullptr});
   const auto jvm_started = steady_clock::now();
-  jvm.Start();
-  ASSERT_TRUE(jvm_acquired.Wait(seconds(5))) << jvm.last_reply();
+  jvm.start();
+  ASSERT_TRUE(jvm_acquired.wait(seconds(5))) << jvm.last_reply();
   // Its own acquired@@ broadcast may tell it before the script's reply does
   // (as in JVM Simba: the listener and the loop race).
-  ASSERT_TRUE(Eventually([&] { return jvm.attempts() >= 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return jvm.attempts() >= 1; }, seconds(5)));
   EXPECT_EQ(jvm.last_reply(), jvm.id() + "@@16000");
-  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, jvm.id());
+  EXPECT_EQ(raw.call({"GET", lock_key(mutex)}).str, jvm.id());
 
-  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  auto factory = make_factory(uri, kSlowTtl, kSlowTransition);
   ASSERT_TRUE(factory);
   Recorder cpp;
-  const std::string cpp_id = CppId("cpp-a");
-  auto service = factory->create_contend_service(cpp.Contender(mutex, cpp_id)).value();
+  const std::string cpp_id = make_cpp_id("cpp-a");
+  auto service = factory->create_contend_service(cpp.contender(mutex, cpp_id)).value();
   SIMBA_ASSERT_OK(service->start());
 
   // Its first attempt found the JVM owner and queued it (ZADD NX, JVM's
   // layout); it is listening on its personal channel.
-  ASSERT_TRUE(Eventually([&] { return InQueue(raw, mutex, cpp_id); }, seconds(5)));
-  EXPECT_EQ(raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + cpp_id}).elements[1].integer, 1);
-  ASSERT_TRUE(Eventually([&] { return service->after_owner().owner_id == jvm.id(); },
-                         seconds(5)));
+  ASSERT_TRUE(eventually([&] { return in_queue(raw, mutex, cpp_id); }, seconds(5)));
+  EXPECT_EQ(raw.call({"PUBSUB", "NUMSUB", lock_key(mutex) + ":" + cpp_id}).elements[1].integer, 1);
+  ASSERT_TRUE(eventually([&] { return service->after_owner().owner_id == jvm.id(); }, seconds(5)));
   EXPECT_FALSE(service->is_owner());
-  EXPECT_FALSE(cpp.acquired.IsSet());
+  EXPECT_FALSE(cpp.acquired.is_set());
   EXPECT_TRUE(jvm.is_owner());
 
   // The backend reads the JVM's lock: its id and its hard lease end (PTTL);
@@ -493,55 +492,54 @@ TEST(RedisJvmInterop, JvmHoldsCppWaits) {
   // JVM Simba's release pops the oldest waiter, the C++ contender, and
   // publishes released@@<jvm> on its channel: it acquires at once.
   const auto released_at = steady_clock::now();
-  jvm.Stop();
-  EXPECT_FALSE(InQueue(raw, mutex, cpp_id));
-  ASSERT_TRUE(cpp.acquired.Wait(seconds(3)));
-  EXPECT_LT(cpp.AcquiredAt(), EarliestPoll(jvm_started))
+  jvm.stop();
+  EXPECT_FALSE(in_queue(raw, mutex, cpp_id));
+  ASSERT_TRUE(cpp.acquired.wait(seconds(3)));
+  EXPECT_LT(cpp.acquired_at(), earliest_poll(jvm_started))
       << "acquired no earlier than its own poll: the wake-up was lost";
-  EXPECT_LT(cpp.AcquiredAt() - released_at, Scaled(seconds(2)));
+  EXPECT_LT(cpp.acquired_at() - released_at, scaled(seconds(2)));
   EXPECT_TRUE(service->is_owner());
   EXPECT_GT(service->fencing_token(), 0u);
   EXPECT_EQ(cpp.token.load(), service->fencing_token());
-  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, cpp_id);
+  EXPECT_EQ(raw.call({"GET", lock_key(mutex)}).str, cpp_id);
   SIMBA_EXPECT_OK(service->stop());
 }
 
 // ---- b. a C++ owner, a JVM waiter -------------------------------------------------
 
 TEST(RedisJvmInterop, CppHoldsJvmWaits) {
-  auto server = StartDurableServer();
+  auto server = start_durable_server();
   ASSERT_TRUE(server);
   const std::string uri = server->uri();
   const std::string mutex = "interop-b";
   RawRedis raw(uri);
 
-  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  auto factory = make_factory(uri, kSlowTtl, kSlowTransition);
   ASSERT_TRUE(factory);
   Recorder cpp;
-  const std::string cpp_id = CppId("cpp-b");
-  auto service = factory->create_contend_service(cpp.Contender(mutex, cpp_id)).value();
+  const std::string cpp_id = make_cpp_id("cpp-b");
+  auto service = factory->create_contend_service(cpp.contender(mutex, cpp_id)).value();
   const auto cpp_started = steady_clock::now();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(cpp.acquired.Wait(seconds(5)));
-  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, cpp_id);
+  ASSERT_TRUE(cpp.acquired.wait(seconds(5)));
+  EXPECT_EQ(raw.call({"GET", lock_key(mutex)}).str, cpp_id);
   // The C++ lease has JVM Simba's shape: PX = ttl + transition.
-  const long long pttl = raw.Call({"PTTL", LockKey(mutex)}).integer;
+  const long long pttl = raw.call({"PTTL", lock_key(mutex)}).integer;
   EXPECT_GT(pttl, (kSlowTtl + kSlowTransition - seconds(5)).count());
   EXPECT_LE(pttl, (kSlowTtl + kSlowTransition).count());
 
   Latch jvm_acquired;
   std::atomic<bool> cpp_was_owner_at_jvm_acquire{true};
-  FakeJvmContender jvm(uri, mutex, JvmId("1"), kSlowTtl, kSlowTransition,
+  FakeJvmContender jvm(uri, mutex, jvm_id("1"), kSlowTtl, kSlowTransition,
                        {[&] {
                           cpp_was_owner_at_jvm_acquire = service->is_owner();
-                          jvm_acquired.Set();
+                          jvm_acquired.set();
                         },
                         nullptr});
-  jvm.Start();
+  jvm.start();
   // JVM's acquire fails: it is queued and names the C++ owner.
-  ASSERT_TRUE(Eventually([&] { return jvm.owner_id() == cpp_id; }, seconds(5)))
-      << jvm.last_reply();
-  EXPECT_TRUE(InQueue(raw, mutex, jvm.id()));
+  ASSERT_TRUE(eventually([&] { return jvm.owner_id() == cpp_id; }, seconds(5))) << jvm.last_reply();
+  EXPECT_TRUE(in_queue(raw, mutex, jvm.id()));
   EXPECT_EQ(jvm.attempts(), 1);
   EXPECT_FALSE(jvm.is_owner());
   EXPECT_TRUE(service->is_owner());
@@ -549,16 +547,16 @@ TEST(RedisJvmInterop, CppHoldsJvmWaits) {
   // The C++ release wakes the oldest live waiter on its personal channel.
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(service->stop());
-  ASSERT_TRUE(cpp.released.IsSet());
-  ASSERT_TRUE(jvm_acquired.Wait(seconds(3))) << jvm.last_reply();
+  ASSERT_TRUE(cpp.released.is_set());
+  ASSERT_TRUE(jvm_acquired.wait(seconds(3))) << jvm.last_reply();
   const auto acquired_at = steady_clock::now();
   EXPECT_FALSE(cpp_was_owner_at_jvm_acquire.load());
-  EXPECT_LT(acquired_at, EarliestPoll(cpp_started))
+  EXPECT_LT(acquired_at, earliest_poll(cpp_started))
       << "acquired no earlier than its own poll: the wake-up was lost";
-  EXPECT_LT(acquired_at - released_at, Scaled(seconds(2)));
+  EXPECT_LT(acquired_at - released_at, scaled(seconds(2)));
   // The failed attempt, then the one the wake-up started (whose reply may
   // come after the acquired@@ broadcast that already told it).
-  EXPECT_TRUE(Eventually([&] { return jvm.attempts() >= 2; }, seconds(3)));
+  EXPECT_TRUE(eventually([&] { return jvm.attempts() >= 2; }, seconds(3)));
   EXPECT_EQ(jvm.attempts(), 2);
   EXPECT_EQ(jvm.last_reply(), jvm.id() + "@@16000");
 
@@ -567,9 +565,9 @@ TEST(RedisJvmInterop, CppHoldsJvmWaits) {
     if (m.channel == jvm.personal_channel() && m.payload == "released@@" + cpp_id) woken = true;
   }
   EXPECT_TRUE(woken);
-  EXPECT_EQ(raw.Call({"GET", LockKey(mutex)}).str, jvm.id());
-  jvm.Stop();
-  EXPECT_TRUE(raw.Call({"GET", LockKey(mutex)}).nil());
+  EXPECT_EQ(raw.call({"GET", lock_key(mutex)}).str, jvm.id());
+  jvm.stop();
+  EXPECT_TRUE(raw.call({"GET", lock_key(mutex)}).nil());
 }
 
 // ---- c. both sides, many hand-offs --------------------------------------------------
@@ -582,7 +580,7 @@ class CriticalSection {
  public:
   enum Side { kJvm, kCpp };
 
-  void Enter(const std::string& who, Side side) {
+  void enter(const std::string& who, Side side) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!open_ || inside_.count(who) > 0 || retired_.count(who) > 0) return;
     inside_.insert(who);
@@ -598,7 +596,7 @@ class CriticalSection {
     order_.push_back(side);
     cv_.notify_all();
   }
-  void Exit(const std::string& who) {
+  void exit(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     inside_.erase(who);
     cv_.notify_all();
@@ -608,30 +606,30 @@ class CriticalSection {
   // that gets a stray wake-up while it holds re-acquires its own lock, which
   // reaches the application as onReleased + onAcquired; an application that
   // is stopping starts nothing on that).
-  void Leave(const std::string& who) {
+  void leave(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     inside_.erase(who);
     retired_.insert(who);
     cv_.notify_all();
   }
   // Before the holder contends again.
-  void Rejoin(const std::string& who) {
+  void rejoin(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     retired_.erase(who);
   }
   // Waits until `who` is inside or the run closed; true if inside.
-  bool WaitInside(const std::string& who) {
+  bool wait_inside(const std::string& who) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return !open_ || inside_.count(who) > 0; });
     return inside_.count(who) > 0;
   }
-  bool IsInside(const std::string& who) {
+  bool is_inside(const std::string& who) {
     std::lock_guard<std::mutex> lock(mu_);
     return inside_.count(who) > 0;
   }
   // No entries are recorded after this (a holder that acquires while the
   // run winds down would otherwise be reported without its hold).
-  void Close() {
+  void close() {
     std::lock_guard<std::mutex> lock(mu_);
     open_ = false;
     cv_.notify_all();
@@ -671,7 +669,7 @@ class CriticalSection {
 };
 
 TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
-  auto server = StartDurableServer();
+  auto server = start_durable_server();
   ASSERT_TRUE(server);
   const std::string uri = server->uri();
   const std::string mutex = "interop-c";
@@ -691,8 +689,7 @@ TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
   // on at once, and a C++ contender's revocation is local, so an exit
   // recorded after it would overlap the next holder with no overlap at the
   // store.
-  auto hold_then_leave = [&done](std::mt19937& random,
-                                 const std::function<bool()>& still_inside,
+  auto hold_then_leave = [&done](std::mt19937& random, const std::function<bool()>& still_inside,
                                  const std::function<void()>& leave) {
     const auto hold = milliseconds(std::uniform_int_distribution<int>(100, 300)(random));
     const auto end = steady_clock::now() + hold;
@@ -706,27 +703,27 @@ TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < 2; ++i) {
     // One factory each: separate connections, like separate processes.
-    factories.push_back(Factory(uri, kTtl, kTransition));
+    factories.push_back(make_factory(uri, kTtl, kTransition));
     ASSERT_TRUE(factories.back());
   }
   std::vector<std::unique_ptr<FakeJvmContender>> jvms;
   std::vector<std::thread> workers;
   for (int i = 0; i < 2; ++i) {
-    const std::string id = CppId("cpp-" + std::to_string(i));
-    auto contender = MakeContender(
-        mutex, [&section, id](const MutexState&) { section.Enter(id, CriticalSection::kCpp); },
+    const std::string id = make_cpp_id("cpp-" + std::to_string(i));
+    auto contender = make_contender(
+        mutex, [&section, id](const MutexState&) { section.enter(id, CriticalSection::kCpp); },
         // A lease lost locally (e.g. a renewal that failed) ends the hold.
-        [&section, id](const MutexState&) { section.Exit(id); }, id);
+        [&section, id](const MutexState&) { section.exit(id); }, id);
     std::shared_ptr<MutexContendService> service =
         factories[static_cast<std::size_t>(i)]->create_contend_service(contender).value();
     workers.emplace_back([&, id, service] {
       std::mt19937 random(std::random_device{}());
       while (!done) {
-        section.Rejoin(id);
+        section.rejoin(id);
         if (!service->start().ok()) break;
-        if (section.WaitInside(id)) {
-          hold_then_leave(random, [&] { return section.IsInside(id); },
-                        [&] { section.Leave(id); });
+        if (section.wait_inside(id)) {
+          hold_then_leave(
+              random, [&] { return section.is_inside(id); }, [&] { section.leave(id); });
         }
         SIMBA_EXPECT_OK(service->stop());
         std::this_thread::sleep_for(
@@ -735,22 +732,22 @@ TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
     });
   }
   for (int i = 0; i < 2; ++i) {
-    const std::string id = JvmId("jvm-" + std::to_string(i));
+    const std::string id = jvm_id("jvm-" + std::to_string(i));
     jvms.push_back(std::make_unique<FakeJvmContender>(
         uri, mutex, id, kTtl, kTransition,
-        FakeJvmContender::Hooks{[&section, id] { section.Enter(id, CriticalSection::kJvm); },
-                                [&section, id] { section.Exit(id); }}));
+        FakeJvmContender::Hooks{[&section, id] { section.enter(id, CriticalSection::kJvm); },
+                                [&section, id] { section.exit(id); }}));
     FakeJvmContender* jvm = jvms.back().get();
     workers.emplace_back([&, id, jvm] {
       std::mt19937 random(std::random_device{}());
       while (!done) {
-        section.Rejoin(id);
-        jvm->Start();
-        if (section.WaitInside(id)) {
-          hold_then_leave(random, [&] { return section.IsInside(id); },
-                        [&] { section.Leave(id); });
+        section.rejoin(id);
+        jvm->start();
+        if (section.wait_inside(id)) {
+          hold_then_leave(
+              random, [&] { return section.is_inside(id); }, [&] { section.leave(id); });
         }
-        jvm->Stop();
+        jvm->stop();
         std::this_thread::sleep_for(
             milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
       }
@@ -764,10 +761,10 @@ TEST(RedisJvmInterop, MixedContentionKeepsMutualExclusion) {
   const auto started = steady_clock::now();
   while (steady_clock::now() - started < seconds(8) ||
          ((section.jvm_to_cpp() < kCrossings || section.cpp_to_jvm() < kCrossings) &&
-          steady_clock::now() - started < Scaled(seconds(60)))) {
+          steady_clock::now() - started < scaled(seconds(60)))) {
     std::this_thread::sleep_for(milliseconds(50));
   }
-  section.Close();
+  section.close();
   done = true;
   for (auto& worker : workers) worker.join();
 
@@ -803,68 +800,68 @@ class AnswerCounter final : public MutexContender {
 };
 
 TEST(RedisJvmInterop, StaleJvmQueueEntriesDoNotSwallowCppWakeUps) {
-  auto server = StartDurableServer();
+  auto server = start_durable_server();
   ASSERT_TRUE(server);
   const std::string uri = server->uri();
   const std::string mutex = "interop-d";
   RawRedis raw(uri);
-  const long long now_s = std::stoll(raw.Call({"TIME"}).elements[0].str);
+  const long long now_s = std::stoll(raw.call({"TIME"}).elements[0].str);
 
-  auto factory = Factory(uri, kSlowTtl, kSlowTransition);
+  auto factory = make_factory(uri, kSlowTtl, kSlowTransition);
   ASSERT_TRUE(factory);
   Recorder a;
   Recorder b;
-  const std::string a_id = CppId("cpp-owner");
-  const std::string b_id = CppId("cpp-waiter");
-  auto holder = factory->create_contend_service(a.Contender(mutex, a_id)).value();
-  auto b_answers = std::make_shared<AnswerCounter>(b.Contender(mutex, b_id));
+  const std::string a_id = make_cpp_id("cpp-owner");
+  const std::string b_id = make_cpp_id("cpp-waiter");
+  auto holder = factory->create_contend_service(a.contender(mutex, a_id)).value();
+  auto b_answers = std::make_shared<AnswerCounter>(b.contender(mutex, b_id));
   auto waiter = factory->create_contend_service(b_answers).value();
   const auto holder_started = steady_clock::now();
   SIMBA_ASSERT_OK(holder->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(5)));
+  ASSERT_TRUE(a.acquired.wait(seconds(5)));
 
   // Left by a JVM contender that died an hour ago (nobody listens on its
   // channel). The waiter's failed acquisition drops it on the way: entries
   // nobody listens for at the head of the queue are trimmed.
-  const std::string dead_before = JvmId("dead-before");
-  raw.Call({"ZADD", QueueKey(mutex), std::to_string(now_s - 3600), dead_before});
+  const std::string dead_before = jvm_id("dead-before");
+  raw.call({"ZADD", queue_key(mutex), std::to_string(now_s - 3600), dead_before});
   SIMBA_ASSERT_OK(waiter->start());
-  ASSERT_TRUE(Eventually([&] { return InQueue(raw, mutex, b_id); }, seconds(5)));
-  EXPECT_FALSE(InQueue(raw, mutex, dead_before));
+  ASSERT_TRUE(eventually([&] { return in_queue(raw, mutex, b_id); }, seconds(5)));
+  EXPECT_FALSE(in_queue(raw, mutex, dead_before));
   // subscribe() does not wait for the server; once the server confirms, the
   // waiter looks once more (and that attempt trims too). Let that happen
   // before planting the entries below, or it would trim them first: the
   // subscription was confirmed, and the waiter's second answer is in (its
   // first attempt went out in start(), before the subscriber had even
   // connected; the wake-up either reran it or made a second one).
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
-        return raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + b_id}).elements[1].integer ==
+        return raw.call({"PUBSUB", "NUMSUB", lock_key(mutex) + ":" + b_id}).elements[1].integer ==
                1;
       },
       seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return b_answers->answers.load() >= 2; }, seconds(5)));
-  ASSERT_TRUE(InQueue(raw, mutex, b_id));
+  ASSERT_TRUE(eventually([&] { return b_answers->answers.load() >= 2; }, seconds(5)));
+  ASSERT_TRUE(in_queue(raw, mutex, b_id));
 
   // Dead JVM entries that appear after the waiter's attempt sit ahead of it
   // when the owner releases. JVM Simba's release would pop the first and
   // lose the wake-up; ours skips them and wakes the live waiter.
-  const std::vector<std::string> dead = {JvmId("dead-1"), JvmId("dead-2")};
+  const std::vector<std::string> dead = {jvm_id("dead-1"), jvm_id("dead-2")};
   for (const auto& id : dead) {
-    raw.Call({"ZADD", QueueKey(mutex), std::to_string(now_s - 60), id});
-    EXPECT_EQ(raw.Call({"PUBSUB", "NUMSUB", LockKey(mutex) + ":" + id}).elements[1].integer, 0);
+    raw.call({"ZADD", queue_key(mutex), std::to_string(now_s - 60), id});
+    EXPECT_EQ(raw.call({"PUBSUB", "NUMSUB", lock_key(mutex) + ":" + id}).elements[1].integer, 0);
   }
-  ASSERT_EQ(raw.Call({"ZRANGE", QueueKey(mutex), "0", "0"}).elements[0].str, dead[0]);
+  ASSERT_EQ(raw.call({"ZRANGE", queue_key(mutex), "0", "0"}).elements[0].str, dead[0]);
 
   const auto released_at = steady_clock::now();
   SIMBA_ASSERT_OK(holder->stop());
-  ASSERT_TRUE(b.acquired.Wait(seconds(3)));
-  EXPECT_LT(b.AcquiredAt(), EarliestPoll(holder_started))
+  ASSERT_TRUE(b.acquired.wait(seconds(3)));
+  EXPECT_LT(b.acquired_at(), earliest_poll(holder_started))
       << "acquired no earlier than its own poll: the wake-up was lost";
-  EXPECT_LT(b.AcquiredAt() - released_at, Scaled(seconds(2)));
+  EXPECT_LT(b.acquired_at() - released_at, scaled(seconds(2)));
   EXPECT_TRUE(waiter->is_owner());
-  for (const auto& id : dead) EXPECT_FALSE(InQueue(raw, mutex, id)) << id;
-  EXPECT_EQ(raw.Call({"ZCARD", QueueKey(mutex)}).integer, 0);
+  for (const auto& id : dead) EXPECT_FALSE(in_queue(raw, mutex, id)) << id;
+  EXPECT_EQ(raw.call({"ZCARD", queue_key(mutex)}).integer, 0);
   SIMBA_EXPECT_OK(waiter->stop());
 }
 

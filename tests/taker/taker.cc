@@ -24,12 +24,13 @@
 
 namespace {
 
-using simba::testing::EmitLine;
-using simba::testing::StopRequested;
+using simba::testing::emit_line;
+using simba::testing::stop_requested;
 
-int Usage() {
-  std::fprintf(stderr,
-               "usage: simba-test-taker --store URI --mutex NAME [--ttl-ms N] [--transition-ms N]\n");
+int usage() {
+  std::fprintf(
+      stderr,
+      "usage: simba-test-taker --store URI --mutex NAME [--ttl-ms N] [--transition-ms N]\n");
   return 2;
 }
 
@@ -50,47 +51,47 @@ int main(int argc, char** argv) {
     } else if (flag == "--transition-ms") {
       options.transition = std::chrono::milliseconds(std::atoll(value.c_str()));
     } else {
-      return Usage();
+      return usage();
     }
   }
-  if (store.empty() || mutex.empty()) return Usage();
-  simba::testing::StopOnSignals();
+  if (store.empty() || mutex.empty()) return usage();
+  simba::testing::stop_on_signals();
 
   simba::FactoryOptions factory_options;
   factory_options.contend = options;
   auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
   if (!factory.ok()) {
-    std::fprintf(stderr, "taker: %s\n", factory.status().ToString().c_str());
+    std::fprintf(stderr, "taker: %s\n", factory.status().to_string().c_str());
     return 3;
   }
   // How many times on_acquired came: the last lease deadline the service
   // reported is remembered per tenure.
   static std::atomic<std::uint64_t> tenures{0};
-  auto contender = simba::MakeContender(
+  auto contender = simba::make_contender(
       mutex,
       [](const simba::MutexState& s) {
         ++tenures;
-        EmitLine("ACQUIRED " + std::to_string(s.after.fencing_token));
+        emit_line("ACQUIRED " + std::to_string(s.after.fencing_token));
       },
-      [](const simba::MutexState&) { EmitLine("RELEASED"); });
+      [](const simba::MutexState&) { emit_line("RELEASED"); });
   auto service = (*factory)->create_contend_service(contender);
   if (!service.ok()) {
-    std::fprintf(stderr, "taker: %s\n", service.status().ToString().c_str());
+    std::fprintf(stderr, "taker: %s\n", service.status().to_string().c_str());
     return 3;
   }
   if (auto s = (*service)->start(); !s.ok()) {
-    std::fprintf(stderr, "taker: %s\n", s.ToString().c_str());
+    std::fprintf(stderr, "taker: %s\n", s.to_string().c_str());
     return 3;
   }
   const auto clock = (*factory)->clock();
   std::uint64_t deadline_tenure = 0;
   // max(): none reported yet in this tenure.
   simba::Clock::TimePoint last_deadline = simba::Clock::TimePoint::max();
-  while (!StopRequested()) {
+  while (!stop_requested()) {
     const std::uint64_t tenure = tenures;
     // Read the deadline after the ownership check: a renewal in between can
     // only move it later, never make a true violation look fine.
-    const auto before = clock->Now();
+    const auto before = clock->now();
     const bool owner = (*service)->is_owner();
     const auto deadline = (*service)->lease_deadline();
     if (tenure != deadline_tenure) {
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
     // an is_owner() that stopped reading the clock still passes once
     // lease_deadline() has gone quiet, and that is the violation.
     if (owner && before >= last_deadline) {
-      EmitLine("VIOLATION is_owner() true after the lease deadline");
+      emit_line("VIOLATION is_owner() true after the lease deadline");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

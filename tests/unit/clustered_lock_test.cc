@@ -20,12 +20,12 @@ using std::chrono::seconds;
 // a timer, two I/O and two callback threads of its own), and still frees
 // its holds at the store before its destructor returns.
 TEST(ClusteredLockManagerTest, RunsOnItsFactorysThreads) {
-  auto store = OpenBackend("memory://clustered-threads").value();
+  auto store = open_backend("memory://clustered-threads").value();
   std::shared_ptr<MutexContendServiceFactory> factory =
       MutexContendServiceFactory::create(store).value();
-  const int before = testing::CountThreads();
+  const int before = testing::count_threads();
   auto manager = ClusteredLockManager::create(factory).value();
-  EXPECT_EQ(testing::CountThreads(), before);
+  EXPECT_EQ(testing::count_threads(), before);
   ASSERT_TRUE(manager->define("job").value());
   auto lock = manager->get("job").value();
   ASSERT_THAT(lock->lock().get(), testing::IsOk());

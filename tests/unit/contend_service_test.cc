@@ -12,8 +12,8 @@
 
 #include "simba/backends/memory.h"
 #include "simba/contend_service.h"
-#include "testing/forwarding_backend.h"
 #include "testing/fault_injecting_backend.h"
+#include "testing/forwarding_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 #include "testing/virtual_time_test.h"
@@ -23,23 +23,23 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using testing::eventually;
 using testing::FaultInjectingBackend;
-using testing::Eventually;
 using Mode = FaultInjectingBackend::Mode;
 
 // Records callbacks in order.
 class Events {
  public:
-  void Add(std::string e) {
+  void add(std::string e) {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(std::move(e));
   }
-  std::vector<std::string> Get() const {
+  std::vector<std::string> get() const {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
   }
-  int Count(const std::string& e) const {
-    auto all = Get();
+  int count(const std::string& e) const {
+    auto all = get();
     return static_cast<int>(std::count(all.begin(), all.end(), e));
   }
 
@@ -52,25 +52,25 @@ class ContendServiceTest : public testing::VirtualTimeTest {
  protected:
   void SetUp() override {
     VirtualTimeTest::SetUp();
-    a_factory_ = MakeFactory(faults_, PinJitter);
-    b_factory_ = MakeFactory(store_, PinJitter);
+    a_factory_ = make_factory(faults_, pin_jitter);
+    b_factory_ = make_factory(store_, pin_jitter);
   }
 
   // Jitter pinned at +1 ms: deterministic, and never a retry at the very
   // instant a lease ends (which the store still counts as held). Store calls
   // may hang long (the hang tests release them themselves).
-  static void PinJitter(FactoryOptions& options) {
+  static void pin_jitter(FactoryOptions& options) {
     options.random = std::make_shared<testing::FixedRandom>(1);
     options.contend.operation_timeout = seconds(30);
   }
 
-  std::shared_ptr<MutexContender> Contender(const std::string& name, Events* events) {
-    return MakeContender(
-        "m", [events, name](const MutexState&) { events->Add(name + " acquired"); },
-        [events, name](const MutexState&) { events->Add(name + " released"); });
+  std::shared_ptr<MutexContender> contender(const std::string& name, Events* events) {
+    return make_contender(
+        "m", [events, name](const MutexState&) { events->add(name + " acquired"); },
+        [events, name](const MutexState&) { events->add(name + " released"); });
   }
 
-  std::string StoreOwner() {
+  std::string store_owner() {
     return store_->read("m", std::chrono::steady_clock::now() + seconds(1))->owner.owner_id;
   }
 
@@ -80,76 +80,77 @@ class ContendServiceTest : public testing::VirtualTimeTest {
 };
 
 TEST_F(ContendServiceTest, AcquiresAtOnceAndRenewsExactlyAtTtl) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A acquired") == 1; }, seconds(5)));
   EXPECT_EQ(faults_->acquire_calls(), 1);
   const auto token = a->fencing_token();
   const auto first_deadline = *a->lease_deadline();
   // The deadline is the hard lease (16 s) from the send time, less the margin.
-  EXPECT_EQ(first_deadline, clock_->Now() + seconds(16) - milliseconds(200));
+  EXPECT_EQ(first_deadline, clock_->now() + seconds(16) - milliseconds(200));
 
-  ASSERT_TRUE(Waiting(seconds(10)));
-  clock_->Advance(seconds(10) - milliseconds(1));
-  Settle();
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(10) - milliseconds(1));
+  settle();
   EXPECT_EQ(faults_->acquire_calls(), 1) << "renewed before ttl";
-  clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > first_deadline; }, seconds(5)));
+  clock_->advance(milliseconds(1));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return *a->lease_deadline() > first_deadline; }, seconds(5)));
   EXPECT_EQ(a->fencing_token(), token);
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired"));
   SIMBA_ASSERT_OK(a->stop());
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
-  EXPECT_EQ(StoreOwner(), "");
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released"));
+  EXPECT_EQ(store_owner(), "");
 }
 
 TEST_F(ContendServiceTest, StopHandsOverByPushWithoutWaitingForAPoll) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  auto b = b_factory_->create_contend_service(Contender("B", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  auto b = b_factory_->create_contend_service(contender("B", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
   const auto a_token = a->fencing_token();
   SIMBA_ASSERT_OK(a->stop());
   // No clock movement at all: only the push can wake B.
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
   EXPECT_GT(b->fencing_token(), a_token);
   SIMBA_ASSERT_OK(b->stop());
 }
 
 TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   const auto token = a->fencing_token();
   // Events for another contender or another tenure change nothing.
-  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "someone-else", 0});
-  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token + 1});
-  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
-  Settle();
+  faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", "someone-else", 0});
+  faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token + 1});
+  faults_->push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
+  settle();
   EXPECT_TRUE(a->is_owner());
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired"));
   // No clock movement: the loss itself revokes, and the service contends
   // again at once (here the store still has A, so A holds it again).
   const int calls = faults_->acquire_calls();
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kFail);
-  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
+  faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
   EXPECT_FALSE(a->is_owner());
   EXPECT_EQ(a->fencing_token(), 0u);
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A released") == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)));
   // (The failed retry has scheduled the next one before the clock moves.)
-  ASSERT_TRUE(Waiting(milliseconds(101)));
+  ASSERT_TRUE(waiting(milliseconds(101)));
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
   // "" names every owner (a connection lost for all of them).
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   // (Store calls fail meanwhile, so the revoked owner cannot win it back
   // before we look.)
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kFail);
-  faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
+  faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
   EXPECT_FALSE(a->is_owner());
   faults_->set_acquire_mode(testing::FaultInjectingBackend::Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
@@ -160,13 +161,13 @@ TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
 // is how it learns of a forced release it was not told of; a release naming
 // another contender is no news to it.
 TEST_F(ContendServiceTest, AReleaseNamingNobodyMakesTheOwnerRenewAtOnce) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  Settle();
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  settle();
   const int calls = faults_->acquire_calls();
-  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "someone-else", 0});
-  Settle();
+  faults_->push(MutexEvent{MutexEvent::Kind::kReleased, "m", "someone-else", 0});
+  settle();
   EXPECT_EQ(faults_->acquire_calls(), calls) << "an owner renewed on another's release";
   // The store ends A's hold without a word reaching A (a forced release
   // pushed before A's subscription was up), and B holds it now.
@@ -175,119 +176,121 @@ TEST_F(ContendServiceTest, AReleaseNamingNobodyMakesTheOwnerRenewAtOnce) {
   ASSERT_THAT(store_->acquire_or_renew(AcquireRequest{"m", "B", seconds(10), seconds(6)},
                                        std::chrono::steady_clock::now() + seconds(5)),
               testing::IsOk());
-  Settle();
+  settle();
   EXPECT_TRUE(a->is_owner()) << "A heard of the force although its pushes were lost";
   // No clock movement: only the "look again" can make A ask the store.
   faults_->set_store_pushes_lost(false);
-  faults_->Push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)))
+  faults_->push(MutexEvent{MutexEvent::Kind::kReleased, "m", "", 0});
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)))
       << "the owner did not renew on a release naming nobody";
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A released") == 1; }, seconds(5)));
   EXPECT_FALSE(a->is_owner());
   EXPECT_EQ(a->after_owner().owner_id, "B");
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, AnAnswerThatMayPredateALossIsAskedAgain) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   // A loss reaches the service while its first acquire's answer ("you own
   // it") is on the way, and the store fails from then on: the answer may be
   // older than the loss, so it must not make A the owner.
   faults_->set_before_next_acquire_reply([&] {
-    faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
+    faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", "", 0});
     faults_->set_acquire_mode(Mode::kFail);
   });
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() >= 2; }, seconds(5)))
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() >= 2; }, seconds(5)))
       << "the doubtful answer is asked again at once";
-  ASSERT_TRUE(Waiting(milliseconds(101)));  // the retry after that failure
+  ASSERT_TRUE(waiting(milliseconds(101)));  // the retry after that failure
   EXPECT_FALSE(a->is_owner());
-  EXPECT_TRUE(events_.Get().empty());
+  EXPECT_TRUE(events_.get().empty());
   faults_->set_acquire_mode(Mode::kPass);
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A acquired") == 1; }, seconds(5)));
   // The same for an owner whose renewal is out when its loss arrives.
   const auto token = a->fencing_token();
   const int calls = faults_->acquire_calls();
   faults_->set_before_next_acquire_reply([&] {
-    faults_->Push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
+    faults_->push(MutexEvent{MutexEvent::Kind::kLost, "m", a->contender_id(), token});
     faults_->set_acquire_mode(Mode::kFail);
   });
-  clock_->Advance(seconds(10));  // the renewal
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() >= calls + 2; }, seconds(5)));
-  Settle();
+  clock_->advance(seconds(10));  // the renewal
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() >= calls + 2; }, seconds(5)));
+  settle();
   EXPECT_FALSE(a->is_owner());
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released"));
   faults_->set_acquire_mode(Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, WaiterPollsAtTheEndOfTheTransitionPlusJitter) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  auto b = b_factory_->create_contend_service(Contender("B", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  auto b = b_factory_->create_contend_service(contender("B", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
   // A dies silently (every call fails from now on, so it cannot renew).
   faults_->set_mode(Mode::kFail);
-  clock_->Advance(seconds(16) - milliseconds(200));
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)))
+  clock_->advance(seconds(16) - milliseconds(200));
+  ASSERT_TRUE(eventually([&] { return events_.count("A released") == 1; }, seconds(5)))
       << "A is revoked locally at its lease deadline";
   EXPECT_FALSE(a->is_owner());
-  Settle();
+  settle();
   EXPECT_FALSE(b->is_owner()) << "B must not acquire before the store's lease ends";
-  clock_->Advance(milliseconds(201));  // transition_at + 1 ms jitter
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  clock_->advance(milliseconds(201));  // transition_at + 1 ms jitter
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
   // Ownership is decided before its callback runs: wait for the callback.
-  ASSERT_TRUE(Eventually([&] { return events_.Count("B acquired") == 1; }, seconds(5)));
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released", "B acquired"));
+  ASSERT_TRUE(eventually([&] { return events_.count("B acquired") == 1; }, seconds(5)));
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released", "B acquired"));
   faults_->set_mode(Mode::kPass);
   SIMBA_ASSERT_OK(b->stop());
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, OwnerRetriesAFailedRenewalInsideTheTransitionWindow) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   const auto token = a->fencing_token();
   faults_->set_acquire_mode(Mode::kFail);
-  clock_->Advance(seconds(10));  // renewal due: fails
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->advance(seconds(10));  // renewal due: fails
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   // First retry: a quarter of what is left of the lease, at most 1 s.
-  ASSERT_TRUE(Waiting(seconds(1)));
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
+  ASSERT_TRUE(waiting(seconds(1)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
   EXPECT_TRUE(a->is_owner()) << "still inside the lease";
   faults_->set_acquire_mode(Mode::kPass);
-  ASSERT_TRUE(Waiting(seconds(1)));
-  clock_->Advance(seconds(1));  // next retry succeeds
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 4; }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return *a->lease_deadline() > clock_->Now() + seconds(15); }, seconds(5)));
+  ASSERT_TRUE(waiting(seconds(1)));
+  clock_->advance(seconds(1));  // next retry succeeds
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 4; }, seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return *a->lease_deadline() > clock_->now() + seconds(15); }, seconds(5)));
   // Well past where the first lease would have ended.
-  clock_->Advance(seconds(5));
+  clock_->advance(seconds(5));
   EXPECT_TRUE(a->is_owner());
   EXPECT_EQ(a->fencing_token(), token);
-  Settle();
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  settle();
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired"));
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStillHangs) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   faults_->set_acquire_mode(Mode::kHang);
-  clock_->Advance(seconds(10));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
-  clock_->Advance(seconds(6) - milliseconds(201));
-  Settle();
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->advance(seconds(6) - milliseconds(201));
+  settle();
   EXPECT_TRUE(a->is_owner());
-  clock_->Advance(milliseconds(1));
+  clock_->advance(milliseconds(1));
   EXPECT_FALSE(a->is_owner()) << "is_owner() checks the deadline itself";
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A released") == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A released") == 1; }, seconds(5)));
   EXPECT_EQ(faults_->acquire_calls(), 2) << "the renewal is still hanging";
   faults_->set_acquire_mode(Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
@@ -301,15 +304,15 @@ TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStill
 TEST_F(ContendServiceTest, StopTellsTheOwnerBeforeTheReleaseLeaves) {
   std::atomic<int> releases_sent_before_on_released{-1};
   auto a = a_factory_
-               ->create_contend_service(MakeContender(
+               ->create_contend_service(make_contender(
                    "m", [](const MutexState&) {},
                    [&](const MutexState&) {
                      releases_sent_before_on_released = faults_->release_calls();
-                     events_.Add("A released");
+                     events_.add("A released");
                    }))
                .value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   const std::uint64_t token = a->fencing_token();
   faults_->set_mode(Mode::kHang);
   std::atomic<bool> stopped{false};
@@ -317,8 +320,8 @@ TEST_F(ContendServiceTest, StopTellsTheOwnerBeforeTheReleaseLeaves) {
     (void)a->stop();
     stopped = true;
   });
-  ASSERT_TRUE(Eventually([&] { return faults_->release_calls() == 1; }, seconds(5)));
-  EXPECT_EQ(events_.Count("A released"), 1) << "told at once, with no time passing";
+  ASSERT_TRUE(eventually([&] { return faults_->release_calls() == 1; }, seconds(5)));
+  EXPECT_EQ(events_.count("A released"), 1) << "told at once, with no time passing";
   EXPECT_EQ(releases_sent_before_on_released, 0) << "on_released ran before the release left";
   EXPECT_FALSE(a->is_owner());
   EXPECT_FALSE(stopped) << "the release is still hanging";
@@ -327,82 +330,82 @@ TEST_F(ContendServiceTest, StopTellsTheOwnerBeforeTheReleaseLeaves) {
          "end a later one";
   faults_->set_mode(Mode::kPass);
   stopper.join();
-  EXPECT_EQ(events_.Count("A released"), 1) << "and only once";
+  EXPECT_EQ(events_.count("A released"), 1) << "and only once";
   EXPECT_EQ(a->status(), ServiceStatus::kInitial);
-  EXPECT_EQ(StoreOwner(), "") << "released at the store once it answered";
+  EXPECT_EQ(store_owner(), "") << "released at the store once it answered";
 }
 
 TEST_F(ContendServiceTest, AReplyThatOutlivedItsLeaseIsNotTrusted) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   // The store grants 16 s from when it runs the call; the call was sent 20 s
   // earlier, so locally that lease may already be over.
-  clock_->Advance(seconds(20));
+  clock_->advance(seconds(20));
   faults_->set_acquire_mode(Mode::kPass);
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return events_.Count("A acquired") == 1; }, seconds(5)));
-  Settle();
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired"));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("A acquired") == 1; }, seconds(5)));
+  settle();
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired"));
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReported) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
   EXPECT_EQ(faults_->release_calls(), 1);
   faults_->set_acquire_mode(Mode::kPass);  // the stale call now acquires...
   // ...and the compensating release gives it back.
-  ASSERT_TRUE(Eventually([&] { return faults_->release_calls() == 2; }, seconds(5)));
-  EXPECT_EQ(StoreOwner(), "");
-  Settle();
-  EXPECT_THAT(events_.Get(), ::testing::IsEmpty());
+  ASSERT_TRUE(eventually([&] { return faults_->release_calls() == 2; }, seconds(5)));
+  EXPECT_EQ(store_owner(), "");
+  settle();
+  EXPECT_THAT(events_.get(), ::testing::IsEmpty());
   EXPECT_FALSE(a->is_owner());
 }
 
 TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
   SIMBA_ASSERT_OK(a->start());
-  Settle();
+  settle();
   faults_->set_acquire_mode(Mode::kPass);
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   // The stale result was not compensated away: the new lifecycle owns it.
-  EXPECT_EQ(StoreOwner(), a->contender_id());
+  EXPECT_EQ(store_owner(), a->contender_id());
   EXPECT_EQ(faults_->release_calls(), 1);
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, StoreErrorsAreRetriedWithGrowingBackoff) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_mode(Mode::kFail);
   SIMBA_ASSERT_OK(a->start());
   // 100 ms (+ jitter pinned at 1 ms), then 200 ms, then 400 ms.
-  ASSERT_TRUE(Waiting(milliseconds(101)));
+  ASSERT_TRUE(waiting(milliseconds(101)));
   EXPECT_EQ(faults_->acquire_calls(), 1);
-  clock_->Advance(milliseconds(100));
-  Settle();
+  clock_->advance(milliseconds(100));
+  settle();
   EXPECT_EQ(faults_->acquire_calls(), 1);
-  clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
-  ASSERT_TRUE(Waiting(milliseconds(201)));
-  clock_->Advance(milliseconds(201));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
-  ASSERT_TRUE(Waiting(milliseconds(401)));
-  clock_->Advance(milliseconds(300));
-  Settle();
+  clock_->advance(milliseconds(1));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(waiting(milliseconds(201)));
+  clock_->advance(milliseconds(201));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 3; }, seconds(5)));
+  ASSERT_TRUE(waiting(milliseconds(401)));
+  clock_->advance(milliseconds(300));
+  settle();
   EXPECT_EQ(faults_->acquire_calls(), 3);
   faults_->set_mode(Mode::kPass);
-  clock_->Advance(milliseconds(101));
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  clock_->advance(milliseconds(101));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
 }
 
@@ -410,18 +413,18 @@ TEST_F(ContendServiceTest, StoreSayingWhenToRetryIsRetriedThenNotByBackoff) {
   // Redis's restart guard says when it grants leases again: the contender
   // comes back then (+ jitter pinned at 1 ms), not where the doubling
   // backoff lands (100, 300, 700, 1500, 3100 ms...: up to a ttl late).
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_failure_retry_after(milliseconds(2500));
   faults_->set_mode(Mode::kFail);
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Waiting(milliseconds(2501)));
+  ASSERT_TRUE(waiting(milliseconds(2501)));
   EXPECT_EQ(faults_->acquire_calls(), 1);
-  clock_->Advance(milliseconds(2500));
-  Settle();
+  clock_->advance(milliseconds(2500));
+  settle();
   EXPECT_EQ(faults_->acquire_calls(), 1);
   faults_->set_mode(Mode::kPass);
-  clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  clock_->advance(milliseconds(1));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   EXPECT_EQ(faults_->acquire_calls(), 2);
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -430,21 +433,21 @@ TEST_F(ContendServiceTest, CallbacksMayCallBackIntoTheServiceEvenStop) {
   std::unique_ptr<MutexContendService> service;
   std::atomic<bool> was_owner{false};
   std::atomic<bool> stop_ok{false};
-  auto contender = MakeContender(
+  auto contender = make_contender(
       "m",
       [&](const MutexState&) {
         was_owner = service->is_owner();
         (void)service->mutex_state();
         stop_ok = service->stop().ok();
       },
-      [&](const MutexState&) { events_.Add("released"); });
+      [&](const MutexState&) { events_.add("released"); });
   service = a_factory_->create_contend_service(contender).value();
   SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(Eventually([&] { return stop_ok.load(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return stop_ok.load(); }, seconds(5)));
   EXPECT_TRUE(was_owner.load());
-  ASSERT_TRUE(Eventually([&] { return events_.Count("released") == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_.count("released") == 1; }, seconds(5)));
   EXPECT_EQ(service->status(), ServiceStatus::kInitial);
-  EXPECT_EQ(StoreOwner(), "");
+  EXPECT_EQ(store_owner(), "");
 }
 
 TEST_F(ContendServiceTest, CallbacksOfOneServiceNeverOverlapAndKeepTheirOrder) {
@@ -455,72 +458,81 @@ TEST_F(ContendServiceTest, CallbacksOfOneServiceNeverOverlapAndKeepTheirOrder) {
     std::this_thread::sleep_for(milliseconds(50));
     inside.fetch_sub(1);
   };
-  auto contender = MakeContender(
-      "m", [&](const MutexState&) { enter(); events_.Add("acquired"); },
-      [&](const MutexState&) { enter(); events_.Add("released"); });
+  auto contender = make_contender(
+      "m",
+      [&](const MutexState&) {
+        enter();
+        events_.add("acquired");
+      },
+      [&](const MutexState&) {
+        enter();
+        events_.add("released");
+      });
   auto a = a_factory_->create_contend_service(contender).value();
   for (int i = 0; i < 3; ++i) {
     SIMBA_ASSERT_OK(a->start());
-    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+    ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
     SIMBA_ASSERT_OK(a->stop());  // returns after the callbacks ran
   }
   EXPECT_FALSE(overlapped.load());
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("acquired", "released", "acquired", "released",
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("acquired", "released", "acquired", "released",
                                                     "acquired", "released"));
 }
 
 TEST_F(ContendServiceTest, LifecycleMisuseIsRejected) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  EXPECT_THAT(a->stop(), testing::StatusIs(StatusCode::kFailedPrecondition,
-                                           ::testing::HasSubstr("INITIAL")));
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  EXPECT_THAT(a->stop(),
+              testing::StatusIs(StatusCode::kFailedPrecondition, ::testing::HasSubstr("INITIAL")));
   SIMBA_ASSERT_OK(a->start());
-  EXPECT_THAT(a->start(), testing::StatusIs(StatusCode::kFailedPrecondition,
-                                            ::testing::HasSubstr("RUNNING")));
+  EXPECT_THAT(a->start(),
+              testing::StatusIs(StatusCode::kFailedPrecondition, ::testing::HasSubstr("RUNNING")));
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ContendServiceTest, DestroyingTheFactoryStopsItsServices) {
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   a_factory_.reset();
   EXPECT_EQ(a->status(), ServiceStatus::kInitial);
-  EXPECT_EQ(StoreOwner(), "");
-  EXPECT_THAT(events_.Get(), ::testing::ElementsAre("A acquired", "A released"));
+  EXPECT_EQ(store_owner(), "");
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released"));
   EXPECT_THAT(a->start(), testing::StatusIs(StatusCode::kFailedPrecondition));
 }
 
 TEST_F(ContendServiceTest, DestroyingARunningServiceReleasesItsMutex) {
   {
-    auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+    auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
     SIMBA_ASSERT_OK(a->start());
-    ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+    ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   }
-  EXPECT_EQ(StoreOwner(), "");
+  EXPECT_EQ(store_owner(), "");
 }
 
 TEST_F(ContendServiceTest, RetrieverFollowsTheOwner) {
   std::vector<MutexState> seen;
   std::mutex mu;
-  auto observer = b_factory_
-                      ->create_retrieval_service(MakeRetriever("m", [&](const MutexState& s) {
-                        std::lock_guard<std::mutex> lock(mu);
-                        seen.push_back(s);
-                      }))
-                      .value();
+  auto observer =
+      b_factory_
+          ->create_retrieval_service(make_retriever("m",
+                                                    [&](const MutexState& s) {
+                                                      std::lock_guard<std::mutex> lock(mu);
+                                                      seen.push_back(s);
+                                                    }))
+          .value();
   SIMBA_ASSERT_OK(observer->start());
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   // No push for acquisitions from the memory store: the poll interval (1 s).
-  ASSERT_TRUE(Waiting(seconds(1)));
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id == a->contender_id(); },
+  ASSERT_TRUE(waiting(seconds(1)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return observer->after_owner().owner_id == a->contender_id(); },
                          seconds(5)));
   EXPECT_TRUE(observer->has_owner());
   SIMBA_ASSERT_OK(a->stop());
   // Releases are pushed.
-  ASSERT_TRUE(Eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return observer->after_owner().owner_id.empty(); }, seconds(5)));
   SIMBA_ASSERT_OK(observer->stop());
   std::lock_guard<std::mutex> lock(mu);
   ASSERT_GE(seen.size(), 3u);
@@ -540,8 +552,7 @@ class UnknownOwnerTimesBackend final : public testing::ForwardingBackend {
                                           Deadline deadline) override {
     ++acquire_calls_;
     auto reply = target_->acquire_or_renew(request, deadline);
-    if (reply.ok() && reply->owner.has_owner_id() &&
-        !reply->owner.is_owner(request.contender_id)) {
+    if (reply.ok() && reply->owner.has_owner_id() && !reply->owner.is_owner(request.contender_id)) {
       reply->owner.acquired_at = reply->owner.ttl_at = reply->owner.transition_at = StoreTime(0);
       reply->ask_again_at = reply->store_now + seconds(10);
     }
@@ -554,26 +565,26 @@ class UnknownOwnerTimesBackend final : public testing::ForwardingBackend {
 
 TEST_F(ContendServiceTest, OwnerOfUnknownTimesHoldsAndIsAskedAgainBeforeTheStoresTime) {
   auto backend = std::make_shared<UnknownOwnerTimesBackend>(store_);
-  auto b_factory = MakeFactory(backend, PinJitter);
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  auto b = b_factory->create_contend_service(Contender("B", &events_)).value();
+  auto b_factory = make_factory(backend, pin_jitter);
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  auto b = b_factory->create_contend_service(contender("B", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
-                         seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
   // Times of 0 are "unknown", not "ended": A holds until the store says not.
   EXPECT_TRUE(b->has_owner());
   EXPECT_EQ(b->after_owner().transition_at, StoreTime(0));
   const int calls = backend->acquire_calls();
   // 10 s left: back 750 ms early, less the pinned 1 ms of jitter.
-  ASSERT_TRUE(Waiting(milliseconds(9249)));
-  clock_->Advance(milliseconds(9248));
-  Settle();
+  ASSERT_TRUE(waiting(milliseconds(9249)));
+  clock_->advance(milliseconds(9248));
+  settle();
   EXPECT_EQ(backend->acquire_calls(), calls) << "asked again before its time";
   EXPECT_TRUE(b->has_owner());
-  clock_->Advance(milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return backend->acquire_calls() == calls + 1; }, seconds(5)));
+  clock_->advance(milliseconds(1));
+  ASSERT_TRUE(eventually([&] { return backend->acquire_calls() == calls + 1; }, seconds(5)));
   SIMBA_ASSERT_OK(b->stop());
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -582,7 +593,7 @@ TEST_F(ContendServiceTest, OwnerOfUnknownTimesHoldsAndIsAskedAgainBeforeTheStore
 // where it does not.
 class EarlyWhereAllowed final : public Random {
  public:
-  std::int64_t Uniform(std::int64_t lo, std::int64_t /*hi*/) override { return lo < 0 ? -150 : 1; }
+  std::int64_t uniform(std::int64_t lo, std::int64_t /*hi*/) override { return lo < 0 ? -150 : 1; }
 };
 
 // A waiter's attempt that its negative jitter made land before the owner's
@@ -590,27 +601,27 @@ class EarlyWhereAllowed final : public Random {
 // comes after the end, not early again (and again: a spin until the end).
 TEST_F(ContendServiceTest, WaiterThatCameEarlyComesBackAfterTheLeaseEnd) {
   auto b_faults = std::make_shared<FaultInjectingBackend>(store_);
-  auto b_factory = MakeFactory(b_faults, [](FactoryOptions& options) {
+  auto b_factory = make_factory(b_faults, [](FactoryOptions& options) {
     options.random = std::make_shared<EarlyWhereAllowed>();
     options.contend.operation_timeout = seconds(30);
   });
-  auto a = a_factory_->create_contend_service(Contender("A", &events_)).value();
-  auto b = b_factory->create_contend_service(Contender("B", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  auto b = b_factory->create_contend_service(contender("B", &events_)).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   faults_->set_mode(Mode::kFail);  // A dies silently: its lease ends at 16 s
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == a->contender_id(); },
-                         seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return b->after_owner().owner_id == a->contender_id(); }, seconds(5)));
   const int calls = b_faults->acquire_calls();
-  ASSERT_TRUE(Waiting(seconds(16) - milliseconds(150)));
-  clock_->Advance(seconds(16) - milliseconds(150));
-  ASSERT_TRUE(Eventually([&] { return b_faults->acquire_calls() == calls + 1; }, seconds(5)));
-  Settle();
+  ASSERT_TRUE(waiting(seconds(16) - milliseconds(150)));
+  clock_->advance(seconds(16) - milliseconds(150));
+  ASSERT_TRUE(eventually([&] { return b_faults->acquire_calls() == calls + 1; }, seconds(5)));
+  settle();
   EXPECT_EQ(b_faults->acquire_calls(), calls + 1) << "came early more than once";
   EXPECT_FALSE(b->is_owner());
-  clock_->Advance(milliseconds(151));  // the lease end + 1 ms of jitter
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  clock_->advance(milliseconds(151));  // the lease end + 1 ms of jitter
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
   EXPECT_EQ(b_faults->acquire_calls(), calls + 2);
   faults_->set_mode(Mode::kPass);
   SIMBA_ASSERT_OK(b->stop());

@@ -25,12 +25,12 @@ namespace {
 TEST(FencedRegister, AcceptsEqualOrHigherTokensAndRejectsLowerOnes) {
   auto clock = std::make_shared<ManualClock>();
   FencedRegister fence(clock);
-  EXPECT_TRUE(*fence.Write(1, 5, 0));
-  EXPECT_TRUE(*fence.Write(1, 5, 1)) << "the owner writes many times with one token";
-  EXPECT_FALSE(*fence.Write(2, 4, 0)) << "a stale token";
-  clock->Advance(std::chrono::milliseconds(3));
-  EXPECT_TRUE(*fence.Write(2, 7, 1));
-  EXPECT_FALSE(*fence.Write(1, 5, 2)) << "the old owner, after a newer one wrote";
+  EXPECT_TRUE(*fence.write(1, 5, 0));
+  EXPECT_TRUE(*fence.write(1, 5, 1)) << "the owner writes many times with one token";
+  EXPECT_FALSE(*fence.write(2, 4, 0)) << "a stale token";
+  clock->advance(std::chrono::milliseconds(3));
+  EXPECT_TRUE(*fence.write(2, 7, 1));
+  EXPECT_FALSE(*fence.write(1, 5, 2)) << "the old owner, after a newer one wrote";
 
   const auto decisions = fence.decisions();
   ASSERT_EQ(decisions.size(), 5u);
@@ -43,21 +43,21 @@ TEST(FencedRegister, AcceptsEqualOrHigherTokensAndRejectsLowerOnes) {
 
 TEST(FencedRegister, ServesWorkersOverAUnixSocket) {
   TempDir dir;
-  FencedRegister fence(Clock::Steady());
-  auto server = FencedRegisterServer::Start(dir.path() + "/fence.sock", &fence);
+  FencedRegister fence(Clock::steady());
+  auto server = FencedRegisterServer::start(dir.path() + "/fence.sock", &fence);
   SIMBA_ASSERT_OK(server.status());
   FencedRegisterClient a(dir.path() + "/fence.sock");
   FencedRegisterClient b(dir.path() + "/fence.sock");
-  EXPECT_TRUE(*a.Write(1, 10, 0));
-  EXPECT_TRUE(*b.Write(2, 11, 0));
-  EXPECT_FALSE(*a.Write(1, 10, 1));
+  EXPECT_TRUE(*a.write(1, 10, 0));
+  EXPECT_TRUE(*b.write(2, 11, 0));
+  EXPECT_FALSE(*a.write(1, 10, 1));
   EXPECT_EQ(fence.decisions().size(), 3u);
 }
 
 TEST(FencedRegister, AClientWithoutAServerGetsAnErrorNotAHang) {
   TempDir dir;
   FencedRegisterClient client(dir.path() + "/nobody.sock");
-  const Result<bool> r = client.Write(1, 1, 0);
+  const Result<bool> r = client.write(1, 1, 0);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);
 }
@@ -68,16 +68,16 @@ TEST(FencedRegister, AClientWithoutAServerGetsAnErrorNotAHang) {
 class SpyClock final : public Clock {
  public:
   explicit SpyClock(std::shared_ptr<ManualClock> base) : base_(std::move(base)) {}
-  TimePoint Now() const override {
+  TimePoint now() const override {
     const FaultWorker* worker = worker_.load();
     if (worker != nullptr && std::this_thread::get_id() == watcher_) {
       seen_.push_back(worker->published_token());
     }
-    return base_->Now();
+    return base_->now();
   }
-  void WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
-                 TimePoint deadline) const override {
-    base_->WaitUntil(cv, lock, deadline);
+  void wait_until(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                  TimePoint deadline) const override {
+    base_->wait_until(cv, lock, deadline);
   }
   // Call before any thread of the service can read the clock's worker_.
   void watch(const FaultWorker* worker) {
@@ -103,16 +103,18 @@ TEST(FaultWorker, OnAcquiredReadsTheClockBeforeItPublishesTheToken) {
   auto spy = std::make_shared<SpyClock>(base);
   FactoryOptions options;
   options.clock = spy;
-  auto factory = MutexContendServiceFactory::create(NewMemoryBackend({"spy", spy}).value(), options);
+  auto factory =
+      MutexContendServiceFactory::create(new_memory_backend({"spy", spy}).value(), options);
   SIMBA_ASSERT_OK(factory.status());
   FencedRegister fence(base);
-  FaultWorker worker(factory->get(), &fence, [](const std::string&) {}, FaultWorkerOptions{});
+  FaultWorker worker(
+      factory->get(), &fence, [](const std::string&) {}, FaultWorkerOptions{});
   spy->watch(&worker);
-  base->Advance(std::chrono::milliseconds(7));
-  const WorkerEvent e = worker.PublishAcquired(*spy, 42);
+  base->advance(std::chrono::milliseconds(7));
+  const WorkerEvent e = worker.publish_acquired(*spy, 42);
   EXPECT_EQ(e.kind, WorkerEvent::Kind::kAcquired);
   EXPECT_EQ(e.token, 42u);
-  EXPECT_EQ(e.t, NowNanos(*base));
+  EXPECT_EQ(e.t, now_nanos(*base));
   EXPECT_EQ(worker.published_token(), 42u);
   ASSERT_EQ(spy->seen().size(), 1u) << "one clock read, for the event's time";
   EXPECT_EQ(spy->seen()[0], 0u) << "the time was read after the token was published";

@@ -6,13 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <string>
-#include <vector>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
-#include "simba/clock.h"
 #include "simba/backends/memory.h"
+#include "simba/clock.h"
 #include "simba/keyed_lock.h"
 #include "simba/metrics.h"
 #include "simba/registry.h"
@@ -25,7 +25,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Eventually;
+using testing::eventually;
 
 // A store whose holds the test can take away, as a lost session would.
 class LosingBackend final : public KeyedLockBackend {
@@ -41,7 +41,7 @@ class LosingBackend final : public KeyedLockBackend {
     on_lost_ = request.on_lost;
     return std::unique_ptr<KeyHold>(std::make_unique<Hold>(this, ++tokens_));
   }
-  void LoseTheHold() {
+  void lose_the_hold() {
     std::function<void()> lost;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -62,7 +62,7 @@ class LosingBackend final : public KeyedLockBackend {
     Status release(Deadline) override {
       released_ = true;
       ++backend_->releases_;
-      return OkStatus();
+      return ok_status();
     }
 
    private:
@@ -80,37 +80,37 @@ class LosingBackend final : public KeyedLockBackend {
 
 class KeyedLockTest : public ::testing::Test {
  protected:
-  std::unique_ptr<KeyedLockProvider> Provider(const std::string& name) {
+  std::unique_ptr<KeyedLockProvider> make_provider(const std::string& name) {
     KeyedLockOptions options;
     options.clock = clock_;
-    return KeyedLockProvider::create(NewMemoryKeyedLockBackend(name).value(), options).value();
+    return KeyedLockProvider::create(new_memory_keyed_lock_backend(name).value(), options).value();
   }
   // True once the watchdog's timer thread waits for `at`.
-  bool TimerWaitsFor(Clock::TimePoint at) {
-    return Eventually([&] { return clock_->HasWaiterUntil(at); }, seconds(5));
+  bool timer_waits_for(Clock::TimePoint at) {
+    return eventually([&] { return clock_->has_waiter_until(at); }, seconds(5));
   }
 
   std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
 };
 
 TEST_F(KeyedLockTest, TheWatchdogFiresAtMaxHoldToTheMillisecond) {
-  auto provider = Provider("watchdog");
-  auto other = Provider("watchdog");
+  auto provider = make_provider("watchdog");
+  auto other = make_provider("watchdog");
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
-  EXPECT_EQ(lease->hold_deadline(), clock_->Now() + seconds(10));
-  ASSERT_TRUE(TimerWaitsFor(lease->hold_deadline()));
-  clock_->Advance(seconds(10) - milliseconds(1));
+  EXPECT_EQ(lease->hold_deadline(), clock_->now() + seconds(10));
+  ASSERT_TRUE(timer_waits_for(lease->hold_deadline()));
+  clock_->advance(seconds(10) - milliseconds(1));
   EXPECT_TRUE(lease->is_held());
   auto blocked = other->try_acquire("k", milliseconds(0), seconds(1));
   ASSERT_THAT(blocked, testing::IsOk());
   EXPECT_FALSE(blocked->has_value());
-  clock_->Advance(milliseconds(1));
+  clock_->advance(milliseconds(1));
   // Not held from that instant on, even before the timer thread runs.
   EXPECT_FALSE(lease->is_held());
-  ASSERT_TRUE(Eventually([&] { return lease->lost_token().stop_requested(); }, seconds(5)));
-  Result<std::optional<Lease>> taken = InternalError("not yet");
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually([&] { return lease->lost_token().stop_requested(); }, seconds(5)));
+  Result<std::optional<Lease>> taken = internal_error("not yet");
+  ASSERT_TRUE(eventually(
       [&] {
         taken = other->try_acquire("k", milliseconds(0), seconds(1));
         return taken.ok() && taken->has_value();
@@ -122,26 +122,26 @@ TEST_F(KeyedLockTest, TheWatchdogFiresAtMaxHoldToTheMillisecond) {
 }
 
 TEST_F(KeyedLockTest, AReentryAfterTheWatchdogIsANewHoldWithANewToken) {
-  auto provider = Provider("reentry-after-watchdog");
+  auto provider = make_provider("reentry-after-watchdog");
   auto outer = provider->acquire("k", seconds(1));
   ASSERT_THAT(outer, testing::IsOk());
   const std::uint64_t first = outer->fencing_token();
-  ASSERT_TRUE(TimerWaitsFor(outer->hold_deadline()));
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return outer->lost_token().stop_requested(); }, seconds(5)));
+  ASSERT_TRUE(timer_waits_for(outer->hold_deadline()));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return outer->lost_token().stop_requested(); }, seconds(5)));
   auto fresh = provider->acquire("k", seconds(5));
   ASSERT_THAT(fresh, testing::IsOk());
   EXPECT_TRUE(fresh->is_held());
   EXPECT_GT(fresh->fencing_token(), first);
-  EXPECT_EQ(fresh->hold_deadline(), clock_->Now() + seconds(5));
+  EXPECT_EQ(fresh->hold_deadline(), clock_->now() + seconds(5));
   // Closing the old outer lease must not end the new hold.
   SIMBA_EXPECT_OK(outer->release());
   EXPECT_TRUE(fresh->is_held());
 }
 
 TEST_F(KeyedLockTest, ALeaseMayBeReleasedFromAnotherThread) {
-  auto provider = Provider("other-thread");
-  auto other = Provider("other-thread");
+  auto provider = make_provider("other-thread");
+  auto other = make_provider("other-thread");
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
   std::thread([&] { SIMBA_EXPECT_OK(lease->release()); }).join();
@@ -159,21 +159,21 @@ TEST_F(KeyedLockTest, AStoreLossEndsTheHoldAtOnce) {
   ASSERT_THAT(lease, testing::IsOk());
   auto inner = provider->acquire("k", seconds(10));
   ASSERT_THAT(inner, testing::IsOk());
-  backend->LoseTheHold();
+  backend->lose_the_hold();
   EXPECT_FALSE(lease->is_held());
   EXPECT_FALSE(inner->is_held());
   EXPECT_TRUE(lease->lost_token().stop_requested());
   EXPECT_EQ(lease->fencing_token(), 0u);
   // The store hold is still given back (in the background), once.
-  ASSERT_TRUE(Eventually([&] { return backend->releases() == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return backend->releases() == 1; }, seconds(5)));
   SIMBA_EXPECT_OK(inner->release());
   SIMBA_EXPECT_OK(lease->release());
   EXPECT_EQ(backend->releases(), 1);
 }
 
 TEST_F(KeyedLockTest, DestroyingTheProviderFreesWhatItsLeasesHold) {
-  auto provider = Provider("provider-end");
-  auto other = Provider("provider-end");
+  auto provider = make_provider("provider-end");
+  auto other = make_provider("provider-end");
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
   provider.reset();
@@ -186,7 +186,7 @@ TEST_F(KeyedLockTest, DestroyingTheProviderFreesWhatItsLeasesHold) {
 }
 
 TEST_F(KeyedLockTest, WaitersOfTheMemoryStoreAreServedInArrivalOrder) {
-  auto provider = Provider("fifo");
+  auto provider = make_provider("fifo");
   auto holder = provider->acquire("k", seconds(10));
   ASSERT_THAT(holder, testing::IsOk());
   std::mutex mu;
@@ -211,13 +211,13 @@ class EventRecorder final : public LockEventListener {
  public:
   void on_event(const LockEvent& e) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::string line = std::string(LockEventKindName(e.kind)) + " " + e.mutex + " " +
+    std::string line = std::string(lock_event_kind_name(e.kind)) + " " + e.mutex + " " +
                        std::to_string(e.fencing_token);
-    if (e.cause) line += " " + std::string(LossCauseName(*e.cause));
+    if (e.cause) line += " " + std::string(loss_cause_name(*e.cause));
     lines_.push_back(line);
     if (e.kind == LockEvent::Kind::kAcquired) {
-      waited_ok_ = waited_ok_ && e.waited.has_value() && !e.contender_id.empty() &&
-                   e.store == "memory";
+      waited_ok_ =
+          waited_ok_ && e.waited.has_value() && !e.contender_id.empty() && e.store == "memory";
     }
   }
   std::vector<std::string> lines() const {
@@ -246,8 +246,8 @@ TEST_F(KeyedLockTest, NativeHoldsReportToMetricsAndEvents) {
   options.metrics = metrics;
   options.events = events;
   auto provider =
-      KeyedLockProvider::create(NewMemoryKeyedLockBackend("reports").value(), options).value();
-  auto other = Provider("reports");
+      KeyedLockProvider::create(new_memory_keyed_lock_backend("reports").value(), options).value();
+  auto other = make_provider("reports");
 
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
@@ -263,7 +263,7 @@ TEST_F(KeyedLockTest, NativeHoldsReportToMetricsAndEvents) {
     ASSERT_THAT(waited, testing::IsOk());
     held_w = std::move(*waited);
   });
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         return metrics->expose().find("simba_contenders_waiting{store=\"memory\",mutex=\"w\"} 1") !=
                std::string::npos;
@@ -271,9 +271,9 @@ TEST_F(KeyedLockTest, NativeHoldsReportToMetricsAndEvents) {
       seconds(5)));
   SIMBA_ASSERT_OK(blocker->release());
   waiter.join();
-  ASSERT_TRUE(TimerWaitsFor(clock_->Now() + seconds(1)));
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] { return events->lines().size() == 4; }, seconds(5)));
+  ASSERT_TRUE(timer_waits_for(clock_->now() + seconds(1)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return events->lines().size() == 4; }, seconds(5)));
 
   const std::vector<std::string> lines = events->lines();
   EXPECT_EQ(lines[0], "acquired k " + std::to_string(first));
@@ -284,13 +284,17 @@ TEST_F(KeyedLockTest, NativeHoldsReportToMetricsAndEvents) {
   EXPECT_TRUE(events->waited_ok());
   const std::string text = metrics->expose();
   EXPECT_NE(text.find("simba_acquisitions_total{store=\"memory\",mutex=\"k\"} 1"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("simba_releases_total{store=\"memory\",mutex=\"k\"} 1"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("simba_losses_total{store=\"memory\",mutex=\"w\",cause=\"deadline_passed\"} 1"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("simba_releases_total{store=\"memory\",mutex=\"k\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(
+      text.find("simba_losses_total{store=\"memory\",mutex=\"w\",cause=\"deadline_passed\"} 1"),
+      std::string::npos)
+      << text;
   EXPECT_NE(text.find("simba_contenders_waiting{store=\"memory\",mutex=\"w\"} 0"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
 }
 
 // A store that ends a hold (a lost session) is a loss the store caused.
@@ -303,7 +307,7 @@ TEST_F(KeyedLockTest, AStoreLossIsReportedAsOtherOwner) {
   auto provider = KeyedLockProvider::create(backend, options).value();
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
-  backend->LoseTheHold();
+  backend->lose_the_hold();
   SIMBA_EXPECT_OK(lease->release());  // after the loss: no second ending
   const std::vector<std::string> lines = events->lines();
   ASSERT_EQ(lines.size(), 2u);
@@ -315,8 +319,8 @@ TEST_F(KeyedLockTest, AStoreLossIsReportedAsOtherOwner) {
 // themselves: the provider adds nothing (nothing counted twice).
 TEST_F(KeyedLockTest, LeaseHoldsAreReportedOnce) {
   auto metrics = std::make_shared<PrometheusMetrics>();
-  auto store = OpenBackend("memory://keyed-once").value();
-  auto backend = NewLeaseKeyedLockBackend(store, KeyedLockOptions().lease, metrics).value();
+  auto store = open_backend("memory://keyed-once").value();
+  auto backend = new_lease_keyed_lock_backend(store, KeyedLockOptions().lease, metrics).value();
   EXPECT_TRUE(backend->capabilities().reports_holds);
   KeyedLockOptions options;
   options.metrics = metrics;
@@ -324,7 +328,7 @@ TEST_F(KeyedLockTest, LeaseHoldsAreReportedOnce) {
   auto lease = provider->acquire("k", seconds(10));
   ASSERT_THAT(lease, testing::IsOk());
   SIMBA_ASSERT_OK(lease->release());
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         return metrics->expose().find("simba_releases_total{store=\"memory\",mutex=\"k\"} 1") !=
                std::string::npos;
@@ -348,7 +352,8 @@ class WatchingBackend final : public testing::ForwardingBackend {
   void hide_other_owners_times() { hide_times_ = true; }
 
  protected:
-  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
       ids_.emplace_back(request.contender_id);
@@ -404,14 +409,15 @@ class WatchingBackend final : public testing::ForwardingBackend {
 // Keyed leases subscribe to the store's pushes only while they wait: a free
 // key is taken and given back without a subscription, a waiter subscribes
 // (and hears the release), and drops it once it holds the key.
-void ExpectLeaseHoldsSubscribeOnlyWhileWaiting(const std::shared_ptr<WatchingBackend>& store) {
+void expect_lease_holds_subscribe_only_while_waiting(
+    const std::shared_ptr<WatchingBackend>& store) {
   ASSERT_TRUE(store->capabilities().push_release);
   // A ttl far beyond the test: only a pushed release can hand the key over.
   ContendOptions lease;
   lease.ttl = seconds(60);
   lease.transition = seconds(10);
-  auto a = KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, lease).value()).value();
-  auto b = KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, lease).value()).value();
+  auto a = KeyedLockProvider::create(new_lease_keyed_lock_backend(store, lease).value()).value();
+  auto b = KeyedLockProvider::create(new_lease_keyed_lock_backend(store, lease).value()).value();
   auto held = a->acquire("k", seconds(60));
   ASSERT_THAT(held, testing::IsOk());
   EXPECT_EQ(store->subscribed(), 0) << "a free key was taken with a subscription";
@@ -420,37 +426,37 @@ void ExpectLeaseHoldsSubscribeOnlyWhileWaiting(const std::shared_ptr<WatchingBac
     auto taken = b->try_acquire("k", seconds(30), seconds(60));
     got = taken.ok() && taken->has_value();
   });
-  ASSERT_TRUE(Eventually([&] { return store->live() == 1; }, seconds(10)))
+  ASSERT_TRUE(eventually([&] { return store->live() == 1; }, seconds(10)))
       << "the waiter never subscribed";
   SIMBA_ASSERT_OK(held->release());
   waiter.join();
   EXPECT_TRUE(got.load());
   EXPECT_EQ(store->subscribed(), 1);
   // The new holder gave its subscription up (after telling its caller).
-  EXPECT_TRUE(Eventually([&] { return store->live() == 0; }, seconds(10)));
+  EXPECT_TRUE(eventually([&] { return store->live() == 0; }, seconds(10)));
 }
 
 TEST_F(KeyedLockTest, LeaseHoldsSubscribeOnlyWhileWaiting) {
-  ExpectLeaseHoldsSubscribeOnlyWhileWaiting(
-      std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-subscribe").value()));
+  expect_lease_holds_subscribe_only_while_waiting(
+      std::make_shared<WatchingBackend>(open_backend("memory://keyed-subscribe").value()));
 }
 
 // A waiter is waiting whether the store says when the owner's lease ends or
 // cannot know it (etcd, ZooKeeper): it subscribes either way, or a release
 // reaches it only when it asks again.
 TEST_F(KeyedLockTest, LeaseWaitersSubscribeWhenTheStoreCannotTellTheOwnersTimes) {
-  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-unknown").value());
+  auto store = std::make_shared<WatchingBackend>(open_backend("memory://keyed-unknown").value());
   store->hide_other_owners_times();
-  ExpectLeaseHoldsSubscribeOnlyWhileWaiting(store);
+  expect_lease_holds_subscribe_only_while_waiting(store);
 }
 
 // One contender per (provider, key), reused by the next hold of the key,
 // however many threads of the provider take it.
 TEST_F(KeyedLockTest, LeaseHoldsOfAKeyReuseTheProvidersContender) {
-  auto store = std::make_shared<WatchingBackend>(OpenBackend("memory://keyed-reuse").value());
-  auto provider =
-      KeyedLockProvider::create(NewLeaseKeyedLockBackend(store, KeyedLockOptions().lease).value())
-          .value();
+  auto store = std::make_shared<WatchingBackend>(open_backend("memory://keyed-reuse").value());
+  auto provider = KeyedLockProvider::create(
+                      new_lease_keyed_lock_backend(store, KeyedLockOptions().lease).value())
+                      .value();
   for (int i = 0; i < 2; ++i) {
     auto lease = provider->acquire("k", seconds(60));
     ASSERT_THAT(lease, testing::IsOk());
@@ -469,17 +475,17 @@ TEST_F(KeyedLockTest, LeaseHoldsOfAKeyReuseTheProvidersContender) {
 // A provider on a lease store runs on the threads of the store's factory:
 // making it starts none of its own (it used to start three).
 TEST_F(KeyedLockTest, AProviderOnALeaseStoreStartsNoThreadsOfItsOwn) {
-  auto backend =
-      NewLeaseKeyedLockBackend(OpenBackend("memory://keyed-threads").value(), KeyedLockOptions().lease)
-          .value();
-  const int before = testing::CountThreads();
+  auto backend = new_lease_keyed_lock_backend(open_backend("memory://keyed-threads").value(),
+                                              KeyedLockOptions().lease)
+                     .value();
+  const int before = testing::count_threads();
   auto provider = KeyedLockProvider::create(backend).value();
-  EXPECT_EQ(testing::CountThreads(), before);
+  EXPECT_EQ(testing::count_threads(), before);
   auto lease = provider->acquire("k", milliseconds(50));
   ASSERT_THAT(lease, testing::IsOk());
   // Its watchdog still frees the key at max_hold, on the shared threads.
   const std::stop_token lost = lease->lost_token();
-  EXPECT_TRUE(Eventually([&] { return lost.stop_requested(); }, seconds(10)));
+  EXPECT_TRUE(eventually([&] { return lost.stop_requested(); }, seconds(10)));
 }
 
 }  // namespace

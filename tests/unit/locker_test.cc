@@ -21,7 +21,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Eventually;
+using testing::eventually;
 using testing::FaultInjectingBackend;
 using testing::StatusIs;
 
@@ -29,8 +29,8 @@ class LockerTest : public testing::VirtualTimeTest {
  protected:
   void SetUp() override {
     VirtualTimeTest::SetUp();
-    factory_ = MakeFactory(faults_);
-    other_factory_ = MakeFactory(store_);
+    factory_ = make_factory(faults_);
+    other_factory_ = make_factory(store_);
   }
 
   std::unique_ptr<MutexContendServiceFactory> factory_;        // through faults_
@@ -57,15 +57,16 @@ TEST_F(LockerTest, AcquireWithTimeoutGivesUpOnTheVirtualClock) {
   auto holder = Locker::create(*other_factory_, "job").value();
   SIMBA_ASSERT_OK(holder->acquire());
   auto waiter = Locker::create(*factory_, "job").value();
-  const auto give_up_at = clock_->Now() + seconds(5);
+  const auto give_up_at = clock_->now() + seconds(5);
   auto result = std::async(std::launch::async, [&] { return waiter->acquire(seconds(5)); });
   // Advance only once the waiter waits for its own deadline.
-  ASSERT_TRUE(Eventually([&] { return clock_->HasWaiterUntil(give_up_at); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return clock_->has_waiter_until(give_up_at); }, seconds(5)));
   EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
       << "gave up before virtual time passed";
-  clock_->Advance(seconds(5));
+  clock_->advance(seconds(5));
   ASSERT_EQ(result.wait_for(seconds(5)), std::future_status::ready);
-  EXPECT_THAT(result.get(), StatusIs(StatusCode::kDeadlineExceeded, ::testing::HasSubstr("5000ms")));
+  EXPECT_THAT(result.get(),
+              StatusIs(StatusCode::kDeadlineExceeded, ::testing::HasSubstr("5000ms")));
   EXPECT_FALSE(waiter->is_held());
   EXPECT_TRUE(holder->is_held());
 }
@@ -123,24 +124,26 @@ TEST_F(LockerTest, TryAcquireIsOneAttempt) {
 TEST_F(LockerTest, LostLeaseIsSignalledThreeWays) {
   testing::Latch lost;
   LockerOptions options;
-  options.on_lost = [&] { lost.Set(); };
+  options.on_lost = [&] { lost.set(); };
   auto locker = Locker::create(*factory_, "job", options).value();
   SIMBA_ASSERT_OK(locker->acquire());
   const std::stop_token token = locker->lost_token();
   faults_->set_mode(FaultInjectingBackend::Mode::kFail);
-  clock_->Advance(seconds(16));
+  clock_->advance(seconds(16));
   EXPECT_FALSE(locker->is_held()) << "is_held() checks the lease deadline itself";
-  ASSERT_TRUE(lost.Wait(seconds(5)));
+  ASSERT_TRUE(lost.wait(seconds(5)));
   EXPECT_TRUE(token.stop_requested());
   EXPECT_EQ(locker->fencing_token(), 0u);
   // The locker stopped contending: it does not silently take the mutex back.
   faults_->set_mode(FaultInjectingBackend::Mode::kPass);
   auto other = Locker::create(*other_factory_, "job").value();
-  clock_->Advance(seconds(1));
-  ASSERT_TRUE(Eventually([&] {
-    auto r = other->try_acquire();
-    return r.ok() && *r;
-  }, seconds(5)));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto r = other->try_acquire();
+        return r.ok() && *r;
+      },
+      seconds(5)));
   SIMBA_EXPECT_OK(locker->release());
 }
 

@@ -13,8 +13,8 @@
 #include "simba/keyed_backend.h"
 #include "simba/keyed_lock.h"
 #include "simba/metrics.h"
-#include "testing/forwarding_backend.h"
 #include "testing/fault_injecting_backend.h"
+#include "testing/forwarding_backend.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 #include "testing/virtual_time_test.h"
@@ -25,7 +25,7 @@ namespace {
 using std::chrono::microseconds;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using testing::Eventually;
+using testing::eventually;
 using Kind = LockEvent::Kind;
 using Mode = testing::FaultInjectingBackend::Mode;
 
@@ -35,27 +35,27 @@ class RecordingListener final : public LockEventListener {
     std::lock_guard<std::mutex> lock(mu_);
     events_.push_back(event);
   }
-  std::vector<LockEvent> Get() const {
+  std::vector<LockEvent> get() const {
     std::lock_guard<std::mutex> lock(mu_);
     return events_;
   }
-  std::vector<Kind> Kinds() const {
+  std::vector<Kind> kinds() const {
     std::vector<Kind> kinds;
-    for (const auto& e : Get()) kinds.push_back(e.kind);
+    for (const auto& e : get()) kinds.push_back(e.kind);
     return kinds;
   }
   // The last event of `kind`; fails the test if there is none.
-  LockEvent Last(Kind kind) const {
-    const auto all = Get();
+  LockEvent last(Kind kind) const {
+    const auto all = get();
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
       if (it->kind == kind) return *it;
     }
-    ADD_FAILURE() << "no " << LockEventKindName(kind) << " event";
+    ADD_FAILURE() << "no " << lock_event_kind_name(kind) << " event";
     return LockEvent{};
   }
-  int Count(Kind kind) const {
+  int count(Kind kind) const {
     int n = 0;
-    for (const auto& e : Get()) n += e.kind == kind ? 1 : 0;
+    for (const auto& e : get()) n += e.kind == kind ? 1 : 0;
     return n;
   }
 
@@ -69,25 +69,25 @@ class RecordingMetrics final : public Metrics {
  public:
   void acquired(const MetricLabels& l, microseconds waited,
                 std::optional<microseconds> handoff) override {
-    Add(Name(l) + " acquired waited=" + std::to_string(waited.count()) +
+    add(name(l) + " acquired waited=" + std::to_string(waited.count()) +
         (handoff ? " handoff=" + std::to_string(handoff->count()) : ""));
   }
   void renewed(const MetricLabels& l, microseconds margin) override {
-    Add(Name(l) + " renewed margin=" + std::to_string(margin.count()));
+    add(name(l) + " renewed margin=" + std::to_string(margin.count()));
   }
-  void released(const MetricLabels& l) override { Add(Name(l) + " released"); }
+  void released(const MetricLabels& l) override { add(name(l) + " released"); }
   void lost(const MetricLabels& l, LossCause cause) override {
-    Add(Name(l) + " lost " + std::string(LossCauseName(cause)));
+    add(name(l) + " lost " + std::string(loss_cause_name(cause)));
   }
   void store_error(const MetricLabels& l, bool renewal) override {
-    Add(Name(l) + (renewal ? " renew_failed" : " store_error"));
+    add(name(l) + (renewal ? " renew_failed" : " store_error"));
   }
   void waiting_changed(const MetricLabels& l, int delta) override {
     std::lock_guard<std::mutex> lock(mu_);
     waiting_ += delta;
-    lines_.push_back(Name(l) + " waiting " + std::to_string(delta));
+    lines_.push_back(name(l) + " waiting " + std::to_string(delta));
   }
-  std::vector<std::string> Get() const {
+  std::vector<std::string> get() const {
     std::lock_guard<std::mutex> lock(mu_);
     return lines_;
   }
@@ -97,10 +97,10 @@ class RecordingMetrics final : public Metrics {
   }
 
  private:
-  static std::string Name(const MetricLabels& l) {
+  static std::string name(const MetricLabels& l) {
     return std::string(l.store) + "/" + std::string(l.mutex);
   }
-  void Add(std::string line) {
+  void add(std::string line) {
     std::lock_guard<std::mutex> lock(mu_);
     lines_.push_back(std::move(line));
   }
@@ -116,13 +116,14 @@ class ForgingBackend final : public testing::ForwardingBackend {
  public:
   explicit ForgingBackend(std::shared_ptr<Backend> target)
       : ForwardingBackend(std::move(target), /*pushes=*/false) {}
-  void ForgeOwner(std::string owner) {
+  void forge_owner(std::string owner) {
     std::lock_guard<std::mutex> lock(mu_);
     forged_owner_ = std::move(owner);
   }
 
  protected:
-  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline deadline) override {
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
     auto reply = target_->acquire_or_renew(request, deadline);
     std::lock_guard<std::mutex> lock(mu_);
     if (reply.ok() && !forged_owner_.empty()) {
@@ -139,17 +140,17 @@ class ForgingBackend final : public testing::ForwardingBackend {
 
 class ObservabilityTest : public testing::VirtualTimeTest {
  protected:
-  std::unique_ptr<MutexContendServiceFactory> Factory(std::shared_ptr<Backend> backend) {
-    return MakeFactory(std::move(backend), [this](FactoryOptions& o) {
+  std::unique_ptr<MutexContendServiceFactory> observed_factory(std::shared_ptr<Backend> backend) {
+    return make_factory(std::move(backend), [this](FactoryOptions& o) {
       o.random = std::make_shared<testing::FixedRandom>(1);
       o.contend.operation_timeout = seconds(30);
       o.metrics = metrics_;
       o.events = events_;
     });
   }
-  std::unique_ptr<MutexContendService> Service(MutexContendServiceFactory& factory,
+  std::unique_ptr<MutexContendService> service(MutexContendServiceFactory& factory,
                                                const std::string& id) {
-    return factory.create_contend_service(MakeContender("m", nullptr, nullptr, id)).value();
+    return factory.create_contend_service(make_contender("m", nullptr, nullptr, id)).value();
   }
 
   std::shared_ptr<RecordingMetrics> metrics_ = std::make_shared<RecordingMetrics>();
@@ -157,11 +158,11 @@ class ObservabilityTest : public testing::VirtualTimeTest {
 };
 
 TEST_F(ObservabilityTest, AHoldIsReportedFromAcquisitionThroughRenewalToRelease) {
-  auto factory = Factory(faults_);
-  auto a = Service(*factory, "A");
+  auto factory = observed_factory(faults_);
+  auto a = service(*factory, "A");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kAcquired) == 1; }, seconds(5)));
-  const LockEvent acquired = events_->Last(Kind::kAcquired);
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kAcquired) == 1; }, seconds(5)));
+  const LockEvent acquired = events_->last(Kind::kAcquired);
   EXPECT_EQ(acquired.store, "memory");
   EXPECT_EQ(acquired.mutex, "m");
   EXPECT_EQ(acquired.contender_id, "A");
@@ -173,77 +174,77 @@ TEST_F(ObservabilityTest, AHoldIsReportedFromAcquisitionThroughRenewalToRelease)
   EXPECT_FALSE(acquired.handoff.has_value()) << "the mutex was free at the first attempt";
   EXPECT_FALSE(acquired.cause.has_value());
 
-  ASSERT_TRUE(Waiting(seconds(10)));
-  clock_->Advance(seconds(10));
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kRenewed) == 1; }, seconds(5)));
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kRenewed) == 1; }, seconds(5)));
   // Renewed at ttl: 15.8 s - 10 s of the old lease was left.
-  EXPECT_EQ(events_->Last(Kind::kRenewed).margin, microseconds(5'800'000));
-  EXPECT_EQ(events_->Last(Kind::kRenewed).fencing_token, acquired.fencing_token);
+  EXPECT_EQ(events_->last(Kind::kRenewed).margin, microseconds(5'800'000));
+  EXPECT_EQ(events_->last(Kind::kRenewed).fencing_token, acquired.fencing_token);
 
   SIMBA_ASSERT_OK(a->stop());
-  EXPECT_THAT(events_->Kinds(),
+  EXPECT_THAT(events_->kinds(),
               ::testing::ElementsAre(Kind::kAcquired, Kind::kRenewed, Kind::kReleased));
-  EXPECT_EQ(events_->Last(Kind::kReleased).fencing_token, acquired.fencing_token);
-  EXPECT_THAT(metrics_->Get(),
+  EXPECT_EQ(events_->last(Kind::kReleased).fencing_token, acquired.fencing_token);
+  EXPECT_THAT(metrics_->get(),
               ::testing::ElementsAre("memory/m waiting 1", "memory/m acquired waited=0",
                                      "memory/m waiting -1", "memory/m renewed margin=5800000",
                                      "memory/m released"));
 }
 
 TEST_F(ObservabilityTest, AWaiterReportsHowLongItWaitedAndTheHandOffAfterAPushedRelease) {
-  auto a_factory = Factory(faults_);
-  auto b_factory = Factory(store_);
-  auto a = Service(*a_factory, "A");
-  auto b = Service(*b_factory, "B");
+  auto a_factory = observed_factory(faults_);
+  auto b_factory = observed_factory(store_);
+  auto a = service(*a_factory, "A");
+  auto b = service(*b_factory, "B");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == "A"; }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return metrics_->waiting() == 1; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return b->after_owner().owner_id == "A"; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return metrics_->waiting() == 1; }, seconds(5)));
   // A holds on for 3 s (short of its renewal), then lets go.
-  ASSERT_TRUE(Waiting(seconds(10)));
-  clock_->Advance(seconds(3));
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(3));
   SIMBA_ASSERT_OK(a->stop());
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kAcquired) == 2; }, seconds(5)));
-  const LockEvent acquired = events_->Last(Kind::kAcquired);
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kAcquired) == 2; }, seconds(5)));
+  const LockEvent acquired = events_->last(Kind::kAcquired);
   EXPECT_EQ(acquired.contender_id, "B");
   EXPECT_EQ(acquired.waited, microseconds(3'000'000));
   // The push woke B with no time passing at all.
   EXPECT_EQ(acquired.handoff, microseconds(0));
   // The waiting gauge drops in the strand task right after the one that
   // delivered the event: the test may look in between.
-  EXPECT_TRUE(Eventually([&] { return metrics_->waiting() == 0; }, seconds(5)));
+  EXPECT_TRUE(eventually([&] { return metrics_->waiting() == 0; }, seconds(5)));
   SIMBA_ASSERT_OK(b->stop());
 }
 
 TEST_F(ObservabilityTest, AHandOffAfterACrashIsMeasuredFromTheEndOfTheDeadOwnersLease) {
-  auto a_factory = Factory(faults_);
-  auto b_factory = Factory(store_);
-  auto a = Service(*a_factory, "A");
-  auto b = Service(*b_factory, "B");
+  auto a_factory = observed_factory(faults_);
+  auto b_factory = observed_factory(store_);
+  auto a = service(*a_factory, "A");
+  auto b = service(*b_factory, "B");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == "A"; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return b->after_owner().owner_id == "A"; }, seconds(5)));
   // A's store calls hang from now on: it can neither renew nor release.
   faults_->set_mode(Mode::kHang);
   // B polls when A's hard lease (16 s) has ended, plus the pinned 1 ms of
   // jitter; A's local deadline (15.8 s) passes first.
-  ASSERT_TRUE(Waiting(seconds(16) + milliseconds(1)));
-  clock_->Advance(seconds(10));
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
-  ASSERT_TRUE(Waiting(seconds(6) + milliseconds(1)));
-  clock_->Advance(seconds(6) + milliseconds(1));
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kAcquired) == 2; }, seconds(5)));
-  const LockEvent acquired = events_->Last(Kind::kAcquired);
+  ASSERT_TRUE(waiting(seconds(16) + milliseconds(1)));
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(waiting(seconds(6) + milliseconds(1)));
+  clock_->advance(seconds(6) + milliseconds(1));
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kAcquired) == 2; }, seconds(5)));
+  const LockEvent acquired = events_->last(Kind::kAcquired);
   EXPECT_EQ(acquired.contender_id, "B");
   EXPECT_EQ(acquired.handoff, microseconds(1000));
   EXPECT_EQ(acquired.waited, microseconds(16'001'000));
   // (A's events come from its own factory's threads.)
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kLost) == 1; }, seconds(5)));
-  const LockEvent lost = events_->Last(Kind::kLost);
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kLost) == 1; }, seconds(5)));
+  const LockEvent lost = events_->last(Kind::kLost);
   EXPECT_EQ(lost.contender_id, "A");
   EXPECT_EQ(lost.cause, LossCause::kDeadlinePassed) << "the renewal hung: nothing failed";
   faults_->set_mode(Mode::kPass);
@@ -252,72 +253,72 @@ TEST_F(ObservabilityTest, AHandOffAfterACrashIsMeasuredFromTheEndOfTheDeadOwners
 }
 
 TEST_F(ObservabilityTest, RenewalsThatFailUntilTheDeadlineAreALossByRenewalFailure) {
-  auto factory = Factory(faults_);
-  auto a = Service(*factory, "A");
+  auto factory = observed_factory(faults_);
+  auto a = service(*factory, "A");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   const auto token = a->fencing_token();
   faults_->set_acquire_mode(Mode::kFail);
-  ASSERT_TRUE(Waiting(seconds(10)));
-  clock_->Advance(seconds(10));  // the renewal fails
-  ASSERT_TRUE(Eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(10));  // the renewal fails
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
   // Retries fail too, up to the deadline at 15.8 s.
   for (int i = 0; i < 40 && a->is_owner(); ++i) {
-    clock_->Advance(milliseconds(250));
-    Settle();
+    clock_->advance(milliseconds(250));
+    settle();
   }
   ASSERT_FALSE(a->is_owner());
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kLost) == 1; }, seconds(5)));
-  const LockEvent lost = events_->Last(Kind::kLost);
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kLost) == 1; }, seconds(5)));
+  const LockEvent lost = events_->last(Kind::kLost);
   EXPECT_EQ(lost.cause, LossCause::kRenewalFailed);
   EXPECT_EQ(lost.fencing_token, token);
   EXPECT_FALSE(lost.error.ok());
-  const LockEvent error = events_->Last(Kind::kStoreError);
+  const LockEvent error = events_->last(Kind::kStoreError);
   EXPECT_EQ(error.error.code(), StatusCode::kUnavailable);
-  const auto lines = metrics_->Get();
+  const auto lines = metrics_->get();
   EXPECT_THAT(lines, ::testing::Contains("memory/m renew_failed"));
   EXPECT_THAT(lines, ::testing::Contains("memory/m lost renewal_failed"));
   // After the loss the service counts as waiting again.
-  EXPECT_TRUE(Eventually([&] { return metrics_->waiting() == 1; }, seconds(5)));
+  EXPECT_TRUE(eventually([&] { return metrics_->waiting() == 1; }, seconds(5)));
   faults_->set_acquire_mode(Mode::kPass);
   SIMBA_ASSERT_OK(a->stop());
   EXPECT_EQ(metrics_->waiting(), 0);
 }
 
 TEST_F(ObservabilityTest, APushedLossIsForcedOnlyWhenTheStoreSaysSo) {
-  auto factory = Factory(faults_);
-  auto a = Service(*factory, "A");
+  auto factory = observed_factory(faults_);
+  auto a = service(*factory, "A");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   MutexEvent lost{MutexEvent::Kind::kLost, "m", "A", a->fencing_token()};
-  faults_->Push(lost);
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kLost) == 1; }, seconds(5)));
-  EXPECT_EQ(events_->Last(Kind::kLost).cause, LossCause::kOtherOwner);
+  faults_->push(lost);
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kLost) == 1; }, seconds(5)));
+  EXPECT_EQ(events_->last(Kind::kLost).cause, LossCause::kOtherOwner);
   // The store still had A: the service takes it again (a new acquisition).
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kAcquired) == 2; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kAcquired) == 2; }, seconds(5)));
   lost.fencing_token = a->fencing_token();
   lost.forced = true;
-  faults_->Push(lost);
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kLost) == 2; }, seconds(5)));
-  EXPECT_EQ(events_->Last(Kind::kLost).cause, LossCause::kForcedRelease);
+  faults_->push(lost);
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kLost) == 2; }, seconds(5)));
+  EXPECT_EQ(events_->last(Kind::kLost).cause, LossCause::kForcedRelease);
   SIMBA_ASSERT_OK(a->stop());
 }
 
 TEST_F(ObservabilityTest, ARenewalAnsweredWithAnotherOwnerIsALossToThatOwner) {
   auto forging = std::make_shared<ForgingBackend>(store_);
-  auto factory = Factory(forging);
-  auto a = Service(*factory, "A");
+  auto factory = observed_factory(forging);
+  auto a = service(*factory, "A");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
-  forging->ForgeOwner("Z");
-  ASSERT_TRUE(Waiting(seconds(10)));
-  clock_->Advance(seconds(10));
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kLost) == 1; }, seconds(5)));
-  const LockEvent lost = events_->Last(Kind::kLost);
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  forging->forge_owner("Z");
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kLost) == 1; }, seconds(5)));
+  const LockEvent lost = events_->last(Kind::kLost);
   EXPECT_EQ(lost.cause, LossCause::kOtherOwner);
   EXPECT_THAT(lost.error.message(), ::testing::HasSubstr("Z"));
   SIMBA_ASSERT_OK(a->stop());
-  EXPECT_EQ(events_->Count(Kind::kReleased), 0) << "nothing was held at stop()";
+  EXPECT_EQ(events_->count(Kind::kReleased), 0) << "nothing was held at stop()";
 }
 
 TEST_F(ObservabilityTest, PrometheusMetricsSeeTheOwnerAndTheWaiter) {
@@ -326,14 +327,14 @@ TEST_F(ObservabilityTest, PrometheusMetricsSeeTheOwnerAndTheWaiter) {
     o.metrics = prometheus;
     o.random = std::make_shared<testing::FixedRandom>(1);
   };
-  auto a_factory = MakeFactory(faults_, options);
-  auto b_factory = MakeFactory(store_, options);
-  auto a = Service(*a_factory, "A");
-  auto b = Service(*b_factory, "B");
+  auto a_factory = make_factory(faults_, options);
+  auto b_factory = make_factory(store_, options);
+  auto a = service(*a_factory, "A");
+  auto b = service(*b_factory, "B");
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually(
+  ASSERT_TRUE(eventually(
       [&] {
         // (Reports arrive on the factories' callback threads, in no set
         // order between the two services.)
@@ -349,7 +350,7 @@ TEST_F(ObservabilityTest, PrometheusMetricsSeeTheOwnerAndTheWaiter) {
   EXPECT_THAT(text,
               ::testing::HasSubstr("simba_acquisitions_total{store=\"memory\",mutex=\"m\"} 1"));
   SIMBA_ASSERT_OK(a->stop());
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
   SIMBA_ASSERT_OK(b->stop());
   // stop() has waited for B's reports; A's came before B could acquire.
   const std::string after = prometheus->expose();
@@ -366,18 +367,18 @@ TEST_F(ObservabilityTest, KeyedHoldsOnALeaseStoreReportUnderTheirKey) {
   ContendOptions lease;
   lease.ttl = seconds(5);
   lease.transition = seconds(2);
-  auto backend = NewLeaseKeyedLockBackend(store_, lease, metrics_, events_).value();
+  auto backend = new_lease_keyed_lock_backend(store_, lease, metrics_, events_).value();
   auto provider = KeyedLockProvider::create(backend).value();
   {
     auto held = provider->acquire("wallet:7", seconds(60)).value();
     ASSERT_TRUE(held.is_held());
-    ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kAcquired) == 1; }, seconds(5)));
-    const LockEvent acquired = events_->Last(Kind::kAcquired);
+    ASSERT_TRUE(eventually([&] { return events_->count(Kind::kAcquired) == 1; }, seconds(5)));
+    const LockEvent acquired = events_->last(Kind::kAcquired);
     EXPECT_EQ(acquired.mutex, "wallet:7");
     EXPECT_EQ(acquired.fencing_token, held.fencing_token());
   }
-  ASSERT_TRUE(Eventually([&] { return events_->Count(Kind::kReleased) == 1; }, seconds(5)));
-  EXPECT_THAT(metrics_->Get(), ::testing::Contains("memory/wallet:7 released"));
+  ASSERT_TRUE(eventually([&] { return events_->count(Kind::kReleased) == 1; }, seconds(5)));
+  EXPECT_THAT(metrics_->get(), ::testing::Contains("memory/wallet:7 released"));
 }
 
 }  // namespace

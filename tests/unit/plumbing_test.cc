@@ -24,13 +24,13 @@
 namespace simba::internal {
 namespace {
 
-using simba::testing::Eventually;
+using simba::testing::eventually;
 using simba::testing::Latch;
-using simba::testing::Scaled;
+using simba::testing::scaled;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-MutexEvent Released(const std::string& mutex) {
+MutexEvent released(const std::string& mutex) {
   return MutexEvent{MutexEvent::Kind::kReleased, mutex, "", 0};
 }
 
@@ -42,7 +42,7 @@ TEST(ListenerHubTest, DeliversToMatchingOpenSubscriptionsOnly) {
   auto a = hub->subscribe("m", "a", [&](const MutexEvent& e) { calls.push_back("a:" + e.mutex); });
   auto b = hub->subscribe("m", "", [&](const MutexEvent& e) { calls.push_back("b:" + e.mutex); });
   auto c = hub->subscribe("n", "c", [&](const MutexEvent& e) { calls.push_back("c:" + e.mutex); });
-  hub->publish(Released("m"), [](const ListenerHub::Slot& s) { return s.contender_id == "a"; });
+  hub->publish(released("m"), [](const ListenerHub::Slot& s) { return s.contender_id == "a"; });
   EXPECT_EQ(calls, (std::vector<std::string>{"a:m"}));
   calls.clear();
   ListenerHub::Work work;
@@ -53,12 +53,12 @@ TEST(ListenerHubTest, DeliversToMatchingOpenSubscriptionsOnly) {
   int closed = 0;
   {
     ListenerHub::SlotPtr slot;
-    auto d = hub->subscribe("m", "d", [&](const MutexEvent&) { calls.push_back("d"); },
-                            [&](const ListenerHub::Slot& s) { closed += s.contender_id == "d"; },
-                            &slot);
+    auto d = hub->subscribe(
+        "m", "d", [&](const MutexEvent&) { calls.push_back("d"); },
+        [&](const ListenerHub::Slot& s) { closed += s.contender_id == "d"; }, &slot);
     ASSERT_NE(slot, nullptr);
     work.clear();
-    hub->collect(Released("m"), &work);  // d's call is queued, then d ends
+    hub->collect(released("m"), &work);  // d's call is queued, then d ends
   }
   EXPECT_EQ(closed, 1);
   b.reset();
@@ -81,24 +81,24 @@ TEST(ListenerHubTest, DestroyingWaitsForTheListenerRunningOnAnotherThread) {
   std::atomic<int> calls{0};
   auto sub = hub->subscribe("m", "", [&](const MutexEvent&) {
     ++calls;
-    entered.Set();
-    ASSERT_TRUE(release.Wait(milliseconds(10000)));
+    entered.set();
+    ASSERT_TRUE(release.wait(milliseconds(10000)));
     // The destructor must not have returned while this call runs. It was
     // started before `release`; a destructor that does not wait returns
     // within microseconds, so 200 ms is ample to see it.
-    returned_early = Eventually([&] { return destroyed.load(); }, milliseconds(200));
+    returned_early = eventually([&] { return destroyed.load(); }, milliseconds(200));
   });
-  std::thread deliverer([&] { hub->publish(Released("m")); });
-  ASSERT_TRUE(entered.Wait(milliseconds(10000)));
+  std::thread deliverer([&] { hub->publish(released("m")); });
+  ASSERT_TRUE(entered.wait(milliseconds(10000)));
   std::thread destroyer([&] {
-    release.Set();
+    release.set();
     sub.reset();
     destroyed = true;
   });
   destroyer.join();
   deliverer.join();
   EXPECT_FALSE(returned_early.load());
-  hub->publish(Released("m"));
+  hub->publish(released("m"));
   EXPECT_EQ(calls.load(), 1);
 }
 
@@ -114,9 +114,9 @@ TEST(ListenerHubTest, ASubscriptionEndsFromInsideItsOwnListener) {
     other.reset();  // another one, queued in this very delivery
   });
   other = hub->subscribe("m", "", [&](const MutexEvent&) { ++other_calls; });
-  std::thread deliverer([&] { hub->publish(Released("m")); });
+  std::thread deliverer([&] { hub->publish(released("m")); });
   deliverer.join();
-  hub->publish(Released("m"));
+  hub->publish(released("m"));
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(other_calls, 0);
   EXPECT_TRUE(hub->empty());
@@ -128,7 +128,7 @@ TEST(ListenerHubTest, NoCallAfterTheSubscriptionIsGoneUnderConcurrentDelivery) {
   std::atomic<int> late_calls{0};
   std::thread deliverer([&] {
     while (!stop) {
-      hub->publish(Released("m"));
+      hub->publish(released("m"));
       std::this_thread::yield();  // lets close() take the delivery lock
     }
   });
@@ -140,7 +140,7 @@ TEST(ListenerHubTest, NoCallAfterTheSubscriptionIsGoneUnderConcurrentDelivery) {
       std::this_thread::yield();  // a call still running when the handle goes
       if (*gone) ++late_calls;
     });
-    ASSERT_TRUE(Eventually([&] { return calls->load() > 0; }, milliseconds(10000)));
+    ASSERT_TRUE(eventually([&] { return calls->load() > 0; }, milliseconds(10000)));
     sub.reset();
     *gone = true;
   }
@@ -156,12 +156,12 @@ TEST(WorkerTest, JoinWaitsForTheBody) {
   std::atomic<bool> done{false};
   Latch go;
   ASSERT_TRUE(worker.start([&] {
-    ASSERT_TRUE(go.Wait(milliseconds(10000)));
+    ASSERT_TRUE(go.wait(milliseconds(10000)));
     done = true;
   }));
   EXPECT_FALSE(worker.start([] {}));
   EXPECT_TRUE(worker.running());
-  go.Set();
+  go.set();
   worker.join();
   EXPECT_TRUE(done.load());
   EXPECT_FALSE(worker.running());
@@ -176,7 +176,7 @@ struct Owner {
   Latch* destroyed = nullptr;
   ~Owner() {
     worker.join();
-    destroyed->Set();
+    destroyed->set();
   }
 };
 
@@ -190,40 +190,40 @@ TEST(WorkerTest, TheOwnerCanBeDestroyedOnTheWorkersOwnThread) {
     owner->destroyed = &destroyed;
     ASSERT_TRUE(owner->worker.start([owner, &go, &body_thread]() mutable {
       body_thread = std::this_thread::get_id();
-      ASSERT_TRUE(go.Wait(milliseconds(10000)));
+      ASSERT_TRUE(go.wait(milliseconds(10000)));
       owner.reset();  // the last reference: ~Owner joins from this thread
     }));
   }
-  const int threads = simba::testing::CountThreads();
-  go.Set();
-  ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
+  const int threads = simba::testing::count_threads();
+  go.set();
+  ASSERT_TRUE(destroyed.wait(milliseconds(10000)));
   // The thread ends by itself.
-  EXPECT_TRUE(Eventually([&] { return simba::testing::CountThreads() < threads; },
-                         milliseconds(10000)));
+  EXPECT_TRUE(
+      eventually([&] { return simba::testing::count_threads() < threads; }, milliseconds(10000)));
 }
 
 // ---- ThreadPool (over Worker) -------------------------------------------------------
 
 TEST(ThreadPoolTest, APoolDestroyedFromItsOwnTaskLetsThatThreadEndCleanly) {
   auto pool = std::make_shared<ThreadPool>("test", 2);
-  const int threads = simba::testing::CountThreads();
+  const int threads = simba::testing::count_threads();
   Latch later_ran;
   Latch destroyed;
   Latch posted;
-  ASSERT_TRUE(pool->Post([&] {
+  ASSERT_TRUE(pool->post([&] {
     // Not before Post has returned: the caller of Post holds the pool.
-    ASSERT_TRUE(posted.Wait(milliseconds(10000)));
+    ASSERT_TRUE(posted.wait(milliseconds(10000)));
     // Queued before the pool goes: it still runs (Shutdown drains).
-    ASSERT_TRUE(pool->Post([&] { later_ran.Set(); }));
+    ASSERT_TRUE(pool->post([&] { later_ran.set(); }));
     // The last reference, dropped from inside the pool's own thread.
     std::shared_ptr<ThreadPool> last = std::move(pool);
     last.reset();
-    destroyed.Set();
+    destroyed.set();
   }));
-  posted.Set();
-  ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
-  EXPECT_TRUE(later_ran.Wait(milliseconds(10000)));
-  EXPECT_TRUE(Eventually([&] { return simba::testing::CountThreads() <= threads - 2; },
+  posted.set();
+  ASSERT_TRUE(destroyed.wait(milliseconds(10000)));
+  EXPECT_TRUE(later_ran.wait(milliseconds(10000)));
+  EXPECT_TRUE(eventually([&] { return simba::testing::count_threads() <= threads - 2; },
                          milliseconds(10000)));
 }
 
@@ -232,15 +232,15 @@ TEST(ThreadPoolTest, APoolDestroyedFromItsOwnTaskLetsThatThreadEndCleanly) {
 TEST(BackoffTest, DoublesFromFirstToMaxAndResets) {
   Backoff backoff(milliseconds(100), milliseconds(500));
   EXPECT_TRUE(backoff.ready().ok());
-  EXPECT_EQ(backoff.failed(UnavailableError("down")), milliseconds(100));
+  EXPECT_EQ(backoff.failed(unavailable_error("down")), milliseconds(100));
   const Status waiting = backoff.ready();
   EXPECT_EQ(waiting.code(), StatusCode::kUnavailable);
   EXPECT_NE(waiting.message().find("down (next reconnect in "), std::string::npos)
       << waiting.message();
-  EXPECT_EQ(backoff.failed(UnavailableError("down")), milliseconds(200));
-  EXPECT_EQ(backoff.failed(UnavailableError("down")), milliseconds(400));
-  EXPECT_EQ(backoff.failed(UnavailableError("down")), milliseconds(500));
-  EXPECT_EQ(backoff.failed(UnavailableError("down")), milliseconds(500));
+  EXPECT_EQ(backoff.failed(unavailable_error("down")), milliseconds(200));
+  EXPECT_EQ(backoff.failed(unavailable_error("down")), milliseconds(400));
+  EXPECT_EQ(backoff.failed(unavailable_error("down")), milliseconds(500));
+  EXPECT_EQ(backoff.failed(unavailable_error("down")), milliseconds(500));
   backoff.reset();
   EXPECT_TRUE(backoff.ready().ok());
   EXPECT_EQ(backoff.failed(), milliseconds(100));
@@ -254,7 +254,7 @@ TEST(TurnGateTest, OneTurnAtATimeWithinTheDeadline) {
   EXPECT_FALSE(gate.take(steady_clock::now() + milliseconds(20)).taken());
   std::atomic<bool> second_taken{false};
   std::thread waiter([&] {
-    TurnGate::Turn second = gate.take(steady_clock::now() + Scaled(milliseconds(10000)));
+    TurnGate::Turn second = gate.take(steady_clock::now() + scaled(milliseconds(10000)));
     second_taken = second.taken();
   });
   first.release();
@@ -262,7 +262,7 @@ TEST(TurnGateTest, OneTurnAtATimeWithinTheDeadline) {
   EXPECT_TRUE(second_taken.load());
   TurnGate::Turn moved = gate.take(steady_clock::now() + milliseconds(1000));
   TurnGate::Turn target(std::move(moved));
-  EXPECT_FALSE(moved.taken());
+  EXPECT_FALSE(moved.taken());  // NOLINT(bugprone-use-after-move): the point of the test
   EXPECT_TRUE(target.taken());
 }
 
@@ -275,10 +275,10 @@ TEST(WaitFdTest, ReadyWokenOrTimedOut) {
   ASSERT_TRUE(wake.ok());
   EXPECT_EQ(wait_fd(pipe_fds[0], POLLIN, steady_clock::now() + milliseconds(10), wake.fd()),
             FdWait::kTimedOut);
-  wake.Post();
+  wake.post();
   EXPECT_EQ(wait_fd(pipe_fds[0], POLLIN, steady_clock::now() + milliseconds(1000), wake.fd()),
             FdWait::kWoken);
-  wake.Drain();
+  wake.drain();
   ASSERT_EQ(::write(pipe_fds[1], "x", 1), 1);
   EXPECT_EQ(wait_fd(pipe_fds[0], POLLIN, steady_clock::now() + milliseconds(1000), wake.fd()),
             FdWait::kReady);
@@ -287,7 +287,7 @@ TEST(WaitFdTest, ReadyWokenOrTimedOut) {
 }
 
 // A listening socket on 127.0.0.1; its port.
-int Listen(int* port) {
+int listen(int* port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -302,10 +302,10 @@ int Listen(int* port) {
 
 TEST(StreamTest, ConnectsWritesReadsAndTimesOut) {
   int port = 0;
-  const int listener = Listen(&port);
+  const int listener = listen(&port);
   ASSERT_GE(listener, 0);
   auto stream = connect_tcp("127.0.0.1", static_cast<std::uint16_t>(port), "test at here",
-                            steady_clock::now() + Scaled(milliseconds(5000)));
+                            steady_clock::now() + scaled(milliseconds(5000)));
   ASSERT_TRUE(stream.ok()) << stream.status();
   const int peer = ::accept(listener, nullptr, nullptr);
   ASSERT_GE(peer, 0);
@@ -322,7 +322,8 @@ TEST(StreamTest, ConnectsWritesReadsAndTimesOut) {
   EXPECT_EQ(std::string(buffer, *read), "pong");
   // shutdown() from another thread ends a read blocked with a long deadline.
   std::thread stopper([&] { (*stream)->shutdown(); });
-  auto ended = (*stream)->read_some(buffer, sizeof buffer, steady_clock::now() + Scaled(milliseconds(60000)));
+  auto ended = (*stream)->read_some(buffer, sizeof buffer,
+                                    steady_clock::now() + scaled(milliseconds(60000)));
   stopper.join();
   EXPECT_TRUE(!ended.ok() || *ended == 0);
   ::close(peer);
@@ -331,15 +332,14 @@ TEST(StreamTest, ConnectsWritesReadsAndTimesOut) {
 
 TEST(StreamTest, ARefusedConnectIsUnavailableWithTheContext) {
   int port = 0;
-  const int listener = Listen(&port);
+  const int listener = listen(&port);
   ASSERT_GE(listener, 0);
   ::close(listener);  // nobody listens on `port` now
   auto stream = connect_tcp("127.0.0.1", static_cast<std::uint16_t>(port), "test at here",
-                            steady_clock::now() + Scaled(milliseconds(5000)));
+                            steady_clock::now() + scaled(milliseconds(5000)));
   ASSERT_FALSE(stream.ok());
   EXPECT_EQ(stream.status().code(), StatusCode::kUnavailable);
-  EXPECT_EQ(stream.status().message().rfind("test at here: connect: ", 0), 0u)
-      << stream.status();
+  EXPECT_EQ(stream.status().message().rfind("test at here: connect: ", 0), 0u) << stream.status();
 }
 
 }  // namespace

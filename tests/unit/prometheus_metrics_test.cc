@@ -23,7 +23,7 @@ using std::chrono::microseconds;
 using std::chrono::milliseconds;
 
 // Every sample line of `text`, keyed by everything before its value.
-std::map<std::string, std::string> Samples(const std::string& text) {
+std::map<std::string, std::string> samples_of(const std::string& text) {
   std::map<std::string, std::string> samples;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
@@ -35,13 +35,13 @@ std::map<std::string, std::string> Samples(const std::string& text) {
 }
 
 // The value of one sample, or "<absent>".
-std::string Value(const std::string& text, const std::string& key) {
-  const auto samples = Samples(text);
+std::string value(const std::string& text, const std::string& key) {
+  const auto samples = samples_of(text);
   const auto it = samples.find(key);
   return it == samples.end() ? "<absent>" : it->second;
 }
 
-bool HasFamily(const std::string& text, const std::string& name) {
+bool has_family(const std::string& text, const std::string& name) {
   return text.find("# TYPE " + name + " ") != std::string::npos;
 }
 
@@ -49,7 +49,7 @@ bool HasFamily(const std::string& text, const std::string& name) {
 // TYPE before its samples; every sample `name{labels} value` with the
 // family's name (plus _bucket/_sum/_count for a histogram); no sample twice;
 // histogram buckets ascending, cumulative, ending at +Inf = _count.
-::testing::AssertionResult WellFormed(const std::string& text) {
+::testing::AssertionResult well_formed(const std::string& text) {
   if (text.empty()) return ::testing::AssertionSuccess();
   if (text.back() != '\n') return ::testing::AssertionFailure() << "no final newline";
   static const std::regex kHelp(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) [^\n]+)");
@@ -149,25 +149,25 @@ TEST(PrometheusMetricsTest, CountersPerLabel) {
   metrics.store_error(kRedisA, /*renewal=*/false);
   metrics.store_error(kRedisB, /*renewal=*/false);
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="b"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="a"})"), "1");
+  EXPECT_TRUE(well_formed(text)) << text;
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="b"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="redis",mutex="a"})"), "1");
   // Counters of a series that exists are there at 0 (so increase() sees
   // their first step).
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="b"})"), "0");
-  EXPECT_EQ(Value(text, R"(simba_renewals_total{store="redis",mutex="a"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_renewals_total{store="redis",mutex="b"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="b"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_renew_failures_total{store="redis",mutex="a"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_renew_failures_total{store="redis",mutex="b"})"), "0");
-  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="a",cause="other_owner"})"), "0");
-  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="b",cause="forced_release"})"),
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="redis",mutex="b"})"), "0");
+  EXPECT_EQ(value(text, R"(simba_renewals_total{store="redis",mutex="a"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_renewals_total{store="redis",mutex="b"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_store_errors_total{store="redis",mutex="b"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_renew_failures_total{store="redis",mutex="a"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_renew_failures_total{store="redis",mutex="b"})"), "0");
+  EXPECT_EQ(value(text, R"(simba_losses_total{store="redis",mutex="a",cause="other_owner"})"), "0");
+  EXPECT_EQ(value(text, R"(simba_losses_total{store="redis",mutex="b",cause="forced_release"})"),
             "0");
   // Gauges never touched and histograms never observed are left out.
-  EXPECT_FALSE(HasFamily(text, "simba_contenders_waiting"));
-  EXPECT_FALSE(HasFamily(text, "simba_handoff_latency_seconds"));
+  EXPECT_FALSE(has_family(text, "simba_contenders_waiting"));
+  EXPECT_FALSE(has_family(text, "simba_handoff_latency_seconds"));
 }
 
 TEST(PrometheusMetricsTest, HelpAndTypeOfEachFamily) {
@@ -179,7 +179,7 @@ TEST(PrometheusMetricsTest, HelpAndTypeOfEachFamily) {
   metrics.store_error(kRedisA, true);
   metrics.waiting_changed(kRedisA, 1);
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   const std::map<std::string, std::string> types = {
       {"simba_acquisitions_total", "counter"},
       {"simba_releases_total", "counter"},
@@ -209,14 +209,14 @@ TEST(PrometheusMetricsTest, LossesByCause) {
   metrics.lost(kRedisA, LossCause::kDeadlinePassed);
   metrics.lost(kRedisB, LossCause::kForcedRelease);
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   const std::string family = "simba_losses_total";
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="renewal_failed"})"), "2");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="other_owner"})"), "1");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="deadline_passed"})"), "1");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="a",cause="forced_release"})"), "0");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="b",cause="forced_release"})"), "1");
-  EXPECT_EQ(Value(text, family + R"({store="redis",mutex="b",cause="renewal_failed"})"), "0");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="a",cause="renewal_failed"})"), "2");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="a",cause="other_owner"})"), "1");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="a",cause="deadline_passed"})"), "1");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="a",cause="forced_release"})"), "0");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="b",cause="forced_release"})"), "1");
+  EXPECT_EQ(value(text, family + R"({store="redis",mutex="b",cause="renewal_failed"})"), "0");
   const auto deadline = text.find(R"(mutex="a",cause="deadline_passed")");
   const auto other = text.find(R"(mutex="a",cause="other_owner")");
   const auto renewal = text.find(R"(mutex="a",cause="renewal_failed")");
@@ -232,19 +232,18 @@ TEST(PrometheusMetricsTest, ACountersFirstStepIsVisibleToIncrease) {
   PrometheusMetrics metrics;
   metrics.waiting_changed(kRedisA, 1);
   std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
-  for (const char* cause :
-       {"deadline_passed", "forced_release", "other_owner", "renewal_failed"}) {
-    EXPECT_EQ(Value(text, std::string(R"(simba_losses_total{store="redis",mutex="a",cause=")") +
+  EXPECT_TRUE(well_formed(text)) << text;
+  for (const char* cause : {"deadline_passed", "forced_release", "other_owner", "renewal_failed"}) {
+    EXPECT_EQ(value(text, std::string(R"(simba_losses_total{store="redis",mutex="a",cause=")") +
                               cause + R"("})"),
               "0")
         << cause;
   }
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "0");
-  EXPECT_EQ(Value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "0");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="a"})"), "0");
+  EXPECT_EQ(value(text, R"(simba_store_errors_total{store="redis",mutex="a"})"), "0");
   metrics.lost(kRedisA, LossCause::kForcedRelease);
   text = metrics.expose();
-  EXPECT_EQ(Value(text, R"(simba_losses_total{store="redis",mutex="a",cause="forced_release"})"),
+  EXPECT_EQ(value(text, R"(simba_losses_total{store="redis",mutex="a",cause="forced_release"})"),
             "1");
 }
 
@@ -257,16 +256,16 @@ TEST(PrometheusMetricsTest, HistogramBucketsAreCumulative) {
   metrics.acquired(kRedisA, microseconds(5000), std::nullopt);
   metrics.acquired(kRedisA, microseconds(2'000'000), std::nullopt);  // above all bounds
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   const std::string p = R"(simba_acquire_latency_seconds_bucket{store="redis",mutex="a",le=)";
-  EXPECT_EQ(Value(text, p + R"("0.001"})"), "2");
-  EXPECT_EQ(Value(text, p + R"("0.01"})"), "3");
-  EXPECT_EQ(Value(text, p + R"("0.1"})"), "3");
-  EXPECT_EQ(Value(text, p + R"("+Inf"})"), "4");
-  EXPECT_EQ(Value(text, R"(simba_acquire_latency_seconds_sum{store="redis",mutex="a"})"), "2.0065");
-  EXPECT_EQ(Value(text, R"(simba_acquire_latency_seconds_count{store="redis",mutex="a"})"), "4");
+  EXPECT_EQ(value(text, p + R"("0.001"})"), "2");
+  EXPECT_EQ(value(text, p + R"("0.01"})"), "3");
+  EXPECT_EQ(value(text, p + R"("0.1"})"), "3");
+  EXPECT_EQ(value(text, p + R"("+Inf"})"), "4");
+  EXPECT_EQ(value(text, R"(simba_acquire_latency_seconds_sum{store="redis",mutex="a"})"), "2.0065");
+  EXPECT_EQ(value(text, R"(simba_acquire_latency_seconds_count{store="redis",mutex="a"})"), "4");
   // No hand-off was reported, so that histogram has no samples.
-  EXPECT_FALSE(HasFamily(text, "simba_handoff_latency_seconds"));
+  EXPECT_FALSE(has_family(text, "simba_handoff_latency_seconds"));
   // Buckets come in ascending order, +Inf last.
   EXPECT_LT(text.find(p + R"("0.001"})"), text.find(p + R"("0.01"})"));
   EXPECT_LT(text.find(p + R"("0.1"})"), text.find(p + R"("+Inf"})"));
@@ -279,18 +278,18 @@ TEST(PrometheusMetricsTest, HandoffAndMarginHistograms) {
   metrics.renewed(kRedisA, milliseconds(9600));
   metrics.renewed(kRedisA, milliseconds(20));
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
-  EXPECT_EQ(Value(text, R"(simba_handoff_latency_seconds_count{store="redis",mutex="a"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_handoff_latency_seconds_sum{store="redis",mutex="a"})"), "0.003");
-  EXPECT_EQ(Value(text, R"(simba_acquire_latency_seconds_count{store="redis",mutex="a"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_acquire_latency_seconds_sum{store="redis",mutex="a"})"), "0.08");
+  EXPECT_TRUE(well_formed(text)) << text;
+  EXPECT_EQ(value(text, R"(simba_handoff_latency_seconds_count{store="redis",mutex="a"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_handoff_latency_seconds_sum{store="redis",mutex="a"})"), "0.003");
+  EXPECT_EQ(value(text, R"(simba_acquire_latency_seconds_count{store="redis",mutex="a"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_acquire_latency_seconds_sum{store="redis",mutex="a"})"), "0.08");
   const std::string m = R"(simba_lease_margin_seconds_bucket{store="redis",mutex="a",le=)";
-  EXPECT_EQ(Value(text, m + R"("0.01"})"), "0");
-  EXPECT_EQ(Value(text, m + R"("0.05"})"), "1");
-  EXPECT_EQ(Value(text, m + R"("5"})"), "1");
-  EXPECT_EQ(Value(text, m + R"("10"})"), "2");
-  EXPECT_EQ(Value(text, m + R"("+Inf"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_lease_margin_seconds_sum{store="redis",mutex="a"})"), "9.62");
+  EXPECT_EQ(value(text, m + R"("0.01"})"), "0");
+  EXPECT_EQ(value(text, m + R"("0.05"})"), "1");
+  EXPECT_EQ(value(text, m + R"("5"})"), "1");
+  EXPECT_EQ(value(text, m + R"("10"})"), "2");
+  EXPECT_EQ(value(text, m + R"("+Inf"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_lease_margin_seconds_sum{store="redis",mutex="a"})"), "9.62");
 }
 
 TEST(PrometheusMetricsTest, DefaultBucketBoundsAreFormattedForPrometheus) {
@@ -299,11 +298,11 @@ TEST(PrometheusMetricsTest, DefaultBucketBoundsAreFormattedForPrometheus) {
   const std::string text = metrics.expose();
   const std::string p = R"(simba_acquire_latency_seconds_bucket{store="redis",mutex="a",le=)";
   for (const char* le : {"0.0005", "0.001", "0.0025", "0.1", "1", "2.5", "10", "60", "+Inf"}) {
-    EXPECT_NE(Value(text, p + "\"" + le + "\"}"), "<absent>") << le;
+    EXPECT_NE(value(text, p + "\"" + le + "\"}"), "<absent>") << le;
   }
   // 16 bounds and +Inf.
   int lines = 0;
-  for (const auto& [key, value] : Samples(text)) lines += key.rfind(p, 0) == 0 ? 1 : 0;
+  for (const auto& [key, value] : samples_of(text)) lines += key.rfind(p, 0) == 0 ? 1 : 0;
   EXPECT_EQ(lines, 17);
 }
 
@@ -313,20 +312,20 @@ TEST(PrometheusMetricsTest, BucketOptionsAreSortedAndDeduplicated) {
   PrometheusMetrics metrics(options);
   metrics.acquired(kRedisA, milliseconds(700), std::nullopt);
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   const std::string p = R"(simba_acquire_latency_seconds_bucket{store="redis",mutex="a",le=)";
-  EXPECT_EQ(Value(text, p + R"("0.5"})"), "0");
-  EXPECT_EQ(Value(text, p + R"("1"})"), "1");
-  EXPECT_EQ(Value(text, p + R"("+Inf"})"), "1");
+  EXPECT_EQ(value(text, p + R"("0.5"})"), "0");
+  EXPECT_EQ(value(text, p + R"("1"})"), "1");
+  EXPECT_EQ(value(text, p + R"("+Inf"})"), "1");
 }
 
 TEST(PrometheusMetricsTest, LabelValuesAreEscaped) {
   PrometheusMetrics metrics;
   metrics.acquired({"re\"dis", "a\"b\\c\nd"}, milliseconds(1), std::nullopt);
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="re\"dis",mutex="a\"b\\c\nd"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="re\"dis"})"), "0");
+  EXPECT_TRUE(well_formed(text)) << text;
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="re\"dis",mutex="a\"b\\c\nd"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="re\"dis"})"), "0");
 }
 
 TEST(PrometheusMetricsTest, SamplesAreSortedByStoreThenMutex) {
@@ -352,9 +351,9 @@ TEST(PrometheusMetricsTest, CapFoldsLaterMutexesIntoOther) {
     metrics.acquired({"redis", mutex}, milliseconds(1), std::nullopt);
   }
   std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   std::set<std::string> labels;
-  for (const auto& [key, value] : Samples(text)) {
+  for (const auto& [key, value] : samples_of(text)) {
     if (key.rfind("simba_acquisitions_total{", 0) == 0) labels.insert(key);
   }
   EXPECT_EQ(labels,
@@ -362,17 +361,17 @@ TEST(PrometheusMetricsTest, CapFoldsLaterMutexesIntoOther) {
                                    R"(simba_acquisitions_total{store="redis",mutex="m0"})",
                                    R"(simba_acquisitions_total{store="redis",mutex="m1"})",
                                    R"(simba_acquisitions_total{store="redis",mutex="m2"})"}));
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"), "7");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="redis"})"), "7");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"), "7");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="redis"})"), "7");
 
   // Reported again: a labelled mutex keeps its label, a folded one stays
   // folded and is not counted twice in the gauge.
   metrics.acquired({"redis", "m1"}, milliseconds(1), std::nullopt);
   metrics.acquired({"redis", "m5"}, milliseconds(1), std::nullopt);
   text = metrics.expose();
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="m1"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"), "8");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="redis"})"), "7");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="m1"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"), "8");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="redis"})"), "7");
 
   EXPECT_EQ(metrics.mutex_label("redis", "m1"), "m1");
   EXPECT_EQ(metrics.mutex_label("redis", "m5"), "_other");
@@ -387,14 +386,14 @@ TEST(PrometheusMetricsTest, SeparateStoresHaveSeparateCaps) {
   for (const char* mutex : {"a", "b", "c"}) metrics.released({"redis", mutex});
   for (const char* mutex : {"c", "d"}) metrics.released({"sqlite", mutex});
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="_other"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="c"})"), "<absent>");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="sqlite",mutex="c"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="sqlite",mutex="d"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="sqlite",mutex="_other"})"), "<absent>");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="redis"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="sqlite"})"), "0");
+  EXPECT_TRUE(well_formed(text)) << text;
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="redis",mutex="_other"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="redis",mutex="c"})"), "<absent>");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="sqlite",mutex="c"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="sqlite",mutex="d"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="sqlite",mutex="_other"})"), "<absent>");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="redis"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="sqlite"})"), "0");
 }
 
 TEST(PrometheusMetricsTest, MutexLabelBeforeAnyReport) {
@@ -408,8 +407,8 @@ TEST(PrometheusMetricsTest, MutexLabelBeforeAnyReport) {
   EXPECT_EQ(none.mutex_label("redis", "x"), "_other");
   none.released({"redis", "x"});
   const std::string text = none.expose();
-  EXPECT_EQ(Value(text, R"(simba_releases_total{store="redis",mutex="_other"})"), "1");
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="redis"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_releases_total{store="redis",mutex="_other"})"), "1");
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="redis"})"), "1");
 }
 
 TEST(PrometheusMetricsTest, WaitingGaugeSumsDeltasAndNeverShowsBelowZero) {
@@ -419,34 +418,34 @@ TEST(PrometheusMetricsTest, WaitingGaugeSumsDeltasAndNeverShowsBelowZero) {
   metrics.waiting_changed(kRedisA, 1);
   metrics.waiting_changed(kRedisA, 1);
   metrics.waiting_changed(kRedisA, -1);
-  EXPECT_EQ(Value(metrics.expose(), key), "2");
+  EXPECT_EQ(value(metrics.expose(), key), "2");
   metrics.waiting_changed(kRedisA, -2);
-  EXPECT_EQ(Value(metrics.expose(), key), "0");  // back at 0: still shown
+  EXPECT_EQ(value(metrics.expose(), key), "0");  // back at 0: still shown
   // A -1 that overtook its +1 (another thread) shows 0, and the late +1
   // brings it back to 0, not 1.
   metrics.waiting_changed(kRedisA, -1);
-  EXPECT_EQ(Value(metrics.expose(), key), "0");
+  EXPECT_EQ(value(metrics.expose(), key), "0");
   metrics.waiting_changed(kRedisA, 1);
-  EXPECT_EQ(Value(metrics.expose(), key), "0");
-  EXPECT_TRUE(WellFormed(metrics.expose()));
+  EXPECT_EQ(value(metrics.expose(), key), "0");
+  EXPECT_TRUE(well_formed(metrics.expose()));
 }
 
 TEST(PrometheusMetricsTest, OwnersGauge) {
   PrometheusMetrics metrics;
   const std::string key = R"(simba_owners{store="redis",mutex="a"})";
   metrics.acquired(kRedisA, milliseconds(1), std::nullopt);
-  EXPECT_EQ(Value(metrics.expose(), key), "1");
+  EXPECT_EQ(value(metrics.expose(), key), "1");
   metrics.released(kRedisA);
-  EXPECT_EQ(Value(metrics.expose(), key), "0");
+  EXPECT_EQ(value(metrics.expose(), key), "0");
   metrics.acquired(kRedisA, milliseconds(1), std::nullopt);
-  EXPECT_EQ(Value(metrics.expose(), key), "1");
+  EXPECT_EQ(value(metrics.expose(), key), "1");
   metrics.lost(kRedisA, LossCause::kDeadlinePassed);
-  EXPECT_EQ(Value(metrics.expose(), key), "0");
+  EXPECT_EQ(value(metrics.expose(), key), "0");
   metrics.released(kRedisA);  // one too many
-  EXPECT_EQ(Value(metrics.expose(), key), "0");
+  EXPECT_EQ(value(metrics.expose(), key), "0");
   // Untouched series have no owners sample.
   metrics.renewed(kRedisB, milliseconds(1));
-  EXPECT_EQ(Value(metrics.expose(), R"(simba_owners{store="redis",mutex="b"})"), "<absent>");
+  EXPECT_EQ(value(metrics.expose(), R"(simba_owners{store="redis",mutex="b"})"), "<absent>");
 }
 
 TEST(PrometheusMetricsTest, ConcurrentReportsSumCorrectly) {
@@ -475,7 +474,7 @@ TEST(PrometheusMetricsTest, ConcurrentReportsSumCorrectly) {
   // so this test caps at 2 of 4 and checks the totals.
   for (auto& thread : threads) thread.join();
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   long acquisitions = 0;
   long releases = 0;
   long renewals = 0;
@@ -488,7 +487,7 @@ TEST(PrometheusMetricsTest, ConcurrentReportsSumCorrectly) {
                       const std::string& value) {
     if (key.rfind(prefix + "{", 0) == 0) total += std::stol(value);
   };
-  for (const auto& [key, value] : Samples(text)) {
+  for (const auto& [key, value] : samples_of(text)) {
     add(acquisitions, "simba_acquisitions_total", key, value);
     add(releases, "simba_releases_total", key, value);
     add(renewals, "simba_renewals_total", key, value);
@@ -507,8 +506,8 @@ TEST(PrometheusMetricsTest, ConcurrentReportsSumCorrectly) {
   EXPECT_EQ(handoffs, total);
   EXPECT_EQ(waiting, 0);
   EXPECT_EQ(owners, 0);
-  EXPECT_EQ(Value(text, R"(simba_mutex_labels_folded{store="redis"})"), "2");
-  EXPECT_EQ(Value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"),
+  EXPECT_EQ(value(text, R"(simba_mutex_labels_folded{store="redis"})"), "2");
+  EXPECT_EQ(value(text, R"(simba_acquisitions_total{store="redis",mutex="_other"})"),
             std::to_string(total / 2));
 }
 
@@ -532,15 +531,15 @@ TEST(PrometheusMetricsTest, ExposeIsWellFormed) {
     }
   }
   const std::string text = metrics.expose();
-  EXPECT_TRUE(WellFormed(text)) << text;
+  EXPECT_TRUE(well_formed(text)) << text;
   // And the checker itself rejects what is malformed.
-  EXPECT_FALSE(WellFormed("simba_owners{store=\"a\",mutex=\"b\"} 1\n"));  // no HELP/TYPE
-  EXPECT_FALSE(WellFormed("# HELP x h\n# TYPE x gauge\nx{a=\"b\"} 1"));   // no final newline
-  EXPECT_FALSE(WellFormed("# HELP x h\n# TYPE x gauge\nx{a=\"b\nc\"} 1\n"));
-  EXPECT_FALSE(WellFormed("# HELP x h\n# TYPE x gauge\ny{a=\"b\"} 1\n"));
+  EXPECT_FALSE(well_formed("simba_owners{store=\"a\",mutex=\"b\"} 1\n"));  // no HELP/TYPE
+  EXPECT_FALSE(well_formed("# HELP x h\n# TYPE x gauge\nx{a=\"b\"} 1"));   // no final newline
+  EXPECT_FALSE(well_formed("# HELP x h\n# TYPE x gauge\nx{a=\"b\nc\"} 1\n"));
+  EXPECT_FALSE(well_formed("# HELP x h\n# TYPE x gauge\ny{a=\"b\"} 1\n"));
   EXPECT_FALSE(
-      WellFormed("# HELP x h\n# TYPE x gauge\nx{a=\"b\"} 1\n"
-                 "# HELP x h\n# TYPE x gauge\nx{a=\"c\"} 1\n"));
+      well_formed("# HELP x h\n# TYPE x gauge\nx{a=\"b\"} 1\n"
+                  "# HELP x h\n# TYPE x gauge\nx{a=\"c\"} 1\n"));
 }
 
 }  // namespace

@@ -14,10 +14,10 @@
 namespace simba::internal {
 namespace {
 
+using simba::testing::eventually;
+using simba::testing::Latch;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-using simba::testing::Eventually;
-using simba::testing::Latch;
 
 TEST(RuntimeTest, TimersRunInDueOrderOnTheInjectedClock) {
   auto clock = std::make_shared<ManualClock>();
@@ -28,51 +28,53 @@ TEST(RuntimeTest, TimersRunInDueOrderOnTheInjectedClock) {
     std::lock_guard<std::mutex> lock(mu);
     order.push_back(v);
   };
-  runtime.ScheduleAt(clock->Now() + seconds(3), [&] { add(3); });
-  runtime.ScheduleAt(clock->Now() + seconds(1), [&] { add(1); });
-  const auto cancelled = runtime.ScheduleAt(clock->Now() + seconds(2), [&] { add(2); });
-  runtime.Cancel(cancelled);
+  runtime.schedule_at(clock->now() + seconds(3), [&] { add(3); });
+  runtime.schedule_at(clock->now() + seconds(1), [&] { add(1); });
+  const auto cancelled = runtime.schedule_at(clock->now() + seconds(2), [&] { add(2); });
+  runtime.cancel(cancelled);
   std::this_thread::sleep_for(milliseconds(20));
   {
     std::lock_guard<std::mutex> lock(mu);
     EXPECT_TRUE(order.empty());
   }
-  clock->Advance(seconds(5));
-  ASSERT_TRUE(Eventually([&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return order.size() == 2;
-  }, seconds(5)));
+  clock->advance(seconds(5));
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return order.size() == 2;
+      },
+      seconds(5)));
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(order, (std::vector<int>{1, 3}));
 }
 
 TEST(RuntimeTest, StrandRunsTasksOneAtATimeInOrder) {
-  Runtime runtime(Clock::Steady(), 1, 4);
-  auto strand = runtime.MakeStrand();
+  Runtime runtime(Clock::steady(), 1, 4);
+  auto strand = runtime.make_strand();
   std::atomic<int> inside{0};
   std::atomic<bool> overlapped{false};
   std::vector<int> order;
   for (int i = 0; i < 200; ++i) {
-    strand->Post([&, i] {
+    strand->post([&, i] {
       if (inside.fetch_add(1) != 0) overlapped = true;
       order.push_back(i);
       inside.fetch_sub(1);
     });
   }
-  strand->Drain();
+  strand->drain();
   EXPECT_FALSE(overlapped.load());
   ASSERT_EQ(order.size(), 200u);
   for (int i = 0; i < 200; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
 }
 
 TEST(RuntimeTest, ShutdownRunsQueuedWorkAndRefusesNewWork) {
-  auto runtime = std::make_unique<Runtime>(Clock::Steady(), 1, 1);
+  auto runtime = std::make_unique<Runtime>(Clock::steady(), 1, 1);
   std::atomic<int> ran{0};
-  for (int i = 0; i < 10; ++i) runtime->PostIo([&] { ++ran; });
-  runtime->Shutdown();
+  for (int i = 0; i < 10; ++i) runtime->post_io([&] { ++ran; });
+  runtime->shutdown();
   EXPECT_EQ(ran.load(), 10);
-  EXPECT_FALSE(runtime->PostIo([&] { ++ran; }));
-  EXPECT_EQ(runtime->ScheduleAt(Clock::Steady()->Now(), [] {}), 0u);
+  EXPECT_FALSE(runtime->post_io([&] { ++ran; }));
+  EXPECT_EQ(runtime->schedule_at(Clock::steady()->now(), [] {}), 0u);
   EXPECT_TRUE(runtime->closed());
 }
 
@@ -83,28 +85,28 @@ TEST(RuntimeTest, ShutdownRunsQueuedWorkAndRefusesNewWork) {
 TEST(RuntimeTest, ARuntimeDestroyedFromItsOwnTimerLetsThatThreadEndCleanly) {
   auto clock = std::make_shared<ManualClock>();
   auto runtime = std::make_shared<Runtime>(clock, 1, 1);
-  const int threads = simba::testing::CountThreads();
+  const int threads = simba::testing::count_threads();
   Latch io_ran;
   Latch destroyed;
   std::atomic<bool> late_timer_ran{false};
   // Due after the Runtime is gone: dropped by Shutdown, never run.
-  runtime->ScheduleAt(clock->Now() + seconds(1), [&] { late_timer_ran = true; });
+  runtime->schedule_at(clock->now() + seconds(1), [&] { late_timer_ran = true; });
   // Due once the clock moves, after ScheduleAt has returned: its caller
   // holds the Runtime until then.
-  runtime->ScheduleAt(clock->Now() + milliseconds(500), [&] {
+  runtime->schedule_at(clock->now() + milliseconds(500), [&] {
     // Queued before the Runtime goes: it still runs (Shutdown drains).
-    ASSERT_TRUE(runtime->PostIo([&] { io_ran.Set(); }));
+    ASSERT_TRUE(runtime->post_io([&] { io_ran.set(); }));
     std::shared_ptr<Runtime> last = std::move(runtime);
     last.reset();
-    destroyed.Set();
+    destroyed.set();
   });
-  clock->Advance(milliseconds(500));
-  ASSERT_TRUE(destroyed.Wait(milliseconds(10000)));
-  EXPECT_TRUE(io_ran.Wait(milliseconds(10000)));
+  clock->advance(milliseconds(500));
+  ASSERT_TRUE(destroyed.wait(milliseconds(10000)));
+  EXPECT_TRUE(io_ran.wait(milliseconds(10000)));
   // The timer thread and both pools' threads end.
-  EXPECT_TRUE(Eventually([&] { return simba::testing::CountThreads() <= threads - 3; },
+  EXPECT_TRUE(eventually([&] { return simba::testing::count_threads() <= threads - 3; },
                          milliseconds(10000)));
-  clock->Advance(seconds(2));
+  clock->advance(seconds(2));
   EXPECT_FALSE(late_timer_ran.load());
 }
 

@@ -44,23 +44,23 @@ using std::chrono::steady_clock;
 using ::testing::HasSubstr;
 
 // A root node of this test's own on the shared server.
-std::string TestRoot() {
+std::string test_root() {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string root = std::string("/zt-") + info->name() + "-" + std::to_string(getpid());
   return root;
 }
 
-std::string WithRoot(const std::string& uri) { return uri + "?root=" + TestRoot(); }
-std::string SharedUri() { return WithRoot(SharedServerUri("zookeeper")); }
+std::string with_root(const std::string& uri) { return uri + "?root=" + test_root(); }
+std::string shared_uri() { return with_root(shared_server_uri("zookeeper")); }
 
 // "zookeeper://127.0.0.1:P" -> "127.0.0.1:P".
-std::string HostsOf(const std::string& uri) {
+std::string hosts_of(const std::string& uri) {
   std::string hosts = uri.substr(std::string("zookeeper://").size());
   return hosts.substr(0, hosts.find('?'));
 }
 
-int PortOf(const std::string& uri) {
-  const std::string hosts = HostsOf(uri);
+int port_of(const std::string& uri) {
+  const std::string hosts = hosts_of(uri);
   return std::stoi(hosts.substr(hosts.rfind(':') + 1));
 }
 
@@ -69,7 +69,7 @@ class RawZk {
  public:
   explicit RawZk(const std::string& uri) {
     zoo_set_debug_level(ZOO_LOG_LEVEL_ERROR);
-    zh_ = zookeeper_init(HostsOf(uri).c_str(), nullptr, 10000, nullptr, nullptr, 0);
+    zh_ = zookeeper_init(hosts_of(uri).c_str(), nullptr, 10000, nullptr, nullptr, 0);
     for (int i = 0; i < 500 && zh_ != nullptr && zoo_state(zh_) != ZOO_CONNECTED_STATE; ++i) {
       std::this_thread::sleep_for(milliseconds(10));
     }
@@ -79,7 +79,7 @@ class RawZk {
   }
   bool ok() const { return zh_ != nullptr && zoo_state(zh_) == ZOO_CONNECTED_STATE; }
 
-  std::vector<std::string> Children(const std::string& path) {
+  std::vector<std::string> children(const std::string& path) {
     String_vector names{};
     std::vector<std::string> out;
     if (zoo_get_children(zh_, path.c_str(), 0, &names) == ZOK) {
@@ -92,7 +92,7 @@ class RawZk {
     return out;
   }
   // The node's data ("" if missing) and stat.
-  std::string Get(const std::string& path, Stat* stat = nullptr) {
+  std::string get(const std::string& path, Stat* stat = nullptr) {
     char buffer[1024];
     int length = sizeof buffer;
     Stat local{};
@@ -103,11 +103,10 @@ class RawZk {
   }
   // Creates `path` (its parents as containers); the name it got ("" on
   // failure).
-  std::string Create(const std::string& path, const std::string& data, int mode) {
-    for (std::size_t at = path.find('/', 1); at != std::string::npos;
-         at = path.find('/', at + 1)) {
-      zoo_create(zh_, path.substr(0, at).c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE,
-                 ZOO_CONTAINER, nullptr, 0);
+  std::string create(const std::string& path, const std::string& data, int mode) {
+    for (std::size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
+      zoo_create(zh_, path.substr(0, at).c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, ZOO_CONTAINER,
+                 nullptr, 0);
     }
     char created[512];
     if (zoo_create(zh_, path.c_str(), data.data(), static_cast<int>(data.size()),
@@ -117,7 +116,7 @@ class RawZk {
     const std::string full = created;
     return full.substr(full.rfind('/') + 1);
   }
-  int Delete(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
+  int delete_node(const std::string& path) { return zoo_delete(zh_, path.c_str(), -1); }
   zhandle_t* handle() const { return zh_; }
 
  private:
@@ -126,12 +125,12 @@ class RawZk {
 
 // Creates the persistent node `path` (its parent must exist); ZOK or the
 // C client's error.
-int CreatePersistent(RawZk& raw, const std::string& path) {
+int create_persistent(RawZk& raw, const std::string& path) {
   return zoo_create(raw.handle(), path.c_str(), nullptr, -1, &ZOO_OPEN_ACL_UNSAFE, 0, nullptr, 0);
 }
 
 // A server statistic from the `mntr` four-letter word.
-long long Mntr(int port, const std::string& key) {
+long long mntr(int port, const std::string& key) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
@@ -152,22 +151,23 @@ long long Mntr(int port, const std::string& key) {
 // ---- layout and JVM interop -------------------------------------------------------
 
 TEST(ZookeeperLayout, CuratorNamesContenderDataAndZxidTokens) {
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  auto first = backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5)));
+  auto first = backend->acquire_or_renew(request_for("m", "cpp-a"), in(seconds(5)));
   ASSERT_THAT(first, IsOk());
   EXPECT_EQ(first->owner.owner_id, "cpp-a");
   EXPECT_EQ(first->owner.ttl_at - first->store_now, milliseconds(2000));
   EXPECT_EQ(first->owner.transition_at - first->store_now, milliseconds(3000));
-  RawZk raw(SharedServerUri("zookeeper"));
+  RawZk raw(shared_server_uri("zookeeper"));
   ASSERT_TRUE(raw.ok());
-  const auto children = raw.Children(TestRoot() + "/m");
+  const auto children = raw.children(test_root() + "/m");
   ASSERT_EQ(children.size(), 1u);
   // _c_<version-8 uuid carrying ttl 2000 = 0x7d0, transition 1000 = 0x3e8>-latch-<10 digits>
-  EXPECT_THAT(children[0], ::testing::MatchesRegex(
-                               "_c_000007d0-0000-83e8-[89ab][0-9a-f]{3}-[0-9a-f]{12}-latch-[0-9]{10}"));
+  EXPECT_THAT(children[0],
+              ::testing::MatchesRegex(
+                  "_c_000007d0-0000-83e8-[89ab][0-9a-f]{3}-[0-9a-f]{12}-latch-[0-9]{10}"));
   Stat stat{};
-  EXPECT_EQ(raw.Get(TestRoot() + "/m/" + children[0], &stat), "cpp-a");
+  EXPECT_EQ(raw.get(test_root() + "/m/" + children[0], &stat), "cpp-a");
   EXPECT_NE(stat.ephemeralOwner, 0);
   EXPECT_EQ(first->owner.fencing_token, static_cast<std::uint64_t>(stat.czxid));
   // The lease lives in the session's heartbeat node, written at most once
@@ -176,78 +176,78 @@ TEST(ZookeeperLayout, CuratorNamesContenderDataAndZxidTokens) {
   std::snprintf(session, sizeof session, "%016llx",
                 static_cast<unsigned long long>(stat.ephemeralOwner));
   Stat heartbeat{};
-  raw.Get(TestRoot() + "-sessions/" + session, &heartbeat);
+  raw.get(test_root() + "-sessions/" + session, &heartbeat);
   EXPECT_EQ(heartbeat.ephemeralOwner, stat.ephemeralOwner);
   // A renewal reads, writes nothing within half a ttl, and keeps the token.
-  auto renewed = backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5)));
+  auto renewed = backend->acquire_or_renew(request_for("m", "cpp-a"), in(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
   Stat after{};
-  raw.Get(TestRoot() + "/m/" + children[0], &after);
+  raw.get(test_root() + "/m/" + children[0], &after);
   EXPECT_EQ(after.version, stat.version);
   // After half a ttl, the next call writes the heartbeat again.
   std::this_thread::sleep_for(milliseconds(1100));
-  ASSERT_THAT(backend->acquire_or_renew(Request("m", "cpp-a"), In(seconds(5))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "cpp-a"), in(seconds(5))), IsOk());
   Stat later{};
-  raw.Get(TestRoot() + "-sessions/" + session, &later);
+  raw.get(test_root() + "-sessions/" + session, &later);
   EXPECT_GT(later.version, heartbeat.version);
   // A waiter joins behind and sees the owner; the next owner's token is
   // greater.
-  auto waiter = backend->acquire_or_renew(Request("m", "cpp-b"), In(seconds(5)));
+  auto waiter = backend->acquire_or_renew(request_for("m", "cpp-b"), in(seconds(5)));
   ASSERT_THAT(waiter, IsOk());
   EXPECT_EQ(waiter->owner.owner_id, "cpp-a");
   EXPECT_EQ(waiter->owner.fencing_token, first->owner.fencing_token);
-  EXPECT_EQ(raw.Children(TestRoot() + "/m").size(), 2u);
-  ASSERT_THAT(backend->release("m", "cpp-a", In(seconds(5))), IsOkAndHolds(true));
-  auto next = backend->acquire_or_renew(Request("m", "cpp-b"), In(seconds(5)));
+  EXPECT_EQ(raw.children(test_root() + "/m").size(), 2u);
+  ASSERT_THAT(backend->release("m", "cpp-a", in(seconds(5))), IsOkAndHolds(true));
+  auto next = backend->acquire_or_renew(request_for("m", "cpp-b"), in(seconds(5)));
   ASSERT_THAT(next, IsOk());
   EXPECT_EQ(next->owner.owner_id, "cpp-b");
   EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
-  ASSERT_THAT(backend->release("m", "cpp-b", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_TRUE(raw.Children(TestRoot() + "/m").empty());
+  ASSERT_THAT(backend->release("m", "cpp-b", in(seconds(5))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.children(test_root() + "/m").empty());
 }
 
 // A JVM Simba contender is a Curator LeaderLatch participant: a protected
 // ephemeral sequential node with a random (version-4) uuid and its id as
 // data, never rewritten. The test plays it with raw calls.
 TEST(ZookeeperJvmInterop, CuratorParticipantLeadsWaitsAndIsNeverEvicted) {
-  RawZk jvm(SharedServerUri("zookeeper"));
+  RawZk jvm(shared_server_uri("zookeeper"));
   ASSERT_TRUE(jvm.ok());
-  const std::string parent = TestRoot() + "/shared";
+  const std::string parent = test_root() + "/shared";
   const std::string jvm_node =
-      jvm.Create(parent + "/_c_0f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-", "jvm-contender",
+      jvm.create(parent + "/_c_0f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-", "jvm-contender",
                  ZOO_EPHEMERAL_SEQUENTIAL);
   ASSERT_FALSE(jvm_node.empty());
 
-  auto factory = Factory(SharedUri(), milliseconds(500), milliseconds(300));
+  auto factory = make_factory(shared_uri(), milliseconds(500), milliseconds(300));
   ASSERT_TRUE(factory);
   Timeline timeline;
-  auto service = factory->create_contend_service(timeline.Contender("shared", "cpp", "cpp")).value();
+  auto service =
+      factory->create_contend_service(timeline.contender("shared", "cpp", "cpp")).value();
   SIMBA_ASSERT_OK(service->start());
   // The C++ contender knows who leads, and many of its leases pass without
   // it evicting the JVM leader (whose session is its lease).
-  ASSERT_TRUE(Eventually([&] { return service->after_owner().owner_id == "jvm-contender"; },
-                         seconds(10)));
+  ASSERT_TRUE(
+      eventually([&] { return service->after_owner().owner_id == "jvm-contender"; }, seconds(10)));
   std::this_thread::sleep_for(seconds(3));
   EXPECT_FALSE(service->is_owner());
-  EXPECT_EQ(jvm.Children(parent).front(), jvm_node);
+  EXPECT_EQ(jvm.children(parent).front(), jvm_node);
   // The JVM leader leaves (LeaderLatch.close deletes its node): the C++
   // contender, watching it, leads at once.
-  ASSERT_EQ(jvm.Delete(parent + "/" + jvm_node), ZOK);
-  ASSERT_TRUE(Eventually([&] { return service->is_owner(); }, seconds(2)));
+  ASSERT_EQ(jvm.delete_node(parent + "/" + jvm_node), ZOK);
+  ASSERT_TRUE(eventually([&] { return service->is_owner(); }, seconds(2)));
 
   // Now the JVM side joins behind the C++ leader: by Curator's rule (lowest
   // sequence leads) it is not the leader; the C++ node is first.
-  const std::string second =
-      jvm.Create(parent + "/_c_1f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-", "jvm-contender",
-                 ZOO_EPHEMERAL_SEQUENTIAL);
-  auto children = jvm.Children(parent);
+  const std::string second = jvm.create(parent + "/_c_1f8e5a3c-2d1b-4c6e-9a7f-123456789abc-latch-",
+                                        "jvm-contender", ZOO_EPHEMERAL_SEQUENTIAL);
+  auto children = jvm.children(parent);
   ASSERT_EQ(children.size(), 2u);
   EXPECT_EQ(children.back(), second);
-  EXPECT_EQ(jvm.Get(parent + "/" + children.front()), "cpp");
+  EXPECT_EQ(jvm.get(parent + "/" + children.front()), "cpp");
   // The C++ contender stops: its node goes, the JVM participant is first.
   SIMBA_ASSERT_OK(service->stop());
-  children = jvm.Children(parent);
+  children = jvm.children(parent);
   ASSERT_EQ(children.size(), 1u);
   EXPECT_EQ(children.front(), second);
 }
@@ -257,19 +257,18 @@ TEST(ZookeeperJvmInterop, CuratorParticipantLeadsWaitsAndIsNeverEvicted) {
 // waiter first saw it in front. (With a heartbeat, the conformance suite's
 // failing-renewal case covers it.)
 TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
-  RawZk stuck(SharedServerUri("zookeeper"));
+  RawZk stuck(shared_server_uri("zookeeper"));
   ASSERT_TRUE(stuck.ok());
-  const std::string parent = TestRoot() + "/stuck";
+  const std::string parent = test_root() + "/stuck";
   // ttl 400 ms (0x190), transition 200 ms (0xc8), never written after its
   // creation.
-  const std::string node =
-      stuck.Create(parent + "/_c_00000190-0000-80c8-8000-000000000001-latch-", "stuck-owner",
-                   ZOO_EPHEMERAL_SEQUENTIAL);
+  const std::string node = stuck.create(parent + "/_c_00000190-0000-80c8-8000-000000000001-latch-",
+                                        "stuck-owner", ZOO_EPHEMERAL_SEQUENTIAL);
   ASSERT_FALSE(node.empty());
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  auto seen = backend->acquire_or_renew(Request("stuck", "cpp", seconds(2), seconds(1)),
-                                        In(seconds(5)));
+  auto seen = backend->acquire_or_renew(request_for("stuck", "cpp", seconds(2), seconds(1)),
+                                        in(seconds(5)));
   ASSERT_THAT(seen, IsOk());
   EXPECT_EQ(seen->owner.owner_id, "stuck-owner");
   const auto first_seen = steady_clock::now();
@@ -277,8 +276,8 @@ TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
   // was never written); once over, our next attempt evicts it and leads.
   std::optional<OwnerRecord> owned;
   while (steady_clock::now() - first_seen < seconds(5)) {
-    auto r = backend->acquire_or_renew(Request("stuck", "cpp", seconds(2), seconds(1)),
-                                       In(seconds(5)));
+    auto r = backend->acquire_or_renew(request_for("stuck", "cpp", seconds(2), seconds(1)),
+                                       in(seconds(5)));
     ASSERT_THAT(r, IsOk());
     if (r->owner.owner_id == "cpp") {
       owned = *r;
@@ -288,8 +287,8 @@ TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
   }
   ASSERT_TRUE(owned.has_value());
   EXPECT_GE(steady_clock::now() - first_seen, milliseconds(600));
-  EXPECT_EQ(stuck.Children(parent).size(), 1u);
-  EXPECT_EQ(stuck.Get(parent + "/" + node), "") << "the stuck node is gone";
+  EXPECT_EQ(stuck.children(parent).size(), 1u);
+  EXPECT_EQ(stuck.get(parent + "/" + node), "") << "the stuck node is gone";
 }
 
 // ---- sessions ----------------------------------------------------------------------
@@ -308,22 +307,22 @@ TEST(ZookeeperLeases, AnOwnerThatStopsRenewingIsEvictedAfterItsLease) {
 // The two callbacks' times are not compared: they run on two factories'
 // callback threads, whose scheduling orders nothing.
 TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins) {
-  const std::string server = SharedServerUri("zookeeper");
-  TcpProxy proxy(PortOf(server));
+  const std::string server = shared_server_uri("zookeeper");
+  TcpProxy proxy(port_of(server));
   constexpr milliseconds kSessionTimeout{2000};
   const std::string proxied = "zookeeper://127.0.0.1:" + std::to_string(proxy.port()) +
-                              "?root=" + TestRoot() + "&session_timeout=2s";
+                              "?root=" + test_root() + "&session_timeout=2s";
   // Long leases: only the session can decide here.
-  auto a_factory = Factory(proxied, seconds(20), seconds(10));
-  auto b_factory = Factory(SharedUri(), seconds(20), seconds(10));
+  auto a_factory = make_factory(proxied, seconds(20), seconds(10));
+  auto b_factory = make_factory(shared_uri(), seconds(20), seconds(10));
   ASSERT_TRUE(a_factory && b_factory);
   Timeline timeline;
-  auto a = a_factory->create_contend_service(timeline.Contender("partition", "a", "a")).value();
+  auto a = a_factory->create_contend_service(timeline.contender("partition", "a", "a")).value();
   MutexContendService* a_service = a.get();
   // A's own state at the moment B is told it owns the mutex.
   std::atomic<int> a_owner_when_b_acquired{-1};
   std::atomic<std::uint64_t> b_token{0};
-  auto b_contender = MakeContender(
+  auto b_contender = make_contender(
       "partition",
       [&, a_service](const MutexState& s) {
         a_owner_when_b_acquired = a_service->is_owner() ? 1 : 0;
@@ -332,23 +331,23 @@ TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins)
       nullptr, "b");
   auto b = b_factory->create_contend_service(b_contender).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
   const std::uint64_t a_token = a->fencing_token();
   SIMBA_ASSERT_OK(b->start());
-  ASSERT_TRUE(Eventually([&] { return b->after_owner().owner_id == "a"; }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return b->after_owner().owner_id == "a"; }, seconds(10)));
 
   const auto cut = steady_clock::now();
   proxy.set_blackhole(true);
-  ASSERT_TRUE(Eventually([&] { return b->is_owner(); }, seconds(10)));
-  ASSERT_TRUE(Eventually([&] { return a_owner_when_b_acquired.load() >= 0; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a_owner_when_b_acquired.load() >= 0; }, seconds(5)));
   EXPECT_EQ(a_owner_when_b_acquired.load(), 0) << "A still acted as owner when B took over";
-  const auto a_released = timeline.When("a released");
+  const auto a_released = timeline.when("a released");
   ASSERT_TRUE(a_released.has_value());
   // The C client gives up a connection silent for 2/3 of the session
   // timeout (it last heard from the server at or before the cut); the kLost
   // then crosses two threads. 400 ms of margin for those and a loaded
   // machine, still below the session timeout itself (1733 < 2000 ms).
-  EXPECT_LT(*a_released - cut, Scaled(kSessionTimeout * 2 / 3 + milliseconds(400)))
+  EXPECT_LT(*a_released - cut, scaled(kSessionTimeout * 2 / 3 + milliseconds(400)))
       << "not told within 2/3 of the session timeout";
   EXPECT_GT(b_token.load(), a_token);
   EXPECT_EQ(b->fencing_token(), b_token.load());
@@ -356,15 +355,15 @@ TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins)
 
   // Healed: A's old session is gone; it joins the queue again behind B.
   proxy.set_blackhole(false);
-  proxy.CutAll();
+  proxy.cut_all();
   RawZk raw(server);
   ASSERT_TRUE(raw.ok());
-  ASSERT_TRUE(Eventually([&] { return raw.Children(TestRoot() + "/partition").size() == 2; },
+  ASSERT_TRUE(eventually([&] { return raw.children(test_root() + "/partition").size() == 2; },
                          seconds(15)));
-  EXPECT_EQ(raw.Get(TestRoot() + "/partition/" + raw.Children(TestRoot() + "/partition").back()),
+  EXPECT_EQ(raw.get(test_root() + "/partition/" + raw.children(test_root() + "/partition").back()),
             "a");
   SIMBA_ASSERT_OK(b->stop());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   EXPECT_GT(a->fencing_token(), a_token);
   SIMBA_ASSERT_OK(a->stop());
 }
@@ -374,17 +373,17 @@ TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins)
 // there is one owner again (the same session may survive a quick restart),
 // never two at once.
 TEST(ZookeeperFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
-  auto server = TestServer::Start("zookeeper");
+  auto server = TestServer::start("zookeeper");
   ASSERT_THAT(server, IsOk());
-  const std::string uri = (*server)->uri() + "?root=" + TestRoot() + "&session_timeout=4s";
-  auto a_factory = Factory(uri, seconds(2), seconds(1));
-  auto b_factory = Factory(uri, seconds(2), seconds(1));
+  const std::string uri = (*server)->uri() + "?root=" + test_root() + "&session_timeout=4s";
+  auto a_factory = make_factory(uri, seconds(2), seconds(1));
+  auto b_factory = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(a_factory && b_factory);
   Timeline timeline;
-  auto a = a_factory->create_contend_service(timeline.Contender("restart", "a", "a")).value();
-  auto b = b_factory->create_contend_service(timeline.Contender("restart", "b", "b")).value();
+  auto a = a_factory->create_contend_service(timeline.contender("restart", "a", "a")).value();
+  auto b = b_factory->create_contend_service(timeline.contender("restart", "b", "b")).value();
   SIMBA_ASSERT_OK(a->start());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(10)));
   SIMBA_ASSERT_OK(b->start());
   std::atomic<bool> stop{false};
   std::atomic<int> both{0};
@@ -394,12 +393,12 @@ TEST(ZookeeperFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
       std::this_thread::sleep_for(milliseconds(1));
     }
   });
-  SIMBA_ASSERT_OK((*server)->Kill());
-  ASSERT_TRUE(Eventually([&] { return !a->is_owner(); }, seconds(5)))
+  SIMBA_ASSERT_OK((*server)->kill());
+  ASSERT_TRUE(eventually([&] { return !a->is_owner(); }, seconds(5)))
       << "the owner went on as owner without its server";
   std::this_thread::sleep_for(seconds(1));
-  SIMBA_ASSERT_OK((*server)->Restart());
-  ASSERT_TRUE(Eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)));
+  SIMBA_ASSERT_OK((*server)->restart());
+  ASSERT_TRUE(eventually([&] { return a->is_owner() || b->is_owner(); }, seconds(20)));
   std::this_thread::sleep_for(seconds(2));
   stop = true;
   sampler.join();
@@ -412,21 +411,21 @@ TEST(ZookeeperFailures, RestartWhileALeaseIsHeldKeepsOneOwner) {
 // ---- hand-off ----------------------------------------------------------------------
 
 TEST(ZookeeperHandOff, WaiterTakesOverWithinRoundTripsOfTheRelease) {
-  auto a_factory = Factory(SharedUri(), seconds(10), seconds(6));
-  auto b_factory = Factory(SharedUri(), seconds(10), seconds(6));
+  auto a_factory = make_factory(shared_uri(), seconds(10), seconds(6));
+  auto b_factory = make_factory(shared_uri(), seconds(10), seconds(6));
   ASSERT_TRUE(a_factory && b_factory);
   Recorder a, b;
-  auto sa = a_factory->create_contend_service(a.Contender("handoff", "a")).value();
-  auto sb = b_factory->create_contend_service(b.Contender("handoff", "b")).value();
+  auto sa = a_factory->create_contend_service(a.contender("handoff", "a")).value();
+  auto sb = b_factory->create_contend_service(b.contender("handoff", "b")).value();
   SIMBA_ASSERT_OK(sa->start());
-  ASSERT_TRUE(a.acquired.Wait(seconds(10)));
+  ASSERT_TRUE(a.acquired.wait(seconds(10)));
   SIMBA_ASSERT_OK(sb->start());
-  ASSERT_TRUE(Eventually([&] { return sb->after_owner().owner_id == "a"; }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return sb->after_owner().owner_id == "a"; }, seconds(10)));
   const auto released = steady_clock::now();
   SIMBA_ASSERT_OK(sa->stop());
   // With a 10 s lease, only the watch can make this fast.
-  ASSERT_TRUE(b.acquired.Wait(seconds(5)));
-  EXPECT_LT(b.AcquiredAt() - released, milliseconds(500));
+  ASSERT_TRUE(b.acquired.wait(seconds(5)));
+  EXPECT_LT(b.acquired_at() - released, milliseconds(500));
   SIMBA_EXPECT_OK(sb->stop());
 }
 
@@ -439,26 +438,26 @@ TEST(ZookeeperHandOff, WaiterTakesOverWithinRoundTripsOfTheRelease) {
 TEST(ZookeeperHandOff, APredecessorLeavingMidAcquireIsNoError) {
   constexpr int kThreads = 4;
   constexpr int kRounds = 150;
-  const std::string uri = SharedUri();
+  const std::string uri = shared_uri();
   std::atomic<int> errors{0};
   std::string first_error;
   std::mutex mu;
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      auto backend = Open(uri);  // a session of its own, like a process
+      auto backend = open(uri);  // a session of its own, like a process
       if (!backend) {
         ++errors;
         return;
       }
       const std::string id = "churn-" + std::to_string(t);
       for (int i = 0; i < kRounds; ++i) {
-        auto joined = backend->acquire_or_renew(Request("churn", id), In(seconds(10)));
-        auto left = backend->release("churn", id, In(seconds(10)));
+        auto joined = backend->acquire_or_renew(request_for("churn", id), in(seconds(10)));
+        auto left = backend->release("churn", id, in(seconds(10)));
         if (!joined.ok() || !left.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (errors++ == 0) {
-            first_error = (!joined.ok() ? joined.status() : left.status()).ToString();
+            first_error = (!joined.ok() ? joined.status() : left.status()).to_string();
           }
         }
       }
@@ -472,21 +471,21 @@ TEST(ZookeeperHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   constexpr int kFactories = 5;
   constexpr int kContenders = 50;
   // A server of its own: its request count is ours alone.
-  auto server = TestServer::Start("zookeeper");
+  auto server = TestServer::start("zookeeper");
   ASSERT_THAT(server, IsOk());
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < kFactories; ++i) {
-    factories.push_back(Factory(WithRoot((*server)->uri()), seconds(20), seconds(10)));
+    factories.push_back(make_factory(with_root((*server)->uri()), seconds(20), seconds(10)));
     ASSERT_TRUE(factories.back());
   }
   std::vector<std::unique_ptr<MutexContendService>> services(kContenders);
   for (int i = 0; i < kContenders; ++i) {
-    auto c = MakeContender("queue", nullptr, nullptr, "c" + std::to_string(i));
+    auto c = make_contender("queue", nullptr, nullptr, "c" + std::to_string(i));
     services[i] = factories[i % kFactories]->create_contend_service(c).value();
     SIMBA_ASSERT_OK(services[i]->start());
     // Join in order: wait until this one has its place in the queue.
-    ASSERT_TRUE(Eventually([&] { return !services[i]->after_owner().owner_id.empty(); },
-                           seconds(10)));
+    ASSERT_TRUE(
+        eventually([&] { return !services[i]->after_owner().owner_id.empty(); }, seconds(10)));
   }
   const auto owners = [&] {
     return std::count_if(services.begin(), services.end(),
@@ -494,16 +493,16 @@ TEST(ZookeeperHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
   };
   const int port = (*server)->port();
   std::this_thread::sleep_for(milliseconds(200));
-  const long long before = Mntr(port, "zk_packets_received");
+  const long long before = mntr(port, "zk_packets_received");
   ASSERT_GE(before, 0) << "mntr is not answered";
   // Each owner in turn stops; the next one in line leads, alone.
   for (int i = 0; i < kContenders; ++i) {
-    ASSERT_TRUE(Eventually([&] { return services[i]->is_owner(); }, seconds(5)))
+    ASSERT_TRUE(eventually([&] { return services[i]->is_owner(); }, seconds(5)))
         << "contender " << i << " did not lead in turn";
     EXPECT_EQ(owners(), 1);
     SIMBA_ASSERT_OK(services[i]->stop());
   }
-  const long long after = Mntr(port, "zk_packets_received");
+  const long long after = mntr(port, "zk_packets_received");
   const double per_handoff = static_cast<double>(after - before) / kContenders;
   RecordProperty("packets_per_handoff", std::to_string(per_handoff));
   // A release (1), the next one's listing, owner read, claim and watches
@@ -515,18 +514,18 @@ TEST(ZookeeperHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
 // ---- names and URIs ------------------------------------------------------------------
 
 TEST(ZookeeperUri, ParsesHostsChrootAndOptions) {
-  auto uri = Uri::Parse("zookeeper://h1:2181,h2/apps/x?root=/locks&session_timeout=4s");
+  auto uri = Uri::parse("zookeeper://h1:2181,h2/apps/x?root=/locks&session_timeout=4s");
   ASSERT_THAT(uri, IsOk());
-  auto options = ZookeeperOptionsFromUri(*uri);
+  auto options = zookeeper_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
   EXPECT_EQ(options->connect_string, "h1:2181,h2:2181/apps/x");
   EXPECT_EQ(options->root, "/locks");
   EXPECT_EQ(options->session_timeout, seconds(4));
-  auto backend = Open(SharedUri());
+  auto backend = open(shared_uri());
   ASSERT_TRUE(backend);
-  EXPECT_THAT(backend->acquire_or_renew(Request("a/b", "c"), In(seconds(5))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("a/b", "c"), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("'/'")));
-  EXPECT_THAT(backend->acquire_or_renew(Request("..", "c"), In(seconds(5))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("..", "c"), in(seconds(5))),
               StatusIs(StatusCode::kInvalidArgument));
 }
 
@@ -536,15 +535,14 @@ TEST(ZookeeperUri, ParsesHostsChrootAndOptions) {
 // client tries the hosts in a random order and moves past the refused one,
 // so a session opens either way.
 TEST(ZookeeperHosts, ADeadHostInTheListIsSkipped) {
-  const std::string live = HostsOf(SharedServerUri("zookeeper"));
-  for (const std::string& hosts :
-       {"127.0.0.1:1," + live, live + ",127.0.0.1:1"}) {
-    auto backend = Open("zookeeper://" + hosts + "?root=" + TestRoot() + "&connect_timeout=3s");
+  const std::string live = hosts_of(shared_server_uri("zookeeper"));
+  for (const std::string& hosts : {"127.0.0.1:1," + live, live + ",127.0.0.1:1"}) {
+    auto backend = open("zookeeper://" + hosts + "?root=" + test_root() + "&connect_timeout=3s");
     ASSERT_TRUE(backend);
-    auto acquired = backend->acquire_or_renew(Request("m", "c"), In(seconds(5)));
+    auto acquired = backend->acquire_or_renew(request_for("m", "c"), in(seconds(5)));
     ASSERT_THAT(acquired, IsOk()) << hosts;
     EXPECT_EQ(acquired->owner.owner_id, "c") << hosts;
-    EXPECT_THAT(backend->release("m", "c", In(seconds(5))), IsOkAndHolds(true)) << hosts;
+    EXPECT_THAT(backend->release("m", "c", in(seconds(5))), IsOkAndHolds(true)) << hosts;
   }
 }
 
@@ -556,7 +554,7 @@ TEST(ZookeeperHosts, ADeadHostInTheListIsSkipped) {
 // owner until a renewal succeeds), owns again with the same token, and the
 // waiter never gets the mutex.
 TEST(ZookeeperHosts, TheSessionMovesToTheNextHostWhenItsHostDies) {
-  const int port = PortOf(SharedServerUri("zookeeper"));
+  const int port = port_of(shared_server_uri("zookeeper"));
   std::vector<std::unique_ptr<TcpProxy>> proxies;
   proxies.push_back(std::make_unique<TcpProxy>(port));
   proxies.push_back(std::make_unique<TcpProxy>(port));
@@ -564,23 +562,23 @@ TEST(ZookeeperHosts, TheSessionMovesToTheNextHostWhenItsHostDies) {
   // 2/3 of it; a reset is noticed at once and the next host dialled.
   const std::string uri = "zookeeper://127.0.0.1:" + std::to_string(proxies[0]->port()) +
                           ",127.0.0.1:" + std::to_string(proxies[1]->port()) +
-                          "?root=" + TestRoot() + "&session_timeout=4s";
+                          "?root=" + test_root() + "&session_timeout=4s";
   // Long leases: the session alone decides here.
-  auto owner_factory = Factory(uri, seconds(20), seconds(10));
-  auto waiter_factory = Factory(SharedUri(), seconds(20), seconds(10));
+  auto owner_factory = make_factory(uri, seconds(20), seconds(10));
+  auto waiter_factory = make_factory(shared_uri(), seconds(20), seconds(10));
   ASSERT_TRUE(owner_factory && waiter_factory);
   Timeline timeline;
-  auto owner = owner_factory->create_contend_service(timeline.Contender("hosts", "o", "o")).value();
+  auto owner = owner_factory->create_contend_service(timeline.contender("hosts", "o", "o")).value();
   auto waiter =
-      waiter_factory->create_contend_service(timeline.Contender("hosts", "w", "w")).value();
+      waiter_factory->create_contend_service(timeline.contender("hosts", "w", "w")).value();
   SIMBA_ASSERT_OK(owner->start());
-  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
+  ASSERT_TRUE(eventually([&] { return owner->is_owner(); }, seconds(10)));
   const std::uint64_t token = owner->fencing_token();
   SIMBA_ASSERT_OK(waiter->start());
-  ASSERT_TRUE(Eventually([&] { return waiter->after_owner().owner_id == "o"; }, seconds(10)));
-  RawZk raw(SharedServerUri("zookeeper"));
+  ASSERT_TRUE(eventually([&] { return waiter->after_owner().owner_id == "o"; }, seconds(10)));
+  RawZk raw(shared_server_uri("zookeeper"));
   ASSERT_TRUE(raw.ok());
-  const auto before = raw.Children(TestRoot() + "/hosts");
+  const auto before = raw.children(test_root() + "/hosts");
   ASSERT_EQ(before.size(), 2u);
   // The one session's connection goes through exactly one of the proxies.
   ASSERT_EQ(proxies[0]->connections() + proxies[1]->connections(), 1);
@@ -588,20 +586,20 @@ TEST(ZookeeperHosts, TheSessionMovesToTheNextHostWhenItsHostDies) {
   const auto killed = steady_clock::now();
   proxies[used].reset();
   // Told of the drop...
-  ASSERT_TRUE(Eventually([&] { return timeline.When("o released").has_value(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return timeline.when("o released").has_value(); }, seconds(5)));
   // ... and the owner again, through the other host, with the node it had.
   // Bound: the reset is seen at once, the other host answers in a round
   // trip, and the core's next attempt follows its loss at once; the
   // session timeout (4 s), after which the session would be gone, is the
   // hard limit, and 2 s leaves half of it as the margin.
-  ASSERT_TRUE(Eventually([&] { return owner->is_owner(); }, seconds(10)));
-  EXPECT_LT(steady_clock::now() - killed, Scaled(seconds(2)));
+  ASSERT_TRUE(eventually([&] { return owner->is_owner(); }, seconds(10)));
+  EXPECT_LT(steady_clock::now() - killed, scaled(seconds(2)));
   EXPECT_EQ(proxies[1 - used]->connections(), 1);
   EXPECT_EQ(owner->fencing_token(), token) << "a new node: the session did not survive";
-  EXPECT_EQ(raw.Children(TestRoot() + "/hosts"), before);
-  EXPECT_FALSE(timeline.When("w acquired").has_value()) << "the waiter took over";
+  EXPECT_EQ(raw.children(test_root() + "/hosts"), before);
+  EXPECT_FALSE(timeline.when("w acquired").has_value()) << "the waiter took over";
   SIMBA_ASSERT_OK(owner->stop());
-  ASSERT_TRUE(Eventually([&] { return waiter->is_owner(); }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return waiter->is_owner(); }, seconds(5)));
   EXPECT_GT(waiter->fencing_token(), token);
   SIMBA_EXPECT_OK(waiter->stop());
 }
@@ -610,42 +608,42 @@ TEST(ZookeeperHosts, TheSessionMovesToTheNextHostWhenItsHostDies) {
 // under it, and two chroots on one server are two stores that never see
 // each other's mutexes.
 TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
-  const std::string server = SharedServerUri("zookeeper");
+  const std::string server = shared_server_uri("zookeeper");
   RawZk raw(server);
   ASSERT_TRUE(raw.ok());
-  const std::string chroot_a = TestRoot() + "-a";
-  const std::string chroot_b = TestRoot() + "-b";
+  const std::string chroot_a = test_root() + "-a";
+  const std::string chroot_b = test_root() + "-b";
   // A chroot must exist (the client does not create it).
-  ASSERT_EQ(CreatePersistent(raw, chroot_a), ZOK);
-  ASSERT_EQ(CreatePersistent(raw, chroot_b), ZOK);
+  ASSERT_EQ(create_persistent(raw, chroot_a), ZOK);
+  ASSERT_EQ(create_persistent(raw, chroot_b), ZOK);
   // The root: a name of this test's own, so that its absence outside the
   // chroots means something on the shared server.
-  const std::string root = TestRoot() + "-root";
-  auto a = Open(server + chroot_a + "?root=" + root);
-  auto b = Open(server + chroot_b + "?root=" + root);
+  const std::string root = test_root() + "-root";
+  auto a = open(server + chroot_a + "?root=" + root);
+  auto b = open(server + chroot_b + "?root=" + root);
   ASSERT_TRUE(a && b);
   // Both own "m" at once: different stores.
-  auto owned_a = a->acquire_or_renew(Request("m", "in-a"), In(seconds(5)));
-  auto owned_b = b->acquire_or_renew(Request("m", "in-b"), In(seconds(5)));
+  auto owned_a = a->acquire_or_renew(request_for("m", "in-a"), in(seconds(5)));
+  auto owned_b = b->acquire_or_renew(request_for("m", "in-b"), in(seconds(5)));
   ASSERT_THAT(owned_a, IsOk());
   ASSERT_THAT(owned_b, IsOk());
   EXPECT_EQ(owned_a->owner.owner_id, "in-a");
   EXPECT_EQ(owned_b->owner.owner_id, "in-b");
-  ASSERT_THAT(a->acquire_or_renew(Request("only-a", "in-a"), In(seconds(5))), IsOk());
+  ASSERT_THAT(a->acquire_or_renew(request_for("only-a", "in-a"), in(seconds(5))), IsOk());
   // The nodes, seen without a chroot: under <chroot><root>, and nothing
   // at <root>.
-  const auto nodes_a = raw.Children(chroot_a + root + "/m");
-  const auto nodes_b = raw.Children(chroot_b + root + "/m");
+  const auto nodes_a = raw.children(chroot_a + root + "/m");
+  const auto nodes_b = raw.children(chroot_b + root + "/m");
   ASSERT_EQ(nodes_a.size(), 1u);
   ASSERT_EQ(nodes_b.size(), 1u);
-  EXPECT_EQ(raw.Get(chroot_a + root + "/m/" + nodes_a[0]), "in-a");
-  EXPECT_EQ(raw.Get(chroot_b + root + "/m/" + nodes_b[0]), "in-b");
-  EXPECT_EQ(raw.Children(chroot_a + root + "-sessions").size(), 1u) << "the heartbeat node";
+  EXPECT_EQ(raw.get(chroot_a + root + "/m/" + nodes_a[0]), "in-a");
+  EXPECT_EQ(raw.get(chroot_b + root + "/m/" + nodes_b[0]), "in-b");
+  EXPECT_EQ(raw.children(chroot_a + root + "-sessions").size(), 1u) << "the heartbeat node";
   Stat stat{};
   EXPECT_EQ(zoo_exists(raw.handle(), root.c_str(), 0, &stat), ZNONODE);
   // Each store lists only its own mutexes.
-  auto listed_a = a->list(In(seconds(5)));
-  auto listed_b = b->list(In(seconds(5)));
+  auto listed_a = a->list(in(seconds(5)));
+  auto listed_b = b->list(in(seconds(5)));
   ASSERT_THAT(listed_a, IsOk());
   ASSERT_THAT(listed_b, IsOk());
   std::vector<std::string> names_a, names_b;
@@ -654,17 +652,17 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   std::sort(names_a.begin(), names_a.end());
   EXPECT_EQ(names_a, (std::vector<std::string>{"m", "only-a"}));
   EXPECT_EQ(names_b, (std::vector<std::string>{"m"}));
-  EXPECT_THAT(a->release("m", "in-a", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_THAT(a->release("only-a", "in-a", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_THAT(b->release("m", "in-b", In(seconds(5))), IsOkAndHolds(true));
-  EXPECT_TRUE(raw.Children(chroot_a + root + "/m").empty());
+  EXPECT_THAT(a->release("m", "in-a", in(seconds(5))), IsOkAndHolds(true));
+  EXPECT_THAT(a->release("only-a", "in-a", in(seconds(5))), IsOkAndHolds(true));
+  EXPECT_THAT(b->release("m", "in-b", in(seconds(5))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.children(chroot_a + root + "/m").empty());
 }
 
 TEST(ZookeeperUri, AnUnreachableEnsembleFailsByTheDeadline) {
-  auto backend = Open("zookeeper://127.0.0.1:1?connect_timeout=300ms");
+  auto backend = open("zookeeper://127.0.0.1:1?connect_timeout=300ms");
   ASSERT_TRUE(backend);
   const auto start = steady_clock::now();
-  EXPECT_THAT(backend->acquire_or_renew(Request("m", "c"), In(seconds(5))),
+  EXPECT_THAT(backend->acquire_or_renew(request_for("m", "c"), in(seconds(5))),
               StatusIs(StatusCode::kUnavailable, HasSubstr("127.0.0.1:1")));
   EXPECT_LT(steady_clock::now() - start, seconds(2));
 }

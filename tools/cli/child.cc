@@ -19,7 +19,7 @@ namespace {
 
 std::atomic<int> g_signal{0};
 
-void OnSignal(int signal) { g_signal = signal; }
+void on_signal(int signal) { g_signal = signal; }
 
 // The reaper: a process of simba's own that outlives simba only to kill the
 // job's group when simba dies without saying the job has ended. It holds the
@@ -28,7 +28,7 @@ void OnSignal(int signal) { g_signal = signal; }
 // without that byte means simba is gone, so the job's group is killed.
 // Forked from a process with threads, it calls only async-signal-safe
 // functions until it exits.
-[[noreturn]] void RunReaper(int read_fd, pid_t job) {
+[[noreturn]] void run_reaper(int read_fd, pid_t job) {
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   // Ctrl-C and a kill of simba's own group must not end the reaper before it
@@ -50,7 +50,7 @@ void OnSignal(int signal) { g_signal = signal; }
   _exit(0);
 }
 
-int ShellStatus(int wait_status) {
+int shell_status(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
   return 1;
@@ -58,9 +58,9 @@ int ShellStatus(int wait_status) {
 
 }  // namespace
 
-Result<Child> Child::Start(const std::vector<std::string>& command,
+Result<Child> Child::start(const std::vector<std::string>& command,
                            const std::map<std::string, std::string>& env) {
-  if (command.empty()) return InvalidArgumentError("no command given after '--'");
+  if (command.empty()) return invalid_argument_error("no command given after '--'");
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry(*e);
@@ -86,16 +86,16 @@ Result<Child> Child::Start(const std::vector<std::string>& command,
   sigemptyset(&none);
   posix_spawnattr_setsigdefault(&attr, &all);
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETSIGMASK);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   pid_t pid = -1;
   const int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), envp.data());
   posix_spawnattr_destroy(&attr);
-  if (rc == ENOENT) return NotFoundError("command not found: " + command[0]);
+  if (rc == ENOENT) return not_found_error("command not found: " + command[0]);
   if (rc == EACCES || rc == ENOEXEC) {
-    return PermissionDeniedError("cannot execute " + command[0] + ": " + std::strerror(rc));
+    return permission_denied_error("cannot execute " + command[0] + ": " + std::strerror(rc));
   }
-  if (rc != 0) return InternalError("cannot start " + command[0] + ": " + std::strerror(rc));
+  if (rc != 0) return internal_error("cannot start " + command[0] + ": " + std::strerror(rc));
 
   // The reaper (see RunReaper). The write end is close-on-exec, so no child
   // started later keeps it open.
@@ -105,10 +105,10 @@ Result<Child> Child::Start(const std::vector<std::string>& command,
     kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    return InternalError(std::string("cannot guard the command (pipe): ") + std::strerror(error));
+    return internal_error(std::string("cannot guard the command (pipe): ") + std::strerror(error));
   }
   const pid_t reaper = fork();
-  if (reaper == 0) RunReaper(fds[0], pid);
+  if (reaper == 0) run_reaper(fds[0], pid);
   const int fork_error = errno;
   close(fds[0]);
   if (reaper < 0) {
@@ -116,8 +116,8 @@ Result<Child> Child::Start(const std::vector<std::string>& command,
     kill(-pid, SIGKILL);
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    return InternalError(std::string("cannot guard the command (fork): ") +
-                         std::strerror(fork_error));
+    return internal_error(std::string("cannot guard the command (fork): ") +
+                          std::strerror(fork_error));
   }
   return Child(pid, reaper, fds[1]);
 }
@@ -130,7 +130,7 @@ Child::Child(Child&& other) noexcept
 
 Child& Child::operator=(Child&& other) noexcept {
   if (this != &other) {
-    ReleaseReaper();
+    release_reaper();
     pid_ = other.pid_;
     status_ = other.status_;
     reaper_ = std::exchange(other.reaper_, -1);
@@ -139,9 +139,9 @@ Child& Child::operator=(Child&& other) noexcept {
   return *this;
 }
 
-Child::~Child() { ReleaseReaper(); }
+Child::~Child() { release_reaper(); }
 
-void Child::DismissReaper() {
+void Child::dismiss_reaper() {
   if (reaper_fd_ >= 0) {
     const char done = 'x';
     ssize_t n;
@@ -158,9 +158,9 @@ void Child::DismissReaper() {
   }
 }
 
-void Child::ReleaseReaper() {
+void Child::release_reaper() {
   if (status_) {
-    DismissReaper();
+    dismiss_reaper();
     return;
   }
   if (reaper_fd_ >= 0) {
@@ -174,46 +174,46 @@ void Child::ReleaseReaper() {
   }
 }
 
-void Child::Signal(int signal) const {
+void Child::signal(int signal) const {
   if (status_) return;
   // The group first; the pid too, in case the child left its group.
   kill(-pid_, signal);
   kill(pid_, signal);
 }
 
-std::optional<int> Child::Poll() {
+std::optional<int> Child::poll() {
   if (status_) return status_;
   int wait_status = 0;
   const pid_t r = waitpid(pid_, &wait_status, WNOHANG);
   if (r == pid_) {
-    status_ = ShellStatus(wait_status);
+    status_ = shell_status(wait_status);
     // At once: from now on the job's pid may be reused by someone else.
-    DismissReaper();
+    dismiss_reaper();
   }
   return status_;
 }
 
-int StopChild(Child& child, std::chrono::milliseconds kill_after) {
-  child.Signal(SIGTERM);
+int stop_child(Child& child, std::chrono::milliseconds kill_after) {
+  child.signal(SIGTERM);
   const auto kill_at = std::chrono::steady_clock::now() + kill_after;
   bool killed = false;
   for (;;) {
-    if (auto status = child.Poll()) return *status;
+    if (auto status = child.poll()) return *status;
     if (!killed && std::chrono::steady_clock::now() >= kill_at) {
-      child.Signal(SIGKILL);
+      child.signal(SIGKILL);
       killed = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
-void InstallSignalHandlers() {
+void install_signal_handlers() {
   struct sigaction action {};
-  action.sa_handler = OnSignal;
+  action.sa_handler = on_signal;
   sigemptyset(&action.sa_mask);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaction(s, &action, nullptr);
 }
 
-int TakeSignal() { return g_signal.exchange(0); }
+int take_signal() { return g_signal.exchange(0); }
 
 }  // namespace simba::cli

@@ -23,7 +23,7 @@ class Child {
   // Starts `command` (looked up in PATH) with the current environment plus
   // `env`. kNotFound when it does not exist, kPermissionDenied when it cannot
   // be executed.
-  static Result<Child> Start(const std::vector<std::string>& command,
+  static Result<Child> start(const std::vector<std::string>& command,
                              const std::map<std::string, std::string>& env);
 
   Child(Child&& other) noexcept;
@@ -36,20 +36,20 @@ class Child {
 
   pid_t pid() const { return pid_; }
   // Sends `signal` to the child's process group.
-  void Signal(int signal) const;
+  void signal(int signal) const;
   // The child's exit status (as a shell reports it: the code, or 128 + N when
   // killed by signal N) once it has exited; nullopt while it runs.
-  std::optional<int> Poll();
+  std::optional<int> poll();
 
  private:
   Child(pid_t pid, pid_t reaper, int reaper_fd)
       : pid_(pid), reaper_(reaper), reaper_fd_(reaper_fd) {}
   // Tells the reaper the child has exited (it then exits without killing)
   // and collects it.
-  void DismissReaper();
+  void dismiss_reaper();
   // Closes the reaper's pipe without a word (it kills the group) and
   // collects it.
-  void ReleaseReaper();
+  void release_reaper();
 
   pid_t pid_;
   std::optional<int> status_;
@@ -59,13 +59,13 @@ class Child {
 
 // Stops `child`: SIGTERM to its group, then SIGKILL after `kill_after`.
 // Returns its exit status.
-int StopChild(Child& child, std::chrono::milliseconds kill_after);
+int stop_child(Child& child, std::chrono::milliseconds kill_after);
 
 // Signals to simba that the CLI forwards or reacts to (SIGINT, SIGTERM,
-// SIGHUP): installs handlers; TakeSignal() returns the last one received
+// SIGHUP): installs handlers; take_signal() returns the last one received
 // (0 if none) and clears it.
-void InstallSignalHandlers();
-int TakeSignal();
+void install_signal_handlers();
+int take_signal();
 
 }  // namespace simba::cli
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "simba/contend_service.h"
-#include "src/core/json.h"
 #include "simba/status.h"
+#include "src/core/json.h"
 
 namespace simba::cli {
 
@@ -33,13 +33,13 @@ struct Args {
   std::vector<std::string> command;
   bool has_command = false;  // "--" was given
 
-  bool Has(const std::string& flag) const {
+  bool has(const std::string& flag) const {
     return values.count(flag) > 0 || switches.count(flag) > 0;
   }
-  std::optional<std::string> Value(const std::string& flag) const;
+  std::optional<std::string> value(const std::string& flag) const;
   // The duration value of `flag`, or `fallback` when absent. Errors name the
   // flag.
-  Result<std::chrono::milliseconds> Duration(const std::string& flag,
+  Result<std::chrono::milliseconds> duration(const std::string& flag,
                                              std::chrono::milliseconds fallback) const;
 };
 
@@ -52,7 +52,7 @@ struct FlagSpec {
 
 // Parses `argv` (after the command name) against `spec`. kInvalidArgument
 // names the unknown flag or the flag missing its value.
-Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec);
+Result<Args> parse_args(const std::vector<std::string>& argv, const FlagSpec& spec);
 
 // How simba writes to stderr (--log-format).
 enum class LogFormat { kText, kJson };
@@ -71,45 +71,45 @@ struct LeaseJob {
 
 // Reads --store/$SIMBA_STORE, --mutex, --ttl, --transition, --kill-after,
 // --verbose, --log-format and "-- CMD". kInvalidArgument names the flag at fault.
-Result<LeaseJob> ParseLeaseJob(const Args& args);
+Result<LeaseJob> parse_lease_job(const Args& args);
 // The factory for `job`'s store with its lease settings and an event printer
 // (MakeEventPrinter), after one read of the mutex shows the store can be
 // reached (errors name the store).
-Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job);
+Result<std::unique_ptr<MutexContendServiceFactory>> open_factory(const LeaseJob& job);
 // `status`'s message prefixed with the store URI, password masked: a network
 // store's own messages name only its host and port.
-std::string StoreError(const std::string& store, const Status& status);
+std::string store_error(const std::string& store, const Status& status);
 
 // --log-format: text (the default) or json.
-Result<LogFormat> ParseLogFormat(const Args& args);
+Result<LogFormat> parse_log_format(const Args& args);
 // From now on PrintError/PrintInfo write in `format` (JSON: one object per
 // line, {"event":"error"|"info","time":...,"message":...}).
-void SetLogFormat(LogFormat format);
+void set_log_format(LogFormat format);
 // Prints lock events to stderr: with `verbose` all of them, otherwise (JSON
 // only) losses and store errors (event_log.cc says why).
-std::shared_ptr<LockEventListener> MakeEventPrinter(LogFormat format, bool verbose);
+std::shared_ptr<LockEventListener> make_event_printer(LogFormat format, bool verbose);
 // Prints "simba: <message>" to stderr (or its JSON form).
-void PrintError(const std::string& message);
+void print_error(const std::string& message);
 // The same for what --verbose reports.
-void PrintInfo(const std::string& message);
+void print_info(const std::string& message);
 // The exit code for a status from opening or using a store.
-int ExitCodeFor(const Status& status);
+int exit_code_for(const Status& status);
 // The store URI: --store, else $SIMBA_STORE. kInvalidArgument when neither.
-Result<std::string> StoreUri(const Args& args);
+Result<std::string> store_uri(const Args& args);
 // `s` as a JSON string literal, quotes included.
-using internal::JsonString;
+using internal::json_string;
 // "1.5s", "250ms", "2m3s"-like text for humans.
-std::string Human(std::chrono::milliseconds d);
+std::string human(std::chrono::milliseconds d);
 
-int RunCommand(const std::vector<std::string>& argv);
-int ElectCommand(const std::vector<std::string>& argv);
-int StatusCommand(const std::vector<std::string>& argv);
-int ReleaseCommand(const std::vector<std::string>& argv);
-int SchemaCommand(const std::vector<std::string>& argv);
-int DashboardCommand(const std::vector<std::string>& argv);
+int run_command(const std::vector<std::string>& argv);
+int elect_command(const std::vector<std::string>& argv);
+int status_command(const std::vector<std::string>& argv);
+int release_command(const std::vector<std::string>& argv);
+int schema_command(const std::vector<std::string>& argv);
+int dashboard_command(const std::vector<std::string>& argv);
 
 // Help texts, one per command (nullptr for an unknown command).
-const char* HelpFor(const std::string& command);
+const char* help_for(const std::string& command);
 
 }  // namespace simba::cli
 

@@ -38,7 +38,7 @@ constexpr std::size_t kMaxMetricMutexes = 1000;
 // Every store call of one poll shares this deadline.
 constexpr milliseconds kPollTimeout{5000};
 
-long long WallMs() {
+long long wall_ms() {
   return std::chrono::duration_cast<milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -60,8 +60,8 @@ struct MutexView {
 
 struct Handover {
   std::string mutex;
-  std::string from;  // "" = free
-  std::string to;    // "" = freed
+  std::string from;                 // "" = free
+  std::string to;                   // "" = freed
   std::uint64_t fencing_token = 0;  // the new owner's (0 when freed)
   long long at_ms = 0;              // wall clock, when the poll saw it
 };
@@ -74,8 +74,8 @@ struct Snapshot {
   std::optional<long long> polled_at_ms;     // the last poll, good or not
   std::string error;                         // the last poll's; "" when good
   bool waiters_supported = false;
-  std::vector<MutexView> mutexes;  // by name
-  std::deque<Handover> handovers;  // newest first
+  std::vector<MutexView> mutexes;                        // by name
+  std::deque<Handover> handovers;                        // newest first
   std::map<std::string, std::uint64_t> handovers_total;  // listed mutexes only
   std::uint64_t polls_ok = 0;
   std::uint64_t polls_failed = 0;
@@ -89,14 +89,14 @@ class Poller {
         store_(std::move(store)),
         refresh_(refresh),
         snapshot_(std::make_shared<Snapshot>()) {}
-  ~Poller() { Stop(); }
+  ~Poller() { stop(); }
 
-  void Start() {
-    thread_ = std::thread([this] { Run(); });
+  void start() {
+    thread_ = std::thread([this] { run(); });
   }
   // Returns once the poll in progress (if any) has ended: at most
   // kPollTimeout.
-  void Stop() {
+  void stop() {
     {
       std::lock_guard lock(mu_);
       stop_ = true;
@@ -111,25 +111,25 @@ class Poller {
   }
 
  private:
-  void Run() {
+  void run() {
     auto next = Clock::now();
     for (;;) {
-      Poll();
+      poll();
       next = std::max(next + refresh_, Clock::now());
       std::unique_lock lock(mu_);
       if (cv_.wait_until(lock, next, [this] { return stop_; })) return;
     }
   }
 
-  void Poll() {
+  void poll() {
     const Deadline deadline = Clock::now() + kPollTimeout;
     auto next = std::make_shared<Snapshot>(*snapshot());
-    next->polled_at_ms = WallMs();
+    next->polled_at_ms = wall_ms();
     auto listed = backend_->list(deadline);
     if (!listed.ok()) {
-      next->error = StoreError(store_, listed.status());
+      next->error = store_error(store_, listed.status());
       ++next->polls_failed;
-      Publish(std::move(next));
+      publish(std::move(next));
       return;
     }
     std::sort(listed->begin(), listed->end(),
@@ -153,22 +153,22 @@ class Poller {
       }
       views.push_back(std::move(v));
     }
-    std::string error = AskWaiters(views, deadline);
-    const long long now_ms = WallMs();
+    std::string error = ask_waiters(views, deadline);
+    const long long now_ms = wall_ms();
 
     // Hand-overs since the last good read (none on the first: no baseline).
     std::map<std::string, std::pair<std::string, std::uint64_t>> owners;
     for (const auto& v : views) owners[v.mutex] = {v.owner, v.held ? v.fencing_token : 0};
     if (have_previous_) {
-      auto record = [&](const std::string& mutex, const std::string& from,
-                        const std::string& to, std::uint64_t token) {
+      auto record = [&](const std::string& mutex, const std::string& from, const std::string& to,
+                        std::uint64_t token) {
         next->handovers.push_front(Handover{mutex, from, to, token, now_ms});
         ++next->handovers_total[mutex];
       };
       for (const auto& [mutex, now_owner] : owners) {
         const auto it = previous_.find(mutex);
-        const auto before = it == previous_.end() ? std::pair<std::string, std::uint64_t>()
-                                                  : it->second;
+        const auto before =
+            it == previous_.end() ? std::pair<std::string, std::uint64_t>() : it->second;
         if (before.first != now_owner.first ||
             (!now_owner.first.empty() && before.second != now_owner.second)) {
           record(mutex, before.first, now_owner.first, now_owner.second);
@@ -191,12 +191,12 @@ class Poller {
     next->error = std::move(error);
     next->waiters_supported = waiters_supported_.value_or(false);
     ++(next->error.empty() ? next->polls_ok : next->polls_failed);
-    Publish(std::move(next));
+    publish(std::move(next));
   }
 
   // Fills the waiters of each held mutex (an empty list for free ones) on
   // stores that can tell. Returns the error of a failed call ("" if none).
-  std::string AskWaiters(std::vector<MutexView>& views, Deadline deadline) {
+  std::string ask_waiters(std::vector<MutexView>& views, Deadline deadline) {
     // A store that cannot tell says so for any mutex: learn it once.
     if (!waiters_supported_.has_value() && !views.empty()) {
       auto probe = backend_->waiters(views.front().mutex, deadline);
@@ -205,7 +205,7 @@ class Poller {
       } else if (probe.status().code() == StatusCode::kUnimplemented) {
         waiters_supported_ = false;
       } else {
-        return StoreError(store_, probe.status());
+        return store_error(store_, probe.status());
       }
     }
     if (!waiters_supported_.value_or(false)) return "";
@@ -215,13 +215,13 @@ class Poller {
         continue;
       }
       auto waiters = backend_->waiters(v.mutex, deadline);
-      if (!waiters.ok()) return StoreError(store_, waiters.status());  // the rest stay unknown
+      if (!waiters.ok()) return store_error(store_, waiters.status());  // the rest stay unknown
       v.waiters = std::move(*waiters);
     }
     return "";
   }
 
-  void Publish(std::shared_ptr<Snapshot> next) {
+  void publish(std::shared_ptr<Snapshot> next) {
     std::lock_guard lock(mu_);
     snapshot_ = std::move(next);
   }
@@ -236,14 +236,14 @@ class Poller {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                          // guarded by mu_
+  bool stop_ = false;                         // guarded by mu_
   std::shared_ptr<const Snapshot> snapshot_;  // guarded by mu_
   std::thread thread_;
 };
 
 // Everything the handler needs to render.
 struct Site {
-  std::string store;   // masked
+  std::string store;  // masked
   std::string scheme;
   milliseconds refresh;
   // The raw password (when the URI has one), scrubbed from store errors in
@@ -252,7 +252,7 @@ struct Site {
   Poller* poller;
 };
 
-std::string Scrub(std::string text, const std::string& password) {
+std::string scrub(std::string text, const std::string& password) {
   // A password of one or two characters would mangle every message; the
   // backends do not quote passwords anyway (this is a second line).
   if (password.size() < 3) return text;
@@ -262,35 +262,32 @@ std::string Scrub(std::string text, const std::string& password) {
   return text;
 }
 
-std::string JsonMs(const std::optional<long long>& ms) {
+std::string json_ms(const std::optional<long long>& ms) {
   return ms ? std::to_string(*ms) : "null";
 }
 
-long long MsSince(Clock::time_point t) {
+long long ms_since(Clock::time_point t) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
 }
 
-std::string StateJson(const Site& site, const Snapshot& s) {
-  std::string out = "{\"store\":" + JsonString(site.store) +
-                    ",\"scheme\":" + JsonString(site.scheme) +
-                    ",\"refresh_ms\":" + std::to_string(site.refresh.count()) +
-                    ",\"served_at_ms\":" + std::to_string(WallMs()) +
-                    ",\"polled_at_ms\":" + JsonMs(s.polled_at_ms) +
-                    ",\"refreshed_at_ms\":" + JsonMs(s.refreshed_at_ms) +
-                    ",\"refreshed_ms_ago\":" +
-                    (s.refreshed_at_ms ? std::to_string(MsSince(s.refreshed_at)) : "null") +
-                    ",\"error\":" +
-                    (s.error.empty() ? "null" : JsonString(Scrub(s.error, site.password))) +
-                    ",\"waiters_supported\":" + (s.waiters_supported ? "true" : "false") +
-                    ",\"mutexes\":[";
+std::string state_json(const Site& site, const Snapshot& s) {
+  std::string out =
+      "{\"store\":" + json_string(site.store) + ",\"scheme\":" + json_string(site.scheme) +
+      ",\"refresh_ms\":" + std::to_string(site.refresh.count()) +
+      ",\"served_at_ms\":" + std::to_string(wall_ms()) +
+      ",\"polled_at_ms\":" + json_ms(s.polled_at_ms) +
+      ",\"refreshed_at_ms\":" + json_ms(s.refreshed_at_ms) + ",\"refreshed_ms_ago\":" +
+      (s.refreshed_at_ms ? std::to_string(ms_since(s.refreshed_at)) : "null") +
+      ",\"error\":" + (s.error.empty() ? "null" : json_string(scrub(s.error, site.password))) +
+      ",\"waiters_supported\":" + (s.waiters_supported ? "true" : "false") + ",\"mutexes\":[";
   for (std::size_t i = 0; i < s.mutexes.size(); ++i) {
     const MutexView& m = s.mutexes[i];
     auto relative = [&](std::optional<long long> v) {
       return m.held && v ? std::to_string(*v) : "null";
     };
     out += i == 0 ? "{" : ",{";
-    out += "\"mutex\":" + JsonString(m.mutex) + ",\"held\":" + (m.held ? "true" : "false") +
-           ",\"owner\":" + JsonString(m.owner) +
+    out += "\"mutex\":" + json_string(m.mutex) + ",\"held\":" + (m.held ? "true" : "false") +
+           ",\"owner\":" + json_string(m.owner) +
            ",\"fencing_token\":" + std::to_string(m.fencing_token) +
            ",\"acquired_ms_ago\":" + relative(m.acquired_ms_ago) +
            ",\"ttl_ends_in_ms\":" + relative(m.ttl_ends_in_ms) +
@@ -298,7 +295,7 @@ std::string StateJson(const Site& site, const Snapshot& s) {
     if (m.waiters) {
       out += "[";
       for (std::size_t w = 0; w < m.waiters->size(); ++w) {
-        out += (w == 0 ? "" : ",") + JsonString((*m.waiters)[w]);
+        out += (w == 0 ? "" : ",") + json_string((*m.waiters)[w]);
       }
       out += "]";
     } else {
@@ -310,8 +307,9 @@ std::string StateJson(const Site& site, const Snapshot& s) {
   for (std::size_t i = 0; i < s.handovers.size(); ++i) {
     const Handover& h = s.handovers[i];
     out += (i == 0 ? "{" : ",{");
-    out += "\"mutex\":" + JsonString(h.mutex) + ",\"from\":" + JsonString(h.from) +
-           ",\"to\":" + JsonString(h.to) + ",\"fencing_token\":" + std::to_string(h.fencing_token) +
+    out += "\"mutex\":" + json_string(h.mutex) + ",\"from\":" + json_string(h.from) +
+           ",\"to\":" + json_string(h.to) +
+           ",\"fencing_token\":" + std::to_string(h.fencing_token) +
            ",\"at_ms\":" + std::to_string(h.at_ms) + "}";
   }
   out += "]}\n";
@@ -319,7 +317,7 @@ std::string StateJson(const Site& site, const Snapshot& s) {
 }
 
 // Prometheus text format 0.0.4.
-std::string LabelValue(const std::string& v) {
+std::string label_value(const std::string& v) {
   std::string out;
   for (const char c : v) {
     if (c == '\\') {
@@ -335,7 +333,7 @@ std::string LabelValue(const std::string& v) {
   return out;
 }
 
-std::string Metrics(const Site& site, const Snapshot& s) {
+std::string metrics(const Site& site, const Snapshot& s) {
   std::string out;
   auto family = [&](const char* name, const char* type, const char* help) {
     out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
@@ -345,7 +343,7 @@ std::string Metrics(const Site& site, const Snapshot& s) {
   };
   family("simba_dashboard_info", "gauge", "The store the dashboard reads (password masked).");
   sample("simba_dashboard_info",
-         "store=\"" + LabelValue(site.store) + "\",scheme=\"" + LabelValue(site.scheme) + "\"",
+         "store=\"" + label_value(site.store) + "\",scheme=\"" + label_value(site.scheme) + "\"",
          "1");
   family("simba_store_up", "gauge", "1 if the last poll of the store succeeded, else 0.");
   sample("simba_store_up", "", s.polled_at_ms && s.error.empty() ? "1" : "0");
@@ -371,13 +369,13 @@ std::string Metrics(const Site& site, const Snapshot& s) {
          "Mutexes beyond the first 1000 by name, which have no per-mutex series.");
   sample("simba_dashboard_mutexes_omitted", "", std::to_string(s.mutexes.size() - shown));
 
-  const long long age = s.refreshed_at_ms ? MsSince(s.refreshed_at) : 0;
+  const long long age = s.refreshed_at_ms ? ms_since(s.refreshed_at) : 0;
   auto per_mutex = [&](const char* name, const char* type, const char* help,
                        const std::function<std::optional<std::string>(const MutexView&)>& value) {
     family(name, type, help);
     for (std::size_t i = 0; i < shown; ++i) {
       const MutexView& m = s.mutexes[i];
-      if (auto v = value(m)) sample(name, "mutex=\"" + LabelValue(m.mutex) + "\"", *v);
+      if (auto v = value(m)) sample(name, "mutex=\"" + label_value(m.mutex) + "\"", *v);
     }
   };
   per_mutex("simba_mutex_held", "gauge", "1 if the mutex has an owner whose lease has not ended.",
@@ -409,7 +407,7 @@ std::string Metrics(const Site& site, const Snapshot& s) {
   return out;
 }
 
-HttpResponse Handle(const Site& site, const HttpRequest& request) {
+HttpResponse handle(const Site& site, const HttpRequest& request) {
   const bool known =
       request.path == "/" || request.path == "/api/state" || request.path == "/metrics";
   HttpResponse r;
@@ -435,75 +433,75 @@ HttpResponse Handle(const Site& site, const HttpRequest& request) {
     r.headers.emplace_back("Referrer-Policy", "no-referrer");
   } else if (request.path == "/api/state") {
     r.content_type = "application/json";
-    r.body = StateJson(site, *snapshot);
+    r.body = state_json(site, *snapshot);
   } else {
     r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    r.body = Metrics(site, *snapshot);
+    r.body = metrics(site, *snapshot);
   }
   return r;
 }
 
 std::atomic<HttpServer*> g_server{nullptr};
 
-void OnStopSignal(int) {
-  if (HttpServer* server = g_server.load()) server->Stop();
+void on_stop_signal(int) {
+  if (HttpServer* server = g_server.load()) server->stop();
 }
 
 }  // namespace
 
-int DashboardCommand(const std::vector<std::string>& argv) {
+int dashboard_command(const std::vector<std::string>& argv) {
   FlagSpec spec;
   spec.with_value = {"--store", "--listen", "--refresh"};
-  auto parsed = ParseArgs(argv, spec);
+  auto parsed = parse_args(argv, spec);
   auto usage = [](const std::string& message) {
-    PrintError(message + " (see 'simba dashboard --help')");
+    print_error(message + " (see 'simba dashboard --help')");
     return kExitUsage;
   };
   if (!parsed.ok()) return usage(parsed.status().message());
   const Args& args = *parsed;
-  if (args.Has("--help")) {
-    std::fputs(HelpFor("dashboard"), stdout);
+  if (args.has("--help")) {
+    std::fputs(help_for("dashboard"), stdout);
     return kExitOk;
   }
-  auto store = StoreUri(args);
+  auto store = store_uri(args);
   if (!store.ok()) return usage(store.status().message());
-  auto uri = Uri::Parse(*store);
+  auto uri = Uri::parse(*store);
   if (!uri.ok()) return usage("--store: " + uri.status().message());
-  auto refresh = args.Duration("--refresh", std::chrono::seconds(1));
+  auto refresh = args.duration("--refresh", std::chrono::seconds(1));
   if (!refresh.ok()) return usage(refresh.status().message());
   if (refresh->count() <= 0) return usage("--refresh must be > 0");
-  auto listen = ParseListenAddress(args.Value("--listen").value_or("127.0.0.1:8080"));
+  auto listen = parse_listen_address(args.value("--listen").value_or("127.0.0.1:8080"));
   if (!listen.ok()) return usage(listen.status().message());
 
   Site site;
-  site.store = uri->ToString();
+  site.store = uri->to_string();
   site.scheme = uri->scheme;
   site.refresh = *refresh;
   site.password = uri->password.value_or("");
 
-  auto backend = OpenBackend(*store);
+  auto backend = open_backend(*store);
   if (!backend.ok()) {
-    PrintError(Scrub(StoreError(*store, backend.status()), site.password));
-    return ExitCodeFor(backend.status());
+    print_error(scrub(store_error(*store, backend.status()), site.password));
+    return exit_code_for(backend.status());
   }
   Poller poller(*backend, *store, *refresh);
   site.poller = &poller;
 
-  HttpServer server([&site](const HttpRequest& request) { return Handle(site, request); });
-  if (Status s = server.Listen(listen->first, listen->second); !s.ok()) {
-    PrintError(s.message());
+  HttpServer server([&site](const HttpRequest& request) { return handle(site, request); });
+  if (Status s = server.listen(listen->first, listen->second); !s.ok()) {
+    print_error(s.message());
     return s.code() == StatusCode::kInvalidArgument ? kExitUsage : kExitUnavailable;
   }
   if (!server.loopback()) {
-    PrintError("warning: the dashboard has no authentication; anyone who can reach " +
-               listen->first + ":" + std::to_string(server.port()) +
-               " sees the store's mutexes and owners");
+    print_error("warning: the dashboard has no authentication; anyone who can reach " +
+                listen->first + ":" + std::to_string(server.port()) +
+                " sees the store's mutexes and owners");
   }
 
-  // SIGINT/SIGTERM end Serve(); a client going away must not kill us.
+  // SIGINT/SIGTERM end serve(); a client going away must not kill us.
   g_server.store(&server);
   struct sigaction stop {};
-  stop.sa_handler = OnStopSignal;
+  stop.sa_handler = on_stop_signal;
   sigemptyset(&stop.sa_mask);
   ::sigaction(SIGINT, &stop, nullptr);
   ::sigaction(SIGTERM, &stop, nullptr);
@@ -515,10 +513,10 @@ int DashboardCommand(const std::vector<std::string>& argv) {
               static_cast<unsigned>(server.port()));
   std::fflush(stdout);
 
-  poller.Start();
-  server.Serve();
+  poller.start();
+  server.serve();
   g_server.store(nullptr);
-  poller.Stop();
+  poller.stop();
   return kExitOk;
 }
 

@@ -10,40 +10,40 @@
 
 namespace simba::cli {
 
-int ElectCommand(const std::vector<std::string>& argv) {
+int elect_command(const std::vector<std::string>& argv) {
   using std::chrono::milliseconds;
   FlagSpec spec;
   spec.with_value = {"--store", "--mutex", "--ttl", "--transition", "--kill-after", "--log-format"};
   spec.switches = {"--verbose"};
   spec.command = true;
-  auto parsed = ParseArgs(argv, spec);
+  auto parsed = parse_args(argv, spec);
   auto usage = [](const std::string& message) {
-    PrintError(message + " (see 'simba elect --help')");
+    print_error(message + " (see 'simba elect --help')");
     return kExitUsage;
   };
   if (!parsed.ok()) return usage(parsed.status().message());
   const Args& args = *parsed;
-  if (args.Has("--help")) {
-    std::fputs(HelpFor("elect"), stdout);
+  if (args.has("--help")) {
+    std::fputs(help_for("elect"), stdout);
     return kExitOk;
   }
-  auto job = ParseLeaseJob(args);
+  auto job = parse_lease_job(args);
   if (!job.ok()) return usage(job.status().message());
-  SetLogFormat(job->log_format);
-  auto factory = OpenFactory(*job);
+  set_log_format(job->log_format);
+  auto factory = open_factory(*job);
   if (!factory.ok()) {
-    PrintError(factory.status().message());
-    return ExitCodeFor(factory.status());
+    print_error(factory.status().message());
+    return exit_code_for(factory.status());
   }
-  auto service = (*factory)->create_contend_service(MakeContender(job->mutex, nullptr, nullptr));
+  auto service = (*factory)->create_contend_service(make_contender(job->mutex, nullptr, nullptr));
   if (!service.ok()) return usage("--mutex: " + service.status().message());
-  InstallSignalHandlers();
+  install_signal_handlers();
   if (Status s = (*service)->start(); !s.ok()) {
-    PrintError(s.message());
-    return ExitCodeFor(s);
+    print_error(s.message());
+    return exit_code_for(s);
   }
   auto say = [&](const std::string& line) {
-    if (job->verbose) PrintInfo(line);
+    if (job->verbose) print_info(line);
   };
   say("contending for mutex '" + job->mutex + "' as " + (*service)->contender_id());
 
@@ -51,10 +51,10 @@ int ElectCommand(const std::vector<std::string>& argv) {
   std::uint64_t child_token = 0;
   int exit_code = kExitOk;
   for (;;) {
-    if (TakeSignal() != 0) {
+    if (take_signal() != 0) {
       if (child) {
         say("stopping the command");
-        const int status = StopChild(*child, job->kill_after);
+        const int status = stop_child(*child, job->kill_after);
         // Killed after ignoring SIGTERM: say so in the exit code.
         if (status == 128 + SIGKILL) exit_code = status;
       }
@@ -63,30 +63,29 @@ int ElectCommand(const std::vector<std::string>& argv) {
     // The lease, not the cached owner: 0 once the deadline has passed.
     const std::uint64_t token = (*service)->fencing_token();
     if (child) {
-      if (auto status = child->Poll()) {
-        PrintError("the command exited with status " + std::to_string(*status) +
-                   " while leading; giving up leadership");
+      if (auto status = child->poll()) {
+        print_error("the command exited with status " + std::to_string(*status) +
+                    " while leading; giving up leadership");
         exit_code = *status;
         break;
       }
       if (token != child_token) {
-        PrintError("lost leadership of mutex '" + job->mutex + "' (token " +
-                   std::to_string(child_token) + "); stopping the command");
-        (void)StopChild(*child, job->kill_after);
+        print_error("lost leadership of mutex '" + job->mutex + "' (token " +
+                    std::to_string(child_token) + "); stopping the command");
+        (void)stop_child(*child, job->kill_after);
         child.reset();
         continue;
       }
     } else if (token != 0) {
       say("leading mutex '" + job->mutex + "' with fencing token " + std::to_string(token) +
           "; starting the command");
-      auto started = Child::Start(job->command,
-                                  {{"SIMBA_MUTEX", job->mutex},
-                                   {"SIMBA_CONTENDER_ID", (*service)->contender_id()},
-                                   {"SIMBA_FENCING_TOKEN", std::to_string(token)}});
+      auto started = Child::start(job->command, {{"SIMBA_MUTEX", job->mutex},
+                                                 {"SIMBA_CONTENDER_ID", (*service)->contender_id()},
+                                                 {"SIMBA_FENCING_TOKEN", std::to_string(token)}});
       if (!started.ok()) {
-        PrintError(started.status().message());
-        exit_code = started.status().code() == StatusCode::kNotFound ? kExitNotFound
-                                                                      : kExitCannotExecute;
+        print_error(started.status().message());
+        exit_code =
+            started.status().code() == StatusCode::kNotFound ? kExitNotFound : kExitCannotExecute;
         break;
       }
       child = std::move(*started);
@@ -94,7 +93,7 @@ int ElectCommand(const std::vector<std::string>& argv) {
     }
     std::this_thread::sleep_for(milliseconds(10));
   }
-  if (Status s = (*service)->stop(); !s.ok()) PrintError(s.message());
+  if (Status s = (*service)->stop(); !s.ok()) print_error(s.message());
   return exit_code;
 }
 

@@ -16,7 +16,7 @@ namespace {
 std::atomic<LogFormat> g_format{LogFormat::kText};
 
 // "2026-11-21T21:40:13.123Z": the same form as LockEventJson's "time".
-std::string UtcNow() {
+std::string utc_now() {
   const auto now = std::chrono::system_clock::now();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch());
   const std::time_t seconds = static_cast<std::time_t>(ms.count() / 1000);
@@ -29,11 +29,11 @@ std::string UtcNow() {
   return buf;
 }
 
-void PrintLine(const char* level, const std::string& message) {
+void print_line(const char* level, const std::string& message) {
   // One fprintf per line keeps lines from different threads whole.
   if (g_format.load() == LogFormat::kJson) {
     std::fprintf(stderr, "{\"event\":\"%s\",\"time\":\"%s\",\"message\":%s}\n", level,
-                 UtcNow().c_str(), JsonString(message).c_str());
+                 utc_now().c_str(), json_string(message).c_str());
   } else {
     std::fprintf(stderr, "simba: %s\n", message.c_str());
   }
@@ -62,9 +62,9 @@ class EventPrinter final : public LockEventListener {
       failures_in_a_row_ = 0;
     }
     if (format_ == LogFormat::kJson) {
-      std::fprintf(stderr, "%s\n", LockEventJson(event).c_str());
+      std::fprintf(stderr, "%s\n", lock_event_json(event).c_str());
     } else {
-      std::fprintf(stderr, "simba: %s\n", LockEventText(event).c_str());
+      std::fprintf(stderr, "simba: %s\n", lock_event_text(event).c_str());
     }
   }
 
@@ -77,14 +77,14 @@ class EventPrinter final : public LockEventListener {
 
 }  // namespace
 
-Result<LogFormat> ParseLogFormat(const Args& args) {
-  const auto text = args.Value("--log-format");
+Result<LogFormat> parse_log_format(const Args& args) {
+  const auto text = args.value("--log-format");
   if (!text || *text == "text") return LogFormat::kText;
   if (*text == "json") return LogFormat::kJson;
-  return InvalidArgumentError("--log-format must be text or json (got '" + *text + "')");
+  return invalid_argument_error("--log-format must be text or json (got '" + *text + "')");
 }
 
-void SetLogFormat(LogFormat format) {
+void set_log_format(LogFormat format) {
   g_format = format;
   if (format == LogFormat::kJson) {
     // The library's own warnings are plain text lines; in JSON mode the
@@ -94,12 +94,12 @@ void SetLogFormat(LogFormat format) {
   }
 }
 
-std::shared_ptr<LockEventListener> MakeEventPrinter(LogFormat format, bool verbose) {
+std::shared_ptr<LockEventListener> make_event_printer(LogFormat format, bool verbose) {
   return std::make_shared<EventPrinter>(format, verbose);
 }
 
-void PrintError(const std::string& message) { PrintLine("error", message); }
+void print_error(const std::string& message) { print_line("error", message); }
 
-void PrintInfo(const std::string& message) { PrintLine("info", message); }
+void print_info(const std::string& message) { print_line("info", message); }
 
 }  // namespace simba::cli

@@ -7,20 +7,20 @@
 
 namespace simba::cli {
 
-std::optional<std::string> Args::Value(const std::string& flag) const {
+std::optional<std::string> Args::value(const std::string& flag) const {
   auto it = values.find(flag);
   if (it == values.end()) return std::nullopt;
   return it->second;
 }
 
-Result<std::chrono::milliseconds> Args::Duration(const std::string& flag,
+Result<std::chrono::milliseconds> Args::duration(const std::string& flag,
                                                  std::chrono::milliseconds fallback) const {
-  auto text = Value(flag);
+  auto text = value(flag);
   if (!text) return fallback;
-  return ParseDuration(flag, *text);
+  return parse_duration(flag, *text);
 }
 
-Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spec) {
+Result<Args> parse_args(const std::vector<std::string>& argv, const FlagSpec& spec) {
   auto contains = [](const std::vector<std::string>& list, const std::string& s) {
     return std::find(list.begin(), list.end(), s) != list.end();
   };
@@ -28,7 +28,7 @@ Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spe
   for (std::size_t i = 0; i < argv.size(); ++i) {
     const std::string& arg = argv[i];
     if (arg == "--") {
-      if (!spec.command) return InvalidArgumentError("this command takes no '-- CMD'");
+      if (!spec.command) return invalid_argument_error("this command takes no '-- CMD'");
       args.has_command = true;
       args.command.assign(argv.begin() + static_cast<std::ptrdiff_t>(i) + 1, argv.end());
       break;
@@ -43,58 +43,58 @@ Result<Args> ParseArgs(const std::vector<std::string>& argv, const FlagSpec& spe
         } else if (i + 1 < argv.size()) {
           value = argv[++i];
         } else {
-          return InvalidArgumentError(flag + " needs a value");
+          return invalid_argument_error(flag + " needs a value");
         }
-        if (args.values.count(flag) > 0) return InvalidArgumentError(flag + " given twice");
+        if (args.values.count(flag) > 0) return invalid_argument_error(flag + " given twice");
         args.values[flag] = value;
       } else if (contains(spec.switches, flag) || flag == "--help") {
-        if (inline_value) return InvalidArgumentError(flag + " takes no value");
+        if (inline_value) return invalid_argument_error(flag + " takes no value");
         args.switches[flag] = true;
       } else {
-        return InvalidArgumentError("unknown flag " + flag);
+        return invalid_argument_error("unknown flag " + flag);
       }
       continue;
     }
     if (!spec.positional) {
-      return InvalidArgumentError("unexpected argument '" + arg + "'" +
-                                  (spec.command ? " (put the command after '--')" : ""));
+      return invalid_argument_error("unexpected argument '" + arg + "'" +
+                                    (spec.command ? " (put the command after '--')" : ""));
     }
     args.positional.push_back(arg);
   }
   return args;
 }
 
-Result<LeaseJob> ParseLeaseJob(const Args& args) {
+Result<LeaseJob> parse_lease_job(const Args& args) {
   LeaseJob job;
-  SIMBA_ASSIGN_OR_RETURN(job.store, StoreUri(args));
-  const auto mutex = args.Value("--mutex");
-  if (!mutex) return InvalidArgumentError("missing --mutex NAME");
+  SIMBA_ASSIGN_OR_RETURN(job.store, store_uri(args));
+  const auto mutex = args.value("--mutex");
+  if (!mutex) return invalid_argument_error("missing --mutex NAME");
   job.mutex = *mutex;
   if (!args.has_command || args.command.empty()) {
-    return InvalidArgumentError("missing '-- CMD [ARGS...]'");
+    return invalid_argument_error("missing '-- CMD [ARGS...]'");
   }
   job.command = args.command;
-  job.verbose = args.Has("--verbose");
-  SIMBA_ASSIGN_OR_RETURN(job.log_format, ParseLogFormat(args));
-  SIMBA_ASSIGN_OR_RETURN(job.contend.ttl, args.Duration("--ttl", job.contend.ttl));
+  job.verbose = args.has("--verbose");
+  SIMBA_ASSIGN_OR_RETURN(job.log_format, parse_log_format(args));
+  SIMBA_ASSIGN_OR_RETURN(job.contend.ttl, args.duration("--ttl", job.contend.ttl));
   SIMBA_ASSIGN_OR_RETURN(job.contend.transition,
-                         args.Duration("--transition", job.contend.transition));
-  SIMBA_ASSIGN_OR_RETURN(job.kill_after, args.Duration("--kill-after", job.kill_after));
+                         args.duration("--transition", job.contend.transition));
+  SIMBA_ASSIGN_OR_RETURN(job.kill_after, args.duration("--kill-after", job.kill_after));
   // The library's message names the option ("ttl must be > 0"); name the flag.
-  if (Status s = job.contend.Validate(); !s.ok()) return InvalidArgumentError("--" + s.message());
+  if (Status s = job.contend.validate(); !s.ok()) return invalid_argument_error("--" + s.message());
   return job;
 }
 
-std::string StoreError(const std::string& store, const Status& status) {
-  auto parsed = Uri::Parse(store);
+std::string store_error(const std::string& store, const Status& status) {
+  auto parsed = Uri::parse(store);
   if (!parsed.ok()) return status.message();
-  return "store " + parsed->ToString() + ": " + status.message();
+  return "store " + parsed->to_string() + ": " + status.message();
 }
 
-Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& job) {
+Result<std::unique_ptr<MutexContendServiceFactory>> open_factory(const LeaseJob& job) {
   FactoryOptions options;
   options.contend = job.contend;
-  options.events = MakeEventPrinter(job.log_format, job.verbose);
+  options.events = make_event_printer(job.log_format, job.verbose);
   auto factory = MutexContendServiceFactory::open(job.store, options);
   if (!factory.ok()) return factory;
   // Network stores connect lazily and the services retry for ever; a store
@@ -104,12 +104,12 @@ Result<std::unique_ptr<MutexContendServiceFactory>> OpenFactory(const LeaseJob& 
   if (backend.validate_mutex(job.mutex).ok()) {
     auto probe =
         backend.read(job.mutex, std::chrono::steady_clock::now() + job.contend.operation_timeout);
-    if (!probe.ok()) return Status(probe.status().code(), StoreError(job.store, probe.status()));
+    if (!probe.ok()) return Status(probe.status().code(), store_error(job.store, probe.status()));
   }
   return factory;
 }
 
-int ExitCodeFor(const Status& status) {
+int exit_code_for(const Status& status) {
   switch (status.code()) {
     case StatusCode::kOk:
       return kExitOk;
@@ -121,15 +121,15 @@ int ExitCodeFor(const Status& status) {
   }
 }
 
-Result<std::string> StoreUri(const Args& args) {
-  if (auto store = args.Value("--store")) return *store;
+Result<std::string> store_uri(const Args& args) {
+  if (auto store = args.value("--store")) return *store;
   if (const char* env = std::getenv("SIMBA_STORE"); env != nullptr && *env != '\0') {
     return std::string(env);
   }
-  return InvalidArgumentError("missing --store URI (or the SIMBA_STORE environment variable)");
+  return invalid_argument_error("missing --store URI (or the SIMBA_STORE environment variable)");
 }
 
-std::string Human(std::chrono::milliseconds d) {
+std::string human(std::chrono::milliseconds d) {
   const bool negative = d.count() < 0;
   const long long ms = negative ? -d.count() : d.count();
   char buf[64];

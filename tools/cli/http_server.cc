@@ -26,28 +26,28 @@ namespace {
 // request bytes do not turn the close into a reset that loses the response.
 constexpr std::chrono::milliseconds kLinger{1000};
 
-bool IsTokenChar(char c) {
+bool is_token_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) != 0 ||
          std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
 }
 
-bool IsToken(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), IsTokenChar);
+bool is_token(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), is_token_char);
 }
 
-std::string Lower(std::string s) {
+std::string lower_cased(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
 
-std::string Trim(const std::string& s) {
+std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t");
   if (b == std::string::npos) return "";
   return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
-std::string HttpDate() {
+std::string http_date() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};
   gmtime_r(&now, &tm);
@@ -56,7 +56,7 @@ std::string HttpDate() {
   return buf;
 }
 
-HttpResponse Plain(int status, const std::string& text) {
+HttpResponse plain(int status, const std::string& text) {
   HttpResponse r;
   r.status = status;
   r.body = text + "\n";
@@ -70,7 +70,7 @@ struct Parsed {
   std::optional<HttpResponse> error;
 };
 
-Parsed ParseHead(const std::string& head, std::size_t max_bytes) {
+Parsed parse_head(const std::string& head, std::size_t max_bytes) {
   Parsed p;
   std::vector<std::string> lines;
   std::size_t start = 0;
@@ -86,41 +86,41 @@ Parsed ParseHead(const std::string& head, std::size_t max_bytes) {
   const auto sp1 = request_line.find(' ');
   const auto sp2 = sp1 == std::string::npos ? sp1 : request_line.find(' ', sp1 + 1);
   if (sp2 == std::string::npos || request_line.find(' ', sp2 + 1) != std::string::npos) {
-    p.error = Plain(400, "malformed request line");
+    p.error = plain(400, "malformed request line");
     return p;
   }
   HttpRequest& r = p.request;
   r.method = request_line.substr(0, sp1);
   r.target = request_line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string version = request_line.substr(sp2 + 1);
-  if (!IsToken(r.method) || r.target.empty() || r.target[0] != '/') {
-    p.error = Plain(400, "malformed request line");
+  if (!is_token(r.method) || r.target.empty() || r.target[0] != '/') {
+    p.error = plain(400, "malformed request line");
     return p;
   }
   if (version != "HTTP/1.1" && version != "HTTP/1.0") {
-    p.error = version.rfind("HTTP/", 0) == 0 ? Plain(505, "only HTTP/1.0 and HTTP/1.1")
-                                             : Plain(400, "malformed request line");
+    p.error = version.rfind("HTTP/", 0) == 0 ? plain(505, "only HTTP/1.0 and HTTP/1.1")
+                                             : plain(400, "malformed request line");
     return p;
   }
   for (std::size_t i = 1; i < lines.size(); ++i) {
     const std::string& line = lines[i];
     const auto colon = line.find(':');
-    if (colon == std::string::npos || !IsToken(line.substr(0, colon))) {
-      p.error = Plain(400, "malformed header");
+    if (colon == std::string::npos || !is_token(line.substr(0, colon))) {
+      p.error = plain(400, "malformed header");
       return p;
     }
-    r.headers.emplace_back(Lower(line.substr(0, colon)), Trim(line.substr(colon + 1)));
+    r.headers.emplace_back(lower_cased(line.substr(0, colon)), trim(line.substr(colon + 1)));
   }
   for (const auto& [name, value] : r.headers) {
     if (name != "content-length") continue;
-    if (value.empty() || value.size() > 18 ||
-        !std::all_of(value.begin(), value.end(),
-                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; })) {
-      p.error = Plain(400, "malformed Content-Length");
+    if (value.empty() || value.size() > 18 || !std::all_of(value.begin(), value.end(), [](char c) {
+          return std::isdigit(static_cast<unsigned char>(c)) != 0;
+        })) {
+      p.error = plain(400, "malformed Content-Length");
       return p;
     }
     if (std::stoull(value) > max_bytes) {
-      p.error = Plain(413, "request too large");
+      p.error = plain(413, "request too large");
       return p;
     }
   }
@@ -128,7 +128,7 @@ Parsed ParseHead(const std::string& head, std::size_t max_bytes) {
   return p;
 }
 
-bool IsLoopback(const sockaddr_storage& addr) {
+bool is_loopback(const sockaddr_storage& addr) {
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
     return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
@@ -155,26 +155,37 @@ struct HttpServer::Connection {
   Clock::time_point deadline;
 };
 
-const char* HttpReason(int status) {
+const char* http_reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 413: return "Content Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "Unknown";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Unknown";
   }
 }
 
-Result<std::pair<std::string, std::uint16_t>> ParseListenAddress(const std::string& text) {
+Result<std::pair<std::string, std::uint16_t>> parse_listen_address(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return InvalidArgumentError("--listen: '" + text + "' " + why +
-                                " (write HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:0)");
+    return invalid_argument_error("--listen: '" + text + "' " + why +
+                                  " (write HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:0)");
   };
   std::string host;
   std::string port;
@@ -216,8 +227,8 @@ HttpServer::~HttpServer() {
   if (wake_write_fd_ >= 0) ::close(wake_write_fd_);
 }
 
-Status HttpServer::Listen(const std::string& host, std::uint16_t port) {
-  if (wake_read_fd_ < 0) return InternalError(std::string("pipe: ") + std::strerror(errno));
+Status HttpServer::listen(const std::string& host, std::uint16_t port) {
+  if (wake_read_fd_ < 0) return internal_error(std::string("pipe: ") + std::strerror(errno));
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -225,12 +236,12 @@ Status HttpServer::Listen(const std::string& host, std::uint16_t port) {
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
   if (rc != 0) {
-    return InvalidArgumentError("--listen: cannot resolve '" + host + "': " + gai_strerror(rc));
+    return invalid_argument_error("--listen: cannot resolve '" + host + "': " + gai_strerror(rc));
   }
   std::string error = "no address";
   for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-    const int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            ai->ai_protocol);
+    const int fd =
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
       error = std::strerror(errno);
       continue;
@@ -246,28 +257,28 @@ Status HttpServer::Listen(const std::string& host, std::uint16_t port) {
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-    port_ = ntohs(bound.ss_family == AF_INET6
-                      ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
-                      : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
-    loopback_ = IsLoopback(bound);
+    port_ =
+        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                                          : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+    loopback_ = is_loopback(bound);
     listen_fd_ = fd;
     break;
   }
   ::freeaddrinfo(found);
   if (listen_fd_ < 0) {
-    return UnavailableError("--listen: cannot listen on " + host + ":" + std::to_string(port) +
-                            ": " + error);
+    return unavailable_error("--listen: cannot listen on " + host + ":" + std::to_string(port) +
+                             ": " + error);
   }
   return Status();
 }
 
-void HttpServer::Stop() {
+void HttpServer::stop() {
   if (wake_write_fd_ < 0) return;
   const char byte = 1;
   [[maybe_unused]] const ssize_t n = ::write(wake_write_fd_, &byte, 1);
 }
 
-void HttpServer::Serve() {
+void HttpServer::serve() {
   std::vector<pollfd> fds;
   for (;;) {
     fds.clear();
@@ -276,9 +287,8 @@ void HttpServer::Serve() {
     const auto now = Clock::now();
     auto next = Clock::time_point::max();
     for (const auto& c : connections_) {
-      fds.push_back({c.fd, static_cast<short>(c.phase == Connection::Phase::kWriting ? POLLOUT
-                                                                                     : POLLIN),
-                     0});
+      fds.push_back(
+          {c.fd, static_cast<short>(c.phase == Connection::Phase::kWriting ? POLLOUT : POLLIN), 0});
       next = std::min(next, c.deadline);
     }
     int timeout = -1;
@@ -288,7 +298,7 @@ void HttpServer::Serve() {
     }
     const int ready = ::poll(fds.data(), fds.size(), timeout);
     if (ready < 0 && errno != EINTR) break;
-    if (ready > 0 && (fds[0].revents & POLLIN) != 0) break;  // Stop()
+    if (ready > 0 && (fds[0].revents & POLLIN) != 0) break;  // stop()
 
     const auto after = Clock::now();
     std::vector<bool> done(connections_.size(), false);
@@ -297,16 +307,17 @@ void HttpServer::Serve() {
       const short revents = ready > 0 ? fds[i + 2].revents : 0;
       if (revents != 0) {
         done[i] = c.phase == Connection::Phase::kWriting && (revents & POLLOUT) != 0
-                      ? !OnWritable(c)
-                      : !OnReadable(c);
+                      ? !on_writable(c)
+                      : !on_readable(c);
         if (done[i]) continue;
       }
       if (after >= c.deadline) {
         // A request that never completed gets 408 if anything arrived at
         // all (one attempt to send it; the connection closes either way).
         if (c.phase == Connection::Phase::kReading && !c.in.empty()) {
-          const std::string reply = "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                                    "Content-Length: 0\r\n\r\n";
+          const std::string reply =
+              "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+              "Content-Length: 0\r\n\r\n";
           [[maybe_unused]] const ssize_t n =
               ::send(c.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
         }
@@ -323,17 +334,17 @@ void HttpServer::Serve() {
       }
     }
     connections_.resize(kept);
-    if (ready > 0 && (fds[1].revents & POLLIN) != 0) Accept();
+    if (ready > 0 && (fds[1].revents & POLLIN) != 0) accept();
   }
   for (auto& c : connections_) ::close(c.fd);
   connections_.clear();
-  // Empty the wake pipe, so that a later Serve() (tests) does not return at once.
+  // Empty the wake pipe, so that a later serve() (tests) does not return at once.
   char buf[64];
   while (::read(wake_read_fd_, buf, sizeof buf) > 0) {
   }
 }
 
-void HttpServer::Accept() {
+void HttpServer::accept() {
   for (;;) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE, ECONNABORTED...)
@@ -354,7 +365,7 @@ void HttpServer::Accept() {
   }
 }
 
-bool HttpServer::OnReadable(Connection& c) {
+bool HttpServer::on_readable(Connection& c) {
   char buf[4096];
   for (;;) {
     const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
@@ -371,36 +382,36 @@ bool HttpServer::OnReadable(Connection& c) {
     }
     if (end == std::string::npos) {
       if (c.in.size() > options_.max_request_bytes) {
-        Respond(c, Plain(431, "request too large"), false);
-        return OnWritable(c);
+        respond(c, plain(431, "request too large"), false);
+        return on_writable(c);
       }
       continue;
     }
     if (end + blank > options_.max_request_bytes) {
-      Respond(c, Plain(431, "request too large"), false);
-      return OnWritable(c);
+      respond(c, plain(431, "request too large"), false);
+      return on_writable(c);
     }
-    Parsed parsed = ParseHead(c.in.substr(0, end), options_.max_request_bytes);
+    Parsed parsed = parse_head(c.in.substr(0, end), options_.max_request_bytes);
     if (parsed.error) {
-      Respond(c, std::move(*parsed.error), false);
-      return OnWritable(c);
+      respond(c, std::move(*parsed.error), false);
+      return on_writable(c);
     }
     const bool head = parsed.request.method == "HEAD";
     HttpResponse response;
     try {
       response = handler_(parsed.request);
     } catch (const std::exception&) {
-      response = Plain(500, "internal error");
+      response = plain(500, "internal error");
     }
-    Respond(c, std::move(response), head);
-    return OnWritable(c);
+    respond(c, std::move(response), head);
+    return on_writable(c);
   }
 }
 
-void HttpServer::Respond(Connection& c, HttpResponse response, bool head) {
-  std::string out = "HTTP/1.1 " + std::to_string(response.status) + " " +
-                    HttpReason(response.status) + "\r\n";
-  out += "Date: " + HttpDate() + "\r\n";
+void HttpServer::respond(Connection& c, HttpResponse response, bool head) {
+  std::string out =
+      "HTTP/1.1 " + std::to_string(response.status) + " " + http_reason(response.status) + "\r\n";
+  out += "Date: " + http_date() + "\r\n";
   out += "Content-Type: " + response.content_type + "\r\n";
   out += "Content-Length: " + std::to_string(response.body.size()) + "\r\n";
   out += "Cache-Control: no-store\r\n";
@@ -417,7 +428,7 @@ void HttpServer::Respond(Connection& c, HttpResponse response, bool head) {
   c.deadline = Clock::now() + options_.write_timeout;
 }
 
-bool HttpServer::OnWritable(Connection& c) {
+bool HttpServer::on_writable(Connection& c) {
   while (c.sent < c.out.size()) {
     const ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;

@@ -4,9 +4,9 @@
 // general-purpose web server.
 //
 //   HttpServer server(handler);
-//   Status listening = server.Listen("127.0.0.1", 0);  // 0: any free port
+//   Status listening = server.listen("127.0.0.1", 0);  // 0: any free port
 //   ... print server.port() ...
-//   server.Serve();  // until Stop()
+//   server.serve();  // until stop()
 //
 // Robustness: every connection has a deadline (a client that connects and
 // sends nothing is dropped after `request_timeout` and never holds up the
@@ -14,7 +14,7 @@
 // most `max_connections` are open at once (the oldest is dropped for a new
 // one).
 //
-// Thread safety: Serve() runs on one thread; Stop() may be called from any
+// Thread safety: serve() runs on one thread; stop() may be called from any
 // thread and from a signal handler (it only write()s to a pipe).
 #ifndef SIMBA_TOOLS_CLI_HTTP_SERVER_H_
 #define SIMBA_TOOLS_CLI_HTTP_SERVER_H_
@@ -32,9 +32,9 @@
 namespace simba::cli {
 
 struct HttpRequest {
-  std::string method;  // "GET", "HEAD", ... as sent
-  std::string target;  // "/api/state?x=1"
-  std::string path;    // "/api/state"
+  std::string method;                                        // "GET", "HEAD", ... as sent
+  std::string target;                                        // "/api/state?x=1"
+  std::string path;                                          // "/api/state"
   std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
 };
 
@@ -73,25 +73,25 @@ class HttpServer {
   // one) and `port` (0: a free port), and listens. kInvalidArgument for a
   // host that does not resolve, kUnavailable when the address cannot be
   // bound (in use, not local).
-  Status Listen(const std::string& host, std::uint16_t port);
+  Status listen(const std::string& host, std::uint16_t port);
   // The bound port (after Listen).
   std::uint16_t port() const { return port_; }
   // Whether the bound address is a loopback one (127.0.0.0/8, ::1).
   bool loopback() const { return loopback_; }
 
-  // Serves requests until Stop(); then closes every connection and returns.
-  void Serve();
-  // Makes Serve() return soon. Async-signal-safe.
-  void Stop();
+  // Serves requests until stop(); then closes every connection and returns.
+  void serve();
+  // Makes serve() return soon. Async-signal-safe.
+  void stop();
 
  private:
   struct Connection;
 
-  void Accept();
+  void accept();
   // Reads what is there; false when the connection is done with.
-  bool OnReadable(Connection& c);
-  bool OnWritable(Connection& c);
-  void Respond(Connection& c, HttpResponse response, bool head);
+  bool on_readable(Connection& c);
+  bool on_writable(Connection& c);
+  void respond(Connection& c, HttpResponse response, bool head);
 
   HttpHandler handler_;
   HttpServerOptions options_;
@@ -104,11 +104,11 @@ class HttpServer {
 };
 
 // "Not Found" for 404, ...
-const char* HttpReason(int status);
+const char* http_reason(int status);
 
 // Splits "HOST:PORT" or "[V6]:PORT" (port 0: any free port). Errors are
 // kInvalidArgument and name --listen.
-Result<std::pair<std::string, std::uint16_t>> ParseListenAddress(const std::string& text);
+Result<std::pair<std::string, std::uint16_t>> parse_listen_address(const std::string& text);
 
 }  // namespace simba::cli
 

@@ -13,7 +13,7 @@
 
 namespace simba::cli {
 
-const char* HelpFor(const std::string& command) {
+const char* help_for(const std::string& command) {
   if (command == "run") {
     return R"(usage: simba run --store URI --mutex NAME [options] -- CMD [ARGS...]
 
@@ -178,13 +178,13 @@ int main(int argc, char** argv) {
   using namespace simba::cli;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) {
-    std::fputs(HelpFor(""), stderr);
+    std::fputs(help_for(""), stderr);
     return kExitUsage;
   }
   const std::string command = args.front();
   const std::vector<std::string> rest(args.begin() + 1, args.end());
   if (command == "--help" || command == "-h") {
-    std::fputs(HelpFor(""), stdout);
+    std::fputs(help_for(""), stdout);
     return kExitOk;
   }
   if (command == "--version") {
@@ -194,22 +194,22 @@ int main(int argc, char** argv) {
   if (command == "help") {
     // `simba help --help` and `simba help help` are questions about help
     // itself: the overview answers them.
-    const bool about_help =
-        !rest.empty() && (rest.front() == "--help" || rest.front() == "-h" || rest.front() == "help");
-    const char* help = HelpFor(rest.empty() || about_help ? "" : rest.front());
+    const bool about_help = !rest.empty() && (rest.front() == "--help" || rest.front() == "-h" ||
+                                              rest.front() == "help");
+    const char* help = help_for(rest.empty() || about_help ? "" : rest.front());
     if (help == nullptr) {
-      PrintError("unknown command '" + rest.front() + "' (see 'simba --help')");
+      print_error("unknown command '" + rest.front() + "' (see 'simba --help')");
       return kExitUsage;
     }
     std::fputs(help, stdout);
     return kExitOk;
   }
-  if (command == "run") return RunCommand(rest);
-  if (command == "elect") return ElectCommand(rest);
-  if (command == "status") return StatusCommand(rest);
-  if (command == "release") return ReleaseCommand(rest);
-  if (command == "schema") return SchemaCommand(rest);
-  if (command == "dashboard") return DashboardCommand(rest);
-  PrintError("unknown command '" + command + "' (see 'simba --help')");
+  if (command == "run") return run_command(rest);
+  if (command == "elect") return elect_command(rest);
+  if (command == "status") return status_command(rest);
+  if (command == "release") return release_command(rest);
+  if (command == "schema") return schema_command(rest);
+  if (command == "dashboard") return dashboard_command(rest);
+  print_error("unknown command '" + command + "' (see 'simba --help')");
   return kExitUsage;
 }

@@ -10,59 +10,59 @@ namespace {
 
 using std::chrono::milliseconds;
 
-Deadline In(milliseconds d) { return std::chrono::steady_clock::now() + d; }
+Deadline in(milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
-std::string Pad(std::string s, std::size_t width) {
+std::string pad(std::string s, std::size_t width) {
   if (s.size() < width) s.append(width - s.size(), ' ');
   return s;
 }
 
 // Opens the store named by --store/$SIMBA_STORE, or prints why not.
-Result<std::shared_ptr<Backend>> OpenStore(const Args& args, const char* command) {
-  auto uri = StoreUri(args);
+Result<std::shared_ptr<Backend>> open_store(const Args& args, const char* command) {
+  auto uri = store_uri(args);
   if (!uri.ok()) {
     return Status(uri.status().code(),
                   uri.status().message() + " (see 'simba " + command + " --help')");
   }
-  return OpenBackend(*uri);
+  return open_backend(*uri);
 }
 
 }  // namespace
 
-int StatusCommand(const std::vector<std::string>& argv) {
+int status_command(const std::vector<std::string>& argv) {
   FlagSpec spec;
   spec.with_value = {"--store"};
   spec.switches = {"--json"};
   spec.positional = true;
-  auto parsed = ParseArgs(argv, spec);
+  auto parsed = parse_args(argv, spec);
   if (!parsed.ok()) {
-    PrintError(parsed.status().message() + " (see 'simba status --help')");
+    print_error(parsed.status().message() + " (see 'simba status --help')");
     return kExitUsage;
   }
   const Args& args = *parsed;
-  if (args.Has("--help")) {
-    std::fputs(HelpFor("status"), stdout);
+  if (args.has("--help")) {
+    std::fputs(help_for("status"), stdout);
     return kExitOk;
   }
-  auto backend = OpenStore(args, "status");
+  auto backend = open_store(args, "status");
   if (!backend.ok()) {
-    PrintError(backend.status().message());
-    return ExitCodeFor(backend.status());
+    print_error(backend.status().message());
+    return exit_code_for(backend.status());
   }
   std::vector<ListedMutex> rows;
   if (args.positional.empty()) {
-    auto listed = (*backend)->list(In(std::chrono::seconds(10)));
+    auto listed = (*backend)->list(in(std::chrono::seconds(10)));
     if (!listed.ok()) {
-      PrintError(StoreError(StoreUri(args).value(), listed.status()));
-      return ExitCodeFor(listed.status());
+      print_error(store_error(store_uri(args).value(), listed.status()));
+      return exit_code_for(listed.status());
     }
     rows = std::move(*listed);
   } else {
     for (const auto& name : args.positional) {
-      auto record = (*backend)->read(name, In(std::chrono::seconds(10)));
+      auto record = (*backend)->read(name, in(std::chrono::seconds(10)));
       if (!record.ok()) {
-        PrintError(StoreError(StoreUri(args).value(), record.status()));
-        return ExitCodeFor(record.status());
+        print_error(store_error(store_uri(args).value(), record.status()));
+        return exit_code_for(record.status());
       }
       rows.push_back(ListedMutex{name, *record});
     }
@@ -70,10 +70,10 @@ int StatusCommand(const std::vector<std::string>& argv) {
   std::sort(rows.begin(), rows.end(),
             [](const ListedMutex& a, const ListedMutex& b) { return a.mutex < b.mutex; });
 
-  if (args.Has("--json")) {
-    auto uri = StoreUri(args);
-    auto parsed_uri = Uri::Parse(*uri);
-    std::string out = "{\"store\":" + JsonString(parsed_uri.ok() ? parsed_uri->ToString() : "") +
+  if (args.has("--json")) {
+    auto uri = store_uri(args);
+    auto parsed_uri = Uri::parse(*uri);
+    std::string out = "{\"store\":" + json_string(parsed_uri.ok() ? parsed_uri->to_string() : "") +
                       ",\"mutexes\":[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
@@ -82,7 +82,9 @@ int StatusCommand(const std::vector<std::string>& argv) {
       const bool held = r.record.held();
       // A store that cannot know a holder's times (ZooKeeper's JVM
       // participants) reports them as 0: shown as null.
-      const auto at = [](StoreTime t) { return t.count() != 0 ? std::to_string(t.count()) : "null"; };
+      const auto at = [](StoreTime t) {
+        return t.count() != 0 ? std::to_string(t.count()) : "null";
+      };
       const auto in = [&](StoreTime t) {
         return t.count() != 0 ? std::to_string((t - now).count()) : "null";
       };
@@ -90,8 +92,8 @@ int StatusCommand(const std::vector<std::string>& argv) {
         return t.count() != 0 ? std::to_string((now - t).count()) : "null";
       };
       out += i == 0 ? "" : ",";
-      out += "{\"mutex\":" + JsonString(r.mutex) + ",\"held\":" + (held ? "true" : "false") +
-             ",\"owner\":" + JsonString(held ? o.owner_id : "") +
+      out += "{\"mutex\":" + json_string(r.mutex) + ",\"held\":" + (held ? "true" : "false") +
+             ",\"owner\":" + json_string(held ? o.owner_id : "") +
              ",\"fencing_token\":" + std::to_string(o.fencing_token);
       if (held) {
         out += ",\"acquired_ms_ago\":" + ago(o.acquired_at) +
@@ -118,19 +120,20 @@ int StatusCommand(const std::vector<std::string>& argv) {
     owner_width = std::max(owner_width, r.record.owner.owner_id.size());
     token_width = std::max(token_width, token_text(r).size());
   }
-  std::string out = Pad("MUTEX", name_width) + "  " + Pad("OWNER", owner_width) + "  " +
-                    Pad("TOKEN", token_width) + "  ACQUIRED      TTL ENDS      LEASE ENDS\n";
+  std::string out = pad("MUTEX", name_width) + "  " + pad("OWNER", owner_width) + "  " +
+                    pad("TOKEN", token_width) + "  ACQUIRED      TTL ENDS      LEASE ENDS\n";
   for (const auto& r : rows) {
     const MutexOwner& o = r.record.owner;
     const StoreTime now = r.record.store_now;
     const bool held = r.record.held();
-    out += Pad(r.mutex, name_width) + "  " + Pad(held ? o.owner_id : "-", owner_width) + "  " +
-           Pad(token_text(r), token_width) + "  ";
-    const auto in = [&](StoreTime t) { return t.count() != 0 ? "in " + Human(t - now) : "unknown"; };
+    out += pad(r.mutex, name_width) + "  " + pad(held ? o.owner_id : "-", owner_width) + "  " +
+           pad(token_text(r), token_width) + "  ";
+    const auto in = [&](StoreTime t) {
+      return t.count() != 0 ? "in " + human(t - now) : "unknown";
+    };
     if (held) {
-      out += Pad(o.acquired_at.count() != 0 ? Human(now - o.acquired_at) + " ago" : "unknown",
-                 12) +
-             "  " + Pad(in(o.ttl_at), 12) + "  " + in(o.transition_at);
+      out += pad(o.acquired_at.count() != 0 ? human(now - o.acquired_at) + " ago" : "unknown", 12) +
+             "  " + pad(in(o.ttl_at), 12) + "  " + in(o.transition_at);
     } else {
       out += "free";
     }
@@ -141,69 +144,69 @@ int StatusCommand(const std::vector<std::string>& argv) {
   return kExitOk;
 }
 
-int ReleaseCommand(const std::vector<std::string>& argv) {
+int release_command(const std::vector<std::string>& argv) {
   FlagSpec spec;
   spec.with_value = {"--store", "--mutex"};
   spec.switches = {"--force"};
-  auto parsed = ParseArgs(argv, spec);
+  auto parsed = parse_args(argv, spec);
   auto usage = [](const std::string& message) {
-    PrintError(message + " (see 'simba release --help')");
+    print_error(message + " (see 'simba release --help')");
     return kExitUsage;
   };
   if (!parsed.ok()) return usage(parsed.status().message());
   const Args& args = *parsed;
-  if (args.Has("--help")) {
-    std::fputs(HelpFor("release"), stdout);
+  if (args.has("--help")) {
+    std::fputs(help_for("release"), stdout);
     return kExitOk;
   }
-  const auto mutex = args.Value("--mutex");
+  const auto mutex = args.value("--mutex");
   if (!mutex) return usage("missing --mutex NAME");
-  if (!args.Has("--force")) {
+  if (!args.has("--force")) {
     return usage("release takes the mutex away from whoever holds it; confirm with --force");
   }
-  auto backend = OpenStore(args, "release");
+  auto backend = open_store(args, "release");
   if (!backend.ok()) {
-    PrintError(backend.status().message());
-    return ExitCodeFor(backend.status());
+    print_error(backend.status().message());
+    return exit_code_for(backend.status());
   }
-  auto released = (*backend)->force_release(*mutex, In(std::chrono::seconds(10)));
+  auto released = (*backend)->force_release(*mutex, in(std::chrono::seconds(10)));
   if (!released.ok()) {
-    PrintError(StoreError(StoreUri(args).value(), released.status()));
-    return ExitCodeFor(released.status());
+    print_error(store_error(store_uri(args).value(), released.status()));
+    return exit_code_for(released.status());
   }
   const MutexOwner& previous = released->previous;
-  std::printf("released mutex '%s' (%s); fencing floor is now %llu: later owners get greater "
-              "tokens\n",
-              mutex->c_str(),
-              previous.has_owner_id()
-                  ? ("was held by " + previous.owner_id + " with token " +
-                     std::to_string(previous.fencing_token))
-                        .c_str()
-                  : "it was free",
-              static_cast<unsigned long long>(released->fencing_floor));
+  std::printf(
+      "released mutex '%s' (%s); fencing floor is now %llu: later owners get greater "
+      "tokens\n",
+      mutex->c_str(),
+      previous.has_owner_id() ? ("was held by " + previous.owner_id + " with token " +
+                                 std::to_string(previous.fencing_token))
+                                    .c_str()
+                              : "it was free",
+      static_cast<unsigned long long>(released->fencing_floor));
   return kExitOk;
 }
 
-int SchemaCommand(const std::vector<std::string>& argv) {
+int schema_command(const std::vector<std::string>& argv) {
   FlagSpec spec;
   spec.with_value = {"--store"};
-  auto parsed = ParseArgs(argv, spec);
+  auto parsed = parse_args(argv, spec);
   if (!parsed.ok()) {
-    PrintError(parsed.status().message() + " (see 'simba schema --help')");
+    print_error(parsed.status().message() + " (see 'simba schema --help')");
     return kExitUsage;
   }
-  if (parsed->Has("--help")) {
-    std::fputs(HelpFor("schema"), stdout);
+  if (parsed->has("--help")) {
+    std::fputs(help_for("schema"), stdout);
     return kExitOk;
   }
-  auto uri = StoreUri(*parsed);
+  auto uri = store_uri(*parsed);
   if (!uri.ok()) {
-    PrintError(uri.status().message() + " (see 'simba schema --help')");
+    print_error(uri.status().message() + " (see 'simba schema --help')");
     return kExitUsage;
   }
-  auto ddl = SchemaSql(*uri);
+  auto ddl = schema_sql(*uri);
   if (!ddl.ok()) {
-    PrintError(ddl.status().message());
+    print_error(ddl.status().message());
     return kExitUsage;
   }
   std::fputs(ddl->c_str(), stdout);

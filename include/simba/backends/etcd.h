@@ -82,7 +82,7 @@
 // supported yet. TLS (https) is not supported either.
 //
 // Example:
-//   auto backend = simba::OpenBackend("etcd://10.0.0.5:2379,10.0.0.6:2379");
+//   auto backend = simba::open_backend("etcd://10.0.0.5:2379,10.0.0.6:2379");
 
 #ifndef SIMBA_BACKENDS_ETCD_H_
 #define SIMBA_BACKENDS_ETCD_H_
@@ -120,12 +120,12 @@ struct EtcdOptions {
 // makes calls fail with kUnavailable until it is back, rather than this.
 // Errors (kInvalidArgument): no endpoints, an empty host, port 0, a
 // non-positive connect_timeout or a bad key_prefix.
-Result<std::shared_ptr<Backend>> NewEtcdBackend(EtcdOptions options);
+Result<std::shared_ptr<Backend>> new_etcd_backend(EtcdOptions options);
 
 // etcd://host[:port][,host[:port]...][/][?query]; ports default to 2379.
 // Errors (kInvalidArgument): another scheme, no host, user info, a path, an
 // unknown query key or a bad value.
-Result<EtcdOptions> EtcdOptionsFromUri(const Uri& uri);
+Result<EtcdOptions> etcd_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

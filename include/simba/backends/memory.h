@@ -8,7 +8,7 @@
 //
 // Example:
 //   auto clock = std::make_shared<simba::ManualClock>();
-//   auto backend = simba::NewMemoryBackend({.name = "test", .clock = clock});
+//   auto backend = simba::new_memory_backend({.name = "test", .clock = clock});
 //
 // Thread safety: thread-safe.
 
@@ -19,8 +19,8 @@
 #include <string>
 
 #include "simba/backend.h"
-#include "simba/keyed_backend.h"
 #include "simba/clock.h"
+#include "simba/keyed_backend.h"
 #include "simba/status.h"
 #include "simba/uri.h"
 
@@ -30,16 +30,16 @@ struct MemoryOptions {
   // Backends with the same name in one process share a store. Must not be
   // empty.
   std::string name;
-  // The store's clock (its "server time"). Default: Clock::Steady(). All
+  // The store's clock (its "server time"). Default: Clock::steady(). All
   // backends sharing a store use the clock of the first one opened.
   std::shared_ptr<Clock> clock;
 };
 
 // kInvalidArgument for an empty name.
-Result<std::shared_ptr<Backend>> NewMemoryBackend(MemoryOptions options);
+Result<std::shared_ptr<Backend>> new_memory_backend(MemoryOptions options);
 
 // memory://NAME (no user, port, path or query).
-Result<MemoryOptions> MemoryOptionsFromUri(const Uri& uri);
+Result<MemoryOptions> memory_options_from_uri(const Uri& uri);
 
 // Keyed locks inside one process (memory://NAME), KeyedLockProvider::open's
 // memory backend.
@@ -48,11 +48,11 @@ struct MemoryKeyedOptions {
   std::string name;
 };
 
-// A per-key FIFO queue, no store (NewMemoryKeyedLockBackend(name)).
-Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(MemoryKeyedOptions options);
+// A per-key FIFO queue, no store (new_memory_keyed_lock_backend(name)).
+Result<std::shared_ptr<KeyedLockBackend>> new_memory_keyed_lock_backend(MemoryKeyedOptions options);
 
 // memory://NAME, checked as MemoryOptionsFromUri checks it.
-Result<MemoryKeyedOptions> MemoryKeyedOptionsFromUri(const Uri& uri);
+Result<MemoryKeyedOptions> memory_keyed_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

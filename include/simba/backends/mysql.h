@@ -84,14 +84,14 @@ struct MysqlOptions {
 
 // Errors (kInvalidArgument): no host, no database, connections < 1, a bad
 // ssl_mode, verify_ca without ssl_ca, ssl_key without ssl_cert.
-Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options);
+Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options);
 
 // Errors (kInvalidArgument): another scheme, several hosts, no database, an
 // unknown query key, a bad value.
-Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri);
+Result<MysqlOptions> mysql_options_from_uri(const Uri& uri);
 
 // The DDL of simba_mutex, for a DBA.
-std::string MysqlSchemaSql();
+std::string mysql_schema_sql();
 
 }  // namespace simba
 

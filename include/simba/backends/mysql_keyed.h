@@ -76,13 +76,13 @@ struct MysqlKeyedOptions {
 // The keyed-lock backend of the MySQL or MariaDB server `options` name.
 // Nothing is connected yet. Errors (kInvalidArgument): no host or database,
 // a bad value.
-Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options);
+Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeyedOptions options);
 
 // mysql://user[:password]@host[:port]/db?... (scheme mysql or mariadb): the
 // contention backend's keys (MysqlOptionsFromUri) plus lock_connections and
 // op_timeout. Errors (kInvalidArgument): another scheme, no host or
 // database, an unknown query key, a value that does not parse.
-Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri);
+Result<MysqlKeyedOptions> mysql_keyed_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

@@ -58,14 +58,14 @@ struct PostgresOptions {
 
 // Errors (kInvalidArgument): no host, connections < 1, a key libpq does
 // not know.
-Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options);
+Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options);
 
 // Errors (kInvalidArgument): another scheme, several hosts, no database, an
 // unknown query key, a bad value.
-Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri);
+Result<PostgresOptions> postgres_options_from_uri(const Uri& uri);
 
 // The DDL of simba_mutex, for a DBA.
-std::string PostgresSchemaSql();
+std::string postgres_schema_sql();
 
 }  // namespace simba
 

@@ -7,7 +7,7 @@
 // max_hold watchdog on top.
 //
 // Keys. A key (any non-empty UTF-8 string without control characters, up to
-// 64 KiB) becomes the bigint PostgresAdvisoryLockKey(key): the 64-bit
+// 64 KiB) becomes the bigint postgres_advisory_lock_key(key): the 64-bit
 // FNV-1a hash of its bytes. Two keys with the same hash exclude each other
 // (over-exclusion, never under-exclusion); among a million keys the chance of
 // any such pair is about 3 in 100 million. Other users of one-argument
@@ -88,14 +88,14 @@ struct PostgresKeyedOptions {
 // The keyed-lock backend of the PostgreSQL server `options` name. Nothing
 // is connected yet. Errors (kInvalidArgument): no host, an unknown libpq
 // keyword, a bad `lock_connections` or `connect_timeout`.
-Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(
+Result<std::shared_ptr<KeyedLockBackend>> new_postgres_keyed_lock_backend(
     PostgresKeyedOptions options);
 
 // postgresql://... as above: PostgresOptionsFromUri's keys plus
 // lock_connections (create_table=off sets create_sequence off). Errors
 // (kInvalidArgument): those of PostgresOptionsFromUri, a bad
 // `lock_connections`.
-Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri);
+Result<PostgresKeyedOptions> postgres_keyed_options_from_uri(const Uri& uri);
 
 // The pg_advisory_lock argument of `key`: FNV-1a 64 over the key's bytes
 // (offset basis 0xcbf29ce484222325, prime 0x100000001b3), its 64 bits read
@@ -103,7 +103,7 @@ Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri);
 // how every process of every version finds the same lock. To find a held key
 // in pg_locks (locktype 'advisory', objsubid 1): classid is the high 32 bits,
 // objid the low 32 bits.
-std::int64_t PostgresAdvisoryLockKey(std::string_view key);
+std::int64_t postgres_advisory_lock_key(std::string_view key);
 
 }  // namespace simba
 

@@ -61,7 +61,7 @@
 //                     (default simba, JVM Simba's; A-Z a-z 0-9 _ - . :)
 //
 // Example:
-//   auto backend = simba::OpenBackend("redis://:secret@10.0.0.5:6379/2");
+//   auto backend = simba::open_backend("redis://:secret@10.0.0.5:6379/2");
 
 #ifndef SIMBA_BACKENDS_REDIS_H_
 #define SIMBA_BACKENDS_REDIS_H_
@@ -99,13 +99,13 @@ struct RedisOptions {
 // makes calls fail with kUnavailable until it is back, rather than this.
 // Errors (kInvalidArgument): an empty host, port 0, a negative database, a
 // non-positive connect_timeout or a bad key_prefix.
-Result<std::shared_ptr<Backend>> NewRedisBackend(RedisOptions options);
+Result<std::shared_ptr<Backend>> new_redis_backend(RedisOptions options);
 
 // redis://[user:password@]host[:port][/db][?query]; the port defaults to
 // 6379 and the database to 0. Errors (kInvalidArgument): another scheme,
 // several hosts, a path that is not a database number, an unknown query key
 // or a bad value.
-Result<RedisOptions> RedisOptionsFromUri(const Uri& uri);
+Result<RedisOptions> redis_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

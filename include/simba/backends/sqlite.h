@@ -16,7 +16,7 @@
 // list) never wait for writers.
 //
 // read(), list() and force_release() report a row as free
-// (MutexOwner::None()) when it was released or its hard lease
+// (MutexOwner::none()) when it was released or its hard lease
 // (transition_at) has ended by the database clock: exactly the rows
 // acquire_or_renew would hand to the next caller. force_release() frees the
 // row whoever holds it and sets its version to version + 1, the returned
@@ -49,7 +49,7 @@
 //                  a call's own deadline may cut it shorter)
 //
 // Example:
-//   auto backend = simba::NewSqliteBackend({.path = "/var/lib/app/simba.db"});
+//   auto backend = simba::new_sqlite_backend({.path = "/var/lib/app/simba.db"});
 //
 // Thread safety: thread-safe. Calls share one connection, one at a time;
 // the watcher adds one thread and one connection per backend, however many
@@ -85,13 +85,13 @@ struct SqliteOptions {
 // kPermissionDenied when the file or directory is read-only; kUnavailable
 // for other failures to open. Every message names the path (or, for a
 // missing directory, the directory).
-Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options);
+Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options);
 
 // sqlite:///abs/path.db or sqlite://rel/path.db?busy_timeout=2s (the host
 // part of the second form is the first segment of a relative path).
 // Errors (kInvalidArgument): another scheme, a user, password or port,
 // several hosts, no file path, an unknown query key, a bad busy_timeout.
-Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri);
+Result<SqliteOptions> sqlite_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

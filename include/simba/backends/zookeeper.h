@@ -74,7 +74,7 @@
 //                    deadline)
 //
 // Example:
-//   auto backend = simba::OpenBackend("zookeeper://zk1:2181,zk2:2181/apps");
+//   auto backend = simba::open_backend("zookeeper://zk1:2181,zk2:2181/apps");
 
 #ifndef SIMBA_BACKENDS_ZOOKEEPER_H_
 #define SIMBA_BACKENDS_ZOOKEEPER_H_
@@ -102,12 +102,12 @@ struct ZookeeperOptions {
 // makes calls fail with kUnavailable until it is back, rather than this.
 // Errors (kInvalidArgument): an empty connect string, a bad root, a
 // non-positive timeout.
-Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options);
+Result<std::shared_ptr<Backend>> new_zookeeper_backend(ZookeeperOptions options);
 
 // zookeeper://host[:port][,host[:port]...][/chroot][?query]; ports default
 // to 2181. Errors (kInvalidArgument): another scheme, no host, user info, an
 // unknown query key or a bad value.
-Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri);
+Result<ZookeeperOptions> zookeeper_options_from_uri(const Uri& uri);
 
 }  // namespace simba
 

@@ -44,21 +44,21 @@
 namespace simba {
 namespace {
 
-using internal::etcd::Base64Decode;
-using internal::etcd::Base64Encode;
-using internal::etcd::Endpoint;
-using internal::etcd::HttpConnection;
-using internal::etcd::HttpRequest;
-using internal::etcd::HttpResponse;
-using internal::etcd::Int64Field;
-using internal::etcd::Json;
-using internal::etcd::ParseReply;
-using internal::etcd::ParseStreamLine;
-using internal::etcd::PrefixEnd;
 using internal::Backoff;
 using internal::ListenerHub;
 using internal::TurnGate;
 using internal::Worker;
+using internal::etcd::base64_decode;
+using internal::etcd::base64_encode;
+using internal::etcd::Endpoint;
+using internal::etcd::HttpConnection;
+using internal::etcd::HttpRequest;
+using internal::etcd::HttpResponse;
+using internal::etcd::int64_field;
+using internal::etcd::Json;
+using internal::etcd::parse_reply;
+using internal::etcd::parse_stream_line;
+using internal::etcd::prefix_end;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -71,9 +71,7 @@ constexpr std::size_t kListBatch = 100;
 // Rounds of one acquire_or_renew call when the store changed under it.
 constexpr int kAcquireRounds = 4;
 
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-StoreTime WallNow() {
+StoreTime wall_now() {
   return std::chrono::duration_cast<milliseconds>(
       std::chrono::system_clock::now().time_since_epoch());
 }
@@ -81,7 +79,7 @@ StoreTime WallNow() {
 // '/' and '%' in a mutex name are escaped in keys, so the keys of mutex
 // "a" (<prefix>/a/...) never include those of mutex "a/b"
 // (<prefix>/a%2Fb/...).
-std::string EncodeMutex(std::string_view mutex) {
+std::string encode_mutex(std::string_view mutex) {
   std::string out;
   out.reserve(mutex.size());
   for (const char c : mutex) {
@@ -96,7 +94,7 @@ std::string EncodeMutex(std::string_view mutex) {
   return out;
 }
 
-bool DecodeMutex(std::string_view encoded, std::string* mutex) {
+bool decode_mutex(std::string_view encoded, std::string* mutex) {
   mutex->clear();
   for (std::size_t i = 0; i < encoded.size(); ++i) {
     const char c = encoded[i];
@@ -118,34 +116,34 @@ bool DecodeMutex(std::string_view encoded, std::string* mutex) {
   return !mutex->empty();
 }
 
-std::string LeaseHex(std::int64_t lease) {
+std::string lease_hex(std::int64_t lease) {
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(lease));
   return hex;
 }
 
 // "<prefix>/<M>/": every key of mutex M starts with this.
-std::string MutexPrefix(std::string_view prefix, std::string_view mutex) {
-  return std::string(prefix) + "/" + EncodeMutex(mutex) + "/";
+std::string mutex_key_prefix(std::string_view prefix, std::string_view mutex) {
+  return std::string(prefix) + "/" + encode_mutex(mutex) + "/";
 }
 
-std::string KeyFor(std::string_view prefix, std::string_view mutex, std::int64_t lease) {
-  return MutexPrefix(prefix, mutex) + LeaseHex(lease);
+std::string key_for(std::string_view prefix, std::string_view mutex, std::int64_t lease) {
+  return mutex_key_prefix(prefix, mutex) + lease_hex(lease);
 }
 
 // "<prefix>/<M>": the record that mutex M was used (no lease, no value),
 // so that list() also shows mutexes that are free now. It is outside M's
 // queue range ("<prefix>/<M>/" up to "<prefix>/<M>0").
-bool ParseRecordKey(std::string_view prefix, std::string_view key, std::string* mutex) {
+bool parse_record_key(std::string_view prefix, std::string_view key, std::string* mutex) {
   if (key.size() < prefix.size() + 2 || key.substr(0, prefix.size()) != prefix ||
       key[prefix.size()] != '/') {
     return false;
   }
-  return DecodeMutex(key.substr(prefix.size() + 1), mutex);
+  return decode_mutex(key.substr(prefix.size() + 1), mutex);
 }
 
 // "<prefix>/<M>/<16 hex>" -> M; false for any other key.
-bool ParseKey(std::string_view prefix, std::string_view key, std::string* mutex) {
+bool parse_key(std::string_view prefix, std::string_view key, std::string* mutex) {
   const std::size_t head = prefix.size() + 1;
   if (key.size() < head + 1 + 17 || key.substr(0, prefix.size()) != prefix ||
       key[prefix.size()] != '/' || key[key.size() - 17] != '/') {
@@ -156,7 +154,7 @@ bool ParseKey(std::string_view prefix, std::string_view key, std::string* mutex)
                    [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); })) {
     return false;
   }
-  return DecodeMutex(key.substr(head, key.size() - 17 - head), mutex);
+  return decode_mutex(key.substr(head, key.size() - 17 - head), mutex);
 }
 
 // One key-value as etcd reports it, bytes decoded.
@@ -169,48 +167,48 @@ struct Kv {
   std::int64_t lease = 0;
 };
 
-bool ParseKv(const Json& json, Kv* kv) {
+bool parse_kv(const Json& json, Kv* kv) {
   if (!json.is_object()) return false;
-  if (!Base64Decode(json.value("key", std::string()), &kv->key)) return false;
-  if (!Base64Decode(json.value("value", std::string()), &kv->value)) return false;
-  kv->create_revision = Int64Field(json, "create_revision");
-  kv->mod_revision = Int64Field(json, "mod_revision");
-  kv->version = Int64Field(json, "version");
-  kv->lease = Int64Field(json, "lease");
+  if (!base64_decode(json.value("key", std::string()), &kv->key)) return false;
+  if (!base64_decode(json.value("value", std::string()), &kv->value)) return false;
+  kv->create_revision = int64_field(json, "create_revision");
+  kv->mod_revision = int64_field(json, "mod_revision");
+  kv->version = int64_field(json, "version");
+  kv->lease = int64_field(json, "lease");
   return true;
 }
 
 // The kvs of a range reply (or of a transaction's response_range).
-Result<std::vector<Kv>> KvsOf(const Json& range, std::string_view context) {
+Result<std::vector<Kv>> kvs_of(const Json& range, std::string_view context) {
   std::vector<Kv> kvs;
-  if (!range.is_object()) return InternalError(std::string(context) + ": malformed range reply");
+  if (!range.is_object()) return internal_error(std::string(context) + ": malformed range reply");
   const auto it = range.find("kvs");
   if (it == range.end()) return kvs;
-  if (!it->is_array()) return InternalError(std::string(context) + ": malformed range reply");
+  if (!it->is_array()) return internal_error(std::string(context) + ": malformed range reply");
   for (const Json& item : *it) {
     Kv kv;
-    if (!ParseKv(item, &kv)) {
-      return InternalError(std::string(context) + ": malformed key-value in a reply");
+    if (!parse_kv(item, &kv)) {
+      return internal_error(std::string(context) + ": malformed key-value in a reply");
     }
     kvs.push_back(std::move(kv));
   }
   return kvs;
 }
 
-std::int64_t HeaderRevision(const Json& reply) {
+std::int64_t header_revision(const Json& reply) {
   const auto it = reply.find("header");
-  return it == reply.end() ? 0 : Int64Field(*it, "revision");
+  return it == reply.end() ? 0 : int64_field(*it, "revision");
 }
 
 // ---- request bodies ---------------------------------------------------------------
 
-HttpRequest Post(std::string path, const Json& body) { return {std::move(path), body.dump()}; }
+HttpRequest post(std::string path, const Json& body) { return {std::move(path), body.dump()}; }
 
 // A range over every key of `mutex_prefix`, sorted by create revision.
-Json RangeOp(const std::string& mutex_prefix, bool ascending, int limit, bool keys_only,
-             std::int64_t max_create_revision = 0) {
-  Json range = {{"key", Base64Encode(mutex_prefix)},
-                {"range_end", Base64Encode(PrefixEnd(mutex_prefix))},
+Json range_op(const std::string& mutex_prefix, bool ascending, int limit, bool keys_only,
+              std::int64_t max_create_revision = 0) {
+  Json range = {{"key", base64_encode(mutex_prefix)},
+                {"range_end", base64_encode(prefix_end(mutex_prefix))},
                 {"sort_order", ascending ? "ASCEND" : "DESCEND"},
                 {"sort_target", "CREATE"},
                 {"limit", std::to_string(limit)}};
@@ -219,68 +217,67 @@ Json RangeOp(const std::string& mutex_prefix, bool ascending, int limit, bool ke
   return range;
 }
 
-Json RequestRange(Json range) { return Json{{"request_range", std::move(range)}}; }
+Json request_range(Json range) { return Json{{"request_range", std::move(range)}}; }
 
 // A transaction's comparison: the key (base64) has this create revision
 // (0: the key does not exist).
-Json CreatedAt(const std::string& key64, std::int64_t create_revision) {
+Json created_at(const std::string& key64, std::int64_t create_revision) {
   return Json::array({Json{{"key", key64},
                            {"target", "CREATE"},
                            {"result", "EQUAL"},
                            {"create_revision", std::to_string(create_revision)}}});
 }
 
-HttpRequest LeaseGrant(std::int64_t lease, std::int64_t ttl_seconds) {
-  return Post("/v3/lease/grant",
+HttpRequest lease_grant(std::int64_t lease, std::int64_t ttl_seconds) {
+  return post("/v3/lease/grant",
               {{"ID", std::to_string(lease)}, {"TTL", std::to_string(ttl_seconds)}});
 }
-HttpRequest LeaseKeepAlive(std::int64_t lease) {
-  return Post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
+HttpRequest lease_keep_alive(std::int64_t lease) {
+  return post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
 }
-HttpRequest LeaseRevoke(std::int64_t lease) {
-  return Post("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
+HttpRequest lease_revoke(std::int64_t lease) {
+  return post("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
 }
-HttpRequest LeaseTimeToLive(std::int64_t lease) {
-  return Post("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+HttpRequest lease_time_to_live(std::int64_t lease) {
+  return post("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
 }
 
 // The one transaction of acquire_or_renew: if our key is missing, create it
 // (value: our id, attached to our lease) and read the lowest key and the two
 // newest (ours and the one just below); otherwise read our key, the lowest
 // key and, when we know our create revision, the key just below ours.
-HttpRequest AcquireTxn(const std::string& mutex_prefix, const std::string& key,
-                       const std::string& contender_id, std::int64_t lease,
-                       std::int64_t known_create_revision) {
-  const std::string key64 = Base64Encode(key);
-  Json lowest = RequestRange(RangeOp(mutex_prefix, true, 1, false));
-  Json failure = Json::array({RequestRange(Json{{"key", key64}}), lowest});
+HttpRequest acquire_txn(const std::string& mutex_prefix, const std::string& key,
+                        const std::string& contender_id, std::int64_t lease,
+                        std::int64_t known_create_revision) {
+  const std::string key64 = base64_encode(key);
+  Json lowest = request_range(range_op(mutex_prefix, true, 1, false));
+  Json failure = Json::array({request_range(Json{{"key", key64}}), lowest});
   if (known_create_revision > 1) {
     failure.push_back(
-        RequestRange(RangeOp(mutex_prefix, false, 1, true, known_create_revision - 1)));
+        request_range(range_op(mutex_prefix, false, 1, true, known_create_revision - 1)));
   }
-  Json put = {{"request_put",
-               {{"key", key64},
-                {"value", Base64Encode(contender_id)},
-                {"lease", std::to_string(lease)}}}};
+  Json put = {
+      {"request_put",
+       {{"key", key64}, {"value", base64_encode(contender_id)}, {"lease", std::to_string(lease)}}}};
   // The mutex's record (see RecordKey), created once, so that list()
   // shows a mutex that is free now but was used.
-  const std::string record64 = Base64Encode(mutex_prefix.substr(0, mutex_prefix.size() - 1));
+  const std::string record64 = base64_encode(mutex_prefix.substr(0, mutex_prefix.size() - 1));
   Json record = {{"request_txn",
-                  {{"compare", CreatedAt(record64, 0)},
+                  {{"compare", created_at(record64, 0)},
                    {"success", Json::array({Json{{"request_put", {{"key", record64}}}}})}}}};
   Json success =
       Json::array({std::move(put), std::move(lowest),
-                   RequestRange(RangeOp(mutex_prefix, false, 2, true)), std::move(record)});
-  return Post("/v3/kv/txn", {{"compare", CreatedAt(key64, 0)},
+                   request_range(range_op(mutex_prefix, false, 2, true)), std::move(record)});
+  return post("/v3/kv/txn", {{"compare", created_at(key64, 0)},
                              {"success", std::move(success)},
                              {"failure", std::move(failure)}});
 }
 
 // Deletes `key` if it still has `create_revision`.
-HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revision) {
-  const std::string key64 = Base64Encode(key);
+HttpRequest delete_if_created_at(const std::string& key, std::int64_t create_revision) {
+  const std::string key64 = base64_encode(key);
   Json success = Json::array({Json{{"request_delete_range", {{"key", key64}}}}});
-  return Post("/v3/kv/txn", {{"compare", CreatedAt(key64, create_revision)},
+  return post("/v3/kv/txn", {{"compare", created_at(key64, create_revision)},
                              {"success", std::move(success)},
                              {"failure", Json::array()}});
 }
@@ -291,42 +288,41 @@ HttpRequest DeleteIfCreatedAt(const std::string& key, std::int64_t create_revisi
 // this returns, would otherwise make it the next owner with a token below the
 // floor. The waiters see their keys deleted and queue again, with keys (and
 // so tokens) created after it, as ZooKeeper's waiters do.
-HttpRequest DeleteQueueIfOwnerCreatedAt(const std::string& mutex_prefix,
-                                        const std::string& owner_key,
-                                        std::int64_t create_revision) {
+HttpRequest delete_queue_if_owner_created_at(const std::string& mutex_prefix,
+                                             const std::string& owner_key,
+                                             std::int64_t create_revision) {
   Json success = Json::array({Json{{"request_delete_range",
-                                    {{"key", Base64Encode(mutex_prefix)},
-                                     {"range_end", Base64Encode(PrefixEnd(mutex_prefix))}}}}});
-  return Post("/v3/kv/txn", {{"compare", CreatedAt(Base64Encode(owner_key), create_revision)},
+                                    {{"key", base64_encode(mutex_prefix)},
+                                     {"range_end", base64_encode(prefix_end(mutex_prefix))}}}}});
+  return post("/v3/kv/txn", {{"compare", created_at(base64_encode(owner_key), create_revision)},
                              {"success", std::move(success)},
                              {"failure", Json::array()}});
 }
 
 // ---- connecting ---------------------------------------------------------------------
 
-std::string DescribeEndpoints(const std::vector<Endpoint>& endpoints) {
+std::string describe_endpoints(const std::vector<Endpoint>& endpoints) {
   std::string out;
   for (const Endpoint& endpoint : endpoints) {
     if (!out.empty()) out += ',';
-    out += endpoint.Describe();
+    out += endpoint.describe();
   }
   return out;
 }
 
 // Connects to the first endpoint that answers, starting at *next; *next is
 // left at the one that answered (or after the last one tried).
-Result<std::unique_ptr<HttpConnection>> ConnectAny(const std::vector<Endpoint>& endpoints,
-                                                   std::size_t* next,
-                                                   milliseconds connect_timeout,
-                                                   Deadline deadline, bool tcp_keepalive) {
-  Status last = DeadlineExceededError("etcd at " + DescribeEndpoints(endpoints) +
-                                      ": deadline passed before connecting");
+Result<std::unique_ptr<HttpConnection>> connect_any(const std::vector<Endpoint>& endpoints,
+                                                    std::size_t* next, milliseconds connect_timeout,
+                                                    Deadline deadline, bool tcp_keepalive) {
+  Status last = deadline_exceeded_error("etcd at " + describe_endpoints(endpoints) +
+                                        ": deadline passed before connecting");
   const std::size_t first = *next;
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const auto now = steady_clock::now();
     if (now >= deadline) break;
     const std::size_t at = (first + i) % endpoints.size();
-    auto conn = HttpConnection::Open(endpoints[at], std::min(deadline, now + connect_timeout),
+    auto conn = HttpConnection::open(endpoints[at], std::min(deadline, now + connect_timeout),
                                      tcp_keepalive);
     if (conn.ok()) {
       *next = at;
@@ -347,11 +343,11 @@ class RequestChannel {
   RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout,
                  std::function<void(std::size_t)> left_endpoint)
       : endpoints_(std::move(endpoints)),
-        described_("etcd at " + DescribeEndpoints(endpoints_)),
+        described_("etcd at " + describe_endpoints(endpoints_)),
         connect_timeout_(connect_timeout),
         left_endpoint_(std::move(left_endpoint)) {}
 
-  const std::string& Describe() const { return described_; }
+  const std::string& describe() const { return described_; }
 
   // One call's exclusive use of the connection, waiting for its turn no
   // longer than the call's deadline. (Not std::timed_mutex: its
@@ -362,9 +358,9 @@ class RequestChannel {
         : channel_(channel), deadline_(deadline), turn_(channel->turn_.take(deadline)) {}
 
     Status status() const {
-      if (turn_.taken()) return OkStatus();
-      return DeadlineExceededError(channel_->described_ +
-                                   ": deadline passed while waiting for the request connection");
+      if (turn_.taken()) return ok_status();
+      return deadline_exceeded_error(channel_->described_ +
+                                     ": deadline passed while waiting for the request connection");
     }
 
     // Writes the requests at once and reads every reply, in order. A failed
@@ -372,13 +368,13 @@ class RequestChannel {
     // endpoint first: an endpoint that resets, or that accepts connections
     // but answers nothing (a paused or cut-off member), must not hold every
     // later call until its deadline while another endpoint could serve it.
-    Result<std::vector<HttpResponse>> Call(const std::vector<HttpRequest>& requests) {
-      SIMBA_ASSIGN_OR_RETURN(HttpConnection * conn, channel_->ConnectedLocked(deadline_));
-      auto replies = conn->Call(requests, deadline_);
+    Result<std::vector<HttpResponse>> call(const std::vector<HttpRequest>& requests) {
+      SIMBA_ASSIGN_OR_RETURN(HttpConnection * conn, channel_->connected_locked(deadline_));
+      auto replies = conn->call(requests, deadline_);
       if (!replies.ok()) {
-        channel_->LeaveLocked();
+        channel_->leave_locked();
       } else if (!conn->reusable()) {
-        channel_->DropLocked(false);
+        channel_->drop_locked(false);
       }
       return replies;
     }
@@ -386,16 +382,16 @@ class RequestChannel {
     // The server answered but cannot serve (no leader, ...): close the
     // connection and try the next endpoint first next time. (Nothing to do
     // if the call itself failed: it left the endpoint already.)
-    void Abandon() {
-      if (channel_->conn_) channel_->LeaveLocked();
+    void abandon() {
+      if (channel_->conn_) channel_->leave_locked();
     }
 
     // One request and its reply parsed; a server that cannot serve is left
     // (Abandon).
-    Result<Json> CallParsed(HttpRequest request, std::string_view context) {
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, Call({std::move(request)}));
-      auto reply = ParseReply(replies[0], context);
-      if (reply.status().code() == StatusCode::kUnavailable) Abandon();
+    Result<Json> call_parsed(HttpRequest request, std::string_view context) {
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, call({std::move(request)}));
+      auto reply = parse_reply(replies[0], context);
+      if (reply.status().code() == StatusCode::kUnavailable) abandon();
       return reply;
     }
 
@@ -408,23 +404,23 @@ class RequestChannel {
  private:
   // Closes the connection and moves on from its endpoint; the watch is
   // told, so it leaves that endpoint too.
-  void LeaveLocked() {
+  void leave_locked() {
     const std::size_t left = conn_at_;
-    DropLocked(true);
+    drop_locked(true);
     if (endpoints_.size() > 1 && left_endpoint_) left_endpoint_(left);
   }
 
-  void DropLocked(bool next_endpoint) {
+  void drop_locked(bool next_endpoint) {
     conn_.reset();
     if (next_endpoint) next_ = (conn_at_ + 1) % endpoints_.size();
     // The first reconnect after a working connection is immediate.
     backoff_.reset();
   }
 
-  Result<HttpConnection*> ConnectedLocked(Deadline deadline) {
+  Result<HttpConnection*> connected_locked(Deadline deadline) {
     if (conn_) return conn_.get();
     SIMBA_RETURN_IF_ERROR(backoff_.ready());
-    auto opened = ConnectAny(endpoints_, &next_, connect_timeout_, deadline, false);
+    auto opened = connect_any(endpoints_, &next_, connect_timeout_, deadline, false);
     if (!opened.ok()) {
       backoff_.failed(opened.status());
       return opened.status();
@@ -466,7 +462,7 @@ struct Holder {
   // The key we queue behind (empty for an owner).
   std::string predecessor;
   std::int64_t predecessor_revision = 0;
-  // The watch session (Watcher::LiveSession) that was already running when
+  // The watch session (Watcher::live_session) that was already running when
   // the last full check (the transaction) was sent; 0 if none was. While
   // that session lasts, every later delete of our key reaches this holder.
   std::uint64_t watched_since = 0;
@@ -481,13 +477,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         prefix_(std::move(prefix)),
         connect_timeout_(connect_timeout) {}
 
-  ~Watcher() { Stop(); }
+  ~Watcher() { stop(); }
 
   // ---- holders (the calls' side) ----
 
-  std::optional<Holder> Find(const std::string& mutex, const std::string& contender) {
+  std::optional<Holder> find(const std::string& mutex, const std::string& contender) {
     std::lock_guard<std::mutex> lock(mu_);
-    const Holder* holder = FindLocked(mutex, contender);
+    const Holder* holder = find_locked(mutex, contender);
     return holder != nullptr ? std::optional<Holder>(*holder) : std::nullopt;
   }
 
@@ -496,7 +492,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // key deleted: the call's answer is stale and it must look again. Wakes
   // the contender at once if the watch has already seen its predecessor
   // deleted (or cannot tell).
-  bool Store(const std::string& mutex, const std::string& contender, Holder holder,
+  bool store(const std::string& mutex, const std::string& contender, Holder holder,
              std::int64_t decided_at) {
     Work work;
     bool fresh = true;
@@ -507,8 +503,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         // enough to see what happens to this key after `decided_at`.
         unwatched_from_ = unwatched_from_ == 0 ? decided_at : std::min(unwatched_from_, decided_at);
       }
-      if (holder.create_revision != 0 &&
-          recent_.count({holder.key, holder.create_revision}) > 0) {
+      if (holder.create_revision != 0 && recent_.count({holder.key, holder.create_revision}) > 0) {
         holder.create_revision = 0;
         holder.owner = false;
         holder.predecessor.clear();
@@ -518,7 +513,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
           (recent_.count({holder.predecessor, holder.predecessor_revision}) > 0 ||
            forgotten_upto_ > decided_at)) {
         holder.predecessor.clear();
-        AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, &work);
+        add_work_locked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, &work);
       }
       holders_[mutex][contender] = std::move(holder);
     }
@@ -529,7 +524,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // Until the first watch is established (when there is one to wait for):
   // a call decided before it would not be covered by it from the start.
   // Later reconnects are not waited for (an owner must not renew late).
-  void AwaitFirstWatch(Deadline deadline) {
+  void await_first_watch(Deadline deadline) {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_until(lock, deadline, [&] {
       return stopping_ || session_ > 0 || !worker_.running() || gave_up_ || hub_->empty();
@@ -538,7 +533,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   // The current watch session if its watch is established (every delete
   // under the prefix from then on will be seen), else 0.
-  std::uint64_t LiveSession() {
+  std::uint64_t live_session() {
     std::lock_guard<std::mutex> lock(mu_);
     return live_ ? session_ : 0;
   }
@@ -546,11 +541,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // Whether the holder still owns by its key: the key with
   // `create_revision` was not seen deleted, and the watch session that
   // would have seen it has run without a break since `session`.
-  bool StillOwner(const std::string& mutex, const std::string& contender,
-                  std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl,
-                  steady_clock::time_point alive_until) {
+  bool still_owner(const std::string& mutex, const std::string& contender,
+                   std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl,
+                   steady_clock::time_point alive_until) {
     std::lock_guard<std::mutex> lock(mu_);
-    Holder* holder = FindLocked(mutex, contender);
+    Holder* holder = find_locked(mutex, contender);
     if (!live_ || session_ != session || holder == nullptr || !holder->owner ||
         holder->create_revision != create_revision) {
       return false;
@@ -560,9 +555,9 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     return true;
   }
 
-  std::optional<Holder> Take(const std::string& mutex, const std::string& contender) {
+  std::optional<Holder> take(const std::string& mutex, const std::string& contender) {
     std::lock_guard<std::mutex> lock(mu_);
-    Holder* found = FindLocked(mutex, contender);
+    Holder* found = find_locked(mutex, contender);
     if (found == nullptr) return std::nullopt;
     Holder holder = std::move(*found);
     auto it = holders_.find(mutex);
@@ -573,13 +568,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   // ---- subscriptions ----
 
-  std::unique_ptr<Subscription> Add(std::string mutex, std::string contender_id,
+  std::unique_ptr<Subscription> add(std::string mutex, std::string contender_id,
                                     ListenerHub::Listener listener) {
     auto subscription =
         hub_->subscribe(std::move(mutex), std::move(contender_id), std::move(listener));
     std::lock_guard<std::mutex> lock(mu_);
     // The thread owns the watcher: a listener may destroy the backend.
-    if (!stopping_) worker_.start([self = shared_from_this()] { self->Run(); });
+    if (!stopping_) worker_.start([self = shared_from_this()] { self->run(); });
     cv_.notify_all();
     // No waiting for the watch: the contender's first attempt goes out at
     // once. A subscription made before the watch is established is woken
@@ -592,32 +587,32 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // stopped without its connection failing (a paused member's kernel keeps
   // the connection open), and a watch that is no longer heard from must not
   // go on vouching for owners' keys (StillOwner).
-  void LeaveEndpoint(std::size_t index) {
+  void leave_endpoint(std::size_t index) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!conn_ || conn_at_ != index) return;
     leave_ = true;
-    conn_->Shutdown();
+    conn_->shutdown();
   }
 
-  void Stop() {
+  void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
-      if (conn_) conn_->Shutdown();
+      if (conn_) conn_->shutdown();
       cv_.notify_all();
     }
     worker_.join();
   }
 
  private:
-  Holder* FindLocked(const std::string& mutex, const std::string& contender) {
+  Holder* find_locked(const std::string& mutex, const std::string& contender) {
     auto it = holders_.find(mutex);
     if (it == holders_.end()) return nullptr;
     auto found = it->second.find(contender);
     return found == it->second.end() ? nullptr : &found->second;
   }
 
-  void Run() {
+  void run() {
     Backoff backoff;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
@@ -627,7 +622,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       connected_ = false;
       lock.unlock();
       bool created = false;
-      const Status status = Session(&created);
+      const Status status = session(&created);
       lock.lock();
       conn_.reset();
       // Deletes may be missed from here on: holders verified by this
@@ -655,7 +650,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       cv_.notify_all();
       if (created) backoff.reset();  // then the first delay again
       const milliseconds delay = backoff.failed();
-      SIMBA_LOG(kDebug, "etcd watch: " << status << "; reconnecting in " << FormatDuration(delay));
+      SIMBA_LOG(kDebug, "etcd watch: " << status << "; reconnecting in " << format_duration(delay));
       cv_.wait_for(lock, delay, [&] { return stopping_; });
     }
   }
@@ -663,17 +658,17 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // One watch connection's life: connect, create the watch (from the
   // revision after the last one processed, so a reconnect misses nothing
   // unless the store compacted it), then handle events until the
-  // connection fails or Stop().
-  Status Session(bool* created) {
+  // connection fails or stop().
+  Status session(bool* created) {
     const Deadline connect_deadline = steady_clock::now() + connect_timeout_;
     SIMBA_ASSIGN_OR_RETURN(
         std::unique_ptr<HttpConnection> opened,
-        ConnectAny(endpoints_, &next_endpoint_, connect_timeout_, connect_deadline, true));
+        connect_any(endpoints_, &next_endpoint_, connect_timeout_, connect_deadline, true));
     std::shared_ptr<HttpConnection> conn(std::move(opened));
     std::int64_t start = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) return OkStatus();
+      if (stopping_) return ok_status();
       conn_ = conn;
       conn_at_ = next_endpoint_;  // ConnectAny leaves it at the one that answered
       connected_ = true;
@@ -686,60 +681,59 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       }
     }
     const std::string range = prefix_ + "/";
-    Json create = {{"key", Base64Encode(range)},
-                   {"range_end", Base64Encode(PrefixEnd(range))},
+    Json create = {{"key", base64_encode(range)},
+                   {"range_end", base64_encode(prefix_end(range))},
                    {"prev_kv", true}};
     if (start > 0) create["start_revision"] = std::to_string(start);
     const std::string context = "etcd at " + conn->peer() + ": watch";
-    SIMBA_RETURN_IF_ERROR(
-        conn->Send({Post("/v3/watch", Json{{"create_request", std::move(create)}})},
-                   connect_deadline));
-    SIMBA_ASSIGN_OR_RETURN(int status, conn->ReadHead(connect_deadline));
+    SIMBA_RETURN_IF_ERROR(conn->send(
+        {post("/v3/watch", Json{{"create_request", std::move(create)}})}, connect_deadline));
+    SIMBA_ASSIGN_OR_RETURN(int status, conn->read_head(connect_deadline));
     if (status != 200) {
       HttpResponse response{status, {}};
       for (;;) {
-        auto line = conn->ReadLine(connect_deadline);
+        auto line = conn->read_line(connect_deadline);
         if (!line.ok() || !line->has_value()) break;
         response.body += **line;
       }
-      return ParseReply(response, context).status();
+      return parse_reply(response, context).status();
     }
     for (;;) {
       // Events may be rare: a read that times out just looks again (TCP
       // keep-alive ends a connection whose peer vanished).
-      auto line = conn->ReadLine(steady_clock::now() + std::chrono::seconds(60));
+      auto line = conn->read_line(steady_clock::now() + std::chrono::seconds(60));
       if (!line.ok()) {
         if (line.status().code() == StatusCode::kDeadlineExceeded) {
           std::lock_guard<std::mutex> lock(mu_);
-          if (stopping_) return OkStatus();
+          if (stopping_) return ok_status();
           continue;
         }
         return line.status();
       }
-      if (!line->has_value()) return UnavailableError(context + ": the server ended the watch");
+      if (!line->has_value()) return unavailable_error(context + ": the server ended the watch");
       if ((*line)->empty()) continue;
-      SIMBA_ASSIGN_OR_RETURN(Json result, ParseStreamLine(**line, context));
-      SIMBA_RETURN_IF_ERROR(Handle(result, start == 0, created, context));
+      SIMBA_ASSIGN_OR_RETURN(Json result, parse_stream_line(**line, context));
+      SIMBA_RETURN_IF_ERROR(handle(result, start == 0, created, context));
     }
   }
 
   // One watch response.
-  Status Handle(const Json& result, bool from_now, bool* created, const std::string& context) {
+  Status handle(const Json& result, bool from_now, bool* created, const std::string& context) {
     Work work;
     Status status;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (result.value("created", false)) {
         *created = true;
-        const std::int64_t created_at = HeaderRevision(result);
+        const std::int64_t created_at = header_revision(result);
         if (from_now && unwatched_from_ > 0 && unwatched_from_ < created_at) {
           // A call decided something before this watch began (it started
           // from "now" when there was nothing to start from): watch again
           // from that decision so no later delete of its keys is missed.
           processed_ = unwatched_from_;
           restart_now_ = true;
-          status = UnavailableError(context + ": restarting from revision " +
-                                    std::to_string(unwatched_from_ + 1));
+          status = unavailable_error(context + ": restarting from revision " +
+                                     std::to_string(unwatched_from_ + 1));
         } else {
           live_ = true;
           ++session_;
@@ -751,46 +745,46 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         // missed: everyone looks again once.
         hub_->collect_all(MutexEvent{MutexEvent::Kind::kReleased, {}, {}, 0}, &work);
       }
-      if (Int64Field(result, "compact_revision") > 0) {
+      if (int64_field(result, "compact_revision") > 0) {
         // We asked for history the store no longer has: start again from
         // now (everyone is woken when the new watch is created).
-        status = UnavailableError(context + ": revision " + std::to_string(processed_ + 1) +
-                                  " was compacted; watching again from now");
+        status = unavailable_error(context + ": revision " + std::to_string(processed_ + 1) +
+                                   " was compacted; watching again from now");
         processed_ = 0;
         unwatched_from_ = 0;
       } else if (result.value("canceled", false)) {
-        status = UnavailableError(context + ": canceled by the server: " +
-                                  result.value("cancel_reason", std::string("no reason given")));
+        status = unavailable_error(context + ": canceled by the server: " +
+                                   result.value("cancel_reason", std::string("no reason given")));
       }
       if (const auto events = result.find("events");
           status.ok() && events != result.end() && events->is_array()) {
-        for (const Json& event : *events) HandleEventLocked(event, &work);
+        for (const Json& event : *events) handle_event_locked(event, &work);
       }
     }
     hub_->deliver(work);
     return status;
   }
 
-  void HandleEventLocked(const Json& event, Work* work) {
+  void handle_event_locked(const Json& event, Work* work) {
     Kv kv;
-    if (!ParseKv(event.value("kv", Json::object()), &kv)) return;
+    if (!parse_kv(event.value("kv", Json::object()), &kv)) return;
     processed_ = std::max(processed_, kv.mod_revision);
     std::string mutex;
-    if (!ParseKey(prefix_, kv.key, &mutex)) return;
+    if (!parse_key(prefix_, kv.key, &mutex)) return;
     const bool deleted = event.value("type", std::string("PUT")) == "DELETE";
     if (!deleted) {
       // A new key may be a new owner of a free mutex: retrievers look.
       if (kv.version == 1) {
         const std::string none;
-        AddWorkLocked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
+        add_work_locked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
       }
       return;
     }
     Kv prev;
     const auto prev_json = event.find("prev_kv");
-    const bool have_prev = prev_json != event.end() && ParseKv(*prev_json, &prev);
+    const bool have_prev = prev_json != event.end() && parse_kv(*prev_json, &prev);
     const std::int64_t created_at = have_prev ? prev.create_revision : 0;
-    RememberDeleteLocked(kv.key, created_at, kv.mod_revision);
+    remember_delete_locked(kv.key, created_at, kv.mod_revision);
     auto it = holders_.find(mutex);
     if (it != holders_.end()) {
       for (auto& [contender, holder] : it->second) {
@@ -798,7 +792,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
             (created_at == 0 || created_at == holder.predecessor_revision)) {
           // The key we queue behind is gone: our turn may have come.
           holder.predecessor.clear();
-          AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
+          add_work_locked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
         }
         if (holder.key == kv.key && holder.create_revision != 0 &&
             (created_at == 0 || created_at == holder.create_revision)) {
@@ -806,13 +800,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
             // Our own key, held as the owner, was deleted (lease revoked or
             // expired, forced release): the owner stops at once. While our
             // lease is surely alive, somebody took the key away (forced).
-            AddWorkLocked(mutex, &contender, MutexEvent::Kind::kLost, contender,
-                          static_cast<std::uint64_t>(holder.create_revision), work,
-                          steady_clock::now() < holder.alive_until);
+            add_work_locked(mutex, &contender, MutexEvent::Kind::kLost, contender,
+                            static_cast<std::uint64_t>(holder.create_revision), work,
+                            steady_clock::now() < holder.alive_until);
           } else {
             // A waiter lost its place: queue again now rather than at its
             // next poll.
-            AddWorkLocked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
+            add_work_locked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, work);
           }
           holder.create_revision = 0;
           holder.owner = false;
@@ -821,11 +815,11 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       }
     }
     const std::string none;
-    AddWorkLocked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
+    add_work_locked(mutex, &none, MutexEvent::Kind::kReleased, {}, 0, work);
   }
 
-  void RememberDeleteLocked(const std::string& key, std::int64_t created_at,
-                            std::int64_t deleted_at) {
+  void remember_delete_locked(const std::string& key, std::int64_t created_at,
+                              std::int64_t deleted_at) {
     if (created_at == 0) return;
     recent_.insert({key, created_at});
     recent_order_.push_back({deleted_at, {key, created_at}});
@@ -838,9 +832,9 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   // Queues `kind` for the slots of `mutex` (only those of contender
   // `*only`, when given; "" means the retrievers).
-  void AddWorkLocked(const std::string& mutex, const std::string* only, MutexEvent::Kind kind,
-                     const std::string& owner, std::uint64_t token, Work* work,
-                     bool forced = false) {
+  void add_work_locked(const std::string& mutex, const std::string* only, MutexEvent::Kind kind,
+                       const std::string& owner, std::uint64_t token, Work* work,
+                       bool forced = false) {
     MutexEvent event{kind, mutex, owner, token};
     event.forced = forced;
     hub_->collect(event, work, [only](const ListenerHub::Slot& slot) {
@@ -872,7 +866,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   bool restart_now_ = false;
   // The calls asked the watch to leave its endpoint (LeaveEndpoint).
   bool leave_ = false;
-  // Session() got a connection, on endpoint conn_at_.
+  // session() got a connection, on endpoint conn_at_.
   bool connected_ = false;
   std::size_t conn_at_ = 0;
   // A watch session failed before any was established.
@@ -891,12 +885,12 @@ class EtcdBackend final : public Backend {
  public:
   explicit EtcdBackend(const EtcdOptions& options)
       : options_(options),
-        endpoints_(ToEndpoints(options.endpoints)),
+        endpoints_(to_endpoints(options.endpoints)),
         channel_(endpoints_, options.connect_timeout,
-                 [this](std::size_t index) { watcher_->LeaveEndpoint(index); }),
-        watcher_(std::make_shared<Watcher>(endpoints_, options.key_prefix,
-                                           options.connect_timeout)),
-        random_(Seed()) {
+                 [this](std::size_t index) { watcher_->leave_endpoint(index); }),
+        watcher_(
+            std::make_shared<Watcher>(endpoints_, options.key_prefix, options.connect_timeout)),
+        random_(seed()) {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.fifo = true;  // lowest create revision first: the queue of keys
@@ -906,7 +900,7 @@ class EtcdBackend final : public Backend {
     capabilities_.max_contender_id_length = kMaxNameLength;
   }
 
-  ~EtcdBackend() override { watcher_->Stop(); }
+  ~EtcdBackend() override { watcher_->stop(); }
 
   std::string_view scheme() const override { return "etcd"; }
   const Capabilities& capabilities() const override { return capabilities_; }
@@ -915,21 +909,21 @@ class EtcdBackend final : public Backend {
                                           Deadline deadline) override {
     const std::string mutex(request.mutex);
     const std::string id(request.contender_id);
-    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
+    const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const milliseconds hard = request.ttl + request.transition;
     // Whole seconds, rounded up: the lease never ends before the hard lease.
     const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
-    const std::string context = Context("acquiring mutex " + Quoted(mutex));
+    const std::string context = call_context("acquiring mutex " + internal::in_quotes(mutex));
 
     // A contender subscribes before its first attempt: let the watch that
     // subscription started see this decision from the start (one round
     // trip, once per backend; not waited for if it cannot be had).
-    watcher_->AwaitFirstWatch(std::min(deadline, steady_clock::now() + options_.connect_timeout));
+    watcher_->await_first_watch(std::min(deadline, steady_clock::now() + options_.connect_timeout));
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
     for (int round = 0; round < kAcquireRounds; ++round) {
-      std::optional<Holder> held = watcher_->Find(mutex, id);
-      const std::uint64_t watching = watcher_->LiveSession();
+      std::optional<Holder> held = watcher_->find(mutex, id);
+      const std::uint64_t watching = watcher_->live_session();
       if (held && held->asked_ttl == asked && held->owner && held->create_revision != 0 &&
           held->watched_since != 0 && held->watched_since == watching) {
         // An owner's renewal while the watch has run without a break since
@@ -938,22 +932,23 @@ class EtcdBackend final : public Backend {
         // keep-alive says so), and any other delete of it reaches us
         // through the watch. So the keep-alive alone renews: one request
         // instead of two.
-        const StoreTime sent = WallNow();
+        const StoreTime sent = wall_now();
         const steady_clock::time_point sent_steady = steady_clock::now();
-        SIMBA_ASSIGN_OR_RETURN(Json lease, turn.CallParsed(LeaseKeepAlive(held->lease), context));
-        const std::int64_t ttl_left = Int64Field(lease, "TTL");
+        SIMBA_ASSIGN_OR_RETURN(Json lease,
+                               turn.call_parsed(lease_keep_alive(held->lease), context));
+        const std::int64_t ttl_left = int64_field(lease, "TTL");
         if (ttl_left > 0 &&
-            watcher_->StillOwner(mutex, id, held->create_revision, watching, ttl_left,
-                                 sent_steady + std::chrono::seconds(ttl_left))) {
-          return OwnerReply(id, sent, request.ttl, hard, ttl_left, held->create_revision);
+            watcher_->still_owner(mutex, id, held->create_revision, watching, ttl_left,
+                                  sent_steady + std::chrono::seconds(ttl_left))) {
+          return owner_reply(id, sent, request.ttl, hard, ttl_left, held->create_revision);
         }
         continue;  // the full check below tells what happened
       }
       if (held && held->asked_ttl != asked) {
         // The lease was granted for other settings: leave that place in the
         // queue and start again with a lease of the right length.
-        watcher_->Take(mutex, id);
-        SIMBA_ASSIGN_OR_RETURN(auto revoked, turn.Call({LeaseRevoke(held->lease)}));
+        watcher_->take(mutex, id);
+        SIMBA_ASSIGN_OR_RETURN(auto revoked, turn.call({lease_revoke(held->lease)}));
         (void)revoked;
         held.reset();
       }
@@ -961,67 +956,68 @@ class EtcdBackend final : public Backend {
       if (held) {
         holder = *held;
       } else {
-        holder.lease = NewLeaseId();
+        holder.lease = new_lease_id();
         holder.asked_ttl = asked;
-        holder.key = KeyFor(options_.key_prefix, mutex, holder.lease);
+        holder.key = key_for(options_.key_prefix, mutex, holder.lease);
         // Remembered before the grant goes out: if the reply is lost, the
         // next call keeps this lease alive instead of queueing twice.
-        watcher_->Store(mutex, id, holder, 0);
+        watcher_->store(mutex, id, holder, 0);
       }
       // What the reply promises an owner is measured from here: the lease
       // is granted or kept alive after this instant.
-      const StoreTime sent = WallNow();
+      const StoreTime sent = wall_now();
       const steady_clock::time_point sent_steady = steady_clock::now();
       SIMBA_ASSIGN_OR_RETURN(
           std::vector<HttpResponse> replies,
-          turn.Call({held ? LeaseKeepAlive(holder.lease) : LeaseGrant(holder.lease, asked),
-                     AcquireTxn(mutex_prefix, holder.key, id, holder.lease,
-                                holder.create_revision)}));
+          turn.call(
+              {held ? lease_keep_alive(holder.lease) : lease_grant(holder.lease, asked),
+               acquire_txn(mutex_prefix, holder.key, id, holder.lease, holder.create_revision)}));
       int lease_code = 0;
-      auto lease = ParseReply(replies[0], context, &lease_code);
-      auto txn = ParseReply(replies[1], context);
+      auto lease = parse_reply(replies[0], context, &lease_code);
+      auto txn = parse_reply(replies[1], context);
       if (!lease.ok()) {
         if (!held && txn.ok() && txn->value("succeeded", false)) {
           // The grant failed but the put went through (attached to a lease
           // of the same ID someone else holds): take the key back.
-          auto kvs = TxnKvs(*txn, 2, context);
+          auto kvs = txn_kvs(*txn, 2, context);
           if (kvs.ok() && !kvs->empty()) {
-            auto undone = turn.Call({DeleteIfCreatedAt(holder.key, kvs->front().create_revision)});
+            auto undone =
+                turn.call({delete_if_created_at(holder.key, kvs->front().create_revision)});
             (void)undone;
           }
         }
-        if (!held) watcher_->Take(mutex, id);
+        if (!held) watcher_->take(mutex, id);
         if (!held && lease_code == internal::etcd::kGrpcFailedPrecondition) {
           continue;  // "lease already exists": another ID
         }
-        if (lease.status().code() == StatusCode::kUnavailable) turn.Abandon();
+        if (lease.status().code() == StatusCode::kUnavailable) turn.abandon();
         return lease.status();
       }
-      const std::int64_t ttl_left = Int64Field(*lease, "TTL");
+      const std::int64_t ttl_left = int64_field(*lease, "TTL");
       if (ttl_left <= 0) {
         // Our lease is gone (expired or revoked), and our key with it:
         // queue again with a new lease.
-        watcher_->Take(mutex, id);
+        watcher_->take(mutex, id);
         continue;
       }
       holder.granted_ttl = ttl_left;
       holder.alive_until = sent_steady + std::chrono::seconds(ttl_left);
       if (!txn.ok()) {
-        watcher_->Store(mutex, id, holder, 0);
-        if (txn.status().code() == StatusCode::kUnavailable) turn.Abandon();
+        watcher_->store(mutex, id, holder, 0);
+        if (txn.status().code() == StatusCode::kUnavailable) turn.abandon();
         return txn.status();
       }
-      const std::int64_t decided_at = HeaderRevision(*txn);
+      const std::int64_t decided_at = header_revision(*txn);
       const bool put = txn->value("succeeded", false);
       Kv ours;
       Kv lowest;
       std::optional<Kv> predecessor;
       bool predecessor_known = false;
       {
-        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> first, TxnKvs(*txn, put ? 2 : 0, context));
-        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest_kvs, TxnKvs(*txn, 1, context));
+        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> first, txn_kvs(*txn, put ? 2 : 0, context));
+        SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest_kvs, txn_kvs(*txn, 1, context));
         if (first.empty() || lowest_kvs.empty() || first.front().key != holder.key) {
-          return InternalError(context + ": the transaction's reply lacks our key");
+          return internal_error(context + ": the transaction's reply lacks our key");
         }
         ours = first.front();
         lowest = lowest_kvs.front();
@@ -1029,15 +1025,15 @@ class EtcdBackend final : public Backend {
           predecessor_known = true;
           if (first.size() > 1) predecessor = first[1];
         } else if (holder.create_revision > 1 && holder.create_revision == ours.create_revision) {
-          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> below, TxnKvs(*txn, 2, context));
+          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> below, txn_kvs(*txn, 2, context));
           predecessor_known = true;
           if (!below.empty()) predecessor = below.front();
         }
       }
       if (ours.lease != holder.lease) {
-        watcher_->Take(mutex, id);
-        return InternalError(context + ": key " + Quoted(holder.key) +
-                             " is attached to another lease");
+        watcher_->take(mutex, id);
+        return internal_error(context + ": key " + internal::in_quotes(holder.key) +
+                              " is attached to another lease");
       }
       holder.create_revision = ours.create_revision;
       holder.watched_since = watching;
@@ -1051,9 +1047,9 @@ class EtcdBackend final : public Backend {
           // using the same id): contender ids must be unique, and ours
           // must not be reported as the owner while that key holds the
           // mutex. Remove it and look again.
-          watcher_->Store(mutex, id, holder, decided_at);
-          SIMBA_ASSIGN_OR_RETURN(auto removed,
-                                 turn.Call({DeleteIfCreatedAt(lowest.key, lowest.create_revision)}));
+          watcher_->store(mutex, id, holder, decided_at);
+          SIMBA_ASSIGN_OR_RETURN(
+              auto removed, turn.call({delete_if_created_at(lowest.key, lowest.create_revision)}));
           (void)removed;
           continue;
         }
@@ -1062,26 +1058,25 @@ class EtcdBackend final : public Backend {
           // was lost): find the key below ours now.
           SIMBA_ASSIGN_OR_RETURN(
               Json below,
-              turn.CallParsed(Post("/v3/kv/range",
-                                   RangeOp(mutex_prefix, false, 1, true, ours.create_revision - 1)),
-                              context));
-          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(below, context));
-          decided = HeaderRevision(below);
+              turn.call_parsed(post("/v3/kv/range", range_op(mutex_prefix, false, 1, true,
+                                                             ours.create_revision - 1)),
+                               context));
+          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, kvs_of(below, context));
+          decided = header_revision(below);
           if (!kvs.empty()) predecessor = kvs.front();
         }
         if (!predecessor) {
           // Nothing below us any more: look again (we may own it now).
-          watcher_->Store(mutex, id, holder, decided);
+          watcher_->store(mutex, id, holder, decided);
           continue;
         }
         holder.predecessor = predecessor->key;
         holder.predecessor_revision = predecessor->create_revision;
       }
-      if (!watcher_->Store(mutex, id, holder, decided)) continue;  // our key vanished since
+      if (!watcher_->store(mutex, id, holder, decided)) continue;  // our key vanished since
 
       if (holder.owner) {
-        return OwnerReply(id, sent, request.ttl, hard, holder.granted_ttl,
-                          holder.create_revision);
+        return owner_reply(id, sent, request.ttl, hard, holder.granted_ttl, holder.create_revision);
       }
       // A waiter. The owner's lease is not in the reply, so its times are
       // unknown; the watch wakes us at once when our predecessor goes, and
@@ -1095,132 +1090,132 @@ class EtcdBackend final : public Backend {
       owner.fencing_token = static_cast<std::uint64_t>(lowest.create_revision);
       return record;
     }
-    return UnavailableError(context + ": the queue kept changing during the call; try again");
+    return unavailable_error(context + ": the queue kept changing during the call; try again");
   }
 
   Result<bool> do_release(std::string_view mutex_view, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline deadline) override {
     const std::string mutex(mutex_view);
     const std::string id(contender_id);
-    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
-    const std::string context = Context("releasing mutex " + Quoted(mutex));
+    const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
+    const std::string context = call_context("releasing mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
     // The token is our key's create revision: a release for an earlier
     // ownership leaves the key of this one alone.
     const auto token = static_cast<std::int64_t>(fencing_token);
-    if (std::optional<Holder> known = watcher_->Find(mutex, id);
-        known && fencing_token != 0 && known->create_revision != 0 &&
-        known->create_revision != token) {
+    if (std::optional<Holder> known = watcher_->find(mutex, id); known && fencing_token != 0 &&
+                                                                 known->create_revision != 0 &&
+                                                                 known->create_revision != token) {
       return false;
     }
-    if (std::optional<Holder> held = watcher_->Take(mutex, id)) {
+    if (std::optional<Holder> held = watcher_->take(mutex, id)) {
       // Revoking the lease deletes our key; the range just before it says
       // whether that key was the owner (nobody else can become the owner
       // while our key is the lowest).
-      SIMBA_ASSIGN_OR_RETURN(
-          std::vector<HttpResponse> replies,
-          turn.Call({Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, true)),
-                     LeaseRevoke(held->lease)}));
-      auto range = ParseReply(replies[0], context);
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies,
+                             turn.call({post("/v3/kv/range", range_op(mutex_prefix, true, 1, true)),
+                                        lease_revoke(held->lease)}));
+      auto range = parse_reply(replies[0], context);
       int code = 0;
-      auto revoked = ParseReply(replies[1], context, &code);
+      auto revoked = parse_reply(replies[1], context, &code);
       for (const Status& status : {range.status(), revoked.status()}) {
-        if (status.code() == StatusCode::kUnavailable) turn.Abandon();
+        if (status.code() == StatusCode::kUnavailable) turn.abandon();
       }
       if (!revoked.ok() && code != internal::etcd::kGrpcNotFound) return revoked.status();
       SIMBA_RETURN_IF_ERROR(range.status());
-      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(*range, context));
+      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, kvs_of(*range, context));
       return !lowest.empty() && lowest.front().key == held->key &&
              lowest.front().lease == held->lease;
     }
     // Nothing known here (e.g. a compensating release after a lost reply,
     // or another process with this id): remove every key with our id.
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, Queue(turn, mutex, 0, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0, context));
     std::vector<HttpRequest> deletes;
     bool owned = false;
     for (std::size_t i = 0; i < kvs.size(); ++i) {
       if (kvs[i].value != id || (fencing_token != 0 && kvs[i].create_revision != token)) continue;
       owned = owned || i == 0;
-      deletes.push_back(DeleteIfCreatedAt(kvs[i].key, kvs[i].create_revision));
+      deletes.push_back(delete_if_created_at(kvs[i].key, kvs[i].create_revision));
     }
     if (deletes.empty()) return false;
-    SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted, turn.Call(deletes));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted, turn.call(deletes));
     for (const HttpResponse& reply : deleted) {
-      SIMBA_RETURN_IF_ERROR(ParseReply(reply, context).status());
+      SIMBA_RETURN_IF_ERROR(parse_reply(reply, context).status());
     }
     return owned;
   }
 
-  Result<ForcedRelease> do_force_release(std::string_view mutex_view,
-                                         Deadline deadline) override {
+  Result<ForcedRelease> do_force_release(std::string_view mutex_view, Deadline deadline) override {
     const std::string mutex(mutex_view);
-    const std::string mutex_prefix = MutexPrefix(options_.key_prefix, mutex);
-    const std::string context = Context("force-releasing mutex " + Quoted(mutex));
+    const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
+    const std::string context = call_context("force-releasing mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
     for (int round = 0; round < kAcquireRounds; ++round) {
-      const StoreTime sent = WallNow();
+      const StoreTime sent = wall_now();
       SIMBA_ASSIGN_OR_RETURN(
-          Json range, turn.CallParsed(Post("/v3/kv/range", RangeOp(mutex_prefix, true, 1, false)),
-                                      context));
-      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, KvsOf(range, context));
+          Json range,
+          turn.call_parsed(post("/v3/kv/range", range_op(mutex_prefix, true, 1, false)), context));
+      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, kvs_of(range, context));
       if (lowest.empty()) {
         // A free mutex: every later key is created after this revision.
         ForcedRelease forced;
-        forced.fencing_floor = static_cast<std::uint64_t>(std::max<std::int64_t>(1, HeaderRevision(range)));
+        forced.fencing_floor =
+            static_cast<std::uint64_t>(std::max<std::int64_t>(1, header_revision(range)));
         forced.store_now = sent;
         return forced;
       }
       const Kv& owner = lowest.front();
-      SIMBA_ASSIGN_OR_RETURN(
-          std::vector<HttpResponse> deleted,
-          turn.Call({DeleteQueueIfOwnerCreatedAt(mutex_prefix, owner.key, owner.create_revision),
-                     LeaseTimeToLive(owner.lease)}));
-      SIMBA_ASSIGN_OR_RETURN(Json txn, ParseReply(deleted[0], context));
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted,
+                             turn.call({delete_queue_if_owner_created_at(mutex_prefix, owner.key,
+                                                                         owner.create_revision),
+                                        lease_time_to_live(owner.lease)}));
+      SIMBA_ASSIGN_OR_RETURN(Json txn, parse_reply(deleted[0], context));
       if (!txn.value("succeeded", false)) continue;  // it changed meanwhile
       ForcedRelease forced;
-      forced.fencing_floor = static_cast<std::uint64_t>(HeaderRevision(txn));
-      auto ttl = ParseReply(deleted[1], context);
-      forced.previous = OwnerOf(owner, sent, ttl.ok() ? &*ttl : nullptr);
+      forced.fencing_floor = static_cast<std::uint64_t>(header_revision(txn));
+      auto ttl = parse_reply(deleted[1], context);
+      forced.previous = owner_of(owner, sent, ttl.ok() ? &*ttl : nullptr);
       forced.store_now = sent;
       return forced;
     }
-    return UnavailableError(context + ": the owner kept changing during the call; try again");
+    return unavailable_error(context + ": the owner kept changing during the call; try again");
   }
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    const std::string context = Context("reading mutex " + Quoted(mutex));
+    const std::string context = call_context("reading mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, Queue(turn, mutex, 1, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, queue(turn, mutex, 1, context));
     OwnerRecord record;
-    record.store_now = WallNow();
+    record.store_now = wall_now();
     if (lowest.empty()) return record;
-    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, WithLeases(turn, {lowest.front()},
-                                                                        context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records,
+                           with_leases(turn, {lowest.front()}, context));
     return records.front();
   }
 
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
-    const std::string context = Context("listing mutexes");
+    const std::string context = call_context("listing mutexes");
     RequestChannel::Turn turn(&channel_, deadline);
     SIMBA_RETURN_IF_ERROR(turn.status());
     const std::string all = options_.key_prefix + "/";
     SIMBA_ASSIGN_OR_RETURN(
-        Json range, turn.CallParsed(Post("/v3/kv/range", {{"key", Base64Encode(all)},
-                                                          {"range_end", Base64Encode(PrefixEnd(all))}}),
-                                    context));
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, KvsOf(range, context));
+        Json range,
+        turn.call_parsed(post("/v3/kv/range", {{"key", base64_encode(all)},
+                                               {"range_end", base64_encode(prefix_end(all))}}),
+                         context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, kvs_of(range, context));
     // The owner of each mutex: its key with the lowest create revision.
     // A mutex with only its record is free.
     std::map<std::string, std::optional<Kv>> owners;
     for (Kv& kv : kvs) {
       std::string mutex;
-      if (ParseKey(options_.key_prefix, kv.key, &mutex)) {
+      if (parse_key(options_.key_prefix, kv.key, &mutex)) {
         if (!validate_mutex(mutex).ok()) continue;
         std::optional<Kv>& owner = owners[mutex];
         if (!owner || kv.create_revision < owner->create_revision) owner = std::move(kv);
-      } else if (ParseRecordKey(options_.key_prefix, kv.key, &mutex) &&
+      } else if (parse_record_key(options_.key_prefix, kv.key, &mutex) &&
                  validate_mutex(mutex).ok()) {
         owners[mutex];
       }
@@ -1229,10 +1224,10 @@ class EtcdBackend final : public Backend {
     for (const auto& [mutex, kv] : owners) {
       if (kv) lowest.push_back(*kv);
     }
-    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, WithLeases(turn, lowest, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, with_leases(turn, lowest, context));
     std::vector<ListedMutex> listed;
     std::size_t next = 0;
-    const StoreTime now = WallNow();
+    const StoreTime now = wall_now();
     for (const auto& [mutex, kv] : owners) {
       if (kv) {
         listed.push_back(ListedMutex{mutex, std::move(records[next++])});
@@ -1250,11 +1245,11 @@ class EtcdBackend final : public Backend {
   // contender's lease, which a waiter keeps alive by polling, so a waiter
   // that went away drops out when its lease ends. A contender with several
   // keys is listed once, at its first; the owner's id is left out.
-  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
-                                              Deadline deadline) override {
-    const std::string context = Context("listing the waiters of mutex " + Quoted(mutex));
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override {
+    const std::string context =
+        call_context("listing the waiters of mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, Queue(turn, mutex, 0, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0, context));
     std::vector<std::string> waiters;
     if (kvs.empty()) return waiters;
     const std::string& owner = kvs.front().value;
@@ -1270,26 +1265,26 @@ class EtcdBackend final : public Backend {
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    return watcher_->Add(std::string(mutex), std::string(contender_id), std::move(listener));
+    return watcher_->add(std::string(mutex), std::string(contender_id), std::move(listener));
   }
 
  private:
-  static std::vector<Endpoint> ToEndpoints(const std::vector<EtcdEndpoint>& endpoints) {
+  static std::vector<Endpoint> to_endpoints(const std::vector<EtcdEndpoint>& endpoints) {
     std::vector<Endpoint> out;
     for (const EtcdEndpoint& endpoint : endpoints) out.push_back({endpoint.host, endpoint.port});
     return out;
   }
 
-  static std::uint64_t Seed() {
+  static std::uint64_t seed() {
     std::random_device device;
-    const auto now = static_cast<std::uint64_t>(
-        std::chrono::steady_clock::now().time_since_epoch().count());
+    const auto now =
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
     return (static_cast<std::uint64_t>(device()) << 32) ^ device() ^ now;
   }
 
   // A random positive lease ID (the key names it, so it is chosen here and
   // the grant can travel with the transaction that uses it).
-  std::int64_t NewLeaseId() {
+  std::int64_t new_lease_id() {
     std::lock_guard<std::mutex> lock(random_mu_);
     for (;;) {
       const auto id = static_cast<std::int64_t>(random_() >> 1);
@@ -1299,9 +1294,9 @@ class EtcdBackend final : public Backend {
 
   // What an owner is told: never more than the store gives, since the
   // lease runs at least `granted_ttl` seconds from a moment after `sent`.
-  static OwnerRecord OwnerReply(const std::string& id, StoreTime sent, milliseconds ttl,
-                                milliseconds hard, std::int64_t granted_ttl,
-                                std::int64_t create_revision) {
+  static OwnerRecord owner_reply(const std::string& id, StoreTime sent, milliseconds ttl,
+                                 milliseconds hard, std::int64_t granted_ttl,
+                                 std::int64_t create_revision) {
     OwnerRecord record;
     record.store_now = sent;
     MutexOwner& owner = record.owner;
@@ -1313,48 +1308,48 @@ class EtcdBackend final : public Backend {
     return record;
   }
 
-  std::string Context(std::string_view what) const {
-    return channel_.Describe() + ": " + std::string(what);
+  std::string call_context(std::string_view what) const {
+    return channel_.describe() + ": " + std::string(what);
   }
 
   // The first `limit` keys (0: all) of `mutex`'s queue, oldest first, on
   // `turn` (its status checked here). A server that cannot serve is left.
-  Result<std::vector<Kv>> Queue(RequestChannel::Turn& turn, std::string_view mutex, int limit,
+  Result<std::vector<Kv>> queue(RequestChannel::Turn& turn, std::string_view mutex, int limit,
                                 const std::string& context) {
     SIMBA_RETURN_IF_ERROR(turn.status());
     SIMBA_ASSIGN_OR_RETURN(
         Json range,
-        turn.CallParsed(
-            Post("/v3/kv/range", RangeOp(MutexPrefix(options_.key_prefix, mutex), true, limit, false)),
-            context));
-    return KvsOf(range, context);
+        turn.call_parsed(post("/v3/kv/range", range_op(mutex_key_prefix(options_.key_prefix, mutex),
+                                                       true, limit, false)),
+                         context));
+    return kvs_of(range, context);
   }
 
   // The kvs of the `index`th response of a transaction reply.
-  static Result<std::vector<Kv>> TxnKvs(const Json& txn, std::size_t index,
-                                        std::string_view context) {
+  static Result<std::vector<Kv>> txn_kvs(const Json& txn, std::size_t index,
+                                         std::string_view context) {
     const auto responses = txn.find("responses");
     if (responses == txn.end() || !responses->is_array() || responses->size() <= index) {
-      return InternalError(std::string(context) + ": malformed transaction reply");
+      return internal_error(std::string(context) + ": malformed transaction reply");
     }
     const Json& response = (*responses)[index];
     const auto range = response.find("response_range");
     if (range == response.end()) {
-      return InternalError(std::string(context) + ": malformed transaction reply");
+      return internal_error(std::string(context) + ": malformed transaction reply");
     }
-    return KvsOf(*range, context);
+    return kvs_of(*range, context);
   }
 
   // The owner a key names, with times from its lease's time-to-live reply
   // (remaining and granted seconds) when there is one; without one its
   // times are unknown (0).
-  static MutexOwner OwnerOf(const Kv& kv, StoreTime now, const Json* ttl) {
+  static MutexOwner owner_of(const Kv& kv, StoreTime now, const Json* ttl) {
     MutexOwner owner;
     owner.owner_id = kv.value;
     owner.fencing_token = static_cast<std::uint64_t>(kv.create_revision);
     if (ttl == nullptr) return owner;
-    const std::int64_t left = std::max<std::int64_t>(0, Int64Field(*ttl, "TTL"));
-    const std::int64_t granted = std::max(left, Int64Field(*ttl, "grantedTTL"));
+    const std::int64_t left = std::max<std::int64_t>(0, int64_field(*ttl, "TTL"));
+    const std::int64_t granted = std::max(left, int64_field(*ttl, "grantedTTL"));
     // etcd keeps only the lease's total, not our ttl/transition split: the
     // lease's end is reported as both.
     owner.transition_at = now + milliseconds(left * 1000);
@@ -1365,21 +1360,21 @@ class EtcdBackend final : public Backend {
 
   // Records for `kvs` (each a mutex's lowest key) with their leases' times,
   // looked up in pipelined batches.
-  Result<std::vector<OwnerRecord>> WithLeases(RequestChannel::Turn& turn,
-                                              const std::vector<Kv>& kvs,
-                                              const std::string& context) {
+  Result<std::vector<OwnerRecord>> with_leases(RequestChannel::Turn& turn,
+                                               const std::vector<Kv>& kvs,
+                                               const std::string& context) {
     std::vector<OwnerRecord> records;
     for (std::size_t i = 0; i < kvs.size(); i += kListBatch) {
       const std::size_t end = std::min(kvs.size(), i + kListBatch);
       std::vector<HttpRequest> lookups;
-      for (std::size_t j = i; j < end; ++j) lookups.push_back(LeaseTimeToLive(kvs[j].lease));
-      const StoreTime sent = WallNow();
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, turn.Call(lookups));
+      for (std::size_t j = i; j < end; ++j) lookups.push_back(lease_time_to_live(kvs[j].lease));
+      const StoreTime sent = wall_now();
+      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, turn.call(lookups));
       for (std::size_t j = i; j < end; ++j) {
-        auto ttl = ParseReply(replies[j - i], context);
+        auto ttl = parse_reply(replies[j - i], context);
         OwnerRecord record;
         record.store_now = sent;
-        record.owner = OwnerOf(kvs[j], sent, ttl.ok() ? &*ttl : nullptr);
+        record.owner = owner_of(kvs[j], sent, ttl.ok() ? &*ttl : nullptr);
         if (!ttl.ok()) record.ask_again_at = sent;  // times unknown
         records.push_back(std::move(record));
       }
@@ -1398,45 +1393,46 @@ class EtcdBackend final : public Backend {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewEtcdBackend(EtcdOptions options) {
+Result<std::shared_ptr<Backend>> new_etcd_backend(EtcdOptions options) {
   if (options.endpoints.empty()) {
-    return InvalidArgumentError("etcd: at least one endpoint is needed");
+    return invalid_argument_error("etcd: at least one endpoint is needed");
   }
   for (const EtcdEndpoint& endpoint : options.endpoints) {
     SIMBA_RETURN_IF_ERROR(internal::validate_host_port("etcd", endpoint.host, endpoint.port));
   }
-  SIMBA_RETURN_IF_ERROR(internal::validate_timeout_and_prefix("etcd", options.connect_timeout,
-                                                               options.key_prefix));
+  SIMBA_RETURN_IF_ERROR(
+      internal::validate_timeout_and_prefix("etcd", options.connect_timeout, options.key_prefix));
   return std::shared_ptr<Backend>(std::make_shared<EtcdBackend>(options));
 }
 
-Result<EtcdOptions> EtcdOptionsFromUri(const Uri& uri) {
+Result<EtcdOptions> etcd_options_from_uri(const Uri& uri) {
   constexpr char kForm[] = "etcd://host[:port][,host[:port]...][?key_prefix=...]";
   SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "etcd"));
   if (uri.user || uri.password) {
-    return InvalidArgumentError(
+    return invalid_argument_error(
         "etcd: user and password in the URI are not supported (this backend does not do etcd "
         "authentication); remove them, or use a cluster without auth");
   }
   if (uri.hosts.empty()) {
-    return InvalidArgumentError(std::string("etcd: URI has no host; expected ") + kForm);
+    return invalid_argument_error(std::string("etcd: URI has no host; expected ") + kForm);
   }
   if (!uri.path.empty() && uri.path != "/") {
-    return InvalidArgumentError("etcd: URI path " + Quoted(uri.path) +
-                                " is not supported (use key_prefix=...); expected " + kForm);
+    return invalid_argument_error("etcd: URI path " + internal::in_quotes(uri.path) +
+                                  " is not supported (use key_prefix=...); expected " + kForm);
   }
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"key_prefix", "connect_timeout"}).WithContext("etcd"));
+  SIMBA_RETURN_IF_ERROR(
+      uri.check_query_keys({"key_prefix", "connect_timeout"}).with_context("etcd"));
   EtcdOptions options;
   options.endpoints.clear();
   for (const UriHost& host : uri.hosts) {
     if (host.host.empty()) {
-      return InvalidArgumentError(std::string("etcd: URI has an empty host; expected ") + kForm);
+      return invalid_argument_error(std::string("etcd: URI has an empty host; expected ") + kForm);
     }
     options.endpoints.push_back(EtcdEndpoint{host.host, host.port.value_or(2379)});
   }
   SIMBA_RETURN_IF_ERROR(
       internal::read_positive_duration(uri, "etcd", "connect_timeout", &options.connect_timeout));
-  if (auto value = uri.Query("key_prefix")) {
+  if (auto value = uri.query_value("key_prefix")) {
     SIMBA_RETURN_IF_ERROR(internal::validate_key_prefix("etcd", *value));
     options.key_prefix = *value;
   }

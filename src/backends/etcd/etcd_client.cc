@@ -15,13 +15,13 @@ constexpr std::size_t kMaxLine = 16 * 1024;
 constexpr std::size_t kMaxHeaderLines = 200;
 constexpr std::uint64_t kMaxBody = 256ull * 1024 * 1024;
 
-std::string Lower(std::string_view text) {
+std::string lower_cased(std::string_view text) {
   std::string out(text);
   for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return out;
 }
 
-std::string_view Trim(std::string_view text) {
+std::string_view trim(std::string_view text) {
   while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
   while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
   return text;
@@ -29,7 +29,7 @@ std::string_view Trim(std::string_view text) {
 
 constexpr char kBase64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-int Base64Value(char c) {
+int base64_value(char c) {
   if (c >= 'A' && c <= 'Z') return c - 'A';
   if (c >= 'a' && c <= 'z') return c - 'a' + 26;
   if (c >= '0' && c <= '9') return c - '0' + 52;
@@ -40,7 +40,7 @@ int Base64Value(char c) {
 
 }  // namespace
 
-std::string Endpoint::Describe() const {
+std::string Endpoint::describe() const {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
@@ -52,10 +52,10 @@ HttpConnection::HttpConnection(std::unique_ptr<Stream> stream, std::string peer)
 
 HttpConnection::~HttpConnection() = default;
 
-Result<std::unique_ptr<HttpConnection>> HttpConnection::Open(const Endpoint& endpoint,
+Result<std::unique_ptr<HttpConnection>> HttpConnection::open(const Endpoint& endpoint,
                                                              Deadline deadline,
                                                              bool tcp_keepalive) {
-  std::string peer = endpoint.Describe();
+  std::string peer = endpoint.describe();
   // The port came from a std::uint16_t option.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
                          connect_tcp(endpoint.host, static_cast<std::uint16_t>(endpoint.port),
@@ -63,7 +63,7 @@ Result<std::unique_ptr<HttpConnection>> HttpConnection::Open(const Endpoint& end
   return std::unique_ptr<HttpConnection>(new HttpConnection(std::move(stream), std::move(peer)));
 }
 
-Status HttpConnection::Send(const std::vector<HttpRequest>& requests, Deadline deadline) {
+Status HttpConnection::send(const std::vector<HttpRequest>& requests, Deadline deadline) {
   std::string out;
   for (const HttpRequest& request : requests) {
     out += "POST ";
@@ -80,7 +80,7 @@ Status HttpConnection::Send(const std::vector<HttpRequest>& requests, Deadline d
   return sent;
 }
 
-void HttpConnection::Consume(std::size_t n) {
+void HttpConnection::consume(std::size_t n) {
   pos_ += n;
   if (pos_ == in_.size()) {
     in_.clear();
@@ -91,10 +91,10 @@ void HttpConnection::Consume(std::size_t n) {
   }
 }
 
-Status HttpConnection::Fill(Deadline deadline) {
+Status HttpConnection::fill(Deadline deadline) {
   if (eof_) {
     reusable_ = false;
-    return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
+    return unavailable_error("etcd at " + peer_ + ": connection closed by the server");
   }
   char buffer[16 * 1024];
   Result<std::size_t> n = stream_->read_some(buffer, sizeof buffer, deadline);
@@ -106,48 +106,48 @@ Status HttpConnection::Fill(Deadline deadline) {
   if (*n == 0) {
     eof_ = true;
     reusable_ = false;
-    return UnavailableError("etcd at " + peer_ + ": connection closed by the server");
+    return unavailable_error("etcd at " + peer_ + ": connection closed by the server");
   }
   in_.append(buffer, *n);
-  return OkStatus();
+  return ok_status();
 }
 
-Result<std::string> HttpConnection::ReadCrlfLine(Deadline deadline, std::size_t limit) {
+Result<std::string> HttpConnection::read_crlf_line(Deadline deadline, std::size_t limit) {
   for (;;) {
-    const std::string_view buffered = Buffered();
+    const std::string_view buffered = unread();
     const std::size_t end = buffered.find("\r\n");
     if (end != std::string_view::npos) {
       std::string line(buffered.substr(0, end));
-      Consume(end + 2);
+      consume(end + 2);
       return line;
     }
     if (buffered.size() > limit) {
       reusable_ = false;
-      return UnavailableError("etcd at " + peer_ + ": protocol error: line too long");
+      return unavailable_error("etcd at " + peer_ + ": protocol error: line too long");
     }
-    SIMBA_RETURN_IF_ERROR(Fill(deadline));
+    SIMBA_RETURN_IF_ERROR(fill(deadline));
   }
 }
 
-Result<int> HttpConnection::ReadHead(Deadline deadline) {
+Result<int> HttpConnection::read_head(Deadline deadline) {
   // Until the whole head is read, the connection is in the middle of a
   // response.
   reusable_ = false;
-  SIMBA_ASSIGN_OR_RETURN(std::string status_line, ReadCrlfLine(deadline, kMaxLine));
+  SIMBA_ASSIGN_OR_RETURN(std::string status_line, read_crlf_line(deadline, kMaxLine));
   // "HTTP/1.1 200 OK"
   int status = 0;
   {
     const std::string_view line(status_line);
     const std::size_t space = line.find(' ');
     if (line.substr(0, 5) != "HTTP/" || space == std::string_view::npos) {
-      return UnavailableError("etcd at " + peer_ +
-                              ": protocol error: not an HTTP response (is this an etcd client "
-                              "URL, and not TLS?)");
+      return unavailable_error("etcd at " + peer_ +
+                               ": protocol error: not an HTTP response (is this an etcd client "
+                               "URL, and not TLS?)");
     }
     const std::string_view code = line.substr(space + 1, 3);
     const auto [end, error] = std::from_chars(code.data(), code.data() + code.size(), status);
     if (error != std::errc() || end != code.data() + code.size()) {
-      return UnavailableError("etcd at " + peer_ + ": protocol error: bad status line");
+      return unavailable_error("etcd at " + peer_ + ": protocol error: bad status line");
     }
     close_after_ = line.substr(0, space) == "HTTP/1.0";
   }
@@ -155,20 +155,19 @@ Result<int> HttpConnection::ReadHead(Deadline deadline) {
   std::optional<std::uint64_t> length;
   for (std::size_t n = 0;; ++n) {
     if (n > kMaxHeaderLines) {
-      return UnavailableError("etcd at " + peer_ + ": protocol error: too many headers");
+      return unavailable_error("etcd at " + peer_ + ": protocol error: too many headers");
     }
-    SIMBA_ASSIGN_OR_RETURN(std::string header, ReadCrlfLine(deadline, kMaxLine));
+    SIMBA_ASSIGN_OR_RETURN(std::string header, read_crlf_line(deadline, kMaxLine));
     if (header.empty()) break;
     const std::size_t colon = header.find(':');
     if (colon == std::string::npos) continue;
-    const std::string name = Lower(Trim(std::string_view(header).substr(0, colon)));
-    const std::string value = Lower(Trim(std::string_view(header).substr(colon + 1)));
+    const std::string name = lower_cased(trim(std::string_view(header).substr(0, colon)));
+    const std::string value = lower_cased(trim(std::string_view(header).substr(colon + 1)));
     if (name == "content-length") {
       std::uint64_t parsed = 0;
-      const auto [end, error] =
-          std::from_chars(value.data(), value.data() + value.size(), parsed);
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
       if (error != std::errc() || end != value.data() + value.size() || parsed > kMaxBody) {
-        return UnavailableError("etcd at " + peer_ + ": protocol error: bad Content-Length");
+        return unavailable_error("etcd at " + peer_ + ": protocol error: bad Content-Length");
       }
       length = parsed;
     } else if (name == "transfer-encoding") {
@@ -197,16 +196,16 @@ Result<int> HttpConnection::ReadHead(Deadline deadline) {
 
 // Appends to *out what is buffered of the left_ bytes still due (reading
 // more first if nothing is).
-Status HttpConnection::TakeLeft(std::string* out, Deadline deadline) {
-  if (Buffered().empty()) SIMBA_RETURN_IF_ERROR(Fill(deadline));
-  const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left_, Buffered().size()));
-  out->append(Buffered().substr(0, n));
-  Consume(n);
+Status HttpConnection::take_left(std::string* out, Deadline deadline) {
+  if (unread().empty()) SIMBA_RETURN_IF_ERROR(fill(deadline));
+  const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(left_, unread().size()));
+  out->append(unread().substr(0, n));
+  consume(n);
   left_ -= n;
-  return OkStatus();
+  return ok_status();
 }
 
-Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
+Result<bool> HttpConnection::read_body(std::string* out, Deadline deadline) {
   for (;;) {
     switch (mode_) {
       case BodyMode::kNone:
@@ -217,16 +216,16 @@ Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
           reusable_ = !close_after_;
           return false;
         }
-        SIMBA_RETURN_IF_ERROR(TakeLeft(out, deadline));
+        SIMBA_RETURN_IF_ERROR(take_left(out, deadline));
         return true;
       }
       case BodyMode::kUntilClose: {
-        if (Buffered().empty()) {
+        if (unread().empty()) {
           if (eof_) {
             mode_ = BodyMode::kNone;
             return false;
           }
-          Status filled = Fill(deadline);
+          Status filled = fill(deadline);
           if (!filled.ok()) {
             if (eof_) {
               mode_ = BodyMode::kNone;
@@ -236,43 +235,43 @@ Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
           }
           continue;
         }
-        if (out->size() + Buffered().size() > kMaxBody) {
-          return UnavailableError("etcd at " + peer_ + ": protocol error: reply too large");
+        if (out->size() + unread().size() > kMaxBody) {
+          return unavailable_error("etcd at " + peer_ + ": protocol error: reply too large");
         }
-        out->append(Buffered());
-        Consume(Buffered().size());
+        out->append(unread());
+        consume(unread().size());
         return true;
       }
       case BodyMode::kChunked: {
         if (left_ > 0) {
-          SIMBA_RETURN_IF_ERROR(TakeLeft(out, deadline));
+          SIMBA_RETURN_IF_ERROR(take_left(out, deadline));
           if (left_ == 0) chunk_crlf_ = true;
           return true;
         }
         if (chunk_crlf_) {
-          SIMBA_ASSIGN_OR_RETURN(std::string crlf, ReadCrlfLine(deadline, 2));
+          SIMBA_ASSIGN_OR_RETURN(std::string crlf, read_crlf_line(deadline, 2));
           if (!crlf.empty()) {
-            return UnavailableError("etcd at " + peer_ + ": protocol error: bad chunk end");
+            return unavailable_error("etcd at " + peer_ + ": protocol error: bad chunk end");
           }
           chunk_crlf_ = false;
         }
-        SIMBA_ASSIGN_OR_RETURN(std::string size_line, ReadCrlfLine(deadline, kMaxLine));
+        SIMBA_ASSIGN_OR_RETURN(std::string size_line, read_crlf_line(deadline, kMaxLine));
         const std::string_view digits =
-            Trim(std::string_view(size_line).substr(0, size_line.find(';')));
+            trim(std::string_view(size_line).substr(0, size_line.find(';')));
         std::uint64_t size = 0;
         const auto [end, error] =
             std::from_chars(digits.data(), digits.data() + digits.size(), size, 16);
         if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() ||
             size > kMaxBody) {
-          return UnavailableError("etcd at " + peer_ + ": protocol error: bad chunk size");
+          return unavailable_error("etcd at " + peer_ + ": protocol error: bad chunk size");
         }
         if (size == 0) {
           // Trailers, up to an empty line.
           for (std::size_t n = 0;; ++n) {
             if (n > kMaxHeaderLines) {
-              return UnavailableError("etcd at " + peer_ + ": protocol error: bad trailer");
+              return unavailable_error("etcd at " + peer_ + ": protocol error: bad trailer");
             }
-            SIMBA_ASSIGN_OR_RETURN(std::string trailer, ReadCrlfLine(deadline, kMaxLine));
+            SIMBA_ASSIGN_OR_RETURN(std::string trailer, read_crlf_line(deadline, kMaxLine));
             if (trailer.empty()) break;
           }
           mode_ = BodyMode::kNone;
@@ -286,33 +285,33 @@ Result<bool> HttpConnection::ReadBody(std::string* out, Deadline deadline) {
   }
 }
 
-Result<HttpResponse> HttpConnection::Read(Deadline deadline) {
+Result<HttpResponse> HttpConnection::read(Deadline deadline) {
   HttpResponse response;
-  SIMBA_ASSIGN_OR_RETURN(response.status, ReadHead(deadline));
+  SIMBA_ASSIGN_OR_RETURN(response.status, read_head(deadline));
   for (;;) {
-    SIMBA_ASSIGN_OR_RETURN(bool more, ReadBody(&response.body, deadline));
+    SIMBA_ASSIGN_OR_RETURN(bool more, read_body(&response.body, deadline));
     if (!more) break;
     if (response.body.size() > kMaxBody) {
       reusable_ = false;
-      return UnavailableError("etcd at " + peer_ + ": protocol error: reply too large");
+      return unavailable_error("etcd at " + peer_ + ": protocol error: reply too large");
     }
   }
   return response;
 }
 
-Result<std::vector<HttpResponse>> HttpConnection::Call(const std::vector<HttpRequest>& requests,
+Result<std::vector<HttpResponse>> HttpConnection::call(const std::vector<HttpRequest>& requests,
                                                        Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Send(requests, deadline));
+  SIMBA_RETURN_IF_ERROR(send(requests, deadline));
   std::vector<HttpResponse> responses;
   responses.reserve(requests.size());
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    SIMBA_ASSIGN_OR_RETURN(HttpResponse response, Read(deadline));
+    SIMBA_ASSIGN_OR_RETURN(HttpResponse response, read(deadline));
     responses.push_back(std::move(response));
   }
   return responses;
 }
 
-Result<std::optional<std::string>> HttpConnection::ReadLine(Deadline deadline) {
+Result<std::optional<std::string>> HttpConnection::read_line(Deadline deadline) {
   for (;;) {
     const std::size_t newline = line_.find('\n');
     if (newline != std::string::npos) {
@@ -322,9 +321,9 @@ Result<std::optional<std::string>> HttpConnection::ReadLine(Deadline deadline) {
     }
     if (line_.size() > kMaxBody) {
       reusable_ = false;
-      return UnavailableError("etcd at " + peer_ + ": protocol error: line too long");
+      return unavailable_error("etcd at " + peer_ + ": protocol error: line too long");
     }
-    SIMBA_ASSIGN_OR_RETURN(bool more, ReadBody(&line_, deadline));
+    SIMBA_ASSIGN_OR_RETURN(bool more, read_body(&line_, deadline));
     if (!more) {
       if (line_.empty()) return std::optional<std::string>();
       std::string line = std::move(line_);
@@ -336,7 +335,7 @@ Result<std::optional<std::string>> HttpConnection::ReadLine(Deadline deadline) {
 
 // ---- JSON conventions ------------------------------------------------------------
 
-std::string Base64Encode(std::string_view bytes) {
+std::string base64_encode(std::string_view bytes) {
   std::string out;
   out.reserve((bytes.size() + 2) / 3 * 4);
   std::size_t i = 0;
@@ -365,7 +364,7 @@ std::string Base64Encode(std::string_view bytes) {
   return out;
 }
 
-bool Base64Decode(std::string_view text, std::string* out) {
+bool base64_decode(std::string_view text, std::string* out) {
   out->clear();
   while (!text.empty() && text.back() == '=') text.remove_suffix(1);
   if (text.size() % 4 == 1) return false;
@@ -373,7 +372,7 @@ bool Base64Decode(std::string_view text, std::string* out) {
   std::uint32_t buffer = 0;
   int bits = 0;
   for (const char c : text) {
-    const int v = Base64Value(c);
+    const int v = base64_value(c);
     if (v < 0) return false;
     buffer = (buffer << 6) | static_cast<std::uint32_t>(v);
     bits += 6;
@@ -385,7 +384,7 @@ bool Base64Decode(std::string_view text, std::string* out) {
   return true;
 }
 
-std::string PrefixEnd(std::string_view prefix) {
+std::string prefix_end(std::string_view prefix) {
   std::string end(prefix);
   while (!end.empty()) {
     auto& last = reinterpret_cast<unsigned char&>(end.back());
@@ -399,7 +398,7 @@ std::string PrefixEnd(std::string_view prefix) {
   return std::string(1, '\0');
 }
 
-std::int64_t Int64Field(const Json& object, std::string_view name) {
+std::int64_t int64_field(const Json& object, std::string_view name) {
   if (!object.is_object()) return 0;
   const auto it = object.find(name);
   if (it == object.end()) return 0;
@@ -413,8 +412,8 @@ std::int64_t Int64Field(const Json& object, std::string_view name) {
   return 0;
 }
 
-Status ErrorStatus(int grpc_code, int http_status, std::string_view message,
-                   std::string_view context) {
+Status error_status(int grpc_code, int http_status, std::string_view message,
+                    std::string_view context) {
   std::string text = std::string(context) + ": " + std::string(message);
   switch (grpc_code) {
     case 0:
@@ -425,25 +424,25 @@ Status ErrorStatus(int grpc_code, int http_status, std::string_view message,
     case 10:  // ABORTED
     case 13:  // INTERNAL
     case 14:  // UNAVAILABLE: "etcdserver: no leader", "leader changed"
-      return UnavailableError(std::move(text));
+      return unavailable_error(std::move(text));
     case 7:   // PERMISSION_DENIED
     case 16:  // UNAUTHENTICATED: "etcdserver: user name is empty", "invalid auth token"
-      return PermissionDeniedError(std::move(text));
+      return permission_denied_error(std::move(text));
     case 3:   // INVALID_ARGUMENT: "etcdserver: request is too large", ...
     case 11:  // OUT_OF_RANGE: "etcdserver: mvcc: required revision is a future revision"
-      return InvalidArgumentError(std::move(text));
+      return invalid_argument_error(std::move(text));
     default:  // NOT_FOUND, FAILED_PRECONDITION, ...: the caller handles those it expects
-      return InternalError(std::move(text));
+      return internal_error(std::move(text));
   }
-  if (http_status >= 500 || http_status == 429) return UnavailableError(std::move(text));
-  if (http_status == 401 || http_status == 403) return PermissionDeniedError(std::move(text));
-  return InternalError(std::move(text));
+  if (http_status >= 500 || http_status == 429) return unavailable_error(std::move(text));
+  if (http_status == 401 || http_status == 403) return permission_denied_error(std::move(text));
+  return internal_error(std::move(text));
 }
 
 namespace {
 
-Result<Json> ParseBody(std::string_view body, int http_status, std::string_view context,
-                       int* grpc_code) {
+Result<Json> parse_body(std::string_view body, int http_status, std::string_view context,
+                        int* grpc_code) {
   if (grpc_code != nullptr) *grpc_code = 0;
   Json parsed = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
@@ -451,28 +450,28 @@ Result<Json> ParseBody(std::string_view body, int http_status, std::string_view 
     for (char& c : excerpt) {
       if (static_cast<unsigned char>(c) < 0x20) c = ' ';
     }
-    return ErrorStatus(0, http_status == 200 ? 500 : http_status,
-                       "unexpected reply (HTTP " + std::to_string(http_status) + "): " + excerpt,
-                       context);
+    return error_status(0, http_status == 200 ? 500 : http_status,
+                        "unexpected reply (HTTP " + std::to_string(http_status) + "): " + excerpt,
+                        context);
   }
   // A stream's error: {"error": {"grpc_code": 5, "http_code": 404, "message": ...}}.
   if (const auto error = parsed.find("error"); error != parsed.end()) {
     int code = 0;
     std::string message;
     if (error->is_object()) {
-      code = static_cast<int>(Int64Field(*error, "grpc_code"));
-      if (code == 0) code = static_cast<int>(Int64Field(*error, "code"));
+      code = static_cast<int>(int64_field(*error, "grpc_code"));
+      if (code == 0) code = static_cast<int>(int64_field(*error, "code"));
       message = error->value("message", std::string("error"));
     } else {
       // A unary error: {"error": "...", "message": "...", "code": 5}.
-      code = static_cast<int>(Int64Field(parsed, "code"));
+      code = static_cast<int>(int64_field(parsed, "code"));
       message = parsed.value("message", error->is_string() ? error->get<std::string>() : "error");
     }
     if (grpc_code != nullptr) *grpc_code = code;
-    return ErrorStatus(code, http_status, message, context);
+    return error_status(code, http_status, message, context);
   }
   if (http_status != 200) {
-    return ErrorStatus(0, http_status, "HTTP " + std::to_string(http_status), context);
+    return error_status(0, http_status, "HTTP " + std::to_string(http_status), context);
   }
   if (const auto result = parsed.find("result"); result != parsed.end() && result->is_object()) {
     return Json(std::move(*result));
@@ -482,12 +481,12 @@ Result<Json> ParseBody(std::string_view body, int http_status, std::string_view 
 
 }  // namespace
 
-Result<Json> ParseReply(const HttpResponse& response, std::string_view context, int* grpc_code) {
-  return ParseBody(response.body, response.status, context, grpc_code);
+Result<Json> parse_reply(const HttpResponse& response, std::string_view context, int* grpc_code) {
+  return parse_body(response.body, response.status, context, grpc_code);
 }
 
-Result<Json> ParseStreamLine(std::string_view line, std::string_view context, int* grpc_code) {
-  return ParseBody(line, 200, context, grpc_code);
+Result<Json> parse_stream_line(std::string_view line, std::string_view context, int* grpc_code) {
+  return parse_body(line, 200, context, grpc_code);
 }
 
 }  // namespace simba::internal::etcd

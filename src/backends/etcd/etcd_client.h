@@ -43,7 +43,7 @@ struct Endpoint {
   std::string host;
   int port = 2379;
   // "host:port" (IPv6 in brackets), for messages.
-  std::string Describe() const;
+  std::string describe() const;
 };
 
 struct HttpRequest {
@@ -61,27 +61,27 @@ class HttpConnection {
   // Connects (TCP, no TLS). `tcp_keepalive` turns on TCP keep-alive probes
   // (a long-lived watch notices a peer that vanished without a reset).
   // Errors: kUnavailable (cannot resolve or connect), kDeadlineExceeded.
-  static Result<std::unique_ptr<HttpConnection>> Open(const Endpoint& endpoint, Deadline deadline,
+  static Result<std::unique_ptr<HttpConnection>> open(const Endpoint& endpoint, Deadline deadline,
                                                       bool tcp_keepalive = false);
   ~HttpConnection();
   HttpConnection(const HttpConnection&) = delete;
   HttpConnection& operator=(const HttpConnection&) = delete;
 
   // Writes the requests (one write when they fit: a pipeline).
-  Status Send(const std::vector<HttpRequest>& requests, Deadline deadline);
+  Status send(const std::vector<HttpRequest>& requests, Deadline deadline);
   // Reads one whole response.
-  Result<HttpResponse> Read(Deadline deadline);
+  Result<HttpResponse> read(Deadline deadline);
   // Send + one Read per request, in order.
-  Result<std::vector<HttpResponse>> Call(const std::vector<HttpRequest>& requests,
+  Result<std::vector<HttpResponse>> call(const std::vector<HttpRequest>& requests,
                                          Deadline deadline);
 
   // Streaming: reads the status line and headers of the next response and
   // returns its status; the body is then read with ReadLine.
-  Result<int> ReadHead(Deadline deadline);
+  Result<int> read_head(Deadline deadline);
   // The next line of the body (without the '\n'); nullopt at its end.
   // kDeadlineExceeded when no whole line arrives by `deadline`; the
   // connection stays usable for further ReadLine calls in that case.
-  Result<std::optional<std::string>> ReadLine(Deadline deadline);
+  Result<std::optional<std::string>> read_line(Deadline deadline);
 
   // False once the server said it will close, or a response was left
   // unfinished: the connection must not carry another request.
@@ -89,51 +89,51 @@ class HttpConnection {
 
   // Makes a read blocked in another thread return (kUnavailable) and every
   // later call fail. Thread-safe.
-  void Shutdown() { stream_->shutdown(); }
+  void shutdown() { stream_->shutdown(); }
 
   const std::string& peer() const { return peer_; }
 
  private:
   HttpConnection(std::unique_ptr<Stream> stream, std::string peer);
   // Reads more bytes into in_; kUnavailable at EOF, kDeadlineExceeded.
-  Status Fill(Deadline deadline);
+  Status fill(Deadline deadline);
   // Returns the next "\r\n"-terminated line (without it), reading as needed.
-  Result<std::string> ReadCrlfLine(Deadline deadline, std::size_t limit);
+  Result<std::string> read_crlf_line(Deadline deadline, std::size_t limit);
   // Appends the next piece of the body to `out`; false once the body ended.
-  Result<bool> ReadBody(std::string* out, Deadline deadline);
-  Status TakeLeft(std::string* out, Deadline deadline);
-  std::string_view Buffered() const { return std::string_view(in_).substr(pos_); }
-  void Consume(std::size_t n);
+  Result<bool> read_body(std::string* out, Deadline deadline);
+  Status take_left(std::string* out, Deadline deadline);
+  std::string_view unread() const { return std::string_view(in_).substr(pos_); }
+  void consume(std::size_t n);
 
   enum class BodyMode { kNone, kLength, kChunked, kUntilClose };
 
   const std::unique_ptr<Stream> stream_;
   const std::string peer_;  // also the Host header
-  std::string in_;        // received bytes; in_[pos_..] not yet consumed
+  std::string in_;          // received bytes; in_[pos_..] not yet consumed
   std::size_t pos_ = 0;
   bool eof_ = false;
   bool reusable_ = true;
   // The body of the response being read.
   BodyMode mode_ = BodyMode::kNone;
-  std::uint64_t left_ = 0;        // bytes left of the body or the chunk
-  bool chunk_crlf_ = false;       // a chunk's data ended; its CRLF is due
-  bool close_after_ = false;      // "Connection: close"
-  std::string line_;              // ReadLine's partial line
+  std::uint64_t left_ = 0;    // bytes left of the body or the chunk
+  bool chunk_crlf_ = false;   // a chunk's data ended; its CRLF is due
+  bool close_after_ = false;  // "Connection: close"
+  std::string line_;          // ReadLine's partial line
 };
 
 // ---- etcd's JSON conventions ----------------------------------------------
 
-std::string Base64Encode(std::string_view bytes);
+std::string base64_encode(std::string_view bytes);
 // False if `text` is not valid base64.
-bool Base64Decode(std::string_view text, std::string* out);
+bool base64_decode(std::string_view text, std::string* out);
 
 // etcd's range end for every key that starts with `prefix` (the prefix with
 // its last byte incremented, dropping trailing 0xff bytes).
-std::string PrefixEnd(std::string_view prefix);
+std::string prefix_end(std::string_view prefix);
 
 // An int64 field, which the gateway writes as a string ("42") and may leave
 // out when it is 0; also accepts a JSON number. 0 when absent or malformed.
-std::int64_t Int64Field(const Json& object, std::string_view name);
+std::int64_t int64_field(const Json& object, std::string_view name);
 
 // The Status for an etcd error: `grpc_code` is the gRPC status code the
 // gateway reports ("code" or "grpc_code"), `http_status` the HTTP status.
@@ -143,19 +143,19 @@ std::int64_t Int64Field(const Json& object, std::string_view name);
 // INVALID_ARGUMENT and OUT_OF_RANGE kInvalidArgument; NOT_FOUND,
 // FAILED_PRECONDITION and others kInternal. A non-200 reply without a gRPC
 // code is kUnavailable for 5xx (and 429) and kInternal otherwise.
-Status ErrorStatus(int grpc_code, int http_status, std::string_view message,
-                   std::string_view context);
+Status error_status(int grpc_code, int http_status, std::string_view message,
+                    std::string_view context);
 
 // A reply body parsed: the object, or the error it carries (a unary error
 // {"error", "message", "code"}, a stream's {"error": {"grpc_code", ...}}, a
 // non-200 status, or unparsable JSON). A stream's {"result": {...}} is
 // unwrapped. `grpc_code` (when given) receives the error's gRPC code, 0 if
 // none.
-Result<Json> ParseReply(const HttpResponse& response, std::string_view context,
-                        int* grpc_code = nullptr);
+Result<Json> parse_reply(const HttpResponse& response, std::string_view context,
+                         int* grpc_code = nullptr);
 // The same for one line of a streaming body (always HTTP 200).
-Result<Json> ParseStreamLine(std::string_view line, std::string_view context,
-                             int* grpc_code = nullptr);
+Result<Json> parse_stream_line(std::string_view line, std::string_view context,
+                               int* grpc_code = nullptr);
 
 // gRPC codes used by the backend.
 inline constexpr int kGrpcNotFound = 5;

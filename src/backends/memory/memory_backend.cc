@@ -28,19 +28,19 @@ class MemoryStore {
  public:
   explicit MemoryStore(std::shared_ptr<Clock> clock)
       : clock_(std::move(clock)),
-        origin_local_(clock_->Now()),
+        origin_local_(clock_->now()),
         // Store time looks like epoch milliseconds, like other stores', but
         // advances with the injected clock.
-        origin_epoch_(duration_cast<milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch())) {}
+        origin_epoch_(
+            duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())) {}
 
-  StoreTime Now() const {
-    return origin_epoch_ + duration_cast<milliseconds>(clock_->Now() - origin_local_);
+  StoreTime store_now() const {
+    return origin_epoch_ + duration_cast<milliseconds>(clock_->now() - origin_local_);
   }
 
-  OwnerRecord AcquireOrRenew(const AcquireRequest& request) {
+  OwnerRecord acquire_or_renew(const AcquireRequest& request) {
     std::lock_guard<std::mutex> lock(mu_);
-    const StoreTime now = Now();
+    const StoreTime now = store_now();
     Row& row = rows_[std::string(request.mutex)];
     const bool free = row.owner.owner_id.empty() || row.owner.transition_at < now;
     const bool mine = !free && row.owner.owner_id == request.contender_id;
@@ -52,70 +52,70 @@ class MemoryStore {
       row.owner.acquired_at = now;
       row.owner.ttl_at = now + request.ttl;
       row.owner.transition_at = now + request.ttl + request.transition;
-      Forget(&row, request.contender_id);
-    } else if (ListensLocked(request.mutex, request.contender_id) &&
+      forget(&row, request.contender_id);
+    } else if (listens_locked(request.mutex, request.contender_id) &&
                std::find(row.waiting.begin(), row.waiting.end(), request.contender_id) ==
                    row.waiting.end()) {
       row.waiting.emplace_back(request.contender_id);
     }
-    return OwnerRecord{Visible(row.owner, now), now};
+    return OwnerRecord{visible(row.owner, now), now};
   }
 
-  bool Release(std::string_view mutex, std::string_view contender_id, std::uint64_t token,
+  bool release(std::string_view mutex, std::string_view contender_id, std::uint64_t token,
                std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rows_.find(mutex);
     if (it == rows_.end()) return false;
     // A release from a waiter means it gives up waiting.
-    Forget(&it->second, contender_id);
+    forget(&it->second, contender_id);
     if (it->second.owner.owner_id != contender_id) return false;
     if (token != 0 && it->second.owner.fencing_token != token) return false;
-    it->second.owner = MutexOwner::None();
-    ListenersLocked(mutex, to_notify);
+    it->second.owner = MutexOwner::none();
+    listeners_locked(mutex, to_notify);
     return true;
   }
 
-  ForcedRelease ForceRelease(std::string_view mutex,
-                             std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
+  ForcedRelease force_release(std::string_view mutex,
+                              std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
     std::lock_guard<std::mutex> lock(mu_);
-    const StoreTime now = Now();
+    const StoreTime now = store_now();
     Row& row = rows_[std::string(mutex)];
     ForcedRelease result;
-    result.previous = Visible(row.owner, now);
+    result.previous = visible(row.owner, now);
     result.store_now = now;
     // Burn a token: the next owner's token exceeds every one handed out.
     result.fencing_floor = ++row.fence;
-    row.owner = MutexOwner::None();
-    ListenersLocked(mutex, to_notify);
+    row.owner = MutexOwner::none();
+    listeners_locked(mutex, to_notify);
     return result;
   }
 
-  OwnerRecord Read(std::string_view mutex) const {
+  OwnerRecord read(std::string_view mutex) const {
     std::lock_guard<std::mutex> lock(mu_);
-    const StoreTime now = Now();
+    const StoreTime now = store_now();
     auto it = rows_.find(mutex);
-    if (it == rows_.end()) return OwnerRecord{MutexOwner::None(), now};
-    return OwnerRecord{Visible(it->second.owner, now), now};
+    if (it == rows_.end()) return OwnerRecord{MutexOwner::none(), now};
+    return OwnerRecord{visible(it->second.owner, now), now};
   }
 
-  std::vector<ListedMutex> List() const {
+  std::vector<ListedMutex> list() const {
     std::lock_guard<std::mutex> lock(mu_);
-    const StoreTime now = Now();
+    const StoreTime now = store_now();
     std::vector<ListedMutex> out;
     out.reserve(rows_.size());
     for (const auto& [name, row] : rows_) {
-      out.push_back(ListedMutex{name, OwnerRecord{Visible(row.owner, now), now}});
+      out.push_back(ListedMutex{name, OwnerRecord{visible(row.owner, now), now}});
     }
     return out;
   }
 
   // The contenders in line for `mutex` (see the top of this file), the
   // owner left out.
-  std::vector<std::string> Waiters(std::string_view mutex) const {
+  std::vector<std::string> waiters(std::string_view mutex) const {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = rows_.find(mutex);
     if (it == rows_.end()) return {};
-    const MutexOwner owner = Visible(it->second.owner, Now());
+    const MutexOwner owner = visible(it->second.owner, store_now());
     std::vector<std::string> out;
     for (const std::string& id : it->second.waiting) {
       if (id != owner.owner_id) out.push_back(id);
@@ -123,7 +123,7 @@ class MemoryStore {
     return out;
   }
 
-  std::uint64_t Subscribe(std::string_view mutex, std::string_view contender_id,
+  std::uint64_t subscribe(std::string_view mutex, std::string_view contender_id,
                           std::function<void(const MutexEvent&)> listener) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::uint64_t id = next_subscription_++;
@@ -132,7 +132,7 @@ class MemoryStore {
     return id;
   }
 
-  void Unsubscribe(const std::string& mutex, std::uint64_t id) {
+  void unsubscribe(const std::string& mutex, std::uint64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = subscribers_.find(mutex);
     if (it == subscribers_.end()) return;
@@ -143,8 +143,8 @@ class MemoryStore {
     if (it->second.empty()) subscribers_.erase(it);
     // A contender that no longer listens leaves the line.
     auto row = rows_.find(mutex);
-    if (row != rows_.end() && !contender_id.empty() && !ListensLocked(mutex, contender_id)) {
-      Forget(&row->second, contender_id);
+    if (row != rows_.end() && !contender_id.empty() && !listens_locked(mutex, contender_id)) {
+      forget(&row->second, contender_id);
     }
   }
 
@@ -161,13 +161,13 @@ class MemoryStore {
     std::function<void(const MutexEvent&)> listener;
   };
 
-  static void Forget(Row* row, std::string_view contender_id) {
+  static void forget(Row* row, std::string_view contender_id) {
     auto& waiting = row->waiting;
     waiting.erase(std::remove(waiting.begin(), waiting.end(), contender_id), waiting.end());
   }
 
   // Whether `contender_id` has a subscription to `mutex`.
-  bool ListensLocked(std::string_view mutex, std::string_view contender_id) const {
+  bool listens_locked(std::string_view mutex, std::string_view contender_id) const {
     auto it = subscribers_.find(mutex);
     if (it == subscribers_.end()) return false;
     return std::any_of(it->second.begin(), it->second.end(), [&](const auto& entry) {
@@ -175,8 +175,8 @@ class MemoryStore {
     });
   }
 
-  void ListenersLocked(std::string_view mutex,
-                       std::vector<std::function<void(const MutexEvent&)>>* out) const {
+  void listeners_locked(std::string_view mutex,
+                        std::vector<std::function<void(const MutexEvent&)>>* out) const {
     auto it = subscribers_.find(mutex);
     if (it == subscribers_.end()) return;
     for (const auto& [id, sub] : it->second) out->push_back(sub.listener);
@@ -184,8 +184,8 @@ class MemoryStore {
 
   // An expired lease reads as "no owner", as it would from a store that
   // expires keys.
-  static MutexOwner Visible(const MutexOwner& owner, StoreTime now) {
-    if (owner.owner_id.empty() || owner.transition_at < now) return MutexOwner::None();
+  static MutexOwner visible(const MutexOwner& owner, StoreTime now) {
+    if (owner.owner_id.empty() || owner.transition_at < now) return MutexOwner::none();
     return owner;
   }
 
@@ -199,8 +199,8 @@ class MemoryStore {
 };
 
 // Named stores live as long as some backend uses them.
-std::shared_ptr<MemoryStore> FindOrCreateStore(const std::string& name,
-                                               const std::shared_ptr<Clock>& clock) {
+std::shared_ptr<MemoryStore> find_or_create_store(const std::string& name,
+                                                  const std::shared_ptr<Clock>& clock) {
   static std::mutex mu;
   static auto* stores = new std::unordered_map<std::string, std::weak_ptr<MemoryStore>>();
   std::lock_guard<std::mutex> lock(mu);
@@ -215,7 +215,7 @@ class MemorySubscription final : public Subscription {
  public:
   MemorySubscription(std::shared_ptr<MemoryStore> store, std::string mutex, std::uint64_t id)
       : store_(std::move(store)), mutex_(std::move(mutex)), id_(id) {}
-  ~MemorySubscription() override { store_->Unsubscribe(mutex_, id_); }
+  ~MemorySubscription() override { store_->unsubscribe(mutex_, id_); }
 
  private:
   std::shared_ptr<MemoryStore> store_;
@@ -238,13 +238,13 @@ class MemoryBackend final : public Backend {
   const Capabilities& capabilities() const override { return capabilities_; }
 
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request, Deadline) override {
-    return store_->AcquireOrRenew(request);
+    return store_->acquire_or_renew(request);
   }
 
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline) override {
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
-    const bool released = store_->Release(mutex, contender_id, fencing_token, &to_notify);
+    const bool released = store_->release(mutex, contender_id, fencing_token, &to_notify);
     // Listeners run outside the store's lock: they may call back into it.
     const MutexEvent event{MutexEvent::Kind::kReleased, std::string(mutex),
                            std::string(contender_id)};
@@ -254,7 +254,7 @@ class MemoryBackend final : public Backend {
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline) override {
     std::vector<std::function<void(const MutexEvent&)>> to_notify;
-    ForcedRelease result = store_->ForceRelease(mutex, &to_notify);
+    ForcedRelease result = store_->force_release(mutex, &to_notify);
     // The holder hears at once that its hold was taken away (not at its
     // next renewal); then waiters may try.
     if (result.previous.has_owner_id()) {
@@ -270,13 +270,13 @@ class MemoryBackend final : public Backend {
   }
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline) override {
-    return store_->Read(mutex);
+    return store_->read(mutex);
   }
 
-  Result<std::vector<ListedMutex>> do_list(Deadline) override { return store_->List(); }
+  Result<std::vector<ListedMutex>> do_list(Deadline) override { return store_->list(); }
 
   Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline) override {
-    return store_->Waiters(mutex);
+    return store_->waiters(mutex);
   }
 
   // Every subscriber hears every release; the contender id only says who
@@ -284,7 +284,7 @@ class MemoryBackend final : public Backend {
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    const std::uint64_t id = store_->Subscribe(mutex, contender_id, std::move(listener));
+    const std::uint64_t id = store_->subscribe(mutex, contender_id, std::move(listener));
     return std::unique_ptr<Subscription>(
         std::make_unique<MemorySubscription>(store_, std::string(mutex), id));
   }
@@ -296,30 +296,31 @@ class MemoryBackend final : public Backend {
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewMemoryBackend(MemoryOptions options) {
+Result<std::shared_ptr<Backend>> new_memory_backend(MemoryOptions options) {
   if (options.name.empty()) {
-    return InvalidArgumentError("memory: the store name must not be empty (memory://NAME)");
+    return invalid_argument_error("memory: the store name must not be empty (memory://NAME)");
   }
-  auto clock = options.clock ? options.clock : Clock::Steady();
+  auto clock = options.clock ? options.clock : Clock::steady();
   return std::shared_ptr<Backend>(
-      std::make_shared<MemoryBackend>(FindOrCreateStore(options.name, clock)));
+      std::make_shared<MemoryBackend>(find_or_create_store(options.name, clock)));
 }
 
-Result<MemoryOptions> MemoryOptionsFromUri(const Uri& uri) {
+Result<MemoryOptions> memory_options_from_uri(const Uri& uri) {
   if (uri.scheme != "memory") {
-    return InvalidArgumentError("memory: expected a memory:// URI, got '" + uri.ToString() + "'");
+    return invalid_argument_error("memory: expected a memory:// URI, got '" + uri.to_string() +
+                                  "'");
   }
   if (uri.user || uri.password) {
-    return InvalidArgumentError("memory: a memory:// URI takes no user or password");
+    return invalid_argument_error("memory: a memory:// URI takes no user or password");
   }
   if (uri.hosts.size() != 1 || uri.hosts[0].host.empty()) {
-    return InvalidArgumentError("memory: expected memory://NAME, got '" + uri.ToString() + "'");
+    return invalid_argument_error("memory: expected memory://NAME, got '" + uri.to_string() + "'");
   }
-  if (uri.hosts[0].port) return InvalidArgumentError("memory: memory://NAME takes no port");
+  if (uri.hosts[0].port) return invalid_argument_error("memory: memory://NAME takes no port");
   if (!uri.path.empty() && uri.path != "/") {
-    return InvalidArgumentError("memory: memory://NAME takes no path (got '" + uri.path + "')");
+    return invalid_argument_error("memory: memory://NAME takes no path (got '" + uri.path + "')");
   }
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({}));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys({}));
   MemoryOptions options;
   options.name = uri.hosts[0].host;
   return options;

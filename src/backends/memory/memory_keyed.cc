@@ -31,7 +31,7 @@ class KeySpace {
  public:
   // Takes `key` now if nobody holds or waits for it; else queues and waits.
   // Returns the token, 0 on timeout, or kCancelled.
-  Result<std::uint64_t> Acquire(const std::string& key, Deadline wait_deadline,
+  Result<std::uint64_t> acquire(const std::string& key, Deadline wait_deadline,
                                 const std::stop_token& cancel) {
     std::unique_lock<std::mutex> lock(mu_);
     KeyQueue& queue = keys_[key];
@@ -39,7 +39,8 @@ class KeySpace {
       queue.held = true;
       return ++last_token_;
     }
-    if (cancel.stop_requested()) return CancelledError("acquiring key '" + key + "' was cancelled");
+    if (cancel.stop_requested())
+      return cancelled_error("acquiring key '" + key + "' was cancelled");
     if (std::chrono::steady_clock::now() >= wait_deadline) return std::uint64_t{0};
     Waiter self;
     queue.waiters.push_back(&self);
@@ -55,22 +56,23 @@ class KeySpace {
       if (!cancel.stop_requested()) return self.token;
       // Granted as the caller gave up: pass it on rather than hand over a
       // hold nobody wants.
-      ReleaseLocked(key);
-      return CancelledError("acquiring key '" + key + "' was cancelled");
+      release_locked(key);
+      return cancelled_error("acquiring key '" + key + "' was cancelled");
     }
     KeyQueue& mine = keys_[key];
     std::erase(mine.waiters, &self);
-    if (cancel.stop_requested()) return CancelledError("acquiring key '" + key + "' was cancelled");
+    if (cancel.stop_requested())
+      return cancelled_error("acquiring key '" + key + "' was cancelled");
     return std::uint64_t{0};
   }
 
-  void Release(const std::string& key) {
+  void release(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
-    ReleaseLocked(key);
+    release_locked(key);
   }
 
  private:
-  void ReleaseLocked(const std::string& key) {
+  void release_locked(const std::string& key) {
     auto it = keys_.find(key);
     if (it == keys_.end() || !it->second.held) return;
     KeyQueue& queue = it->second;
@@ -98,15 +100,15 @@ class MemoryKeyHold final : public KeyHold {
   MemoryKeyHold(std::shared_ptr<KeySpace> space, std::string key, std::uint64_t token)
       : space_(std::move(space)), key_(std::move(key)), token_(token) {}
   ~MemoryKeyHold() override {
-    if (!released_) space_->Release(key_);
+    if (!released_) space_->release(key_);
   }
   std::uint64_t fencing_token() const override { return token_; }
   Status release(Deadline) override {
     if (!released_) {
       released_ = true;
-      space_->Release(key_);
+      space_->release(key_);
     }
-    return OkStatus();
+    return ok_status();
   }
 
  private:
@@ -133,7 +135,7 @@ class MemoryKeyedLockBackend final : public KeyedLockBackend {
     SIMBA_RETURN_IF_ERROR(validate_key(request.key));
     const std::string key(request.key);
     SIMBA_ASSIGN_OR_RETURN(std::uint64_t token,
-                           space_->Acquire(key, request.wait_deadline, request.cancel));
+                           space_->acquire(key, request.wait_deadline, request.cancel));
     if (token == 0) return std::unique_ptr<KeyHold>();
     return std::unique_ptr<KeyHold>(std::make_unique<MemoryKeyHold>(space_, key, token));
   }
@@ -145,30 +147,31 @@ class MemoryKeyedLockBackend final : public KeyedLockBackend {
 
 std::mutex spaces_mu;
 // By name; a space lives while a backend uses it.
-std::map<std::string, std::weak_ptr<KeySpace>>& Spaces() {
+std::map<std::string, std::weak_ptr<KeySpace>>& spaces() {
   static auto* spaces = new std::map<std::string, std::weak_ptr<KeySpace>>();
   return *spaces;
 }
 
 }  // namespace
 
-Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(std::string name) {
-  if (name.empty()) return InvalidArgumentError("memory keyed locks need a name (memory://NAME)");
+Result<std::shared_ptr<KeyedLockBackend>> new_memory_keyed_lock_backend(std::string name) {
+  if (name.empty()) return invalid_argument_error("memory keyed locks need a name (memory://NAME)");
   std::lock_guard<std::mutex> lock(spaces_mu);
-  std::shared_ptr<KeySpace> space = Spaces()[name].lock();
+  std::shared_ptr<KeySpace> space = spaces()[name].lock();
   if (space == nullptr) {
     space = std::make_shared<KeySpace>();
-    Spaces()[name] = space;
+    spaces()[name] = space;
   }
   return std::shared_ptr<KeyedLockBackend>(std::make_shared<MemoryKeyedLockBackend>(space));
 }
 
-Result<std::shared_ptr<KeyedLockBackend>> NewMemoryKeyedLockBackend(MemoryKeyedOptions options) {
-  return NewMemoryKeyedLockBackend(std::move(options.name));
+Result<std::shared_ptr<KeyedLockBackend>> new_memory_keyed_lock_backend(
+    MemoryKeyedOptions options) {
+  return new_memory_keyed_lock_backend(std::move(options.name));
 }
 
-Result<MemoryKeyedOptions> MemoryKeyedOptionsFromUri(const Uri& uri) {
-  SIMBA_ASSIGN_OR_RETURN(MemoryOptions memory, MemoryOptionsFromUri(uri));
+Result<MemoryKeyedOptions> memory_keyed_options_from_uri(const Uri& uri) {
+  SIMBA_ASSIGN_OR_RETURN(MemoryOptions memory, memory_options_from_uri(uri));
   return MemoryKeyedOptions{std::move(memory.name)};
 }
 

@@ -41,30 +41,30 @@ class MysqlSession final : public SqlSession {
   // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
   void abandon() override { mariadb_cancel(conn_.get()); }
 
-  Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
     if (failure != nullptr) *failure = SqlFailure::kOther;
-    if (!healthy()) return UnavailableError("the connection is broken");
+    if (!healthy()) return unavailable_error("the connection is broken");
     // One multi-statement query, one round trip: START TRANSACTION; s1;
     // ...; COMMIT. Statements after a failed one are not run.
     std::string query;
     if (transaction) query = "START TRANSACTION;";
     for (std::size_t i = 0; i < statements.size(); ++i) {
-      SIMBA_ASSIGN_OR_RETURN(std::string sql, Render(statements[i]));
+      SIMBA_ASSIGN_OR_RETURN(std::string sql, render(statements[i]));
       if (i > 0) query += ";";
       query += sql;
     }
     if (transaction) query += ";COMMIT";
     const std::size_t expected = statements.size() + (transaction ? 2 : 0);
 
-    QueryReply reply = mysql::Query(conn_.get(), query, deadline);
+    QueryReply reply = mysql::query(conn_.get(), query, deadline);
     std::vector<SqlResult>& results = reply.results;
     if (!reply.error.status.ok()) {
       if (failure != nullptr) *failure = reply.error.kind;
       if (reply.error.broken) {
         // Closing it makes the server roll back what it had not committed.
         set_broken();
-      } else if (transaction && !Rollback(deadline)) {
+      } else if (transaction && !rollback(deadline)) {
         // The transaction may still be open: never reuse it.
         set_broken();
       }
@@ -72,8 +72,8 @@ class MysqlSession final : public SqlSession {
     }
     if (results.size() != expected) {
       set_broken();
-      return InternalError("expected " + std::to_string(expected) + " results, got " +
-                           std::to_string(results.size()));
+      return internal_error("expected " + std::to_string(expected) + " results, got " +
+                            std::to_string(results.size()));
     }
     if (transaction) results = {results.begin() + 1, results.end() - 1};
     return results;
@@ -82,18 +82,18 @@ class MysqlSession final : public SqlSession {
  private:
   // `statement.sql` with its parameters as literals: {i} quoted and escaped
   // for the connection's character set, {#i} a bare decimal integer.
-  Result<std::string> Render(const Statement& statement) {
-    return RenderParams(statement.sql, [&](std::size_t index, bool number) -> Result<std::string> {
+  Result<std::string> render(const Statement& statement) {
+    return render_params(statement.sql, [&](std::size_t index, bool number) -> Result<std::string> {
       if (index >= statement.params.size()) {
-        return InternalError("statement parameter {" + std::to_string(index) + "} is missing");
+        return internal_error("statement parameter {" + std::to_string(index) + "} is missing");
       }
       const std::string& value = statement.params[index];
-      if (!number) return Literal(conn_.get(), value);
+      if (!number) return sql_literal(conn_.get(), value);
       long long parsed = 0;
       const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), parsed);
       if (ec != std::errc() || end != value.data() + value.size() || value.empty()) {
-        return InternalError("statement parameter {#" + std::to_string(index) +
-                             "} is not an integer");
+        return internal_error("statement parameter {#" + std::to_string(index) +
+                              "} is not an integer");
       }
       return value;
     });
@@ -101,8 +101,8 @@ class MysqlSession final : public SqlSession {
 
   // After a statement of a transaction failed: ends it. False if that
   // failed too (or missed the deadline).
-  bool Rollback(Deadline deadline) {
-    return mysql::Query(conn_.get(), "ROLLBACK", deadline).error.status.ok();
+  bool rollback(Deadline deadline) {
+    return mysql::query(conn_.get(), "ROLLBACK", deadline).error.status.ok();
   }
 
   MysqlConn conn_;
@@ -111,12 +111,12 @@ class MysqlSession final : public SqlSession {
 class MysqlDriver final : public SqlDriver {
  public:
   explicit MysqlDriver(MysqlOptions server)
-      : server_(std::move(server)), description_(DescribeServer(server_)) {}
+      : server_(std::move(server)), description_(describe_server(server_)) {}
 
   std::string_view scheme() const override { return "mysql"; }
   const std::string& description() const override { return description_; }
 
-  Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
+  Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) override {
     // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold. A row
     // lock wait is bounded on the server too (InnoDB's default is 50 s): a
     // call that gave up client-side must not leave a statement queued there
@@ -124,21 +124,20 @@ class MysqlDriver final : public SqlDriver {
     ConnectExtras extras;
     extras.init_command = "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10";
     extras.multi_statements = true;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn,
-                           mysql::Connect(server_, description_, deadline, extras));
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, mysql::connect(server_, description_, deadline, extras));
     return std::unique_ptr<SqlSession>(std::make_unique<MysqlSession>(std::move(conn)));
   }
 
-  std::string NowMs() const override { return kNowMs; }
-  std::string CreateTableSql() const override { return kCreateTable; }
-  std::string InsertFreeRowSql() const override {
+  std::string now_ms() const override { return kNowMs; }
+  std::string create_table_sql() const override { return kCreateTable; }
+  std::string insert_free_row_sql() const override {
     // INSERT IGNORE: the same statement, skipping a row that exists.
     std::string sql = kInsertFreeRow;
     return sql.insert(std::string_view("INSERT").size(), " IGNORE");
   }
 
-  std::vector<Statement> AcquireStatements(const AcquireParts& parts,
-                                           const std::vector<std::string>& params) const override {
+  std::vector<Statement> acquire_statements(const AcquireParts& parts,
+                                            const std::vector<std::string>& params) const override {
     // Insert the row acquired, or update it where the caller may acquire.
     // MySQL assigns ON DUPLICATE KEY UPDATE columns left to right, and a
     // later expression sees the earlier columns' new values: the order of
@@ -165,40 +164,39 @@ class MysqlDriver final : public SqlDriver {
 
 namespace simba {
 
-using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql;         // NOLINT(google-build-using-namespace)
 using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
 
-Result<std::shared_ptr<Backend>> NewMysqlBackend(MysqlOptions options) {
-  SIMBA_RETURN_IF_ERROR(CheckServer(options));
+Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
+  SIMBA_RETURN_IF_ERROR(check_server(options));
   if (options.connections < 1) {
-    return InvalidArgumentError("mysql: connections must be at least 1");
+    return invalid_argument_error("mysql: connections must be at least 1");
   }
   SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return NewSqlBackend(std::make_unique<MysqlDriver>(std::move(options)), sql);
+  return new_sql_backend(std::make_unique<MysqlDriver>(std::move(options)), sql);
 }
 
-Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
+Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   constexpr char kForm[] = "mysql://user[:password]@host[:port]/db";
   if (uri.scheme != "mysql" && uri.scheme != "mariadb") {
-    return InvalidArgumentError("mysql: URI scheme is " + Quoted(uri.scheme) +
-                                ", expected 'mysql'");
+    return invalid_argument_error("mysql: URI scheme is " + internal::in_quotes(uri.scheme) +
+                                  ", expected 'mysql'");
   }
   if (uri.hosts.size() != 1 || uri.hosts.front().host.empty()) {
-    return InvalidArgumentError(std::string("mysql: URI must name one host; expected ") + kForm);
+    return invalid_argument_error(std::string("mysql: URI must name one host; expected ") + kForm);
   }
   if (uri.path.size() <= 1 || uri.path.find('/', 1) != std::string::npos) {
-    return InvalidArgumentError(std::string("mysql: URI must name one database; expected ") +
-                                kForm);
+    return invalid_argument_error(std::string("mysql: URI must name one database; expected ") +
+                                  kForm);
   }
   // lock_connections and op_timeout belong to the keyed-lock backend
   // (mysql_keyed.h), ignored here so one URI serves both.
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"connections", "create_table", "table",
-                                            "connect_timeout", "ssl_mode", "ssl_ca",
-                                            "ssl_cert", "ssl_key", "lock_connections",
-                                            "op_timeout"}));
+  SIMBA_RETURN_IF_ERROR(
+      uri.check_query_keys({"connections", "create_table", "table", "connect_timeout", "ssl_mode",
+                            "ssl_ca", "ssl_cert", "ssl_key", "lock_connections", "op_timeout"}));
   MysqlOptions options;
   options.host = uri.hosts.front().host;
   if (uri.hosts.front().port) options.port = *uri.hosts.front().port;
@@ -206,11 +204,11 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
   if (uri.user) options.user = *uri.user;
   if (uri.password) options.password = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    SIMBA_ASSIGN_OR_RETURN(const bool read, ReadTableKey("mysql", key, value, options.connections,
-                                                         options.table, options.create_table));
+    SIMBA_ASSIGN_OR_RETURN(const bool read, read_table_key("mysql", key, value, options.connections,
+                                                           options.table, options.create_table));
     if (read) {
     } else if (key == "connect_timeout") {
-      SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, ParseDuration("connect_timeout", value));
+      SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, parse_duration("connect_timeout", value));
     } else if (key == "ssl_mode") {
       options.ssl_mode = value;
     } else if (key == "ssl_ca") {
@@ -221,10 +219,10 @@ Result<MysqlOptions> MysqlOptionsFromUri(const Uri& uri) {
       options.ssl_key = value;
     }
   }
-  SIMBA_RETURN_IF_ERROR(CheckServer(options));
+  SIMBA_RETURN_IF_ERROR(check_server(options));
   return options;
 }
 
-std::string MysqlSchemaSql() { return std::string(kCreateTable) + ";\n"; }
+std::string mysql_schema_sql() { return std::string(kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -17,7 +17,7 @@ namespace simba::internal::sql::mysql {
 
 using std::chrono::steady_clock;
 
-void InitLibraryOnce() {
+void init_library_once() {
   static std::once_flag once;
   std::call_once(once, [] { mysql_library_init(0, nullptr, nullptr); });
 }
@@ -25,9 +25,9 @@ void InitLibraryOnce() {
 // One poll() of a driven call: the `ready` mask for the library's _cont, or
 // -1 when there is nothing to tell it yet. Sets *timed_out once `deadline`
 // has passed and *woken when `wake_fd` is readable.
-int PollForDrive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
-                 bool* timed_out) {
-  int timeout = PollTimeout(deadline);
+int poll_for_drive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
+                   bool* timed_out) {
+  int timeout = poll_timeout(deadline);
   if (timeout < 0) {
     *timed_out = true;
     return -1;
@@ -67,7 +67,7 @@ int PollForDrive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* wok
   return ready == 0 ? -1 : ready;
 }
 
-Failure ErrorOf(MYSQL* m) {
+Failure error_of(MYSQL* m) {
   const unsigned int code = mysql_errno(m);
   const std::string message = std::string(mysql_error(m)) + " (error " + std::to_string(code) +
                               ", SQLSTATE " + mysql_sqlstate(m) + ")";
@@ -75,31 +75,31 @@ Failure ErrorOf(MYSQL* m) {
   switch (code) {
     case ER_NO_SUCH_TABLE:  // 1146
       f.kind = SqlFailure::kNoTable;
-      f.status = NotFoundError(message);
+      f.status = not_found_error(message);
       break;
     case ER_TABLEACCESS_DENIED_ERROR:      // 1142
     case ER_DBACCESS_DENIED_ERROR:         // 1044
     case ER_SPECIFIC_ACCESS_DENIED_ERROR:  // 1227
       f.kind = SqlFailure::kNoPrivilege;
-      f.status = PermissionDeniedError(message);
+      f.status = permission_denied_error(message);
       break;
     case ER_TABLE_EXISTS_ERROR:  // 1050
       f.kind = SqlFailure::kAlreadyExists;
-      f.status = AlreadyExistsError(message);
+      f.status = already_exists_error(message);
       break;
     case ER_DUP_ENTRY:  // 1062
       f.kind = SqlFailure::kDuplicateKey;
-      f.status = AbortedError(message);
+      f.status = aborted_error(message);
       break;
     case ER_ACCESS_DENIED_ERROR:  // 1045
-      f.status = PermissionDeniedError(message);
+      f.status = permission_denied_error(message);
       break;
     case ER_BAD_DB_ERROR:  // 1049
-      f.status = NotFoundError(message);
+      f.status = not_found_error(message);
       break;
     case ER_LOCK_WAIT_TIMEOUT:  // 1205
     case ER_LOCK_DEADLOCK:      // 1213
-      f.status = UnavailableError(message);
+      f.status = unavailable_error(message);
       break;
     case CR_CONNECTION_ERROR:      // 2002
     case CR_CONN_HOST_ERROR:       // 2003
@@ -110,51 +110,51 @@ Failure ErrorOf(MYSQL* m) {
     case ER_SERVER_SHUTDOWN:       // 1053
     case ER_QUERY_INTERRUPTED:     // 1317
       f.broken = true;
-      f.status = UnavailableError(message);
+      f.status = unavailable_error(message);
       break;
     default:
       // Other client errors (2xxx) leave the connection in doubt.
       f.broken = code >= 2000 && code < 3000;
-      f.status = f.broken ? UnavailableError(message) : InternalError(message);
+      f.status = f.broken ? unavailable_error(message) : internal_error(message);
       break;
   }
   return f;
 }
 
-std::string DescribeServer(const MysqlOptions& server) {
+std::string describe_server(const MysqlOptions& server) {
   return "mysql at " + server.host + ":" + std::to_string(server.port) + "/" + server.database;
 }
 
-Status CheckServer(const MysqlOptions& server) {
-  if (server.host.empty()) return InvalidArgumentError("mysql: no host");
-  if (server.database.empty()) return InvalidArgumentError("mysql: no database");
+Status check_server(const MysqlOptions& server) {
+  if (server.host.empty()) return invalid_argument_error("mysql: no host");
+  if (server.database.empty()) return invalid_argument_error("mysql: no database");
   if (server.connect_timeout <= std::chrono::milliseconds::zero()) {
-    return InvalidArgumentError("mysql: connect_timeout must be positive");
+    return invalid_argument_error("mysql: connect_timeout must be positive");
   }
   if (server.ssl_mode != "disabled" && server.ssl_mode != "required" &&
       server.ssl_mode != "verify_ca" && server.ssl_mode != "verify_identity") {
-    return InvalidArgumentError(
+    return invalid_argument_error(
         "mysql: ssl_mode must be disabled, required, verify_ca or verify_identity, not " +
-        Quoted(server.ssl_mode));
+        in_quotes(server.ssl_mode));
   }
   // libmariadb verifies a chain without the host name only against a CA
   // file; without one, verify_ca would verify nothing.
   if (server.ssl_mode == "verify_ca" && server.ssl_ca.empty()) {
-    return InvalidArgumentError(
+    return invalid_argument_error(
         "mysql: ssl_mode=verify_ca needs ssl_ca (the CA file that signed the server's "
         "certificate)");
   }
   if (!server.ssl_key.empty() && server.ssl_cert.empty()) {
-    return InvalidArgumentError("mysql: ssl_key needs ssl_cert (the client certificate)");
+    return invalid_argument_error("mysql: ssl_key needs ssl_cert (the client certificate)");
   }
-  return OkStatus();
+  return ok_status();
 }
 
 namespace {
 
 // Whether the connection must be encrypted (any mode but "disabled", or
 // any of the TLS files given).
-bool WantsTls(const MysqlOptions& server) {
+bool wants_tls(const MysqlOptions& server) {
   return server.ssl_mode != "disabled" || !server.ssl_ca.empty() || !server.ssl_cert.empty() ||
          !server.ssl_key.empty();
 }
@@ -162,27 +162,26 @@ bool WantsTls(const MysqlOptions& server) {
 // One connection attempt to `host` (the endpoint's own, or one of its
 // addresses) on a new handle. `*unreachable` says whether another address
 // of the same server is worth a try.
-Result<MysqlConn> ConnectTo(const std::string& host, const MysqlOptions& endpoint,
-                            const std::string& description, Deadline deadline,
-                            const ConnectExtras& extras, bool* unreachable) {
+Result<MysqlConn> connect_to(const std::string& host, const MysqlOptions& endpoint,
+                             const std::string& description, Deadline deadline,
+                             const ConnectExtras& extras, bool* unreachable) {
   *unreachable = false;
   MysqlConn conn(mysql_init(nullptr));
-  if (!conn) return UnavailableError(description + ": out of memory");
+  if (!conn) return unavailable_error(description + ": out of memory");
   MYSQL* m = conn.get();
   mysql_options(m, MYSQL_OPT_NONBLOCK, nullptr);
   mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4");
   if (!extras.init_command.empty()) {
     mysql_options(m, MYSQL_INIT_COMMAND, extras.init_command.c_str());
   }
-  const unsigned int timeout_s = static_cast<unsigned int>(
-      std::max<long long>(1, std::chrono::ceil<std::chrono::seconds>(endpoint.connect_timeout)
-                                 .count()));
+  const unsigned int timeout_s = static_cast<unsigned int>(std::max<long long>(
+      1, std::chrono::ceil<std::chrono::seconds>(endpoint.connect_timeout).count()));
   mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout_s);
   mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, "program_name", "simba");
   for (const auto& [key, value] : extras.attributes) {
     mysql_options4(m, MYSQL_OPT_CONNECT_ATTR_ADD, key.c_str(), value.c_str());
   }
-  if (WantsTls(endpoint)) {
+  if (wants_tls(endpoint)) {
     const my_bool on = 1;
     mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &on);
     // With a CA file, libmariadb verifies the server's certificate chain
@@ -203,70 +202,70 @@ Result<MysqlConn> ConnectTo(const std::string& host, const MysqlOptions& endpoin
       endpoint.password.empty() ? nullptr : endpoint.password.c_str(), endpoint.database.c_str(),
       endpoint.port, nullptr, extras.multi_statements ? CLIENT_MULTI_STATEMENTS : 0);
   auto cont = [&](int ready) { return mysql_real_connect_cont(&connected, m, ready); };
-  const DriveOutcome outcome = Drive(m, status, deadline, cont, extras.wake_fd);
+  const DriveOutcome outcome = drive(m, status, deadline, cont, extras.wake_fd);
   if (outcome != DriveOutcome::kDone) {
-    Abandon(m, status, cont);
-    if (outcome == DriveOutcome::kWoken) return CancelledError(description + ": cancelled");
-    return DeadlineExceededError(description + ": connecting timed out");
+    abandon(m, status, cont);
+    if (outcome == DriveOutcome::kWoken) return cancelled_error(description + ": cancelled");
+    return deadline_exceeded_error(description + ": connecting timed out");
   }
   if (connected == nullptr) {
     const unsigned int code = mysql_errno(m);
     *unreachable = code == CR_CONN_HOST_ERROR || code == CR_CONNECTION_ERROR;
-    Failure f = ErrorOf(m);
-    if (f.status.code() == StatusCode::kInternal) f.status = UnavailableError(f.status.message());
+    Failure f = error_of(m);
+    if (f.status.code() == StatusCode::kInternal) f.status = unavailable_error(f.status.message());
     return Status(f.status.code(), description + ": connecting: " + f.status.message());
   }
   // libmariadb 3.3 refuses a server without TLS only when it also verifies
   // the host name: in the other modes it goes on in the clear. Such a
   // connection is never used (the server's greeting had no TLS, so an
   // attacker in the path may have removed it).
-  if (WantsTls(endpoint) && mysql_get_ssl_cipher(m) == nullptr) {
+  if (wants_tls(endpoint) && mysql_get_ssl_cipher(m) == nullptr) {
     const std::string why = endpoint.ssl_mode != "disabled"
                                 ? "ssl_mode=" + endpoint.ssl_mode
                                 : std::string("a TLS file (ssl_ca, ssl_cert)");
-    return UnavailableError(description + ": connecting: the server does not offer TLS, which " +
-                            why + " requires");
+    return unavailable_error(description + ": connecting: the server does not offer TLS, which " +
+                             why + " requires");
   }
   return conn;
 }
 
 }  // namespace
 
-Result<MysqlConn> Connect(const MysqlOptions& endpoint, const std::string& description,
+Result<MysqlConn> connect(const MysqlOptions& endpoint, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras) {
-  InitLibraryOnce();
+  init_library_once();
   // The connect timeout, in case the call's deadline is far away.
   deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
   bool unreachable = false;
   // To libmariadb "localhost" is its Unix socket: nothing to resolve.
   if (endpoint.host == "localhost") {
-    return ConnectTo(endpoint.host, endpoint, description, deadline, extras, &unreachable);
+    return connect_to(endpoint.host, endpoint, description, deadline, extras, &unreachable);
   }
   // libmariadb resolves a name with a blocking getaddrinfo() that no timeout
   // bounds, so a hung DNS server would stall the connect past its deadline:
   // resolve it here, within the deadline, and hand the library addresses.
   // The port does not change the addresses; it only lets concurrent lookups
   // of one server share a worker.
-  Result<std::vector<ResolvedAddress>> found = LookUpHostUnlessWoken(
-      endpoint.host, endpoint.port, deadline,
-      extras.wake_fd);
-  if (!found.ok()) return found.status().WithContext(description);
+  Result<std::vector<ResolvedAddress>> found =
+      look_up_host_unless_woken(endpoint.host, endpoint.port, deadline, extras.wake_fd);
+  if (!found.ok()) return found.status().with_context(description);
   if (endpoint.ssl_mode == "verify_identity") {
     // libmariadb checks the certificate against the host it was given, and
     // has no option to name another: it must get the name, and looks it up
     // again itself, unbounded. The lookup above still ends the common case,
     // a resolver that is down or hung, by the deadline.
-    return ConnectTo(endpoint.host, endpoint, description, deadline, extras, &unreachable);
+    return connect_to(endpoint.host, endpoint, description, deadline, extras, &unreachable);
   }
   // Each address in the resolver's order until one answers, as libmariadb
   // itself would try them.
   std::vector<std::string> tried;
-  Status last = UnavailableError(description + ": cannot resolve host: no address");
+  Status last = unavailable_error(description + ": cannot resolve host: no address");
   for (const ResolvedAddress& address : *found) {
-    std::string text = NumericAddress(address);
+    std::string text = numeric_address(address);
     if (text.empty() || std::find(tried.begin(), tried.end(), text) != tried.end()) continue;
     if (!tried.empty() && steady_clock::now() >= deadline) break;
-    Result<MysqlConn> conn = ConnectTo(text, endpoint, description, deadline, extras, &unreachable);
+    Result<MysqlConn> conn =
+        connect_to(text, endpoint, description, deadline, extras, &unreachable);
     if (conn.ok() || !unreachable) return conn;
     last = conn.status();
     tried.push_back(std::move(text));
@@ -274,18 +273,18 @@ Result<MysqlConn> Connect(const MysqlOptions& endpoint, const std::string& descr
   return last;
 }
 
-QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd) {
+QueryReply query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd) {
   QueryReply reply;
   // An unfinished call: the reply may still come, so the connection cannot
   // be reused.
   auto done = [&](int& status, auto cont) {
-    const DriveOutcome outcome = Drive(m, status, deadline, cont, wake_fd);
+    const DriveOutcome outcome = drive(m, status, deadline, cont, wake_fd);
     if (outcome == DriveOutcome::kDone) return true;
-    Abandon(m, status, cont);
+    abandon(m, status, cont);
     reply.error.broken = true;
     reply.error.status = outcome == DriveOutcome::kWoken
-                             ? CancelledError("cancelled")
-                             : DeadlineExceededError("no reply by the deadline");
+                             ? cancelled_error("cancelled")
+                             : deadline_exceeded_error("no reply by the deadline");
     return false;
   };
   int rc = 0;
@@ -294,7 +293,7 @@ QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd)
     return reply;
   }
   if (rc != 0) {
-    reply.error = ErrorOf(m);
+    reply.error = error_of(m);
     return reply;
   }
   for (;;) {
@@ -317,7 +316,7 @@ QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd)
         out.rows.push_back(std::move(values));
       }
     } else if (mysql_field_count(m) != 0) {
-      reply.error = ErrorOf(m);  // rows were due but could not be read
+      reply.error = error_of(m);  // rows were due but could not be read
       reply.error.broken = true;
       return reply;
     } else {
@@ -331,23 +330,22 @@ QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd)
     }
     if (next == -1) return reply;  // no more results
     if (next > 0) {
-      reply.error = ErrorOf(m);  // the next statement failed
+      reply.error = error_of(m);  // the next statement failed
       return reply;
     }
   }
 }
 
-ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {
-  QueryReply reply = Query(m, sql, deadline, wake_fd);
+ScalarReply query_scalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd) {
+  QueryReply reply = query(m, sql, deadline, wake_fd);
   if (!reply.error.status.ok()) return {reply.error.status, std::nullopt};
-  if (reply.results.empty() || reply.results[0].rows.empty() ||
-      reply.results[0].rows[0].empty()) {
+  if (reply.results.empty() || reply.results[0].rows.empty() || reply.results[0].rows[0].empty()) {
     return {};
   }
-  return {OkStatus(), reply.results[0].rows[0][0]};
+  return {ok_status(), reply.results[0].rows[0][0]};
 }
 
-std::string Literal(MYSQL* m, std::string_view text) {
+std::string sql_literal(MYSQL* m, std::string_view text) {
   std::string escaped(text.size() * 2 + 1, '\0');
   escaped.resize(mysql_real_escape_string(m, escaped.data(), text.data(), text.size()));
   return "'" + escaped + "'";

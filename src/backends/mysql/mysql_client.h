@@ -25,7 +25,7 @@ namespace simba::internal::sql::mysql {
 
 // mysql_library_init, once and thread-safely (mysql_init would do it too,
 // but not thread-safely).
-void InitLibraryOnce();
+void init_library_once();
 
 using MysqlConn = UniqueHandle<MYSQL, mysql_close>;
 using MysqlResult = UniqueHandle<MYSQL_RES, mysql_free_result>;
@@ -42,13 +42,13 @@ enum class DriveOutcome {
 // status. `wake_fd` (-1: none) is polled beside the socket, so another
 // thread can interrupt the wait by making it readable (an eventfd).
 template <typename Cont>
-DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd = -1);
+DriveOutcome drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd = -1);
 
 // Ends an unfinished call at once: the socket is shut down, so the library
 // fails every read and write and the call returns. The connection cannot be
 // used again.
 template <typename Cont>
-void Abandon(MYSQL* m, int& status, Cont cont);
+void abandon(MYSQL* m, int& status, Cont cont);
 
 // Server and client errors as Simba's codes, and what the SQL protocol
 // must tell apart.
@@ -57,18 +57,18 @@ struct Failure {
   SqlFailure kind = SqlFailure::kOther;
   bool broken = false;  // the connection cannot be used again
 };
-Failure ErrorOf(MYSQL* m);
+Failure error_of(MYSQL* m);
 
 // The server and how to connect to it are a MysqlOptions' host, port, user,
 // password, database, connect_timeout and ssl_* (its connections, table and
 // create_table are the contention backend's).
 
 // "mysql at host:port/db" (never the password), to start messages.
-std::string DescribeServer(const MysqlOptions& server);
+std::string describe_server(const MysqlOptions& server);
 
 // kInvalidArgument unless `server` names a host and a database, a positive
 // connect timeout and a consistent set of TLS options.
-Status CheckServer(const MysqlOptions& server);
+Status check_server(const MysqlOptions& server);
 
 // What differs between the backends' connections.
 struct ConnectExtras {
@@ -89,7 +89,7 @@ struct ConnectExtras {
 // Errors: kDeadlineExceeded, kUnavailable (also a host that cannot be
 // resolved), kPermissionDenied, kNotFound (no such database), kCancelled
 // (woken), each prefixed with `description` (never a password).
-Result<MysqlConn> Connect(const MysqlOptions& server, const std::string& description,
+Result<MysqlConn> connect(const MysqlOptions& server, const std::string& description,
                           Deadline deadline, const ConnectExtras& extras);
 
 // What a query (one statement, or several with multi_statements) did.
@@ -102,7 +102,7 @@ struct QueryReply {
 };
 // Runs `sql` and collects every statement's result by `deadline`, unless
 // `wake_fd` (-1: none) becomes readable first.
-QueryReply Query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd = -1);
+QueryReply query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd = -1);
 
 // The reply of a statement that returns at most one row of one column
 // (SELECT GET_LOCK(...)): the value, nullopt for no row (SQL NULL reads
@@ -111,22 +111,22 @@ struct ScalarReply {
   Status status;
   std::optional<std::string> value;
 };
-ScalarReply QueryScalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd = -1);
+ScalarReply query_scalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd = -1);
 
 // `text` as a quoted SQL literal, escaped for the connection's character set.
-std::string Literal(MYSQL* m, std::string_view text);
+std::string sql_literal(MYSQL* m, std::string_view text);
 
 // ---- implementation of the templates ----
 
-int PollForDrive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
-                 bool* timed_out);
+int poll_for_drive(MYSQL* m, int status, Deadline deadline, int wake_fd, bool* woken,
+                   bool* timed_out);
 
 template <typename Cont>
-DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd) {
+DriveOutcome drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake_fd) {
   while (status != 0) {
     bool woken = false;
     bool timed_out = false;
-    const int ready = PollForDrive(m, status, deadline, wake_fd, &woken, &timed_out);
+    const int ready = poll_for_drive(m, status, deadline, wake_fd, &woken, &timed_out);
     if (woken) return DriveOutcome::kWoken;
     if (timed_out) return DriveOutcome::kDeadline;
     if (ready < 0) continue;  // nothing for the library yet (EINTR, spurious wake-up)
@@ -136,7 +136,7 @@ DriveOutcome Drive(MYSQL* m, int& status, Deadline deadline, Cont cont, int wake
 }
 
 template <typename Cont>
-void Abandon(MYSQL* m, int& status, Cont cont) {
+void abandon(MYSQL* m, int& status, Cont cont) {
   mariadb_cancel(m);
   for (int i = 0; i < 100 && status != 0; ++i) {
     int ready = status & (MYSQL_WAIT_READ | MYSQL_WAIT_WRITE | MYSQL_WAIT_EXCEPT);

@@ -77,11 +77,11 @@ class MysqlSession final : public LockSession {
   MysqlConn conn_;
 };
 
-MysqlSession& My(LockSession& session) { return static_cast<MysqlSession&>(session); }
+MysqlSession& my(LockSession& session) { return static_cast<MysqlSession&>(session); }
 
 // Dead peers on a silently cut network are noticed by TCP keepalive (about
 // 8 s); a server that closes the session is noticed at once.
-void EnableKeepalive(int fd) {
+void enable_keepalive(int fd) {
   const int on = 1, idle_s = 5, interval_s = 1, probes = 3;
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle_s, sizeof(idle_s));
@@ -92,7 +92,7 @@ void EnableKeepalive(int fd) {
 // The GET_LOCK timeout argument for a wait of `wait` (>= 0): milliseconds
 // as a decimal where the server takes fractions, else whole seconds rounded
 // up (the client then ends the wait on time itself).
-std::string TimeoutArgument(milliseconds wait, bool fractional) {
+std::string timeout_argument(milliseconds wait, bool fractional) {
   if (!fractional) {
     return std::to_string(std::chrono::ceil<std::chrono::seconds>(wait).count());
   }
@@ -109,29 +109,29 @@ class MysqlLockDriver final : public SessionLockDriver {
 
   // Connects (by the connect timeout; `wake_fd` readable gives up) and
   // learns the server's traits on the first connection.
-  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
+  Result<std::unique_ptr<LockSession>> open_session(int wake_fd) override {
     ConnectExtras extras;
     // A held lock lives as long as its session: the server's idle timeout
     // (wait_timeout, 8 h by default) must not end it, so it is a year.
     extras.init_command = "SET SESSION wait_timeout = 31536000";
     extras.attributes = {{"simba_role", "keyed_lock"}};
     extras.wake_fd = wake_fd;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, Connect(config_.server, description_, Deadline::max(), extras));
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn,
+                           connect(config_.server, description_, Deadline::max(), extras));
     auto session = std::make_unique<MysqlSession>(std::move(conn));
-    EnableKeepalive(session->socket());
+    enable_keepalive(session->socket());
     if (traits().has_value()) return std::unique_ptr<LockSession>(std::move(session));
-    Result<ServerTraits> probed = ProbeTraits(*session, wake_fd);
+    Result<ServerTraits> probed = probe_traits(*session, wake_fd);
     if (!probed.ok()) {
       session->abandon();
       return probed.status();
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!traits_) {
-      SIMBA_LOG(kInfo, description_ << ": keyed locks on " << probed->version << ", "
-                                    << (probed->names == LockNameCompare::kExact
-                                            ? "exact"
-                                            : "case-folded")
-                                    << " lock names");
+      SIMBA_LOG(kInfo, description_
+                           << ": keyed locks on " << probed->version << ", "
+                           << (probed->names == LockNameCompare::kExact ? "exact" : "case-folded")
+                           << " lock names");
       traits_ = std::move(*probed);
     }
     return std::unique_ptr<LockSession>(std::move(session));
@@ -142,17 +142,17 @@ class MysqlLockDriver final : public SessionLockDriver {
   Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
     const ServerTraits traits = *this->traits();
-    MYSQL* m = My(session).get();
-    const std::string name = LockNameOf(key, traits.names);
-    const std::string literal = Literal(m, name);
+    MYSQL* m = my(session).get();
+    const std::string name = lock_name_of(key, traits.names);
+    const std::string literal = sql_literal(m, name);
     for (;;) {
       const auto now = steady_clock::now();
       const bool last = wait_deadline - now <= kMaxSlice;
       const milliseconds wait =
-          last ? std::max(milliseconds::zero(),
-                          std::chrono::ceil<milliseconds>(wait_deadline - now))
-               : kMaxSlice;
-      const std::string timeout = TimeoutArgument(wait, traits.fractional_timeouts);
+          last
+              ? std::max(milliseconds::zero(), std::chrono::ceil<milliseconds>(wait_deadline - now))
+              : kMaxSlice;
+      const std::string timeout = timeout_argument(wait, traits.fractional_timeouts);
       // An attempt without a wait gets op_timeout for its reply; the last
       // slice ends kDeadlineGrace after the wait deadline at the latest (a
       // whole-second server would wait longer); an earlier slice gets its
@@ -165,43 +165,42 @@ class MysqlLockDriver final : public SessionLockDriver {
       } else {
         reply_deadline = now + kMaxSlice + config_.op_timeout;  // kMaxSlice is whole seconds
       }
-      ScalarReply reply = QueryScalar(m, "SELECT GET_LOCK(" + literal + ", " + timeout + ")",
-                                      reply_deadline, wake_fd);
+      ScalarReply reply = query_scalar(m, "SELECT GET_LOCK(" + literal + ", " + timeout + ")",
+                                       reply_deadline, wake_fd);
       if (!reply.status.ok()) {
         session.set_broken();  // abandoned or broken: its end frees a late grant
         if (reply.status.code() == StatusCode::kDeadlineExceeded && last &&
             wait > milliseconds::zero()) {
           return std::optional<std::uint64_t>();  // the wait deadline passed
         }
-        return reply.status.WithContext(description_ + ": GET_LOCK: ");
+        return reply.status.with_context(description_ + ": GET_LOCK: ");
       }
       if (!reply.value || reply.value->empty()) {  // SQL NULL
         session.set_broken();
-        return UnavailableError(description_ +
-                                ": GET_LOCK returned NULL (the wait was killed or failed)");
+        return unavailable_error(description_ +
+                                 ": GET_LOCK returned NULL (the wait was killed or failed)");
       }
       if (*reply.value == "1") {
-        My(session).held_name = name;
+        my(session).held_name = name;
         return std::optional<std::uint64_t>(0);  // GET_LOCK mints no token
       }
       if (*reply.value != "0") {
         session.set_broken();
-        return InternalError(description_ + ": GET_LOCK returned " + Quoted(*reply.value));
+        return internal_error(description_ + ": GET_LOCK returned " + in_quotes(*reply.value));
       }
       if (last) return std::optional<std::uint64_t>();  // timed out
     }
   }
 
   Status unlock(LockSession& session, Deadline deadline) override {
-    MYSQL* m = My(session).get();
-    ScalarReply reply = QueryScalar(
-        m, "SELECT RELEASE_LOCK(" + Literal(m, My(session).held_name) + ")",
-        deadline);
-    if (!reply.status.ok()) return reply.status.WithContext("RELEASE_LOCK: ");
+    MYSQL* m = my(session).get();
+    ScalarReply reply = query_scalar(
+        m, "SELECT RELEASE_LOCK(" + sql_literal(m, my(session).held_name) + ")", deadline);
+    if (!reply.status.ok()) return reply.status.with_context("RELEASE_LOCK: ");
     if (reply.value != "1") {
-      return AbortedError("RELEASE_LOCK found the key not held by this session");
+      return aborted_error("RELEASE_LOCK found the key not held by this session");
     }
-    return OkStatus();
+    return ok_status();
   }
 
  private:
@@ -213,32 +212,32 @@ class MysqlLockDriver final : public SessionLockDriver {
   // The server's version, and whether it tells names apart that differ only
   // in case: it takes a probe lock and asks whether its case-folded twin is
   // free (MariaDB 10.11: yes; MySQL lower-cases names: no).
-  Result<ServerTraits> ProbeTraits(MysqlSession& session, int wake) {
+  Result<ServerTraits> probe_traits(MysqlSession& session, int wake) {
     MYSQL* m = session.get();
     const Deadline deadline = steady_clock::now() + config_.op_timeout;
     ServerTraits traits;
-    SIMBA_ASSIGN_OR_RETURN(traits.version, Scalar(m, "SELECT VERSION()", deadline, wake));
+    SIMBA_ASSIGN_OR_RETURN(traits.version, scalar(m, "SELECT VERSION()", deadline, wake));
     traits.fractional_timeouts = traits.version.find("MariaDB") != std::string::npos;
     const std::string suffix = "-" + std::to_string(mysql_thread_id(m));
-    const std::string probe = Literal(m, "simba-case-probe-A\xc3\xa9" + suffix);
-    const std::string twin = Literal(m, "simba-case-probe-a\xc3\x89" + suffix);
+    const std::string probe = sql_literal(m, "simba-case-probe-A\xc3\xa9" + suffix);
+    const std::string twin = sql_literal(m, "simba-case-probe-a\xc3\x89" + suffix);
     SIMBA_ASSIGN_OR_RETURN(std::string taken,
-                           Scalar(m, "SELECT GET_LOCK(" + probe + ", 0)", deadline, wake));
+                           scalar(m, "SELECT GET_LOCK(" + probe + ", 0)", deadline, wake));
     SIMBA_ASSIGN_OR_RETURN(std::string twin_free,
-                           Scalar(m, "SELECT IS_FREE_LOCK(" + twin + ")", deadline, wake));
+                           scalar(m, "SELECT IS_FREE_LOCK(" + twin + ")", deadline, wake));
     SIMBA_ASSIGN_OR_RETURN(std::string released,
-                           Scalar(m, "SELECT RELEASE_LOCK(" + probe + ")", deadline, wake));
+                           scalar(m, "SELECT RELEASE_LOCK(" + probe + ")", deadline, wake));
     if (taken != "1" || released != "1") {
-      return UnavailableError(description_ + ": the probe lock could not be taken and freed");
+      return unavailable_error(description_ + ": the probe lock could not be taken and freed");
     }
     traits.names = twin_free == "1" ? LockNameCompare::kExact : LockNameCompare::kFolded;
     return traits;
   }
 
   // A statement's single value ("" for NULL); errors with context.
-  Result<std::string> Scalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake) {
-    ScalarReply reply = QueryScalar(m, sql, deadline, wake);
-    if (!reply.status.ok()) return reply.status.WithContext(description_ + ": " + sql + ": ");
+  Result<std::string> scalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake) {
+    ScalarReply reply = query_scalar(m, sql, deadline, wake);
+    if (!reply.status.ok()) return reply.status.with_context(description_ + ": " + sql + ": ");
     return reply.value.value_or("");
   }
 
@@ -248,7 +247,7 @@ class MysqlLockDriver final : public SessionLockDriver {
   std::optional<ServerTraits> traits_;  // guarded by mu_
 };
 
-KeyedLockCapabilities MysqlCapabilities() {
+KeyedLockCapabilities mysql_capabilities() {
   KeyedLockCapabilities capabilities;
   capabilities.mechanism =
       "GET_LOCK (session; keys over 64 characters or 192 bytes are hashed to '#sha256:' + 56 "
@@ -269,34 +268,34 @@ KeyedLockCapabilities MysqlCapabilities() {
 
 namespace simba {
 
-using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql;         // NOLINT(google-build-using-namespace)
 using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
 
-Result<std::shared_ptr<KeyedLockBackend>> NewMysqlKeyedLockBackend(MysqlKeyedOptions options) {
-  SIMBA_RETURN_IF_ERROR(CheckServer(options.server));
+Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeyedOptions options) {
+  SIMBA_RETURN_IF_ERROR(check_server(options.server));
   if (options.op_timeout <= milliseconds::zero()) {
-    return InvalidArgumentError("mysql: op_timeout must be positive");
+    return invalid_argument_error("mysql: op_timeout must be positive");
   }
   SessionLockConfig engine;
   engine.scheme = "mysql";
-  engine.description = DescribeServer(options.server);
-  engine.capabilities = MysqlCapabilities();
+  engine.description = describe_server(options.server);
+  engine.capabilities = mysql_capabilities();
   engine.budget = options.lock_connections;
   engine.store_call_timeout = options.op_timeout;
   auto driver = std::make_shared<MysqlLockDriver>(std::move(options), engine.description);
-  return NewSessionLockBackend(std::move(engine), std::move(driver));
+  return new_session_lock_backend(std::move(engine), std::move(driver));
 }
 
 // The contention backend's keys (MysqlOptionsFromUri checks them) plus
 // lock_connections and op_timeout.
-Result<MysqlKeyedOptions> MysqlKeyedOptionsFromUri(const Uri& uri) {
+Result<MysqlKeyedOptions> mysql_keyed_options_from_uri(const Uri& uri) {
   MysqlKeyedOptions options;
   Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, TakeLockConnections("mysql", shared));
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, take_lock_connections("mysql", shared));
   shared.query.erase("op_timeout");
-  SIMBA_ASSIGN_OR_RETURN(options.server, MysqlOptionsFromUri(shared));
-  if (auto value = uri.Query("op_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.op_timeout, ParseDuration("op_timeout", *value));
+  SIMBA_ASSIGN_OR_RETURN(options.server, mysql_options_from_uri(shared));
+  if (auto value = uri.query_value("op_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.op_timeout, parse_duration("op_timeout", *value));
   }
   return options;  // NewMysqlKeyedLockBackend checks the values
 }

@@ -32,13 +32,13 @@ inline constexpr std::string_view kHashedNamePrefix = "#sha256:";
 inline constexpr std::size_t kHashedNameDigits = 56;
 
 // The GET_LOCK name of `key` (valid UTF-8, as validate_key checked).
-std::string LockNameOf(std::string_view key, LockNameCompare compare);
+std::string lock_name_of(std::string_view key, LockNameCompare compare);
 
 // True when `key` is used as its own lock name.
-bool IsPlainLockName(std::string_view key, LockNameCompare compare);
+bool is_plain_lock_name(std::string_view key, LockNameCompare compare);
 
 // SHA-256 of `data` as 64 lower-case hex digits (FIPS 180-4).
-std::string Sha256Hex(std::string_view data);
+std::string sha256_hex(std::string_view data);
 
 }  // namespace simba::internal::sql::mysql
 

@@ -18,13 +18,13 @@ namespace simba::internal::sql::pg {
 
 namespace {
 
-std::string WithoutTrailingNewlines(std::string text) {
+std::string without_trailing_newlines(std::string text) {
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   return text;
 }
 
 // libpq's lists ("a,b"): split at every comma, no escapes, no trimming.
-std::vector<std::string> SplitList(const std::string& list) {
+std::vector<std::string> split_list(const std::string& list) {
   std::vector<std::string> items;
   std::size_t start = 0;
   for (;;) {
@@ -35,7 +35,7 @@ std::vector<std::string> SplitList(const std::string& list) {
   }
 }
 
-std::string JoinList(const std::vector<std::string>& items) {
+std::string join_list(const std::vector<std::string>& items) {
   std::string list;
   for (std::size_t i = 0; i < items.size(); ++i) list += (i == 0 ? "" : ",") + items[i];
   return list;
@@ -43,7 +43,7 @@ std::string JoinList(const std::vector<std::string>& items) {
 
 // A Unix-socket directory to libpq, or its default (a socket or localhost):
 // nothing to resolve.
-bool NeedsNoLookUp(const std::string& host) {
+bool needs_no_look_up(const std::string& host) {
   return host.empty() || host.front() == '/' || host.front() == '@';
 }
 
@@ -57,15 +57,15 @@ bool NeedsNoLookUp(const std::string& host) {
 // another; a host that does not resolve is left out unless none does, as
 // libpq would skip it. Params that name `hostaddr` already, or whose `port`
 // list does not match `host`'s (libpq reports that), are left alone.
-Result<std::map<std::string, std::string>> WithHostAddresses(
-    std::map<std::string, std::string> params, const std::string& description,
-    Deadline deadline, int wake_fd) {
+Result<std::map<std::string, std::string>> with_host_addresses(
+    std::map<std::string, std::string> params, const std::string& description, Deadline deadline,
+    int wake_fd) {
   const auto host = params.find("host");
   if (host == params.end() || params.count("hostaddr") != 0) return params;
-  const std::vector<std::string> hosts = SplitList(host->second);
+  const std::vector<std::string> hosts = split_list(host->second);
   const auto port = params.find("port");
   const std::vector<std::string> ports =
-      port == params.end() ? std::vector<std::string>{""} : SplitList(port->second);
+      port == params.end() ? std::vector<std::string>{""} : split_list(port->second);
   if (ports.size() != 1 && ports.size() != hosts.size()) return params;
 
   std::vector<std::string> new_hosts;
@@ -76,7 +76,7 @@ Result<std::map<std::string, std::string>> WithHostAddresses(
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     const std::string& name = hosts[i];
     const std::string& port_text = ports.size() == 1 ? ports.front() : ports[i];
-    if (NeedsNoLookUp(name)) {
+    if (needs_no_look_up(name)) {
       new_hosts.push_back(name);
       new_addresses.emplace_back();
       new_ports.push_back(port_text);
@@ -93,20 +93,20 @@ Result<std::map<std::string, std::string>> WithHostAddresses(
     }
     looked_up = true;
     const std::string context =
-        hosts.size() == 1 ? description : description + ", host " + Quoted(name);
+        hosts.size() == 1 ? description : description + ", host " + in_quotes(name);
     Result<std::vector<ResolvedAddress>> found =
-        LookUpHostUnlessWoken(name, port_number, deadline, wake_fd);
+        look_up_host_unless_woken(name, port_number, deadline, wake_fd);
     if (!found.ok()) {
       // Past the deadline or cancelled: no other host could be tried either.
       if (found.status().code() != StatusCode::kUnavailable) {
-        return found.status().WithContext(context);
+        return found.status().with_context(context);
       }
-      if (first_failure.ok()) first_failure = found.status().WithContext(context);
+      if (first_failure.ok()) first_failure = found.status().with_context(context);
       continue;
     }
     std::vector<std::string> seen;
     for (const ResolvedAddress& address : *found) {
-      std::string text = NumericAddress(address);
+      std::string text = numeric_address(address);
       if (text.empty() || std::find(seen.begin(), seen.end(), text) != seen.end()) continue;
       seen.push_back(text);
       new_hosts.push_back(name);
@@ -116,15 +116,15 @@ Result<std::map<std::string, std::string>> WithHostAddresses(
   }
   if (!looked_up) return params;
   if (new_hosts.empty()) return first_failure;
-  host->second = JoinList(new_hosts);
-  params["hostaddr"] = JoinList(new_addresses);
-  if (ports.size() > 1) port->second = JoinList(new_ports);
+  host->second = join_list(new_hosts);
+  params["hostaddr"] = join_list(new_addresses);
+  if (ports.size() > 1) port->second = join_list(new_ports);
   return params;
 }
 
 // libpq's connect_timeout (whole seconds) as a bound on the lookup too, in
 // case the call's deadline is far away; `deadline` when it is unset or bad.
-Deadline WithConnectTimeout(const std::map<std::string, std::string>& params, Deadline deadline) {
+Deadline with_connect_timeout(const std::map<std::string, std::string>& params, Deadline deadline) {
   const auto timeout = params.find("connect_timeout");
   if (timeout == params.end()) return deadline;
   const std::string& text = timeout->second;
@@ -139,9 +139,9 @@ Deadline WithConnectTimeout(const std::map<std::string, std::string>& params, De
 
 }  // namespace
 
-std::string ConnMessage(PGconn* conn) { return WithoutTrailingNewlines(PQerrorMessage(conn)); }
+std::string conn_message(PGconn* conn) { return without_trailing_newlines(PQerrorMessage(conn)); }
 
-std::string DescribeServer(const std::map<std::string, std::string>& params) {
+std::string describe_server(const std::map<std::string, std::string>& params) {
   auto get = [&](const char* key, const std::string& fallback) {
     auto it = params.find(key);
     return it == params.end() ? fallback : it->second;
@@ -150,75 +150,75 @@ std::string DescribeServer(const std::map<std::string, std::string>& params) {
          get("dbname", get("user", ""));
 }
 
-FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd) {
+FdWait wait_socket(int fd, short events, Deadline deadline, int wake_fd) {
   const FdWait waited = wait_fd(fd, events, deadline, wake_fd);
   return waited == FdWait::kFailed ? FdWait::kReady : waited;
 }
 
-Status Flush(PGconn* conn, Deadline deadline) {
+Status flush(PGconn* conn, Deadline deadline) {
   for (;;) {
     const int flushed = PQflush(conn);
-    if (flushed == 0) return OkStatus();
-    if (flushed < 0) return UnavailableError("sending: " + ConnMessage(conn));
-    if (WaitSocket(PQsocket(conn), POLLOUT | POLLIN, deadline) != FdWait::kReady) {
-      return DeadlineExceededError("sending timed out");
+    if (flushed == 0) return ok_status();
+    if (flushed < 0) return unavailable_error("sending: " + conn_message(conn));
+    if (wait_socket(PQsocket(conn), POLLOUT | POLLIN, deadline) != FdWait::kReady) {
+      return deadline_exceeded_error("sending timed out");
     }
-    if (PQconsumeInput(conn) != 1) return UnavailableError("reading: " + ConnMessage(conn));
+    if (PQconsumeInput(conn) != 1) return unavailable_error("reading: " + conn_message(conn));
   }
 }
 
-Result<bool> AwaitResult(PGconn* conn, Deadline deadline, int wake_fd) {
+Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd) {
   while (PQisBusy(conn) == 1) {
-    const FdWait waited = WaitSocket(PQsocket(conn), POLLIN, deadline, wake_fd);
+    const FdWait waited = wait_socket(PQsocket(conn), POLLIN, deadline, wake_fd);
     if (waited == FdWait::kWoken) return false;
-    if (waited == FdWait::kTimedOut) return DeadlineExceededError("no reply by the deadline");
-    if (PQconsumeInput(conn) != 1) return UnavailableError("reading: " + ConnMessage(conn));
+    if (waited == FdWait::kTimedOut) return deadline_exceeded_error("no reply by the deadline");
+    if (PQconsumeInput(conn) != 1) return unavailable_error("reading: " + conn_message(conn));
   }
   return true;
 }
 
-std::string SqlState(const PGresult* result) {
+std::string sql_state(const PGresult* result) {
   const char* state = PQresultErrorField(result, PG_DIAG_SQLSTATE);
   return state != nullptr ? state : "";
 }
 
-Status ResultStatus(PGresult* result, SqlFailure* failure) {
-  const std::string sqlstate = SqlState(result);
-  const std::string text = WithoutTrailingNewlines(PQresultErrorMessage(result));
+Status result_status(PGresult* result, SqlFailure* failure) {
+  const std::string sqlstate = sql_state(result);
+  const std::string text = without_trailing_newlines(PQresultErrorMessage(result));
   const std::string message = text + (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")");
   SqlFailure kind = SqlFailure::kOther;
   Status status;
   if (sqlstate == "42P01") {
     kind = SqlFailure::kNoTable;
-    status = NotFoundError(message);
+    status = not_found_error(message);
   } else if (sqlstate == "42501") {
     kind = SqlFailure::kNoPrivilege;
-    status = PermissionDeniedError(message);
+    status = permission_denied_error(message);
   } else if (sqlstate == "23505") {
     kind = SqlFailure::kDuplicateKey;
-    status = AbortedError(message);
+    status = aborted_error(message);
   } else if (sqlstate == "42P07" || sqlstate == "42710") {
     // duplicate_table, duplicate_object (the table's row type).
     kind = SqlFailure::kAlreadyExists;
-    status = AlreadyExistsError(message);
+    status = already_exists_error(message);
   } else if (sqlstate == "57014") {
-    status = DeadlineExceededError(message);
+    status = deadline_exceeded_error(message);
   } else if (sqlstate.rfind("08", 0) == 0 || sqlstate.rfind("57", 0) == 0 ||
              sqlstate.rfind("53", 0) == 0 || sqlstate == "40001" || sqlstate == "40P01") {
     // Connection trouble, shutdown, resources, serialization: try again.
-    status = UnavailableError(message);
+    status = unavailable_error(message);
   } else {
-    status = InternalError(message);
+    status = internal_error(message);
   }
   if (failure != nullptr) *failure = kind;
   return status;
 }
 
-Result<PgConn> Connect(const std::map<std::string, std::string>& params,
+Result<PgConn> connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd) {
   SIMBA_ASSIGN_OR_RETURN(
       const auto resolved,
-      WithHostAddresses(params, description, WithConnectTimeout(params, deadline), wake_fd));
+      with_host_addresses(params, description, with_connect_timeout(params, deadline), wake_fd));
   std::vector<const char*> keys;
   std::vector<const char*> values;
   for (const auto& [k, v] : resolved) {
@@ -228,52 +228,52 @@ Result<PgConn> Connect(const std::map<std::string, std::string>& params,
   keys.push_back(nullptr);
   values.push_back(nullptr);
   PgConn conn(PQconnectStartParams(keys.data(), values.data(), 0));
-  if (!conn) return UnavailableError(description + ": out of memory");
+  if (!conn) return unavailable_error(description + ": out of memory");
   if (PQstatus(conn.get()) == CONNECTION_BAD) {
-    return UnavailableError(description + ": " + ConnMessage(conn.get()));
+    return unavailable_error(description + ": " + conn_message(conn.get()));
   }
   PostgresPollingStatusType state = PGRES_POLLING_WRITING;
   for (;;) {
     if (state == PGRES_POLLING_OK) break;
     if (state == PGRES_POLLING_FAILED) {
-      const std::string message = ConnMessage(conn.get());
+      const std::string message = conn_message(conn.get());
       if (message.find("password authentication failed") != std::string::npos ||
           message.find("no password supplied") != std::string::npos ||
           message.find("no pg_hba.conf entry") != std::string::npos) {
-        return PermissionDeniedError(description + ": " + message);
+        return permission_denied_error(description + ": " + message);
       }
       if (message.find("does not exist") != std::string::npos) {
-        return NotFoundError(description + ": " + message);
+        return not_found_error(description + ": " + message);
       }
-      return UnavailableError(description + ": " + message);
+      return unavailable_error(description + ": " + message);
     }
     const short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
-    switch (WaitSocket(PQsocket(conn.get()), events, deadline, wake_fd)) {
+    switch (wait_socket(PQsocket(conn.get()), events, deadline, wake_fd)) {
       case FdWait::kReady:
       case FdWait::kFailed:  // not returned by WaitSocket
         break;
       case FdWait::kWoken:
-        return CancelledError(description + ": cancelled while connecting");
+        return cancelled_error(description + ": cancelled while connecting");
       case FdWait::kTimedOut:
-        return DeadlineExceededError(description + ": connecting timed out");
+        return deadline_exceeded_error(description + ": connecting timed out");
     }
     state = PQconnectPoll(conn.get());
   }
   if (PQsetnonblocking(conn.get(), 1) != 0) {
-    return UnavailableError(description + ": " + ConnMessage(conn.get()));
+    return unavailable_error(description + ": " + conn_message(conn.get()));
   }
   // libpq prints notices ("relation ... already exists, skipping") to
   // stderr by default: a library must not write into its user's stderr.
   PQsetNoticeProcessor(
       conn.get(),
       [](void*, const char* message) {
-        SIMBA_LOG(kDebug, "postgresql: " << WithoutTrailingNewlines(message));
+        SIMBA_LOG(kDebug, "postgresql: " << without_trailing_newlines(message));
       },
       nullptr);
   return conn;
 }
 
-const std::set<std::string>& LibpqKeywords() {
+const std::set<std::string>& libpq_keywords() {
   static const std::set<std::string>* keywords = [] {
     auto* set = new std::set<std::string>();
     if (PQconninfoOption* options = PQconndefaults()) {
@@ -285,16 +285,16 @@ const std::set<std::string>& LibpqKeywords() {
   return *keywords;
 }
 
-Status CheckParams(const std::map<std::string, std::string>& params) {
+Status check_params(const std::map<std::string, std::string>& params) {
   if (params.count("host") == 0 && params.count("hostaddr") == 0) {
-    return InvalidArgumentError("postgresql: no host");
+    return invalid_argument_error("postgresql: no host");
   }
   for (const auto& [key, value] : params) {
-    if (LibpqKeywords().count(key) == 0) {
-      return InvalidArgumentError("postgresql: unknown connection option " + Quoted(key));
+    if (libpq_keywords().count(key) == 0) {
+      return invalid_argument_error("postgresql: unknown connection option " + in_quotes(key));
     }
   }
-  return OkStatus();
+  return ok_status();
 }
 
 }  // namespace simba::internal::sql::pg

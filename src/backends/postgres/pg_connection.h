@@ -25,35 +25,35 @@ using PgResult = UniqueHandle<PGresult, PQclear>;
 using PgConn = UniqueHandle<PGconn, PQfinish>;
 
 // libpq's message for `conn` without its trailing newline.
-std::string ConnMessage(PGconn* conn);
+std::string conn_message(PGconn* conn);
 
 // "postgresql at host:port/db" from libpq connection keywords (never the
 // password), to start messages.
-std::string DescribeServer(const std::map<std::string, std::string>& params);
+std::string describe_server(const std::map<std::string, std::string>& params);
 
 // Waits until `fd` has one of `events`, `wake_fd` (ignored when < 0) is
 // readable, or `deadline` passes. The wake fd is not drained: it stays
 // readable, so a caller that was woken stops passing it. A failed poll()
 // counts as kReady, so libpq reports the error.
-FdWait WaitSocket(int fd, short events, Deadline deadline, int wake_fd = -1);
+FdWait wait_socket(int fd, short events, Deadline deadline, int wake_fd = -1);
 
 // Sends what libpq has queued by `deadline`, reading meanwhile (so the
 // server never blocks on us). Errors: kUnavailable, kDeadlineExceeded.
-Status Flush(PGconn* conn, Deadline deadline);
+Status flush(PGconn* conn, Deadline deadline);
 
 // Waits until libpq has a whole result to give (PQisBusy false), reading
 // as replies come, by `deadline`: true then, false when `wake_fd` (if >= 0)
 // became readable first. Errors: kUnavailable, kDeadlineExceeded. After an
 // error the connection's state is unknown.
-Result<bool> AwaitResult(PGconn* conn, Deadline deadline, int wake_fd = -1);
+Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd = -1);
 
 // The server's SQLSTATE of a failed result ("" when it sent none, e.g. the
 // connection broke).
-std::string SqlState(const PGresult* result);
+std::string sql_state(const PGresult* result);
 
 // A failed result as a Status (with the SQLSTATE in the message); `failure`
 // (if given) says which kind the SQL protocol must tell apart.
-Status ResultStatus(PGresult* result, SqlFailure* failure);
+Status result_status(PGresult* result, SqlFailure* failure);
 
 // Connects without blocking past `deadline`, and returns the connection in
 // nonblocking mode with libpq's notices sent to our debug log. When
@@ -63,14 +63,14 @@ Status ResultStatus(PGresult* result, SqlFailure* failure);
 // Errors: kPermissionDenied (authentication), kNotFound (no such database
 // or role), kUnavailable (also a host that cannot be resolved),
 // kDeadlineExceeded.
-Result<PgConn> Connect(const std::map<std::string, std::string>& params,
+Result<PgConn> connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd = -1);
 
 // The connection keywords this libpq knows, to reject typos in URIs.
-const std::set<std::string>& LibpqKeywords();
+const std::set<std::string>& libpq_keywords();
 
 // kInvalidArgument unless `params` name a host and only keywords libpq knows.
-Status CheckParams(const std::map<std::string, std::string>& params);
+Status check_params(const std::map<std::string, std::string>& params);
 
 }  // namespace simba::internal::sql::pg
 

@@ -43,18 +43,18 @@ class PgSession final : public SqlSession {
     return SqlSession::healthy() && PQstatus(conn_.get()) == CONNECTION_OK;
   }
 
-  Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
     if (failure != nullptr) *failure = SqlFailure::kOther;
     PGconn* conn = conn_.get();
     // One pipeline, one sync: the statements run as one implicit
     // transaction (so `transaction` needs nothing more) in one round trip.
     (void)transaction;
-    if (PQenterPipelineMode(conn) != 1) return Broken("entering pipeline mode");
+    if (PQenterPipelineMode(conn) != 1) return broken("entering pipeline mode");
     for (const Statement& statement : statements) {
       // "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
       SIMBA_ASSIGN_OR_RETURN(const std::string sql,
-                             RenderParams(statement.sql, [](std::size_t i, bool) {
+                             render_params(statement.sql, [](std::size_t i, bool) {
                                return Result<std::string>("$" + std::to_string(i + 1));
                              }));
       std::vector<const char*> values;
@@ -62,16 +62,16 @@ class PgSession final : public SqlSession {
       for (const std::string& p : statement.params) values.push_back(p.c_str());
       if (PQsendQueryParams(conn, sql.c_str(), static_cast<int>(values.size()), nullptr,
                             values.data(), nullptr, nullptr, 0) != 1) {
-        return Broken("sending a statement");
+        return broken("sending a statement");
       }
     }
-    if (PQpipelineSync(conn) != 1) return Broken("sending");
-    SIMBA_RETURN_IF_ERROR(Broken(Flush(conn, deadline)));
+    if (PQpipelineSync(conn) != 1) return broken("sending");
+    SIMBA_RETURN_IF_ERROR(broken(flush(conn, deadline)));
     std::vector<SqlResult> results;
     Status first_error;
     bool synced = false;
     while (!synced) {
-      SIMBA_RETURN_IF_ERROR(Broken(AwaitResult(conn, deadline).status()));
+      SIMBA_RETURN_IF_ERROR(broken(await_result(conn, deadline).status()));
       PgResult result(PQgetResult(conn));
       if (!result) continue;  // the end of one statement's results
       switch (PQresultStatus(result.get())) {
@@ -99,7 +99,7 @@ class PgSession final : public SqlSession {
         case PGRES_PIPELINE_ABORTED:
           break;
         default:
-          if (first_error.ok()) first_error = ResultStatus(result.get(), failure);
+          if (first_error.ok()) first_error = result_status(result.get(), failure);
           break;
       }
     }
@@ -111,12 +111,12 @@ class PgSession final : public SqlSession {
  private:
   // A failed or late call (whose reply may still come): the connection
   // cannot be reused.
-  Status Broken(Status status) {
+  Status broken(Status status) {
     if (!status.ok()) set_broken();
     return status;
   }
-  Status Broken(std::string_view what) {
-    return Broken(UnavailableError(std::string(what) + ": " + ConnMessage(conn_.get())));
+  Status broken(std::string_view what) {
+    return broken(unavailable_error(std::string(what) + ": " + conn_message(conn_.get())));
   }
 
   PgConn conn_;
@@ -131,12 +131,12 @@ class PgListener final : public SqlDriver::Listener {
              std::string channel, std::function<void(const MutexEvent&)> on_event)
       : state_(std::make_shared<State>(std::move(params), std::move(description),
                                        std::move(channel), std::move(on_event))) {
-    worker_.start([state = state_] { state->Loop(); });
+    worker_.start([state = state_] { state->loop(); });
   }
 
   ~PgListener() override {
     state_->stopping = true;
-    state_->wake.Post();
+    state_->wake.post();
     worker_.join();
   }
 
@@ -149,26 +149,26 @@ class PgListener final : public SqlDriver::Listener {
           channel(std::move(channel_in)),
           on_event(std::move(on_event_in)) {}
 
-    void Loop() {
+    void loop() {
       Backoff backoff;
       while (!stopping) {
-        Status status = Session();
+        Status status = session();
         if (stopping) break;
         const milliseconds delay = backoff.failed();
         SIMBA_LOG(kDebug, description << ": listener: " << status << "; reconnecting in "
-                                      << FormatDuration(delay));
+                                      << format_duration(delay));
         wait_fd(wake.fd(), POLLIN, steady_clock::now() + delay);
       }
     }
 
-    Status Session() {
-      auto conn = Connect(params, description, steady_clock::now() + milliseconds(5000));
+    Status session() {
+      auto conn = connect(params, description, steady_clock::now() + milliseconds(5000));
       if (!conn.ok()) return conn.status();
       PGconn* c = conn->get();
-      if (PQsetnonblocking(c, 0) != 0) return UnavailableError(ConnMessage(c));
+      if (PQsetnonblocking(c, 0) != 0) return unavailable_error(conn_message(c));
       PgResult listen(PQexec(c, ("LISTEN " + channel).c_str()));
       if (PQresultStatus(listen.get()) != PGRES_COMMAND_OK) {
-        return UnavailableError("LISTEN: " + ConnMessage(c));
+        return unavailable_error("LISTEN: " + conn_message(c));
       }
       // Releases before we listened (a subscription made while the first
       // LISTEN was on its way, or anything while we were disconnected) were
@@ -177,23 +177,23 @@ class PgListener final : public SqlDriver::Listener {
       for (;;) {
         const FdWait waited =
             wait_fd(PQsocket(c), POLLIN, steady_clock::now() + milliseconds(15000), wake.fd());
-        if (stopping) return OkStatus();
-        if (waited == FdWait::kFailed) return UnavailableError("poll failed");
+        if (stopping) return ok_status();
+        if (waited == FdWait::kFailed) return unavailable_error("poll failed");
         if (waited == FdWait::kTimedOut) {
           // Idle: make sure the connection is still there.
           PgResult ping(PQexec(c, "SELECT 1"));
           if (PQresultStatus(ping.get()) != PGRES_TUPLES_OK) {
-            return UnavailableError("lost: " + ConnMessage(c));
+            return unavailable_error("lost: " + conn_message(c));
           }
         }
-        if (PQconsumeInput(c) != 1) return UnavailableError("lost: " + ConnMessage(c));
+        if (PQconsumeInput(c) != 1) return unavailable_error("lost: " + conn_message(c));
         while (PGnotify* notify = PQnotifies(c)) {
           const std::string payload = notify->extra != nullptr ? notify->extra : "";
           PQfreemem(notify);
           const std::size_t split = payload.find('\n');
-          const auto event = NoticeEvent(
-              payload.substr(0, split),
-              split == std::string::npos ? std::string() : payload.substr(split + 1));
+          const auto event =
+              notice_event(payload.substr(0, split),
+                           split == std::string::npos ? std::string() : payload.substr(split + 1));
           if (event) on_event(*event);
         }
       }
@@ -215,33 +215,33 @@ class PgDriver final : public SqlDriver {
  public:
   PgDriver(std::map<std::string, std::string> params, std::string table)
       : params_(std::move(params)), table_(std::move(table)) {
-    description_ = DescribeServer(params_);
+    description_ = describe_server(params_);
   }
 
   std::string_view scheme() const override { return "postgresql"; }
   const std::string& description() const override { return description_; }
 
-  Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) override {
-    SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::Connect(params_, description_, deadline));
+  Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) override {
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::connect(params_, description_, deadline));
     return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
-  std::string NowMs() const override { return kNowMs; }
-  std::string CreateTableSql() const override { return kCreateTable; }
+  std::string now_ms() const override { return kNowMs; }
+  std::string create_table_sql() const override { return kCreateTable; }
   // In ON CONFLICT DO UPDATE, columns must say which row they mean: the
   // existing one (t.), not EXCLUDED.
   std::string existing_row_alias() const override { return "t"; }
 
-  std::unique_ptr<Listener> MakeListener(
+  std::unique_ptr<Listener> make_listener(
       std::function<void(const MutexEvent&)> on_event) override {
     return std::make_unique<PgListener>(params_, description_, table_, std::move(on_event));
   }
-  std::string ReleaseNoticeSql() const override {
+  std::string release_notice_sql() const override {
     // Only if the row is free now: the release may have found another owner.
     return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text) FROM simba_mutex "
            "WHERE mutex = {0} AND owner_id = ''";
   }
-  std::string ForcedNoticeSql() const override {
+  std::string forced_notice_sql() const override {
     // The holder and its token (the version) as they are before the update.
     return "SELECT pg_notify('simba_mutex', mutex || chr(10) || owner_id || chr(10) || "
            "version::text || chr(10) || 'forced') FROM simba_mutex "
@@ -262,13 +262,13 @@ class PgDriver final : public SqlDriver {
 
 namespace simba {
 
-using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql;      // NOLINT(google-build-using-namespace)
 using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
 
-Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
-  SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
+Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
+  SIMBA_RETURN_IF_ERROR(check_params(options.params));
   if (options.connections < 1) {
-    return InvalidArgumentError("postgresql: connections must be at least 1");
+    return invalid_argument_error("postgresql: connections must be at least 1");
   }
   // A bound on connecting even when a call's deadline is far away.
   if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
@@ -282,22 +282,22 @@ Result<std::shared_ptr<Backend>> NewPostgresBackend(PostgresOptions options) {
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return NewSqlBackend(std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
+  return new_sql_backend(std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
 }
 
-Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
+Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
   constexpr char kForm[] = "postgresql://user[:password]@host[:port]/db";
   if (uri.scheme != "postgresql" && uri.scheme != "postgres") {
-    return InvalidArgumentError("postgresql: URI scheme is " + Quoted(uri.scheme) +
-                                ", expected 'postgresql'");
+    return invalid_argument_error("postgresql: URI scheme is " + internal::in_quotes(uri.scheme) +
+                                  ", expected 'postgresql'");
   }
   if (uri.hosts.size() != 1 || uri.hosts.front().host.empty()) {
-    return InvalidArgumentError(std::string("postgresql: URI must name one host; expected ") +
-                                kForm);
+    return invalid_argument_error(std::string("postgresql: URI must name one host; expected ") +
+                                  kForm);
   }
   if (uri.path.size() <= 1) {
-    return InvalidArgumentError(std::string("postgresql: URI names no database; expected ") +
-                                kForm);
+    return invalid_argument_error(std::string("postgresql: URI names no database; expected ") +
+                                  kForm);
   }
   PostgresOptions options;
   options.params["host"] = uri.hosts.front().host;
@@ -306,20 +306,21 @@ Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
   if (uri.user) options.params["user"] = *uri.user;
   if (uri.password) options.params["password"] = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    SIMBA_ASSIGN_OR_RETURN(const bool read, ReadTableKey("postgresql", key, value,
-                                                         options.connections, options.table,
-                                                         options.create_table));
+    SIMBA_ASSIGN_OR_RETURN(const bool read,
+                           read_table_key("postgresql", key, value, options.connections,
+                                          options.table, options.create_table));
     if (read) {
     } else if (key == "lock_connections") {
       // The keyed-lock backend's (postgres_keyed.h): one URI serves both.
     } else if (key == "host" || key == "port" || key == "dbname" || key == "user" ||
                key == "password") {
-      return InvalidArgumentError("postgresql: " + Quoted(key) +
-                                  " belongs in the URI itself, not its query");
-    } else if (LibpqKeywords().count(key) == 0) {
-      return InvalidArgumentError("postgresql: unknown URI query key " + Quoted(key) +
-                                  " (ours: connections, create_table, table, lock_connections; "
-                                  "others must be libpq connection keywords)");
+      return invalid_argument_error("postgresql: " + internal::in_quotes(key) +
+                                    " belongs in the URI itself, not its query");
+    } else if (libpq_keywords().count(key) == 0) {
+      return invalid_argument_error("postgresql: unknown URI query key " +
+                                    internal::in_quotes(key) +
+                                    " (ours: connections, create_table, table, lock_connections; "
+                                    "others must be libpq connection keywords)");
     } else {
       options.params[key] = value;
     }
@@ -327,6 +328,6 @@ Result<PostgresOptions> PostgresOptionsFromUri(const Uri& uri) {
   return options;
 }
 
-std::string PostgresSchemaSql() { return std::string(kCreateTable) + ";\n"; }
+std::string postgres_schema_sql() { return std::string(kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -44,7 +44,7 @@ constexpr int kDefaultConnectTimeoutSeconds = 10;
 constexpr milliseconds kAfterWake{250};
 
 // `d` + `by`, saturating at Deadline::max() (which means "no deadline").
-Deadline Later(Deadline d, milliseconds by) {
+Deadline later(Deadline d, milliseconds by) {
   return d >= Deadline::max() - by ? Deadline::max() : d + by;
 }
 
@@ -68,27 +68,27 @@ struct QueryReply {
 // Sends `sql` and collects every statement's outcome by `deadline`. When
 // `wake_fd` (if >= 0) becomes readable, `on_wake` runs once and says whether
 // to keep waiting for the reply, for at most kAfterWake more.
-QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int wake_fd = -1,
-                    const std::function<bool()>& on_wake = {}) {
+QueryReply run_query(PGconn* conn, const std::string& sql, Deadline deadline, int wake_fd = -1,
+                     const std::function<bool()>& on_wake = {}) {
   QueryReply reply;
   if (PQsendQuery(conn, sql.c_str()) != 1) {
-    reply.transport = UnavailableError("sending: " + ConnMessage(conn));
+    reply.transport = unavailable_error("sending: " + conn_message(conn));
     return reply;
   }
-  if (Status sent = Flush(conn, deadline); !sent.ok()) {
+  if (Status sent = flush(conn, deadline); !sent.ok()) {
     reply.transport = sent;
     return reply;
   }
   for (;;) {
-    const Result<bool> ready = AwaitResult(conn, deadline, wake_fd);
+    const Result<bool> ready = await_result(conn, deadline, wake_fd);
     if (!ready.ok()) {
       reply.transport = ready.status();
       return reply;
     }
-    if (!*ready) {  // woken
+    if (!*ready) {   // woken
       wake_fd = -1;  // once
       if (on_wake && !on_wake()) {
-        reply.transport = CancelledError("gave up waiting for the reply");
+        reply.transport = cancelled_error("gave up waiting for the reply");
         return reply;
       }
       deadline = std::min(deadline, steady_clock::now() + kAfterWake);
@@ -107,19 +107,19 @@ QueryReply RunQuery(PGconn* conn, const std::string& sql, Deadline deadline, int
         }
         break;
       default:
-        statement.error = ResultStatus(result.get(), nullptr);
-        statement.sqlstate = SqlState(result.get());
+        statement.error = result_status(result.get(), nullptr);
+        statement.sqlstate = sql_state(result.get());
         break;
     }
     reply.statements.push_back(std::move(statement));
   }
   if (PQstatus(conn) == CONNECTION_BAD) {
-    reply.transport = UnavailableError("connection lost: " + ConnMessage(conn));
+    reply.transport = unavailable_error("connection lost: " + conn_message(conn));
   }
   return reply;
 }
 
-const StatementReply* FirstError(const QueryReply& reply) {
+const StatementReply* first_error(const QueryReply& reply) {
   for (const StatementReply& statement : reply.statements) {
     if (!statement.error.ok()) return &statement;
   }
@@ -129,7 +129,7 @@ const StatementReply* FirstError(const QueryReply& reply) {
 // Asks the server to cancel what `conn` runs now. PQcancel opens a
 // connection of its own and waits for the server to take the request (a
 // round trip): the waiting thread does this, never the canceller's.
-bool SendCancel(PGconn* conn) {
+bool send_cancel(PGconn* conn) {
   PGcancel* cancel = PQgetCancel(conn);
   if (cancel == nullptr) return false;
   char error[256] = {};
@@ -163,7 +163,7 @@ class PgSession final : public LockSession {
   PgConn conn_;
 };
 
-PgSession& Pg(LockSession& session) { return static_cast<PgSession&>(session); }
+PgSession& pg(LockSession& session) { return static_cast<PgSession&>(session); }
 
 // How one acquisition waits at the server.
 struct WaitPlan {
@@ -171,7 +171,7 @@ struct WaitPlan {
   long long lock_timeout_ms = 0;  // 0: no limit (Deadline::max())
 };
 
-WaitPlan PlanWait(Deadline wait_deadline) {
+WaitPlan plan_wait(Deadline wait_deadline) {
   if (wait_deadline == Deadline::max()) return {};
   const auto left = wait_deadline - steady_clock::now();
   if (left <= steady_clock::duration::zero()) return {true, 0};
@@ -181,7 +181,7 @@ WaitPlan PlanWait(Deadline wait_deadline) {
   return {false, std::min<long long>(ms, INT_MAX)};
 }
 
-std::string LockSql(std::int64_t lock_key, const WaitPlan& plan) {
+std::string lock_sql(std::int64_t lock_key, const WaitPlan& plan) {
   const std::string key = std::to_string(lock_key);
   // statement_timeout would cut a long wait short (the URI's `options` or the
   // role may set one): the wait is bounded by lock_timeout instead.
@@ -199,7 +199,7 @@ std::string LockSql(std::int64_t lock_key, const WaitPlan& plan) {
 // statements may have failed).
 enum class Held { kNo, kYes, kUnknown };
 
-Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
+Held held_after(const QueryReply& reply, const WaitPlan& plan) {
   const auto& s = reply.statements;
   if (plan.try_only) {
     // [SET, SELECT CASE]: a failure of the CASE may come after the grant.
@@ -213,91 +213,89 @@ Held HeldAfter(const QueryReply& reply, const WaitPlan& plan) {
 
 class PgLockDriver final : public SessionLockDriver {
  public:
-  PgLockDriver(PostgresKeyedOptions options, std::string description,
-               milliseconds connect_timeout)
+  PgLockDriver(PostgresKeyedOptions options, std::string description, milliseconds connect_timeout)
       : params_(std::move(options.params)),
         description_(std::move(description)),
         user_(params_.count("user") != 0 ? params_.at("user") : "<user>"),
         create_sequence_(options.create_sequence),
         connect_timeout_(connect_timeout) {}
 
-  Result<std::unique_ptr<LockSession>> connect(int wake_fd) override {
-    SIMBA_ASSIGN_OR_RETURN(
-        PgConn conn,
-        Connect(params_, description_, steady_clock::now() + connect_timeout_, wake_fd));
+  Result<std::unique_ptr<LockSession>> open_session(int wake_fd) override {
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, connect(params_, description_,
+                                                steady_clock::now() + connect_timeout_, wake_fd));
     return std::unique_ptr<LockSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 
   // Creates the token sequence unless it exists (once per backend: after
   // that, its absence shows up as an error of nextval).
   Status prepare(LockSession& session) override {
-    if (sequence_ready_.load()) return OkStatus();
+    if (sequence_ready_.load()) return ok_status();
     const Deadline deadline = steady_clock::now() + kStoreCallTimeout;
     // Looked up first: CREATE ... IF NOT EXISTS needs the CREATE privilege
     // even when the sequence exists, which a DBA may have made for us.
-    PGconn* conn = Pg(session).get();
+    PGconn* conn = pg(session).get();
     const QueryReply found =
-        RunQuery(conn, "SELECT to_regclass('simba_keyed_token') IS NOT NULL", deadline);
-    SIMBA_RETURN_IF_ERROR(SetupOutcome(session, found, "looking up the token sequence"));
+        run_query(conn, "SELECT to_regclass('simba_keyed_token') IS NOT NULL", deadline);
+    SIMBA_RETURN_IF_ERROR(setup_outcome(session, found, "looking up the token sequence"));
     if (found.statements.empty() || found.statements[0].value != "t") {
       if (!create_sequence_) {
-        return FailedPreconditionError(description_ +
-                                       ": the token sequence simba_keyed_token is missing and "
-                                       "create_table=off; " +
-                                       SequenceAdvice());
+        return failed_precondition_error(description_ +
+                                         ": the token sequence simba_keyed_token is missing and "
+                                         "create_table=off; " +
+                                         sequence_advice());
       }
-      const QueryReply created = RunQuery(conn, kCreateSequence, deadline);
-      const StatementReply* failed = FirstError(created);
+      const QueryReply created = run_query(conn, kCreateSequence, deadline);
+      const StatementReply* failed = first_error(created);
       // A concurrent creator that won the race (duplicate name or catalog
       // row) leaves what we wanted.
       const bool lost_race =
           failed != nullptr && (failed->sqlstate == "42P07" || failed->sqlstate == "42710" ||
                                 failed->sqlstate == "23505");
       if (failed != nullptr && failed->sqlstate == "42501") {
-        return PermissionDeniedError(description_ + ": may not create the token sequence (" +
-                                     failed->error.message() + "); " + SequenceAdvice());
+        return permission_denied_error(description_ + ": may not create the token sequence (" +
+                                       failed->error.message() + "); " + sequence_advice());
       }
       if (!lost_race) {
-        SIMBA_RETURN_IF_ERROR(SetupOutcome(session, created, "creating the token sequence"));
+        SIMBA_RETURN_IF_ERROR(setup_outcome(session, created, "creating the token sequence"));
       }
     }
     sequence_ready_.store(true);
-    return OkStatus();
+    return ok_status();
   }
 
   // The lock round trip, and what its outcome means.
   Result<std::optional<std::uint64_t>> lock(LockSession& session, std::string_view key,
                                             Deadline wait_deadline, int wake_fd) override {
-    const std::int64_t lock_key = PostgresAdvisoryLockKey(key);
-    const WaitPlan plan = PlanWait(wait_deadline);
-    PGconn* conn = Pg(session).get();
+    const std::int64_t lock_key = postgres_advisory_lock_key(key);
+    const WaitPlan plan = plan_wait(wait_deadline);
+    PGconn* conn = pg(session).get();
     bool cancel_sent = false;
     // A try is one quick round trip: it is not worth cancelling.
-    const QueryReply reply = RunQuery(
-        conn, LockSql(lock_key, plan),
-        plan.try_only ? steady_clock::now() + kStoreCallTimeout
-                      : Later(wait_deadline, kStoreCallTimeout),
-        plan.try_only ? -1 : wake_fd, [&] {
-          cancel_sent = SendCancel(conn);
-          // Unsent, the wait would go on: give up on the session instead.
-          return cancel_sent;
-        });
+    const QueryReply reply = run_query(conn, lock_sql(lock_key, plan),
+                                       plan.try_only ? steady_clock::now() + kStoreCallTimeout
+                                                     : later(wait_deadline, kStoreCallTimeout),
+                                       plan.try_only ? -1 : wake_fd, [&] {
+                                         cancel_sent = send_cancel(conn);
+                                         // Unsent, the wait would go on: give up on the session
+                                         // instead.
+                                         return cancel_sent;
+                                       });
     if (!reply.transport.ok()) {
       // Whatever the session holds or waits for ends with it (a wait the
       // server still has for it ends when it is granted: the session then
       // finds nobody to answer to).
       session.set_broken();
-      return reply.transport.WithContext(description_ + ": acquiring a key");
+      return reply.transport.with_context(description_ + ": acquiring a key");
     }
-    const Held held = HeldAfter(reply, plan);
-    const StatementReply* failed = FirstError(reply);
+    const Held held = held_after(reply, plan);
+    const StatementReply* failed = first_error(reply);
     if (failed == nullptr) {
       if (held == Held::kNo) return std::optional<std::uint64_t>();  // a try found it taken
       // A cancel request already sent may still reach the session and hit
       // the next statement.
       if (cancel_sent) session.set_broken();
-      return Granted(Pg(session), lock_key, plan.try_only ? reply.statements[1].value
-                                                          : reply.statements.back().value);
+      return granted(pg(session), lock_key,
+                     plan.try_only ? reply.statements[1].value : reply.statements.back().value);
     }
     // A statement failed. A session that may hold the key, or that a cancel
     // request may still reach (it would hit the next statement), is closed.
@@ -305,56 +303,56 @@ class PgLockDriver final : public SessionLockDriver {
     if (held == Held::kNo) {
       if (failed->sqlstate == "55P03") return std::optional<std::uint64_t>();  // lock_timeout
       if (failed->sqlstate == "57014") {
-        return UnavailableError(
+        return unavailable_error(
             description_ +
             ": the server cancelled the wait (pg_cancel_backend?): " + failed->error.message());
       }
     }
     if (failed->sqlstate == "42501") {
-      return PermissionDeniedError(description_ + ": may not use the token sequence (" +
-                                   failed->error.message() + "); " + SequenceAdvice());
+      return permission_denied_error(description_ + ": may not use the token sequence (" +
+                                     failed->error.message() + "); " + sequence_advice());
     }
     if (failed->sqlstate == "42P01") {
       sequence_ready_.store(false);  // dropped meanwhile: the next acquire re-creates it
-      return UnavailableError(description_ + ": the token sequence is missing (" +
-                              failed->error.message() + "); try again");
+      return unavailable_error(description_ + ": the token sequence is missing (" +
+                               failed->error.message() + "); try again");
     }
-    return failed->error.WithContext(description_ + ": acquiring a key");
+    return failed->error.with_context(description_ + ": acquiring a key");
   }
 
   Status unlock(LockSession& session, Deadline deadline) override {
-    const QueryReply reply = RunQuery(
-        Pg(session).get(),
-        "SELECT pg_advisory_unlock(" + std::to_string(Pg(session).lock_key) + ")", deadline);
+    const QueryReply reply = run_query(
+        pg(session).get(),
+        "SELECT pg_advisory_unlock(" + std::to_string(pg(session).lock_key) + ")", deadline);
     if (!reply.transport.ok()) return reply.transport;
-    if (const StatementReply* failed = FirstError(reply)) return failed->error;
+    if (const StatementReply* failed = first_error(reply)) return failed->error;
     if (reply.statements.size() != 1 || reply.statements[0].value != "t") {
-      return InternalError("pg_advisory_unlock: the session did not hold the key");
+      return internal_error("pg_advisory_unlock: the session did not hold the key");
     }
-    return OkStatus();
+    return ok_status();
   }
 
  private:
-  std::string SequenceAdvice() const {
+  std::string sequence_advice() const {
     return "run: CREATE SEQUENCE simba_keyed_token; GRANT USAGE ON SEQUENCE simba_keyed_token TO " +
            user_ + ";";
   }
 
   // The status of a setup query; a session in an unknown state is closed.
-  Status SetupOutcome(LockSession& session, const QueryReply& reply,
-                      const std::string& what) const {
+  Status setup_outcome(LockSession& session, const QueryReply& reply,
+                       const std::string& what) const {
     if (!reply.transport.ok()) {
       session.set_broken();
-      return reply.transport.WithContext(description_ + ": " + what);
+      return reply.transport.with_context(description_ + ": " + what);
     }
-    if (const StatementReply* failed = FirstError(reply)) {
-      return failed->error.WithContext(description_ + ": " + what);
+    if (const StatementReply* failed = first_error(reply)) {
+      return failed->error.with_context(description_ + ": " + what);
     }
-    return OkStatus();
+    return ok_status();
   }
 
   // The key was granted: its fencing token, from nextval.
-  Result<std::optional<std::uint64_t>> Granted(PgSession& session, std::int64_t lock_key,
+  Result<std::optional<std::uint64_t>> granted(PgSession& session, std::int64_t lock_key,
                                                const std::optional<std::string>& token_text) {
     session.lock_key = lock_key;
     std::uint64_t token = 0;
@@ -363,7 +361,7 @@ class PgLockDriver final : public SessionLockDriver {
             std::errc() ||
         token == 0) {
       session.set_broken();
-      return InternalError(description_ + ": nextval gave no fencing token");
+      return internal_error(description_ + ": nextval gave no fencing token");
     }
     return std::optional<std::uint64_t>(token);
   }
@@ -376,7 +374,7 @@ class PgLockDriver final : public SessionLockDriver {
   std::atomic<bool> sequence_ready_{false};
 };
 
-KeyedLockCapabilities PgCapabilities() {
+KeyedLockCapabilities pg_capabilities() {
   KeyedLockCapabilities capabilities;
   capabilities.mechanism = "pg_advisory_lock (session; key hashed to 64 bits)";
   capabilities.fencing_tokens = true;
@@ -396,11 +394,12 @@ KeyedLockCapabilities PgCapabilities() {
 
 namespace simba {
 
-using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql;      // NOLINT(google-build-using-namespace)
 using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
 
-Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(PostgresKeyedOptions options) {
-  SIMBA_RETURN_IF_ERROR(CheckParams(options.params));
+Result<std::shared_ptr<KeyedLockBackend>> new_postgres_keyed_lock_backend(
+    PostgresKeyedOptions options) {
+  SIMBA_RETURN_IF_ERROR(check_params(options.params));
   // (emplace keeps a value the caller set.)
   options.params.emplace("application_name", "simba_keyed");
   options.params.emplace("connect_timeout", std::to_string(kDefaultConnectTimeoutSeconds));
@@ -416,34 +415,34 @@ Result<std::shared_ptr<KeyedLockBackend>> NewPostgresKeyedLockBackend(PostgresKe
   const std::string& text = options.params.at("connect_timeout");
   auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), seconds);
   if (error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgumentError("postgresql: connect_timeout must be whole seconds, not " +
-                                Quoted(text));
+    return invalid_argument_error("postgresql: connect_timeout must be whole seconds, not " +
+                                  internal::in_quotes(text));
   }
   SessionLockConfig config;
   config.scheme = "postgresql";
-  config.description = DescribeServer(options.params);
-  config.capabilities = PgCapabilities();
+  config.description = describe_server(options.params);
+  config.capabilities = pg_capabilities();
   config.budget = options.lock_connections;
   config.store_call_timeout = kStoreCallTimeout;
   auto driver = std::make_shared<PgLockDriver>(
       std::move(options), config.description,
       std::chrono::seconds(seconds > 0 ? seconds : kDefaultConnectTimeoutSeconds));
-  return NewSessionLockBackend(std::move(config), std::move(driver));
+  return new_session_lock_backend(std::move(config), std::move(driver));
 }
 
-Result<PostgresKeyedOptions> PostgresKeyedOptionsFromUri(const Uri& uri) {
+Result<PostgresKeyedOptions> postgres_keyed_options_from_uri(const Uri& uri) {
   PostgresKeyedOptions options;
   // The contention backend's parser checks everything else; it does not
   // know our one key.
   Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, TakeLockConnections("postgresql", shared));
-  SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, PostgresOptionsFromUri(shared));
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, take_lock_connections("postgresql", shared));
+  SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, postgres_options_from_uri(shared));
   options.params = std::move(postgres.params);
   options.create_sequence = postgres.create_table;
   return options;
 }
 
-std::int64_t PostgresAdvisoryLockKey(std::string_view key) {
+std::int64_t postgres_advisory_lock_key(std::string_view key) {
   constexpr std::uint64_t kOffsetBasis = 0xcbf29ce484222325ULL;
   constexpr std::uint64_t kPrime = 0x100000001b3ULL;
   std::uint64_t hash = kOffsetBasis;

@@ -7,36 +7,36 @@
 namespace simba::internal::redis {
 namespace {
 
-std::string_view FirstWord(std::string_view text) {
+std::string_view first_word(std::string_view text) {
   return text.substr(0, std::min(text.find(' '), text.size()));
 }
 
 }  // namespace
 
-std::string Endpoint::Describe() const {
+std::string Endpoint::describe() const {
   const bool v6 = host.find(':') != std::string::npos;
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-bool IsError(const redisReply* reply) { return reply->type == REDIS_REPLY_ERROR; }
+bool is_error(const redisReply* reply) { return reply->type == REDIS_REPLY_ERROR; }
 
-std::string_view ReplyString(const redisReply* reply) {
+std::string_view reply_string(const redisReply* reply) {
   if (reply->str == nullptr) return {};
   return std::string_view(reply->str, reply->len);
 }
 
-Status ErrorReplyStatus(const redisReply* reply, std::string_view context) {
-  const std::string_view text = ReplyString(reply);
-  const std::string_view code = FirstWord(text);
+Status error_reply_status(const redisReply* reply, std::string_view context) {
+  const std::string_view text = reply_string(reply);
+  const std::string_view code = first_word(text);
   const std::string message = std::string(context) + ": " + std::string(text);
   if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
-    return PermissionDeniedError(message);
+    return permission_denied_error(message);
   }
   if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "TRYAGAIN" ||
       code == "CLUSTERDOWN" || code == "READONLY" || code == "NOSCRIPT" || code == "OOM") {
-    return UnavailableError(message);
+    return unavailable_error(message);
   }
-  return InternalError(message);
+  return internal_error(message);
 }
 
 Connection::Connection(std::unique_ptr<Stream> stream)
@@ -46,10 +46,10 @@ Connection::~Connection() {
   if (reader_ != nullptr) redisReaderFree(reader_);
 }
 
-Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
+Result<std::unique_ptr<Connection>> Connection::open(const Endpoint& endpoint,
                                                      std::string_view client_name,
                                                      Deadline deadline) {
-  const std::string peer = endpoint.Describe();
+  const std::string peer = endpoint.describe();
   // The port came from a std::uint16_t option.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
                          connect_tcp(endpoint.host, static_cast<std::uint16_t>(endpoint.port),
@@ -65,28 +65,28 @@ Result<std::unique_ptr<Connection>> Connection::Open(const Endpoint& endpoint,
   }
   if (endpoint.database != 0) hello.push_back({"SELECT", std::to_string(endpoint.database)});
   hello.push_back({"CLIENT", "SETNAME", std::string(client_name)});
-  SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, conn->Call(hello, deadline));
+  SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, conn->call(hello, deadline));
   for (std::size_t i = 0; i < replies.size(); ++i) {
-    if (!IsError(replies[i].get())) continue;
+    if (!is_error(replies[i].get())) continue;
     const std::string& command = hello[i][0];
     if (command == "AUTH") {
-      return PermissionDeniedError("redis at " + peer + ": AUTH refused: " +
-                                   std::string(ReplyString(replies[i].get())));
+      return permission_denied_error(
+          "redis at " + peer + ": AUTH refused: " + std::string(reply_string(replies[i].get())));
     }
     if (command == "SELECT") {
-      return InvalidArgumentError("redis at " + peer + ": cannot select database " +
-                                  std::to_string(endpoint.database) + ": " +
-                                  std::string(ReplyString(replies[i].get())));
+      return invalid_argument_error("redis at " + peer + ": cannot select database " +
+                                    std::to_string(endpoint.database) + ": " +
+                                    std::string(reply_string(replies[i].get())));
     }
     // CLIENT SETNAME is a courtesy; an ACL may forbid it. But NOAUTH
     // here means the server wants a password we were not given.
-    const Status status = ErrorReplyStatus(replies[i].get(), "redis at " + peer);
+    const Status status = error_reply_status(replies[i].get(), "redis at " + peer);
     if (status.code() != StatusCode::kInternal) return status;
   }
   return conn;
 }
 
-Status Connection::Send(const std::vector<Command>& commands, Deadline deadline) {
+Status Connection::send(const std::vector<Command>& commands, Deadline deadline) {
   std::string out;
   for (const Command& command : commands) {
     std::vector<const char*> argv;
@@ -100,42 +100,43 @@ Status Connection::Send(const std::vector<Command>& commands, Deadline deadline)
     char* formatted = nullptr;
     const int length = redisFormatCommandArgv(&formatted, static_cast<int>(argv.size()),
                                               argv.data(), lengths.data());
-    if (length < 0) return InternalError("redis: cannot format a command");
+    if (length < 0) return internal_error("redis: cannot format a command");
     out.append(formatted, static_cast<std::size_t>(length));
     redisFreeCommand(formatted);
   }
   return stream_->write_all(out, deadline);
 }
 
-Result<Reply> Connection::Read(Deadline deadline) {
+Result<Reply> Connection::read(Deadline deadline) {
   for (;;) {
     void* parsed = nullptr;
     if (redisReaderGetReply(reader_, &parsed) != REDIS_OK) {
-      return UnavailableError(stream_->context() + ": protocol error: " + reader_->errstr);
+      return unavailable_error(stream_->context() + ": protocol error: " + reader_->errstr);
     }
     if (parsed != nullptr) return Reply(static_cast<redisReply*>(parsed));
     char buffer[16 * 1024];
-    SIMBA_ASSIGN_OR_RETURN(const std::size_t n, stream_->read_some(buffer, sizeof buffer, deadline));
-    if (n == 0) return UnavailableError(stream_->context() + ": connection closed");
+    SIMBA_ASSIGN_OR_RETURN(const std::size_t n,
+                           stream_->read_some(buffer, sizeof buffer, deadline));
+    if (n == 0) return unavailable_error(stream_->context() + ": connection closed");
     if (redisReaderFeed(reader_, buffer, n) != REDIS_OK) {
-      return UnavailableError(stream_->context() + ": protocol error: " + reader_->errstr);
+      return unavailable_error(stream_->context() + ": protocol error: " + reader_->errstr);
     }
   }
 }
 
-Result<std::vector<Reply>> Connection::Call(const std::vector<Command>& commands,
+Result<std::vector<Reply>> Connection::call(const std::vector<Command>& commands,
                                             Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Send(commands, deadline));
+  SIMBA_RETURN_IF_ERROR(send(commands, deadline));
   std::vector<Reply> replies(commands.size());
   for (Reply& reply : replies) {
-    SIMBA_ASSIGN_OR_RETURN(reply, Read(deadline));
+    SIMBA_ASSIGN_OR_RETURN(reply, read(deadline));
   }
   return replies;
 }
 
-Result<Reply> Connection::Call(const Command& command, Deadline deadline) {
-  SIMBA_RETURN_IF_ERROR(Send({command}, deadline));
-  return Read(deadline);
+Result<Reply> Connection::call(const Command& command, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(send({command}, deadline));
+  return read(deadline);
 }
 
 }  // namespace simba::internal::redis

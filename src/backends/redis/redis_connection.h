@@ -33,7 +33,7 @@ struct Endpoint {
   std::string password;
   int database = 0;
   // "host:port", for messages.
-  std::string Describe() const;
+  std::string describe() const;
 };
 
 class Connection {
@@ -43,23 +43,23 @@ class Connection {
   // it in CLIENT LIST. Errors: kUnavailable (cannot connect, or the server
   // is loading or otherwise not ready), kDeadlineExceeded, kPermissionDenied
   // (AUTH refused), kInvalidArgument (SELECT refused).
-  static Result<std::unique_ptr<Connection>> Open(const Endpoint& endpoint,
+  static Result<std::unique_ptr<Connection>> open(const Endpoint& endpoint,
                                                   std::string_view client_name, Deadline deadline);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Writes the commands (one write when they fit: a pipeline).
-  Status Send(const std::vector<Command>& commands, Deadline deadline);
+  Status send(const std::vector<Command>& commands, Deadline deadline);
   // Reads one reply. An error reply is a reply, not a failed Status.
-  Result<Reply> Read(Deadline deadline);
+  Result<Reply> read(Deadline deadline);
   // Send + one Read per command.
-  Result<std::vector<Reply>> Call(const std::vector<Command>& commands, Deadline deadline);
-  Result<Reply> Call(const Command& command, Deadline deadline);
+  Result<std::vector<Reply>> call(const std::vector<Command>& commands, Deadline deadline);
+  Result<Reply> call(const Command& command, Deadline deadline);
 
   // Makes a Read blocked in another thread return (kUnavailable) and every
   // later call fail. Thread-safe.
-  void Shutdown() { stream_->shutdown(); }
+  void shutdown() { stream_->shutdown(); }
 
  private:
   explicit Connection(std::unique_ptr<Stream> stream);
@@ -69,11 +69,11 @@ class Connection {
 };
 
 // kInternal-free helpers for replies.
-bool IsError(const redisReply* reply);
-std::string_view ReplyString(const redisReply* reply);
+bool is_error(const redisReply* reply);
+std::string_view reply_string(const redisReply* reply);
 // The error reply as a Status: NOSCRIPT / BUSY / LOADING / ... are
 // kUnavailable, WRONGPASS/NOAUTH/NOPERM kPermissionDenied, others kInternal.
-Status ErrorReplyStatus(const redisReply* reply, std::string_view context);
+Status error_reply_status(const redisReply* reply, std::string_view context);
 
 }  // namespace simba::internal::redis
 

@@ -33,7 +33,7 @@ bool LockSession::ended_while_idle() const {
   return ::poll(&p, 1, 0) != 0;
 }
 
-Result<int> TakeLockConnections(std::string_view store, Uri& uri) {
+Result<int> take_lock_connections(std::string_view store, Uri& uri) {
   const auto it = uri.query.find("lock_connections");
   if (it == uri.query.end()) return kDefaultLockConnections;
   const std::string value = it->second;
@@ -42,13 +42,13 @@ Result<int> TakeLockConnections(std::string_view store, Uri& uri) {
   const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
   if (error != std::errc() || end != value.data() + value.size() || n < 1 ||
       n > kMaxLockConnections) {
-    return InvalidArgumentError(std::string(store) + ": lock_connections must be 1.." +
-                                std::to_string(kMaxLockConnections) + ", not '" + value + "'");
+    return invalid_argument_error(std::string(store) + ": lock_connections must be 1.." +
+                                  std::to_string(kMaxLockConnections) + ", not '" + value + "'");
   }
   return n;
 }
 
-Status SessionLockDriver::prepare(LockSession& /*session*/) { return OkStatus(); }
+Status SessionLockDriver::prepare(LockSession& /*session*/) { return ok_status(); }
 
 namespace {
 
@@ -73,7 +73,7 @@ class HoldMonitor {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->stopping = true;
     }
-    state_->wake.Post();
+    state_->wake.post();
     worker_.join();  // from an on_lost (on the thread itself) the loop ends by itself
   }
   HoldMonitor(const HoldMonitor&) = delete;
@@ -90,9 +90,9 @@ class HoldMonitor {
       std::lock_guard<std::mutex> lock(state_->mu);
       id = state_->next_id++;
       state_->watched.emplace(id, Watched{session, std::move(on_lost)});
-      if (!worker_.running()) worker_.start([state = state_] { Run(state); });
+      if (!worker_.running()) worker_.start([state = state_] { run(state); });
     }
-    state_->wake.Post();  // poll the new socket too
+    state_->wake.post();  // poll the new socket too
     return id;
   }
 
@@ -119,7 +119,7 @@ class HoldMonitor {
     WakeFd wake;                         // a watch() or the end
   };
 
-  static void Run(const std::shared_ptr<State>& state) {
+  static void run(const std::shared_ptr<State>& state) {
     std::vector<pollfd> fds;
     std::vector<WatchId> ids;
     for (;;) {
@@ -141,7 +141,7 @@ class HoldMonitor {
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
         continue;
       }
-      if (fds[0].revents != 0) state->wake.Drain();
+      if (fds[0].revents != 0) state->wake.drain();
       std::vector<std::function<void()>> lost;
       {
         std::lock_guard<std::mutex> lock(state->mu);
@@ -174,7 +174,7 @@ struct Engine {
       : config(std::move(config_in)),
         driver(std::move(driver_in)),
         pool(std::make_shared<Pool>(
-            [driver = driver](Deadline, int wake_fd) { return driver->connect(wake_fd); },
+            [driver = driver](Deadline, int wake_fd) { return driver->open_session(wake_fd); },
             config.description, config.budget)) {}
 
   const SessionLockConfig config;
@@ -202,7 +202,7 @@ class SessionKeyHold final : public KeyHold {
   std::uint64_t fencing_token() const override { return token_; }
 
   Status release(Deadline deadline) override {
-    if (freed_.exchange(true)) return OkStatus();
+    if (freed_.exchange(true)) return ok_status();
     return free(deadline);
   }
 
@@ -211,17 +211,17 @@ class SessionKeyHold final : public KeyHold {
     if (!engine_->monitor.unwatch(watch_)) {
       // The session ended (on_lost said so), and its key with it.
       loan_.discard();
-      return OkStatus();
+      return ok_status();
     }
     deadline = std::min(deadline, steady_clock::now() + engine_->config.store_call_timeout);
     const Status unlocked = engine_->driver->unlock(*loan_, deadline);
     if (!unlocked.ok()) {
       // Ending the session frees the key, as soon as the server sees it.
       loan_.discard();
-      return unlocked.WithContext(engine_->config.description + ": releasing a key");
+      return unlocked.with_context(engine_->config.description + ": releasing a key");
     }
     loan_.give_back();  // for the next acquire, even while this hold object lives on
-    return OkStatus();
+    return ok_status();
   }
 
   const std::shared_ptr<Engine> engine_;
@@ -244,23 +244,23 @@ class SessionLockBackend final : public KeyedLockBackend {
 
   Result<std::unique_ptr<KeyHold>> acquire(const KeyAcquireRequest& request) override {
     SIMBA_RETURN_IF_ERROR(validate_key(request.key));
-    if (request.cancel.stop_requested()) return Cancelled();
+    if (request.cancel.stop_requested()) return cancelled();
     // A cancel posts here; the waits below (for a session, for the server)
     // watch it. It belongs to this call, not to a session: it outlives the
     // stop_callback (declared after it), so a late cancel can neither touch
     // a closed session nor interrupt its next user.
     WakeFd wake;
     if (!wake.ok()) {
-      return UnavailableError(engine_->config.description + ": eventfd: " + std::strerror(errno));
+      return unavailable_error(engine_->config.description + ": eventfd: " + std::strerror(errno));
     }
-    std::stop_callback on_cancel(request.cancel, [&wake] { wake.Post(); });
+    std::stop_callback on_cancel(request.cancel, [&wake] { wake.post(); });
     SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
                            engine_->pool->borrow(request.wait_deadline, request.cancel, wake.fd()));
-    if (!loan) return NotAcquired();
+    if (!loan) return not_acquired();
     SIMBA_RETURN_IF_ERROR(engine_->driver->prepare(**loan));
     // A cancel that came while we set up is answered here (a cancel request
     // sent before the session has read the lock call may be ignored).
-    if (request.cancel.stop_requested()) return Cancelled();
+    if (request.cancel.stop_requested()) return cancelled();
     Result<std::optional<std::uint64_t>> token =
         engine_->driver->lock(**loan, request.key, request.wait_deadline, wake.fd());
     if (request.cancel.stop_requested()) {
@@ -269,18 +269,18 @@ class SessionLockBackend final : public KeyedLockBackend {
         const Deadline deadline = steady_clock::now() + engine_->config.store_call_timeout;
         if (!engine_->driver->unlock(**loan, deadline).ok()) loan->discard();
       }
-      return Cancelled();  // a broken session is closed by the loan, freeing a grant
+      return cancelled();  // a broken session is closed by the loan, freeing a grant
     }
     if (!token.ok()) return token.status();
-    if (!token->has_value()) return NotAcquired();
+    if (!token->has_value()) return not_acquired();
     return std::unique_ptr<KeyHold>(
         std::make_unique<SessionKeyHold>(engine_, std::move(*loan), **token, request.on_lost));
   }
 
  private:
-  static Result<std::unique_ptr<KeyHold>> NotAcquired() { return std::unique_ptr<KeyHold>(); }
-  Status Cancelled() const {
-    return CancelledError(engine_->config.description + ": acquire cancelled");
+  static Result<std::unique_ptr<KeyHold>> not_acquired() { return std::unique_ptr<KeyHold>(); }
+  Status cancelled() const {
+    return cancelled_error(engine_->config.description + ": acquire cancelled");
   }
 
   const std::shared_ptr<Engine> engine_;
@@ -288,18 +288,18 @@ class SessionLockBackend final : public KeyedLockBackend {
 
 }  // namespace
 
-Result<std::shared_ptr<KeyedLockBackend>> NewSessionLockBackend(
+Result<std::shared_ptr<KeyedLockBackend>> new_session_lock_backend(
     SessionLockConfig config, std::shared_ptr<SessionLockDriver> driver) {
   if (config.budget < 1 || config.budget > kMaxLockConnections) {
-    return InvalidArgumentError(config.scheme + ": lock_connections must be 1.." +
-                                std::to_string(kMaxLockConnections) + ", not " +
-                                std::to_string(config.budget));
+    return invalid_argument_error(config.scheme + ": lock_connections must be 1.." +
+                                  std::to_string(kMaxLockConnections) + ", not " +
+                                  std::to_string(config.budget));
   }
   config.capabilities.cross_process = true;
   config.capabilities.freed_with_session = true;
   auto engine = std::make_shared<Engine>(std::move(config), std::move(driver));
   if (!engine->monitor.ok()) {
-    return UnavailableError(engine->config.description + ": eventfd: " + std::strerror(errno));
+    return unavailable_error(engine->config.description + ": eventfd: " + std::strerror(errno));
   }
   return std::shared_ptr<KeyedLockBackend>(std::make_shared<SessionLockBackend>(engine));
 }

@@ -55,7 +55,7 @@ class SessionLockDriver {
 
   // Opens a session, bounded by the store's connect timeout; `wake_fd`
   // readable (the caller cancelled) gives up with kCancelled.
-  virtual Result<std::unique_ptr<LockSession>> connect(int wake_fd) = 0;
+  virtual Result<std::unique_ptr<LockSession>> open_session(int wake_fd) = 0;
 
   // Runs before every lock call (e.g. one-time setup the first lock needs).
   virtual Status prepare(LockSession& session);
@@ -80,7 +80,7 @@ constexpr int kMaxLockConnections = 1024;
 // The budget's URI key, lock_connections (1..1024, default 8): taken out of
 // `uri` (so the contention backend's parser, which does not know it, can
 // check the rest). kInvalidArgument, naming `store`, for a bad value.
-Result<int> TakeLockConnections(std::string_view store, Uri& uri);
+Result<int> take_lock_connections(std::string_view store, Uri& uri);
 
 struct SessionLockConfig {
   std::string scheme;       // KeyedLockBackend::scheme()
@@ -97,7 +97,7 @@ struct SessionLockConfig {
 };
 
 // A keyed-lock backend on `driver`'s sessions. A hold may outlive it.
-Result<std::shared_ptr<KeyedLockBackend>> NewSessionLockBackend(
+Result<std::shared_ptr<KeyedLockBackend>> new_session_lock_backend(
     SessionLockConfig config, std::shared_ptr<SessionLockDriver> driver);
 
 }  // namespace simba::internal::sql

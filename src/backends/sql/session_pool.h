@@ -115,7 +115,7 @@ class SessionPool : public std::enable_shared_from_this<SessionPool<Session>> {
         if (!ready) {
           leave_line();
           if (cancel.stop_requested()) {
-            return CancelledError(description_ + ": cancelled while waiting for a connection");
+            return cancelled_error(description_ + ": cancelled while waiting for a connection");
           }
           return std::optional<Loan>();
         }
@@ -183,10 +183,10 @@ class SessionPool : public std::enable_shared_from_this<SessionPool<Session>> {
 
   std::mutex mu_;
   std::condition_variable_any changed_;
-  std::vector<SessionPtr> idle_;   // guarded by mu_
-  int open_ = 0;                   // idle, lent, being opened; guarded by mu_
-  std::list<std::uint64_t> line_;  // borrowers waiting, in arrival order; guarded by mu_
-  std::uint64_t next_ticket_ = 0;  // guarded by mu_
+  std::vector<SessionPtr> idle_;    // guarded by mu_
+  int open_ = 0;                    // idle, lent, being opened; guarded by mu_
+  std::list<std::uint64_t> line_;   // borrowers waiting, in arrival order; guarded by mu_
+  std::uint64_t next_ticket_ = 0;   // guarded by mu_
   std::optional<Backoff> backoff_;  // guarded by mu_
 };
 

@@ -22,7 +22,7 @@ constexpr milliseconds kSubscribeReadBound{1000};
 
 constexpr char kColumns[] = "acquired_at, ttl_at, transition_at, owner_id, version";
 
-long long ToInt(const std::string& text) {
+long long to_int(const std::string& text) {
   long long value = 0;
   std::from_chars(text.data(), text.data() + text.size(), value);
   return value;
@@ -41,12 +41,12 @@ Statement AcquireParts::read_back(const std::string& mutex) const {
   return {"SELECT " + returning + " FROM simba_mutex WHERE mutex = {0}", {mutex}};
 }
 
-std::string SqlDriver::InsertFreeRowSql() const {
+std::string SqlDriver::insert_free_row_sql() const {
   return std::string(kInsertFreeRow) + " ON CONFLICT (mutex) DO NOTHING";
 }
 
-std::vector<Statement> SqlDriver::AcquireStatements(const AcquireParts& parts,
-                                                    const std::vector<std::string>& params) const {
+std::vector<Statement> SqlDriver::acquire_statements(const AcquireParts& parts,
+                                                     const std::vector<std::string>& params) const {
   const std::string alias = existing_row_alias();
   // `expression` with each column (a whole word, not already qualified)
   // prefixed by "<alias>.".
@@ -54,7 +54,8 @@ std::vector<Statement> SqlDriver::AcquireStatements(const AcquireParts& parts,
     if (alias.empty()) return expression;
     auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
     std::string out = expression;
-    for (const std::string name : {"version", "acquired_at", "ttl_at", "transition_at", "owner_id"}) {
+    for (const std::string name :
+         {"version", "acquired_at", "ttl_at", "transition_at", "owner_id"}) {
       for (std::size_t at = out.find(name); at != std::string::npos; at = out.find(name, at)) {
         const std::size_t end = at + name.size();
         if ((at == 0 || !(word(out[at - 1]) || out[at - 1] == '.')) &&
@@ -81,17 +82,17 @@ namespace {
 // A row of acquired_at, ttl_at, transition_at, owner_id, version, now as an
 // owner record. A released or expired lease (transition_at < now) is free:
 // exactly what the next acquisition may take.
-Result<OwnerRecord> ToRecord(const SqlRow& row, std::size_t first = 0) {
-  if (row.size() < first + 6) return InternalError("unexpected row shape");
+Result<OwnerRecord> to_record(const SqlRow& row, std::size_t first = 0) {
+  if (row.size() < first + 6) return internal_error("unexpected row shape");
   OwnerRecord record;
-  record.store_now = StoreTime(ToInt(row[first + 5]));
-  const StoreTime transition_at(ToInt(row[first + 2]));
+  record.store_now = StoreTime(to_int(row[first + 5]));
+  const StoreTime transition_at(to_int(row[first + 2]));
   if (row[first + 3].empty() || transition_at < record.store_now) return record;
   record.owner.owner_id = row[first + 3];
-  record.owner.acquired_at = StoreTime(ToInt(row[first + 0]));
-  record.owner.ttl_at = StoreTime(ToInt(row[first + 1]));
+  record.owner.acquired_at = StoreTime(to_int(row[first + 0]));
+  record.owner.ttl_at = StoreTime(to_int(row[first + 1]));
   record.owner.transition_at = transition_at;
-  record.owner.fencing_token = static_cast<std::uint64_t>(ToInt(row[first + 4]));
+  record.owner.fencing_token = static_cast<std::uint64_t>(to_int(row[first + 4]));
   return record;
 }
 
@@ -103,7 +104,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // Sessions shared by all calls, connected lazily, replaced when
         // broken; a failed connect paces the next ones.
         pool_(std::make_shared<SessionPool<SqlSession>>(
-            [driver = driver_.get()](Deadline deadline, int) { return driver->Connect(deadline); },
+            [driver = driver_.get()](Deadline deadline, int) { return driver->connect(deadline); },
             driver_->description(), options.connections, /*backoff=*/true)) {
     capabilities_.cross_process = true;
     capabilities_.fencing_source = "simba_mutex.version at acquisition";
@@ -126,13 +127,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
 
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
                                           Deadline deadline) override {
-    const std::string now = driver_->NowMs();
+    const std::string now = driver_->now_ms();
     AcquireParts parts;
     parts.now = now;
     // Take the row when its hard lease is over; renew it when we own it and
     // it is not (>=: JVM Simba's `>` left a 1 ms gap where nobody could).
-    parts.may_acquire = "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " +
-                        now + "))";
+    parts.may_acquire =
+        "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " + now + "))";
     parts.assignments = {
         // First, while owner_id and transition_at still hold the old values:
         // a renewal keeps the version (the fencing token).
@@ -148,19 +149,19 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     const std::vector<std::string> params = {
         std::string(request.mutex), std::string(request.contender_id),
         std::to_string(request.ttl.count()), std::to_string(request.transition.count())};
-    const std::string what = "acquiring mutex " + Quoted(request.mutex);
-    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
-                           RunOnTable(driver_->AcquireStatements(parts, params), true, deadline,
-                                      what));
+    const std::string what = "acquiring mutex " + in_quotes(request.mutex);
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> results,
+        run_on_table(driver_->acquire_statements(parts, params), true, deadline, what));
     if (results.empty() || results.back().rows.size() != 1) {
-      return InternalError(driver_->description() + ": " + what + ": the row was not returned");
+      return internal_error(driver_->description() + ": " + what + ": the row was not returned");
     }
-    return ToRecord(results.back().rows.front());
+    return to_record(results.back().rows.front());
   }
 
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline deadline) override {
-    const std::string what = "releasing mutex " + Quoted(mutex);
+    const std::string what = "releasing mutex " + in_quotes(mutex);
     // The token is the version the acquisition left (our renewals keep it),
     // so a late release of an older ownership matches no row.
     std::string update =
@@ -174,20 +175,20 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     std::vector<Statement> statements = {{update, std::move(params)}};
     // Push stores announce it in the same transaction (delivered when it
     // commits): one round trip.
-    const std::string notice = driver_->ReleaseNoticeSql();
+    const std::string notice = driver_->release_notice_sql();
     if (!notice.empty()) {
       statements.push_back({notice, {std::string(mutex), std::string(contender_id)}});
     }
     SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
-                           RunOnTable(std::move(statements), true, deadline, what));
+                           run_on_table(std::move(statements), true, deadline, what));
     return !results.empty() && results.front().affected_rows > 0;
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
-    const std::string what = "force-releasing mutex " + Quoted(mutex);
+    const std::string what = "force-releasing mutex " + in_quotes(mutex);
     const std::string m(mutex);
-    const std::string notice = driver_->ReleaseNoticeSql();
-    const std::string forced_notice = driver_->ForcedNoticeSql();
+    const std::string notice = driver_->release_notice_sql();
+    const std::string forced_notice = driver_->forced_notice_sql();
     // (For push stores; a no-op statement otherwise.)
     auto push = [&](const std::string& sql, std::vector<std::string> params) -> Statement {
       if (sql.empty()) return {"SELECT 1", {}};
@@ -198,54 +199,53 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // transaction.
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
-        RunOnTable({{driver_->InsertFreeRowSql(), {m}},
-                    {"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
-                         " FROM simba_mutex WHERE mutex = {0}" + driver_->ForUpdateSql(),
-                     {m}},
-                    push(forced_notice, {m}),
-                    {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
-                     "transition_at = 0, owner_id = '' WHERE mutex = {0}",
-                     {m}},
-                    {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}},
-                    push(notice, {m, ""})},
-                   true, deadline, what));
+        run_on_table({{driver_->insert_free_row_sql(), {m}},
+                      {"SELECT " + std::string(kColumns) + ", " + driver_->now_ms() +
+                           " FROM simba_mutex WHERE mutex = {0}" + driver_->for_update_sql(),
+                       {m}},
+                      push(forced_notice, {m}),
+                      {"UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
+                       "transition_at = 0, owner_id = '' WHERE mutex = {0}",
+                       {m}},
+                      {"SELECT version FROM simba_mutex WHERE mutex = {0}", {m}},
+                      push(notice, {m, ""})},
+                     true, deadline, what));
     if (results.size() != 6 || results[1].rows.size() != 1 || results[4].rows.size() != 1 ||
         results[4].rows[0].empty()) {
-      return InternalError(driver_->description() + ": " + what + ": unexpected result");
+      return internal_error(driver_->description() + ": " + what + ": unexpected result");
     }
-    SIMBA_ASSIGN_OR_RETURN(OwnerRecord previous, ToRecord(results[1].rows[0]));
-    ForcedRelease forced{previous.owner,
-                         static_cast<std::uint64_t>(ToInt(results[4].rows[0][0])),
+    SIMBA_ASSIGN_OR_RETURN(OwnerRecord previous, to_record(results[1].rows[0]));
+    ForcedRelease forced{previous.owner, static_cast<std::uint64_t>(to_int(results[4].rows[0][0])),
                          previous.store_now};
     return forced;
   }
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    const std::string what = "reading mutex " + Quoted(mutex);
+    const std::string what = "reading mutex " + in_quotes(mutex);
     // The clock even when there is no row.
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
-        RunOnTable({{"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
-                         " FROM simba_mutex WHERE mutex = {0}",
-                     {std::string(mutex)}},
-                    {"SELECT 0, 0, 0, '', 0, " + driver_->NowMs(), {}}},
-                   false, deadline, what));
+        run_on_table({{"SELECT " + std::string(kColumns) + ", " + driver_->now_ms() +
+                           " FROM simba_mutex WHERE mutex = {0}",
+                       {std::string(mutex)}},
+                      {"SELECT 0, 0, 0, '', 0, " + driver_->now_ms(), {}}},
+                     false, deadline, what));
     if (results.size() != 2 || results[1].rows.size() != 1) {
-      return InternalError(driver_->description() + ": " + what + ": unexpected result");
+      return internal_error(driver_->description() + ": " + what + ": unexpected result");
     }
-    return ToRecord(results[0].rows.empty() ? results[1].rows[0] : results[0].rows[0]);
+    return to_record(results[0].rows.empty() ? results[1].rows[0] : results[0].rows[0]);
   }
 
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
-        RunOnTable({{"SELECT " + std::string(kColumns) + ", " + driver_->NowMs() +
-                         ", mutex FROM simba_mutex ORDER BY mutex",
-                     {}}},
-                   false, deadline, "listing mutexes"));
+        run_on_table({{"SELECT " + std::string(kColumns) + ", " + driver_->now_ms() +
+                           ", mutex FROM simba_mutex ORDER BY mutex",
+                       {}}},
+                     false, deadline, "listing mutexes"));
     std::vector<ListedMutex> listed;
     for (const SqlRow& row : results.front().rows) {
-      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, ToRecord(row));
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, to_record(row));
       listed.push_back(ListedMutex{row.at(6), std::move(record)});
     }
     return listed;
@@ -255,26 +255,24 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       std::string_view mutex, std::string_view /*contender_id*/,
       std::function<void(const MutexEvent&)> listener) override;
 
-
  private:
   // Runs statements that use the table; creates the table once if it is
   // missing (or says what to run when we may not).
-  Result<std::vector<SqlResult>> RunOnTable(std::vector<Statement> statements,
-                                            bool transaction, Deadline deadline,
-                                            const std::string& what) {
-    for (Statement& statement : statements) statement.sql = OnTable(statement.sql);
+  Result<std::vector<SqlResult>> run_on_table(std::vector<Statement> statements, bool transaction,
+                                              Deadline deadline, const std::string& what) {
+    for (Statement& statement : statements) statement.sql = on_table(statement.sql);
     SIMBA_ASSIGN_OR_RETURN(std::optional<SessionPool<SqlSession>::Loan> loan,
                            pool_->borrow(deadline));
     if (!loan) {
-      return DeadlineExceededError(driver_->description() +
-                                   ": deadline passed while waiting for a connection");
+      return deadline_exceeded_error(driver_->description() +
+                                     ": deadline passed while waiting for a connection");
     }
     SqlSession& session = **loan;
     SqlFailure failure = SqlFailure::kOther;
-    auto results = session.Run(statements, transaction, deadline, &failure);
+    auto results = session.run(statements, transaction, deadline, &failure);
     if (!results.ok() && failure == SqlFailure::kNoTable) {
-      SIMBA_RETURN_IF_ERROR(CreateTable(session, deadline));
-      results = session.Run(statements, transaction, deadline, &failure);
+      SIMBA_RETURN_IF_ERROR(create_table(session, deadline));
+      results = session.run(statements, transaction, deadline, &failure);
     }
     if (!results.ok()) {
       return Status(results.status().code(),
@@ -284,7 +282,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   }
 
   // `sql` with our table's name for "simba_mutex".
-  std::string OnTable(const std::string& sql) const {
+  std::string on_table(const std::string& sql) const {
     if (options_.table == "simba_mutex") return sql;
     std::string out;
     std::size_t at = 0;
@@ -295,39 +293,37 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return out + sql.substr(at);
   }
 
-  Status CreateTable(SqlSession& session, Deadline deadline) {
-    const std::string ddl = OnTable(driver_->CreateTableSql());
+  Status create_table(SqlSession& session, Deadline deadline) {
+    const std::string ddl = on_table(driver_->create_table_sql());
     if (!options_.create_table) {
-      return FailedPreconditionError(driver_->description() + ": the table " + options_.table +
-                                     " does not exist; create it with: " + ddl);
+      return failed_precondition_error(driver_->description() + ": the table " + options_.table +
+                                       " does not exist; create it with: " + ddl);
     }
     SqlFailure failure = SqlFailure::kOther;
-    auto created = session.Run({{ddl, {}}}, false, deadline, &failure);
+    auto created = session.run({{ddl, {}}}, false, deadline, &failure);
     // Two processes creating it at once: the other one won. Even with IF NOT
     // EXISTS, PostgreSQL reports the loser's clash on the catalog (the row
     // type or pg_type's unique index) instead of waiting for the winner.
     if (!created.ok() &&
         (failure == SqlFailure::kDuplicateKey || failure == SqlFailure::kAlreadyExists)) {
-      return OkStatus();
+      return ok_status();
     }
     if (!created.ok()) {
       if (failure == SqlFailure::kNoPrivilege) {
-        return PermissionDeniedError(
-            driver_->description() +
-            ": the table " + options_.table +
-            " does not exist and this user may not create it; ask a "
-            "DBA to run (`simba schema --store URI` prints it): " + ddl);
+        return permission_denied_error(driver_->description() + ": the table " + options_.table +
+                                       " does not exist and this user may not create it; ask a "
+                                       "DBA to run (`simba schema --store URI` prints it): " +
+                                       ddl);
       }
-      return created.status().WithContext(driver_->description() + ": creating " +
-                                          options_.table);
+      return created.status().with_context(driver_->description() + ": creating " + options_.table);
     }
     SIMBA_LOG(kInfo, driver_->description() << ": created the table " << options_.table);
-    return OkStatus();
+    return ok_status();
   }
 
   // One event from the driver's listener, for every subscriber of its
   // mutex (a release of "" after a reconnect: for every subscriber).
-  void OnEvent(const MutexEvent& pushed) {
+  void on_event(const MutexEvent& pushed) {
     ListenerHub::Work work;
     // "" after a reconnect: anything may have been missed.
     if (pushed.mutex.empty()) {
@@ -339,7 +335,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   }
 
   // Creates the driver's listener on first use. REQUIRES: mu_.
-  void StartListenerLocked();
+  void start_listener_locked();
 
   const std::unique_ptr<SqlDriver> driver_;
   const SqlBackendOptions options_;
@@ -356,13 +352,13 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
     std::string_view mutex, std::string_view /*contender_id*/,
     std::function<void(const MutexEvent&)> listener) {
   if (!capabilities_.push_release) {
-    return UnimplementedError(std::string(scheme()) + " backend cannot push owner changes");
+    return unimplemented_error(std::string(scheme()) + " backend cannot push owner changes");
   }
   const std::string name(mutex);
   bool watches_rows = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    StartListenerLocked();
+    start_listener_locked();
     watches_rows = listener_ && listener_->watches_rows();
   }
   // A row-watching listener starts from the row as of now, so a release
@@ -372,17 +368,17 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
   // does not fail the subscription.
   std::optional<SqlDriver::Listener::Row> seen;
   if (watches_rows) {
-    auto row = RunOnTable({{"SELECT owner_id, version FROM simba_mutex WHERE mutex = {0}",
-                            {name}}},
-                          false, steady_clock::now() + kSubscribeReadBound,
-                          "subscribing to mutex " + Quoted(mutex) + ": reading the row");
+    auto row =
+        run_on_table({{"SELECT owner_id, version FROM simba_mutex WHERE mutex = {0}", {name}}},
+                     false, steady_clock::now() + kSubscribeReadBound,
+                     "subscribing to mutex " + in_quotes(mutex) + ": reading the row");
     if (!row.ok()) {
       SIMBA_LOG(kDebug, row.status() << " (subscribing anyway)");
     } else if (row->empty() || row->front().rows.empty()) {
       seen.emplace();  // no row: free, version 0
     } else if (row->front().rows.front().size() == 2) {
       const SqlRow& values = row->front().rows.front();
-      seen = SqlDriver::Listener::Row{values[0], ToInt(values[1])};
+      seen = SqlDriver::Listener::Row{values[0], to_int(values[1])};
     }
   }
   // Listeners must not throw; one that does must not end the push for
@@ -392,8 +388,8 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
     try {
       listener(event);
     } catch (...) {
-      SIMBA_LOG(kError, description << ": a listener for mutex " << Quoted(event.mutex)
-                                    << " threw");
+      SIMBA_LOG(kError,
+                description << ": a listener for mutex " << in_quotes(event.mutex) << " threw");
     }
   };
   // The last subscription to a mutex gone, a row-watching listener stops
@@ -405,27 +401,27 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
     if (self->listener_ && !self->hub_->any(slot.mutex)) self->listener_->unwatch(slot.mutex);
   };
   std::lock_guard<std::mutex> lock(mu_);
-  StartListenerLocked();
+  start_listener_locked();
   auto subscription = hub_->subscribe(name, std::string(), std::move(guarded), std::move(on_close));
   if (listener_) listener_->watch(name, std::move(seen));
   return subscription;
 }
 
-void SqlBackend::StartListenerLocked() {
+void SqlBackend::start_listener_locked() {
   if (listener_) return;
   std::weak_ptr<SqlBackend> weak = weak_from_this();
-  listener_ = driver_->MakeListener([weak](const MutexEvent& event) {
-    if (auto self = weak.lock()) self->OnEvent(event);
+  listener_ = driver_->make_listener([weak](const MutexEvent& event) {
+    if (auto self = weak.lock()) self->on_event(event);
   });
 }
 
 }  // namespace
 
-std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::string& by) {
+std::optional<MutexEvent> notice_event(const std::string& mutex, const std::string& by) {
   MutexEvent event{MutexEvent::Kind::kReleased, mutex, by};
   const std::size_t first = by.find('\n');
   if (first == std::string::npos) return event;
-  // ForcedNoticeSql()'s "<owner>\n<token>\nforced": that hold was taken
+  // forced_notice_sql()'s "<owner>\n<token>\nforced": that hold was taken
   // away, which its owner must hear at once (the release notice that
   // follows wakes the waiters).
   const std::size_t second = by.find('\n', first + 1);
@@ -441,9 +437,7 @@ std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::strin
   return event;
 }
 
-std::string Quoted(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-Result<std::string> RenderParams(
+Result<std::string> render_params(
     const std::string& sql,
     const std::function<Result<std::string>(std::size_t index, bool number)>& render) {
   std::string out;
@@ -465,23 +459,23 @@ Result<std::string> RenderParams(
   return out;
 }
 
-Result<bool> ReadTableKey(std::string_view store, const std::string& key,
-                          const std::string& value, int& connections, std::string& table,
-                          bool& create_table) {
+Result<bool> read_table_key(std::string_view store, const std::string& key,
+                            const std::string& value, int& connections, std::string& table,
+                            bool& create_table) {
   if (key == "connections") {
     int n = 0;
     auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
     if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
-      return InvalidArgumentError(std::string(store) + ": connections must be 1..64, not " +
-                                  Quoted(value));
+      return invalid_argument_error(std::string(store) + ": connections must be 1..64, not " +
+                                    in_quotes(value));
     }
     connections = n;
   } else if (key == "table") {
     table = value;
   } else if (key == "create_table") {
     if (value != "on" && value != "off") {
-      return InvalidArgumentError(std::string(store) + ": create_table must be on or off, not " +
-                                  Quoted(value));
+      return invalid_argument_error(std::string(store) + ": create_table must be on or off, not " +
+                                    in_quotes(value));
     }
     create_table = value == "on";
   } else {
@@ -490,27 +484,26 @@ Result<bool> ReadTableKey(std::string_view store, const std::string& key,
   return true;
 }
 
-Status ValidateTableName(const std::string& table) {
+Status validate_table_name(const std::string& table) {
   const std::string& t = table;
-  const bool identifier =
-      !t.empty() && t.size() <= 63 && !(t[0] >= '0' && t[0] <= '9') &&
-      std::all_of(t.begin(), t.end(), [](char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-               c == '_';
-      });
+  const bool identifier = !t.empty() && t.size() <= 63 && !(t[0] >= '0' && t[0] <= '9') &&
+                          std::all_of(t.begin(), t.end(), [](char c) {
+                            return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                                   (c >= '0' && c <= '9') || c == '_';
+                          });
   if (!identifier) {
-    return InvalidArgumentError("table " + Quoted(t) +
-                                " must be a plain identifier of at most 63 characters "
-                                "(A-Z a-z 0-9 _, not starting with a digit)");
+    return invalid_argument_error("table " + in_quotes(t) +
+                                  " must be a plain identifier of at most 63 characters "
+                                  "(A-Z a-z 0-9 _, not starting with a digit)");
   }
-  return OkStatus();
+  return ok_status();
 }
 
-Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
-                                               SqlBackendOptions options) {
-  if (!driver) return InvalidArgumentError("no SQL driver");
-  if (options.connections < 1) return InvalidArgumentError("connections must be at least 1");
-  SIMBA_RETURN_IF_ERROR(ValidateTableName(options.table));
+Result<std::shared_ptr<Backend>> new_sql_backend(std::unique_ptr<SqlDriver> driver,
+                                                 SqlBackendOptions options) {
+  if (!driver) return invalid_argument_error("no SQL driver");
+  if (options.connections < 1) return invalid_argument_error("connections must be at least 1");
+  SIMBA_RETURN_IF_ERROR(validate_table_name(options.table));
   return std::shared_ptr<Backend>(std::make_shared<SqlBackend>(std::move(driver), options));
 }
 

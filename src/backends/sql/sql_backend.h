@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backends/sql/session_pool.h"
+#include "core/store_options.h"
 #include "simba/backend.h"
 #include "simba/status.h"
 
@@ -59,17 +60,17 @@ struct Statement {
 
 // `sql` with each placeholder, {i} or {#i} (a number), replaced by what
 // `render(i, number)` returns; the first error of `render` ends it.
-Result<std::string> RenderParams(
+Result<std::string> render_params(
     const std::string& sql,
     const std::function<Result<std::string>(std::size_t index, bool number)>& render);
 
 // Kinds of failure the protocol must tell apart.
 enum class SqlFailure {
   kOther,
-  kNoTable,       // simba_mutex does not exist
-  kNoPrivilege,   // not allowed to create or use it
-  kDuplicateKey,  // a concurrent insert won
-  kAlreadyExists, // a concurrent CREATE TABLE won
+  kNoTable,        // simba_mutex does not exist
+  kNoPrivilege,    // not allowed to create or use it
+  kDuplicateKey,   // a concurrent insert won
+  kAlreadyExists,  // a concurrent CREATE TABLE won
 };
 
 // One connection. Used by one call at a time; a driver marks it broken
@@ -79,7 +80,7 @@ class SqlSession : public PooledSession {
   // Runs the statements in order, inside one transaction when
   // `transaction`, in as few round trips as the driver can, and returns each
   // one's result. On failure, `failure` (if given) says what kind it was.
-  virtual Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements,
+  virtual Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements,
                                              bool transaction, Deadline deadline,
                                              SqlFailure* failure = nullptr) = 0;
 };
@@ -88,7 +89,7 @@ class SqlSession : public PooledSession {
 // them into its own upsert. Placeholders: {0} mutex, {1} contender id,
 // {2} ttl ms, {3} transition ms.
 struct AcquireParts {
-  // The database clock in epoch ms (the driver's NowMs()).
+  // The database clock in epoch ms (the driver's now_ms()).
   std::string now;
   // True when the caller may take or renew the existing row (its columns
   // unqualified, e.g. `transition_at`).
@@ -109,7 +110,7 @@ struct AcquireParts {
 };
 
 // The free row of mutex {0} as an INSERT's column list and VALUES, for a
-// driver's InsertFreeRowSql() (each adds how it skips an existing row).
+// driver's insert_free_row_sql() (each adds how it skips an existing row).
 constexpr char kInsertFreeRow[] =
     "INSERT INTO simba_mutex (mutex, acquired_at, ttl_at, transition_at, owner_id, version) "
     "VALUES ({0}, 0, 0, 0, '', 0)";
@@ -120,15 +121,15 @@ class SqlDriver {
   virtual std::string_view scheme() const = 0;
   // "postgresql at host:port/db" (never a password), to start messages.
   virtual const std::string& description() const = 0;
-  virtual Result<std::unique_ptr<SqlSession>> Connect(Deadline deadline) = 0;
+  virtual Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) = 0;
 
   // The database clock as an integer number of epoch milliseconds.
-  virtual std::string NowMs() const = 0;
+  virtual std::string now_ms() const = 0;
   // CREATE TABLE for simba_mutex, if missing (the DBA's copy too).
-  virtual std::string CreateTableSql() const = 0;
+  virtual std::string create_table_sql() const = 0;
   // Inserting the free row of mutex {0} unless it exists. The default:
   // kInsertFreeRow + ON CONFLICT (mutex) DO NOTHING.
-  virtual std::string InsertFreeRowSql() const;
+  virtual std::string insert_free_row_sql() const;
   // Acquire-or-renew as statements run in one transaction; the last
   // returns the row (acquired or not) with the clock: one row of
   // acquired_at, ttl_at, transition_at, owner_id, version, now. The
@@ -138,13 +139,13 @@ class SqlDriver {
   // the row as decided. In the update the existing row's columns are
   // qualified with existing_row_alias() unless it is empty (bare names
   // are the existing row's in SQLite, ambiguous in PostgreSQL).
-  virtual std::vector<Statement> AcquireStatements(const AcquireParts& parts,
-                                                   const std::vector<std::string>& params) const;
+  virtual std::vector<Statement> acquire_statements(const AcquireParts& parts,
+                                                    const std::vector<std::string>& params) const;
   virtual std::string existing_row_alias() const { return {}; }
 
   // Push. While the returned handle lives, `on_event` is called (from one
   // thread of the driver's, one call at a time) for every release
-  // announced by ReleaseNoticeSql() in any process (kReleased, owner_id the
+  // announced by release_notice_sql() in any process (kReleased, owner_id the
   // releaser) or seen by a row-watching listener (below), for every hold
   // taken away (kLost), and with kReleased for mutex "" after the driver
   // reconnected (announcements may have been missed). Drivers without push
@@ -168,28 +169,28 @@ class SqlDriver {
     }
     virtual void unwatch(const std::string& mutex) { (void)mutex; }
   };
-  virtual std::unique_ptr<Listener> MakeListener(
+  virtual std::unique_ptr<Listener> make_listener(
       std::function<void(const MutexEvent& event)> on_event) {
     (void)on_event;
     return nullptr;
   }
   // Whether MakeListener gives push (default: when releases are announced).
-  virtual bool pushes() const { return !ReleaseNoticeSql().empty(); }
+  virtual bool pushes() const { return !release_notice_sql().empty(); }
   // What follows a SELECT that locks the row for the transaction (SQLite's
   // write transaction has locked the whole file already).
-  virtual std::string ForUpdateSql() const { return " FOR UPDATE"; }
+  virtual std::string for_update_sql() const { return " FOR UPDATE"; }
   // A statement announcing that {0} was released by {1}, run in the
   // releasing transaction after the update (so only when the row is free
   // then, and delivered when it commits); empty when the driver has no
   // push. Like every statement, "simba_mutex" in it stands for the table.
-  virtual std::string ReleaseNoticeSql() const { return {}; }
+  virtual std::string release_notice_sql() const { return {}; }
   // A statement announcing that {0}'s holder is being forced out, run in
   // the forcing transaction after the row is locked and before it is freed;
   // it must announce nothing when the row has no owner. A NOTIFY carries
-  // "<mutex>\n<owner>\n<token>\nforced", which NoticeEvent() reads (names
+  // "<mutex>\n<owner>\n<token>\nforced", which notice_event() reads (names
   // cannot contain control characters, so this is unambiguous). Empty when
   // the driver has no push.
-  virtual std::string ForcedNoticeSql() const { return {}; }
+  virtual std::string forced_notice_sql() const { return {}; }
 };
 
 struct SqlBackendOptions {
@@ -204,29 +205,26 @@ struct SqlBackendOptions {
   std::size_t max_contender_id_length = 128;
 };
 
-// 'text', for messages.
-std::string Quoted(std::string_view text);
-
 // The query keys every SQL server's URI shares: connections (1..64), table
 // and create_table (on|off), read into the given fields; false for any
 // other key. kInvalidArgument, naming `store`, for a bad value.
-Result<bool> ReadTableKey(std::string_view store, const std::string& key,
-                          const std::string& value, int& connections, std::string& table,
-                          bool& create_table);
+Result<bool> read_table_key(std::string_view store, const std::string& key,
+                            const std::string& value, int& connections, std::string& table,
+                            bool& create_table);
 
 // OK when `table` is a name the statements may carry as it is: a plain
 // identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a
 // digit). Otherwise kInvalidArgument naming the table. The backend and the
 // DDL printed for a DBA (SchemaSql) both check it.
-Status ValidateTableName(const std::string& table);
+Status validate_table_name(const std::string& table);
 
 // The event a release notice announces: `mutex` released by `by`, or, for
-// ForcedNoticeSql()'s "<owner>\n<token>\nforced", that hold lost (forced).
+// forced_notice_sql()'s "<owner>\n<token>\nforced", that hold lost (forced).
 // nullopt for a malformed notice.
-std::optional<MutexEvent> NoticeEvent(const std::string& mutex, const std::string& by);
+std::optional<MutexEvent> notice_event(const std::string& mutex, const std::string& by);
 
-Result<std::shared_ptr<Backend>> NewSqlBackend(std::unique_ptr<SqlDriver> driver,
-                                               SqlBackendOptions options);
+Result<std::shared_ptr<Backend>> new_sql_backend(std::unique_ptr<SqlDriver> driver,
+                                                 SqlBackendOptions options);
 
 }  // namespace simba::internal::sql
 

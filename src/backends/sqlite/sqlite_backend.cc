@@ -61,13 +61,12 @@ namespace simba::internal {
 namespace {
 
 // errno values that mean "not allowed" rather than "not there" or "broken".
-bool IsPermissionErrno(int e) { return e == EACCES || e == EPERM || e == EROFS; }
+bool is_permission_errno(int e) { return e == EACCES || e == EPERM || e == EROFS; }
 
 // "<sqlite text> (sqlite code N[, errno E: text])", for every non-busy error.
-std::string Describe(const SqliteFailure& failure) {
-  std::string text = failure.sqlite_message.empty()
-                         ? std::string(sqlite3_errstr(failure.code))
-                         : std::string(failure.sqlite_message);
+std::string describe(const SqliteFailure& failure) {
+  std::string text = failure.sqlite_message.empty() ? std::string(sqlite3_errstr(failure.code))
+                                                    : std::string(failure.sqlite_message);
   text += " (sqlite code " + std::to_string(failure.code);
   if (failure.system_errno != 0) {
     // std::error_code rather than strerror: thread-safe.
@@ -80,8 +79,8 @@ std::string Describe(const SqliteFailure& failure) {
 
 }  // namespace
 
-Status SqliteFailureToStatus(const SqliteFailure& failure, bool deadline_passed,
-                             std::string_view context) {
+Status sqlite_failure_to_status(const SqliteFailure& failure, bool deadline_passed,
+                                std::string_view context) {
   const int code = failure.code;
   const int primary = code & 0xff;
   const std::string prefix = context.empty() ? std::string() : std::string(context) + ": ";
@@ -89,53 +88,50 @@ Status SqliteFailureToStatus(const SqliteFailure& failure, bool deadline_passed,
     case SQLITE_OK:
     case SQLITE_ROW:
     case SQLITE_DONE:
-      return OkStatus();
+      return ok_status();
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       // Contention, not a fault: our own text, so that SQLite's "database is
       // locked" never reaches a user who merely set a short deadline.
       if (deadline_passed) {
-        return DeadlineExceededError(
-            prefix + "deadline reached while waiting for the database lock "
-                     "(another connection holds it)");
+        return deadline_exceeded_error(prefix +
+                                       "deadline reached while waiting for the database lock "
+                                       "(another connection holds it)");
       }
-      return UnavailableError(prefix +
-                              "busy_timeout elapsed while waiting for the database "
-                              "lock (another connection holds it)");
+      return unavailable_error(prefix +
+                               "busy_timeout elapsed while waiting for the database "
+                               "lock (another connection holds it)");
     case SQLITE_READONLY:
       if (code == SQLITE_READONLY_DBMOVED) {
         // Not a permission problem: the file was renamed or deleted while
         // open; reopening the backend may help.
-        return UnavailableError(prefix + "the database file was moved or deleted: " +
-                                Describe(failure));
+        return unavailable_error(prefix +
+                                 "the database file was moved or deleted: " + describe(failure));
       }
-      return PermissionDeniedError(prefix + "the database is read-only: " +
-                                   Describe(failure));
+      return permission_denied_error(prefix + "the database is read-only: " + describe(failure));
     case SQLITE_PERM:
     case SQLITE_AUTH:
-      return PermissionDeniedError(prefix + "access denied: " + Describe(failure));
+      return permission_denied_error(prefix + "access denied: " + describe(failure));
     case SQLITE_CANTOPEN:
       if (code == SQLITE_CANTOPEN_ISDIR) {
-        return InvalidArgumentError(prefix + "the path is a directory: " +
-                                    Describe(failure));
+        return invalid_argument_error(prefix + "the path is a directory: " + describe(failure));
       }
-      if (IsPermissionErrno(failure.system_errno)) {
-        return PermissionDeniedError(prefix + "cannot open the database: " +
-                                     Describe(failure));
+      if (is_permission_errno(failure.system_errno)) {
+        return permission_denied_error(prefix + "cannot open the database: " + describe(failure));
       }
       if (failure.system_errno == ENOENT || failure.system_errno == ENOTDIR) {
-        return NotFoundError(prefix + "cannot open the database: " + Describe(failure));
+        return not_found_error(prefix + "cannot open the database: " + describe(failure));
       }
-      return UnavailableError(prefix + "cannot open the database: " + Describe(failure));
+      return unavailable_error(prefix + "cannot open the database: " + describe(failure));
     case SQLITE_NOTADB:
       // The path names some other file: a configuration mistake that no retry fixes.
-      return InvalidArgumentError(prefix + "the file is not an SQLite database: " +
-                                  Describe(failure));
+      return invalid_argument_error(prefix +
+                                    "the file is not an SQLite database: " + describe(failure));
     case SQLITE_IOERR:
-      if (IsPermissionErrno(failure.system_errno)) {
-        return PermissionDeniedError(prefix + "I/O refused: " + Describe(failure));
+      if (is_permission_errno(failure.system_errno)) {
+        return permission_denied_error(prefix + "I/O refused: " + describe(failure));
       }
-      return UnavailableError(prefix + "I/O error: " + Describe(failure));
+      return unavailable_error(prefix + "I/O error: " + describe(failure));
     case SQLITE_FULL:
     case SQLITE_NOMEM:
     case SQLITE_PROTOCOL:
@@ -143,23 +139,22 @@ Status SqliteFailureToStatus(const SqliteFailure& failure, bool deadline_passed,
     case SQLITE_NOLFS:
       // Environmental and possibly passing (disk space, memory, a WAL lock
       // race, a concurrent schema change): callers may retry.
-      return UnavailableError(prefix + Describe(failure));
+      return unavailable_error(prefix + describe(failure));
     case SQLITE_INTERRUPT:
       if (deadline_passed) {
-        return DeadlineExceededError(prefix + "interrupted at the deadline: " +
-                                     Describe(failure));
+        return deadline_exceeded_error(prefix +
+                                       "interrupted at the deadline: " + describe(failure));
       }
-      return CancelledError(prefix + "interrupted: " + Describe(failure));
+      return cancelled_error(prefix + "interrupted: " + describe(failure));
     case SQLITE_CORRUPT:
-      return InternalError(prefix + "the database is corrupt: " + Describe(failure));
+      return internal_error(prefix + "the database is corrupt: " + describe(failure));
     default:
       // SQLITE_ERROR, MISUSE, CONSTRAINT, RANGE, MISMATCH, TOOBIG, ...: our
       // statements are fixed and our rows valid, so these mean a bug (or a
       // table someone else changed).
-      return InternalError(prefix + Describe(failure));
+      return internal_error(prefix + describe(failure));
   }
 }
-
 
 }  // namespace simba::internal
 
@@ -190,10 +185,10 @@ class StmtUse {
 
   sqlite3_stmt* get() const { return stmt_; }
   // SQLITE_STATIC (nullptr): `text` must outlive this use.
-  int BindText(int index, std::string_view text) const {
+  int bind_text(int index, std::string_view text) const {
     return sqlite3_bind_text(stmt_, index, text.data(), static_cast<int>(text.size()), nullptr);
   }
-  std::string ColumnText(int column) const {
+  std::string column_text(int column) const {
     const unsigned char* text = sqlite3_column_text(stmt_, column);
     if (text == nullptr) return std::string();
     return std::string(reinterpret_cast<const char*>(text),
@@ -204,7 +199,7 @@ class StmtUse {
   sqlite3_stmt* stmt_;
 };
 
-inline bool IsBusy(int rc) {
+inline bool is_busy(int rc) {
   const int primary = rc & 0xff;
   return primary == SQLITE_BUSY || primary == SQLITE_LOCKED;
 }
@@ -244,7 +239,7 @@ constexpr char kDropTokenColumnSql[] = "ALTER TABLE simba_mutex DROP COLUMN fenc
 
 // The database clock in epoch milliseconds, read once per call (after the
 // transaction began, so never earlier than what it reads) and bound to
-// ":now" (NowMs()) in every statement of the call. julianday('now') is fixed
+// ":now" (now_ms()) in every statement of the call. julianday('now') is fixed
 // for the duration of one sqlite3_step(); ROUND undoes the binary rounding
 // of the day fraction so the whole millisecond SQLite started from comes
 // back. The schema read opens the read snapshot of a deferred transaction
@@ -266,7 +261,7 @@ constexpr std::size_t kMaxCachedStatements = 64;
 
 // Sleeps a little before the next try, never past `until`. Returns false
 // (without sleeping) when `until` has already come.
-bool PauseBeforeRetry(int attempt, steady_clock::time_point until) {
+bool pause_before_retry(int attempt, steady_clock::time_point until) {
   const auto now = steady_clock::now();
   if (now >= until) return false;
   auto pause = kMinBusyPause * (1 << std::min(attempt, 6));
@@ -279,17 +274,17 @@ bool PauseBeforeRetry(int attempt, steady_clock::time_point until) {
 // during a call that has the connection) when a lock it needs is held by
 // another connection. Returning nonzero makes SQLite try again; zero makes
 // it give up with SQLITE_BUSY. `arg` points at the current call's wait limit.
-int BusyHandler(void* arg, int attempts) {
+int busy_handler(void* arg, int attempts) {
   const auto* until = static_cast<const steady_clock::time_point*>(arg);
-  return PauseBeforeRetry(attempts, *until) ? 1 : 0;
+  return pause_before_retry(attempts, *until) ? 1 : 0;
 }
 
-bool IsSuccess(int rc) { return rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW; }
+bool is_success(int rc) { return rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW; }
 
 // The file name handed to SQLite for `path`. Debian's SQLite is built with
 // SQLITE_USE_URI, which would read a name starting with "file:" as a URI;
 // "./" keeps it a plain relative path.
-std::string SqlitePathOf(const std::string& path) {
+std::string sqlite_path_of(const std::string& path) {
   if (path.rfind("file:", 0) == 0) return "./" + path;
   return path;
 }
@@ -315,42 +310,42 @@ class SqliteSession final : public SqlSession {
       : db_(std::move(db)), busy_timeout_(busy_timeout), watcher_(std::move(watcher)) {
     // The handler reads wait_until_ through this pointer; the session lives
     // on the heap and never moves, so the pointer stays valid.
-    sqlite3_busy_handler(db_.get(), &BusyHandler, &wait_until_);
+    sqlite3_busy_handler(db_.get(), &busy_handler, &wait_until_);
   }
   ~SqliteSession() override {
     cache_.clear();  // statements before the connection
     now_.reset();
   }
 
-  Result<std::vector<SqlResult>> Run(const std::vector<Statement>& statements, bool transaction,
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
     if (failure != nullptr) *failure = SqlFailure::kOther;
     if (steady_clock::now() >= deadline) {
-      return DeadlineExceededError("the deadline had passed before the call");
+      return deadline_exceeded_error("the deadline had passed before the call");
     }
-    SetWaitLimit(deadline);
+    set_wait_limit(deadline);
     // (Pointers into the cache: it must not be cleared while they are used.)
     if (cache_.size() + statements.size() > kMaxCachedStatements) cache_.clear();
     std::vector<Prepared*> prepared;
     bool uses_now = false;
     for (const Statement& statement : statements) {
       Prepared* p = nullptr;
-      if (const int rc = Prepare(statement.sql, &p); rc != SQLITE_OK) {
+      if (const int rc = prepare(statement.sql, &p); rc != SQLITE_OK) {
         if (failure != nullptr &&
             std::string_view(sqlite3_errmsg(db_.get())).rfind("no such table", 0) == 0) {
           *failure = SqlFailure::kNoTable;
         }
-        return Failed(rc, deadline, "");
+        return failed(rc, deadline, "");
       }
       uses_now = uses_now || p->now_index > 0;
       prepared.push_back(p);
     }
-    const char* begin = transaction                                 ? "BEGIN IMMEDIATE"
+    const char* begin = transaction                         ? "BEGIN IMMEDIATE"
                         : statements.size() > 1 || uses_now ? "BEGIN DEFERRED"
-                                                                    : nullptr;
+                                                            : nullptr;
     const int changes_before = sqlite3_total_changes(db_.get());
     std::vector<SqlResult> results;
-    SIMBA_RETURN_IF_ERROR(Transact(begin, deadline, "", [&]() -> int {
+    SIMBA_RETURN_IF_ERROR(transact(begin, deadline, "", [&]() -> int {
       results.assign(statements.size(), SqlResult{});
       std::int64_t now = 0;
       if (uses_now) {
@@ -360,40 +355,39 @@ class SqliteSession final : public SqlSession {
         now = sqlite3_column_int64(use.get(), 0);
       }
       for (std::size_t i = 0; i < statements.size(); ++i) {
-        const int rc = Step(*prepared[i], statements[i].params, now, &results[i]);
+        const int rc = step(*prepared[i], statements[i].params, now, &results[i]);
         if (rc != SQLITE_OK) return rc;
       }
       return SQLITE_OK;
     }));
     // Committed: local subscribers hear of it now rather than at the next tick.
-    if (watcher_ && sqlite3_total_changes(db_.get()) != changes_before) watcher_->Poke();
+    if (watcher_ && sqlite3_total_changes(db_.get()) != changes_before) watcher_->poke();
     return results;
   }
 
   // Sets up the connection: WAL, durability, the tables (migrating a file
   // of the old token rule). Waits for other connections up to busy_timeout.
-  Status Init(const std::string& path);
+  Status init(const std::string& path);
 
  private:
-  void SetWaitLimit(Deadline deadline) {
-    wait_until_ = std::min<steady_clock::time_point>(deadline,
-                                                     steady_clock::now() + busy_timeout_);
+  void set_wait_limit(Deadline deadline) {
+    wait_until_ = std::min<steady_clock::time_point>(deadline, steady_clock::now() + busy_timeout_);
   }
 
   // The statement for `sql`, prepared once.
-  int Prepare(const std::string& sql, Prepared** out) {
+  int prepare(const std::string& sql, Prepared** out) {
     auto it = cache_.find(sql);
     if (it == cache_.end()) {
       Prepared prepared;
       const std::string rendered =
-          *RenderParams(sql, [&](std::size_t index, bool number) -> Result<std::string> {
+          *render_params(sql, [&](std::size_t index, bool number) -> Result<std::string> {
             if (prepared.numeric.size() <= index) prepared.numeric.resize(index + 1);
             prepared.numeric[index] = prepared.numeric[index] || number;
             return ":p" + std::to_string(index);
           });
       sqlite3_stmt* raw = nullptr;
-      const int rc = sqlite3_prepare_v3(db_.get(), rendered.c_str(), -1,
-                                        SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+      const int rc = sqlite3_prepare_v3(db_.get(), rendered.c_str(), -1, SQLITE_PREPARE_PERSISTENT,
+                                        &raw, nullptr);
       prepared.stmt.reset(raw);
       if (rc != SQLITE_OK) return rc;
       prepared.now_index = sqlite3_bind_parameter_index(raw, kNowParameter);
@@ -407,7 +401,7 @@ class SqliteSession final : public SqlSession {
     return SQLITE_OK;
   }
 
-  int Step(const Prepared& prepared, const std::vector<std::string>& params, std::int64_t now,
+  int step(const Prepared& prepared, const std::vector<std::string>& params, std::int64_t now,
            SqlResult* result) {
     StmtUse use(prepared.stmt);
     int rc = SQLITE_OK;
@@ -419,7 +413,7 @@ class SqliteSession final : public SqlSession {
         std::from_chars(params[i].data(), params[i].data() + params[i].size(), value);
         rc = sqlite3_bind_int64(use.get(), index, value);
       } else if (rc == SQLITE_OK) {
-        rc = use.BindText(index, params[i]);
+        rc = use.bind_text(index, params[i]);
       }
     }
     if (rc == SQLITE_OK && prepared.now_index > 0) {
@@ -430,7 +424,7 @@ class SqliteSession final : public SqlSession {
     while ((rc = sqlite3_step(use.get())) == SQLITE_ROW) {
       SqlRow row;
       row.reserve(static_cast<std::size_t>(columns));
-      for (int c = 0; c < columns; ++c) row.push_back(use.ColumnText(c));
+      for (int c = 0; c < columns; ++c) row.push_back(use.column_text(c));
       result->rows.push_back(std::move(row));
     }
     if (rc != SQLITE_DONE) return rc;
@@ -441,10 +435,10 @@ class SqliteSession final : public SqlSession {
   }
 
   // A failure as a Status (before anything replaces SQLite's message).
-  Status Failed(int rc, Deadline deadline, std::string_view context) {
+  Status failed(int rc, Deadline deadline, std::string_view context) {
     const std::string message = sqlite3_errmsg(db_.get());
     const SqliteFailure failure{rc, sqlite3_system_errno(db_.get()), message};
-    return SqliteFailureToStatus(failure, steady_clock::now() >= deadline, context);
+    return sqlite_failure_to_status(failure, steady_clock::now() >= deadline, context);
   }
 
   // Runs `body` (returning an SQLite result code) after `begin` (none:
@@ -453,27 +447,27 @@ class SqliteSession final : public SqlSession {
   // wait_until_ allows; any other failure rolls back and is translated.
   // `body` may run several times, so it must (re)set all its outputs.
   template <typename Body>
-  Status Transact(const char* begin, Deadline deadline, std::string_view context, Body&& body) {
+  Status transact(const char* begin, Deadline deadline, std::string_view context, Body&& body) {
     for (int attempt = 0;; ++attempt) {
-      int rc = begin == nullptr ? SQLITE_OK : Exec(begin);
+      int rc = begin == nullptr ? SQLITE_OK : exec(begin);
       if (rc == SQLITE_OK) {
         rc = body();
-        if (IsSuccess(rc) && begin != nullptr) rc = Exec("COMMIT");
-        if (IsSuccess(rc)) return OkStatus();
+        if (is_success(rc) && begin != nullptr) rc = exec("COMMIT");
+        if (is_success(rc)) return ok_status();
       }
       const std::string message = sqlite3_errmsg(db_.get());
       const SqliteFailure failure{rc, sqlite3_system_errno(db_.get()), message};
       // After some errors (e.g. a failed COMMIT of certain kinds) SQLite has
       // already rolled back; ROLLBACK then would fail, so ask first.
-      if (sqlite3_get_autocommit(db_.get()) == 0) Exec("ROLLBACK");
+      if (sqlite3_get_autocommit(db_.get()) == 0) exec("ROLLBACK");
       // The busy handler normally did the waiting already; this covers BUSY
       // that SQLite returns without consulting it (e.g. a stale WAL snapshot).
-      if (IsBusy(rc) && PauseBeforeRetry(attempt, wait_until_)) continue;
-      return SqliteFailureToStatus(failure, steady_clock::now() >= deadline, context);
+      if (is_busy(rc) && pause_before_retry(attempt, wait_until_)) continue;
+      return sqlite_failure_to_status(failure, steady_clock::now() >= deadline, context);
     }
   }
 
-  int Exec(const char* sql) { return sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr); }
+  int exec(const char* sql) { return sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr); }
 
   // Declared before the statements so it is destroyed after them.
   DbPtr db_;
@@ -486,16 +480,16 @@ class SqliteSession final : public SqlSession {
   std::map<std::string, Prepared, std::less<>> cache_;
 };
 
-Status SqliteSession::Init(const std::string& path) {
-  const std::string context = "sqlite " + Quoted(path);
+Status SqliteSession::init(const std::string& path) {
+  const std::string context = "sqlite " + internal::in_quotes(path);
   const Deadline deadline = steady_clock::now() + busy_timeout_;
-  SetWaitLimit(deadline);
+  set_wait_limit(deadline);
 
   // WAL: readers never wait for the writer, and a commit is one append.
   // Switching an existing database needs a brief exclusive lock, hence the
   // busy-retry wrapper; on a database already in WAL it is a no-op.
   std::string journal_mode;
-  SIMBA_RETURN_IF_ERROR(Transact(nullptr, deadline, context + ": enabling WAL", [&]() -> int {
+  SIMBA_RETURN_IF_ERROR(transact(nullptr, deadline, context + ": enabling WAL", [&]() -> int {
     StmtPtr pragma;
     sqlite3_stmt* raw = nullptr;
     int rc = sqlite3_prepare_v2(db_.get(), "PRAGMA journal_mode=WAL", -1, &raw, nullptr);
@@ -504,7 +498,7 @@ Status SqliteSession::Init(const std::string& path) {
     StmtUse use(pragma);
     rc = sqlite3_step(use.get());
     if (rc != SQLITE_ROW) return rc;
-    journal_mode = use.ColumnText(0);
+    journal_mode = use.column_text(0);
     return SQLITE_OK;
   }));
   if (journal_mode != "wal") {
@@ -519,16 +513,16 @@ Status SqliteSession::Init(const std::string& path) {
   // lost when the OS or the power fails, and a fencing token already handed
   // to an owner could then be handed out again: a broken guarantee, which is
   // worse than one fsync (~0.1 ms on an SSD) per acquire/renew/release.
-  SIMBA_RETURN_IF_ERROR(Transact(nullptr, deadline, context + ": setting synchronous",
-                                 [&] { return Exec("PRAGMA synchronous=FULL"); }));
+  SIMBA_RETURN_IF_ERROR(transact(nullptr, deadline, context + ": setting synchronous",
+                                 [&] { return exec("PRAGMA synchronous=FULL"); }));
 
   // The tables, and a file of the old token rule migrated: in one write
   // transaction, so two processes opening it at once migrate it once (the
   // second finds no fencing_token column), and a crash leaves it as it was.
   SIMBA_RETURN_IF_ERROR(
-      Transact("BEGIN IMMEDIATE", deadline, context + ": creating table simba_mutex", [&] {
-        int rc = Exec(kCreateTableSql);
-        if (rc == SQLITE_OK) rc = Exec(kCreateForcedTableSql);
+      transact("BEGIN IMMEDIATE", deadline, context + ": creating table simba_mutex", [&] {
+        int rc = exec(kCreateTableSql);
+        if (rc == SQLITE_OK) rc = exec(kCreateForcedTableSql);
         if (rc != SQLITE_OK) return rc;
         sqlite3_stmt* raw = nullptr;
         rc = sqlite3_prepare_v2(db_.get(), kHasTokenColumnSql, -1, &raw, nullptr);
@@ -538,50 +532,51 @@ Status SqliteSession::Init(const std::string& path) {
         rc = sqlite3_step(use.get());
         if (rc == SQLITE_DONE) return SQLITE_OK;  // the current rule
         if (rc != SQLITE_ROW) return rc;
-        rc = Exec(kMigrateVersionSql);
-        if (rc == SQLITE_OK) rc = Exec(kDropTokenColumnSql);
+        rc = exec(kMigrateVersionSql);
+        if (rc == SQLITE_OK) rc = exec(kDropTokenColumnSql);
         return rc;
       }));
 
   sqlite3_stmt* raw = nullptr;
-  const int rc = sqlite3_prepare_v3(db_.get(), kNowSql, -1, SQLITE_PREPARE_PERSISTENT, &raw,
-                                    nullptr);
+  const int rc =
+      sqlite3_prepare_v3(db_.get(), kNowSql, -1, SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
   now_.reset(raw);
-  if (rc != SQLITE_OK) return Failed(rc, deadline, context + ": preparing statements");
+  if (rc != SQLITE_OK) return failed(rc, deadline, context + ": preparing statements");
 
   // Last guard: SQLite silently opens a file it cannot write read-only.
   if (sqlite3_db_readonly(db_.get(), "main") == 1) {
-    return PermissionDeniedError("sqlite: database file " + Quoted(path) + " is read-only");
+    return permission_denied_error("sqlite: database file " + internal::in_quotes(path) +
+                                   " is read-only");
   }
-  return OkStatus();
+  return ok_status();
 }
 
 // The listener handle: the watcher runs while it lives.
 class SqliteListener final : public SqlDriver::Listener {
  public:
   explicit SqliteListener(std::shared_ptr<Watcher> watcher) : watcher_(std::move(watcher)) {}
-  ~SqliteListener() override { watcher_->Shutdown(); }
+  ~SqliteListener() override { watcher_->shutdown(); }
 
   bool watches_rows() const override { return true; }
   void watch(const std::string& mutex, std::optional<Row> seen) override {
     std::optional<Watcher::RowState> state;
     if (seen) state = Watcher::RowState{std::move(seen->owner_id), seen->version};
-    watcher_->Watch(mutex, std::move(state));
+    watcher_->watch(mutex, std::move(state));
   }
-  void unwatch(const std::string& mutex) override { watcher_->Unwatch(mutex); }
+  void unwatch(const std::string& mutex) override { watcher_->unwatch(mutex); }
 
  private:
   const std::shared_ptr<Watcher> watcher_;
 };
 
-Status CheckPath(const std::string& path);
+Status check_path(const std::string& path);
 
 class SqliteDriver final : public SqlDriver {
  public:
   SqliteDriver(SqliteOptions options, std::unique_ptr<SqliteSession> first,
                std::shared_ptr<Watcher> watcher)
       : options_(std::move(options)),
-        description_("sqlite " + Quoted(options_.path)),
+        description_("sqlite " + internal::in_quotes(options_.path)),
         first_(std::move(first)),
         watcher_(std::move(watcher)) {}
 
@@ -589,39 +584,39 @@ class SqliteDriver final : public SqlDriver {
   const std::string& description() const override { return description_; }
 
   // The connection NewSqliteBackend opened (the pool has one and keeps it).
-  Result<std::unique_ptr<SqlSession>> Connect(Deadline /*deadline*/) override {
+  Result<std::unique_ptr<SqlSession>> connect(Deadline /*deadline*/) override {
     if (first_) return std::unique_ptr<SqlSession>(std::move(first_));
-    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session, Open(options_, watcher_));
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session, open(options_, watcher_));
     return std::unique_ptr<SqlSession>(std::move(session));
   }
 
-  std::string NowMs() const override { return kNowParameter; }
-  std::string CreateTableSql() const override { return kCreateTableSql; }
+  std::string now_ms() const override { return kNowParameter; }
+  std::string create_table_sql() const override { return kCreateTableSql; }
   // (The default upsert: under BEGIN IMMEDIATE nothing changes between its
   // two statements; in DO UPDATE, bare column names are the existing row's.)
   // The write transaction holds the whole file.
-  std::string ForUpdateSql() const override { return ""; }
+  std::string for_update_sql() const override { return ""; }
 
   bool pushes() const override { return true; }
-  std::unique_ptr<Listener> MakeListener(
+  std::unique_ptr<Listener> make_listener(
       std::function<void(const MutexEvent&)> on_event) override {
-    watcher_->Start(std::move(on_event));
+    watcher_->start(std::move(on_event));
     return std::make_unique<SqliteListener>(watcher_);
   }
   // Records the version the force leaves (the row's, + 1) for the watcher.
-  std::string ForcedNoticeSql() const override {
+  std::string forced_notice_sql() const override {
     return "INSERT OR REPLACE INTO simba_mutex_forced (mutex, version) SELECT mutex, "
            "version + 1 FROM simba_mutex WHERE mutex = {0} AND owner_id <> ''";
   }
 
   // Opens and sets up a connection to the file.
-  static Result<std::unique_ptr<SqliteSession>> Open(const SqliteOptions& options,
+  static Result<std::unique_ptr<SqliteSession>> open(const SqliteOptions& options,
                                                      std::shared_ptr<Watcher> watcher) {
-    SIMBA_RETURN_IF_ERROR(CheckPath(options.path));
-    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
-                           OpenFile(options.path, SQLITE_OPEN_CREATE, options.busy_timeout,
-                                    std::move(watcher)));
-    SIMBA_RETURN_IF_ERROR(session->Init(options.path));
+    SIMBA_RETURN_IF_ERROR(check_path(options.path));
+    SIMBA_ASSIGN_OR_RETURN(
+        std::unique_ptr<SqliteSession> session,
+        open_file(options.path, SQLITE_OPEN_CREATE, options.busy_timeout, std::move(watcher)));
+    SIMBA_RETURN_IF_ERROR(session->init(options.path));
     return session;
   }
 
@@ -629,28 +624,30 @@ class SqliteDriver final : public SqlDriver {
   // the file; if it has gone, watching a new empty one would be wrong. (A
   // read-only handle would do for the reads, but WAL readers may need to
   // write -shm.) It never waits for a lock (busy_timeout 0).
-  static Result<std::unique_ptr<SqlSession>> OpenForWatcher(const std::string& path) {
+  static Result<std::unique_ptr<SqlSession>> open_for_watcher(const std::string& path) {
     SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
-                           OpenFile(path, 0, milliseconds::zero(), nullptr));
-    SIMBA_RETURN_IF_ERROR(
-        session->Run({{kCreateWatchedSql, {}}}, false, steady_clock::now() + milliseconds(1000), nullptr)
-            .status());
+                           open_file(path, 0, milliseconds::zero(), nullptr));
+    SIMBA_RETURN_IF_ERROR(session
+                              ->run({{kCreateWatchedSql, {}}}, false,
+                                    steady_clock::now() + milliseconds(1000), nullptr)
+                              .status());
     return std::unique_ptr<SqlSession>(std::move(session));
   }
 
  private:
-  static Result<std::unique_ptr<SqliteSession>> OpenFile(const std::string& path, int create,
-                                                         milliseconds busy_timeout,
-                                                         std::shared_ptr<Watcher> watcher) {
+  static Result<std::unique_ptr<SqliteSession>> open_file(const std::string& path, int create,
+                                                          milliseconds busy_timeout,
+                                                          std::shared_ptr<Watcher> watcher) {
     sqlite3* raw = nullptr;
-    const int rc = sqlite3_open_v2(SqlitePathOf(path).c_str(), &raw,
+    const int rc = sqlite3_open_v2(sqlite_path_of(path).c_str(), &raw,
                                    SQLITE_OPEN_READWRITE | create | SQLITE_OPEN_NOMUTEX, nullptr);
     DbPtr db(raw);  // owns the handle even when the open failed
     if (rc != SQLITE_OK) {
       const std::string message = db != nullptr ? sqlite3_errmsg(db.get()) : "";
       const SqliteFailure failure{db != nullptr ? sqlite3_extended_errcode(db.get()) : rc,
                                   db != nullptr ? sqlite3_system_errno(db.get()) : 0, message};
-      return SqliteFailureToStatus(failure, false, "sqlite: opening " + Quoted(path));
+      return sqlite_failure_to_status(failure, false,
+                                      "sqlite: opening " + internal::in_quotes(path));
     }
     sqlite3_extended_result_codes(db.get(), 1);
     return std::make_unique<SqliteSession>(std::move(db), busy_timeout, std::move(watcher));
@@ -666,12 +663,12 @@ class SqliteDriver final : public SqlDriver {
 
 // Checks the path before SQLite sees it, because sqlite3_open_v2 reports
 // every one of these as the same "unable to open database file".
-Status CheckPath(const std::string& path) {
+Status check_path(const std::string& path) {
   namespace fs = std::filesystem;
   const fs::path file(path);
   if (!file.has_filename()) {
-    return InvalidArgumentError("sqlite: path " + Quoted(path) +
-                                " names a directory, not a database file");
+    return invalid_argument_error("sqlite: path " + internal::in_quotes(path) +
+                                  " names a directory, not a database file");
   }
   std::string dir = file.parent_path().string();
   if (dir.empty()) dir = ".";
@@ -680,42 +677,42 @@ Status CheckPath(const std::string& path) {
   if (::stat(dir.c_str(), &st) != 0) {
     const int e = errno;
     if (e == ENOENT || e == ENOTDIR) {
-      return NotFoundError("sqlite: directory " + Quoted(dir) + " does not exist");
+      return not_found_error("sqlite: directory " + internal::in_quotes(dir) + " does not exist");
     }
-    if (IsPermissionErrno(e)) {
-      return PermissionDeniedError("sqlite: directory " + Quoted(dir) +
-                                   " of the database file " + Quoted(path) +
-                                   " cannot be searched: permission denied");
+    if (is_permission_errno(e)) {
+      return permission_denied_error("sqlite: directory " + internal::in_quotes(dir) +
+                                     " of the database file " + internal::in_quotes(path) +
+                                     " cannot be searched: permission denied");
     }
-    return UnavailableError("sqlite: cannot inspect directory " + Quoted(dir) + ": " +
-                            std::error_code(e, std::generic_category()).message());
+    return unavailable_error("sqlite: cannot inspect directory " + internal::in_quotes(dir) + ": " +
+                             std::error_code(e, std::generic_category()).message());
   }
   if (!S_ISDIR(st.st_mode)) {
-    return NotFoundError("sqlite: directory " + Quoted(dir) +
-                         " does not exist (it is not a directory)");
+    return not_found_error("sqlite: directory " + internal::in_quotes(dir) +
+                           " does not exist (it is not a directory)");
   }
 
   if (::stat(path.c_str(), &st) == 0) {
     if (S_ISDIR(st.st_mode)) {
-      return InvalidArgumentError("sqlite: path " + Quoted(path) +
-                                  " is a directory, not a database file");
+      return invalid_argument_error("sqlite: path " + internal::in_quotes(path) +
+                                    " is a directory, not a database file");
     }
     // AT_EACCESS: judge by the effective ids, as open() will.
     if (::faccessat(AT_FDCWD, path.c_str(), R_OK | W_OK, AT_EACCESS) != 0 &&
-        IsPermissionErrno(errno)) {
-      return PermissionDeniedError("sqlite: database file " + Quoted(path) +
-                                   " is read-only (it must be readable and writable)");
+        is_permission_errno(errno)) {
+      return permission_denied_error("sqlite: database file " + internal::in_quotes(path) +
+                                     " is read-only (it must be readable and writable)");
     }
   }
   // Also needed when the file exists: WAL mode creates <path>-wal and
   // <path>-shm beside it.
   if (::faccessat(AT_FDCWD, dir.c_str(), W_OK | X_OK, AT_EACCESS) != 0 &&
-      IsPermissionErrno(errno)) {
-    return PermissionDeniedError("sqlite: directory " + Quoted(dir) +
-                                 " is read-only (SQLite creates " + Quoted(path) +
-                                 " and its -wal and -shm files there)");
+      is_permission_errno(errno)) {
+    return permission_denied_error("sqlite: directory " + internal::in_quotes(dir) +
+                                   " is read-only (SQLite creates " + internal::in_quotes(path) +
+                                   " and its -wal and -shm files there)");
   }
-  return OkStatus();
+  return ok_status();
 }
 
 }  // namespace
@@ -724,72 +721,72 @@ Status CheckPath(const std::string& path) {
 
 namespace simba {
 
-using namespace internal::sql;       // NOLINT(google-build-using-namespace)
+using namespace internal::sql;          // NOLINT(google-build-using-namespace)
 using namespace internal::sql::sqlite;  // NOLINT(google-build-using-namespace)
 
-Result<std::shared_ptr<Backend>> NewSqliteBackend(SqliteOptions options) {
-  if (options.path.empty()) return InvalidArgumentError("sqlite: path must not be empty");
+Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
+  if (options.path.empty()) return invalid_argument_error("sqlite: path must not be empty");
   if (options.path == ":memory:") {
     // SQLite would give each backend a private in-memory database, which
     // shares nothing: not what a lock store is for.
-    return InvalidArgumentError(
+    return invalid_argument_error(
         "sqlite: ':memory:' is not supported (nothing would be shared); use memory:// "
         "for an in-process store");
   }
   if (options.busy_timeout < milliseconds::zero()) {
-    return InvalidArgumentError("sqlite: busy_timeout must not be negative, got " +
-                                std::to_string(options.busy_timeout.count()) + "ms");
+    return invalid_argument_error("sqlite: busy_timeout must not be negative, got " +
+                                  std::to_string(options.busy_timeout.count()) + "ms");
   }
   if (sqlite3_threadsafe() == 0) {
-    return FailedPreconditionError(
+    return failed_precondition_error(
         "sqlite: the linked SQLite library was built without thread support "
         "(SQLITE_THREADSAFE=0)");
   }
   auto watcher = std::make_shared<Watcher>(
-      options.path, [path = options.path] { return SqliteDriver::OpenForWatcher(path); });
+      options.path, [path = options.path] { return SqliteDriver::open_for_watcher(path); });
   // Opened now, so a bad path or file fails here rather than at first use.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
-                         SqliteDriver::Open(options, watcher));
+                         SqliteDriver::open(options, watcher));
   SqlBackendOptions sql;
   // Calls share one connection, one at a time (BEGIN IMMEDIATE serializes
   // writers anyway).
   sql.connections = 1;
-  return NewSqlBackend(
+  return new_sql_backend(
       std::make_unique<SqliteDriver>(std::move(options), std::move(session), std::move(watcher)),
       sql);
 }
 
-Result<SqliteOptions> SqliteOptionsFromUri(const Uri& uri) {
+Result<SqliteOptions> sqlite_options_from_uri(const Uri& uri) {
   constexpr char kForms[] = "sqlite:///abs/path.db or sqlite://rel/path.db";
   if (uri.scheme != "sqlite") {
-    return InvalidArgumentError("sqlite: URI scheme is " + Quoted(uri.scheme) +
-                                ", expected 'sqlite'");
+    return invalid_argument_error("sqlite: URI scheme is " + internal::in_quotes(uri.scheme) +
+                                  ", expected 'sqlite'");
   }
   if (uri.user.has_value() || uri.password.has_value()) {
-    return InvalidArgumentError("sqlite: URI must not carry a user or password");
+    return invalid_argument_error("sqlite: URI must not carry a user or password");
   }
   if (uri.hosts.size() > 1) {
-    return InvalidArgumentError(std::string("sqlite: URI names several hosts; expected ") +
-                                kForms);
+    return invalid_argument_error(std::string("sqlite: URI names several hosts; expected ") +
+                                  kForms);
   }
   if (!uri.hosts.empty() && uri.hosts.front().port.has_value()) {
-    return InvalidArgumentError(std::string("sqlite: URI must not have a port; expected ") +
-                                kForms);
+    return invalid_argument_error(std::string("sqlite: URI must not have a port; expected ") +
+                                  kForms);
   }
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"busy_timeout"}).WithContext("sqlite"));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys({"busy_timeout"}).with_context("sqlite"));
 
   SqliteOptions options;
   // sqlite://rel/dir/x.db parses as host "rel" + path "/dir/x.db"; joined,
   // they are the relative path. sqlite:///abs.db has no host.
   options.path = (uri.hosts.empty() ? std::string() : uri.hosts.front().host) + uri.path;
   if (options.path.empty() || options.path.back() == '/') {
-    return InvalidArgumentError(std::string("sqlite: URI has no database file path; expected ") +
-                                kForms);
+    return invalid_argument_error(std::string("sqlite: URI has no database file path; expected ") +
+                                  kForms);
   }
-  if (const std::optional<std::string> value = uri.Query("busy_timeout")) {
-    SIMBA_ASSIGN_OR_RETURN(options.busy_timeout, ParseDuration("busy_timeout", *value));
+  if (const std::optional<std::string> value = uri.query_value("busy_timeout")) {
+    SIMBA_ASSIGN_OR_RETURN(options.busy_timeout, parse_duration("busy_timeout", *value));
     if (options.busy_timeout < milliseconds::zero()) {
-      return InvalidArgumentError("sqlite: busy_timeout must not be negative");
+      return invalid_argument_error("sqlite: busy_timeout must not be negative");
     }
   }
   return options;

@@ -47,8 +47,8 @@ struct SqliteFailure {
 //   CORRUPT*                        kInternal (the store broke an invariant)
 //   anything else (ERROR, MISUSE,
 //   CONSTRAINT, RANGE, ...)         kInternal (a bug on our side)
-Status SqliteFailureToStatus(const SqliteFailure& failure, bool deadline_passed,
-                             std::string_view context);
+Status sqlite_failure_to_status(const SqliteFailure& failure, bool deadline_passed,
+                                std::string_view context);
 
 }  // namespace simba::internal
 

@@ -28,7 +28,8 @@ constexpr milliseconds kWatchTick{15};
 constexpr char kDataVersionSql[] = "PRAGMA data_version";
 
 constexpr char kClearWatchedSql[] = "DELETE FROM temp.simba_watched";
-constexpr char kInsertWatchedSql[] = "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES ({0})";
+constexpr char kInsertWatchedSql[] =
+    "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES ({0})";
 // A watched mutex without a row (never used) is free at version 0; the
 // forced version is -1 unless it was forced.
 constexpr char kSelectWatchedSql[] =
@@ -41,7 +42,7 @@ constexpr char kSelectWatchedSql[] =
 // takes microseconds).
 constexpr milliseconds kLookBound{1000};
 
-std::int64_t ToInt(const std::string& text) {
+std::int64_t to_int(const std::string& text) {
   std::int64_t value = 0;
   std::from_chars(text.data(), text.data() + text.size(), value);
   return value;
@@ -49,21 +50,21 @@ std::int64_t ToInt(const std::string& text) {
 
 }  // namespace
 
-void Watcher::Start(OnEvent on_event) {
+void Watcher::start(OnEvent on_event) {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopped_ || worker_.running()) return;
   on_event_ = std::move(on_event);
   try {
     // The thread holds a reference, so the watcher outlives it even when
     // Shutdown is called on it (from on_event).
-    worker_.start([self = shared_from_this()] { self->Run(); });
+    worker_.start([self = shared_from_this()] { self->run(); });
   } catch (const std::system_error& e) {
-    SIMBA_LOG(kError, "sqlite " << Quoted(path_) << ": cannot start the push watcher thread: "
+    SIMBA_LOG(kError, "sqlite " << in_quotes(path_) << ": cannot start the push watcher thread: "
                                 << e.what() << " (waiters fall back to polling)");
   }
 }
 
-void Watcher::Watch(const std::string& mutex, std::optional<RowState> seen) {
+void Watcher::watch(const std::string& mutex, std::optional<RowState> seen) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto [it, inserted] = watched_.try_emplace(mutex);
@@ -81,12 +82,12 @@ void Watcher::Watch(const std::string& mutex, std::optional<RowState> seen) {
   wake_.notify_one();
 }
 
-void Watcher::Unwatch(const std::string& mutex) {
+void Watcher::unwatch(const std::string& mutex) {
   std::lock_guard<std::mutex> lock(mu_);
   if (watched_.erase(mutex) > 0) ++membership_;
 }
 
-void Watcher::Poke() {
+void Watcher::poke() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     poked_ = true;
@@ -94,7 +95,7 @@ void Watcher::Poke() {
   wake_.notify_one();
 }
 
-void Watcher::Shutdown() {
+void Watcher::shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
@@ -106,7 +107,7 @@ void Watcher::Shutdown() {
   worker_.join();
 }
 
-void Watcher::Run() {
+void Watcher::run() {
   std::unique_ptr<SqlSession> connection;
   // The data_version of the last successful look; when !have_seen, look at
   // the next tick whatever the version. (Not std::optional: GCC 12 warns
@@ -147,7 +148,7 @@ void Watcher::Run() {
       if (opened.ok()) connection = std::move(*opened);
     }
     if (status.ok() && membership != synced_membership) {
-      status = connection->Run(replace, false, deadline).status();
+      status = connection->run(replace, false, deadline).status();
       if (status.ok()) {
         synced_membership = membership;
         have_seen = false;  // new names: look at their rows now
@@ -156,21 +157,21 @@ void Watcher::Run() {
     std::int64_t version = 0;
     bool looked = false;
     if (status.ok()) {
-      auto read = connection->Run({{kDataVersionSql, {}}}, false, deadline);
+      auto read = connection->run({{kDataVersionSql, {}}}, false, deadline);
       status = read.status();
-      if (read.ok()) version = ToInt(read->at(0).rows.at(0).at(0));
+      if (read.ok()) version = to_int(read->at(0).rows.at(0).at(0));
     }
     if (status.ok() && (!have_seen || seen_version != version)) {
       // data_version was read first: a commit landing between the two reads
       // is in what we read now and changes the version again, so at worst
       // we look once more next tick; we never miss one. One statement, so
       // one consistent snapshot of the file.
-      auto read = connection->Run({{kSelectWatchedSql, {}}}, false, deadline);
+      auto read = connection->run({{kSelectWatchedSql, {}}}, false, deadline);
       status = read.status();
       if (read.ok()) {
         rows.clear();
         for (const SqlRow& row : read->at(0).rows) {
-          rows.emplace_back(row.at(0), RowState{row.at(1), ToInt(row.at(2)), ToInt(row.at(3))});
+          rows.emplace_back(row.at(0), RowState{row.at(1), to_int(row.at(2)), to_int(row.at(3))});
         }
         have_seen = true;
         seen_version = version;
@@ -181,7 +182,7 @@ void Watcher::Run() {
       // Once per run of failures: the watcher retries every tick, and the
       // log must not get a line each time.
       if (!failing) {
-        SIMBA_LOG(kWarn, status.WithContext("sqlite " + Quoted(path_) + ": push watcher")
+        SIMBA_LOG(kWarn, status.with_context("sqlite " + in_quotes(path_) + ": push watcher")
                              << " (retrying every tick; waiters fall back to polling meanwhile)");
       }
       failing = true;
@@ -192,11 +193,11 @@ void Watcher::Run() {
       synced_membership = 0;
     } else if (failing) {
       failing = false;
-      SIMBA_LOG(kInfo, "sqlite " << Quoted(path_) << ": push watcher recovered");
+      SIMBA_LOG(kInfo, "sqlite " << in_quotes(path_) << ": push watcher recovered");
     }
 
     lock.lock();
-    if (looked) ObserveLocked(rows, &events);
+    if (looked) observe_locked(rows, &events);
     if (!events.empty()) {
       lock.unlock();
       for (const MutexEvent& event : events) {
@@ -212,8 +213,8 @@ void Watcher::Run() {
   connection.reset();
 }
 
-void Watcher::ObserveLocked(const std::vector<std::pair<std::string, RowState>>& rows,
-                            std::vector<MutexEvent>* events) {
+void Watcher::observe_locked(const std::vector<std::pair<std::string, RowState>>& rows,
+                             std::vector<MutexEvent>* events) {
   for (const auto& [mutex, row] : rows) {
     auto it = watched_.find(mutex);
     if (it == watched_.end()) continue;  // unwatched meanwhile

@@ -70,24 +70,24 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   // Starts the thread, which reports to `on_event` (one call at a time)
   // until Shutdown.
-  void Start(OnEvent on_event);
+  void start(OnEvent on_event);
   // Watches `mutex` from `seen` (the row as read when subscribing; nullopt
   // if unknown, then the first look is the baseline).
-  void Watch(const std::string& mutex, std::optional<RowState> seen);
-  void Unwatch(const std::string& mutex);
+  void watch(const std::string& mutex, std::optional<RowState> seen);
+  void unwatch(const std::string& mutex);
   // Makes the thread look now rather than at its next tick: a release made
   // through this backend reaches local waiters at once.
-  void Poke();
+  void poke();
   // Stops the thread: on_event is not called after this returns (unless it
   // is called from on_event, on the watcher thread: then the thread ends
   // as soon as that call returns, making no other).
-  void Shutdown();
+  void shutdown();
 
  private:
-  void Run();
+  void run();
   // Compares what a look saw with what was seen before. REQUIRES: mu_.
-  void ObserveLocked(const std::vector<std::pair<std::string, RowState>>& rows,
-                     std::vector<MutexEvent>* events);
+  void observe_locked(const std::vector<std::pair<std::string, RowState>>& rows,
+                      std::vector<MutexEvent>* events);
 
   const std::string path_;
   const OpenConnection open_;

@@ -52,17 +52,17 @@ struct CallbackScope {
   ~CallbackScope() { t_in_zk_callback = false; }
 };
 
-std::int64_t SteadyMs(SteadyClock::time_point t) {
+std::int64_t steady_ms(SteadyClock::time_point t) {
   return duration_cast<milliseconds>(t.time_since_epoch()).count();
 }
 
-std::int64_t WallMs() {
+std::int64_t wall_ms() {
   return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string ZkError(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
+std::string zk_error(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
 
-bool IsConnectionError(int rc) {
+bool is_connection_error(int rc) {
   return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZSESSIONEXPIRED ||
          rc == ZCLOSING || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED;
 }
@@ -85,15 +85,15 @@ using PendingPtr = std::shared_ptr<Pending>;
 
 // The completion's `data`: a heap copy of the shared pointer, so a caller
 // that gave up at its deadline leaves the Pending alive for a late reply.
-PendingPtr TakeHolder(const void* data) {
+PendingPtr take_holder(const void* data) {
   std::unique_ptr<PendingPtr> holder(static_cast<PendingPtr*>(const_cast<void*>(data)));
   return *holder;
 }
 
 template <typename Fill>
-void Complete(const void* data, int rc, Fill fill) {
+void complete(const void* data, int rc, Fill fill) {
   CallbackScope scope;
-  PendingPtr p = TakeHolder(data);
+  PendingPtr p = take_holder(data);
   {
     std::lock_guard<std::mutex> lock(p->mu);
     p->rc = rc;
@@ -103,30 +103,30 @@ void Complete(const void* data, int rc, Fill fill) {
   p->cv.notify_all();
 }
 
-void OnVoid(int rc, const void* data) {
-  Complete(data, rc, [](Pending&) {});
+void on_void(int rc, const void* data) {
+  complete(data, rc, [](Pending&) {});
 }
-void OnStat(int rc, const Stat* stat, const void* data) {
-  Complete(data, rc, [stat](Pending& p) {
+void on_stat(int rc, const Stat* stat, const void* data) {
+  complete(data, rc, [stat](Pending& p) {
     if (stat != nullptr) p.stat = *stat;
   });
 }
-void OnData(int rc, const char* value, int length, const Stat* stat, const void* data) {
-  Complete(data, rc, [&](Pending& p) {
+void on_data(int rc, const char* value, int length, const Stat* stat, const void* data) {
+  complete(data, rc, [&](Pending& p) {
     if (value != nullptr && length > 0) p.value.assign(value, static_cast<std::size_t>(length));
     if (stat != nullptr) p.stat = *stat;
   });
 }
-void OnChildren(int rc, const String_vector* strings, const Stat* stat, const void* data) {
-  Complete(data, rc, [&](Pending& p) {
+void on_children(int rc, const String_vector* strings, const Stat* stat, const void* data) {
+  complete(data, rc, [&](Pending& p) {
     if (strings != nullptr) {
       for (int i = 0; i < strings->count; ++i) p.children.emplace_back(strings->data[i]);
     }
     if (stat != nullptr) p.stat = *stat;
   });
 }
-void OnCreate(int rc, const char* path, const Stat* stat, const void* data) {
-  Complete(data, rc, [&](Pending& p) {
+void on_create(int rc, const char* path, const Stat* stat, const void* data) {
+  complete(data, rc, [&](Pending& p) {
     if (path != nullptr) p.value = path;
     if (stat != nullptr) p.stat = *stat;
   });
@@ -136,7 +136,7 @@ void OnCreate(int rc, const char* path, const Stat* stat, const void* data) {
 // refused at once the completion never runs, so the result is set here.
 // (A transaction passes the Pending its results are written into.)
 template <typename Submit>
-PendingPtr Start(Submit submit, PendingPtr p = std::make_shared<Pending>()) {
+PendingPtr start(Submit submit, PendingPtr p = std::make_shared<Pending>()) {
   auto* holder = new PendingPtr(p);
   const int rc = submit(static_cast<const void*>(holder));
   if (rc != ZOK) {
@@ -148,13 +148,15 @@ PendingPtr Start(Submit submit, PendingPtr p = std::make_shared<Pending>()) {
 }
 
 // Waits for `p` until `deadline`; false if it did not complete by then.
-bool Wait(const PendingPtr& p, Deadline deadline) {
+bool wait(const PendingPtr& p, Deadline deadline) {
   std::unique_lock<std::mutex> lock(p->mu);
   return p->cv.wait_until(lock, deadline, [&] { return p->done; });
 }
 
 // A watch id as a watcher context.
-void* WatchContextOf(std::uint64_t id) { return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id)); }
+void* watch_context_of(std::uint64_t id) {
+  return reinterpret_cast<void*>(static_cast<std::uintptr_t>(id));
+}
 
 // ---- node names -----------------------------------------------------------------
 
@@ -165,7 +167,7 @@ struct Child {
 
 // The sequence after the last "latch-", as Curator sorts; nullopt for a
 // node that is not a participant.
-std::optional<std::int64_t> SequenceOf(std::string_view name) {
+std::optional<std::int64_t> sequence_of(std::string_view name) {
   const std::size_t at = name.rfind(kLatch);
   if (at == std::string_view::npos) return std::nullopt;
   const std::string_view digits = name.substr(at + kLatch.size());
@@ -178,17 +180,17 @@ std::optional<std::int64_t> SequenceOf(std::string_view name) {
 }
 
 // Participants in election order.
-std::vector<Child> Participants(const std::vector<std::string>& names) {
+std::vector<Child> participants(const std::vector<std::string>& names) {
   std::vector<Child> out;
   for (const std::string& name : names) {
-    if (auto seq = SequenceOf(name)) out.push_back(Child{name, *seq});
+    if (auto seq = sequence_of(name)) out.push_back(Child{name, *seq});
   }
   std::sort(out.begin(), out.end(),
             [](const Child& a, const Child& b) { return a.sequence < b.sequence; });
   return out;
 }
 
-std::uint32_t Hex(std::string_view text) {
+std::uint32_t hex(std::string_view text) {
   std::uint32_t value = 0;
   std::from_chars(text.data(), text.data() + text.size(), value, 16);
   return value;
@@ -197,7 +199,7 @@ std::uint32_t Hex(std::string_view text) {
 // A version-8 UUID carrying a lease: ttl ms in the first 32 bits,
 // transition ms in the next 28 (around the version nibble), then the
 // variant and 62 random bits.
-std::string LeaseUuid(std::uint32_t ttl_ms, std::uint32_t transition_ms, std::uint64_t random) {
+std::string lease_uuid(std::uint32_t ttl_ms, std::uint32_t transition_ms, std::uint64_t random) {
   char text[kUuidLength + 1];
   std::snprintf(text, sizeof text, "%08x-%04x-8%03x-%04x-%012llx", ttl_ms,
                 (transition_ms >> 12) & 0xffffu, transition_ms & 0xfffu,
@@ -213,19 +215,19 @@ struct NodeLease {
 
 // The lease a C++ node carries in its name; nullopt for any other node
 // (a JVM participant's random version-4 UUID).
-std::optional<NodeLease> LeaseOf(std::string_view name) {
+std::optional<NodeLease> lease_of(std::string_view name) {
   if (name.size() < kProtected.size() + kUuidLength + 1 ||
       name.substr(0, kProtected.size()) != kProtected) {
     return std::nullopt;
   }
   const std::string_view uuid = name.substr(kProtected.size(), kUuidLength);
-  if (uuid[8] != '-' || uuid[13] != '-' || uuid[18] != '-' || uuid[23] != '-' ||
-      uuid[14] != '8' || std::string_view("89ab").find(uuid[19]) == std::string_view::npos) {
+  if (uuid[8] != '-' || uuid[13] != '-' || uuid[18] != '-' || uuid[23] != '-' || uuid[14] != '8' ||
+      std::string_view("89ab").find(uuid[19]) == std::string_view::npos) {
     return std::nullopt;
   }
   NodeLease lease;
-  lease.ttl = milliseconds(Hex(uuid.substr(0, 8)));
-  lease.transition = milliseconds((Hex(uuid.substr(9, 4)) << 12) | Hex(uuid.substr(15, 3)));
+  lease.ttl = milliseconds(hex(uuid.substr(0, 8)));
+  lease.transition = milliseconds((hex(uuid.substr(9, 4)) << 12) | hex(uuid.substr(15, 3)));
   return lease;
 }
 
@@ -282,9 +284,9 @@ struct Entry {
   std::uint64_t session = 0;  // the session our node belongs to
   std::string uuid;           // of our node (being) created
   bool create_uncertain = false;
-  std::string node;  // our node's name; empty: none
+  std::string node;                     // our node's name; empty: none
   std::atomic<std::uint64_t> czxid{0};  // read by our own-node watcher
-  bool owner = false;  // we lead, as far as we know
+  bool owner = false;                   // we lead, as far as we know
   // Set by our own-node watch when the node is deleted under us.
   std::atomic<bool> lost{false};
   std::uint64_t own_watch = 0;
@@ -296,7 +298,7 @@ struct Entry {
   SteadyClock::time_point seen_at{};
 
   // Forgets the node (the turn stays taken).
-  void Reset(std::uint64_t new_session) {
+  void reset(std::uint64_t new_session) {
     session = new_session;
     uuid.clear();
     create_uncertain = false;
@@ -319,7 +321,7 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
 
   const ZookeeperOptions& options() const { return options_; }
 
-  void Shutdown() {
+  void shutdown() {
     std::shared_ptr<ZkHandle> handle;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -330,84 +332,84 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
     // `handle` closes here (or later, when the last call using it ends).
   }
 
-  Result<OwnerRecord> Acquire(const AcquireRequest& request, Deadline deadline);
-  Result<bool> Release(std::string_view mutex, std::string_view contender_id,
-                       std::uint64_t token, Deadline deadline);
-  Result<ForcedRelease> ForceRelease(std::string_view mutex, Deadline deadline);
-  Result<OwnerRecord> Read(std::string_view mutex, Deadline deadline);
-  Result<std::vector<ListedMutex>> List(Deadline deadline);
-  Result<std::vector<std::string>> Waiters(std::string_view mutex, Deadline deadline);
-  std::unique_ptr<Subscription> Subscribe(std::string_view mutex, std::string_view contender_id,
+  Result<OwnerRecord> acquire(const AcquireRequest& request, Deadline deadline);
+  Result<bool> release(std::string_view mutex, std::string_view contender_id, std::uint64_t token,
+                       Deadline deadline);
+  Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline);
+  Result<OwnerRecord> read(std::string_view mutex, Deadline deadline);
+  Result<std::vector<ListedMutex>> list(Deadline deadline);
+  Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline);
+  std::unique_ptr<Subscription> subscribe(std::string_view mutex, std::string_view contender_id,
                                           std::function<void(const MutexEvent&)> listener);
 
-  static void GlobalWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
-  static void NodeWatcher(zhandle_t* zh, int type, int state, const char* path, void* context);
+  static void global_watcher(zhandle_t* zh, int type, int state, const char* path, void* context);
+  static void node_watcher(zhandle_t* zh, int type, int state, const char* path, void* context);
 
  private:
   using EntryKey = std::pair<std::string, std::string>;
 
   // The current session, opening one if there is none or it expired, and
   // waiting (up to connect_timeout and `deadline`) until it is connected.
-  Result<std::shared_ptr<ZkHandle>> Session(Deadline deadline);
+  Result<std::shared_ptr<ZkHandle>> session(Deadline deadline);
   // Our entry for (mutex, contender), with its turn taken.
   struct TakenEntry {
     std::shared_ptr<Entry> entry;
     TurnGate::Turn turn;  // given back first
   };
-  Result<TakenEntry> TakeEntry(const EntryKey& key, Deadline deadline);
+  Result<TakenEntry> take_entry(const EntryKey& key, Deadline deadline);
 
-  std::string MutexPath(std::string_view mutex) const {
+  std::string mutex_path(std::string_view mutex) const {
     return options_.root + "/" + std::string(mutex);
   }
   // Creates the root's components and the mutex node (containers).
-  Status CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline);
+  Status create_parents(zhandle_t* zh, std::string_view mutex, Deadline deadline);
   // Creates the components of `path` but the last (containers).
-  Status CreateAncestors(zhandle_t* zh, const std::string& path, Deadline deadline);
+  Status create_ancestors(zhandle_t* zh, const std::string& path, Deadline deadline);
   // Waits and turns a failure into a Status.
-  Status Await(const PendingPtr& p, Deadline deadline, const std::string& what,
+  Status await(const PendingPtr& p, Deadline deadline, const std::string& what,
                std::set<int> accepted = {});
   // The children of `parent` with the protected name of `uuid` (nodes a
   // create whose reply we never saw may have made), in the server's order;
   // all of them in *children when given.
-  Result<std::vector<std::string>> ProtectedNodes(zhandle_t* zh, const std::string& parent,
-                                                  const std::string& uuid, Deadline deadline,
-                                                  std::vector<std::string>* children = nullptr);
+  Result<std::vector<std::string>> protected_nodes(zhandle_t* zh, const std::string& parent,
+                                                   const std::string& uuid, Deadline deadline,
+                                                   std::vector<std::string>* children = nullptr);
 
   // Server time now, estimated from our own writes (never later than the
   // server's clock, as long as the clocks run at the same rate).
-  std::int64_t ServerNow(SteadyClock::time_point now = SteadyClock::now()) const;
-  void Observe(std::int64_t server_ms);
+  std::int64_t server_now(SteadyClock::time_point now = SteadyClock::now()) const;
+  void observe(std::int64_t server_ms);
 
   // Registers a node watch; its id is the watcher context.
-  std::uint64_t AddWatch(WatchContext context);
-  bool WatchArmed(std::uint64_t id);
-  void ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
-                   const std::string& contender_id);
+  std::uint64_t add_watch(WatchContext context);
+  bool watch_armed(std::uint64_t id);
+  void arm_own_watch(zhandle_t* zh, const std::string& mutex, Entry& entry,
+                     const std::string& contender_id);
 
   // `kind` to every listener of every mutex.
-  void Broadcast(MutexEvent::Kind kind);
-  void OnSessionEvent(zhandle_t* zh, int state);
-  void OnNodeEvent(std::uint64_t id, int type);
+  void broadcast(MutexEvent::Kind kind);
+  void on_session_event(zhandle_t* zh, int state);
+  void on_node_event(std::uint64_t id, int type);
 
   // "<root>-sessions/<session id>": written by this session's calls.
-  std::string HeartbeatPath(std::int64_t session_id) const;
+  std::string heartbeat_path_of(std::int64_t session_id) const;
   // When the last heartbeat write of this session was sent, writing one
   // first if that is more than `fresh_within` ago.
-  Result<SteadyClock::time_point> Heartbeat(const std::shared_ptr<ZkHandle>& handle,
+  Result<SteadyClock::time_point> heartbeat(const std::shared_ptr<ZkHandle>& handle,
                                             milliseconds fresh_within, Deadline deadline);
   // The lease of the session that created `node` (its heartbeat's mtime and
   // version), or nullopt when that session keeps no heartbeat.
-  Result<std::optional<Stat>> HeartbeatOf(zhandle_t* zh, const Stat& node, Deadline deadline);
+  Result<std::optional<Stat>> heartbeat_of(zhandle_t* zh, const Stat& node, Deadline deadline);
   // Our ownership as of the heartbeat sent at `heartbeat_sent`, for a call
   // that started at `call_start`.
-  OwnerRecord Owned(const Entry& entry, std::string_view contender_id,
+  OwnerRecord owned(const Entry& entry, std::string_view contender_id,
                     SteadyClock::time_point call_start, SteadyClock::time_point heartbeat_sent,
                     const AcquireRequest& request) const;
   // The owner as seen from outside at server time `now`: the lowest node's
   // data and times. A JVM participant's times are unknown (its session is
   // its lease): `ask_again_at` is set to `now` plus `ask_after`.
-  OwnerRecord Seen(const Child& lowest, const Pending& node, std::int64_t start,
-                   std::int64_t now, milliseconds ask_after = milliseconds(0)) const;
+  OwnerRecord seen(const Child& lowest, const Pending& node, std::int64_t start, std::int64_t now,
+                   milliseconds ask_after = milliseconds(0)) const;
 
   const ZookeeperOptions options_;
 
@@ -439,62 +441,62 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
 // Each starts one zoo_a* call; a `watch` (an AddWatch id) other than 0 arms
 // a node watch with it.
 
-PendingPtr ListChildren(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
-  return Start([&](const void* data) {
-    return zoo_awget_children2(zh, path.c_str(), watch != 0 ? &ZkStore::NodeWatcher : nullptr,
-                               WatchContextOf(watch), &OnChildren, data);
+PendingPtr list_children(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
+  return start([&](const void* data) {
+    return zoo_awget_children2(zh, path.c_str(), watch != 0 ? &ZkStore::node_watcher : nullptr,
+                               watch_context_of(watch), &on_children, data);
   });
 }
 
-PendingPtr Exists(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
-  return Start([&](const void* data) {
-    return zoo_awexists(zh, path.c_str(), watch != 0 ? &ZkStore::NodeWatcher : nullptr,
-                        WatchContextOf(watch), &OnStat, data);
+PendingPtr exists_node(zhandle_t* zh, const std::string& path, std::uint64_t watch = 0) {
+  return start([&](const void* data) {
+    return zoo_awexists(zh, path.c_str(), watch != 0 ? &ZkStore::node_watcher : nullptr,
+                        watch_context_of(watch), &on_stat, data);
   });
 }
 
-PendingPtr GetData(zhandle_t* zh, const std::string& path) {
-  return Start([&](const void* data) { return zoo_aget(zh, path.c_str(), 0, &OnData, data); });
+PendingPtr get_data(zhandle_t* zh, const std::string& path) {
+  return start([&](const void* data) { return zoo_aget(zh, path.c_str(), 0, &on_data, data); });
 }
 
-PendingPtr Delete(zhandle_t* zh, const std::string& path, int version = -1) {
-  return Start(
-      [&](const void* data) { return zoo_adelete(zh, path.c_str(), version, &OnVoid, data); });
+PendingPtr delete_node(zhandle_t* zh, const std::string& path, int version = -1) {
+  return start(
+      [&](const void* data) { return zoo_adelete(zh, path.c_str(), version, &on_void, data); });
 }
 
 // `value` nullptr (length -1): a node without data.
-PendingPtr Create(zhandle_t* zh, const std::string& path, const char* value, int length,
+PendingPtr create(zhandle_t* zh, const std::string& path, const char* value, int length,
                   int flags) {
-  return Start([&](const void* data) {
-    return zoo_acreate2(zh, path.c_str(), value, length, &ZOO_OPEN_ACL_UNSAFE, flags, &OnCreate,
+  return start([&](const void* data) {
+    return zoo_acreate2(zh, path.c_str(), value, length, &ZOO_OPEN_ACL_UNSAFE, flags, &on_create,
                         data);
   });
 }
 
 // A transaction of `ops`; `p->results` has a slot for each.
-PendingPtr Multi(zhandle_t* zh, std::vector<zoo_op_t>& ops, PendingPtr p) {
-  return Start(
+PendingPtr multi(zhandle_t* zh, std::vector<zoo_op_t>& ops, PendingPtr p) {
+  return start(
       [&](const void* data) {
-        return zoo_amulti(zh, static_cast<int>(ops.size()), ops.data(), p->results.data(),
-                          &OnVoid, data);
+        return zoo_amulti(zh, static_cast<int>(ops.size()), ops.data(), p->results.data(), &on_void,
+                          data);
       },
       p);
 }
 
 // ---- sessions and watches -----------------------------------------------------------
 
-void LogToSimba(const char* message) {
+void log_to_simba(const char* message) {
   std::string text = message != nullptr ? message : "";
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   SIMBA_LOG(kDebug, "zookeeper client: " << text);
 }
 
-Result<std::shared_ptr<ZkHandle>> ZkStore::Session(Deadline deadline) {
+Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
   std::shared_ptr<ZkHandle> stale;
   {
     std::lock_guard<std::mutex> opening(session_mu_);
     std::unique_lock<std::mutex> lock(mu_);
-    if (closed_) return UnavailableError("zookeeper: the backend is closed");
+    if (closed_) return unavailable_error("zookeeper: the backend is closed");
     if (handle_ == nullptr || expired_) {
       stale = std::move(handle_);
       const std::uint64_t generation = ++generation_;
@@ -503,13 +505,13 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::Session(Deadline deadline) {
       lock.unlock();
       // Callbacks may run before zookeeper_init2 returns; they find the
       // handle by its generation once it is installed.
-      zhandle_t* zh = zookeeper_init2(options_.connect_string.c_str(), &ZkStore::GlobalWatcher,
-                                      static_cast<int>(options_.session_timeout.count()),
-                                      nullptr, this, 0, &LogToSimba);
+      zhandle_t* zh = zookeeper_init2(options_.connect_string.c_str(), &ZkStore::global_watcher,
+                                      static_cast<int>(options_.session_timeout.count()), nullptr,
+                                      this, 0, &log_to_simba);
       lock.lock();
       if (zh == nullptr) {
-        return UnavailableError("zookeeper at " + options_.connect_string +
-                                ": cannot create a session: " + ZkError(errno));
+        return unavailable_error("zookeeper at " + options_.connect_string +
+                                 ": cannot create a session: " + zk_error(errno));
       }
       handle_ = std::make_shared<ZkHandle>(zh, generation, shared_from_this());
       // A state change that came before the handle was installed.
@@ -519,31 +521,30 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::Session(Deadline deadline) {
   }
   stale.reset();  // closes an expired session, outside our locks
   std::unique_lock<std::mutex> lock(mu_);
-  const Deadline connect_by =
-      std::min(deadline, SteadyClock::now() + options_.connect_timeout);
+  const Deadline connect_by = std::min(deadline, SteadyClock::now() + options_.connect_timeout);
   cv_.wait_until(lock, connect_by, [&] {
     if (handle_ != nullptr && !connected_ && zoo_state(handle_->get()) == ZOO_CONNECTED_STATE) {
       connected_ = true;
     }
     return closed_ || connected_ || expired_;
   });
-  if (closed_) return UnavailableError("zookeeper: the backend is closed");
+  if (closed_) return unavailable_error("zookeeper: the backend is closed");
   if (!connected_) {
-    return UnavailableError("zookeeper at " + options_.connect_string +
-                            (expired_ ? ": the session expired"
-                                      : ": no connection (connect_timeout " +
-                                            FormatDuration(options_.connect_timeout) + ")"));
+    return unavailable_error("zookeeper at " + options_.connect_string +
+                             (expired_ ? ": the session expired"
+                                       : ": no connection (connect_timeout " +
+                                             format_duration(options_.connect_timeout) + ")"));
   }
   return handle_;
 }
 
-void ZkStore::GlobalWatcher(zhandle_t* zh, int type, int state, const char*, void* context) {
+void ZkStore::global_watcher(zhandle_t* zh, int type, int state, const char*, void* context) {
   CallbackScope scope;
   if (type != ZOO_SESSION_EVENT || context == nullptr) return;
-  static_cast<ZkStore*>(context)->OnSessionEvent(zh, state);
+  static_cast<ZkStore*>(context)->on_session_event(zh, state);
 }
 
-void ZkStore::OnSessionEvent(zhandle_t* zh, int state) {
+void ZkStore::on_session_event(zhandle_t* zh, int state) {
   bool lost_now = false;
   bool back = false;
   bool ended = false;
@@ -576,36 +577,36 @@ void ZkStore::OnSessionEvent(zhandle_t* zh, int state) {
     SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string
                                      << (ended ? ": the session expired" : ": connection lost")
                                      << "; owners on this backend stop acting as owners");
-    Broadcast(MutexEvent::Kind::kLost);
+    broadcast(MutexEvent::Kind::kLost);
   }
   if (back || ended) {
     // Anything may have changed meanwhile (and after an expiry every node
     // of ours is gone): everyone looks again.
-    Broadcast(MutexEvent::Kind::kReleased);
+    broadcast(MutexEvent::Kind::kReleased);
   }
 }
 
-std::uint64_t ZkStore::AddWatch(WatchContext context) {
+std::uint64_t ZkStore::add_watch(WatchContext context) {
   std::lock_guard<std::mutex> lock(mu_);
   const std::uint64_t id = ++next_watch_;
   watches_.emplace(id, std::move(context));
   return id;
 }
 
-bool ZkStore::WatchArmed(std::uint64_t id) {
+bool ZkStore::watch_armed(std::uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   return id != 0 && watches_.count(id) != 0;
 }
 
-void ZkStore::NodeWatcher(zhandle_t* zh, int type, int, const char*, void* context) {
+void ZkStore::node_watcher(zhandle_t* zh, int type, int, const char*, void* context) {
   CallbackScope scope;
   // The handle's context is its store (which outlives the handle); the
   // watcher's context is the watch id, so nothing is allocated per watch.
   auto* store = static_cast<ZkStore*>(const_cast<void*>(zoo_get_context(zh)));
-  if (store != nullptr) store->OnNodeEvent(reinterpret_cast<std::uintptr_t>(context), type);
+  if (store != nullptr) store->on_node_event(reinterpret_cast<std::uintptr_t>(context), type);
 }
 
-void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
+void ZkStore::on_node_event(std::uint64_t id, int type) {
   WatchContext context;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -654,16 +655,16 @@ void ZkStore::OnNodeEvent(std::uint64_t id, int type) {
   }
 }
 
-void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
-                          const std::string& contender_id) {
+void ZkStore::arm_own_watch(zhandle_t* zh, const std::string& mutex, Entry& entry,
+                            const std::string& contender_id) {
   // Our renewal (a data change) fires the armed watch, so a new one is
   // armed after every write of ours.
-  const auto lease = LeaseOf(entry.node);
+  const auto lease = lease_of(entry.node);
   const std::uint64_t id =
-      AddWatch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid,
-                            lease ? lease->ttl + lease->transition : milliseconds(0)});
+      add_watch(WatchContext{WatchContext::Kind::kOwn, mutex, contender_id, entry.czxid,
+                             lease ? lease->ttl + lease->transition : milliseconds(0)});
   entry.own_watch = id;
-  const std::string path = MutexPath(mutex) + "/" + entry.node;
+  const std::string path = mutex_path(mutex) + "/" + entry.node;
   // Not waited for. If the server does not take it (the node is gone, the
   // connection broke), the watch is forgotten, so the next renewal asks
   // the server instead of trusting a watch that is not there.
@@ -673,7 +674,7 @@ void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
   };
   auto* arming = new Arming{this, id};
   const int rc = zoo_awexists(
-      zh, path.c_str(), &ZkStore::NodeWatcher, WatchContextOf(id),
+      zh, path.c_str(), &ZkStore::node_watcher, watch_context_of(id),
       [](int result, const Stat*, const void* data) {
         CallbackScope scope;
         std::unique_ptr<Arming> done(static_cast<Arming*>(const_cast<void*>(data)));
@@ -690,13 +691,13 @@ void ZkStore::ArmOwnWatch(zhandle_t* zh, const std::string& mutex, Entry& entry,
   }
 }
 
-void ZkStore::Broadcast(MutexEvent::Kind kind) {
+void ZkStore::broadcast(MutexEvent::Kind kind) {
   ListenerHub::Work work;
   hub_->collect_all(MutexEvent{kind, "", "", 0}, &work);
   hub_->deliver(work);
 }
 
-std::unique_ptr<Subscription> ZkStore::Subscribe(std::string_view mutex,
+std::unique_ptr<Subscription> ZkStore::subscribe(std::string_view mutex,
                                                  std::string_view contender_id,
                                                  std::function<void(const MutexEvent&)> listener) {
   return hub_->subscribe(std::string(mutex), std::string(contender_id), std::move(listener));
@@ -704,44 +705,43 @@ std::unique_ptr<Subscription> ZkStore::Subscribe(std::string_view mutex,
 
 // ---- helpers for calls --------------------------------------------------------------
 
-std::int64_t ZkStore::ServerNow(SteadyClock::time_point now) const {
+std::int64_t ZkStore::server_now(SteadyClock::time_point now) const {
   std::lock_guard<std::mutex> lock(mu_);
   // Before any write of ours, the local wall clock (ZooKeeper tells no time
   // otherwise); only used for display then, never for an eviction.
-  return has_offset_ ? SteadyMs(now) + offset_ms_ : WallMs();
+  return has_offset_ ? steady_ms(now) + offset_ms_ : wall_ms();
 }
 
-void ZkStore::Observe(std::int64_t server_ms) {
+void ZkStore::observe(std::int64_t server_ms) {
   // The server stamped the write before we received the reply, so this is
   // a lower bound of the clock offset; the latest one follows clock steps.
-  const std::int64_t offset = server_ms - SteadyMs(SteadyClock::now());
+  const std::int64_t offset = server_ms - steady_ms(SteadyClock::now());
   std::lock_guard<std::mutex> lock(mu_);
   offset_ms_ = offset;
   has_offset_ = true;
 }
 
-Status ZkStore::Await(const PendingPtr& p, Deadline deadline, const std::string& what,
+Status ZkStore::await(const PendingPtr& p, Deadline deadline, const std::string& what,
                       std::set<int> accepted) {
-  if (!Wait(p, deadline)) {
-    return DeadlineExceededError("zookeeper at " + options_.connect_string + ": " + what +
-                                 ": no reply by the deadline");
+  if (!wait(p, deadline)) {
+    return deadline_exceeded_error("zookeeper at " + options_.connect_string + ": " + what +
+                                   ": no reply by the deadline");
   }
   std::lock_guard<std::mutex> lock(p->mu);
-  if (p->rc == ZOK || accepted.count(p->rc) != 0) return OkStatus();
+  if (p->rc == ZOK || accepted.count(p->rc) != 0) return ok_status();
   const std::string message =
-      "zookeeper at " + options_.connect_string + ": " + what + ": " + ZkError(p->rc);
-  if (IsConnectionError(p->rc)) return UnavailableError(message);
-  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) return PermissionDeniedError(message);
-  return InternalError(message);
+      "zookeeper at " + options_.connect_string + ": " + what + ": " + zk_error(p->rc);
+  if (is_connection_error(p->rc)) return unavailable_error(message);
+  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) return permission_denied_error(message);
+  return internal_error(message);
 }
 
-Result<std::vector<std::string>> ZkStore::ProtectedNodes(zhandle_t* zh,
-                                                         const std::string& parent,
-                                                         const std::string& uuid,
-                                                         Deadline deadline,
-                                                         std::vector<std::string>* children) {
-  auto listed = ListChildren(zh, parent);
-  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+Result<std::vector<std::string>> ZkStore::protected_nodes(zhandle_t* zh, const std::string& parent,
+                                                          const std::string& uuid,
+                                                          Deadline deadline,
+                                                          std::vector<std::string>* children) {
+  auto listed = list_children(zh, parent);
+  SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
   const std::string prefix = std::string(kProtected) + uuid;
   std::vector<std::string> found;
   for (const std::string& name : listed->children) {
@@ -751,11 +751,11 @@ Result<std::vector<std::string>> ZkStore::ProtectedNodes(zhandle_t* zh,
   return found;
 }
 
-Status ZkStore::CreateParents(zhandle_t* zh, std::string_view mutex, Deadline deadline) {
-  return CreateAncestors(zh, MutexPath(mutex) + "/x", deadline);
+Status ZkStore::create_parents(zhandle_t* zh, std::string_view mutex, Deadline deadline) {
+  return create_ancestors(zh, mutex_path(mutex) + "/x", deadline);
 }
 
-Status ZkStore::CreateAncestors(zhandle_t* zh, const std::string& path, Deadline deadline) {
+Status ZkStore::create_ancestors(zhandle_t* zh, const std::string& path, Deadline deadline) {
   std::vector<std::string> paths;
   for (std::size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1)) {
     paths.push_back(path.substr(0, at));
@@ -763,23 +763,22 @@ Status ZkStore::CreateAncestors(zhandle_t* zh, const std::string& path, Deadline
   // Pipelined: the server applies them in order.
   std::vector<PendingPtr> pending;
   for (const std::string& parent : paths) {
-    pending.push_back(Create(zh, parent, nullptr, -1, ZOO_CONTAINER));
+    pending.push_back(create(zh, parent, nullptr, -1, ZOO_CONTAINER));
   }
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    SIMBA_RETURN_IF_ERROR(Await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
+    SIMBA_RETURN_IF_ERROR(await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
   }
-  return OkStatus();
+  return ok_status();
 }
 
-std::string ZkStore::HeartbeatPath(std::int64_t session_id) const {
+std::string ZkStore::heartbeat_path_of(std::int64_t session_id) const {
   char id[17];
   std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(session_id));
   return options_.root + "-sessions/" + id;
 }
 
-Result<SteadyClock::time_point> ZkStore::Heartbeat(const std::shared_ptr<ZkHandle>& handle,
-                                                   milliseconds fresh_within,
-                                                   Deadline deadline) {
+Result<SteadyClock::time_point> ZkStore::heartbeat(const std::shared_ptr<ZkHandle>& handle,
+                                                   milliseconds fresh_within, Deadline deadline) {
   zhandle_t* const zh = handle->get();
   bool exists;
   {
@@ -795,33 +794,31 @@ Result<SteadyClock::time_point> ZkStore::Heartbeat(const std::shared_ptr<ZkHandl
     exists = heartbeat_exists_;
   }
   const clientid_t* client = zoo_client_id(zh);
-  const std::string path = HeartbeatPath(client != nullptr ? client->client_id : 0);
+  const std::string path = heartbeat_path_of(client != nullptr ? client->client_id : 0);
   for (int round = 0; round < 3; ++round) {
     const SteadyClock::time_point sent = SteadyClock::now();
     PendingPtr written;
     if (exists) {
-      written = Start([&](const void* data) {
-        return zoo_aset(zh, path.c_str(), "", 0, -1, &OnStat, data);
-      });
-      SIMBA_RETURN_IF_ERROR(Await(written, deadline, "writing " + path, {ZNONODE}));
+      written = start(
+          [&](const void* data) { return zoo_aset(zh, path.c_str(), "", 0, -1, &on_stat, data); });
+      SIMBA_RETURN_IF_ERROR(await(written, deadline, "writing " + path, {ZNONODE}));
       if (written->rc == ZNONODE) {
         exists = false;
         continue;
       }
-      Observe(written->stat.mtime);
+      observe(written->stat.mtime);
     } else {
-      written = Create(zh, path, "", 0, ZOO_EPHEMERAL);
-      SIMBA_RETURN_IF_ERROR(
-          Await(written, deadline, "creating " + path, {ZNONODE, ZNODEEXISTS}));
+      written = create(zh, path, "", 0, ZOO_EPHEMERAL);
+      SIMBA_RETURN_IF_ERROR(await(written, deadline, "creating " + path, {ZNONODE, ZNODEEXISTS}));
       if (written->rc == ZNONODE) {
-        SIMBA_RETURN_IF_ERROR(CreateAncestors(zh, path, deadline));
+        SIMBA_RETURN_IF_ERROR(create_ancestors(zh, path, deadline));
         continue;
       }
       if (written->rc == ZNODEEXISTS) {
         exists = true;  // made by a call that gave up on its reply: write it
         continue;
       }
-      Observe(written->stat.ctime);
+      observe(written->stat.ctime);
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (heartbeat_generation_ == handle->generation()) {
@@ -830,20 +827,20 @@ Result<SteadyClock::time_point> ZkStore::Heartbeat(const std::shared_ptr<ZkHandl
     }
     return sent;
   }
-  return UnavailableError("zookeeper: cannot write the session heartbeat " + path);
+  return unavailable_error("zookeeper: cannot write the session heartbeat " + path);
 }
 
-Result<std::optional<Stat>> ZkStore::HeartbeatOf(zhandle_t* zh, const Stat& node,
-                                                 Deadline deadline) {
+Result<std::optional<Stat>> ZkStore::heartbeat_of(zhandle_t* zh, const Stat& node,
+                                                  Deadline deadline) {
   if (node.ephemeralOwner == 0) return std::optional<Stat>();
-  const std::string path = HeartbeatPath(node.ephemeralOwner);
-  auto read = Exists(zh, path);
-  SIMBA_RETURN_IF_ERROR(Await(read, deadline, "reading " + path, {ZNONODE}));
+  const std::string path = heartbeat_path_of(node.ephemeralOwner);
+  auto read = exists_node(zh, path);
+  SIMBA_RETURN_IF_ERROR(await(read, deadline, "reading " + path, {ZNONODE}));
   if (read->rc == ZNONODE) return std::optional<Stat>();
   return std::optional<Stat>(read->stat);
 }
 
-Result<ZkStore::TakenEntry> ZkStore::TakeEntry(const EntryKey& key, Deadline deadline) {
+Result<ZkStore::TakenEntry> ZkStore::take_entry(const EntryKey& key, Deadline deadline) {
   for (;;) {
     TakenEntry taken;
     {
@@ -854,9 +851,9 @@ Result<ZkStore::TakenEntry> ZkStore::TakeEntry(const EntryKey& key, Deadline dea
     }
     taken.turn = taken.entry->turn.take(deadline);
     if (!taken.turn.taken()) {
-      return DeadlineExceededError("zookeeper: another call for mutex '" + key.first +
-                                   "' and contender '" + key.second +
-                                   "' is still running at the deadline");
+      return deadline_exceeded_error("zookeeper: another call for mutex '" + key.first +
+                                     "' and contender '" + key.second +
+                                     "' is still running at the deadline");
     }
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(key);
@@ -865,7 +862,7 @@ Result<ZkStore::TakenEntry> ZkStore::TakeEntry(const EntryKey& key, Deadline dea
   }
 }
 
-OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
+OwnerRecord ZkStore::owned(const Entry& entry, std::string_view contender_id,
                            SteadyClock::time_point call_start,
                            SteadyClock::time_point heartbeat_sent,
                            const AcquireRequest& request) const {
@@ -878,7 +875,7 @@ OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
   // never report more than the lease asked for.)
   const auto elapsed =
       std::max(milliseconds(0), duration_cast<milliseconds>(call_start - heartbeat_sent));
-  const std::int64_t now = ServerNow(call_start);
+  const std::int64_t now = server_now(call_start);
   OwnerRecord record;
   record.store_now = StoreTime(now);
   record.owner.owner_id = std::string(contender_id);
@@ -889,7 +886,7 @@ OwnerRecord ZkStore::Owned(const Entry& entry, std::string_view contender_id,
   return record;
 }
 
-OwnerRecord ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t start,
+OwnerRecord ZkStore::seen(const Child& lowest, const Pending& node, std::int64_t start,
                           std::int64_t now, milliseconds ask_after) const {
   OwnerRecord record;
   record.store_now = StoreTime(now);
@@ -897,7 +894,7 @@ OwnerRecord ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t
   owner.owner_id = node.value;
   owner.fencing_token = static_cast<std::uint64_t>(node.stat.czxid);
   owner.acquired_at = StoreTime(start);
-  if (auto lease = LeaseOf(lowest.name)) {
+  if (auto lease = lease_of(lowest.name)) {
     owner.ttl_at = StoreTime(start) + lease->ttl;
     owner.transition_at = StoreTime(start) + lease->ttl + lease->transition;
   } else {
@@ -910,23 +907,23 @@ OwnerRecord ZkStore::Seen(const Child& lowest, const Pending& node, std::int64_t
 
 // ---- the calls ------------------------------------------------------------------------
 
-Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline deadline) {
+Result<OwnerRecord> ZkStore::acquire(const AcquireRequest& request, Deadline deadline) {
   const std::string mutex(request.mutex);
   const std::string contender(request.contender_id);
   const SteadyClock::time_point call_start = SteadyClock::now();
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
   zhandle_t* const zh = handle->get();
   // Our leases live in the session's heartbeat: one write per half ttl for
   // every mutex of the backend, instead of one per mutex.
   SIMBA_ASSIGN_OR_RETURN(const SteadyClock::time_point heartbeat_sent,
-                         Heartbeat(handle, request.ttl / 2, deadline));
-  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, TakeEntry({mutex, contender}, deadline));
+                         heartbeat(handle, request.ttl / 2, deadline));
+  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, take_entry({mutex, contender}, deadline));
   Entry& e = *taken.entry;
   if (e.session != handle->generation()) {
     // Our node (if any) ended with its session.
-    e.Reset(handle->generation());
+    e.reset(handle->generation());
   }
-  const std::string parent = MutexPath(mutex);
+  const std::string parent = mutex_path(mutex);
   const auto own_path = [&] { return parent + "/" + e.node; };
 
   for (int round = 0; round < kRounds; ++round) {
@@ -937,11 +934,11 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         // protected name before making another.
         std::vector<std::string> children;
         SIMBA_ASSIGN_OR_RETURN(std::vector<std::string> found,
-                               ProtectedNodes(zh, parent, e.uuid, deadline, &children));
+                               protected_nodes(zh, parent, e.uuid, deadline, &children));
         if (!found.empty()) e.node = found.back();
         if (!e.node.empty()) {
-          auto stat = Exists(zh, own_path());
-          SIMBA_RETURN_IF_ERROR(Await(stat, deadline, "reading " + own_path()));
+          auto stat = exists_node(zh, own_path());
+          SIMBA_RETURN_IF_ERROR(await(stat, deadline, "reading " + own_path()));
           e.czxid = static_cast<std::uint64_t>(stat->stat.czxid);
           names = std::move(children);
         }
@@ -950,54 +947,54 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
       } else {
         {
           std::lock_guard<std::mutex> lock(mu_);
-          e.uuid = LeaseUuid(static_cast<std::uint32_t>(request.ttl.count()),
-                             static_cast<std::uint32_t>(request.transition.count()), random_());
+          e.uuid = lease_uuid(static_cast<std::uint32_t>(request.ttl.count()),
+                              static_cast<std::uint32_t>(request.transition.count()), random_());
         }
         const std::string prefix =
             parent + "/" + std::string(kProtected) + e.uuid + "-" + std::string(kLatch);
         e.create_uncertain = true;
         // The create and the listing together: the server runs them in
         // order, so the listing includes our node. One round trip.
-        auto created = Create(zh, prefix, contender.data(), static_cast<int>(contender.size()),
+        auto created = create(zh, prefix, contender.data(), static_cast<int>(contender.size()),
                               ZOO_EPHEMERAL_SEQUENTIAL);
-        auto listed = ListChildren(zh, parent);
-        SIMBA_RETURN_IF_ERROR(Await(created, deadline, "joining " + parent, {ZNONODE}));
+        auto listed = list_children(zh, parent);
+        SIMBA_RETURN_IF_ERROR(await(created, deadline, "joining " + parent, {ZNONODE}));
         if (created->rc == ZNONODE) {
           e.create_uncertain = false;
-          SIMBA_RETURN_IF_ERROR(CreateParents(zh, mutex, deadline));
+          SIMBA_RETURN_IF_ERROR(create_parents(zh, mutex, deadline));
           continue;
         }
-        SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent));
+        SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent));
         e.create_uncertain = false;
         e.node = created->value.substr(created->value.rfind('/') + 1);
         e.czxid = static_cast<std::uint64_t>(created->stat.czxid);
-        Observe(created->stat.ctime);
+        observe(created->stat.ctime);
         names = listed->children;
       }
     } else if (e.owner && !e.lost) {
       // Renewal with our node watched: the heartbeat carries the lease, the
       // watch would have told us of a deletion (and nobody may evict us
       // while our heartbeat is fresh), so no request at all.
-      if (WatchArmed(e.own_watch)) return Owned(e, contender, call_start, heartbeat_sent, request);
+      if (watch_armed(e.own_watch)) return owned(e, contender, call_start, heartbeat_sent, request);
       // Without a watch: check that our node is still there (a read, no
       // write) and watch it again.
-      auto exists = Exists(zh, own_path());
-      SIMBA_RETURN_IF_ERROR(Await(exists, deadline, "renewing " + own_path(), {ZNONODE}));
+      auto exists = exists_node(zh, own_path());
+      SIMBA_RETURN_IF_ERROR(await(exists, deadline, "renewing " + own_path(), {ZNONODE}));
       if (exists->rc == ZOK && !e.lost) {
-        if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
-        return Owned(e, contender, call_start, heartbeat_sent, request);
+        if (!watch_armed(e.own_watch)) arm_own_watch(zh, mutex, e, contender);
+        return owned(e, contender, call_start, heartbeat_sent, request);
       }
       // Evicted or forced out: we lost that tenure.
       e.owner = false;
       e.node.clear();
       continue;
     } else {
-      auto listed = ListChildren(zh, parent);
-      SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+      auto listed = list_children(zh, parent);
+      SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
       names = listed->children;
     }
 
-    const std::vector<Child> children = Participants(names);
+    const std::vector<Child> children = participants(names);
     const auto ours = std::find_if(children.begin(), children.end(),
                                    [&](const Child& c) { return c.name == e.node; });
     if (ours == children.end()) {
@@ -1011,28 +1008,27 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
       // that lease atomically, so no claim is needed.
       e.owner = true;
       e.lost = false;
-      if (!WatchArmed(e.own_watch)) ArmOwnWatch(zh, mutex, e, contender);
-      return Owned(e, contender, call_start, heartbeat_sent, request);
+      if (!watch_armed(e.own_watch)) arm_own_watch(zh, mutex, e, contender);
+      return owned(e, contender, call_start, heartbeat_sent, request);
     }
 
     // A waiter: read the owner and watch our predecessor, together.
     const Child& lowest = children.front();
     const Child& predecessor = *(ours - 1);
     const std::string lowest_path = parent + "/" + lowest.name;
-    auto owner_node = GetData(zh, lowest_path);
+    auto owner_node = get_data(zh, lowest_path);
     PendingPtr watched;
-    if (e.watching != predecessor.name || !WatchArmed(e.watch_id)) {
-      const std::uint64_t id = AddWatch(
-          WatchContext{WatchContext::Kind::kPredecessor, mutex, contender, 0});
-      watched = Exists(zh, parent + "/" + predecessor.name, id);
+    if (e.watching != predecessor.name || !watch_armed(e.watch_id)) {
+      const std::uint64_t id =
+          add_watch(WatchContext{WatchContext::Kind::kPredecessor, mutex, contender, 0});
+      watched = exists_node(zh, parent + "/" + predecessor.name, id);
       e.watching = predecessor.name;
       e.watch_id = id;
     }
-    SIMBA_RETURN_IF_ERROR(Await(owner_node, deadline, "reading " + lowest_path, {ZNONODE}));
+    SIMBA_RETURN_IF_ERROR(await(owner_node, deadline, "reading " + lowest_path, {ZNONODE}));
     if (watched != nullptr) {
       // ZNONODE: the predecessor left meanwhile (handled below).
-      SIMBA_RETURN_IF_ERROR(
-          Await(watched, deadline, "watching " + predecessor.name, {ZNONODE}));
+      SIMBA_RETURN_IF_ERROR(await(watched, deadline, "watching " + predecessor.name, {ZNONODE}));
       if (watched->rc == ZNONODE) {
         // Gone before the watch was set (an exists watch on a missing
         // node waits for its creation): drop it and look again.
@@ -1046,26 +1042,26 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
 
     const SteadyClock::time_point now = SteadyClock::now();
     std::int64_t start = owner_node->stat.mtime;
-    if (const auto lease = LeaseOf(lowest.name)) {
+    if (const auto lease = lease_of(lowest.name)) {
       const milliseconds hard = lease->ttl + lease->transition;
       SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat,
-                             HeartbeatOf(zh, owner_node->stat, deadline));
+                             heartbeat_of(zh, owner_node->stat, deadline));
       if (heartbeat.has_value()) {
         // The owner's session wrote its heartbeat at mtime (server clock);
         // its lease ends a hard lease later. Evict only if the heartbeat
         // is still the one we read: one transaction checks its version and
         // deletes the node, so a heartbeat written meanwhile wins.
         start = heartbeat->mtime;
-        if (ServerNow(now) > heartbeat->mtime + hard.count()) {
-          const std::string heartbeat_path = HeartbeatPath(owner_node->stat.ephemeralOwner);
+        if (server_now(now) > heartbeat->mtime + hard.count()) {
+          const std::string heartbeat_path = heartbeat_path_of(owner_node->stat.ephemeralOwner);
           auto p = std::make_shared<Pending>();
           p->results.resize(2);
           std::vector<zoo_op_t> ops(2);
           zoo_check_op_init(&ops[0], heartbeat_path.c_str(), heartbeat->version);
           zoo_delete_op_init(&ops[1], lowest_path.c_str(), -1);
-          Multi(zh, ops, p);
-          SIMBA_RETURN_IF_ERROR(Await(p, deadline, "evicting " + lowest_path,
-                                      {ZNONODE, ZBADVERSION}));
+          multi(zh, ops, p);
+          SIMBA_RETURN_IF_ERROR(
+              await(p, deadline, "evicting " + lowest_path, {ZNONODE, ZBADVERSION}));
           if (p->rc == ZOK) {
             SIMBA_LOG(kWarn, "zookeeper: mutex '" << mutex << "': evicted " << lowest.name
                                                   << " (owner '" << owner_node->value
@@ -1079,32 +1075,32 @@ Result<OwnerRecord> ZkStore::Acquire(const AcquireRequest& request, Deadline dea
         // lease from when we first saw it in front.
         bool evict;
         if (owner_node->stat.version > 0) {
-          evict = ServerNow(now) > owner_node->stat.mtime + hard.count();
+          evict = server_now(now) > owner_node->stat.mtime + hard.count();
         } else {
           if (e.seen_lowest != lowest.name) {
             e.seen_lowest = lowest.name;
             e.seen_at = now;
           }
           evict = now - e.seen_at > hard;
-          start = std::max<std::int64_t>(owner_node->stat.ctime, ServerNow(e.seen_at));
+          start = std::max<std::int64_t>(owner_node->stat.ctime, server_now(e.seen_at));
         }
         if (evict) {
-          auto deleted = Delete(zh, lowest_path, owner_node->stat.version);
-          SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "evicting " + lowest_path,
-                                      {ZNONODE, ZBADVERSION}));
+          auto deleted = delete_node(zh, lowest_path, owner_node->stat.version);
+          SIMBA_RETURN_IF_ERROR(
+              await(deleted, deadline, "evicting " + lowest_path, {ZNONODE, ZBADVERSION}));
           continue;
         }
       }
     }
     // A JVM owner's end is unknown: the watch on our predecessor wakes us
     // when it goes; ask again a lease of ours from now in case none comes.
-    return Seen(lowest, *owner_node, start, ServerNow(now), request.ttl + request.transition);
+    return seen(lowest, *owner_node, start, server_now(now), request.ttl + request.transition);
   }
-  return UnavailableError("zookeeper: the election of mutex '" + mutex +
-                          "' kept changing during the call; try again");
+  return unavailable_error("zookeeper: the election of mutex '" + mutex +
+                           "' kept changing during the call; try again");
 }
 
-Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view contender_view,
+Result<bool> ZkStore::release(std::string_view mutex_view, std::string_view contender_view,
                               std::uint64_t token, Deadline deadline) {
   const std::string mutex(mutex_view);
   const std::string contender(contender_view);
@@ -1112,7 +1108,7 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     std::lock_guard<std::mutex> lock(mu_);
     if (entries_.count({mutex, contender}) == 0) return false;  // nothing of ours there
   }
-  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, TakeEntry({mutex, contender}, deadline));
+  SIMBA_ASSIGN_OR_RETURN(TakenEntry taken, take_entry({mutex, contender}, deadline));
   Entry& e = *taken.entry;
   // Our node now is a later ownership than the one this release is for (its
   // token is the node's czxid): leave it.
@@ -1129,20 +1125,20 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
   }
   if (handle != nullptr && (!e.node.empty() || e.create_uncertain)) {
     zhandle_t* const zh = handle->get();
-    const std::string parent = MutexPath(mutex);
+    const std::string parent = mutex_path(mutex);
     std::vector<std::string> nodes;
     if (!e.node.empty()) nodes.push_back(e.node);
     if (e.create_uncertain) {
       SIMBA_ASSIGN_OR_RETURN(std::vector<std::string> found,
-                             ProtectedNodes(zh, parent, e.uuid, deadline));
+                             protected_nodes(zh, parent, e.uuid, deadline));
       for (std::string& name : found) {
         if (name != e.node) nodes.push_back(std::move(name));
       }
     }
     for (const std::string& node : nodes) {
       const std::string path = parent + "/" + node;
-      auto deleted = Delete(zh, path);
-      SIMBA_RETURN_IF_ERROR(Await(deleted, deadline, "leaving " + path, {ZNONODE}));
+      auto deleted = delete_node(zh, path);
+      SIMBA_RETURN_IF_ERROR(await(deleted, deadline, "leaving " + path, {ZNONODE}));
       if (deleted->rc == ZOK && node == e.node && e.owner) released = true;
     }
   }
@@ -1152,33 +1148,33 @@ Result<bool> ZkStore::Release(std::string_view mutex_view, std::string_view cont
     auto it = entries_.find({mutex, contender});
     if (it != entries_.end() && it->second == taken.entry) entries_.erase(it);
   }
-  e.Reset(0);
+  e.reset(0);
   return released;
 }
 
-Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadline deadline) {
+Result<ForcedRelease> ZkStore::force_release(std::string_view mutex_view, Deadline deadline) {
   const std::string mutex(mutex_view);
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
   zhandle_t* const zh = handle->get();
-  const std::string parent = MutexPath(mutex);
+  const std::string parent = mutex_path(mutex);
   ForcedRelease result;
   bool have_previous = false;
   for (int round = 0; round < kRounds; ++round) {
-    auto listed = ListChildren(zh, parent);
-    SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+    auto listed = list_children(zh, parent);
+    SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
     if (listed->rc == ZNONODE) {
-      SIMBA_RETURN_IF_ERROR(CreateParents(zh, mutex, deadline));
+      SIMBA_RETURN_IF_ERROR(create_parents(zh, mutex, deadline));
       continue;
     }
     const std::vector<std::string> names = listed->children;
-    const std::vector<Child> children = Participants(names);
+    const std::vector<Child> children = participants(names);
     if (!have_previous && !children.empty()) {
       const std::string path = parent + "/" + children.front().name;
-      auto node = GetData(zh, path);
-      SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
+      auto node = get_data(zh, path);
+      SIMBA_RETURN_IF_ERROR(await(node, deadline, "reading " + path, {ZNONODE}));
       if (node->rc == ZNONODE) continue;
       const std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
-      result.previous = Seen(children.front(), *node, start, ServerNow()).owner;
+      result.previous = seen(children.front(), *node, start, server_now()).owner;
       have_previous = true;
     }
     // Every node goes, and the mutex node is written, in one transaction:
@@ -1188,37 +1184,38 @@ Result<ForcedRelease> ZkStore::ForceRelease(std::string_view mutex_view, Deadlin
     auto p = std::make_shared<Pending>();
     p->results.resize(paths.size() + 1);
     std::vector<zoo_op_t> ops(paths.size() + 1);
-    for (std::size_t i = 0; i < paths.size(); ++i) zoo_delete_op_init(&ops[i], paths[i].c_str(), -1);
+    for (std::size_t i = 0; i < paths.size(); ++i)
+      zoo_delete_op_init(&ops[i], paths[i].c_str(), -1);
     zoo_set_op_init(&ops.back(), parent.c_str(), "", 0, -1, &p->set_stat);
-    Multi(zh, ops, p);
-    SIMBA_RETURN_IF_ERROR(Await(p, deadline, "force-releasing " + parent, {ZNONODE}));
+    multi(zh, ops, p);
+    SIMBA_RETURN_IF_ERROR(await(p, deadline, "force-releasing " + parent, {ZNONODE}));
     if (p->rc != ZOK) continue;  // the election changed meanwhile
     // Nodes created between our listing and the transaction survived it
     // with older zxids: their sequence numbers (the parent's cversion when
     // they were made) are below the cversion before the transaction.
     const std::int64_t cversion_before =
         static_cast<std::int64_t>(p->set_stat.cversion) - static_cast<std::int64_t>(names.size());
-    auto after = ListChildren(zh, parent);
-    SIMBA_RETURN_IF_ERROR(Await(after, deadline, "listing " + parent, {ZNONODE}));
-    const auto survivors = Participants(after->children);
+    auto after = list_children(zh, parent);
+    SIMBA_RETURN_IF_ERROR(await(after, deadline, "listing " + parent, {ZNONODE}));
+    const auto survivors = participants(after->children);
     if (std::any_of(survivors.begin(), survivors.end(),
                     [&](const Child& c) { return c.sequence < cversion_before; })) {
       continue;
     }
-    Observe(p->set_stat.mtime);
+    observe(p->set_stat.mtime);
     result.fencing_floor = static_cast<std::uint64_t>(p->set_stat.mzxid);
     result.store_now = StoreTime(p->set_stat.mtime);
     return result;
   }
-  return UnavailableError("zookeeper: the election of mutex '" + mutex +
-                          "' kept changing during the forced release; try again");
+  return unavailable_error("zookeeper: the election of mutex '" + mutex +
+                           "' kept changing during the forced release; try again");
 }
 
-Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline) {
+Result<OwnerRecord> ZkStore::read(std::string_view mutex_view, Deadline deadline) {
   const std::string mutex(mutex_view);
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
   zhandle_t* const zh = handle->get();
-  const std::string parent = MutexPath(mutex);
+  const std::string parent = mutex_path(mutex);
   for (int round = 0; round < kRounds; ++round) {
     // Retrievers get a child watch (id): any change of the election wakes them.
     std::uint64_t id = 0;
@@ -1229,48 +1226,48 @@ Result<OwnerRecord> ZkStore::Read(std::string_view mutex_view, Deadline deadline
         watches_.emplace(id, WatchContext{WatchContext::Kind::kChildren, mutex, "", 0});
       }
     }
-    auto listed = ListChildren(zh, parent, id);
-    SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
+    auto listed = list_children(zh, parent, id);
+    SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
     if (listed->rc == ZNONODE && id != 0) {
       // No watch was left on a missing node; the next read tries again.
       std::lock_guard<std::mutex> lock(mu_);
       watches_.erase(id);
       children_watched_.erase(mutex);
     }
-    const std::vector<Child> children = Participants(listed->children);
+    const std::vector<Child> children = participants(listed->children);
     OwnerRecord record;
     if (children.empty()) {
-      record.owner = MutexOwner::None();
-      record.store_now = StoreTime(ServerNow());
+      record.owner = MutexOwner::none();
+      record.store_now = StoreTime(server_now());
       return record;
     }
     const std::string path = parent + "/" + children.front().name;
-    auto node = GetData(zh, path);
-    SIMBA_RETURN_IF_ERROR(Await(node, deadline, "reading " + path, {ZNONODE}));
+    auto node = get_data(zh, path);
+    SIMBA_RETURN_IF_ERROR(await(node, deadline, "reading " + path, {ZNONODE}));
     if (node->rc == ZNONODE) continue;
-    const std::int64_t now = ServerNow();
+    const std::int64_t now = server_now();
     // A node never written since its creation leads from its creation
     // (an owner that has not renewed yet; a waiter that just moved to the
     // front and has not claimed it yet would look expired for that moment).
     std::int64_t start = node->stat.version > 0 ? node->stat.mtime : node->stat.ctime;
-    SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat, HeartbeatOf(zh, node->stat, deadline));
+    SIMBA_ASSIGN_OR_RETURN(std::optional<Stat> heartbeat, heartbeat_of(zh, node->stat, deadline));
     if (heartbeat.has_value()) start = heartbeat->mtime;
-    return Seen(children.front(), *node, start, now);
+    return seen(children.front(), *node, start, now);
   }
-  return UnavailableError("zookeeper: the election of mutex '" + mutex +
-                          "' kept changing during the read; try again");
+  return unavailable_error("zookeeper: the election of mutex '" + mutex +
+                           "' kept changing during the read; try again");
 }
 
-Result<std::vector<ListedMutex>> ZkStore::List(Deadline deadline) {
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+Result<std::vector<ListedMutex>> ZkStore::list(Deadline deadline) {
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
   zhandle_t* const zh = handle->get();
-  auto listed = ListChildren(zh, options_.root);
-  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + options_.root, {ZNONODE}));
+  auto listed = list_children(zh, options_.root);
+  SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + options_.root, {ZNONODE}));
   std::vector<std::string> mutexes = listed->children;
   std::sort(mutexes.begin(), mutexes.end());
   std::vector<ListedMutex> out;
   for (const std::string& mutex : mutexes) {
-    SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, Read(mutex, deadline));
+    SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, read(mutex, deadline));
     out.push_back(ListedMutex{mutex, std::move(record)});
   }
   return out;
@@ -1280,22 +1277,21 @@ Result<std::vector<ListedMutex>> ZkStore::List(Deadline deadline) {
 // will lead in), by the ids their nodes hold. A contender with several nodes
 // (one left from a create whose reply was lost) is listed once, at its
 // first; the owner's id is left out.
-Result<std::vector<std::string>> ZkStore::Waiters(std::string_view mutex_view,
-                                                  Deadline deadline) {
+Result<std::vector<std::string>> ZkStore::waiters(std::string_view mutex_view, Deadline deadline) {
   const std::string mutex(mutex_view);
-  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, Session(deadline));
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
   zhandle_t* const zh = handle->get();
-  const std::string parent = MutexPath(mutex);
-  auto listed = ListChildren(zh, parent);
-  SIMBA_RETURN_IF_ERROR(Await(listed, deadline, "listing " + parent, {ZNONODE}));
-  const std::vector<Child> children = Participants(listed->children);
+  const std::string parent = mutex_path(mutex);
+  auto listed = list_children(zh, parent);
+  SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
+  const std::vector<Child> children = participants(listed->children);
   std::vector<std::string> waiters;
   if (children.size() < 2) return waiters;
   // Every node's data at once (pipelined), the owner's included.
   std::vector<PendingPtr> reads;
   reads.reserve(children.size());
   for (const Child& child : children) {
-    reads.push_back(GetData(zh, parent + "/" + child.name));
+    reads.push_back(get_data(zh, parent + "/" + child.name));
   }
   std::string owner;
   bool owner_seen = false;
@@ -1303,7 +1299,7 @@ Result<std::vector<std::string>> ZkStore::Waiters(std::string_view mutex_view,
   for (std::size_t i = 0; i < children.size(); ++i) {
     // ZNONODE: the node left meanwhile (released, evicted, session ended).
     SIMBA_RETURN_IF_ERROR(
-        Await(reads[i], deadline, "reading " + parent + "/" + children[i].name, {ZNONODE}));
+        await(reads[i], deadline, "reading " + parent + "/" + children[i].name, {ZNONODE}));
     if (reads[i]->rc == ZNONODE) continue;
     const std::string& id = reads[i]->value;
     if (!owner_seen) {
@@ -1336,44 +1332,43 @@ class ZookeeperBackend final : public Backend {
     capabilities_.max_ttl = milliseconds(0xffffffffLL);
     capabilities_.max_transition = milliseconds(0x0fffffffLL);
   }
-  ~ZookeeperBackend() override { store_->Shutdown(); }
+  ~ZookeeperBackend() override { store_->shutdown(); }
 
   std::string_view scheme() const override { return "zookeeper"; }
   const Capabilities& capabilities() const override { return capabilities_; }
 
   Status validate_store_mutex(std::string_view mutex) const override {
     if (mutex.find('/') != std::string_view::npos || mutex == "." || mutex == "..") {
-      return InvalidArgumentError("mutex: '" + std::string(mutex) +
-                                  "' cannot be a ZooKeeper node name (no '/', not . or ..)");
+      return invalid_argument_error("mutex: '" + std::string(mutex) +
+                                    "' cannot be a ZooKeeper node name (no '/', not . or ..)");
     }
-    return OkStatus();
+    return ok_status();
   }
 
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
                                           Deadline deadline) override {
-    return store_->Acquire(request, deadline);
+    return store_->acquire(request, deadline);
   }
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline deadline) override {
-    return store_->Release(mutex, contender_id, fencing_token, deadline);
+    return store_->release(mutex, contender_id, fencing_token, deadline);
   }
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
-    return store_->ForceRelease(mutex, deadline);
+    return store_->force_release(mutex, deadline);
   }
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
-    return store_->Read(mutex, deadline);
+    return store_->read(mutex, deadline);
   }
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
-    return store_->List(deadline);
+    return store_->list(deadline);
   }
-  Result<std::vector<std::string>> do_waiters(std::string_view mutex,
-                                              Deadline deadline) override {
-    return store_->Waiters(mutex, deadline);
+  Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override {
+    return store_->waiters(mutex, deadline);
   }
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
-    return store_->Subscribe(mutex, contender_id, std::move(listener));
+    return store_->subscribe(mutex, contender_id, std::move(listener));
   }
 
  private:
@@ -1382,59 +1377,62 @@ class ZookeeperBackend final : public Backend {
 };
 
 // The checks both doors share (the URI's also makes the connect string).
-Status ValidateOptions(const ZookeeperOptions& options) {
+Status validate_options(const ZookeeperOptions& options) {
   if (options.connect_string.empty()) {
-    return InvalidArgumentError("zookeeper: the connect string is empty");
+    return invalid_argument_error("zookeeper: the connect string is empty");
   }
   if (options.root.size() < 2 || options.root.front() != '/' || options.root.back() == '/' ||
       options.root.find("//") != std::string::npos) {
-    return InvalidArgumentError("zookeeper: root must be an absolute path like /simba, not '" +
-                                options.root + "'");
+    return invalid_argument_error("zookeeper: root must be an absolute path like /simba, not '" +
+                                  options.root + "'");
   }
   if (options.session_timeout.count() <= 0 || options.connect_timeout.count() <= 0) {
-    return InvalidArgumentError("zookeeper: session_timeout and connect_timeout must be positive");
+    return invalid_argument_error(
+        "zookeeper: session_timeout and connect_timeout must be positive");
   }
-  return OkStatus();
+  return ok_status();
 }
 
 }  // namespace
 
-Result<std::shared_ptr<Backend>> NewZookeeperBackend(ZookeeperOptions options) {
-  SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
+Result<std::shared_ptr<Backend>> new_zookeeper_backend(ZookeeperOptions options) {
+  SIMBA_RETURN_IF_ERROR(validate_options(options));
   return std::shared_ptr<Backend>(std::make_shared<ZookeeperBackend>(std::move(options)));
 }
 
-Result<ZookeeperOptions> ZookeeperOptionsFromUri(const Uri& uri) {
+Result<ZookeeperOptions> zookeeper_options_from_uri(const Uri& uri) {
   SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "zookeeper"));
   if (uri.hosts.empty()) {
-    return InvalidArgumentError("zookeeper: the URI names no host: " + uri.ToString());
+    return invalid_argument_error("zookeeper: the URI names no host: " + uri.to_string());
   }
   if (uri.user || uri.password) {
-    return InvalidArgumentError(
+    return invalid_argument_error(
         "zookeeper: user info is not supported (ZooKeeper authenticates with ACL schemes, "
-        "not a password in the URI): " + uri.ToString());
+        "not a password in the URI): " +
+        uri.to_string());
   }
-  SIMBA_RETURN_IF_ERROR(uri.CheckQueryKeys({"root", "session_timeout", "connect_timeout"}));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys({"root", "session_timeout", "connect_timeout"}));
   ZookeeperOptions options;
   std::string hosts;
   for (const UriHost& host : uri.hosts) {
     if (!hosts.empty()) hosts += ",";
     const bool v6 = host.host.find(':') != std::string::npos;
-    hosts += (v6 ? "[" + host.host + "]" : host.host) + ":" + std::to_string(host.port.value_or(2181));
+    hosts +=
+        (v6 ? "[" + host.host + "]" : host.host) + ":" + std::to_string(host.port.value_or(2181));
   }
   if (!uri.path.empty() && uri.path != "/") {
     if (uri.path.back() == '/' || uri.path.find("//") != std::string::npos) {
-      return InvalidArgumentError("zookeeper: bad chroot '" + uri.path + "'");
+      return invalid_argument_error("zookeeper: bad chroot '" + uri.path + "'");
     }
     hosts += uri.path;
   }
   options.connect_string = hosts;
-  if (auto root = uri.Query("root")) options.root = *root;
+  if (auto root = uri.query_value("root")) options.root = *root;
   SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "session_timeout",
                                                          &options.session_timeout));
   SIMBA_RETURN_IF_ERROR(internal::read_positive_duration(uri, "zookeeper", "connect_timeout",
                                                          &options.connect_timeout));
-  SIMBA_RETURN_IF_ERROR(ValidateOptions(options));
+  SIMBA_RETURN_IF_ERROR(validate_options(options));
   return options;
 }
 

@@ -19,7 +19,7 @@ namespace simba::internal {
 
 FdWait wait_fd(int fd, short events, Deadline deadline, int wake_fd) {
   for (;;) {
-    const int timeout = PollTimeout(deadline);
+    const int timeout = poll_timeout(deadline);
     if (timeout < 0) return FdWait::kTimedOut;
     // poll() skips an entry whose fd is negative.
     pollfd p[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
@@ -38,13 +38,13 @@ WakeFd::~WakeFd() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-void WakeFd::Post() const {
+void WakeFd::post() const {
   const std::uint64_t one = 1;
   // Only fails when the counter would overflow: it is readable then anyway.
   (void)!::write(fd_, &one, sizeof one);
 }
 
-void WakeFd::Drain() const {
+void WakeFd::drain() const {
   std::uint64_t count = 0;
   (void)!::read(fd_, &count, sizeof count);
 }
@@ -54,18 +54,18 @@ Stream::Stream(int fd, std::string context) : fd_(fd), context_(std::move(contex
 Stream::~Stream() { ::close(fd_); }
 
 Status Stream::fail(std::string_view what, int error_number) const {
-  return UnavailableError(context_ + ": " + std::string(what) + ": " +
-                          std::strerror(error_number));
+  return unavailable_error(context_ + ": " + std::string(what) + ": " +
+                           std::strerror(error_number));
 }
 
 Status Stream::wait(short events, Deadline deadline, std::string_view what) const {
   switch (wait_fd(fd_, events, deadline)) {
     case FdWait::kTimedOut:
-      return DeadlineExceededError(context_ + ": " + std::string(what) + " timed out");
+      return deadline_exceeded_error(context_ + ": " + std::string(what) + " timed out");
     case FdWait::kFailed:
       return fail("poll", errno);
     default:
-      return OkStatus();
+      return ok_status();
   }
 }
 
@@ -83,7 +83,7 @@ Status Stream::write_all(std::string_view bytes, Deadline deadline) {
       return fail("write", errno);
     }
   }
-  return OkStatus();
+  return ok_status();
 }
 
 Result<std::size_t> Stream::read_some(char* buffer, std::size_t size, Deadline deadline,
@@ -102,14 +102,14 @@ void Stream::shutdown() { ::shutdown(fd_, SHUT_RDWR); }
 Result<std::unique_ptr<Stream>> connect_tcp(const std::string& host, std::uint16_t port,
                                             const std::string& context, Deadline deadline,
                                             bool tcp_keepalive) {
-  Result<std::vector<ResolvedAddress>> addresses = LookUpHost(host, port, deadline);
-  if (!addresses.ok()) return addresses.status().WithContext(context);
+  Result<std::vector<ResolvedAddress>> addresses = look_up_host(host, port, deadline);
+  if (!addresses.ok()) return addresses.status().with_context(context);
 
-  Status last = UnavailableError(context + ": no address to connect to");
+  Status last = unavailable_error(context + ": no address to connect to");
   for (const ResolvedAddress& a : *addresses) {
     const int fd = ::socket(a.family, a.socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.protocol);
     if (fd < 0) {
-      last = UnavailableError(context + ": socket: " + std::strerror(errno));
+      last = unavailable_error(context + ": socket: " + std::strerror(errno));
       continue;
     }
     auto stream = std::make_unique<Stream>(fd, context);

@@ -50,10 +50,10 @@ class WakeFd {
   // False when the kernel gave us no eventfd (out of descriptors).
   bool ok() const { return fd_ >= 0; }
   int fd() const { return fd_; }
-  // Makes fd() readable until Drain(). Safe from any thread. (The names
+  // Makes fd() readable until drain(). Safe from any thread. (The names
   // are PostgreSQL's since before #21; the naming sweep renames them.)
-  void Post() const;
-  void Drain() const;
+  void post() const;
+  void drain() const;
 
  private:
   int fd_;
@@ -90,7 +90,6 @@ class Stream {
   int fd() const { return fd_; }
 
  private:
-
   const int fd_;
   const std::string context_;
 };

@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
   }
   simba::SqliteOptions options;
   options.path = argv[1];
-  auto backend = simba::NewSqliteBackend(options);
+  auto backend = simba::new_sqlite_backend(options);
   if (!backend.ok()) {
     std::cerr << backend.status() << "\n";
     return 1;
@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::promise<std::uint64_t> elected;
-  auto contender = simba::MakeContender(
+  auto contender = simba::make_contender(
       "consumer-leader",
       [&](const simba::MutexState& s) { elected.set_value(s.after.fencing_token); },
       [](const simba::MutexState&) {});
