@@ -72,39 +72,46 @@ TurnGate::Turn& TurnGate::Turn::operator=(Turn&& other) noexcept {
 void TurnGate::Turn::release() {
   TurnGate* gate = std::exchange(gate_, nullptr);
   if (gate == nullptr) return;
-  {
-    std::lock_guard<std::mutex> lock(gate->mu_);
-    gate->busy_ = false;
-  }
-  // All: only the first in line may go.
-  gate->cv_.notify_all();
+  std::lock_guard<std::mutex> lock(gate->mu_);
+  gate->busy_ = false;
+  gate->wake_first_locked();
+}
+
+void TurnGate::wake_first_locked() {
+  // Under mu_: the condition lives in its waiter's frame, which cannot
+  // return before it gets mu_ back.
+  if (!waiting_.empty()) waiting_.begin()->second->notify_one();
 }
 
 TurnGate::Turn TurnGate::take(Deadline deadline, const std::stop_token& cancel) {
+  // Each waiter sleeps on its own condition, so a release wakes only the
+  // next in line (not every thread waiting for a busy connection).
+  std::condition_variable mine;
   // Registered before taking mu_: a stop already requested runs it here.
-  std::stop_callback wake(cancel, [this] {
+  std::stop_callback wake(cancel, [this, &mine] {
     std::lock_guard<std::mutex> lock(mu_);
-    cv_.notify_all();
+    mine.notify_one();
   });
   std::unique_lock<std::mutex> lock(mu_);
   const std::uint64_t ticket = next_ticket_++;
-  waiting_.insert(ticket);
+  waiting_.emplace(ticket, &mine);
   for (;;) {
-    if (!busy_ && *waiting_.begin() == ticket) {
+    if (!busy_ && waiting_.begin()->first == ticket) {
       waiting_.erase(waiting_.begin());
       busy_ = true;
       return Turn(this);
     }
     if (cancel.stop_requested() || std::chrono::steady_clock::now() >= deadline) {
-      // Give up this place in line: later tickets must not wait for it.
+      // Give up this place in line: the next must not wait for it.
+      const bool first = waiting_.begin()->first == ticket;
       waiting_.erase(ticket);
-      cv_.notify_all();
+      if (first) wake_first_locked();
       return Turn();
     }
     if (deadline == Deadline::max()) {
-      cv_.wait(lock);
+      mine.wait(lock);
     } else {
-      cv_.wait_until(lock, deadline);
+      mine.wait_until(lock, deadline);
     }
   }
 }

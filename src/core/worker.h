@@ -8,8 +8,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
-#include <set>
 #include <stop_token>
 #include <thread>
 #include <utility>
@@ -124,12 +124,14 @@ class TurnGate {
   Turn take(Deadline deadline, const std::stop_token& cancel = {});
 
  private:
+  // Wakes the first take() in line, if any.
+  void wake_first_locked();
+
   std::mutex mu_;
-  std::condition_variable cv_;
   bool busy_ = false;
-  // The tickets of the take() calls waiting, in arrival order.
+  // The take() calls waiting, in arrival order: ticket -> its condition.
   std::uint64_t next_ticket_ = 0;
-  std::set<std::uint64_t> waiting_;
+  std::map<std::uint64_t, std::condition_variable*> waiting_;
 };
 
 }  // namespace simba::internal

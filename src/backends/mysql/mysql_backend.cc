@@ -164,19 +164,17 @@ class MysqlDriver final : public SqlDriver {
 
 namespace simba {
 
-using namespace internal::sql;         // NOLINT(google-build-using-namespace)
-using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
-
 Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
-  SIMBA_RETURN_IF_ERROR(check_server(options));
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options));
   if (options.connections < 1) {
     return invalid_argument_error("mysql: connections must be at least 1");
   }
-  SqlBackendOptions sql;
+  internal::sql::SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return new_sql_backend(std::make_unique<MysqlDriver>(std::move(options)), sql);
+  return internal::sql::new_sql_backend(
+      std::make_unique<internal::sql::mysql::MysqlDriver>(std::move(options)), sql);
 }
 
 Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
@@ -204,8 +202,9 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   if (uri.user) options.user = *uri.user;
   if (uri.password) options.password = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    SIMBA_ASSIGN_OR_RETURN(const bool read, read_table_key("mysql", key, value, options.connections,
-                                                           options.table, options.create_table));
+    SIMBA_ASSIGN_OR_RETURN(const bool read,
+                           internal::sql::read_table_key("mysql", key, value, options.connections,
+                                                         options.table, options.create_table));
     if (read) {
     } else if (key == "connect_timeout") {
       SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, parse_duration("connect_timeout", value));
@@ -219,10 +218,10 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
       options.ssl_key = value;
     }
   }
-  SIMBA_RETURN_IF_ERROR(check_server(options));
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options));
   return options;
 }
 
-std::string mysql_schema_sql() { return std::string(kCreateTable) + ";\n"; }
+std::string mysql_schema_sql() { return std::string(internal::sql::mysql::kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -268,22 +268,20 @@ KeyedLockCapabilities mysql_capabilities() {
 
 namespace simba {
 
-using namespace internal::sql;         // NOLINT(google-build-using-namespace)
-using namespace internal::sql::mysql;  // NOLINT(google-build-using-namespace)
-
 Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeyedOptions options) {
-  SIMBA_RETURN_IF_ERROR(check_server(options.server));
-  if (options.op_timeout <= milliseconds::zero()) {
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options.server));
+  if (options.op_timeout <= std::chrono::milliseconds::zero()) {
     return invalid_argument_error("mysql: op_timeout must be positive");
   }
-  SessionLockConfig engine;
+  internal::sql::SessionLockConfig engine;
   engine.scheme = "mysql";
-  engine.description = describe_server(options.server);
-  engine.capabilities = mysql_capabilities();
+  engine.description = internal::sql::mysql::describe_server(options.server);
+  engine.capabilities = internal::sql::mysql::mysql_capabilities();
   engine.budget = options.lock_connections;
   engine.store_call_timeout = options.op_timeout;
-  auto driver = std::make_shared<MysqlLockDriver>(std::move(options), engine.description);
-  return new_session_lock_backend(std::move(engine), std::move(driver));
+  auto driver = std::make_shared<internal::sql::mysql::MysqlLockDriver>(std::move(options),
+                                                                        engine.description);
+  return internal::sql::new_session_lock_backend(std::move(engine), std::move(driver));
 }
 
 // The contention backend's keys (MysqlOptionsFromUri checks them) plus
@@ -291,7 +289,8 @@ Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeye
 Result<MysqlKeyedOptions> mysql_keyed_options_from_uri(const Uri& uri) {
   MysqlKeyedOptions options;
   Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, take_lock_connections("mysql", shared));
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections,
+                         internal::sql::take_lock_connections("mysql", shared));
   shared.query.erase("op_timeout");
   SIMBA_ASSIGN_OR_RETURN(options.server, mysql_options_from_uri(shared));
   if (auto value = uri.query_value("op_timeout")) {

@@ -262,11 +262,8 @@ class PgDriver final : public SqlDriver {
 
 namespace simba {
 
-using namespace internal::sql;      // NOLINT(google-build-using-namespace)
-using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
-
 Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
-  SIMBA_RETURN_IF_ERROR(check_params(options.params));
+  SIMBA_RETURN_IF_ERROR(internal::sql::pg::check_params(options.params));
   if (options.connections < 1) {
     return invalid_argument_error("postgresql: connections must be at least 1");
   }
@@ -278,11 +275,12 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   if (options.params.count("options") == 0) {
     options.params["options"] = "-c statement_timeout=10s -c lock_timeout=10s";
   }
-  SqlBackendOptions sql;
+  internal::sql::SqlBackendOptions sql;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
-  return new_sql_backend(std::make_unique<PgDriver>(std::move(options.params), options.table), sql);
+  return internal::sql::new_sql_backend(
+      std::make_unique<internal::sql::pg::PgDriver>(std::move(options.params), options.table), sql);
 }
 
 Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
@@ -306,9 +304,9 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
   if (uri.user) options.params["user"] = *uri.user;
   if (uri.password) options.params["password"] = *uri.password;
   for (const auto& [key, value] : uri.query) {
-    SIMBA_ASSIGN_OR_RETURN(const bool read,
-                           read_table_key("postgresql", key, value, options.connections,
-                                          options.table, options.create_table));
+    SIMBA_ASSIGN_OR_RETURN(const bool read, internal::sql::read_table_key(
+                                                "postgresql", key, value, options.connections,
+                                                options.table, options.create_table));
     if (read) {
     } else if (key == "lock_connections") {
       // The keyed-lock backend's (postgres_keyed.h): one URI serves both.
@@ -316,7 +314,7 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
                key == "password") {
       return invalid_argument_error("postgresql: " + internal::in_quotes(key) +
                                     " belongs in the URI itself, not its query");
-    } else if (libpq_keywords().count(key) == 0) {
+    } else if (internal::sql::pg::libpq_keywords().count(key) == 0) {
       return invalid_argument_error("postgresql: unknown URI query key " +
                                     internal::in_quotes(key) +
                                     " (ours: connections, create_table, table, lock_connections; "
@@ -328,6 +326,6 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
   return options;
 }
 
-std::string postgres_schema_sql() { return std::string(kCreateTable) + ";\n"; }
+std::string postgres_schema_sql() { return std::string(internal::sql::pg::kCreateTable) + ";\n"; }
 
 }  // namespace simba

@@ -394,15 +394,13 @@ KeyedLockCapabilities pg_capabilities() {
 
 namespace simba {
 
-using namespace internal::sql;      // NOLINT(google-build-using-namespace)
-using namespace internal::sql::pg;  // NOLINT(google-build-using-namespace)
-
 Result<std::shared_ptr<KeyedLockBackend>> new_postgres_keyed_lock_backend(
     PostgresKeyedOptions options) {
-  SIMBA_RETURN_IF_ERROR(check_params(options.params));
+  SIMBA_RETURN_IF_ERROR(internal::sql::pg::check_params(options.params));
   // (emplace keeps a value the caller set.)
   options.params.emplace("application_name", "simba_keyed");
-  options.params.emplace("connect_timeout", std::to_string(kDefaultConnectTimeoutSeconds));
+  options.params.emplace("connect_timeout",
+                         std::to_string(internal::sql::pg::kDefaultConnectTimeoutSeconds));
   // A silently dead server (a cut cable) is found by keepalives: within
   // about 25 s rather than the system's two hours.
   options.params.emplace("keepalives_idle", "10");
@@ -418,16 +416,17 @@ Result<std::shared_ptr<KeyedLockBackend>> new_postgres_keyed_lock_backend(
     return invalid_argument_error("postgresql: connect_timeout must be whole seconds, not " +
                                   internal::in_quotes(text));
   }
-  SessionLockConfig config;
+  internal::sql::SessionLockConfig config;
   config.scheme = "postgresql";
-  config.description = describe_server(options.params);
-  config.capabilities = pg_capabilities();
+  config.description = internal::sql::pg::describe_server(options.params);
+  config.capabilities = internal::sql::pg::pg_capabilities();
   config.budget = options.lock_connections;
-  config.store_call_timeout = kStoreCallTimeout;
-  auto driver = std::make_shared<PgLockDriver>(
+  config.store_call_timeout = internal::sql::pg::kStoreCallTimeout;
+  auto driver = std::make_shared<internal::sql::pg::PgLockDriver>(
       std::move(options), config.description,
-      std::chrono::seconds(seconds > 0 ? seconds : kDefaultConnectTimeoutSeconds));
-  return new_session_lock_backend(std::move(config), std::move(driver));
+      std::chrono::seconds(seconds > 0 ? seconds
+                                       : internal::sql::pg::kDefaultConnectTimeoutSeconds));
+  return internal::sql::new_session_lock_backend(std::move(config), std::move(driver));
 }
 
 Result<PostgresKeyedOptions> postgres_keyed_options_from_uri(const Uri& uri) {
@@ -435,7 +434,8 @@ Result<PostgresKeyedOptions> postgres_keyed_options_from_uri(const Uri& uri) {
   // The contention backend's parser checks everything else; it does not
   // know our one key.
   Uri shared = uri;
-  SIMBA_ASSIGN_OR_RETURN(options.lock_connections, take_lock_connections("postgresql", shared));
+  SIMBA_ASSIGN_OR_RETURN(options.lock_connections,
+                         internal::sql::take_lock_connections("postgresql", shared));
   SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, postgres_options_from_uri(shared));
   options.params = std::move(postgres.params);
   options.create_sequence = postgres.create_table;

@@ -721,9 +721,6 @@ Status check_path(const std::string& path) {
 
 namespace simba {
 
-using namespace internal::sql;          // NOLINT(google-build-using-namespace)
-using namespace internal::sql::sqlite;  // NOLINT(google-build-using-namespace)
-
 Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
   if (options.path.empty()) return invalid_argument_error("sqlite: path must not be empty");
   if (options.path == ":memory:") {
@@ -733,7 +730,7 @@ Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
         "sqlite: ':memory:' is not supported (nothing would be shared); use memory:// "
         "for an in-process store");
   }
-  if (options.busy_timeout < milliseconds::zero()) {
+  if (options.busy_timeout < std::chrono::milliseconds::zero()) {
     return invalid_argument_error("sqlite: busy_timeout must not be negative, got " +
                                   std::to_string(options.busy_timeout.count()) + "ms");
   }
@@ -742,17 +739,20 @@ Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
         "sqlite: the linked SQLite library was built without thread support "
         "(SQLITE_THREADSAFE=0)");
   }
-  auto watcher = std::make_shared<Watcher>(
-      options.path, [path = options.path] { return SqliteDriver::open_for_watcher(path); });
+  auto watcher =
+      std::make_shared<internal::sql::sqlite::Watcher>(options.path, [path = options.path] {
+        return internal::sql::sqlite::SqliteDriver::open_for_watcher(path);
+      });
   // Opened now, so a bad path or file fails here rather than at first use.
-  SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqliteSession> session,
-                         SqliteDriver::open(options, watcher));
-  SqlBackendOptions sql;
+  SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<internal::sql::sqlite::SqliteSession> session,
+                         internal::sql::sqlite::SqliteDriver::open(options, watcher));
+  internal::sql::SqlBackendOptions sql;
   // Calls share one connection, one at a time (BEGIN IMMEDIATE serializes
   // writers anyway).
   sql.connections = 1;
-  return new_sql_backend(
-      std::make_unique<SqliteDriver>(std::move(options), std::move(session), std::move(watcher)),
+  return internal::sql::new_sql_backend(
+      std::make_unique<internal::sql::sqlite::SqliteDriver>(std::move(options), std::move(session),
+                                                            std::move(watcher)),
       sql);
 }
 
@@ -785,7 +785,7 @@ Result<SqliteOptions> sqlite_options_from_uri(const Uri& uri) {
   }
   if (const std::optional<std::string> value = uri.query_value("busy_timeout")) {
     SIMBA_ASSIGN_OR_RETURN(options.busy_timeout, parse_duration("busy_timeout", *value));
-    if (options.busy_timeout < milliseconds::zero()) {
+    if (options.busy_timeout < std::chrono::milliseconds::zero()) {
       return invalid_argument_error("sqlite: busy_timeout must not be negative");
     }
   }
