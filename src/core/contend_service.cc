@@ -134,7 +134,9 @@ Status ServiceCore::stop() {
   subscription.reset();
   // on_released has run before the release leaves, unless stop() is called
   // from one of this service's callbacks (it runs right after that one).
-  if (!strand_->running_in_this_thread()) strand_->drain();
+  const bool wait_for_callbacks =
+      hooks_.stop_waits_for_callbacks && !strand_->running_in_this_thread();
+  if (wait_for_callbacks) strand_->drain();
   Status result;
   if (mode_ == Mode::kContend) {
     // Release even when we own nothing: an attempt still in flight may have
@@ -156,7 +158,7 @@ Status ServiceCore::stop() {
   }
   // stop() returns after the final on_released has run, unless it is being
   // called from one of this service's callbacks (waiting would deadlock).
-  if (!strand_->running_in_this_thread()) strand_->drain();
+  if (wait_for_callbacks) strand_->drain();
   return result;
 }
 

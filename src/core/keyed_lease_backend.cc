@@ -41,22 +41,26 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   // The core, made on first use; its callbacks reach this slot weakly.
   Result<std::shared_ptr<ServiceCore>> core(FactoryImpl& factory, const ContendOptions& lease);
 
-  // For the contender: the hold ended without our release.
-  void on_released() {
+  // For the contender: the ownership of token `token` ended without our
+  // release.
+  void on_released(std::uint64_t token) {
     std::function<void()> lost;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!holding_) return;  // a release of ours, or no hold yet
+      // A release of ours, no hold yet, or the end of an earlier hold (its
+      // stop() does not wait for this callback).
+      if (!holding_ || token != hold_token_) return;
       holding_ = false;
       lost = std::move(on_lost_);
     }
     if (lost) lost();
   }
 
-  // The hold begins: a loss from now on runs `on_lost`.
-  void begin_hold(std::function<void()> on_lost) {
+  // The hold of token `token` begins: its loss from now on runs `on_lost`.
+  void begin_hold(std::uint64_t token, std::function<void()> on_lost) {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = true;
+    hold_token_ = token;
     on_lost_ = std::move(on_lost);
   }
   // The hold ends by release: a loss is no longer reported.
@@ -71,6 +75,7 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   TurnGate turns_;
   mutable std::mutex mu_;
   bool holding_ = false;
+  std::uint64_t hold_token_ = 0;
   std::function<void()> on_lost_;
   std::shared_ptr<ServiceCore> core_;  // made on first use, under mu_
 };
@@ -80,11 +85,13 @@ Result<std::shared_ptr<ServiceCore>> KeySlot::core(FactoryImpl& factory,
   std::lock_guard<std::mutex> lock(mu_);
   if (core_ != nullptr) return core_;
   // The contender hears only that the hold ended.
-  auto contender = make_contender(key_, nullptr, [weak = weak_from_this()](const MutexState&) {
-    if (auto slot = weak.lock()) slot->on_released();
-  });
+  auto contender =
+      make_contender(key_, nullptr, [weak = weak_from_this()](const MutexState& state) {
+        if (auto slot = weak.lock()) slot->on_released(state.before.fencing_token);
+      });
   ServiceHooks hooks;
   hooks.subscribe_only_while_waiting = true;
+  hooks.stop_waits_for_callbacks = false;
   SIMBA_ASSIGN_OR_RETURN(
       core_, factory.create_contend_core(std::move(contender), lease, std::move(hooks)));
   return core_;
@@ -211,9 +218,10 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
   }
   if (awaited.ok()) awaited = core->await_owner(request.wait_deadline, request.cancel);
   if (awaited.ok()) {
-    slot->begin_hold(request.on_lost);
-    // Lost between the grant and BeginHold: the loss was not heard.
-    if (core->is_owner()) {
+    const std::uint64_t token = core->fencing_token();
+    slot->begin_hold(token, request.on_lost);
+    // Lost between the grant and begin_hold: the loss was not heard.
+    if (token != 0 && core->is_owner()) {
       return std::unique_ptr<KeyHold>(
           std::make_unique<LeaseKeyHold>(shared_from_this(), slot, std::move(turn), core));
     }

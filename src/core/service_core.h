@@ -40,6 +40,13 @@ struct ServiceHooks {
   // next renewal finds out). For keyed leases, which take and give up a key
   // per hold.
   bool subscribe_only_while_waiting = false;
+  // stop() waits until the owner's callbacks have run, before the store
+  // hears the release and again before it returns (a contend service's
+  // on_released must run before anybody else can own the mutex). Keyed
+  // leases turn it off: the hold has ended on the holder's own call, their
+  // contender only reports losses and ignores one of an earlier hold, and
+  // the wait is two thread hops on every hand-off.
+  bool stop_waits_for_callbacks = true;
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {

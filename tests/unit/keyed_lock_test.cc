@@ -17,6 +17,7 @@
 #include "simba/metrics.h"
 #include "simba/registry.h"
 #include "testing/forwarding_backend.h"
+#include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
 
@@ -470,6 +471,49 @@ TEST_F(KeyedLockTest, LeaseHoldsOfAKeyReuseTheProvidersContender) {
   const std::vector<std::string> ids = store->ids();
   ASSERT_GE(ids.size(), 3u);
   for (const std::string& id : ids) EXPECT_EQ(id, ids.front());
+}
+
+// Holds up a key's callbacks at its first release (a listener runs on the
+// key's own callback strand), and counts the acquisitions it was told of.
+class ReleaseGate final : public LockEventListener {
+ public:
+  void on_event(const LockEvent& e) override {
+    if (e.kind == LockEvent::Kind::kAcquired) ++acquired_;
+    if (e.kind == LockEvent::Kind::kReleased && !held_up_.exchange(true)) {
+      (void)open_.wait(seconds(10));
+    }
+  }
+  void open() { open_.set(); }
+  int acquired() const { return acquired_; }
+
+ private:
+  testing::Latch open_;
+  std::atomic<bool> held_up_{false};
+  std::atomic<int> acquired_{0};
+};
+
+// A keyed release does not wait for its hold's callbacks (that wait was two
+// thread hops on every hand-off), so the callback saying that a hold ended
+// can run after the next hold of the key began, on the same contender. It
+// must not read as the next hold's loss.
+TEST_F(KeyedLockTest, ALateCallbackOfAnEarlierHoldIsNotTheNextHoldsLoss) {
+  auto gate = std::make_shared<ReleaseGate>();
+  auto backend = new_lease_keyed_lock_backend(open_backend("memory://keyed-late").value(),
+                                              KeyedLockOptions().lease, nullptr, gate)
+                     .value();
+  auto provider = KeyedLockProvider::create(backend).value();
+  auto first = provider->acquire("k", seconds(60));
+  ASSERT_TRUE(first.ok() && first->is_held());
+  SIMBA_ASSERT_OK(first->release());  // its "ended" callback waits behind the gate
+  auto second = provider->acquire("k", seconds(60));
+  ASSERT_TRUE(second.ok() && second->is_held());
+  gate->open();
+  // The strand keeps order: once the second acquisition is told, the first
+  // hold's late callback has run.
+  ASSERT_TRUE(eventually([&] { return gate->acquired() >= 2; }, seconds(10)));
+  EXPECT_FALSE(second->lost_token().stop_requested());
+  EXPECT_TRUE(second->is_held());
+  SIMBA_EXPECT_OK(second->release());
 }
 
 // A provider on a lease store runs on the threads of the store's factory:
