@@ -36,6 +36,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "testing/critical_section.h"
 #include "testing/fake_resolver.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
@@ -672,90 +673,6 @@ class FakeJvmContender {
   int attempts_ = 0;
   std::mt19937_64 random_;
   std::thread loop_;
-};
-
-// Who is inside the critical section, by each holder's own view.
-class CriticalSection {
- public:
-  enum Side { kJvm, kCpp };
-  void enter(const std::string& who, Side side) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!open_ || inside_.count(who) > 0 || retired_.count(who) > 0) return;
-    inside_.insert(who);
-    if (inside_.size() > 1) {
-      std::ostringstream out;
-      for (const auto& id : inside_) out << id << " ";
-      overlaps_.push_back(out.str());
-    }
-    max_inside_ = std::max(max_inside_, inside_.size());
-    if (!order_.empty() && order_.back() != side) ++(side == kCpp ? jvm_to_cpp_ : cpp_to_jvm_);
-    order_.push_back(side);
-    cv_.notify_all();
-  }
-  void exit(const std::string& who) {
-    std::lock_guard<std::mutex> lock(mu_);
-    inside_.erase(who);
-    cv_.notify_all();
-  }
-  // The holder decided to stop: it leaves and does no more work until it
-  // contends again.
-  void leave(const std::string& who) {
-    std::lock_guard<std::mutex> lock(mu_);
-    inside_.erase(who);
-    retired_.insert(who);
-    cv_.notify_all();
-  }
-  void rejoin(const std::string& who) {
-    std::lock_guard<std::mutex> lock(mu_);
-    retired_.erase(who);
-  }
-  // Waits until `who` is inside or the run closed; true if inside.
-  bool wait_inside(const std::string& who) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return !open_ || inside_.count(who) > 0; });
-    return inside_.count(who) > 0;
-  }
-  bool is_inside(const std::string& who) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return inside_.count(who) > 0;
-  }
-  void close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = false;
-    cv_.notify_all();
-  }
-  std::size_t max_inside() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return max_inside_;
-  }
-  std::vector<std::string> overlaps() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return overlaps_;
-  }
-  std::size_t entries() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return order_.size();
-  }
-  int jvm_to_cpp() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return jvm_to_cpp_;
-  }
-  int cpp_to_jvm() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return cpp_to_jvm_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  std::set<std::string> inside_;
-  std::set<std::string> retired_;
-  std::size_t max_inside_ = 0;
-  std::vector<std::string> overlaps_;
-  std::vector<Side> order_;
-  int jvm_to_cpp_ = 0;
-  int cpp_to_jvm_ = 0;
 };
 
 TEST(MysqlJvmInterop, JvmRowsAreReadAndTakenOver) {
