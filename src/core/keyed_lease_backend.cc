@@ -48,8 +48,10 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       // A release of ours, no hold yet, or the end of an earlier hold (its
-      // stop() does not wait for this callback).
-      if (!holding_ || token != hold_token_) return;
+      // stop() does not wait for this callback): tokens only grow, so an
+      // earlier hold's is below this one's. (Not "differs": a renewal that
+      // came back with a new token keeps the hold, and its end is a loss.)
+      if (!holding_ || token < hold_token_) return;
       holding_ = false;
       lost = std::move(on_lost_);
     }
