@@ -457,12 +457,16 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
     std::unique_ptr<Subscription> subscription = open_subscription(gen, &error);
     if (!error.ok()) SIMBA_LOG(kWarn, error << " (waiting by polling)");
     std::lock_guard<std::mutex> lock(mu_);
-    if (gen == generation_ && status_ == ServiceStatus::kRunning) {
+    if (gen == generation_ && status_ == ServiceStatus::kRunning && subscription_ == nullptr) {
       subscription_ = std::move(subscription);
       // Ask again now that a release would be pushed (when the contend
       // period says, as without pushes, if subscribing failed).
       schedule_attempt_locked(subscription_ != nullptr ? milliseconds(0) : unsubscribed_next);
     } else {
+      // Stopped, restarted, or another attempt (started by a push while
+      // this one subscribed) has subscribed already. Never replace a
+      // subscription here: destroying one waits for its listener, which
+      // may be waiting for our lock (a deadlock the contended bench hit).
       dropped = std::move(subscription);
     }
   }
