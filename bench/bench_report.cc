@@ -115,6 +115,18 @@ int count_threads() {
   return count;
 }
 
+int count_simba_threads() {
+  int count = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::ifstream comm(it->path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("simba:", 0) == 0) ++count;
+  }
+  return count;
+}
+
 int count_sockets() {
   int count = 0;
   std::error_code ec;

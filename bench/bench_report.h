@@ -106,6 +106,8 @@ double ops_per_second(const std::vector<double>& micros);
 
 // This process, from /proc/self: threads, open sockets, resident MiB.
 int count_threads();
+// Threads Simba started (named "simba:..."), not a client library's pool.
+int count_simba_threads();
 int count_sockets();
 double resident_mi_b();
 

@@ -114,6 +114,9 @@ class CountingBackend final : public Backend {
 // What one scale case reports besides its lags.
 struct Footprint {
   int threads = 0;  // added by the factory or provider
+  // Of those, Simba's own (the rest is a client library's pool: gRPC's,
+  // ZooKeeper's).
+  int simba_threads = 0;
   int sockets = 0;  // added likewise
   double rss_mib = 0;
 };
@@ -134,6 +137,7 @@ Row scale_row(const std::string& name, const std::string& count_key, int count,
   Row row{"scale", name, std::move(lags), 0, 0, {}};
   row.fields = {Field::integer(count_key, count),
                 Field::integer("threads", footprint.threads),
+                Field::integer("simba_threads", footprint.simba_threads),
                 Field::integer("sockets", footprint.sockets),
                 Field::number("rss_mib", footprint.rss_mib),
                 Field::number("store_ops_per_s", store_ops_per_second),
@@ -147,6 +151,7 @@ Row scale_row(const std::string& name, const std::string& count_key, int count,
 
 void scale_mutexes(const Options& options, Report& report) {
   const int threads_before = count_threads();
+  const int simba_threads_before = count_simba_threads();
   const int sockets_before = count_sockets();
   auto opened = open_backend(options.store);
   if (!opened.ok()) fail(opened.status().to_string());
@@ -189,8 +194,9 @@ void scale_mutexes(const Options& options, Report& report) {
   const double ops = static_cast<double>(counting->calls()) / window_s;
   long long renewals = 0;
   std::vector<double> lags = counting->take_lags(&renewals);
-  Footprint footprint{count_threads() - threads_before, count_sockets() - sockets_before,
-                      resident_mi_b()};
+  Footprint footprint{count_threads() - threads_before,
+                      count_simba_threads() - simba_threads_before,
+                      count_sockets() - sockets_before, resident_mi_b()};
   const long long lost_in_window = lost.load();
   for (auto& service : services) (void)service->stop();
   Row row = scale_row(std::to_string(options.scale) + " mutexes held by one factory", "mutexes",
@@ -203,6 +209,7 @@ void scale_mutexes(const Options& options, Report& report) {
 
 void scale_keys(const Options& options, Report& report) {
   const int threads_before = count_threads();
+  const int simba_threads_before = count_simba_threads();
   const int sockets_before = count_sockets();
   KeyedLockOptions keyed_options;
   keyed_options.lease.ttl = options.scale_ttl;
@@ -295,8 +302,9 @@ void scale_keys(const Options& options, Report& report) {
     lags = counting->take_lags(&renewals);
   }
   // The takers are the benchmark's threads, not the provider's.
-  Footprint footprint{count_threads() - threads_before - kTakers, count_sockets() - sockets_before,
-                      resident_mi_b()};
+  Footprint footprint{count_threads() - threads_before - kTakers,
+                      count_simba_threads() - simba_threads_before,
+                      count_sockets() - sockets_before, resident_mi_b()};
   {
     std::unique_lock<std::mutex> lock(mu);
     count_now = true;

@@ -79,7 +79,8 @@ if(SIMBA_WITH_SQLITE OR SIMBA_WITH_POSTGRES OR SIMBA_WITH_MYSQL)
 endif()
 string(APPEND SIMBA_PC_LIBS " -lsimba_core")
 simba_values_of_built_backends(simba_pc_requires
-  "sqlite=sqlite3" "redis=hiredis" "postgres=libpq" "mysql=libmariadb")
+  "sqlite=sqlite3" "redis=hiredis" "redis=libssl" "postgres=libpq" "mysql=libmariadb" "etcd=grpc++"
+  "etcd=protobuf")
 if("zookeeper" IN_LIST SIMBA_BUILTIN_BACKENDS)
   list(APPEND simba_pc_private -lzookeeper_mt)  # Debian's client ships no .pc
 endif()

@@ -37,8 +37,8 @@ set(CPACK_DEBIAN_DEV_PACKAGE_SECTION libdevel)
 
 # What a static link (or find_package's find_dependency) needs besides.
 simba_values_of_built_backends(simba_dev_depends
-  "sqlite=libsqlite3-dev" "redis=libhiredis-dev" "postgres=libpq-dev"
-  "mysql=libmariadb-dev" "zookeeper=libzookeeper-mt-dev" "etcd=nlohmann-json3-dev")
+  "sqlite=libsqlite3-dev" "redis=libhiredis-dev" "redis=libssl-dev" "postgres=libpq-dev"
+  "mysql=libmariadb-dev" "zookeeper=libzookeeper-mt-dev" "etcd=libgrpc++-dev" "etcd=libprotobuf-dev")
 list(APPEND simba_dev_depends pkg-config)
 list(JOIN simba_dev_depends ", " CPACK_DEBIAN_DEV_PACKAGE_DEPENDS)
 

@@ -12,11 +12,13 @@ set -euo pipefail
 packages=(
   g++ cmake ninja-build ccache pkg-config git
   libsqlite3-dev            # the SQLite backend
-  libhiredis-dev            # the Redis backend
+  libhiredis-dev            # the Redis backend,
+  libssl-dev                #   and its TLS (rediss://), which hiredis 0.14 lacks
   libpq-dev                 # the PostgreSQL backend
   libmariadb-dev            # the MySQL/MariaDB backend
   libzookeeper-mt-dev       # the ZooKeeper backend (C client)
-  nlohmann-json3-dev        # the etcd backend (JSON for its HTTP gateway)
+  libgrpc++-dev libprotobuf-dev       # the etcd backend: etcd's gRPC API (libraries;
+  protobuf-compiler protobuf-compiler-grpc  #   protoc and its gRPC plugin compile our .proto)
   libgtest-dev libgmock-dev # tests
 )
 if [ "${1:-}" = "--servers" ]; then

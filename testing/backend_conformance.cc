@@ -585,6 +585,15 @@ TEST_P(Conformance, ForceReleaseFloorHoldsForContendersAlreadyWaiting) {
   auto holder = factory->create_contend_service(contender()).value();
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(eventually([&] { return holder->is_owner(); }, seconds(10)));
+  // Its callback too (ownership is decided before the callback runs, on
+  // another thread): counted late, the holder's own token would pass for
+  // an acquisition after the force (a CI run saw token 1 against floor 2).
+  ASSERT_TRUE(eventually(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return tokens.size() == 1;
+      },
+      seconds(10)));
   std::vector<std::unique_ptr<MutexContendService>> waiting;
   for (int i = 0; i < 3; ++i) {
     waiting.push_back(factory->create_contend_service(contender()).value());

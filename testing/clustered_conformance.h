@@ -38,6 +38,11 @@ struct ClusteredTarget {
   // Lease of every hold in the suite: short, so that expiry cases finish
   // quickly (ttl 2 s, transition 1 s, as in the backend suite).
   ContendOptions lease;
+  // Threads the store's client library may add to its own pool under load,
+  // independent of how many locks wait (gRPC starts a second timer thread:
+  // docs/backends/etcd.md, "Connections and threads"). Simba's own threads
+  // are bounded apart, by name, and get no allowance.
+  int client_library_threads_under_load = 0;
 };
 
 inline std::string clustered_target_name(const ::testing::TestParamInfo<ClusteredTarget>& info) {

@@ -31,6 +31,25 @@ namespace simba::testing {
 // A store-call deadline `d` from now.
 inline Deadline in(std::chrono::milliseconds d) { return std::chrono::steady_clock::now() + d; }
 
+// What `simba doctor` found about `topic`: one "severity: text" line per
+// finding, in order ("" when there is none), for matching on and printing.
+inline std::string findings_about(const StoreReport& report, std::string_view topic) {
+  std::string out;
+  for (const StoreFinding& finding : report.findings) {
+    if (finding.topic != topic) continue;
+    out += std::string(severity_name(finding.severity)) + ": " + finding.text + "\n";
+  }
+  return out;
+}
+// Every finding, "topic severity: text" per line (for failure messages).
+inline std::string all_findings(const StoreReport& report) {
+  std::string out;
+  for (const StoreFinding& finding : report.findings) {
+    out += finding.topic + " " + severity_name(finding.severity) + ": " + finding.text + "\n";
+  }
+  return out;
+}
+
 // An acquire_or_renew request with the suite's lease (ttl 2 s, transition 1 s).
 inline AcquireRequest request_for(
     std::string_view mutex, std::string_view id,
@@ -89,6 +108,11 @@ inline void expect_a_listener_may_destroy_its_backend(const std::string& uri) {
   using std::chrono::seconds;
   auto other = open(uri);
   ASSERT_TRUE(other);
+  // Simba's threads are counted from here (`other` starts none), all of
+  // them from after a first call: a client library may start a pool of its
+  // own, once per process, at the first call (gRPC does).
+  const int simba_threads = count_simba_threads();
+  (void)other->read("gone", in(seconds(3)));
   const int threads = count_threads();
   std::mutex mu;
   std::shared_ptr<Backend> backend = open(uri);
@@ -116,7 +140,9 @@ inline void expect_a_listener_may_destroy_its_backend(const std::string& uri) {
       },
       seconds(20)));
   // The event thread ends by itself (and `other` started none).
-  EXPECT_TRUE(eventually([&] { return count_threads() <= threads; }, seconds(10)));
+  EXPECT_TRUE(eventually(
+      [&] { return count_threads() <= threads && count_simba_threads() <= simba_threads; },
+      seconds(10)));
 }
 
 // Callbacks of several contenders on one timeline: what happened when

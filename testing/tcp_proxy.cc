@@ -188,6 +188,7 @@ void TcpProxy::loop() {
         ok = ok && read_into(link.client, link.to_server);
       if (s.revents & (POLLIN | POLLHUP | POLLERR))
         ok = ok && read_into(link.server, link.to_client);
+      if (drop_replies_) link.to_client.clear();
       ok = ok && write_from(link.server, link.to_server) && write_from(link.client, link.to_client);
       if (!ok) close_link(link);
     }

@@ -31,6 +31,9 @@ class TcpProxy {
   // While on, nothing is read from or written to either side, and new
   // connections are accepted but not connected upstream until it is off.
   void set_blackhole(bool on) { blackhole_ = on; }
+  // While on, what the server sends is read and thrown away: requests get
+  // through and are applied, their replies are lost on the way.
+  void set_drop_replies(bool on) { drop_replies_ = on; }
   // Resets every open connection (both sides see a reset); returns once
   // they are gone.
   void cut_all();
@@ -48,6 +51,7 @@ class TcpProxy {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::atomic<bool> blackhole_{false};
+  std::atomic<bool> drop_replies_{false};
   std::mutex cut_mu_;
   std::condition_variable cut_cv_;
   bool cut_requested_ = false;  // guarded by cut_mu_

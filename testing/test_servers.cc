@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -199,10 +200,46 @@ Status TestServer::script(const std::string& command, bool with_extra_args) {
   return ok_status();
 }
 
+Result<std::string> TestServer::command(const std::string& command,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
+      "bash",         script_path(kind_),
+      command,        dir()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Result<CommandOutput> out = run_command(argv, kScriptTimeout);
+  const std::string what = kind_ + ".sh " + command + " " + dir();
+  if (!out.ok()) return out.status().with_context(what + ": ");
+  if (out->exit_code != 0) {
+    return internal_error(what + " failed (exit " + std::to_string(out->exit_code) + "):\n" +
+                          out->output);
+  }
+  std::string text = std::move(out->output);
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return text;
+}
+
 Status TestServer::stop() { return script("stop", false); }
 Status TestServer::kill() { return script("kill", false); }
 Status TestServer::pause() { return script("pause", false); }
 Status TestServer::resume() { return script("resume", false); }
+
+Result<std::string> TestServer::run(const std::string& command,
+                                    const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
+      "bash",         script_path(kind_),
+      command,        dir()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Result<CommandOutput> out = run_command(argv, kScriptTimeout);
+  const std::string what = kind_ + ".sh " + command + " " + dir();
+  if (!out.ok()) return out.status().with_context(what + ": ");
+  if (out->exit_code != 0) {
+    return internal_error(what + " failed (exit " + std::to_string(out->exit_code) + "):\n" +
+                          out->output);
+  }
+  return out->output;
+}
 
 Status TestServer::restart() {
   SIMBA_RETURN_IF_ERROR(script("start", true));

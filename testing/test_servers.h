@@ -61,6 +61,18 @@ class TestServer {
   // is answered) and comes back.
   Status pause();
   Status resume();
+  // Runs `<kind>.sh COMMAND DIR ARGS...` (a topology's member commands:
+  // "kill-member", "promote", "primary", ...) and returns its output
+  // (stdout and stderr), or an error with it when the script fails.
+  Result<std::string> run(const std::string& command, const std::vector<std::string>& args = {});
+
+  // Runs `<kind>.sh <command> <dir> <args...>` (e.g. etcd.sh's cluster
+  // commands: "kill-member", {"2"}; "leader", {}; zookeeper.sh's {"kill",
+  // "2"}; redis.sh's "primary") and returns its output
+  // (stdout and stderr) with trailing white space removed; non-OK if it
+  // fails.
+  Result<std::string> command(const std::string& command,
+                              const std::vector<std::string>& args = {});
 
  private:
   TestServer(std::string kind, std::vector<std::string> extra_args);

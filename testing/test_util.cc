@@ -6,6 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -35,6 +38,32 @@ int count_threads() {
     ++count;
   }
   return count;
+}
+
+int count_simba_threads() {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("simba:", 0) == 0) ++count;
+  }
+  return count;
+}
+
+std::string thread_names() {
+  std::map<std::string, int> counts;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(entry.path() / "comm");
+    std::string name;
+    if (!std::getline(comm, name)) name = "?";
+    ++counts[name];
+  }
+  std::string out;
+  for (const auto& [name, count] : counts) {
+    if (!out.empty()) out += ", ";
+    out += name + " x" + std::to_string(count);
+  }
+  return out;
 }
 
 // Where scratch directories go: $SIMBA_TEST_TMPDIR, else $TMPDIR, else

@@ -22,6 +22,13 @@ bool eventually(const std::function<bool()>& condition, std::chrono::millisecond
 
 // Threads of this process, counted from /proc/self/task.
 int count_threads();
+// Threads of this process that Simba started (named "simba:..."): not a
+// client library's own pool (gRPC's, ZooKeeper's).
+int count_simba_threads();
+// The names of this process's threads with their counts, sorted
+// ("grpc_global_tim x2, simba:watch x1, ..."): what a failed thread bound
+// prints, so the failure says whose thread it was.
+std::string thread_names();
 
 // The folder scratch files go under: $SIMBA_TEST_TMPDIR, else $TMPDIR,
 // else /dev/shm (memory: no fsync stalls under short leases), else /tmp.

@@ -71,6 +71,14 @@ struct Capabilities {
   bool lists_waiters = false;
   // Where the fencing token comes from, for docs and `simba status`.
   std::string fencing_source;
+  // How this backend reaches its store, for `simba status` and the
+  // dashboard: "in process", "local file", "plain text", or
+  // TlsOptions::describe() ("TLS (verify)", ...). Never a path or secret.
+  std::string transport = "plain text";
+  // What a failover of the store's replication (a standby promoted, a new
+  // leader) keeps of the guarantees, for docs and `simba status`; empty when
+  // the backend has nothing to say (one server, or a consensus store).
+  std::string failover{};
   // Limits a name must respect (bytes).
   std::size_t max_mutex_length = 255;
   std::size_t max_contender_id_length = 128;
@@ -155,6 +163,36 @@ struct MutexEvent {
   // key or node) rather than ended by its lease. Only for metrics and
   // events (LossCause::kForcedRelease); the core acts the same either way.
   bool forced = false;
+};
+
+// One line of what `simba doctor` found about a store (StoreReport).
+struct StoreFinding {
+  enum class Severity {
+    kOk,      // a fact, nothing to do ("server: Redis 7.0.15")
+    kNote,    // works, with a trade-off the operator should know
+    kUnsafe,  // a guarantee of DESIGN §2 is at risk in this deployment
+  };
+  Severity severity = Severity::kOk;
+  // What it is about: "server", "topology", "primary", "members",
+  // "transport", "durability", "clock", "pooler", ...
+  std::string topic;
+  // One line, for people. Never a password, token or key.
+  std::string text;
+};
+
+// "ok", "note", "unsafe".
+const char* severity_name(StoreFinding::Severity severity);
+
+// What a store is and how it is deployed, as far as the backend can tell by
+// asking it (Backend::inspect). Findings in the order the backend found them.
+struct StoreReport {
+  std::vector<StoreFinding> findings;
+
+  void add(StoreFinding::Severity severity, std::string topic, std::string text) {
+    findings.push_back(StoreFinding{severity, std::move(topic), std::move(text)});
+  }
+  // Whether any finding is kUnsafe.
+  bool unsafe() const;
 };
 
 // Ends a subscription when destroyed. After the destructor returns the
@@ -253,6 +291,13 @@ class Backend {
   // once on stores that push kLost with `forced` (memory, ZooKeeper, etcd).
   Result<ForcedRelease> force_release(std::string_view mutex, Deadline deadline);
 
+  // For `simba doctor`: asks the store what it is and how it is deployed
+  // (server version, topology and primary, members, TLS, durability
+  // settings) and says what of that puts a guarantee at risk. Store errors
+  // as for every call (kUnavailable naming the store, ...). Every report
+  // starts with the transport (capabilities().transport).
+  Result<StoreReport> inspect(Deadline deadline);
+
  protected:
   // A store's own name rules, after the default ones passed (Redis refuses
   // '{', '}' and "@@", ZooKeeper '/'). kInvalidArgument naming the
@@ -276,6 +321,9 @@ class Backend {
   // kUnimplemented.
   virtual Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline);
   virtual Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) = 0;
+  // Adds the store's own findings to `report` (which has the transport
+  // already). The default adds nothing: a store that cannot be asked.
+  virtual Status do_inspect(StoreReport& report, Deadline deadline);
 };
 
 // Checks `name` (the parameter `what`) against the default rules of

@@ -66,6 +66,9 @@ struct KeyedLockCapabilities {
   // lease backend, whose holds are contend services). Otherwise the
   // provider reports them (KeyedLockOptions::metrics and ::events).
   bool reports_holds = false;
+  // What a failover of the store's replication keeps of the guarantees (as
+  // Capabilities::failover); empty when there is nothing to say.
+  std::string failover{};
 };
 
 // One store-level hold of a key. Destroying it without release() must still

@@ -15,6 +15,10 @@
 #                                          subject: verifying the server
 #                                          against it must fail on the
 #                                          signature, not on a name
+#   DIR/expired-cert.pem, expired-key.pem  like server-cert.pem, signed by
+#                                          the test CA, but valid only in
+#                                          January 2020: a server using it
+#                                          must be refused as expired
 #
 # Keys are EC P-256 (fast to make); certificates are valid for 30 days from
 # now (the CAs for 31); a set whose certificates end within a day is made
@@ -27,7 +31,7 @@ set -euo pipefail
 [ $# -eq 1 ] || { echo "usage: test-ca.sh DIR" >&2; exit 2; }
 dir="$1"
 files=(ca.pem ca-key.pem server-cert.pem server-key.pem client-cert.pem client-key.pem
-  other-ca.pem other-ca-key.pem)
+  other-ca.pem other-ca-key.pem expired-cert.pem expired-key.pem)
 
 mkdir -p "$dir"
 complete=1
@@ -68,12 +72,48 @@ leaf() {
   rm -f "$tmp/$name.csr" "$tmp/$name.ext"
 }
 
+# A certificate like leaf's, but valid only from START to END (openssl ca,
+# the one openssl 3.0 command that takes explicit dates): dated NAME CN
+# EXTENSIONS START END, dates as YYYYMMDDHHMMSSZ.
+dated() {
+  local name="$1" cn="$2" ext="$3" start="$4" end="$5"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -keyout "$tmp/$name-key.pem" -out "$tmp/$name.csr" -subj "/CN=$cn" 2>"$tmp/openssl.log" ||
+    { cat "$tmp/openssl.log" >&2; return 1; }
+  printf '%s\n' "$ext" >"$tmp/$name.ext"
+  mkdir -p "$tmp/ca-db"
+  : >"$tmp/ca-db/index.txt"
+  openssl rand -hex 16 >"$tmp/ca-db/serial"
+  cat >"$tmp/ca-db/ca.cnf" <<CNF
+[ca]
+default_ca = test
+[test]
+database = $tmp/ca-db/index.txt
+serial = $tmp/ca-db/serial
+new_certs_dir = $tmp/ca-db
+default_md = sha256
+policy = anything
+unique_subject = no
+[anything]
+commonName = supplied
+CNF
+  openssl ca -batch -notext -config "$tmp/ca-db/ca.cnf" -cert "$tmp/ca.pem" \
+    -keyfile "$tmp/ca-key.pem" -in "$tmp/$name.csr" -out "$tmp/$name-cert.pem" \
+    -startdate "$start" -enddate "$end" -extfile "$tmp/$name.ext" \
+    2>"$tmp/openssl.log" >/dev/null || { cat "$tmp/openssl.log" >&2; return 1; }
+  rm -rf "$tmp/$name.csr" "$tmp/$name.ext" "$tmp/ca-db"
+}
+
 ca ca
 ca other-ca
 leaf server localhost "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
 subjectAltName=DNS:localhost,IP:127.0.0.1"
+dated expired localhost "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,IP:127.0.0.1" 20200101000000Z 20200131000000Z
 leaf client simba-test-client "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature
 extendedKeyUsage=clientAuth"

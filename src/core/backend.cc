@@ -1,5 +1,6 @@
 #include "simba/backend.h"
 
+#include <chrono>
 #include <string>
 #include <tuple>
 
@@ -136,6 +137,57 @@ Result<ForcedRelease> Backend::force_release(std::string_view mutex, Deadline de
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   return do_force_release(mutex, deadline);
 }
+
+const char* severity_name(StoreFinding::Severity severity) {
+  switch (severity) {
+    case StoreFinding::Severity::kOk:
+      return "ok";
+    case StoreFinding::Severity::kNote:
+      return "note";
+    case StoreFinding::Severity::kUnsafe:
+      return "unsafe";
+  }
+  return "ok";
+}
+
+bool StoreReport::unsafe() const {
+  for (const StoreFinding& finding : findings) {
+    if (finding.severity == StoreFinding::Severity::kUnsafe) return true;
+  }
+  return false;
+}
+
+Result<StoreReport> Backend::inspect(Deadline deadline) {
+  StoreReport report;
+  const Capabilities& capabilities = this->capabilities();
+  const bool encrypted = capabilities.transport.rfind("TLS (", 0) == 0;
+  const bool local =
+      capabilities.transport == "local file" || capabilities.transport == "in process";
+  std::string why;
+  if (capabilities.transport == "plain text") {
+    why = ": credentials and lock traffic cross the network unencrypted";
+  } else if (!encrypted && !local) {
+    why = ": the server is not verified, and the traffic may not be encrypted";
+  }
+  report.add(why.empty() ? StoreFinding::Severity::kOk : StoreFinding::Severity::kNote, "transport",
+             capabilities.transport + why);
+  report.add(
+      StoreFinding::Severity::kOk, "fencing",
+      capabilities.fencing_source.empty() ? "no fencing tokens" : capabilities.fencing_source);
+  // One real round trip first, so an unreachable store (or one that refuses
+  // us) is an error here, whatever the backend can tell beyond it.
+  const auto started = std::chrono::steady_clock::now();
+  SIMBA_RETURN_IF_ERROR(read("simba-doctor", deadline).status());
+  const auto took = std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::steady_clock::now() - started);
+  report.add(StoreFinding::Severity::kOk, "reachable",
+             "a read of one mutex took " + std::to_string(took.count() / 1000) + "." +
+                 std::to_string(took.count() % 1000 / 100) + " ms");
+  SIMBA_RETURN_IF_ERROR(do_inspect(report, deadline));
+  return report;
+}
+
+Status Backend::do_inspect(StoreReport& /*report*/, Deadline /*deadline*/) { return ok_status(); }
 
 Result<std::unique_ptr<Subscription>> Backend::do_subscribe(
     std::string_view /*mutex*/, std::string_view /*contender_id*/,

@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include "core/worker.h"
+
 namespace simba::internal {
 namespace {
 
@@ -83,6 +85,7 @@ Result<Addresses> resolve(const GetAddrInfoFunction& get_addr_info, const std::s
 
 void work(const std::shared_ptr<Lookup>& lookup, const HostAndPort& key,
           const GetAddrInfoFunction& get_addr_info) {
+  name_this_thread("lookup");
   Result<Addresses> result = resolve(get_addr_info, key.first, key.second, false);
   Registry& registry = the_registry();
   {

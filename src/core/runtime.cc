@@ -51,7 +51,7 @@ ThreadPool::ThreadPool(std::string name, int threads)
   threads_.reserve(static_cast<std::size_t>(threads));
   for (int i = 0; i < threads; ++i) {
     threads_.push_back(std::make_unique<Worker>());
-    threads_.back()->start([state = state_] { work(state); });
+    threads_.back()->start(state_->name, [state = state_] { work(state); });
   }
 }
 
@@ -189,7 +189,7 @@ Runtime::Runtime(std::shared_ptr<Clock> clock, int io_threads, int callback_thre
       io_(std::make_shared<ThreadPool>("io", io_threads)),
       callbacks_(std::make_shared<ThreadPool>("callbacks", callback_threads)),
       timers_(std::make_shared<Timers>(clock_)) {
-  timer_thread_.start([timers = timers_] { timer_loop(timers); });
+  timer_thread_.start("timer", [timers = timers_] { timer_loop(timers); });
   std::lock_guard<std::mutex> lock(registry_mutex());
   registry().insert(this);
 }

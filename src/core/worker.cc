@@ -1,6 +1,9 @@
 #include "core/worker.h"
 
+#include <pthread.h>
+
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "simba/uri.h"
@@ -10,11 +13,30 @@ namespace simba::internal {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-bool Worker::start(std::function<void()> body) {
+namespace {
+
+std::string thread_name(std::string_view name) {
+  std::string full = "simba:" + std::string(name);
+  full.resize(std::min<std::size_t>(full.size(), 15));
+  return full;
+}
+
+}  // namespace
+
+void name_this_thread(std::string_view name) {
+  pthread_setname_np(pthread_self(), thread_name(name).c_str());
+}
+
+bool Worker::start(std::string_view name, std::function<void()> body) {
   std::lock_guard<std::mutex> lock(mu_);
   if (used_) return false;
   // Only `body` (a copy the thread owns) runs there: nothing of *this.
-  thread_ = std::thread(std::move(body));
+  // The thread names itself before `body` runs, so nothing (body, a test,
+  // a thread count) ever sees it unnamed.
+  thread_ = std::thread([full = thread_name(name), body = std::move(body)] {
+    pthread_setname_np(pthread_self(), full.c_str());
+    body();
+  });
   used_ = true;
   return true;
 }

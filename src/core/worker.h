@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <stop_token>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -18,6 +19,10 @@
 #include "simba/status.h"
 
 namespace simba::internal {
+
+// Names the calling thread "simba:<name>" (for threads not started by a
+// Worker).
+void name_this_thread(std::string_view name);
 
 // One thread running `body`, joined by join() (or the destructor) from any
 // thread, the worker's own included.
@@ -28,7 +33,7 @@ namespace simba::internal {
 // returns; after `body` the thread touches nothing of this Worker, so the
 // Worker and its owner may be gone by then. What `body` itself uses after
 // such a join it must own: capture a shared_ptr to the owner, e.g.
-//   worker_.start([self = shared_from_this()] { self->Run(); });
+//   worker_.start("name", [self = shared_from_this()] { self->run(); });
 // and have the owner's stop() (not its destructor, which the capture holds
 // off) set its stop flag, wake the body, and call worker_.join().
 //
@@ -40,9 +45,12 @@ class Worker {
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
 
-  // Starts `body` on a new thread. False (nothing runs) if it was started
-  // or joined before. Throws std::system_error when no thread can be made.
-  bool start(std::function<void()> body);
+  // Starts `body` on a new thread named "simba:<name>" (cut to the 15
+  // characters Linux keeps), so that top, gdb and the thread budget's tests
+  // tell Simba's threads from a client library's. False (nothing runs) if
+  // it was started or joined before. Throws std::system_error when no
+  // thread can be made.
+  bool start(std::string_view name, std::function<void()> body);
   // See the class comment. Idempotent.
   void join();
   // Whether start() ran and join() did not yet.
@@ -80,6 +88,8 @@ class Backoff {
   // OK when an attempt may be made now; otherwise the last failure, its
   // message ending in " (next reconnect in <time>)".
   Status ready() const;
+  // When ready() turns OK (a time already past when it is OK now).
+  std::chrono::steady_clock::time_point ready_at() const { return next_; }
 
  private:
   const std::chrono::milliseconds first_;

@@ -120,8 +120,10 @@ Status register_builtin_backends(BackendRegistry& registry) {
       register_as(registry, {"sqlite"}, entry_of(&sqlite_options_from_uri, &new_sqlite_backend)));
 #endif
 #if SIMBA_HAVE_REDIS
-  SIMBA_RETURN_IF_ERROR(
-      register_as(registry, {"redis"}, entry_of(&redis_options_from_uri, &new_redis_backend)));
+  SIMBA_RETURN_IF_ERROR(register_as(registry,
+                                    {"redis", "rediss", "redis-sentinel", "rediss-sentinel",
+                                     "redis-cluster", "rediss-cluster"},  // s: TLS
+                                    entry_of(&redis_options_from_uri, &new_redis_backend)));
 #endif
 #if SIMBA_HAVE_POSTGRES
   {

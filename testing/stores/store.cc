@@ -65,6 +65,7 @@ ClusteredTarget clustered_target_of(const StoreDescription& store) {
   target.name = store.name;
   target.uri = [store](const std::string& unique) { return store_uri(store, "t-" + unique); };
   target.lease = store.lease;
+  target.client_library_threads_under_load = store.client_library_threads_under_load;
   return target;
 }
 

@@ -83,6 +83,9 @@ struct StoreDescription {
   std::chrono::milliseconds keyed_crash_freed_within{std::chrono::seconds(5)};
   bool keyed_store_lists_waiters = false;
   std::string keyed_order_tested_by;
+
+  // ---- the clustered suite (ClusteredTarget) ----
+  int client_library_threads_under_load = 0;
 };
 
 // The shared server's URI (SharedServerUri) or "" for a store without one.

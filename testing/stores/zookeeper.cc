@@ -17,7 +17,13 @@ StoreDescription zookeeper_store() {
   };
   store.bad_uris = {
       {"zookeeper://", StatusCode::kInvalidArgument, "host"},
-      {"zookeeper://u:p@127.0.0.1:2181", StatusCode::kInvalidArgument, "user info"},
+      {"zookeeper://u@127.0.0.1:2181", StatusCode::kInvalidArgument, "no password"},
+      {"zookeeper://:p@127.0.0.1:2181", StatusCode::kInvalidArgument, "needs a user"},
+      {"zookeeper://u:p@127.0.0.1:2181?read_acl=all", StatusCode::kInvalidArgument, "read_acl"},
+      {"zookeeper://127.0.0.1:2181?tls=verify", StatusCode::kInvalidArgument,
+       "TLS is not supported"},
+      {"zookeeper://127.0.0.1:2181?tls_ca=/nonexistent.pem", StatusCode::kInvalidArgument,
+       "TLS is not supported"},
       {"zookeeper://127.0.0.1:2181?unknown=1", StatusCode::kInvalidArgument, "'unknown'"},
       {"zookeeper://127.0.0.1:2181?session_timeout=fast", StatusCode::kInvalidArgument,
        "session_timeout"},

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -94,8 +95,9 @@ struct CliTarget {
   std::function<std::vector<std::string>()> sql_client;
   // Stores whose URI may carry a password: uri() with `secret` as the
   // password (empty function otherwise), and whether the server lets that
-  // password in (PostgreSQL's test server trusts every local connection;
-  // MySQL's and Redis's refuse a wrong password).
+  // password in (PostgreSQL's test server trusts every local connection,
+  // ZooKeeper's digest scheme takes any password on a fresh root; MySQL's
+  // and Redis's refuse a wrong password).
   std::function<std::string(const std::string& unique, const std::string& secret)> password_uri;
   bool password_accepted = false;
 };
@@ -192,8 +194,14 @@ CliTarget zookeeper_target() {
           },
           "zookeeper://127.0.0.1:1?connect_timeout=1s",
           nullptr,
-          nullptr,
-          false};
+          [](const std::string& unique, const std::string& secret) {
+            // zookeeper://127.0.0.1:P?... -> zookeeper://simba:SECRET@127.0.0.1:P?...
+            // (digest authentication: the server takes any password, and
+            // the nodes get that user's ACL)
+            std::string uri = zookeeper_target().uri("", unique);
+            return uri.insert(std::string("zookeeper://").size(), "simba:" + secret + "@");
+          },
+          true};
 }
 // Every test gets a key prefix of its own on the shared server.
 CliTarget etcd_target() {
@@ -884,6 +892,70 @@ TEST_P(CliE2E, KilledHolderIsReplacedWithinTheLease) {
   EXPECT_EQ(*code, 0) << waiter->describe();
 }
 
+// simba doctor: connects (an unreachable store is 69, naming it), reports
+// the transport, fencing and a timed read first, then the store's own
+// findings; 0 when nothing is unsafe (the test servers are safe setups).
+TEST_P(CliE2E, DoctorReportsTheStoreAndExitsZeroWhenNothingIsUnsafe) {
+  const Ran json = simba({"doctor", "--store", uri(), "--json"});
+  ASSERT_EQ(json.code, 0) << json.describe;
+  std::string error;
+  const auto doc = parse_json(json.out, &error);
+  ASSERT_TRUE(doc.has_value()) << error << "\n" << json.describe;
+  ASSERT_NE(doc->get("store"), nullptr);
+  EXPECT_EQ(doc->get("store")->string, Uri::parse(uri())->to_string());
+  ASSERT_NE(doc->get("unsafe"), nullptr);
+  EXPECT_FALSE(doc->get("unsafe")->boolean) << json.describe;
+  const Json* findings = doc->get("findings");
+  ASSERT_NE(findings, nullptr);
+  std::set<std::string> topics;
+  for (const Json& finding : findings->array) {
+    ASSERT_NE(finding.get("severity"), nullptr);
+    EXPECT_NE(finding.get("severity")->string, "unsafe") << json.describe;
+    topics.insert(finding.get("topic")->string);
+  }
+  for (const char* topic : {"transport", "fencing", "reachable"}) {
+    EXPECT_EQ(topics.count(topic), 1u) << topic << "\n" << json.describe;
+  }
+  const std::string& store = GetParam().name;
+  if (GetParam().sql_client || store == "redis") {
+    // The SQL stores and Redis say what server and role they found, and
+    // how durable it is.
+    EXPECT_EQ(topics.count("server"), 1u) << json.describe;
+    EXPECT_EQ(topics.count("topology"), 1u) << json.describe;
+    EXPECT_EQ(topics.count("durability"), 1u) << json.describe;
+  }
+  if (store == "etcd") {
+    for (const char* topic : {"server", "members", "leader", "leases"}) {
+      EXPECT_EQ(topics.count(topic), 1u) << topic << "\n" << json.describe;
+    }
+  }
+  if (store == "zookeeper") {
+    // The test server is standalone: no ensemble to list, and it says so.
+    EXPECT_EQ(topics.count("session"), 1u) << json.describe;
+    EXPECT_EQ(topics.count("topology"), 1u) << json.describe;
+  }
+  const Ran text = simba({"doctor", "--store", uri()});
+  EXPECT_EQ(text.code, 0) << text.describe;
+  EXPECT_NE(text.out.find("\nok: nothing found"), std::string::npos) << text.describe;
+
+  if (GetParam().name == "postgres") {
+    // The negative control: a session with synchronous_commit=off (libpq's
+    // `options`) may forget acknowledged acquisitions: unsafe, exit 78.
+    const std::string lax = uri() + (uri().find('?') == std::string::npos ? "?" : "&") +
+                            "options=-c%20synchronous_commit%3Doff";
+    const Ran unsafe = simba({"doctor", "--store", lax});
+    EXPECT_EQ(unsafe.code, 78) << unsafe.describe;
+    EXPECT_NE(unsafe.out.find("synchronous_commit=off: a crash may forget"), std::string::npos)
+        << unsafe.describe;
+  }
+
+  const Ran down = simba({"doctor", "--store", GetParam().unavailable_uri, "--timeout", "5s"});
+  EXPECT_EQ(down.code, 69) << down.describe;
+  const Ran usage = simba({"doctor", "--store", uri(), "--timeout", "soon"});
+  EXPECT_EQ(usage.code, 64) << usage.describe;
+  EXPECT_NE(usage.err.find("--timeout"), std::string::npos) << usage.describe;
+}
+
 TEST_P(CliE2E, StatusShowsAnExpiredLeaseAsFree) {
   const std::string mutex = mutex_name("expired");
   auto holder = start(run_args(mutex, {}, holding_child("holder")));
@@ -1462,6 +1534,19 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   if (given->password) {
     EXPECT_EQ(doc->get("store")->string.find(*given->password + "@"), std::string::npos);
   }
+  // How the store was reached: these tests' stores are a local file or a
+  // server without TLS (the TLS suites check "TLS (verify)"); a PostgreSQL
+  // URI without tls= keeps libpq's default, sslmode=prefer, and says so.
+  const std::string transport = GetParam().name == "sqlite"     ? "local file"
+                                : GetParam().name == "postgres" ? "TLS if the server offers it "
+                                                                  "(sslmode=prefer)"
+                                                                : "plain text";
+  ASSERT_NE(doc->get("transport"), nullptr) << json_all.describe;
+  EXPECT_EQ(doc->get("transport")->string, transport) << json_all.describe;
+  EXPECT_NE(all.out.find("\nstore " + given->to_string() + " over " + transport + "\n"),
+            std::string::npos)
+      << "the table's last line names the store and its transport\n"
+      << all.describe;
   const Json* h = find_mutex(*doc, held);
   ASSERT_NE(h, nullptr) << json_all.describe;
   ASSERT_NE(h->get("held"), nullptr);
@@ -1765,6 +1850,13 @@ TEST_P(CliE2EPassword, ElectAndSchemaNeverShowThePassword) {
         EXPECT_EQ(field(line, "store").find(secret), std::string::npos);
       }
     }
+  }
+  // doctor connects and reports (or names the store it could not use),
+  // never with the password.
+  for (const std::string format : {"--json", "--timeout=5s"}) {
+    const Ran doctor = simba({"doctor", "--store", store, format});
+    expect_clean(doctor);
+    EXPECT_EQ(doctor.code, GetParam().password_accepted ? 0 : 69) << doctor.describe;
   }
   // schema does not connect: it prints the DDL (SQL stores) or refuses (64),
   // never the password; nor does a bad URI's error.

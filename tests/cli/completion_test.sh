@@ -180,8 +180,8 @@ done
 grep -q 'text (default) or json' <<<"$("$simba" run --help)" ||
   fail "'simba run --help' no longer says '--log-format F  text (default) or json': update the completion"
 
-schemes=(sqlite:// redis:// postgresql:// mysql:// mariadb:// zookeeper:// etcd:// memory://)
-for command in run elect status release schema dashboard; do
+schemes=(sqlite:// redis:// rediss:// redis-sentinel:// rediss-sentinel:// redis-cluster:// rediss-cluster:// postgresql:// mysql:// mariadb:// zookeeper:// etcd:// memory://)
+for command in run elect status release schema dashboard doctor; do
   expect "simba $command --store " "${schemes[@]}"
 done
 complete_line "simba run --store " >/dev/null  # not in a subshell: nospace is set here
@@ -192,7 +192,7 @@ mapfile -t help_schemes < <(list_items stores <<<"$top_help" | grep -oE '^[a-z]+
 ((${#help_schemes[@]} >= 7)) || fail "'simba --help' lists only these stores: ${help_schemes[*]}"
 expect_has "simba status --store " "${help_schemes[@]}"
 expect "simba run --store sq" sqlite://
-expect "simba run --store=red" redis://
+expect "simba run --store=red" redis:// redis-cluster:// redis-sentinel:// rediss:// rediss-cluster:// rediss-sentinel://
 # bash took "sqlite" and ":" for words of their own: the reply replaces what follows ':'.
 expect "simba run --store sqlite:" //
 expect "simba run --store=me" memory://

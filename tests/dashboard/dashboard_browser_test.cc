@@ -209,7 +209,7 @@ std::string string_field(const Json* object, const std::string& key) {
 // Checks the shape of /api/state (docs/cli.md).
 void expect_well_formed_state(const Json& s) {
   ASSERT_EQ(s.type, Json::Type::kObject);
-  for (const char* key : {"store", "scheme"}) {
+  for (const char* key : {"store", "scheme", "transport"}) {
     ASSERT_NE(s.get(key), nullptr) << key;
     EXPECT_EQ(s.get(key)->type, Json::Type::kString) << key;
   }
@@ -399,6 +399,7 @@ TEST_F(DashboardServer, ServesThePageTheStateAndMetrics) {
   EXPECT_EQ(json.header("Cache-Control"), "no-store");
   expect_well_formed_state(*state);
   EXPECT_EQ(string_field(&*state, "scheme"), "sqlite");
+  EXPECT_EQ(string_field(&*state, "transport"), "local file");
   EXPECT_TRUE(state->get("error")->is_null());
   const Json* m = find_mutex(*state, "held-here");
   ASSERT_NE(m, nullptr);
@@ -731,6 +732,7 @@ TEST_F(DashboardServer, MemoryStoreIsEmpty) {
   EXPECT_TRUE(state->get("error")->is_null());
   EXPECT_TRUE(state->get("mutexes")->array.empty());
   EXPECT_EQ(string_field(&*state, "scheme"), "memory");
+  EXPECT_EQ(string_field(&*state, "transport"), "in process");
   expect_well_formed_metrics(get(d.port, "/metrics"));
   stop_dashboard(d);
 }
@@ -1001,6 +1003,10 @@ TEST_F(DashboardBrowser, ShowsOwnerCountdownWaitersAndHandOverLive) {
   EXPECT_GT(a_token, 0);
   EXPECT_EQ(driver_->execute_string("return document.getElementById('store').textContent;"),
             Uri::parse(uri)->to_string());
+  EXPECT_EQ(driver_->execute_string("return document.getElementById('transport').textContent;"),
+            kind == "sqlite"     ? "local file"
+            : kind == "postgres" ? "TLS if the server offers it (sslmode=prefer)"
+                                 : "plain text");
   // The countdown changes between fetches (the page fetches every second and
   // ticks every 100 ms): read it over about a second.
   std::set<std::string> countdowns;

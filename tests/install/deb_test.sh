@@ -84,7 +84,7 @@ done
 step "libsimba-dev depends on $libs_package (= $version-...) and the client -dev packages"
 dev_depends="$(dpkg-deb -f "$dev_deb" Depends)"
 grep -qF "$libs_package (= $version" <<<"$dev_depends" || fail "libsimba-dev: no exact dependency on $libs_package"
-for dev in libsqlite3-dev libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev nlohmann-json3-dev; do
+for dev in libsqlite3-dev libhiredis-dev libpq-dev libmariadb-dev libzookeeper-mt-dev libgrpc++-dev libprotobuf-dev; do
   grep -q "$dev" <<<"$dev_depends" || fail "libsimba-dev's Depends names no $dev"
 done
 
@@ -95,6 +95,11 @@ if grep -q "not found" <<<"$(ldd "$root/usr/bin/simba")"; then
   ldd "$root/usr/bin/simba" >&2
   fail "simba has unresolved libraries"
 fi
+# The etcd backend speaks etcd's gRPC API through Debian's gRPC (#22): no
+# client of our own remains.
+for lib in libgrpc++ libprotobuf; do
+  grep -q "$lib" <<<"$(ldd "$root/usr/bin/simba")" || fail "simba does not load $lib (the etcd backend's gRPC)"
+done
 [ -f "$root/usr/share/man/man1/simba.1" ] || [ -f "$root/usr/share/man/man1/simba.1.gz" ] ||
   fail "no man page in the simba package"
 [ -f "$root/usr/share/bash-completion/completions/simba" ] || fail "no bash completion in the simba package"

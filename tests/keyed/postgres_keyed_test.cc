@@ -301,6 +301,14 @@ TEST(PostgresKeyed, WaitersAreServedInArrivalOrder) {
   ASSERT_TRUE(holder);
   auto held = must_acquire(*holder, key("k"));
   ASSERT_TRUE(held);
+  Psql psql(shared_server_uri("postgres"));
+  ASSERT_TRUE(psql.ok());
+  const auto bits = static_cast<std::uint64_t>(postgres_advisory_lock_key(key("k")));
+  // Waiters queued at the server for the key (not granted yet).
+  const std::string queued =
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+      "objsubid = 1 AND classid = " +
+      std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL);
   constexpr int kWaiters = 4;
   std::vector<std::shared_ptr<KeyedLockBackend>> backends;
   for (int i = 0; i < kWaiters; ++i) backends.push_back(open_shared());
@@ -319,8 +327,12 @@ TEST(PostgresKeyed, WaitersAreServedInArrivalOrder) {
       std::this_thread::sleep_for(milliseconds(20));
       SIMBA_EXPECT_OK((*hold)->release(in(seconds(5))));
     });
-    // Each waiter is queued at the server before the next asks.
-    std::this_thread::sleep_for(milliseconds(200));
+    // Each waiter is queued at the server before the next asks (seen in
+    // pg_locks, not assumed after a sleep: a loaded CI machine once took
+    // longer than the 200 ms this waited, and served 0, 2, 3, 1).
+    const bool waiting = eventually([&] { return psql.count(queued) == i + 1; }, seconds(10));
+    EXPECT_TRUE(waiting) << "waiter " << i << " never queued";
+    if (!waiting) break;  // (the threads are joined below either way)
   }
   SIMBA_ASSERT_OK(held->release(in(seconds(5))));
   for (auto& t : threads) t.join();

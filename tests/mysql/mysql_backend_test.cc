@@ -223,6 +223,34 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   }
 }
 
+TEST(MysqlUri, SeveralHostsAreTriedInTheirOrder) {
+  auto uri = Uri::parse("mysql://u:pw@replica.example:3307,primary.example,10.0.0.3:3309/app");
+  ASSERT_THAT(uri, IsOk());
+  auto options = mysql_options_from_uri(*uri);
+  ASSERT_THAT(options, IsOk());
+  EXPECT_EQ(options->host, "replica.example");
+  EXPECT_EQ(options->port, 3307);
+  ASSERT_EQ(options->more_hosts.size(), 2u);
+  EXPECT_EQ(options->more_hosts[0].host, "primary.example");
+  EXPECT_EQ(options->more_hosts[0].port, 3306);
+  EXPECT_EQ(options->more_hosts[1].host, "10.0.0.3");
+  EXPECT_EQ(options->more_hosts[1].port, 3309);
+  // An empty host in the list is an error naming it, from the URI parser or
+  // from ours.
+  for (const char* bad : {"mysql://u@h1,,h2/db", "mysql://u@h1,:3307/db", "mysql://u@h1,/db"}) {
+    auto parsed = Uri::parse(bad);
+    const Status status = parsed.ok() ? mysql_options_from_uri(*parsed).status() : parsed.status();
+    EXPECT_THAT(status, StatusIs(StatusCode::kInvalidArgument)) << bad;
+    EXPECT_THAT(status.message(), ::testing::AnyOf(HasSubstr("empty"), HasSubstr("without a host")))
+        << bad;
+  }
+  // A backend of options naming an empty extra host is refused too.
+  MysqlOptions direct = *options;
+  direct.more_hosts[1].host.clear();
+  EXPECT_THAT(new_mysql_backend(direct),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("more_hosts[1]")));
+}
+
 TEST(MysqlUri, ConnectErrorsAreClearAndNeverShowThePassword) {
   const std::string uri = shared_server_uri("mysql");
   const std::string rest = uri.substr(uri.find('@'));

@@ -283,6 +283,144 @@ TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
   SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=disabled", "simba", host_port)));
 }
 
+// ---- Simba's spelling: tls=, tls_* ---------------------------------------------------
+
+// tls=verify and tls=on with tls_ca, and the client certificate as
+// tls_cert/tls_key: the same as the ssl_* keys, over TLS (the server takes
+// nothing else); Capabilities::transport says which mode, never a path.
+TEST(MysqlTls, TheTlsSpellingConnects) {
+  ASSERT_FALSE(tls().host_port.empty());
+  const std::string ca = "tls_ca=" + cert("ca.pem");
+  for (const std::string& query :
+       {"tls=verify&" + ca, "tls=on&" + ca, ca, "ssl_mode=verify_ca&" + ca,
+        "tls=verify&ssl_ca=" + cert("ca.pem")}) {
+    SIMBA_EXPECT_OK(acquire_and_release(tls_uri(query))) << query;
+  }
+  SIMBA_EXPECT_OK(acquire_and_release(
+      tls_uri(ca + "&tls_cert=" + cert("client-cert.pem") + "&tls_key=" + cert("client-key.pem"),
+              "simba_x509")));
+  auto verify = open_backend(tls_uri("tls=verify&" + ca));
+  ASSERT_THAT(verify, IsOk());
+  EXPECT_EQ((*verify)->capabilities().transport, "TLS (verify)");
+  auto on = open_backend(tls_uri("tls=on&" + ca + "&tls_cert=" + cert("client-cert.pem") +
+                                 "&tls_key=" + cert("client-key.pem")));
+  ASSERT_THAT(on, IsOk());
+  EXPECT_EQ((*on)->capabilities().transport, "TLS (on), client certificate");
+  auto plain = open_backend(tls_uri("tls=off"));
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ((*plain)->capabilities().transport, "plain text");
+  // The control: tls=off is refused by this server, the error saying why it
+  // may be.
+  const Status plain_text = acquire_and_release(tls_uri("tls=off"));
+  EXPECT_THAT(plain_text, StatusIs(StatusCode::kPermissionDenied,
+                                   names_store_and_cause(tls().host_port, "takes only TLS")));
+  std::cout << "tls=off: " << plain_text << "\n";
+}
+
+// tls=verify checks the name (127.1 is not one of the certificate's to
+// libmariadb), tls=on does not; a wrong CA is refused in both.
+TEST(MysqlTls, TheTlsSpellingChecksNameAndCa) {
+  ASSERT_FALSE(tls().host_port.empty());
+  const std::string port = tls().host_port.substr(tls().host_port.find(':'));
+  const std::string other_name = "127.1" + port;
+  const std::string ca = "&tls_ca=" + cert("ca.pem");
+  SIMBA_EXPECT_OK(acquire_and_release(tls_uri("tls=on" + ca, "simba", other_name)));
+  const Status name = acquire_and_release(tls_uri("tls=verify" + ca, "simba", other_name));
+  EXPECT_THAT(name,
+              StatusIs(StatusCode::kUnavailable, names_store_and_cause(other_name, "certificate")));
+  std::cout << "tls=verify to 127.1: " << name << "\n";
+  for (const std::string mode : {"on", "verify"}) {
+    const Status wrong_ca =
+        acquire_and_release(tls_uri("tls=" + mode + "&tls_ca=" + cert("other-ca.pem")));
+    EXPECT_THAT(wrong_ca, StatusIs(StatusCode::kUnavailable,
+                                   names_store_and_cause(tls().host_port, "certificate")))
+        << mode;
+  }
+}
+
+// A server whose certificate expired (in 2020), signed by the right CA:
+// refused in every mode that verifies, by the deadline.
+TEST(MysqlTls, AnExpiredServerCertificateIsRefused) {
+  TempDir certs;
+  auto expired = TestServer::start("mysql", {"--tls-expired", certs.path()});
+  ASSERT_THAT(expired, IsOk());
+  const std::string uri = (*expired)->uri();
+  const auto at = uri.find('@');
+  const std::string host_port = uri.substr(at + 1, uri.find('/', at) - at - 1);
+  const std::string ca = certs.path() + "/ca.pem";
+  for (const std::string& query : {"tls=on&tls_ca=" + ca, "tls=verify&tls_ca=" + ca,
+                                   "ssl_mode=verify_identity&ssl_ca=" + ca}) {
+    const Status status = acquire_and_release(tls_uri(query, "simba", host_port));
+    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+                                 names_store_and_cause(host_port, "certificate has expired")))
+        << query;
+    std::cout << query << ": " << status << "\n";
+  }
+}
+
+// password_file= reads the password from a file; one that cannot be read is
+// named (its path, never contents), and the URI may not have a password too.
+TEST(MysqlTls, APasswordFileServesForThePassword) {
+  ASSERT_FALSE(tls().host_port.empty());
+  TempDir dir;
+  const std::string file = dir.path() + "/pw";
+  {
+    std::ofstream out(file);
+    out << kPassword << "\n";
+  }
+  const std::string base = "mysql://simba@" + tls().host_port + "/simba?table=tls_mutex&";
+  SIMBA_EXPECT_OK(
+      acquire_and_release(base + "tls=verify&tls_ca=" + cert("ca.pem") + "&password_file=" + file));
+  auto missing = open_backend(base + "password_file=" + dir.path() + "/none");
+  EXPECT_THAT(missing, StatusIs(StatusCode::kInvalidArgument,
+                                AllOf(HasSubstr("password_file"), HasSubstr("/none"))));
+  auto both = open_backend(tls_uri("password_file=" + file));
+  EXPECT_THAT(both, StatusIs(StatusCode::kInvalidArgument,
+                             AllOf(HasSubstr("password_file"), Not(HasSubstr(kPassword)))));
+  // A wrong password from a file: refused, and not shown.
+  const std::string wrong = dir.path() + "/wrong";
+  {
+    std::ofstream out(wrong);
+    out << "not-the-password-42\n";
+  }
+  const Status refused =
+      acquire_and_release(base + "tls_ca=" + cert("ca.pem") + "&password_file=" + wrong);
+  EXPECT_THAT(refused, StatusIs(StatusCode::kPermissionDenied,
+                                AllOf(names_store_and_cause(tls().host_port, "Access denied"),
+                                      Not(HasSubstr("not-the-password-42")))));
+  std::cout << "wrong password: " << refused << "\n";
+}
+
+// The tls keys and the ssl_* ones must agree; tls_server_name is refused
+// (libmariadb verifies only the host it connects to).
+TEST(MysqlTlsUri, TheTlsSpellingAndItsContradictions) {
+  auto uri =
+      Uri::parse("mysql://u@h/db?tls=on&tls_ca=/dev/null&tls_cert=/dev/null&tls_key=/dev/null");
+  ASSERT_THAT(uri, IsOk());
+  auto options = mysql_options_from_uri(*uri);
+  ASSERT_THAT(options, IsOk());
+  ASSERT_TRUE(options->tls.has_value());
+  EXPECT_EQ(options->tls->mode, TlsMode::kOn);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bad = {
+      {"mysql://h/db?tls=verify&ssl_mode=required", {"tls=verify", "ssl_mode=required"}},
+      {"mysql://h/db?tls=verify&ssl_mode=disabled", {"tls=verify", "ssl_mode=disabled"}},
+      {"mysql://h/db?tls=off&ssl_mode=verify_ca&ssl_ca=/dev/null", {"tls=off", "ssl_mode"}},
+      {"mysql://h/db?tls_ca=/dev/null&ssl_ca=/other", {"tls_ca", "ssl_ca"}},
+      {"mysql://h/db?tls_ca=/dev/null&tls_server_name=db", {"tls_server_name", "host"}},
+      {"mysql://u:pw@h/db?password_file=/dev/null", {"password", "password_file"}},
+      {"mysql://h/db?tls=maybe", {"tls", "maybe"}},
+  };
+  for (const auto& [text, named] : bad) {
+    auto parsed = Uri::parse(text);
+    ASSERT_THAT(parsed, IsOk()) << text;
+    auto result = mysql_options_from_uri(*parsed);
+    ASSERT_THAT(result, StatusIs(StatusCode::kInvalidArgument)) << text;
+    for (const std::string& name : named) {
+      EXPECT_THAT(result.status().message(), HasSubstr(name)) << text;
+    }
+  }
+}
+
 // ---- options -----------------------------------------------------------------------
 
 TEST(MysqlTlsUri, ParsesTheTlsKeysAndNamesTheBadOne) {

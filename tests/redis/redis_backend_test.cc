@@ -615,6 +615,42 @@ TEST(RedisFailures, RestartGuardLastsTheWholeLeaseFromTheServersStart) {
   EXPECT_GE(system_clock::now() - before_restart, milliseconds(2000));
 }
 
+// simba doctor on one server: durable (appendonly + always) is ok; one
+// that keeps nothing is a note while the restart guard covers it, and
+// unsafe with restart_guard=off (the negative control, exit 78 in the CLI).
+TEST(RedisDoctor, DurabilityAndTheRestartGuard) {
+  auto durable = TestServer::start("redis", kDurable);
+  ASSERT_THAT(durable, IsOk());
+  auto backend = open((*durable)->uri());
+  ASSERT_TRUE(backend);
+  auto report = backend->inspect(in(seconds(10)));
+  ASSERT_THAT(report, IsOk());
+  EXPECT_FALSE(report->unsafe()) << all_findings(*report);
+  EXPECT_THAT(findings_about(*report, "topology"), HasSubstr("ok: a single server"))
+      << all_findings(*report);
+  EXPECT_THAT(findings_about(*report, "durability"),
+              HasSubstr("ok: appendonly yes, appendfsync always"))
+      << all_findings(*report);
+
+  auto forgetful = TestServer::start("redis");
+  ASSERT_THAT(forgetful, IsOk());
+  auto guarded = open((*forgetful)->uri());
+  ASSERT_TRUE(guarded);
+  auto noted = guarded->inspect(in(seconds(10)));
+  ASSERT_THAT(noted, IsOk());
+  EXPECT_FALSE(noted->unsafe()) << all_findings(*noted);
+  EXPECT_THAT(findings_about(*noted, "durability"), HasSubstr("note: appendonly no"))
+      << all_findings(*noted);
+  auto unguarded = open((*forgetful)->uri() + "?restart_guard=off");
+  ASSERT_TRUE(unguarded);
+  auto unsafe = unguarded->inspect(in(seconds(10)));
+  ASSERT_THAT(unsafe, IsOk());
+  EXPECT_TRUE(unsafe->unsafe()) << all_findings(*unsafe);
+  EXPECT_THAT(findings_about(*unsafe, "durability"),
+              HasSubstr("restart_guard=off: after a restart"))
+      << all_findings(*unsafe);
+}
+
 // The guard says when leases resume; a contender comes back then, not at
 // the next step of its error backoff (with ttl 6 s: tries at 0.1, 0.3, 0.7,
 // 1.5, 3.1, 6.3 s, then 12.3 s, up to 5 s after a guard of 6.5-7.5 s).

@@ -516,6 +516,167 @@ TEST_F(KeyedLockTest, ALateCallbackOfAnEarlierHoldIsNotTheNextHoldsLoss) {
   SIMBA_EXPECT_OK(second->release());
 }
 
+// A memory store whose first subscribe, once made, waits until a second one
+// has been made; and whose subscriptions check, as they are destroyed, that
+// a listener of the waiter can still get in (it takes the waiter's lock).
+class TwoSubscriptionsBackend final : public testing::ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  ~TwoSubscriptionsBackend() override { join_probes(); }
+
+  // Calls the first subscription's listener as a push would.
+  void push_to_first(const MutexEvent& event) {
+    std::function<void(const MutexEvent&)> listener;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      listener = listeners_.at(0);
+    }
+    listener(event);
+  }
+  bool first_made(std::chrono::milliseconds timeout) { return first_made_.wait(timeout); }
+  int made() const { return made_.load(); }
+  bool destroyed_where_no_listener_could_run() const { return blocked_.load(); }
+  void join_probes() {
+    std::vector<std::thread> probes;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      probes.swap(probes_);
+    }
+    for (std::thread& probe : probes) probe.join();
+  }
+
+ protected:
+  Result<std::unique_ptr<Subscription>> do_subscribe(
+      std::string_view mutex, std::string_view id,
+      std::function<void(const MutexEvent&)> listener) override {
+    SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Subscription> inner,
+                           target_->subscribe(mutex, id, listener));
+    const int n = ++made_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      listeners_.push_back(listener);
+    }
+    if (n == 1) {
+      first_made_.set();
+      (void)second_made_.wait(seconds(10));
+    } else if (n == 2) {
+      second_made_.set();
+    }
+    return std::unique_ptr<Subscription>(
+        std::make_unique<Probed>(std::move(inner), this, std::move(listener), std::string(mutex)));
+  }
+
+ private:
+  // Destroying a subscription may wait for its listener, and a listener
+  // waits for the waiter's lock: so a subscription must never be destroyed
+  // under that lock. Its destructor sees whether a listener call on
+  // another thread gets through.
+  class Probed final : public Subscription {
+   public:
+    Probed(std::unique_ptr<Subscription> inner, TwoSubscriptionsBackend* backend,
+           std::function<void(const MutexEvent&)> listener, std::string mutex)
+        : inner_(std::move(inner)),
+          backend_(backend),
+          listener_(std::move(listener)),
+          mutex_(std::move(mutex)) {}
+    ~Probed() override {
+      inner_.reset();
+      auto through = std::make_shared<testing::Latch>();
+      std::thread probe([listener = listener_, mutex = mutex_, through] {
+        listener(MutexEvent{MutexEvent::Kind::kReleased, mutex, "somebody", 0});
+        through->set();
+      });
+      if (!through->wait(seconds(2))) backend_->blocked_ = true;
+      std::lock_guard<std::mutex> lock(backend_->mu_);
+      backend_->probes_.push_back(std::move(probe));  // joined by the test
+    }
+
+   private:
+    std::unique_ptr<Subscription> inner_;
+    TwoSubscriptionsBackend* backend_;
+    std::function<void(const MutexEvent&)> listener_;
+    std::string mutex_;
+  };
+
+  testing::Latch first_made_;
+  testing::Latch second_made_;
+  std::atomic<int> made_{0};
+  std::atomic<bool> blocked_{false};
+  std::mutex mu_;
+  std::vector<std::function<void(const MutexEvent&)>> listeners_;
+  std::vector<std::thread> probes_;
+};
+
+// A waiter subscribes outside its lock, and a push on the subscription being
+// made can start a second attempt that subscribes too. Whichever finishes
+// second must drop its subscription outside the lock: it once replaced the
+// other's under it, and destroying that one waited for its listener, which
+// waited for the lock (the contended bench hung).
+TEST_F(KeyedLockTest, AWaiterThatSubscribesTwiceAtOnceDropsOneOutsideItsLock) {
+  auto memory = open_backend("memory://keyed-two-subscriptions").value();
+  auto store = std::make_shared<TwoSubscriptionsBackend>(memory);
+  ContendOptions lease;
+  lease.ttl = seconds(60);
+  lease.transition = seconds(10);
+  auto holder =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(memory, lease).value()).value();
+  auto waiter =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(store, lease).value()).value();
+  auto held = holder->acquire("k", seconds(60));
+  ASSERT_TRUE(held.ok() && held->is_held());
+  std::atomic<bool> got{false};
+  std::thread waiting([&] {
+    auto taken = waiter->try_acquire("k", seconds(30), seconds(60));
+    got = taken.ok() && taken->has_value();
+  });
+  ASSERT_TRUE(store->first_made(seconds(10))) << "the waiter never subscribed";
+  // A push while the first subscribe has not returned: a second attempt,
+  // which finds the key held and subscribes as well.
+  store->push_to_first(MutexEvent{MutexEvent::Kind::kReleased, "k", "", 0});
+  EXPECT_TRUE(eventually([&] { return store->made() >= 2; }, seconds(10)))
+      << "no second attempt subscribed";
+  SIMBA_ASSERT_OK(held->release());
+  waiting.join();
+  EXPECT_TRUE(got.load());
+  store->join_probes();
+  EXPECT_FALSE(store->destroyed_where_no_listener_could_run())
+      << "a subscription was destroyed under the waiter's lock";
+}
+
+// A holder is not subscribed, so it does not hear a forced release; its next
+// renewal finds the key free and takes it again, under a new token. That is
+// a new tenure, not the hold's: the hold is lost (its token no longer fences
+// anything), and it must be told.
+TEST_F(KeyedLockTest, ARenewalThatComesBackWithANewTokenIsTheHoldsLoss) {
+  std::shared_ptr<Backend> store = open_backend("memory://keyed-new-token").value();
+  ContendOptions lease;
+  lease.ttl = milliseconds(300);
+  lease.transition = milliseconds(200);
+  auto provider =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(store, lease).value()).value();
+  auto held = provider->acquire("k", seconds(60));
+  ASSERT_TRUE(held.ok() && held->is_held());
+  const std::stop_token lost = held->lost_token();
+  auto forced = store->force_release("k", Deadline::max());
+  ASSERT_THAT(forced, testing::IsOk());
+  // Its next renewal (within a ttl) takes the key again under a new token;
+  // the hold hears at once. (The new tenure is given back as soon as the
+  // hold is lost, so the test does not look for it at the store.)
+  EXPECT_TRUE(eventually([&] { return lost.stop_requested(); }, seconds(10)))
+      << "the hold was not told that its token ended";
+  EXPECT_FALSE(held->is_held());
+  EXPECT_EQ(held->fencing_token(), 0u);
+  SIMBA_EXPECT_OK(held->release());
+  // The provider gave the new tenure back: the key is free for others.
+  auto other =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(store, lease).value()).value();
+  auto next = other->try_acquire("k", seconds(5), seconds(60));
+  ASSERT_THAT(next, testing::IsOk());
+  ASSERT_TRUE(next->has_value());
+  // Above the forced floor and the renewal's tenure.
+  EXPECT_GT((*next)->fencing_token(), forced->fencing_floor);
+}
+
 // A provider on a lease store runs on the threads of the store's factory:
 // making it starts none of its own (it used to start three).
 TEST_F(KeyedLockTest, AProviderOnALeaseStoreStartsNoThreadsOfItsOwn) {

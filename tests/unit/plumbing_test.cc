@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -155,17 +157,31 @@ TEST(WorkerTest, JoinWaitsForTheBody) {
   Worker worker;
   std::atomic<bool> done{false};
   Latch go;
-  ASSERT_TRUE(worker.start([&] {
+  ASSERT_TRUE(worker.start("test", [&] {
     ASSERT_TRUE(go.wait(milliseconds(10000)));
     done = true;
   }));
-  EXPECT_FALSE(worker.start([] {}));
+  EXPECT_FALSE(worker.start("test", [] {}));
   EXPECT_TRUE(worker.running());
   go.set();
   worker.join();
   EXPECT_TRUE(done.load());
   EXPECT_FALSE(worker.running());
-  EXPECT_FALSE(worker.start([] {}));  // joined: never again
+  EXPECT_FALSE(worker.start("test", [] {}));  // joined: never again
+}
+
+// Simba's threads carry its name, so tools (and the thread budget's tests)
+// tell them from a client library's.
+TEST(WorkerTest, NamesItsThread) {
+  Worker worker;
+  std::string name;
+  ASSERT_TRUE(worker.start("a-long-thread-name", [&] {
+    char buffer[16] = {};
+    pthread_getname_np(pthread_self(), buffer, sizeof buffer);
+    name = buffer;
+  }));
+  worker.join();
+  EXPECT_EQ(name, "simba:a-long-th");
 }
 
 // What a backend does: its loop owns it through a shared_ptr, and the last
@@ -188,7 +204,7 @@ TEST(WorkerTest, TheOwnerCanBeDestroyedOnTheWorkersOwnThread) {
   {
     auto owner = std::make_shared<Owner>();
     owner->destroyed = &destroyed;
-    ASSERT_TRUE(owner->worker.start([owner, &go, &body_thread]() mutable {
+    ASSERT_TRUE(owner->worker.start("test", [owner, &go, &body_thread]() mutable {
       body_thread = std::this_thread::get_id();
       ASSERT_TRUE(go.wait(milliseconds(10000)));
       owner.reset();  // the last reference: ~Owner joins from this thread

@@ -21,6 +21,8 @@ inline constexpr int kExitUsage = 64;
 inline constexpr int kExitUnavailable = 69;
 inline constexpr int kExitNotAcquired = 75;
 inline constexpr int kExitLeaseLost = 76;
+// `doctor` found something that puts a guarantee at risk (EX_CONFIG).
+inline constexpr int kExitUnsafeStore = 78;
 inline constexpr int kExitCannotExecute = 126;
 inline constexpr int kExitNotFound = 127;
 
@@ -107,6 +109,7 @@ int status_command(const std::vector<std::string>& argv);
 int release_command(const std::vector<std::string>& argv);
 int schema_command(const std::vector<std::string>& argv);
 int dashboard_command(const std::vector<std::string>& argv);
+int doctor_command(const std::vector<std::string>& argv);
 
 // Help texts, one per command (nullptr for an unknown command).
 const char* help_for(const std::string& command);

@@ -245,6 +245,8 @@ class Poller {
 struct Site {
   std::string store;  // masked
   std::string scheme;
+  // Capabilities::transport: "plain text", "TLS (verify)", ...
+  std::string transport;
   milliseconds refresh;
   // The raw password (when the URI has one), scrubbed from store errors in
   // case a backend's message quoted it.
@@ -273,6 +275,7 @@ long long ms_since(Clock::time_point t) {
 std::string state_json(const Site& site, const Snapshot& s) {
   std::string out =
       "{\"store\":" + json_string(site.store) + ",\"scheme\":" + json_string(site.scheme) +
+      ",\"transport\":" + json_string(site.transport) +
       ",\"refresh_ms\":" + std::to_string(site.refresh.count()) +
       ",\"served_at_ms\":" + std::to_string(wall_ms()) +
       ",\"polled_at_ms\":" + json_ms(s.polled_at_ms) +
@@ -343,7 +346,8 @@ std::string metrics(const Site& site, const Snapshot& s) {
   };
   family("simba_dashboard_info", "gauge", "The store the dashboard reads (password masked).");
   sample("simba_dashboard_info",
-         "store=\"" + label_value(site.store) + "\",scheme=\"" + label_value(site.scheme) + "\"",
+         "store=\"" + label_value(site.store) + "\",scheme=\"" + label_value(site.scheme) +
+             "\",transport=\"" + label_value(site.transport) + "\"",
          "1");
   family("simba_store_up", "gauge", "1 if the last poll of the store succeeded, else 0.");
   sample("simba_store_up", "", s.polled_at_ms && s.error.empty() ? "1" : "0");
@@ -484,6 +488,7 @@ int dashboard_command(const std::vector<std::string>& argv) {
     print_error(scrub(store_error(*store, backend.status()), site.password));
     return exit_code_for(backend.status());
   }
+  site.transport = (*backend)->capabilities().transport;
   Poller poller(*backend, *store, *refresh);
   site.poller = &poller;
 

@@ -6,7 +6,8 @@
 // with cells `.owner`, `.token`, `.countdown`, `.waiters` (one `.waiter` per
 // contender); hand-overs are `#handovers li[data-mutex][data-from][data-to]`
 // (empty from/to: free); `#error` is the store-error banner, `#store` the
-// store (password masked), `#refreshed` the time of the last good read.
+// store (password masked), `#transport` how it is reached ("plain text",
+// "TLS (verify)", ...), `#refreshed` the time of the last good read.
 #ifndef SIMBA_TOOLS_CLI_DASHBOARD_PAGE_H_
 #define SIMBA_TOOLS_CLI_DASHBOARD_PAGE_H_
 
@@ -58,7 +59,7 @@ inline constexpr char kDashboardPage[] = R"html(<!doctype html>
 <body>
 <header>
   <h1>simba dashboard</h1>
-  <span class="meta">store <code id="store">&hellip;</code></span>
+  <span class="meta">store <code id="store">&hellip;</code> over <span id="transport">&hellip;</span></span>
   <span class="meta">last read <span id="refreshed">never</span></span>
 </header>
 <main>
@@ -169,6 +170,7 @@ inline constexpr char kDashboardPage[] = R"html(<!doctype html>
 
   function renderHeader() {
     $("store").textContent = state.store;
+    $("transport").textContent = state.transport;
     document.title = "simba \u00b7 " + state.store;
     $("refreshed").textContent =
         state.refreshed_at_ms === null ? "never" : clock(state.refreshed_at_ms);

@@ -136,6 +136,28 @@ example:
   simba dashboard --store redis://127.0.0.1:6379 --listen 127.0.0.1:8080
 )";
   }
+  if (command == "doctor") {
+    return R"(usage: simba doctor --store URI [--json] [--timeout D]
+
+Connect to the store and report what it is and how it is deployed: the
+server and its version, the topology (primary or replica, members, leader),
+whether the connection is encrypted, and durability settings; then say what
+of that puts a lock guarantee at risk (a replica that takes writes it may
+lose, a cache with no persistence, a standby, a pooler). Secrets are never
+printed.
+
+options:
+  --store URI         the store (default: $SIMBA_STORE)
+  --json              one JSON object instead of lines
+  --timeout D         give up on the store after D (default 10s)
+
+exit codes: 0 nothing unsafe found; 78 something unsafe found; 64 usage;
+            69 store unavailable
+
+example:
+  simba doctor --store 'redis://:secret@10.0.0.5:6379' --json
+)";
+  }
   if (command.empty()) {
     return R"(usage: simba COMMAND [options]
 
@@ -148,16 +170,21 @@ commands:
   release    force-release a stuck mutex (operators)
   schema     print the SQL that creates a SQL store's table (for a DBA)
   dashboard  serve a live status page of a store's mutexes (operators)
+  doctor     check a store's deployment for what puts locks at risk
   help       show help for a command
 
 stores:
   memory://NAME                                  one process only
   sqlite:///path/to/file.db
-  redis://[user:password@]host:port[/db]
-  postgresql://user[:password]@host:port/db
-  mysql://user[:password]@host:port/db           also mariadb://
-  zookeeper://host:port[,host:port...][/chroot]
-  etcd://host:port[,host:port...]
+  redis://[user:password@]host:port[/db]         rediss:// for TLS
+  redis-sentinel://[user:password@]host:port[,host:port...]/MASTER[/db]
+  redis-cluster://[user:password@]host:port[,host:port...]
+  postgresql://user[:password]@host:port[,host:port...]/db
+  mysql://user[:password]@host:port[,host:port...]/db    also mariadb://
+  zookeeper://[user:password@]host:port[,host:port...][/chroot]
+  etcd://[user:password@]host:port[,host:port...]
+  TLS and credentials: ?tls=on|verify&tls_ca=FILE&tls_cert=FILE&tls_key=FILE,
+  password_file=FILE (docs/backends.md)
 
 environment:
   SIMBA_STORE   the store URI when --store is not given
@@ -210,6 +237,7 @@ int main(int argc, char** argv) {
   if (command == "release") return release_command(rest);
   if (command == "schema") return schema_command(rest);
   if (command == "dashboard") return dashboard_command(rest);
+  if (command == "doctor") return doctor_command(rest);
   print_error("unknown command '" + command + "' (see 'simba --help')");
   return kExitUsage;
 }

@@ -74,6 +74,7 @@ int status_command(const std::vector<std::string>& argv) {
     auto uri = store_uri(args);
     auto parsed_uri = Uri::parse(*uri);
     std::string out = "{\"store\":" + json_string(parsed_uri.ok() ? parsed_uri->to_string() : "") +
+                      ",\"transport\":" + json_string((*backend)->capabilities().transport) +
                       ",\"mutexes\":[";
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
@@ -140,6 +141,10 @@ int status_command(const std::vector<std::string>& argv) {
     out += "\n";
   }
   if (rows.empty()) out += "(no mutexes)\n";
+  // Last, so the table's header stays the first line for scripts.
+  const auto shown = Uri::parse(store_uri(args).value());
+  out += "store " + (shown.ok() ? shown->to_string() : std::string("(unparsed)")) + " over " +
+         (*backend)->capabilities().transport + "\n";
   std::fputs(out.c_str(), stdout);
   return kExitOk;
 }

@@ -1,8 +1,19 @@
 // File: simba/backends/mysql.h
 //
-// `mysql://user[:password]@host[:port]/db[?options]` (also `mariadb://`):
-// Simba's `simba_mutex` table in MySQL (8.0.28+) or MariaDB (tested with
-// Debian's 10.11), through MariaDB Connector/C (libmariadb).
+// `mysql://user[:password]@host[:port][,host[:port]...]/db[?options]` (also
+// `mariadb://`): Simba's `simba_mutex` table in MySQL (8.0.28+) or MariaDB
+// (tested with Debian's 10.11), through MariaDB Connector/C (libmariadb).
+//
+// Locks live on the primary. Several hosts are a primary and its replicas,
+// in any order: every new connection tries them in order and uses the first
+// that answers and is writable, so after a failover the promoted replica is
+// found. A read-only server (read_only, super_read_only, innodb_read_only: a
+// replica) is skipped, and with no host left it is refused with
+// kFailedPrecondition naming it (kUnavailable, naming every host and why,
+// when some host could not be reached: a failover may be under way). Keyed
+// locks also refuse a Galera (wsrep_on) or Group Replication member, where
+// GET_LOCK does not exclude across members (Capabilities::failover;
+// docs/backends/mysql.md, "Replicated deployment").
 //
 // The table is JVM Simba's, column for column (simba-behaviour.md §3.1.1:
 // bigint unsigned epoch-millisecond times, varchar(66) mutex, varchar(128)
@@ -35,7 +46,17 @@
 // default 10s), `ssl_mode` (disabled|required|verify_ca|verify_identity,
 // default disabled), `ssl_ca` (a CA file), `ssl_cert` and `ssl_key` (a client
 // certificate and its key); any of the three files implies at least
-// required. Any other key is an error. Passwords are never logged.
+// required. `password_file` (the password is the file's first line; not with
+// a password in the URI). TLS in Simba's one spelling (simba/tls.h): `tls`
+// (off|on|verify), `tls_ca`, `tls_cert`, `tls_key`, mapped onto ssl_mode
+// (off: disabled, on: verify_ca, verify: verify_identity), ssl_ca, ssl_cert,
+// ssl_key; without `tls=`, ssl_mode=verify_ca with tls_* keys means tls=on.
+// An ssl_* key that says otherwise than a tls key is an error naming both.
+// `tls_server_name` is refused: libmariadb verifies the certificate against
+// the host it connects to and has no option to name another (put that name
+// in the URI's host). Any other key is an error. Passwords are never logged
+// nor in errors; Capabilities::transport says which mode is in effect.
+// docs/backends/mysql.md, "TLS and authentication", has examples.
 
 #ifndef SIMBA_BACKENDS_MYSQL_H_
 #define SIMBA_BACKENDS_MYSQL_H_
@@ -43,17 +64,30 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "simba/backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 #include "simba/uri.h"
 
 namespace simba {
 
+// One server of a replicated deployment.
+struct MysqlHost {
+  std::string host;  // required
+  std::uint16_t port = 3306;
+};
+
 struct MysqlOptions {
   std::string host;  // required
   std::uint16_t port = 3306;
+  // More servers (replicas that may be promoted), tried in order after
+  // host:port on every new connection; the first writable one is used.
+  // Default: none.
+  std::vector<MysqlHost> more_hosts;
   std::string user;
   std::string password;
   std::string database;  // required
@@ -64,7 +98,9 @@ struct MysqlOptions {
   // The table. JVM Simba's is simba_mutex; another keeps separate
   // applications in one database apart.
   std::string table = "simba_mutex";
-  // A bound on connecting even when a call's deadline is far away.
+  // A bound on connecting to each host even when a call's deadline is far
+  // away. With several hosts, each gets at most an equal share of what is
+  // left of the call's deadline, so a hung host cannot starve the next.
   std::chrono::milliseconds connect_timeout{10000};
   // TLS: "disabled", "required" (encrypted; the server's certificate is
   // verified only if ssl_ca is given), "verify_ca" (encrypted, certificate
@@ -80,14 +116,19 @@ struct MysqlOptions {
   // ssl_cert implies "required"; ssl_key needs ssl_cert.
   std::string ssl_cert;
   std::string ssl_key;
+  // TLS in Simba's spelling, mapped onto the ssl_* fields as above when set
+  // (fields that say otherwise are an error); unset: the ssl_* fields alone.
+  std::optional<TlsOptions> tls;
 };
 
-// Errors (kInvalidArgument): no host, no database, connections < 1, a bad
-// ssl_mode, verify_ca without ssl_ca, ssl_key without ssl_cert.
+// Errors (kInvalidArgument): no host (also in more_hosts), no database,
+// connections < 1, a bad ssl_mode, verify_ca without ssl_ca, ssl_key
+// without ssl_cert, `tls` contradicting an ssl_* field.
 Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options);
 
-// Errors (kInvalidArgument): another scheme, several hosts, no database, an
-// unknown query key, a bad value.
+// The URI's first host is host:port, the others more_hosts. Errors
+// (kInvalidArgument): another scheme, no host, an empty host in the list,
+// no database, an unknown query key, a bad value.
 Result<MysqlOptions> mysql_options_from_uri(const Uri& uri);
 
 // The DDL of simba_mutex, for a DBA.

@@ -5,7 +5,7 @@
 // so a crashed holder's keys are freed when the server sees its connection
 // close. docs/backends/mysql.md ("Keyed locks") has the details.
 //
-//   mysql://user[:password]@host[:port]/db?lock_connections=8&op_timeout=5s
+//   mysql://user[:password]@host[:port][,host[:port]...]/db?lock_connections=8&op_timeout=5s
 //
 // Lock names. A key of at most 64 characters and 192 bytes is its own
 // lock name. A longer key, or one that starts with "#sha256:", gets the name
@@ -78,7 +78,7 @@ struct MysqlKeyedOptions {
 // a bad value.
 Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeyedOptions options);
 
-// mysql://user[:password]@host[:port]/db?... (scheme mysql or mariadb): the
+// mysql://user[:password]@host[:port][,...]/db?... (scheme mysql or mariadb): the
 // contention backend's keys (MysqlOptionsFromUri) plus lock_connections and
 // op_timeout. Errors (kInvalidArgument): another scheme, no host or
 // database, an unknown query key, a value that does not parse.

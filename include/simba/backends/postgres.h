@@ -1,8 +1,16 @@
 // File: simba/backends/postgres.h
 //
-// `postgresql://user[:password]@host[:port]/db[?options]` (also
-// `postgres://`): Simba's `simba_mutex` table in PostgreSQL (tested with
-// Debian's 15), through libpq.
+// `postgresql://user[:password]@host[:port][,host[:port]...]/db[?options]`
+// (also `postgres://`): Simba's `simba_mutex` table in PostgreSQL (tested
+// with Debian's 15), through libpq.
+//
+// Several hosts are a primary and its standbys: libpq's host and port
+// lists, with target_session_attrs=read-write unless the URI sets it. A
+// session that lands on a standby (in_hot_standby, or pg_is_in_recovery()
+// before PostgreSQL 14) is refused with kFailedPrecondition naming the
+// host. Through a failover the guarantees hold with synchronous
+// replication only (Capabilities::failover; docs/backends/postgres.md,
+// "Replicated deployment").
 //
 // The table has JVM Simba's columns in PostgreSQL types (bigint times and
 // version, varchar(66) mutex, varchar(128) owner_id); lease times come from
@@ -25,10 +33,20 @@
 // (statement_timeout and lock_timeout 10 s, unless the URI sets `options`).
 //
 // URI query keys: ours are `connections`, `create_table` (on|off) and
-// `table` (default simba_mutex, a plain identifier);
-// every other key must be a libpq connection keyword (sslmode, sslrootcert,
-// application_name, connect_timeout, options, target_session_attrs, ...) and
-// is passed to libpq unchanged. Passwords are never logged.
+// `table` (default simba_mutex, a plain identifier), `password_file` (the
+// password is that file's first line; not with a password in the URI), and
+// TLS in Simba's one spelling (simba/tls.h): `tls` (off|on|verify),
+// `tls_ca`, `tls_cert`, `tls_key`, `tls_server_name`, mapped onto libpq's
+// sslmode (off: disable, on: verify-ca, verify: verify-full), sslrootcert,
+// sslcert, sslkey, and for tls_server_name the host libpq verifies (the URI's
+// host is still what is connected to). Without `tls=`, sslmode=verify-ca
+// with tls_* keys means tls=on. Every other key must be a libpq connection
+// keyword (sslmode, sslrootcert, application_name, connect_timeout, options,
+// target_session_attrs, ...) and is passed to libpq unchanged; one that says
+// otherwise than a tls key (sslmode=require with tls=verify) is an error
+// naming both. Passwords are never logged nor in errors; Capabilities::
+// transport says which sslmode is in effect ("TLS (verify)", ...).
+// docs/backends/postgres.md, "TLS and authentication", has examples.
 
 #ifndef SIMBA_BACKENDS_POSTGRES_H_
 #define SIMBA_BACKENDS_POSTGRES_H_
@@ -37,8 +55,11 @@
 #include <memory>
 #include <string>
 
+#include <optional>
 #include "simba/backend.h"
+
 #include "simba/status.h"
+#include "simba/tls.h"
 #include "simba/uri.h"
 
 namespace simba {
@@ -54,13 +75,17 @@ struct PostgresOptions {
   // The table (also the NOTIFY channel). JVM Simba's is simba_mutex;
   // another keeps separate applications in one database apart.
   std::string table = "simba_mutex";
+  // TLS in Simba's spelling, mapped onto params' sslmode, sslrootcert,
+  // sslcert, sslkey and host as above when set; unset: params alone decide
+  // (libpq's default sslmode is prefer).
+  std::optional<TlsOptions> tls;
 };
 
 // Errors (kInvalidArgument): no host, connections < 1, a key libpq does
-// not know.
+// not know, `tls` contradicting a libpq keyword in params.
 Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options);
 
-// Errors (kInvalidArgument): another scheme, several hosts, no database, an
+// Errors (kInvalidArgument): another scheme, no host, no database, an
 // unknown query key, a bad value.
 Result<PostgresOptions> postgres_options_from_uri(const Uri& uri);
 

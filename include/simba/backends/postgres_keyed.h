@@ -65,11 +65,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "simba/keyed_backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 #include "simba/uri.h"
 
 namespace simba {
@@ -83,6 +85,8 @@ struct PostgresKeyedOptions {
   int lock_connections = 8;
   // Create the token sequence when it is missing. Default on.
   bool create_sequence = true;
+  // TLS in Simba's spelling, as PostgresOptions::tls.
+  std::optional<TlsOptions> tls;
 };
 
 // The keyed-lock backend of the PostgreSQL server `options` name. Nothing

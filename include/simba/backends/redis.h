@@ -1,8 +1,9 @@
 // File: simba/backends/redis.h
 //
-// `redis://[user:password@]host:port[/db]`: mutexes in a Redis server (5 or
-// newer; tested with Debian's 7.0), wire-compatible with JVM Simba's Redis
-// backend so C++ and JVM contenders can share a mutex.
+// `redis://[user:password@]host:port[/db]` (`rediss://` for TLS): mutexes
+// in a Redis server (5 or newer; tested with Debian's 7.0), wire-compatible
+// with JVM Simba's Redis backend so C++ and JVM contenders can share a
+// mutex.
 //
 // Keys for mutex M (the braces are a Redis Cluster hash tag: all of a mutex's
 // keys live in one slot):
@@ -52,7 +53,30 @@
 // Names: the mutex must not contain '{', '}' or "@@" and the contender id
 // must not contain "@@" (JVM Simba's delimiters); both at most 512 bytes.
 //
+// TLS and authentication: `rediss://` is TLS with the server's certificate
+// and name verified (tls=verify); `redis://...?tls=on|verify` too. The keys
+// tls, tls_ca, tls_cert, tls_key and tls_server_name are simba/tls.h's.
+// TLS is Simba's own (core/net/tls_stream.h, over OpenSSL): hiredis 0.14 has
+// none. `user:password@` sends `AUTH user password` (a Redis 6 ACL user);
+// `:password@` sends `AUTH password` (the default user, or requirepass).
+// Both connections (commands and pub/sub) use the same TLS and AUTH.
+//
+// Redis Sentinel: `redis-sentinel://[user:password@]h1:p1,h2:p2,.../master[/db]`
+// finds the primary of `master` by asking the sentinels in turn
+// (SENTINEL get-master-addr-by-name, then ROLE on the node it names), follows
+// `+switch-master` on a sentinel, and looks again after a lost connection or
+// a READONLY reply. A failover is treated like a restart of a non-durable
+// server: no new lease until every lease the old primary may have granted
+// has ended (ttl + transition after the first call that meets the new
+// primary; the term is the primary's master_replid, kept in
+// `<prefix>:@@term`). `min_replicas=N` waits for N replicas to acknowledge
+// every acquisition and renewal (WAIT). Extra query keys:
+// sentinel_password, min_replicas, min_replicas_timeout.
+//
 // URI query keys:
+//   tls, tls_ca, tls_cert, tls_key, tls_server_name   see above
+//   password_file     a file whose first line is the password (instead of
+//                     one in the URI)
 //   connect_timeout   bound on connecting, per attempt (default 3s)
 //   restart_guard     on|off (default on), see above
 //   keyspace_events   auto|off (default auto: use expiry events when the
@@ -60,8 +84,10 @@
 //   key_prefix        replaces "simba" in every key and channel name
 //                     (default simba, JVM Simba's; A-Z a-z 0-9 _ - . :)
 //
-// Example:
+// Examples:
 //   auto backend = simba::open_backend("redis://:secret@10.0.0.5:6379/2");
+//   auto tls = simba::open_backend(
+//       "rediss://app:secret@redis.internal:6380?tls_ca=/etc/ssl/redis-ca.pem");
 
 #ifndef SIMBA_BACKENDS_REDIS_H_
 #define SIMBA_BACKENDS_REDIS_H_
@@ -70,9 +96,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "simba/backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 #include "simba/uri.h"
 
 namespace simba {
@@ -86,6 +114,8 @@ struct RedisOptions {
   std::string password;
   // Logical database (SELECT), >= 0.
   int database = 0;
+  // TLS (simba/tls.h); off by default, verify for rediss://.
+  TlsOptions tls;
   std::chrono::milliseconds connect_timeout{3000};
   bool restart_guard = true;
   bool keyspace_events = true;
@@ -93,18 +123,56 @@ struct RedisOptions {
   // another prefix keeps separate applications (or test runs) on one server
   // apart, at the price of JVM compatibility.
   std::string key_prefix = "simba";
+
+  // Redis Sentinel (redis-sentinel://h1:p1,h2:p2/master-name): when
+  // `sentinels` is not empty, `host` and `port` are ignored and the data
+  // node is the primary the sentinels name for `master_name` (checked with
+  // ROLE, found again after a failover). user, password, database and tls
+  // apply to the data nodes; tls also to the sentinels.
+  struct SentinelAddress {
+    std::string host;
+    std::uint16_t port = 26379;
+  };
+  std::vector<SentinelAddress> sentinels;
+  std::string master_name;
+  // AUTH for the sentinels (`requirepass` in sentinel.conf); empty: none.
+  std::string sentinel_password;
+  // Redis Cluster (redis-cluster://h1:p1,h2:p2,...): when `cluster_nodes`
+  // is not empty, `host`, `port` and `sentinels` are ignored; these nodes
+  // are asked for the slot map (CLUSTER SLOTS), and every call goes to the
+  // primary serving the mutex's slot (all of a mutex's keys are in one
+  // slot: simba:{M}...), following MOVED and ASK. Messages go by sharded
+  // pub/sub (SPUBLISH/SSUBSCRIBE, Redis 7), one subscriber connection per
+  // shard; keyspace events are not used. A node promoted from a replica
+  // grants no new lease on a mutex for ttl + transition from its first use
+  // there (the failover guard, per mutex in its fence hash). database must
+  // be 0. user, password and tls apply to every node.
+  struct NodeAddress {
+    std::string host;
+    std::uint16_t port = 6379;
+  };
+  std::vector<NodeAddress> cluster_nodes;
+  // After each acquisition or renewal, `WAIT min_replicas` for at most
+  // min_replicas_timeout: a write fewer replicas acknowledged is not counted
+  // (an acquisition is released again and reported kUnavailable). 0: off.
+  int min_replicas = 0;
+  std::chrono::milliseconds min_replicas_timeout{500};
 };
 
 // Creates the backend. It connects lazily, so a server that is down now
 // makes calls fail with kUnavailable until it is back, rather than this.
 // Errors (kInvalidArgument): an empty host, port 0, a negative database, a
-// non-positive connect_timeout or a bad key_prefix.
+// non-positive connect_timeout, a bad key_prefix, TLS options that do not
+// validate or files OpenSSL cannot load (named by path, never shown).
 Result<std::shared_ptr<Backend>> new_redis_backend(RedisOptions options);
 
-// redis://[user:password@]host[:port][/db][?query]; the port defaults to
-// 6379 and the database to 0. Errors (kInvalidArgument): another scheme,
-// several hosts, a path that is not a database number, an unknown query key
-// or a bad value.
+// redis://[user:password@]host[:port][/db][?query], or rediss:// (TLS); the
+// port defaults to 6379 and the database to 0. redis-sentinel:// and
+// rediss-sentinel:// name sentinels and a master; redis-cluster:// and
+// rediss-cluster:// name cluster nodes (host:port,...; no database). Errors (kInvalidArgument):
+// another scheme, several hosts, a path that is not a database number, an
+// unknown query key, a bad value, a password both in the URI and in
+// password_file, or a password_file that cannot be read.
 Result<RedisOptions> redis_options_from_uri(const Uri& uri);
 
 }  // namespace simba

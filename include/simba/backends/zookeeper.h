@@ -40,11 +40,18 @@
 // judged by its own writes (a lowest node never written gets a whole lease
 // from when a waiter first saw it in front).
 //
-// Loss signals: when the connection drops (Curator's SUSPENDED) every owner
-// on this backend is told at once (MutexEvent::kLost) and stops believing it
-// owns its mutex until a renewal succeeds again; when the session expires,
-// every node of this backend is gone, owners are told, and the next call
-// opens a new session and enters the elections again. An owner also
+// Loss signals: when the connection drops (Curator's SUSPENDED) the client
+// moves the session to another member of the ensemble; owners keep their
+// hold meanwhile, but no longer than 2/3 of the session timeout after the
+// servers last heard from the session (a keepalive read every third of the
+// timeout keeps that recent) nor past their lease: then every owner on this
+// backend is told (MutexEvent::kLost) and stops believing it owns its
+// mutex until a renewal succeeds again. A call that loses its connection
+// tries again once reconnected, within its deadline. When the session
+// expires, every node of this backend is gone, owners are told, and the
+// next call opens a new session and enters the elections again. A create
+// whose reply is lost is found again by its protected name (after a sync,
+// so a member that has not caught up yet cannot hide it). An owner also
 // watches its own node, so a forced release or an eviction reaches it at
 // once.
 //
@@ -65,7 +72,31 @@
 // Names: a mutex must not contain '/' and must not be "." or ".."; at most
 // 512 bytes. The contender id is the node's data (at most 512 bytes).
 //
+// Authentication and ACLs: with a user (zookeeper://user:password@hosts, or
+// the password from password_file=PATH) the session authenticates with
+// ZooKeeper's digest scheme (zoo_add_auth "digest" "user:password", sent
+// again by the client on every reconnection) before any call uses it, and
+// every node Simba creates (the root's components it makes, the mutex nodes,
+// the participants, the heartbeats) gets the ACL "all permissions for the
+// creating user" (the `auth` scheme) plus, with read_acl=anyone, read
+// permission for everyone. Two backends with the same user share elections
+// as before; another user (or none) can neither join, nor delete, nor write
+// them, nor (read_acl=creator, the default) read them. Nodes that exist
+// already keep their ACL. Without a user every node is open
+// (ZOO_OPEN_ACL_UNSAFE), as before. ZooKeeper's digest scheme accepts any
+// password when the session authenticates: a wrong one shows when the nodes
+// refuse it (ZNOAUTH), and is reported as an authentication failure.
+//
+// TLS: not available. Debian's C client (libzookeeper-mt 3.8) is built
+// without OpenSSL (no zookeeper_init_ssl), so tls=on|verify and the tls_*
+// keys are refused; tls=off is accepted. Capabilities::transport is
+// "plain text".
+//
 // URI query keys:
+//   password_file    the password, from the file's first line (with a user)
+//   read_acl         creator (default) or anyone: who may read our nodes
+//                    (with a user only)
+//   tls              off only (see above)
 //   root             the parent of every mutex node (default /simba)
 //   session_timeout  asked of the server (default 10s; the server clamps it
 //                    to [2, 20] x its tickTime)
@@ -85,6 +116,7 @@
 
 #include "simba/backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 #include "simba/uri.h"
 
 namespace simba {
@@ -96,17 +128,29 @@ struct ZookeeperOptions {
   std::string root = "/simba";
   std::chrono::milliseconds session_timeout{10000};
   std::chrono::milliseconds connect_timeout{3000};
+  // Digest authentication: empty user, none (and every node open). With a
+  // user the password must not be empty; the user must not contain ':'.
+  std::string user;
+  std::string password;
+  // Who may read the nodes Simba creates when a user is given: only that
+  // user (kCreator), or everyone (kAnyone; still nobody else may change or
+  // delete them).
+  enum class ReadAcl { kCreator, kAnyone };
+  ReadAcl read_acl = ReadAcl::kCreator;
+  // Must stay off: the C client has no TLS (see above).
+  TlsOptions tls;
 };
 
 // Creates the backend. It connects lazily, so an ensemble that is down now
 // makes calls fail with kUnavailable until it is back, rather than this.
 // Errors (kInvalidArgument): an empty connect string, a bad root, a
-// non-positive timeout.
+// non-positive timeout, a user without a password (or with ':'), TLS.
 Result<std::shared_ptr<Backend>> new_zookeeper_backend(ZookeeperOptions options);
 
-// zookeeper://host[:port][,host[:port]...][/chroot][?query]; ports default
-// to 2181. Errors (kInvalidArgument): another scheme, no host, user info, an
-// unknown query key or a bad value.
+// zookeeper://[user[:password]@]host[:port][,host[:port]...][/chroot][?query];
+// ports default to 2181. Errors (kInvalidArgument): another scheme, no host,
+// a user without a password (in the URI or password_file), an unknown query
+// key or a bad value, TLS. Errors never show the password.
 Result<ZookeeperOptions> zookeeper_options_from_uri(const Uri& uri);
 
 }  // namespace simba

@@ -1,11 +1,13 @@
-// The etcd backend: see include/simba/backends/etcd.h for the contract and
-// etcd_client.h for why it speaks the JSON gateway over a socket of its own.
+// The etcd backend: see include/simba/backends/etcd.h for the contract. It
+// speaks etcd's v3 gRPC API (etcd.proto; etcd_client.h opens the channels).
 //
-// Two connections per backend:
-//   RequestChannel  every store call, one at a time; a call pipelines the
-//                   requests it needs (e.g. lease keep-alive + transaction)
-//                   so most calls are one round trip
-//   Watcher         one watch on the whole key prefix, read by one thread
+// Two channels (two connections) per backend:
+//   RequestChannel  every store call, one at a time, each RPC with the
+//                   call's deadline; a keep-alive travels with the
+//                   transaction it precedes, and lookups of many leases
+//                   go out at once, so most calls are one round trip
+//   Watcher         one watch stream on the whole key prefix, read by one
+//                   thread
 //                   that wakes the waiter queued behind a deleted key, tells
 //                   an owner whose key vanished (kLost), and keeps the
 //                   contenders' queue positions (Holder) that the calls and
@@ -20,7 +22,6 @@
 #include "simba/backends/etcd.h"
 
 #include <algorithm>
-#include <charconv>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,17 +50,14 @@ using internal::Backoff;
 using internal::ListenerHub;
 using internal::TurnGate;
 using internal::Worker;
-using internal::etcd::base64_decode;
-using internal::etcd::base64_encode;
+using internal::etcd::Auth;
 using internal::etcd::Endpoint;
-using internal::etcd::HttpConnection;
-using internal::etcd::HttpRequest;
-using internal::etcd::HttpResponse;
-using internal::etcd::int64_field;
-using internal::etcd::Json;
-using internal::etcd::parse_reply;
-using internal::etcd::parse_stream_line;
+using internal::etcd::error_status;
+using internal::etcd::grpc_deadline;
+using internal::etcd::open_channel;
 using internal::etcd::prefix_end;
+using internal::etcd::wait_connected;
+namespace pb = etcdserverpb;
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -70,6 +69,25 @@ constexpr std::size_t kRecentDeletes = 4096;
 constexpr std::size_t kListBatch = 100;
 // Rounds of one acquire_or_renew call when the store changed under it.
 constexpr int kAcquireRounds = 4;
+// With several endpoints, one attempt of a call gets half the time left,
+// but at least kMinAttempt and at most kMaxAttempt, so a member that
+// answers nothing (paused, cut off, holding a proposal that went to a leader
+// that died: etcd answers those only at its request timeout, 5 s + 2
+// election timeouts) leaves time for the next one. etcd answers in
+// milliseconds otherwise; a repeated call is safe (see call()).
+constexpr milliseconds kMinAttempt{250};
+constexpr milliseconds kMaxAttempt{1000};
+// The pause after every endpoint failed once in a row: doubling from the
+// first, up to the max, within the call's deadline (an election takes about
+// one election timeout, 1 s by default).
+constexpr milliseconds kFirstRoundPause{50};
+constexpr milliseconds kMaxRoundPause{500};
+
+// gRPC metadata that makes a member without a leader refuse a call at once
+// ("etcdserver: no leader") instead of holding it until its request timeout,
+// and cancel a watch stream once it has had no leader for three election
+// timeouts (etcd's clientv3.WithRequireLeader).
+void require_leader(grpc::ClientContext* context) { context->AddMetadata("hasleader", "true"); }
 
 StoreTime wall_now() {
   return std::chrono::duration_cast<milliseconds>(
@@ -157,7 +175,7 @@ bool parse_key(std::string_view prefix, std::string_view key, std::string* mutex
   return decode_mutex(key.substr(head, key.size() - 17 - head), mutex);
 }
 
-// One key-value as etcd reports it, bytes decoded.
+// One key-value as etcd reports it.
 struct Kv {
   std::string key;
   std::string value;
@@ -167,119 +185,108 @@ struct Kv {
   std::int64_t lease = 0;
 };
 
-bool parse_kv(const Json& json, Kv* kv) {
-  if (!json.is_object()) return false;
-  if (!base64_decode(json.value("key", std::string()), &kv->key)) return false;
-  if (!base64_decode(json.value("value", std::string()), &kv->value)) return false;
-  kv->create_revision = int64_field(json, "create_revision");
-  kv->mod_revision = int64_field(json, "mod_revision");
-  kv->version = int64_field(json, "version");
-  kv->lease = int64_field(json, "lease");
-  return true;
+Kv kv_of(const mvccpb::KeyValue& kv) {
+  return Kv{kv.key(),          kv.value(),   kv.create_revision(),
+            kv.mod_revision(), kv.version(), kv.lease()};
 }
 
 // The kvs of a range reply (or of a transaction's response_range).
-Result<std::vector<Kv>> kvs_of(const Json& range, std::string_view context) {
+std::vector<Kv> kvs_of(const pb::RangeResponse& range) {
   std::vector<Kv> kvs;
-  if (!range.is_object()) return internal_error(std::string(context) + ": malformed range reply");
-  const auto it = range.find("kvs");
-  if (it == range.end()) return kvs;
-  if (!it->is_array()) return internal_error(std::string(context) + ": malformed range reply");
-  for (const Json& item : *it) {
-    Kv kv;
-    if (!parse_kv(item, &kv)) {
-      return internal_error(std::string(context) + ": malformed key-value in a reply");
-    }
-    kvs.push_back(std::move(kv));
-  }
+  kvs.reserve(static_cast<std::size_t>(range.kvs_size()));
+  for (const mvccpb::KeyValue& kv : range.kvs()) kvs.push_back(kv_of(kv));
   return kvs;
 }
 
-std::int64_t header_revision(const Json& reply) {
-  const auto it = reply.find("header");
-  return it == reply.end() ? 0 : int64_field(*it, "revision");
-}
-
-// ---- request bodies ---------------------------------------------------------------
-
-HttpRequest post(std::string path, const Json& body) { return {std::move(path), body.dump()}; }
+// ---- requests ---------------------------------------------------------------------
 
 // A range over every key of `mutex_prefix`, sorted by create revision.
-Json range_op(const std::string& mutex_prefix, bool ascending, int limit, bool keys_only,
-              std::int64_t max_create_revision = 0) {
-  Json range = {{"key", base64_encode(mutex_prefix)},
-                {"range_end", base64_encode(prefix_end(mutex_prefix))},
-                {"sort_order", ascending ? "ASCEND" : "DESCEND"},
-                {"sort_target", "CREATE"},
-                {"limit", std::to_string(limit)}};
-  if (keys_only) range["keys_only"] = true;
-  if (max_create_revision > 0) range["max_create_revision"] = std::to_string(max_create_revision);
+pb::RangeRequest range_op(const std::string& mutex_prefix, bool ascending, int limit,
+                          bool keys_only, std::int64_t max_create_revision = 0) {
+  pb::RangeRequest range;
+  range.set_key(mutex_prefix);
+  range.set_range_end(prefix_end(mutex_prefix));
+  range.set_sort_order(ascending ? pb::RangeRequest::ASCEND : pb::RangeRequest::DESCEND);
+  range.set_sort_target(pb::RangeRequest::CREATE);
+  range.set_limit(limit);
+  range.set_keys_only(keys_only);
+  if (max_create_revision > 0) range.set_max_create_revision(max_create_revision);
   return range;
 }
 
-Json request_range(Json range) { return Json{{"request_range", std::move(range)}}; }
-
-// A transaction's comparison: the key (base64) has this create revision
-// (0: the key does not exist).
-Json created_at(const std::string& key64, std::int64_t create_revision) {
-  return Json::array({Json{{"key", key64},
-                           {"target", "CREATE"},
-                           {"result", "EQUAL"},
-                           {"create_revision", std::to_string(create_revision)}}});
+void add_range(google::protobuf::RepeatedPtrField<pb::RequestOp>* ops, pb::RangeRequest range) {
+  *ops->Add()->mutable_request_range() = std::move(range);
 }
 
-HttpRequest lease_grant(std::int64_t lease, std::int64_t ttl_seconds) {
-  return post("/v3/lease/grant",
-              {{"ID", std::to_string(lease)}, {"TTL", std::to_string(ttl_seconds)}});
-}
-HttpRequest lease_keep_alive(std::int64_t lease) {
-  return post("/v3/lease/keepalive", {{"ID", std::to_string(lease)}});
-}
-HttpRequest lease_revoke(std::int64_t lease) {
-  return post("/v3/lease/revoke", {{"ID", std::to_string(lease)}});
-}
-HttpRequest lease_time_to_live(std::int64_t lease) {
-  return post("/v3/lease/timetolive", {{"ID", std::to_string(lease)}});
+// A transaction's comparison: the key has this create revision (0: the key
+// does not exist).
+void add_created_at(pb::TxnRequest* txn, const std::string& key, std::int64_t create_revision) {
+  pb::Compare* compare = txn->add_compare();
+  compare->set_key(key);
+  compare->set_target(pb::Compare::CREATE);
+  compare->set_result(pb::Compare::EQUAL);
+  compare->set_create_revision(create_revision);
 }
 
 // The one transaction of acquire_or_renew: if our key is missing, create it
 // (value: our id, attached to our lease) and read the lowest key and the two
 // newest (ours and the one just below); otherwise read our key, the lowest
 // key and, when we know our create revision, the key just below ours.
-HttpRequest acquire_txn(const std::string& mutex_prefix, const std::string& key,
-                        const std::string& contender_id, std::int64_t lease,
-                        std::int64_t known_create_revision) {
-  const std::string key64 = base64_encode(key);
-  Json lowest = request_range(range_op(mutex_prefix, true, 1, false));
-  Json failure = Json::array({request_range(Json{{"key", key64}}), lowest});
-  if (known_create_revision > 1) {
-    failure.push_back(
-        request_range(range_op(mutex_prefix, false, 1, true, known_create_revision - 1)));
-  }
-  Json put = {
-      {"request_put",
-       {{"key", key64}, {"value", base64_encode(contender_id)}, {"lease", std::to_string(lease)}}}};
-  // The mutex's record (see RecordKey), created once, so that list()
+pb::TxnRequest acquire_txn(const std::string& mutex_prefix, const std::string& key,
+                           const std::string& contender_id, std::int64_t lease,
+                           std::int64_t known_create_revision) {
+  pb::TxnRequest txn;
+  add_created_at(&txn, key, 0);
+  pb::PutRequest* put = txn.add_success()->mutable_request_put();
+  put->set_key(key);
+  put->set_value(contender_id);
+  put->set_lease(lease);
+  add_range(txn.mutable_success(), range_op(mutex_prefix, true, 1, false));
+  add_range(txn.mutable_success(), range_op(mutex_prefix, false, 2, true));
+  // The mutex's record (see parse_record_key), created once, so that list()
   // shows a mutex that is free now but was used.
-  const std::string record64 = base64_encode(mutex_prefix.substr(0, mutex_prefix.size() - 1));
-  Json record = {{"request_txn",
-                  {{"compare", created_at(record64, 0)},
-                   {"success", Json::array({Json{{"request_put", {{"key", record64}}}}})}}}};
-  Json success =
-      Json::array({std::move(put), std::move(lowest),
-                   request_range(range_op(mutex_prefix, false, 2, true)), std::move(record)});
-  return post("/v3/kv/txn", {{"compare", created_at(key64, 0)},
-                             {"success", std::move(success)},
-                             {"failure", std::move(failure)}});
+  const std::string record = mutex_prefix.substr(0, mutex_prefix.size() - 1);
+  pb::TxnRequest* record_txn = txn.add_success()->mutable_request_txn();
+  add_created_at(record_txn, record, 0);
+  record_txn->add_success()->mutable_request_put()->set_key(record);
+
+  pb::RangeRequest ours;
+  ours.set_key(key);
+  add_range(txn.mutable_failure(), std::move(ours));
+  add_range(txn.mutable_failure(), range_op(mutex_prefix, true, 1, false));
+  if (known_create_revision > 1) {
+    add_range(txn.mutable_failure(),
+              range_op(mutex_prefix, false, 1, true, known_create_revision - 1));
+  }
+  return txn;
+}
+
+// A waiter's poll or an owner's full check when our key is known to exist
+// with `create_revision`: if it still does, read it, the lowest key and the
+// key just below ours (the responses acquire_txn's failure branch gives);
+// otherwise nothing. Read-only, so etcd serves it as a linearizable read: no
+// raft entry, no fsync, and after a leader change the answer is "leader
+// changed" at once instead of a proposal that waits for its timeout.
+pb::TxnRequest check_txn(const std::string& mutex_prefix, const std::string& key,
+                         std::int64_t create_revision) {
+  pb::TxnRequest txn;
+  add_created_at(&txn, key, create_revision);
+  pb::RangeRequest ours;
+  ours.set_key(key);
+  add_range(txn.mutable_success(), std::move(ours));
+  add_range(txn.mutable_success(), range_op(mutex_prefix, true, 1, false));
+  if (create_revision > 1) {
+    add_range(txn.mutable_success(), range_op(mutex_prefix, false, 1, true, create_revision - 1));
+  }
+  return txn;
 }
 
 // Deletes `key` if it still has `create_revision`.
-HttpRequest delete_if_created_at(const std::string& key, std::int64_t create_revision) {
-  const std::string key64 = base64_encode(key);
-  Json success = Json::array({Json{{"request_delete_range", {{"key", key64}}}}});
-  return post("/v3/kv/txn", {{"compare", created_at(key64, create_revision)},
-                             {"success", std::move(success)},
-                             {"failure", Json::array()}});
+pb::TxnRequest delete_if_created_at(const std::string& key, std::int64_t create_revision) {
+  pb::TxnRequest txn;
+  add_created_at(&txn, key, create_revision);
+  txn.add_success()->mutable_request_delete_range()->set_key(key);
+  return txn;
 }
 
 // An operator's release: if `owner_key` still has `create_revision`, deletes
@@ -288,15 +295,21 @@ HttpRequest delete_if_created_at(const std::string& key, std::int64_t create_rev
 // this returns, would otherwise make it the next owner with a token below the
 // floor. The waiters see their keys deleted and queue again, with keys (and
 // so tokens) created after it, as ZooKeeper's waiters do.
-HttpRequest delete_queue_if_owner_created_at(const std::string& mutex_prefix,
-                                             const std::string& owner_key,
-                                             std::int64_t create_revision) {
-  Json success = Json::array({Json{{"request_delete_range",
-                                    {{"key", base64_encode(mutex_prefix)},
-                                     {"range_end", base64_encode(prefix_end(mutex_prefix))}}}}});
-  return post("/v3/kv/txn", {{"compare", created_at(base64_encode(owner_key), create_revision)},
-                             {"success", std::move(success)},
-                             {"failure", Json::array()}});
+pb::TxnRequest delete_queue_if_owner_created_at(const std::string& mutex_prefix,
+                                                const std::string& owner_key,
+                                                std::int64_t create_revision) {
+  pb::TxnRequest txn;
+  add_created_at(&txn, owner_key, create_revision);
+  pb::DeleteRangeRequest* all = txn.add_success()->mutable_request_delete_range();
+  all->set_key(mutex_prefix);
+  all->set_range_end(prefix_end(mutex_prefix));
+  return txn;
+}
+
+pb::LeaseKeepAliveRequest keep_alive_request(std::int64_t lease) {
+  pb::LeaseKeepAliveRequest request;
+  request.set_id(lease);
+  return request;
 }
 
 // ---- connecting ---------------------------------------------------------------------
@@ -310,52 +323,92 @@ std::string describe_endpoints(const std::vector<Endpoint>& endpoints) {
   return out;
 }
 
-// Connects to the first endpoint that answers, starting at *next; *next is
-// left at the one that answered (or after the last one tried).
-Result<std::unique_ptr<HttpConnection>> connect_any(const std::vector<Endpoint>& endpoints,
-                                                    std::size_t* next, milliseconds connect_timeout,
-                                                    Deadline deadline, bool tcp_keepalive) {
+// A channel connected to the first endpoint that answers, trying them in
+// order from *next (each for at most connect_timeout, all by `deadline`);
+// *next is left at the one that answered (or after the last one tried).
+// When none answered: the last endpoint's error if every one was tried,
+// kDeadlineExceeded if the deadline came first. `keepalive`: see
+// open_channel.
+Result<std::shared_ptr<grpc::Channel>> connect_any(const std::vector<Endpoint>& endpoints,
+                                                   std::size_t* next, milliseconds connect_timeout,
+                                                   Deadline deadline, bool keepalive,
+                                                   const TlsOptions& tls) {
   Status last = deadline_exceeded_error("etcd at " + describe_endpoints(endpoints) +
                                         ": deadline passed before connecting");
   const std::size_t first = *next;
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const auto now = steady_clock::now();
-    if (now >= deadline) break;
-    const std::size_t at = (first + i) % endpoints.size();
-    auto conn = HttpConnection::open(endpoints[at], std::min(deadline, now + connect_timeout),
-                                     tcp_keepalive);
-    if (conn.ok()) {
-      *next = at;
-      return conn;
+    if (now >= deadline) {
+      // Not every endpoint was tried: the deadline, not the cluster, ended
+      // this (kDeadlineExceeded, so the caller may try again).
+      if (i > 0) last = deadline_exceeded_error(last.message());
+      break;
     }
-    last = conn.status();
+    const std::size_t at = (first + i) % endpoints.size();
+    // An unreadable key file is the same for every endpoint.
+    SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                           open_channel(endpoints[at], keepalive, tls));
+    last = wait_connected(*channel, endpoints[at], std::min(deadline, now + connect_timeout));
+    if (last.code() == StatusCode::kUnavailable) {
+      last =
+          unavailable_error(last.message() + internal::etcd::transport_hint(last.message(), tls));
+    }
+    if (last.ok()) {
+      *next = at;
+      return channel;
+    }
     *next = (at + 1) % endpoints.size();
   }
   return last;
 }
 
-// ---- the request connection ---------------------------------------------------------
+// ---- the request channel ------------------------------------------------------------
 
 class RequestChannel {
  public:
   // `left_endpoint(i)` is called (with the call's turn held) when calls
   // leave endpoint i because it failed them, so the watch can leave it too.
-  RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout,
-                 std::function<void(std::size_t)> left_endpoint)
+  RequestChannel(std::vector<Endpoint> endpoints, milliseconds connect_timeout, TlsOptions tls,
+                 std::shared_ptr<Auth> auth, std::function<void(std::size_t)> left_endpoint)
       : endpoints_(std::move(endpoints)),
         described_("etcd at " + describe_endpoints(endpoints_)),
         connect_timeout_(connect_timeout),
+        tls_(std::move(tls)),
+        auth_(std::move(auth)),
         left_endpoint_(std::move(left_endpoint)) {}
 
   const std::string& describe() const { return described_; }
 
-  // One call's exclusive use of the connection, waiting for its turn no
-  // longer than the call's deadline. (Not std::timed_mutex: its
-  // try_lock_until is invisible to ThreadSanitizer on this glibc.)
+  struct Stubs {
+    std::shared_ptr<grpc::Channel> channel;
+    std::unique_ptr<pb::KV::Stub> kv;
+    std::unique_ptr<pb::Lease::Stub> lease;
+    std::unique_ptr<pb::Cluster::Stub> cluster;
+    std::unique_ptr<pb::Maintenance::Stub> maintenance;
+  };
+
+  // A keep-alive in flight (see Turn::start_keep_alive).
+  struct KeepAlive {
+    std::int64_t lease = 0;
+    std::string token;  // the auth token it carries
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::ClientReaderWriter<pb::LeaseKeepAliveRequest, pb::LeaseKeepAliveResponse>>
+        stream;
+    Status error;
+  };
+
+  // One call's exclusive use of the channel, waiting for its turn no longer
+  // than the call's deadline (which is also every RPC's gRPC deadline).
+  // (Not std::timed_mutex: its try_lock_until is invisible to
+  // ThreadSanitizer on this glibc.)
   class Turn {
    public:
-    Turn(RequestChannel* channel, Deadline deadline)
-        : channel_(channel), deadline_(deadline), turn_(channel->turn_.take(deadline)) {}
+    Turn(RequestChannel* channel, Deadline deadline, std::string context)
+        : channel_(channel),
+          deadline_(deadline),
+          attempt_deadline_(deadline),
+          context_(std::move(context)),
+          turn_(channel->turn_.take(deadline)) {}
 
     Status status() const {
       if (turn_.taken()) return ok_status();
@@ -363,82 +416,379 @@ class RequestChannel {
                                      ": deadline passed while waiting for the request connection");
     }
 
-    // Writes the requests at once and reads every reply, in order. A failed
-    // or late call closes the connection, and the next call tries the next
-    // endpoint first: an endpoint that resets, or that accepts connections
-    // but answers nothing (a paused or cut-off member), must not hold every
-    // later call until its deadline while another endpoint could serve it.
-    Result<std::vector<HttpResponse>> call(const std::vector<HttpRequest>& requests) {
-      SIMBA_ASSIGN_OR_RETURN(HttpConnection * conn, channel_->connected_locked(deadline_));
-      auto replies = conn->call(requests, deadline_);
-      if (!replies.ok()) {
-        channel_->leave_locked();
-      } else if (!conn->reusable()) {
-        channel_->drop_locked(false);
-      }
-      return replies;
+    Result<pb::RangeResponse> range(const pb::RangeRequest& request) {
+      return call(&Stubs::kv, &pb::KV::Stub::Range, request);
+    }
+    Result<pb::TxnResponse> txn(const pb::TxnRequest& request) {
+      return call(&Stubs::kv, &pb::KV::Stub::Txn, request);
+    }
+    Result<pb::LeaseGrantResponse> grant(std::int64_t lease, std::int64_t ttl_seconds) {
+      pb::LeaseGrantRequest request;
+      request.set_id(lease);
+      request.set_ttl(ttl_seconds);
+      return call(&Stubs::lease, &pb::Lease::Stub::LeaseGrant, request);
+    }
+    Result<pb::LeaseRevokeResponse> revoke(std::int64_t lease) {
+      pb::LeaseRevokeRequest request;
+      request.set_id(lease);
+      return call(&Stubs::lease, &pb::Lease::Stub::LeaseRevoke, request);
+    }
+    Result<pb::LeaseTimeToLiveResponse> time_to_live(std::int64_t lease) {
+      pb::LeaseTimeToLiveRequest request;
+      request.set_id(lease);
+      return call(&Stubs::lease, &pb::Lease::Stub::LeaseTimeToLive, request);
     }
 
-    // The server answered but cannot serve (no leader, ...): close the
-    // connection and try the next endpoint first next time. (Nothing to do
-    // if the call itself failed: it left the endpoint already.)
-    void abandon() {
-      if (channel_->conn_) channel_->leave_locked();
+    // The cluster's members (linearizable: as the leader knows them), and
+    // the status of the member this channel is on (`simba doctor`).
+    Result<pb::MemberListResponse> members() {
+      pb::MemberListRequest request;
+      request.set_linearizable(true);
+      return call(&Stubs::cluster, &pb::Cluster::Stub::MemberList, request);
+    }
+    Result<pb::StatusResponse> member_status() {
+      return call(&Stubs::maintenance, &pb::Maintenance::Stub::Status, pb::StatusRequest());
     }
 
-    // One request and its reply parsed; a server that cannot serve is left
-    // (Abandon).
-    Result<Json> call_parsed(HttpRequest request, std::string_view context) {
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, call({std::move(request)}));
-      auto reply = parse_reply(replies[0], context);
-      if (reply.status().code() == StatusCode::kUnavailable) abandon();
-      return reply;
+    // A keep-alive is a stream in gRPC: this one carries one request (and
+    // says so, so the server ends it after its answer). It is sent here and
+    // its answer read by finish_keep_alive, so another call can travel
+    // meanwhile: one round trip for both.
+    std::unique_ptr<KeepAlive> start_keep_alive(std::int64_t lease) {
+      attempt_deadline_ = attempt_deadline(steady_clock::now());
+      return start_keep_alive_once(lease);
     }
+    Result<pb::LeaseKeepAliveResponse> finish_keep_alive(KeepAlive& keep) {
+      Result<pb::LeaseKeepAliveResponse> first = finish_keep_alive_once(keep);
+      if (first.ok() || !transient(first.status())) return first;
+      // Once more on the next endpoint (a keep-alive is safe to repeat).
+      return retrying<pb::LeaseKeepAliveResponse>(
+          [&] { return finish_keep_alive_once(*start_keep_alive_once(keep.lease)); },
+          first.status());
+    }
+    Result<pb::LeaseKeepAliveResponse> keep_alive(std::int64_t lease) {
+      return finish_keep_alive(*start_keep_alive(lease));
+    }
+
+    // Several independent calls at once (one round trip), on a completion
+    // queue of their own: `start(i, context, queue)` starts the ith. The
+    // results in order. If one failed transiently, the whole batch goes
+    // again (batches are reads and deletes conditional on a create
+    // revision, safe to repeat).
+    template <typename Response, typename Start>
+    Result<std::vector<Result<Response>>> batch(std::size_t n, Start start) {
+      return retrying<std::vector<Result<Response>>>(
+          [&]() -> Result<std::vector<Result<Response>>> {
+            SIMBA_ASSIGN_OR_RETURN(auto results, batch_once<Response>(n, start, true));
+            for (const auto& result : results) {
+              if (!result.ok() && transient(result.status())) return result.status();
+            }
+            return results;
+          });
+    }
+
+    // The gRPC code of the last call that failed.
+    grpc::StatusCode last_code() const { return last_code_; }
+    // Whether the last call took more than one attempt (an earlier one may
+    // have been applied although its answer was lost).
+    bool retried() const { return retried_; }
 
    private:
+    // Whether a failed call may succeed on another attempt (on the next
+    // endpoint): no connection, no leader, "leader changed", "request
+    // timed out", the attempt's own deadline. The caller's deadline is
+    // checked by retrying().
+    static bool transient(const Status& status) {
+      return status.code() == StatusCode::kUnavailable ||
+             status.code() == StatusCode::kDeadlineExceeded;
+    }
+
+    // The deadline of an attempt starting at `now`: the call's with one
+    // endpoint; with several, half of the time left (within kMinAttempt and
+    // kMaxAttempt), so that a member that answers nothing leaves time for
+    // another.
+    Deadline attempt_deadline(steady_clock::time_point now) const {
+      if (channel_->endpoints_.size() < 2 || deadline_ <= now) return deadline_;
+      const auto half = (deadline_ - now) / 2;
+      return std::min(deadline_,
+                      now + std::clamp<steady_clock::duration>(half, kMinAttempt, kMaxAttempt));
+    }
+
+    // Runs `attempt` (which uses attempt_deadline_) until it succeeds, fails
+    // for good, or the call's deadline leaves no time for another attempt.
+    // A transient failure has already left its endpoint (failed()), so the
+    // next attempt goes to the next endpoint, in the URI's order; after
+    // every endpoint failed once in a row, a pause (kFirstRoundPause,
+    // doubling up to kMaxRoundPause), and never before the connection's
+    // reconnect backoff allows. `first_failure`: an attempt already made.
+    // The error of the last attempt, saying how many there were.
+    template <typename T, typename Attempt>
+    Result<T> retrying(Attempt attempt, Status first_failure = ok_status()) {
+      retried_ = false;
+      const std::size_t endpoints = channel_->endpoints_.size();
+      Status last = std::move(first_failure);
+      int attempts = last.ok() ? 0 : 1;
+      milliseconds round_pause = kFirstRoundPause;
+      for (;;) {
+        if (attempts > 0) {
+          auto resume = steady_clock::now();
+          if (attempts % static_cast<int>(endpoints) == 0) {
+            resume += round_pause;
+            round_pause = std::min(round_pause * 2, kMaxRoundPause);
+          }
+          resume = std::max(resume, channel_->backoff_.ready_at());
+          // Too late for another attempt: say what the last one met.
+          if (resume + milliseconds(10) >= deadline_) {
+            return Status(last.code(), last.message() + " (" + std::to_string(attempts) +
+                                           (attempts == 1 ? " attempt" : " attempts") +
+                                           " before the call's deadline)");
+          }
+          std::this_thread::sleep_until(resume);
+          retried_ = true;
+        }
+        attempt_deadline_ = attempt_deadline(steady_clock::now());
+        connect_failed_ = false;
+        Result<T> result = attempt();
+        ++attempts;
+        if (result.ok() || !transient(result.status()) || connect_failed_) return result;
+        last = result.status();
+        if (attempts == 1 || attempts % 10 == 0) {
+          SIMBA_LOG(kDebug, last << "; trying again (attempt " << attempts + 1 << ")");
+        }
+      }
+    }
+
+    // The channel for this attempt. A connection that none of the
+    // endpoints would take (each refused or failed: kUnavailable, also
+    // while the reconnect backoff runs after that) ends the call at once,
+    // as it did before clusters: the store is down or the URI is wrong, and
+    // the caller should hear so now. A connection cut short by the
+    // attempt's deadline (a member that accepts and answers nothing) is
+    // retried.
+    Result<Stubs*> connect() {
+      auto stubs = channel_->connected_locked(attempt_deadline_);
+      connect_failed_ = !stubs.ok() && stubs.status().code() == StatusCode::kUnavailable;
+      return stubs;
+    }
+
+    std::unique_ptr<KeepAlive> start_keep_alive_once(std::int64_t lease) {
+      auto keep = std::make_unique<KeepAlive>();
+      keep->lease = lease;
+      auto stubs = connect();
+      if (!stubs.ok()) {
+        keep->error = stubs.status();
+        return keep;
+      }
+      keep->context.set_deadline(grpc_deadline(attempt_deadline_));
+      require_leader(&keep->context);
+      auto token = authorize(keep->context, **stubs);
+      if (!token.ok()) {
+        keep->error = token.status();
+        return keep;
+      }
+      keep->token = std::move(*token);
+      keep->stream = (*stubs)->lease->LeaseKeepAlive(&keep->context);
+      // A failed write shows in the read and the status that follow.
+      (void)keep->stream->WriteLast(keep_alive_request(lease), grpc::WriteOptions());
+      return keep;
+    }
+    Result<pb::LeaseKeepAliveResponse> finish_keep_alive_once(KeepAlive& keep) {
+      if (!keep.stream) return keep.error;
+      pb::LeaseKeepAliveResponse response;
+      const bool read = keep.stream->Read(&response);
+      if (!read) keep.context.TryCancel();
+      const grpc::Status status = keep.stream->Finish();
+      if (!read) {
+        if (!keep.token.empty() && channel_->auth_->refused_token(keep.token, status)) {
+          // The token expired: once more with a new one (the lease is
+          // still ours until its TTL, so this is no less safe).
+          auto again = start_keep_alive_once(keep.lease);
+          again->token.clear();  // no third attempt
+          return finish_keep_alive_once(*again);
+        }
+        return failed(status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                                 "the keep-alive stream ended without a reply")
+                                  : status);
+      }
+      return response;
+    }
+
+    // The auth token for a call on `stubs` (added to `context`; "" without
+    // auth). A failure to authenticate that says the endpoint cannot serve
+    // leaves it, as a failed call does.
+    Result<std::string> authorize(grpc::ClientContext& context, Stubs& stubs) {
+      auto token = channel_->auth_->authorize(context, *stubs.channel, channel_->endpoint(),
+                                              attempt_deadline_);
+      if (!token.ok() && (token.status().code() == StatusCode::kUnavailable ||
+                          token.status().code() == StatusCode::kDeadlineExceeded)) {
+        if (channel_->stubs_) channel_->leave_locked();
+      }
+      return token;
+    }
+
+    // batch(), once more with a new token if the first one was refused
+    // (`retry`): the batches are reads and deletes conditional on a create
+    // revision, which are safe to send twice.
+    template <typename Response, typename Start>
+    Result<std::vector<Result<Response>>> batch_once(std::size_t n, Start start, bool retry) {
+      SIMBA_ASSIGN_OR_RETURN(Stubs * stubs, connect());
+      std::string token;
+      grpc::CompletionQueue queue;
+      std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+      std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<Response>>> readers;
+      std::vector<Response> responses(n);
+      std::vector<grpc::Status> statuses(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        contexts.push_back(std::make_unique<grpc::ClientContext>());
+        contexts.back()->set_deadline(grpc_deadline(attempt_deadline_));
+        require_leader(contexts.back().get());
+        // One token for the batch, had before any call starts.
+        if (i == 0) {
+          SIMBA_ASSIGN_OR_RETURN(token, authorize(*contexts.back(), *stubs));
+        } else if (!token.empty()) {
+          contexts.back()->AddMetadata("token", token);
+        }
+        readers.push_back(start(*stubs, i, contexts.back().get(), &queue));
+        readers.back()->Finish(&responses[i], &statuses[i], reinterpret_cast<void*>(i));
+      }
+      // Each call ends by its deadline, so each tag comes.
+      for (std::size_t done = 0; done < n; ++done) {
+        void* tag = nullptr;
+        bool ok = false;
+        if (!queue.Next(&tag, &ok)) break;
+      }
+      queue.Shutdown();
+      void* tag = nullptr;
+      bool ok = false;
+      while (queue.Next(&tag, &ok)) {
+      }
+      if (retry && !token.empty()) {
+        for (std::size_t i = 0; i < n; ++i) {
+          if (channel_->auth_->refused_token(token, statuses[i])) {
+            return batch_once<Response>(n, start, false);
+          }
+        }
+      }
+      std::vector<Result<Response>> results;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (statuses[i].ok()) {
+          results.emplace_back(std::move(responses[i]));
+        } else {
+          results.emplace_back(failed(statuses[i]));
+        }
+      }
+      return results;
+    }
+
+    // One unary call: `method` of the stub `stub`, each attempt with its
+    // deadline (retrying(): transient failures go to the next endpoint
+    // within the call's deadline; made once more with a new token if etcd
+    // refused the token). Every call is safe to repeat: reads, grants of a
+    // lease ID chosen here, revokes, and transactions conditional on a key's
+    // create revision.
+    template <typename Stub, typename Request, typename Response>
+    Result<Response> call(std::unique_ptr<Stub> Stubs::*stub,
+                          grpc::Status (Stub::*method)(grpc::ClientContext*, const Request&,
+                                                       Response*),
+                          const Request& request) {
+      return retrying<Response>([&]() -> Result<Response> {
+        for (int attempt = 0;; ++attempt) {
+          SIMBA_ASSIGN_OR_RETURN(Stubs * stubs, connect());
+          grpc::ClientContext context;
+          context.set_deadline(grpc_deadline(attempt_deadline_));
+          require_leader(&context);
+          SIMBA_ASSIGN_OR_RETURN(std::string token, authorize(context, *stubs));
+          Response response;
+          const grpc::Status status =
+              std::invoke(method, ((*stubs).*stub).get(), &context, request, &response);
+          if (!status.ok()) {
+            if (attempt == 0 && !token.empty() && channel_->auth_->refused_token(token, status)) {
+              continue;
+            }
+            return failed(status);
+          }
+          return response;
+        }
+      });
+    }
+
+    // A failed call. One that could not reach the server, missed its
+    // deadline or found a server that cannot serve (no leader, ...) closes
+    // the channel, and the next call tries the next endpoint first: an
+    // endpoint that resets, or that accepts connections but answers nothing
+    // (a paused or cut-off member), must not hold every later call until
+    // its deadline while another endpoint could serve it.
+    Status failed(const grpc::Status& status) {
+      last_code_ = status.error_code();
+      Status error = error_status(status, channel_->endpoint(), context_);
+      if (error.code() == StatusCode::kPermissionDenied && !channel_->auth_->enabled()) {
+        // "permission denied", "user name is empty": the cluster has auth
+        // on and this backend has no user.
+        error = permission_denied_error(
+            error.message() + " (no user given: etcd://user:password@host or password_file=)");
+      }
+      if ((error.code() == StatusCode::kUnavailable ||
+           error.code() == StatusCode::kDeadlineExceeded) &&
+          channel_->stubs_) {
+        channel_->leave_locked();
+      }
+      return error;
+    }
+
     RequestChannel* channel_;
     Deadline deadline_;
+    // The current attempt's (attempt_deadline()).
+    Deadline attempt_deadline_;
+    std::string context_;
     TurnGate::Turn turn_;
+    grpc::StatusCode last_code_ = grpc::StatusCode::OK;
+    bool retried_ = false;
+    bool connect_failed_ = false;  // the last attempt found no endpoint to connect to
   };
 
  private:
-  // Closes the connection and moves on from its endpoint; the watch is
-  // told, so it leaves that endpoint too.
+  const Endpoint& endpoint() const { return endpoints_[conn_at_]; }
+
+  // Closes the channel and moves on from its endpoint; the watch is told,
+  // so it leaves that endpoint too.
   void leave_locked() {
     const std::size_t left = conn_at_;
-    drop_locked(true);
+    stubs_.reset();
+    next_ = (conn_at_ + 1) % endpoints_.size();
+    // The first reconnect after a working connection is immediate.
+    backoff_.reset();
     if (endpoints_.size() > 1 && left_endpoint_) left_endpoint_(left);
   }
 
-  void drop_locked(bool next_endpoint) {
-    conn_.reset();
-    if (next_endpoint) next_ = (conn_at_ + 1) % endpoints_.size();
-    // The first reconnect after a working connection is immediate.
-    backoff_.reset();
-  }
-
-  Result<HttpConnection*> connected_locked(Deadline deadline) {
-    if (conn_) return conn_.get();
+  Result<Stubs*> connected_locked(Deadline deadline) {
+    if (stubs_) return stubs_.get();
     SIMBA_RETURN_IF_ERROR(backoff_.ready());
-    auto opened = connect_any(endpoints_, &next_, connect_timeout_, deadline, false);
+    auto opened = connect_any(endpoints_, &next_, connect_timeout_, deadline, false, tls_);
     if (!opened.ok()) {
       backoff_.failed(opened.status());
       return opened.status();
     }
-    conn_ = std::move(*opened);
-    conn_at_ = next_;  // ConnectAny leaves next_ at the endpoint that answered
+    stubs_ = std::make_unique<Stubs>();
+    stubs_->channel = std::move(*opened);
+    stubs_->kv = pb::KV::NewStub(stubs_->channel);
+    stubs_->lease = pb::Lease::NewStub(stubs_->channel);
+    stubs_->cluster = pb::Cluster::NewStub(stubs_->channel);
+    stubs_->maintenance = pb::Maintenance::NewStub(stubs_->channel);
+    conn_at_ = next_;  // connect_any leaves next_ at the endpoint that answered
     backoff_.reset();
-    return conn_.get();
+    return stubs_.get();
   }
 
   const std::vector<Endpoint> endpoints_;
   const std::string described_;
   const milliseconds connect_timeout_;
+  const TlsOptions tls_;
+  const std::shared_ptr<Auth> auth_;
   const std::function<void(std::size_t)> left_endpoint_;
 
   TurnGate turn_;  // a call that has it alone touches what follows
-  std::unique_ptr<HttpConnection> conn_;
-  std::size_t conn_at_ = 0;  // the endpoint conn_ (or the last one) is on
+  std::unique_ptr<Stubs> stubs_;
+  std::size_t conn_at_ = 0;  // the endpoint stubs_ (or the last one) is on
   std::size_t next_ = 0;
   Backoff backoff_;
 };
@@ -472,10 +822,13 @@ using Work = ListenerHub::Work;
 
 class Watcher : public std::enable_shared_from_this<Watcher> {
  public:
-  Watcher(std::vector<Endpoint> endpoints, std::string prefix, milliseconds connect_timeout)
+  Watcher(std::vector<Endpoint> endpoints, std::string prefix, milliseconds connect_timeout,
+          TlsOptions tls, std::shared_ptr<Auth> auth)
       : endpoints_(std::move(endpoints)),
         prefix_(std::move(prefix)),
-        connect_timeout_(connect_timeout) {}
+        connect_timeout_(connect_timeout),
+        tls_(std::move(tls)),
+        auth_(std::move(auth)) {}
 
   ~Watcher() { stop(); }
 
@@ -574,7 +927,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         hub_->subscribe(std::move(mutex), std::move(contender_id), std::move(listener));
     std::lock_guard<std::mutex> lock(mu_);
     // The thread owns the watcher: a listener may destroy the backend.
-    if (!stopping_) worker_.start([self = shared_from_this()] { self->run(); });
+    if (!stopping_) worker_.start("etcd-watch", [self = shared_from_this()] { self->run(); });
     cv_.notify_all();
     // No waiting for the watch: the contender's first attempt goes out at
     // once. A subscription made before the watch is established is woken
@@ -589,16 +942,16 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // go on vouching for owners' keys (StillOwner).
   void leave_endpoint(std::size_t index) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!conn_ || conn_at_ != index) return;
+    if (!call_ || conn_at_ != index) return;
     leave_ = true;
-    conn_->shutdown();
+    call_->TryCancel();
   }
 
   void stop() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping_ = true;
-      if (conn_) conn_->shutdown();
+      if (call_) call_->TryCancel();
       cv_.notify_all();
     }
     worker_.join();
@@ -624,7 +977,6 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       bool created = false;
       const Status status = session(&created);
       lock.lock();
-      conn_.reset();
       // Deletes may be missed from here on: holders verified by this
       // session must check with the store again.
       live_ = false;
@@ -655,22 +1007,35 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     }
   }
 
-  // One watch connection's life: connect, create the watch (from the
-  // revision after the last one processed, so a reconnect misses nothing
-  // unless the store compacted it), then handle events until the
-  // connection fails or stop().
+  // One watch stream's life: connect, create the watch (from the revision
+  // after the last one processed, so a reconnect misses nothing unless the
+  // store compacted it), then handle events until the stream fails or
+  // stop(). The stream is driven on a completion queue of its own, read by
+  // this (the watch's) thread, so every wait has a deadline.
   Status session(bool* created) {
     const Deadline connect_deadline = steady_clock::now() + connect_timeout_;
     SIMBA_ASSIGN_OR_RETURN(
-        std::unique_ptr<HttpConnection> opened,
-        connect_any(endpoints_, &next_endpoint_, connect_timeout_, connect_deadline, true));
-    std::shared_ptr<HttpConnection> conn(std::move(opened));
+        std::shared_ptr<grpc::Channel> channel,
+        connect_any(endpoints_, &next_endpoint_, connect_timeout_, connect_deadline, true, tls_));
+    auto call = std::make_shared<grpc::ClientContext>();
+    // A member that has lost its leader refuses the watch, or cancels it
+    // after three election timeouts without one: its events have stopped,
+    // and the watch moves on to the next endpoint.
+    require_leader(call.get());
+    // The stream carries the token when it is opened: etcd checks it when
+    // the watch is created, not at each event.
+    SIMBA_ASSIGN_OR_RETURN(
+        const std::string token,
+        auth_->authorize(*call, *channel, endpoints_[next_endpoint_], connect_deadline));
+    grpc::CompletionQueue queue;
     std::int64_t start = 0;
+    Endpoint endpoint;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return ok_status();
-      conn_ = conn;
-      conn_at_ = next_endpoint_;  // ConnectAny leaves it at the one that answered
+      call_ = call;
+      conn_at_ = next_endpoint_;  // connect_any leaves it at the one that answered
+      endpoint = endpoints_[conn_at_];
       connected_ = true;
       // Resume after the last event handled; the first time, after the
       // earliest decision a call made without a watch (or from now).
@@ -680,52 +1045,106 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         start = unwatched_from_ + 1;
       }
     }
-    const std::string range = prefix_ + "/";
-    Json create = {{"key", base64_encode(range)},
-                   {"range_end", base64_encode(prefix_end(range))},
-                   {"prev_kv", true}};
-    if (start > 0) create["start_revision"] = std::to_string(start);
-    const std::string context = "etcd at " + conn->peer() + ": watch";
-    SIMBA_RETURN_IF_ERROR(conn->send(
-        {post("/v3/watch", Json{{"create_request", std::move(create)}})}, connect_deadline));
-    SIMBA_ASSIGN_OR_RETURN(int status, conn->read_head(connect_deadline));
-    if (status != 200) {
-      HttpResponse response{status, {}};
+    const std::string context = "etcd at " + endpoint.describe() + ": watch";
+    std::unique_ptr<pb::Watch::Stub> stub = pb::Watch::NewStub(channel);
+    // One operation is outstanding at a time: the next completion is its.
+    enum class Done { kOk, kFailed, kTimeout };
+    auto await = [&queue](Deadline until) {
+      void* tag = nullptr;
+      bool ok = false;
+      switch (queue.AsyncNext(&tag, &ok, grpc_deadline(until))) {
+        case grpc::CompletionQueue::GOT_EVENT:
+          return ok ? Done::kOk : Done::kFailed;
+        case grpc::CompletionQueue::TIMEOUT:
+          return Done::kTimeout;
+        case grpc::CompletionQueue::SHUTDOWN:
+          break;
+      }
+      return Done::kFailed;
+    };
+    void* const tag = &queue;
+    std::unique_ptr<grpc::ClientAsyncReaderWriter<pb::WatchRequest, pb::WatchResponse>> stream =
+        stub->AsyncWatch(call.get(), &queue, tag);
+    const Status status = [&]() -> Status {
+      const std::string late = context + ": not created before the connect timeout";
+      Done done = await(connect_deadline);
+      if (done == Done::kOk) {
+        pb::WatchRequest request;
+        pb::WatchCreateRequest* create = request.mutable_create_request();
+        const std::string range = prefix_ + "/";
+        create->set_key(range);
+        create->set_range_end(prefix_end(range));
+        create->set_prev_kv(true);
+        if (start > 0) create->set_start_revision(start);
+        stream->Write(request, tag);
+        done = await(connect_deadline);
+      }
+      if (done == Done::kTimeout) return unavailable_error(late);
       for (;;) {
-        auto line = conn->read_line(connect_deadline);
-        if (!line.ok() || !line->has_value()) break;
-        response.body += **line;
-      }
-      return parse_reply(response, context).status();
-    }
-    for (;;) {
-      // Events may be rare: a read that times out just looks again (TCP
-      // keep-alive ends a connection whose peer vanished).
-      auto line = conn->read_line(steady_clock::now() + std::chrono::seconds(60));
-      if (!line.ok()) {
-        if (line.status().code() == StatusCode::kDeadlineExceeded) {
-          std::lock_guard<std::mutex> lock(mu_);
-          if (stopping_) return ok_status();
-          continue;
+        if (done == Done::kOk) {
+          pb::WatchResponse response;
+          stream->Read(&response, tag);
+          // Events may be rare: a wait that times out just looks again
+          // (gRPC keep-alive pings end a stream whose peer vanished; stop()
+          // and leave_endpoint() cancel it).
+          for (;;) {
+            const auto now = steady_clock::now();
+            done = await(*created ? now + std::chrono::seconds(60)
+                                  : std::min(connect_deadline, now + std::chrono::seconds(60)));
+            if (done != Done::kTimeout) break;
+            if (!*created && steady_clock::now() >= connect_deadline) {
+              return unavailable_error(late);
+            }
+            std::lock_guard<std::mutex> lock(mu_);
+            if (stopping_) return ok_status();
+          }
+          if (done == Done::kOk) {
+            SIMBA_RETURN_IF_ERROR(handle(response, start == 0, created, context));
+            continue;
+          }
         }
-        return line.status();
+        // The stream ended: its status says why.
+        grpc::Status ended;
+        stream->Finish(&ended, tag);
+        if (await(steady_clock::now() + connect_timeout_) != Done::kOk || ended.ok()) {
+          return unavailable_error(context + ": the server ended the watch");
+        }
+        auth_->refused_token(token, ended);
+        return error_status(ended, endpoint, context);
       }
-      if (!line->has_value()) return unavailable_error(context + ": the server ended the watch");
-      if ((*line)->empty()) continue;
-      SIMBA_ASSIGN_OR_RETURN(Json result, parse_stream_line(**line, context));
-      SIMBA_RETURN_IF_ERROR(handle(result, start == 0, created, context));
+    }();
+    if (!token.empty() && !status.ok() &&
+        (status.message().find("invalid auth token") != std::string::npos ||
+         status.message().find("permission denied") != std::string::npos)) {
+      // A watch created with a token that expired meanwhile is canceled
+      // ("permission denied" in etcd 3.4): the next one authenticates again.
+      auth_->forget(token);
     }
+    // Whatever is still outstanding ends now; the queue is drained before
+    // the stream, the call and the queue go.
+    call->TryCancel();
+    queue.Shutdown();
+    void* ignored_tag = nullptr;
+    bool ignored_ok = false;
+    while (queue.Next(&ignored_tag, &ignored_ok)) {
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      call_.reset();
+    }
+    return status;
   }
 
   // One watch response.
-  Status handle(const Json& result, bool from_now, bool* created, const std::string& context) {
+  Status handle(const pb::WatchResponse& result, bool from_now, bool* created,
+                const std::string& context) {
     Work work;
     Status status;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (result.value("created", false)) {
+      if (result.created()) {
         *created = true;
-        const std::int64_t created_at = header_revision(result);
+        const std::int64_t created_at = result.header().revision();
         if (from_now && unwatched_from_ > 0 && unwatched_from_ < created_at) {
           // A call decided something before this watch began (it started
           // from "now" when there was nothing to start from): watch again
@@ -745,33 +1164,32 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         // missed: everyone looks again once.
         hub_->collect_all(MutexEvent{MutexEvent::Kind::kReleased, {}, {}, 0}, &work);
       }
-      if (int64_field(result, "compact_revision") > 0) {
+      if (result.compact_revision() > 0) {
         // We asked for history the store no longer has: start again from
         // now (everyone is woken when the new watch is created).
         status = unavailable_error(context + ": revision " + std::to_string(processed_ + 1) +
                                    " was compacted; watching again from now");
         processed_ = 0;
         unwatched_from_ = 0;
-      } else if (result.value("canceled", false)) {
+      } else if (result.canceled()) {
         status = unavailable_error(context + ": canceled by the server: " +
-                                   result.value("cancel_reason", std::string("no reason given")));
+                                   (result.cancel_reason().empty() ? std::string("no reason given")
+                                                                   : result.cancel_reason()));
       }
-      if (const auto events = result.find("events");
-          status.ok() && events != result.end() && events->is_array()) {
-        for (const Json& event : *events) handle_event_locked(event, &work);
+      if (status.ok()) {
+        for (const mvccpb::Event& event : result.events()) handle_event_locked(event, &work);
       }
     }
     hub_->deliver(work);
     return status;
   }
 
-  void handle_event_locked(const Json& event, Work* work) {
-    Kv kv;
-    if (!parse_kv(event.value("kv", Json::object()), &kv)) return;
+  void handle_event_locked(const mvccpb::Event& event, Work* work) {
+    const Kv kv = kv_of(event.kv());
     processed_ = std::max(processed_, kv.mod_revision);
     std::string mutex;
     if (!parse_key(prefix_, kv.key, &mutex)) return;
-    const bool deleted = event.value("type", std::string("PUT")) == "DELETE";
+    const bool deleted = event.type() == mvccpb::Event::DELETE;
     if (!deleted) {
       // A new key may be a new owner of a free mutex: retrievers look.
       if (kv.version == 1) {
@@ -780,10 +1198,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
       }
       return;
     }
-    Kv prev;
-    const auto prev_json = event.find("prev_kv");
-    const bool have_prev = prev_json != event.end() && parse_kv(*prev_json, &prev);
-    const std::int64_t created_at = have_prev ? prev.create_revision : 0;
+    const std::int64_t created_at = event.has_prev_kv() ? event.prev_kv().create_revision() : 0;
     remember_delete_locked(kv.key, created_at, kv.mod_revision);
     auto it = holders_.find(mutex);
     if (it != holders_.end()) {
@@ -845,6 +1260,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   const std::vector<Endpoint> endpoints_;
   const std::string prefix_;
   const milliseconds connect_timeout_;
+  const TlsOptions tls_;
+  const std::shared_ptr<Auth> auth_;
   std::size_t next_endpoint_ = 0;  // the watch thread's
 
   // Its listeners are called outside mu_: one may (un)subscribe.
@@ -853,7 +1270,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   std::mutex mu_;  // guards everything below
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::shared_ptr<HttpConnection> conn_;
+  // The watch stream's call while a session has one (cancelled to end it).
+  std::shared_ptr<grpc::ClientContext> call_;
   std::map<std::string, std::map<std::string, Holder>> holders_;
   // The highest revision of an event handled.
   std::int64_t processed_ = 0;
@@ -886,11 +1304,13 @@ class EtcdBackend final : public Backend {
   explicit EtcdBackend(const EtcdOptions& options)
       : options_(options),
         endpoints_(to_endpoints(options.endpoints)),
-        channel_(endpoints_, options.connect_timeout,
+        auth_(std::make_shared<Auth>(options.user, options.password)),
+        channel_(endpoints_, options.connect_timeout, options.tls, auth_,
                  [this](std::size_t index) { watcher_->leave_endpoint(index); }),
-        watcher_(
-            std::make_shared<Watcher>(endpoints_, options.key_prefix, options.connect_timeout)),
+        watcher_(std::make_shared<Watcher>(endpoints_, options.key_prefix, options.connect_timeout,
+                                           options.tls, auth_)),
         random_(seed()) {
+    capabilities_.transport = options.tls.describe();
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.fifo = true;  // lowest create revision first: the queue of keys
@@ -919,7 +1339,7 @@ class EtcdBackend final : public Backend {
     // subscription started see this decision from the start (one round
     // trip, once per backend; not waited for if it cannot be had).
     watcher_->await_first_watch(std::min(deadline, steady_clock::now() + options_.connect_timeout));
-    RequestChannel::Turn turn(&channel_, deadline);
+    RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
     for (int round = 0; round < kAcquireRounds; ++round) {
       std::optional<Holder> held = watcher_->find(mutex, id);
@@ -934,9 +1354,8 @@ class EtcdBackend final : public Backend {
         // instead of two.
         const StoreTime sent = wall_now();
         const steady_clock::time_point sent_steady = steady_clock::now();
-        SIMBA_ASSIGN_OR_RETURN(Json lease,
-                               turn.call_parsed(lease_keep_alive(held->lease), context));
-        const std::int64_t ttl_left = int64_field(lease, "TTL");
+        SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse lease, turn.keep_alive(held->lease));
+        const std::int64_t ttl_left = lease.ttl();
         if (ttl_left > 0 &&
             watcher_->still_owner(mutex, id, held->create_revision, watching, ttl_left,
                                   sent_steady + std::chrono::seconds(ttl_left))) {
@@ -948,8 +1367,11 @@ class EtcdBackend final : public Backend {
         // The lease was granted for other settings: leave that place in the
         // queue and start again with a lease of the right length.
         watcher_->take(mutex, id);
-        SIMBA_ASSIGN_OR_RETURN(auto revoked, turn.call({lease_revoke(held->lease)}));
-        (void)revoked;
+        auto revoked = turn.revoke(held->lease);
+        // NOT_FOUND: already gone (expired, or an earlier attempt revoked it).
+        if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
+          return revoked.status();
+        }
         held.reset();
       }
       Holder holder;
@@ -967,33 +1389,41 @@ class EtcdBackend final : public Backend {
       // is granted or kept alive after this instant.
       const StoreTime sent = wall_now();
       const steady_clock::time_point sent_steady = steady_clock::now();
-      SIMBA_ASSIGN_OR_RETURN(
-          std::vector<HttpResponse> replies,
-          turn.call(
-              {held ? lease_keep_alive(holder.lease) : lease_grant(holder.lease, asked),
-               acquire_txn(mutex_prefix, holder.key, id, holder.lease, holder.create_revision)}));
-      int lease_code = 0;
-      auto lease = parse_reply(replies[0], context, &lease_code);
-      auto txn = parse_reply(replies[1], context);
-      if (!lease.ok()) {
-        if (!held && txn.ok() && txn->value("succeeded", false)) {
-          // The grant failed but the put went through (attached to a lease
-          // of the same ID someone else holds): take the key back.
-          auto kvs = txn_kvs(*txn, 2, context);
-          if (kvs.ok() && !kvs->empty()) {
-            auto undone =
-                turn.call({delete_if_created_at(holder.key, kvs->front().create_revision)});
-            (void)undone;
+      std::int64_t ttl_left = 0;
+      Result<pb::TxnResponse> txn = internal_error(context + ": no transaction");
+      // Our key is known to exist: a read-only check (check_txn).
+      const bool check_only = held && holder.create_revision != 0;
+      if (held) {
+        // The keep-alive and the transaction travel together.
+        auto keep = turn.start_keep_alive(holder.lease);
+        txn = turn.txn(check_only ? check_txn(mutex_prefix, holder.key, holder.create_revision)
+                                  : acquire_txn(mutex_prefix, holder.key, id, holder.lease,
+                                                holder.create_revision));
+        const bool lease_missing = !txn.ok() && turn.last_code() == grpc::StatusCode::NOT_FOUND;
+        SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse lease, turn.finish_keep_alive(*keep));
+        // "requested lease not found": the transaction found our lease gone
+        // (and our key with it), whatever the keep-alive said before.
+        ttl_left = lease_missing ? 0 : lease.ttl();
+      } else {
+        // A grant first: the transaction puts a key on the lease, which
+        // must exist by then.
+        auto granted = turn.grant(holder.lease, asked);
+        if (granted.ok()) {
+          ttl_left = granted->ttl();
+        } else if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION && turn.retried()) {
+          // "lease already exists" after an attempt whose answer was lost
+          // (leader changed, timed out): that attempt granted it, after
+          // `sent`, for at least `asked` seconds (IDs are random 63-bit
+          // numbers: another client's lease with ours is not a concern).
+          ttl_left = asked;
+        } else {
+          watcher_->take(mutex, id);
+          if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+            continue;  // "lease already exists": another ID
           }
+          return granted.status();
         }
-        if (!held) watcher_->take(mutex, id);
-        if (!held && lease_code == internal::etcd::kGrpcFailedPrecondition) {
-          continue;  // "lease already exists": another ID
-        }
-        if (lease.status().code() == StatusCode::kUnavailable) turn.abandon();
-        return lease.status();
       }
-      const std::int64_t ttl_left = int64_field(*lease, "TTL");
       if (ttl_left <= 0) {
         // Our lease is gone (expired or revoked), and our key with it:
         // queue again with a new lease.
@@ -1002,13 +1432,31 @@ class EtcdBackend final : public Backend {
       }
       holder.granted_ttl = ttl_left;
       holder.alive_until = sent_steady + std::chrono::seconds(ttl_left);
+      if (!held) {
+        txn = turn.txn(
+            acquire_txn(mutex_prefix, holder.key, id, holder.lease, holder.create_revision));
+        if (!txn.ok() && turn.last_code() == grpc::StatusCode::NOT_FOUND) {
+          // The lease just granted is gone already (revoked): a new one.
+          watcher_->take(mutex, id);
+          continue;
+        }
+      }
       if (!txn.ok()) {
         watcher_->store(mutex, id, holder, 0);
-        if (txn.status().code() == StatusCode::kUnavailable) turn.abandon();
         return txn.status();
       }
-      const std::int64_t decided_at = header_revision(*txn);
-      const bool put = txn->value("succeeded", false);
+      const std::int64_t decided_at = txn->header().revision();
+      if (check_only && !txn->succeeded()) {
+        // Our key is gone although our lease lives (a forced release, or
+        // it expired and this is a new lease's answer): the next round
+        // creates it again, with a new create revision (a new token).
+        holder.create_revision = 0;
+        holder.owner = false;
+        holder.predecessor.clear();
+        watcher_->store(mutex, id, holder, decided_at);
+        continue;
+      }
+      const bool put = !check_only && txn->succeeded();
       Kv ours;
       Kv lowest;
       std::optional<Kv> predecessor;
@@ -1049,7 +1497,7 @@ class EtcdBackend final : public Backend {
           // mutex. Remove it and look again.
           watcher_->store(mutex, id, holder, decided_at);
           SIMBA_ASSIGN_OR_RETURN(
-              auto removed, turn.call({delete_if_created_at(lowest.key, lowest.create_revision)}));
+              auto removed, turn.txn(delete_if_created_at(lowest.key, lowest.create_revision)));
           (void)removed;
           continue;
         }
@@ -1057,12 +1505,10 @@ class EtcdBackend final : public Backend {
           // We did not know our create revision before the call (a reply
           // was lost): find the key below ours now.
           SIMBA_ASSIGN_OR_RETURN(
-              Json below,
-              turn.call_parsed(post("/v3/kv/range", range_op(mutex_prefix, false, 1, true,
-                                                             ours.create_revision - 1)),
-                               context));
-          SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, kvs_of(below, context));
-          decided = header_revision(below);
+              pb::RangeResponse below,
+              turn.range(range_op(mutex_prefix, false, 1, true, ours.create_revision - 1)));
+          const std::vector<Kv> kvs = kvs_of(below);
+          decided = below.header().revision();
           if (!kvs.empty()) predecessor = kvs.front();
         }
         if (!predecessor) {
@@ -1099,7 +1545,7 @@ class EtcdBackend final : public Backend {
     const std::string id(contender_id);
     const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const std::string context = call_context("releasing mutex " + internal::in_quotes(mutex));
-    RequestChannel::Turn turn(&channel_, deadline);
+    RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
     // The token is our key's create revision: a release for an earlier
     // ownership leaves the key of this one alone.
@@ -1113,25 +1559,21 @@ class EtcdBackend final : public Backend {
       // Revoking the lease deletes our key; the range just before it says
       // whether that key was the owner (nobody else can become the owner
       // while our key is the lowest).
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies,
-                             turn.call({post("/v3/kv/range", range_op(mutex_prefix, true, 1, true)),
-                                        lease_revoke(held->lease)}));
-      auto range = parse_reply(replies[0], context);
-      int code = 0;
-      auto revoked = parse_reply(replies[1], context, &code);
-      for (const Status& status : {range.status(), revoked.status()}) {
-        if (status.code() == StatusCode::kUnavailable) turn.abandon();
+      // (One after the other: the range must not see the revoke.)
+      auto range = turn.range(range_op(mutex_prefix, true, 1, true));
+      auto revoked = turn.revoke(held->lease);
+      if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
+        return revoked.status();
       }
-      if (!revoked.ok() && code != internal::etcd::kGrpcNotFound) return revoked.status();
       SIMBA_RETURN_IF_ERROR(range.status());
-      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, kvs_of(*range, context));
+      const std::vector<Kv> lowest = kvs_of(*range);
       return !lowest.empty() && lowest.front().key == held->key &&
              lowest.front().lease == held->lease;
     }
     // Nothing known here (e.g. a compensating release after a lost reply,
     // or another process with this id): remove every key with our id.
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0, context));
-    std::vector<HttpRequest> deletes;
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0));
+    std::vector<pb::TxnRequest> deletes;
     bool owned = false;
     for (std::size_t i = 0; i < kvs.size(); ++i) {
       if (kvs[i].value != id || (fencing_token != 0 && kvs[i].create_revision != token)) continue;
@@ -1139,10 +1581,14 @@ class EtcdBackend final : public Backend {
       deletes.push_back(delete_if_created_at(kvs[i].key, kvs[i].create_revision));
     }
     if (deletes.empty()) return false;
-    SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted, turn.call(deletes));
-    for (const HttpResponse& reply : deleted) {
-      SIMBA_RETURN_IF_ERROR(parse_reply(reply, context).status());
-    }
+    SIMBA_ASSIGN_OR_RETURN(
+        auto deleted,
+        turn.batch<pb::TxnResponse>(deletes.size(),
+                                    [&](RequestChannel::Stubs& stubs, std::size_t i,
+                                        grpc::ClientContext* call, grpc::CompletionQueue* queue) {
+                                      return stubs.kv->AsyncTxn(call, deletes[i], queue);
+                                    }));
+    for (const auto& reply : deleted) SIMBA_RETURN_IF_ERROR(reply.status());
     return owned;
   }
 
@@ -1150,32 +1596,29 @@ class EtcdBackend final : public Backend {
     const std::string mutex(mutex_view);
     const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const std::string context = call_context("force-releasing mutex " + internal::in_quotes(mutex));
-    RequestChannel::Turn turn(&channel_, deadline);
+    RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
     for (int round = 0; round < kAcquireRounds; ++round) {
       const StoreTime sent = wall_now();
-      SIMBA_ASSIGN_OR_RETURN(
-          Json range,
-          turn.call_parsed(post("/v3/kv/range", range_op(mutex_prefix, true, 1, false)), context));
-      SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, kvs_of(range, context));
+      SIMBA_ASSIGN_OR_RETURN(pb::RangeResponse range,
+                             turn.range(range_op(mutex_prefix, true, 1, false)));
+      const std::vector<Kv> lowest = kvs_of(range);
       if (lowest.empty()) {
         // A free mutex: every later key is created after this revision.
         ForcedRelease forced;
         forced.fencing_floor =
-            static_cast<std::uint64_t>(std::max<std::int64_t>(1, header_revision(range)));
+            static_cast<std::uint64_t>(std::max<std::int64_t>(1, range.header().revision()));
         forced.store_now = sent;
         return forced;
       }
       const Kv& owner = lowest.front();
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> deleted,
-                             turn.call({delete_queue_if_owner_created_at(mutex_prefix, owner.key,
-                                                                         owner.create_revision),
-                                        lease_time_to_live(owner.lease)}));
-      SIMBA_ASSIGN_OR_RETURN(Json txn, parse_reply(deleted[0], context));
-      if (!txn.value("succeeded", false)) continue;  // it changed meanwhile
+      SIMBA_ASSIGN_OR_RETURN(pb::TxnResponse txn,
+                             turn.txn(delete_queue_if_owner_created_at(mutex_prefix, owner.key,
+                                                                       owner.create_revision)));
+      if (!txn.succeeded()) continue;  // it changed meanwhile
       ForcedRelease forced;
-      forced.fencing_floor = static_cast<std::uint64_t>(header_revision(txn));
-      auto ttl = parse_reply(deleted[1], context);
+      forced.fencing_floor = static_cast<std::uint64_t>(txn.header().revision());
+      auto ttl = turn.time_to_live(owner.lease);
       forced.previous = owner_of(owner, sent, ttl.ok() ? &*ttl : nullptr);
       forced.store_now = sent;
       return forced;
@@ -1185,27 +1628,25 @@ class EtcdBackend final : public Backend {
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     const std::string context = call_context("reading mutex " + internal::in_quotes(mutex));
-    RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, queue(turn, mutex, 1, context));
+    RequestChannel::Turn turn(&channel_, deadline, context);
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, queue(turn, mutex, 1));
     OwnerRecord record;
     record.store_now = wall_now();
     if (lowest.empty()) return record;
-    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records,
-                           with_leases(turn, {lowest.front()}, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, with_leases(turn, {lowest.front()}));
     return records.front();
   }
 
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
     const std::string context = call_context("listing mutexes");
-    RequestChannel::Turn turn(&channel_, deadline);
+    RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
     const std::string all = options_.key_prefix + "/";
-    SIMBA_ASSIGN_OR_RETURN(
-        Json range,
-        turn.call_parsed(post("/v3/kv/range", {{"key", base64_encode(all)},
-                                               {"range_end", base64_encode(prefix_end(all))}}),
-                         context));
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, kvs_of(range, context));
+    pb::RangeRequest every;
+    every.set_key(all);
+    every.set_range_end(prefix_end(all));
+    SIMBA_ASSIGN_OR_RETURN(pb::RangeResponse range, turn.range(every));
+    std::vector<Kv> kvs = kvs_of(range);
     // The owner of each mutex: its key with the lowest create revision.
     // A mutex with only its record is free.
     std::map<std::string, std::optional<Kv>> owners;
@@ -1224,7 +1665,7 @@ class EtcdBackend final : public Backend {
     for (const auto& [mutex, kv] : owners) {
       if (kv) lowest.push_back(*kv);
     }
-    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, with_leases(turn, lowest, context));
+    SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, with_leases(turn, lowest));
     std::vector<ListedMutex> listed;
     std::size_t next = 0;
     const StoreTime now = wall_now();
@@ -1248,8 +1689,8 @@ class EtcdBackend final : public Backend {
   Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override {
     const std::string context =
         call_context("listing the waiters of mutex " + internal::in_quotes(mutex));
-    RequestChannel::Turn turn(&channel_, deadline);
-    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0, context));
+    RequestChannel::Turn turn(&channel_, deadline, context);
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> kvs, queue(turn, mutex, 0));
     std::vector<std::string> waiters;
     if (kvs.empty()) return waiters;
     const std::string& owner = kvs.front().value;
@@ -1260,6 +1701,75 @@ class EtcdBackend final : public Backend {
       waiters.push_back(id);
     }
     return waiters;
+  }
+
+  // `simba doctor`: the members, who leads, the version, alarms, and the
+  // lease reset a leader change brings (docs/backends/etcd.md).
+  Status do_inspect(StoreReport& report, Deadline deadline) override {
+    using Severity = StoreFinding::Severity;
+    RequestChannel::Turn turn(&channel_, deadline, call_context("inspecting the cluster"));
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    SIMBA_ASSIGN_OR_RETURN(pb::StatusResponse status, turn.member_status());
+    SIMBA_ASSIGN_OR_RETURN(pb::MemberListResponse listed, turn.members());
+    std::map<std::uint64_t, std::string> names;
+    std::string voters;
+    int voting = 0;
+    int learners = 0;
+    for (const pb::Member& member : listed.members()) {
+      const std::string name = member.name().empty() ? "(not started)" : member.name();
+      names[member.id()] = name;
+      if (member.islearner()) {
+        ++learners;
+        continue;
+      }
+      ++voting;
+      std::string urls;
+      for (const std::string& url : member.clienturls()) urls += (urls.empty() ? "" : " ") + url;
+      voters += (voters.empty() ? "" : ", ") + name + (urls.empty() ? "" : " (" + urls + ")");
+    }
+    auto name_of = [&](std::uint64_t id) {
+      auto it = names.find(id);
+      return it != names.end() ? it->second : "member " + std::to_string(id);
+    };
+    report.add(Severity::kOk, "server",
+               "etcd " + status.version() + ", answered by " +
+                   name_of(status.header().member_id()) + " (raft term " +
+                   std::to_string(status.raftterm()) + ")");
+    const bool fragile = voting < 3;
+    const bool even = voting % 2 == 0;
+    std::string members = std::to_string(voting) + " voting member(s)" +
+                          (learners > 0 ? " and " + std::to_string(learners) + " learner(s)" : "") +
+                          ": " + voters;
+    if (fragile) {
+      members += voting == 1 ? "; if it stops, so does every lock (3 members survive losing one)"
+                             : "; losing one stops every lock (3 members survive losing one)";
+    } else if (even) {
+      members += "; an even count survives no more losses than one member fewer would";
+    } else {
+      members += "; survives losing " + std::to_string((voting - 1) / 2);
+    }
+    report.add(fragile || even ? Severity::kNote : Severity::kOk, "members", members);
+    if (endpoints_.size() < static_cast<std::size_t>(voting)) {
+      report.add(Severity::kNote, "members",
+                 "the URI names " + std::to_string(endpoints_.size()) + " of the " +
+                     std::to_string(voting) +
+                     " voting members: calls move only among the members it names");
+    }
+    if (status.leader() == 0) {
+      report.add(Severity::kUnsafe, "leader",
+                 "no leader: nothing changes hands until one is elected");
+    } else {
+      report.add(Severity::kOk, "leader", name_of(status.leader()));
+    }
+    for (const std::string& error : status.errors()) {
+      report.add(Severity::kUnsafe, "alarm",
+                 error + " (etcd refuses writes while an alarm is raised)");
+    }
+    report.add(Severity::kNote, "leases",
+               "a leader change gives every lease its full TTL again (etcd 3.4 without lease "
+               "checkpoints): a holder that died just before it keeps its mutex up to one more "
+               "ceil(ttl + transition) plus the election; owners that live are unaffected");
+    return ok_status();
   }
 
   Result<std::unique_ptr<Subscription>> do_subscribe(
@@ -1314,42 +1824,33 @@ class EtcdBackend final : public Backend {
 
   // The first `limit` keys (0: all) of `mutex`'s queue, oldest first, on
   // `turn` (its status checked here). A server that cannot serve is left.
-  Result<std::vector<Kv>> queue(RequestChannel::Turn& turn, std::string_view mutex, int limit,
-                                const std::string& context) {
+  Result<std::vector<Kv>> queue(RequestChannel::Turn& turn, std::string_view mutex, int limit) {
     SIMBA_RETURN_IF_ERROR(turn.status());
     SIMBA_ASSIGN_OR_RETURN(
-        Json range,
-        turn.call_parsed(post("/v3/kv/range", range_op(mutex_key_prefix(options_.key_prefix, mutex),
-                                                       true, limit, false)),
-                         context));
-    return kvs_of(range, context);
+        pb::RangeResponse range,
+        turn.range(range_op(mutex_key_prefix(options_.key_prefix, mutex), true, limit, false)));
+    return kvs_of(range);
   }
 
   // The kvs of the `index`th response of a transaction reply.
-  static Result<std::vector<Kv>> txn_kvs(const Json& txn, std::size_t index,
+  static Result<std::vector<Kv>> txn_kvs(const pb::TxnResponse& txn, int index,
                                          std::string_view context) {
-    const auto responses = txn.find("responses");
-    if (responses == txn.end() || !responses->is_array() || responses->size() <= index) {
+    if (txn.responses_size() <= index || !txn.responses(index).has_response_range()) {
       return internal_error(std::string(context) + ": malformed transaction reply");
     }
-    const Json& response = (*responses)[index];
-    const auto range = response.find("response_range");
-    if (range == response.end()) {
-      return internal_error(std::string(context) + ": malformed transaction reply");
-    }
-    return kvs_of(*range, context);
+    return kvs_of(txn.responses(index).response_range());
   }
 
   // The owner a key names, with times from its lease's time-to-live reply
   // (remaining and granted seconds) when there is one; without one its
   // times are unknown (0).
-  static MutexOwner owner_of(const Kv& kv, StoreTime now, const Json* ttl) {
+  static MutexOwner owner_of(const Kv& kv, StoreTime now, const pb::LeaseTimeToLiveResponse* ttl) {
     MutexOwner owner;
     owner.owner_id = kv.value;
     owner.fencing_token = static_cast<std::uint64_t>(kv.create_revision);
     if (ttl == nullptr) return owner;
-    const std::int64_t left = std::max<std::int64_t>(0, int64_field(*ttl, "TTL"));
-    const std::int64_t granted = std::max(left, int64_field(*ttl, "grantedTTL"));
+    const std::int64_t left = std::max<std::int64_t>(0, ttl->ttl());
+    const std::int64_t granted = std::max(left, ttl->grantedttl());
     // etcd keeps only the lease's total, not our ttl/transition split: the
     // lease's end is reported as both.
     owner.transition_at = now + milliseconds(left * 1000);
@@ -1359,19 +1860,30 @@ class EtcdBackend final : public Backend {
   }
 
   // Records for `kvs` (each a mutex's lowest key) with their leases' times,
-  // looked up in pipelined batches.
+  // looked up in batches of concurrent calls. A lease that cannot be looked
+  // up (gone meanwhile) leaves its owner's times unknown; a server that does
+  // not answer fails the call.
   Result<std::vector<OwnerRecord>> with_leases(RequestChannel::Turn& turn,
-                                               const std::vector<Kv>& kvs,
-                                               const std::string& context) {
+                                               const std::vector<Kv>& kvs) {
     std::vector<OwnerRecord> records;
     for (std::size_t i = 0; i < kvs.size(); i += kListBatch) {
       const std::size_t end = std::min(kvs.size(), i + kListBatch);
-      std::vector<HttpRequest> lookups;
-      for (std::size_t j = i; j < end; ++j) lookups.push_back(lease_time_to_live(kvs[j].lease));
+      std::vector<pb::LeaseTimeToLiveRequest> lookups(end - i);
+      for (std::size_t j = i; j < end; ++j) lookups[j - i].set_id(kvs[j].lease);
       const StoreTime sent = wall_now();
-      SIMBA_ASSIGN_OR_RETURN(std::vector<HttpResponse> replies, turn.call(lookups));
+      SIMBA_ASSIGN_OR_RETURN(
+          auto replies,
+          turn.batch<pb::LeaseTimeToLiveResponse>(
+              lookups.size(), [&](RequestChannel::Stubs& stubs, std::size_t k,
+                                  grpc::ClientContext* call, grpc::CompletionQueue* queue) {
+                return stubs.lease->AsyncLeaseTimeToLive(call, lookups[k], queue);
+              }));
       for (std::size_t j = i; j < end; ++j) {
-        auto ttl = parse_reply(replies[j - i], context);
+        const auto& ttl = replies[j - i];
+        if (ttl.status().code() == StatusCode::kUnavailable ||
+            ttl.status().code() == StatusCode::kDeadlineExceeded) {
+          return ttl.status();
+        }
         OwnerRecord record;
         record.store_now = sent;
         record.owner = owner_of(kvs[j], sent, ttl.ok() ? &*ttl : nullptr);
@@ -1384,6 +1896,7 @@ class EtcdBackend final : public Backend {
 
   const EtcdOptions options_;
   const std::vector<Endpoint> endpoints_;
+  const std::shared_ptr<Auth> auth_;
   Capabilities capabilities_;
   RequestChannel channel_;
   std::shared_ptr<Watcher> watcher_;
@@ -1402,17 +1915,21 @@ Result<std::shared_ptr<Backend>> new_etcd_backend(EtcdOptions options) {
   }
   SIMBA_RETURN_IF_ERROR(
       internal::validate_timeout_and_prefix("etcd", options.connect_timeout, options.key_prefix));
+  SIMBA_RETURN_IF_ERROR(options.tls.validate("etcd"));
+  if (options.user.empty() && !options.password.empty()) {
+    return invalid_argument_error("etcd: a password needs a user");
+  }
+  if (!options.user.empty() && options.password.empty()) {
+    return invalid_argument_error("etcd: user '" + options.user +
+                                  "' needs a password (in the URI or password_file=)");
+  }
   return std::shared_ptr<Backend>(std::make_shared<EtcdBackend>(options));
 }
 
 Result<EtcdOptions> etcd_options_from_uri(const Uri& uri) {
-  constexpr char kForm[] = "etcd://host[:port][,host[:port]...][?key_prefix=...]";
+  constexpr char kForm[] =
+      "etcd://[user:password@]host[:port][,host[:port]...][?key_prefix=...&tls=...]";
   SIMBA_RETURN_IF_ERROR(internal::check_scheme(uri, "etcd"));
-  if (uri.user || uri.password) {
-    return invalid_argument_error(
-        "etcd: user and password in the URI are not supported (this backend does not do etcd "
-        "authentication); remove them, or use a cluster without auth");
-  }
   if (uri.hosts.empty()) {
     return invalid_argument_error(std::string("etcd: URI has no host; expected ") + kForm);
   }
@@ -1420,9 +1937,31 @@ Result<EtcdOptions> etcd_options_from_uri(const Uri& uri) {
     return invalid_argument_error("etcd: URI path " + internal::in_quotes(uri.path) +
                                   " is not supported (use key_prefix=...); expected " + kForm);
   }
-  SIMBA_RETURN_IF_ERROR(
-      uri.check_query_keys({"key_prefix", "connect_timeout"}).with_context("etcd"));
+  std::vector<std::string_view> keys = {"key_prefix", "connect_timeout", "password_file"};
+  keys.insert(keys.end(), std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys(keys).with_context("etcd"));
   EtcdOptions options;
+  SIMBA_ASSIGN_OR_RETURN(options.tls, tls_options_from_uri(uri, "etcd"));
+  options.user = uri.user.value_or("");
+  const std::optional<std::string> password_file = uri.query_value("password_file");
+  if (password_file) {
+    if (uri.password) {
+      return invalid_argument_error(
+          "etcd: give the password in the URI or in password_file=, not both");
+    }
+    SIMBA_ASSIGN_OR_RETURN(options.password,
+                           read_secret_file("etcd", "password_file", *password_file));
+  } else {
+    options.password = uri.password.value_or("");
+  }
+  if (options.user.empty() && !options.password.empty()) {
+    return invalid_argument_error("etcd: a password needs a user (etcd://user:password@host)");
+  }
+  if (!options.user.empty() && options.password.empty()) {
+    return invalid_argument_error("etcd: user '" + options.user +
+                                  "' needs a password (etcd://user:password@host or "
+                                  "password_file=PATH)");
+  }
   options.endpoints.clear();
   for (const UriHost& host : uri.hosts) {
     if (host.host.empty()) {

@@ -1,43 +1,33 @@
-// A small HTTP/1.1 client for etcd's JSON gateway, with every wait bounded
-// by a deadline.
+// The etcd backend's transport: etcd's own v3 gRPC API (etcd.proto, kv.proto
+// in this folder, compiled at build time), over Debian's gRPC++.
 //
-// Why the gateway and not gRPC: Debian ships no etcd C++ client, and gRPC
-// stubs would need etcd's .proto files (which import gogoproto and the
-// google.api annotations, neither packaged by Debian) plus protoc and gRPC at
-// build time. The gateway is built into every etcd server (3.4 serves it
-// under /v3/) and speaks the same v3 API as JSON: byte fields are base64,
-// int64 fields are strings. So the socket is ours (core/net/stream.h), like
-// the Redis backend's, and nlohmann/json for bodies.
+// What is here: the channel to one endpoint (open_channel: plain text or
+// TLS), waiting for it to connect within a deadline (wait_connected), etcd
+// authentication (Auth: a user's token, sent as the "token" metadata of
+// every call), and the Status for a failed call (error_status). The calls
+// themselves, with a gRPC deadline each, are made by etcd_backend.cc.
 //
-// What the client speaks: POST requests with a JSON body, keep-alive,
-// pipelining (several requests written at once, the replies read in order;
-// the gateway, a Go net/http server, answers them one after another), and
-// responses with Content-Length or chunked bodies. Streaming responses (the
-// watch) are read line by line: the gateway writes one JSON object per line.
-//
-// A call that fails or misses its deadline leaves the connection in an
-// unknown state (a late reply would be read as the next call's): the owner
-// of the connection must close it (see reusable()).
+// Each channel has its own connection (a local subchannel pool), so the
+// backend's calls and its watch never share one, and leaving an endpoint
+// (dropping its channel) closes exactly that connection.
 
 #ifndef SIMBA_BACKENDS_ETCD_ETCD_CLIENT_H_
 #define SIMBA_BACKENDS_ETCD_ETCD_CLIENT_H_
 
-#include <nlohmann/json.hpp>
+#include <grpcpp/grpcpp.h>
 
-#include <cstdint>
+#include <chrono>
 #include <memory>
-#include <optional>
+#include <mutex>
 #include <string>
 #include <string_view>
-#include <vector>
 
-#include "core/net/stream.h"
+#include "backends/etcd/etcd.grpc.pb.h"
 #include "simba/backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 
 namespace simba::internal::etcd {
-
-using Json = nlohmann::json;
 
 struct Endpoint {
   std::string host;
@@ -46,120 +36,99 @@ struct Endpoint {
   std::string describe() const;
 };
 
-struct HttpRequest {
-  std::string path;  // "/v3/kv/range"
-  std::string body;  // JSON
-};
+// A channel to `endpoint` (not yet connected: see wait_connected).
+// `keepalive` makes it ping the server while a call is open (30 s, with
+// 10 s to answer), so a long-lived watch notices a peer that vanished
+// without a reset.
+//
+// `tls` (simba/tls.h): off is plain text. verify is grpc::SslCredentials:
+// the server's chain must lead to tls_ca (or the system's CAs) and its
+// certificate must name the host (or tls_server_name, which is also sent as
+// SNI: GRPC_SSL_TARGET_NAME_OVERRIDE_ARG). on is gRPC's TLS credentials
+// (grpc::experimental, gRPC 1.51) with the chain verified against the same
+// roots but no name check (NoOpCertificateVerifier, no per-call host
+// check). tls_cert + tls_key are the client certificate. The PEM files are
+// read here, at every (re)connect, so renewed files are picked up; an
+// unreadable one is kInvalidArgument naming its option and path (never its
+// contents).
+Result<std::shared_ptr<grpc::Channel>> open_channel(const Endpoint& endpoint, bool keepalive,
+                                                    const TlsOptions& tls);
 
-struct HttpResponse {
-  int status = 0;
-  std::string body;
-};
+// Connects `channel` (to `endpoint`) by `deadline`. Errors name the
+// endpoint: kUnavailable when the connection failed (with gRPC's cause),
+// kDeadlineExceeded when it was not up by then.
+Status wait_connected(grpc::Channel& channel, const Endpoint& endpoint, Deadline deadline);
 
-class HttpConnection {
+// etcd's authentication: user and password (for an empty user, none)
+// exchanged for a token (Auth.Authenticate) that every call carries as its
+// "token" metadata. One token per backend, shared by its channels (etcd
+// keeps simple tokens cluster-wide; JWT tokens are valid on every member);
+// a call answered "invalid auth token" (the token expired: etcd's
+// --auth-token-ttl) forgets it, and the next call authenticates again.
+// A server without auth enabled answers Authenticate with "authentication
+// is not enabled": the calls then go without a token, as etcd's own Go
+// client does. Thread-safe. The password and the token never appear in
+// errors.
+class Auth {
  public:
-  // Connects (TCP, no TLS). `tcp_keepalive` turns on TCP keep-alive probes
-  // (a long-lived watch notices a peer that vanished without a reset).
-  // Errors: kUnavailable (cannot resolve or connect), kDeadlineExceeded.
-  static Result<std::unique_ptr<HttpConnection>> open(const Endpoint& endpoint, Deadline deadline,
-                                                      bool tcp_keepalive = false);
-  ~HttpConnection();
-  HttpConnection(const HttpConnection&) = delete;
-  HttpConnection& operator=(const HttpConnection&) = delete;
+  Auth(std::string user, std::string password)
+      : user_(std::move(user)), password_(std::move(password)) {}
 
-  // Writes the requests (one write when they fit: a pipeline).
-  Status send(const std::vector<HttpRequest>& requests, Deadline deadline);
-  // Reads one whole response.
-  Result<HttpResponse> read(Deadline deadline);
-  // Send + one Read per request, in order.
-  Result<std::vector<HttpResponse>> call(const std::vector<HttpRequest>& requests,
-                                         Deadline deadline);
+  bool enabled() const { return !user_.empty(); }
 
-  // Streaming: reads the status line and headers of the next response and
-  // returns its status; the body is then read with ReadLine.
-  Result<int> read_head(Deadline deadline);
-  // The next line of the body (without the '\n'); nullopt at its end.
-  // kDeadlineExceeded when no whole line arrives by `deadline`; the
-  // connection stays usable for further ReadLine calls in that case.
-  Result<std::optional<std::string>> read_line(Deadline deadline);
+  // Adds the token to `context` and returns it, authenticating on
+  // `channel` (to `endpoint`) by `deadline` first if there is no token yet.
+  // Errors name the endpoint: kPermissionDenied "etcd at HOST:PORT:
+  // authentication failed: ..." for a wrong user or password; transport
+  // failures as error_status says (so the caller may try another endpoint).
+  Result<std::string> authorize(grpc::ClientContext& context, grpc::Channel& channel,
+                                const Endpoint& endpoint, Deadline deadline);
 
-  // False once the server said it will close, or a response was left
-  // unfinished: the connection must not carry another request.
-  bool reusable() const { return reusable_; }
+  // A call that carried `token` was refused with `status`: true if that
+  // was the token (expired or revoked), which is forgotten then, so that
+  // the call can be made once more with a new one.
+  bool refused_token(const std::string& token, const grpc::Status& status);
 
-  // Makes a read blocked in another thread return (kUnavailable) and every
-  // later call fail. Thread-safe.
-  void shutdown() { stream_->shutdown(); }
-
-  const std::string& peer() const { return peer_; }
+  // Forgets `token` if it is still the current one.
+  void forget(const std::string& token);
 
  private:
-  HttpConnection(std::unique_ptr<Stream> stream, std::string peer);
-  // Reads more bytes into in_; kUnavailable at EOF, kDeadlineExceeded.
-  Status fill(Deadline deadline);
-  // Returns the next "\r\n"-terminated line (without it), reading as needed.
-  Result<std::string> read_crlf_line(Deadline deadline, std::size_t limit);
-  // Appends the next piece of the body to `out`; false once the body ended.
-  Result<bool> read_body(std::string* out, Deadline deadline);
-  Status take_left(std::string* out, Deadline deadline);
-  std::string_view unread() const { return std::string_view(in_).substr(pos_); }
-  void consume(std::size_t n);
-
-  enum class BodyMode { kNone, kLength, kChunked, kUntilClose };
-
-  const std::unique_ptr<Stream> stream_;
-  const std::string peer_;  // also the Host header
-  std::string in_;          // received bytes; in_[pos_..] not yet consumed
-  std::size_t pos_ = 0;
-  bool eof_ = false;
-  bool reusable_ = true;
-  // The body of the response being read.
-  BodyMode mode_ = BodyMode::kNone;
-  std::uint64_t left_ = 0;    // bytes left of the body or the chunk
-  bool chunk_crlf_ = false;   // a chunk's data ended; its CRLF is due
-  bool close_after_ = false;  // "Connection: close"
-  std::string line_;          // ReadLine's partial line
+  const std::string user_;
+  const std::string password_;
+  std::mutex mu_;
+  bool have_token_ = false;  // token_ is valid ("" when the server has no auth)
+  std::string token_;
 };
 
-// ---- etcd's JSON conventions ----------------------------------------------
+// True if `status` is etcd's answer to a token that is no longer valid
+// ("invalid auth token", or "revision of auth store is old").
+bool is_invalid_token(const grpc::Status& status);
 
-std::string base64_encode(std::string_view bytes);
-// False if `text` is not valid base64.
-bool base64_decode(std::string_view text, std::string* out);
+// What a failed connection's gRPC message `message` (made with `tls`)
+// most likely means, as " (...)" to append, or "": gRPC says "certificate
+// verify failed" for a wrong CA as for an expired certificate, and "Socket
+// closed" for a server that hung up on the handshake for whatever reason.
+std::string transport_hint(std::string_view message, const TlsOptions& tls);
+
+// A Deadline (steady clock) as gRPC takes it (the system clock: the only
+// clock its C++ API accepts), for deadlines set just before they are used.
+std::chrono::system_clock::time_point grpc_deadline(Deadline deadline);
 
 // etcd's range end for every key that starts with `prefix` (the prefix with
 // its last byte incremented, dropping trailing 0xff bytes).
 std::string prefix_end(std::string_view prefix);
 
-// An int64 field, which the gateway writes as a string ("42") and may leave
-// out when it is 0; also accepts a JSON number. 0 when absent or malformed.
-std::int64_t int64_field(const Json& object, std::string_view name);
-
-// The Status for an etcd error: `grpc_code` is the gRPC status code the
-// gateway reports ("code" or "grpc_code"), `http_status` the HTTP status.
-// Transient codes (UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED,
+// The Status for a call that failed with gRPC status `grpc_code`:
+// transient codes (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED,
 // RESOURCE_EXHAUSTED, and UNKNOWN/INTERNAL such as "leader changed") are
 // kUnavailable; UNAUTHENTICATED and PERMISSION_DENIED kPermissionDenied;
 // INVALID_ARGUMENT and OUT_OF_RANGE kInvalidArgument; NOT_FOUND,
-// FAILED_PRECONDITION and others kInternal. A non-200 reply without a gRPC
-// code is kUnavailable for 5xx (and 429) and kInternal otherwise.
-Status error_status(int grpc_code, int http_status, std::string_view message,
-                    std::string_view context);
-
-// A reply body parsed: the object, or the error it carries (a unary error
-// {"error", "message", "code"}, a stream's {"error": {"grpc_code", ...}}, a
-// non-200 status, or unparsable JSON). A stream's {"result": {...}} is
-// unwrapped. `grpc_code` (when given) receives the error's gRPC code, 0 if
-// none.
-Result<Json> parse_reply(const HttpResponse& response, std::string_view context,
-                         int* grpc_code = nullptr);
-// The same for one line of a streaming body (always HTTP 200).
-Result<Json> parse_stream_line(std::string_view line, std::string_view context,
-                               int* grpc_code = nullptr);
-
-// gRPC codes used by the backend.
-inline constexpr int kGrpcNotFound = 5;
-inline constexpr int kGrpcFailedPrecondition = 9;
+// FAILED_PRECONDITION and others kInternal. The message is
+// "<context>: <message>".
+Status error_status(int grpc_code, std::string_view message, std::string_view context);
+// The same for a gRPC status (not OK) of a call to `endpoint`, except that
+// DEADLINE_EXCEEDED (the call's own deadline) is kDeadlineExceeded.
+Status error_status(const grpc::Status& status, const Endpoint& endpoint, std::string_view context);
 
 }  // namespace simba::internal::etcd
 

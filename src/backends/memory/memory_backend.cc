@@ -230,6 +230,7 @@ class MemoryBackend final : public Backend {
     capabilities_.cross_process = false;
     capabilities_.lists_waiters = true;
     capabilities_.fencing_source = "per-mutex counter in process memory";
+    capabilities_.transport = "in process";
     capabilities_.max_mutex_length = 255;
     capabilities_.max_contender_id_length = 128;
   }
@@ -250,6 +251,12 @@ class MemoryBackend final : public Backend {
                            std::string(contender_id)};
     for (auto& listener : to_notify) listener(event);
     return released;
+  }
+
+  Status do_inspect(StoreReport& report, Deadline) override {
+    report.add(StoreFinding::Severity::kNote, "topology",
+               "in this process only: other processes have stores of their own");
+    return ok_status();
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline) override {

@@ -6,7 +6,10 @@
 
 #include <mysql.h>
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -115,6 +118,53 @@ class MysqlDriver final : public SqlDriver {
 
   std::string_view scheme() const override { return "mysql"; }
   const std::string& description() const override { return description_; }
+  std::string transport() const override { return transport_of(server_); }
+
+  // simba doctor: the server, whether it is read-only, whether it is in a
+  // Galera or Group Replication cluster (where GET_LOCK is per member), its
+  // durability settings, and whether this session is encrypted.
+  Status inspect(SqlSession& session, StoreReport& report, Deadline deadline) const override {
+    SIMBA_ASSIGN_OR_RETURN(
+        std::vector<SqlResult> r,
+        session.run({{"SELECT VERSION(), @@read_only, @@innodb_flush_log_at_trx_commit", {}},
+                     {"SHOW GLOBAL VARIABLES WHERE Variable_name IN ('wsrep_on', "
+                      "'group_replication_group_name')",
+                      {}},
+                     {"SHOW SESSION STATUS LIKE 'Ssl_cipher'", {}}},
+                    false, deadline));
+    using Severity = StoreFinding::Severity;
+    report.add(Severity::kOk, "server", first_cell(r[0]));
+    // (SHOW REPLICA STATUS would need a privilege the application's user
+    // seldom has; a replica is read-only in any sane deployment.)
+    if (first_cell(r[0], 1) == "1") {
+      report.add(Severity::kUnsafe, "topology",
+                 "read-only (@@read_only=1), a replica: locks must be taken on the primary");
+    } else {
+      report.add(Severity::kOk, "topology", "writable (@@read_only=0)");
+    }
+    for (const SqlRow& row : r[1].rows) {
+      if (row.size() < 2) continue;
+      const bool galera = row[0] == "wsrep_on" && row[1] == "ON";
+      const bool group = row[0] == "group_replication_group_name" && !row[1].empty();
+      if (galera || group) {
+        report.add(
+            Severity::kUnsafe, "topology",
+            std::string(galera ? "a Galera member (wsrep_on)" : "a Group Replication member") +
+                ": GET_LOCK (the keyed locks) excludes only on this member");
+      }
+    }
+    const std::string flush = first_cell(r[0], 2);
+    report.add(flush == "1" ? Severity::kOk : Severity::kUnsafe, "durability",
+               "innodb_flush_log_at_trx_commit=" + flush +
+                   (flush == "1" ? ""
+                                 : ": a crash may forget acknowledged acquisitions and hand "
+                                   "their tokens out again"));
+    const std::string cipher = first_cell(r[2], 1);
+    report.add(cipher.empty() ? Severity::kNote : Severity::kOk, "session",
+               cipher.empty() ? "this connection is not encrypted (Ssl_cipher is empty)"
+                              : "this connection is encrypted (" + cipher + ")");
+    return ok_status();
+  }
 
   Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) override {
     // UTC: UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) then has no DST fold. A row
@@ -124,7 +174,9 @@ class MysqlDriver final : public SqlDriver {
     ConnectExtras extras;
     extras.init_command = "SET time_zone = '+00:00', innodb_lock_wait_timeout = 10";
     extras.multi_statements = true;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, mysql::connect(server_, description_, deadline, extras));
+    // The first writable host: a read-only server (a replica) is passed
+    // over, and refused, naming it, when no host is left.
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, mysql::connect(server_, deadline, extras));
     return std::unique_ptr<SqlSession>(std::make_unique<MysqlSession>(std::move(conn)));
   }
 
@@ -165,11 +217,13 @@ class MysqlDriver final : public SqlDriver {
 namespace simba {
 
 Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::apply_tls(options));
   SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options));
   if (options.connections < 1) {
     return invalid_argument_error("mysql: connections must be at least 1");
   }
   internal::sql::SqlBackendOptions sql;
+  sql.failover = internal::sql::mysql::kFailover;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
@@ -178,13 +232,20 @@ Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
 }
 
 Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
-  constexpr char kForm[] = "mysql://user[:password]@host[:port]/db";
+  constexpr char kForm[] = "mysql://user[:password]@host[:port][,host[:port]...]/db";
   if (uri.scheme != "mysql" && uri.scheme != "mariadb") {
     return invalid_argument_error("mysql: URI scheme is " + internal::in_quotes(uri.scheme) +
                                   ", expected 'mysql'");
   }
-  if (uri.hosts.size() != 1 || uri.hosts.front().host.empty()) {
-    return invalid_argument_error(std::string("mysql: URI must name one host; expected ") + kForm);
+  if (uri.hosts.empty()) {
+    return invalid_argument_error(std::string("mysql: URI names no host; expected ") + kForm);
+  }
+  for (std::size_t i = 0; i < uri.hosts.size(); ++i) {
+    if (uri.hosts[i].host.empty()) {
+      return invalid_argument_error("mysql: host " + std::to_string(i + 1) + " of " +
+                                    std::to_string(uri.hosts.size()) +
+                                    " in the URI is empty; expected " + kForm);
+    }
   }
   if (uri.path.size() <= 1 || uri.path.find('/', 1) != std::string::npos) {
     return invalid_argument_error(std::string("mysql: URI must name one database; expected ") +
@@ -192,15 +253,47 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   }
   // lock_connections and op_timeout belong to the keyed-lock backend
   // (mysql_keyed.h), ignored here so one URI serves both.
-  SIMBA_RETURN_IF_ERROR(
-      uri.check_query_keys({"connections", "create_table", "table", "connect_timeout", "ssl_mode",
-                            "ssl_ca", "ssl_cert", "ssl_key", "lock_connections", "op_timeout"}));
+  std::vector<std::string_view> keys = {"connections",     "create_table", "table",
+                                        "connect_timeout", "ssl_mode",     "ssl_ca",
+                                        "ssl_cert",        "ssl_key",      "lock_connections",
+                                        "op_timeout",      "password_file"};
+  keys.insert(keys.end(), std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys(keys));
   MysqlOptions options;
   options.host = uri.hosts.front().host;
   if (uri.hosts.front().port) options.port = *uri.hosts.front().port;
+  for (std::size_t i = 1; i < uri.hosts.size(); ++i) {
+    MysqlHost& more = options.more_hosts.emplace_back();
+    more.host = uri.hosts[i].host;
+    if (uri.hosts[i].port) more.port = *uri.hosts[i].port;
+  }
   options.database = uri.path.substr(1);
   if (uri.user) options.user = *uri.user;
   if (uri.password) options.password = *uri.password;
+  if (const std::optional<std::string> file = uri.query_value("password_file")) {
+    if (uri.password) {
+      return invalid_argument_error(
+          "mysql: the URI has a password and password_file: give one of them");
+    }
+    SIMBA_ASSIGN_OR_RETURN(options.password, read_secret_file("mysql", "password_file", *file));
+  }
+  const bool any_tls_key = std::any_of(
+      std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys),
+      [&](std::string_view key) { return uri.query_value(std::string(key)).has_value(); });
+  if (any_tls_key) {
+    SIMBA_ASSIGN_OR_RETURN(TlsOptions tls, tls_options_from_uri(uri, "mysql"));
+    // tls_* files with ssl_mode=verify_ca and no tls=: the ssl spelling of on.
+    if (!uri.query_value("tls") && uri.query_value("ssl_mode") == "verify_ca") {
+      tls.mode = TlsMode::kOn;
+    }
+    // ssl_mode=disabled is also the field's default, so apply_tls cannot
+    // tell it was asked for.
+    if (uri.query_value("ssl_mode") == "disabled" && tls.enabled()) {
+      return invalid_argument_error(std::string("mysql: tls=") + tls_mode_name(tls.mode) +
+                                    " contradicts ssl_mode=disabled: give one of them");
+    }
+    options.tls = std::move(tls);
+  }
   for (const auto& [key, value] : uri.query) {
     SIMBA_ASSIGN_OR_RETURN(const bool read,
                            internal::sql::read_table_key("mysql", key, value, options.connections,
@@ -218,7 +311,10 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
       options.ssl_key = value;
     }
   }
-  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options));
+  // Contradictions between the tls keys and the ssl_* ones are errors here.
+  MysqlOptions mapped = options;
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::apply_tls(mapped));
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(mapped));
   return options;
 }
 

@@ -6,8 +6,11 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <mutex>
 
 #include "core/host_lookup.h"
@@ -101,6 +104,13 @@ Failure error_of(MYSQL* m) {
     case ER_LOCK_DEADLOCK:      // 1213
       f.status = unavailable_error(message);
       break;
+    case ER_OPTION_PREVENTS_STATEMENT:  // 1290
+      // "running with the --read-only option": the primary was demoted
+      // (a switchover) under an open connection. Dropping the connection
+      // makes the next one look for the writable host.
+      f.broken = true;
+      f.status = unavailable_error(message + " (the server has become read-only)");
+      break;
     case CR_CONNECTION_ERROR:      // 2002
     case CR_CONN_HOST_ERROR:       // 2003
     case CR_SERVER_GONE_ERROR:     // 2006
@@ -122,11 +132,106 @@ Failure error_of(MYSQL* m) {
 }
 
 std::string describe_server(const MysqlOptions& server) {
-  return "mysql at " + server.host + ":" + std::to_string(server.port) + "/" + server.database;
+  std::string hosts = server.host + ":" + std::to_string(server.port);
+  for (const MysqlHost& more : server.more_hosts) {
+    hosts += "," + more.host + ":" + std::to_string(more.port);
+  }
+  return "mysql at " + hosts + "/" + server.database;
+}
+
+namespace {
+
+// The system's CA bundle, for verify_ca without a CA file (libmariadb
+// verifies a chain without the host name only against a file).
+std::string system_ca_file() {
+  if (const char* file = std::getenv("SSL_CERT_FILE"); file != nullptr && file[0] != 0) {
+    return file;
+  }
+  for (const char* file : {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                           "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}) {
+    if (std::ifstream(file).good()) return file;
+  }
+  return "";
+}
+
+}  // namespace
+
+Status apply_tls(MysqlOptions& server) {
+  if (!server.tls) return ok_status();
+  const TlsOptions tls = *server.tls;
+  server.tls.reset();
+  SIMBA_RETURN_IF_ERROR(tls.validate("mysql"));
+  if (!tls.server_name.empty()) {
+    return invalid_argument_error(
+        "mysql: tls_server_name is not supported: libmariadb verifies the server's certificate "
+        "against the host it connects to and has no option to name another; put that name in "
+        "the URI's host");
+  }
+  const std::string mode = std::string("tls=") + tls_mode_name(tls.mode);
+  const char* ssl_mode = tls.mode == TlsMode::kVerify ? "verify_identity"
+                         : tls.mode == TlsMode::kOn   ? "verify_ca"
+                                                      : "disabled";
+  // "disabled" is also the field's default: only another value was asked for.
+  if (server.ssl_mode != "disabled" && server.ssl_mode != ssl_mode) {
+    return invalid_argument_error("mysql: " + mode + " (ssl_mode=" + ssl_mode +
+                                  ") contradicts ssl_mode=" + server.ssl_mode +
+                                  ": give one of them");
+  }
+  if (tls.mode == TlsMode::kOff && server.ssl_mode == "disabled" &&
+      (!server.ssl_ca.empty() || !server.ssl_cert.empty())) {
+    return invalid_argument_error("mysql: " + mode +
+                                  " contradicts ssl_ca and ssl_cert, which ask for TLS");
+  }
+  server.ssl_mode = ssl_mode;
+  struct File {
+    const char* ours;
+    const std::string& value;
+    const char* theirs;
+    std::string& field;
+  };
+  for (const File& file : {File{"tls_ca", tls.ca, "ssl_ca", server.ssl_ca},
+                           File{"tls_cert", tls.cert, "ssl_cert", server.ssl_cert},
+                           File{"tls_key", tls.key, "ssl_key", server.ssl_key}}) {
+    if (file.value.empty()) continue;
+    if (!file.field.empty() && file.field != file.value) {
+      return invalid_argument_error(std::string("mysql: ") + file.ours + " and " + file.theirs +
+                                    " name different files: give one of them");
+    }
+    file.field = file.value;
+  }
+  if (tls.mode == TlsMode::kOn && server.ssl_ca.empty()) {
+    server.ssl_ca = system_ca_file();
+    if (server.ssl_ca.empty()) {
+      return invalid_argument_error(
+          "mysql: tls=on without tls_ca needs the system's CA file, and none was found (set "
+          "tls_ca, or SSL_CERT_FILE)");
+    }
+  }
+  return ok_status();
+}
+
+std::string transport_of(const MysqlOptions& server) {
+  const bool files = !server.ssl_ca.empty() || !server.ssl_cert.empty() || !server.ssl_key.empty();
+  if (server.ssl_mode == "disabled" && !files) return "plain text";
+  std::string out;
+  if (server.ssl_mode == "verify_identity") {
+    out = "TLS (verify)";
+  } else if (server.ssl_mode == "verify_ca" || !server.ssl_ca.empty()) {
+    out = "TLS (on)";
+  } else {
+    out = "TLS, server not verified (ssl_mode=required)";
+  }
+  if (!server.ssl_cert.empty()) out += ", client certificate";
+  return out;
 }
 
 Status check_server(const MysqlOptions& server) {
   if (server.host.empty()) return invalid_argument_error("mysql: no host");
+  for (std::size_t i = 0; i < server.more_hosts.size(); ++i) {
+    if (server.more_hosts[i].host.empty()) {
+      return invalid_argument_error("mysql: more_hosts[" + std::to_string(i) + "] has no host");
+    }
+  }
   if (server.database.empty()) return invalid_argument_error("mysql: no database");
   if (server.connect_timeout <= std::chrono::milliseconds::zero()) {
     return invalid_argument_error("mysql: connect_timeout must be positive");
@@ -213,7 +318,13 @@ Result<MysqlConn> connect_to(const std::string& host, const MysqlOptions& endpoi
     *unreachable = code == CR_CONN_HOST_ERROR || code == CR_CONNECTION_ERROR;
     Failure f = error_of(m);
     if (f.status.code() == StatusCode::kInternal) f.status = unavailable_error(f.status.message());
-    return Status(f.status.code(), description + ": connecting: " + f.status.message());
+    // MariaDB with require_secure_transport answers a plain client with
+    // "Access denied" only, however right the password.
+    const char* plain = code == ER_ACCESS_DENIED_ERROR && !wants_tls(endpoint)
+                            ? " (over plain text: a server that takes only TLS answers so too; "
+                              "tls=verify and tls_ca)"
+                            : "";
+    return Status(f.status.code(), description + ": connecting: " + f.status.message() + plain);
   }
   // libmariadb 3.3 refuses a server without TLS only when it also verifies
   // the host name: in the other modes it goes on in the clear. Such a
@@ -229,13 +340,10 @@ Result<MysqlConn> connect_to(const std::string& host, const MysqlOptions& endpoi
   return conn;
 }
 
-}  // namespace
-
-Result<MysqlConn> connect(const MysqlOptions& endpoint, const std::string& description,
-                          Deadline deadline, const ConnectExtras& extras) {
-  init_library_once();
-  // The connect timeout, in case the call's deadline is far away.
-  deadline = std::min(deadline, steady_clock::now() + endpoint.connect_timeout);
+// Connects to `endpoint`'s host:port (its more_hosts are not looked at) by
+// `deadline`.
+Result<MysqlConn> connect_host(const MysqlOptions& endpoint, const std::string& description,
+                               Deadline deadline, const ConnectExtras& extras) {
   bool unreachable = false;
   // To libmariadb "localhost" is its Unix socket: nothing to resolve.
   if (endpoint.host == "localhost") {
@@ -271,6 +379,155 @@ Result<MysqlConn> connect(const MysqlOptions& endpoint, const std::string& descr
     tried.push_back(std::move(text));
   }
   return last;
+}
+
+// Connects to `endpoint`'s host:port by `deadline` and keeps the connection
+// if the server is fit for locks.
+Result<MysqlConn> connect_fit_host(const MysqlOptions& endpoint, Deadline deadline,
+                                   const ConnectExtras& extras) {
+  const std::string description = describe_server(endpoint);
+  SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, connect_host(endpoint, description, deadline, extras));
+  Status fit =
+      refuse_unsafe_server(conn.get(), description, deadline, extras.session_locks, extras.wake_fd);
+  if (!fit.ok()) {
+    // Closed without a goodbye: the reply to the role query may be unread.
+    mariadb_cancel(conn.get());
+    return fit;
+  }
+  return conn;
+}
+
+// The code of a connection that found no host fit, from why each host was
+// passed over (see connect()).
+StatusCode code_of_none_fit(const std::vector<Status>& failures) {
+  bool unavailable = false;
+  bool deadline = false;
+  bool all_unfit = true;
+  for (const Status& failure : failures) {
+    unavailable = unavailable || failure.code() == StatusCode::kUnavailable;
+    deadline = deadline || failure.code() == StatusCode::kDeadlineExceeded;
+    all_unfit = all_unfit && failure.code() == StatusCode::kFailedPrecondition;
+  }
+  if (all_unfit) return StatusCode::kFailedPrecondition;
+  if (unavailable) return StatusCode::kUnavailable;
+  if (deadline) return StatusCode::kDeadlineExceeded;
+  for (const Status& failure : failures) {
+    if (failure.code() != StatusCode::kFailedPrecondition) return failure.code();
+  }
+  return StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+Result<MysqlConn> connect(const MysqlOptions& server, Deadline deadline,
+                          const ConnectExtras& extras) {
+  init_library_once();
+  // libmariadb connects to one host: the list is ours to walk.
+  std::vector<MysqlHost> hosts = {{server.host, server.port}};
+  hosts.insert(hosts.end(), server.more_hosts.begin(), server.more_hosts.end());
+  std::vector<Status> failures;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    MysqlOptions endpoint = server;
+    endpoint.host = hosts[i].host;
+    endpoint.port = hosts[i].port;
+    endpoint.more_hosts.clear();
+    const auto now = steady_clock::now();
+    if (i > 0 && now >= deadline) {
+      failures.push_back(deadline_exceeded_error(describe_server(endpoint) +
+                                                 ": not tried: the deadline had passed"));
+      continue;
+    }
+    // The connect timeout, in case the call's deadline is far away; and an
+    // equal share of what is left, so a host that hangs (a primary cut off
+    // by the failover) leaves the others their turn.
+    Deadline host_deadline = std::min(deadline, now + server.connect_timeout);
+    if (deadline > now) {
+      host_deadline =
+          std::min(host_deadline, now + (deadline - now) / static_cast<long>(hosts.size() - i));
+    }
+    Result<MysqlConn> conn = connect_fit_host(endpoint, host_deadline, extras);
+    if (conn.ok() || conn.status().code() == StatusCode::kCancelled) return conn;
+    if (hosts.size() == 1) return conn;
+    failures.push_back(conn.status());
+  }
+  const StatusCode code = code_of_none_fit(failures);
+  std::string message = describe_server(server) + ": no host is a writable primary";
+  message += code == StatusCode::kFailedPrecondition
+                 ? " (every host is read-only or unfit: name the primary, or wait for a replica "
+                   "to be promoted)"
+                 : " (a failover may be under way)";
+  for (const Status& failure : failures) message += "; " + failure.message();
+  return Status(code, message);
+}
+
+const char kServerRoleSql[] =
+    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('read_only', 'super_read_only', "
+    "'innodb_read_only', 'wsrep_on', 'group_replication_group_name')";
+
+ServerRole server_role_of(const std::vector<SqlRow>& rows) {
+  ServerRole role;
+  const auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+  for (const SqlRow& row : rows) {
+    if (row.size() < 2) continue;
+    const std::string name = lower(row[0]);
+    const std::string value = lower(row[1]);
+    const bool on = value == "on" || value == "1" || value == "true";
+    if (name == "read_only") {
+      role.read_only = on;
+    } else if (name == "super_read_only") {
+      role.super_read_only = on;
+    } else if (name == "innodb_read_only") {
+      role.innodb_read_only = on;
+    } else if (name == "wsrep_on") {
+      role.wsrep = on;
+    } else if (name == "group_replication_group_name") {
+      role.group_name = row[1];
+    }
+  }
+  return role;
+}
+
+Status check_server_role(const ServerRole& role, const std::string& description,
+                         bool session_locks) {
+  std::string read_only;
+  if (role.read_only) read_only = "read_only";
+  if (role.super_read_only) read_only = "super_read_only";
+  if (role.innodb_read_only) read_only = "innodb_read_only";
+  if (!read_only.empty()) {
+    return failed_precondition_error(
+        description + ": the server is read-only (" + read_only +
+        "=ON): a replica; locks taken there would not exclude the primary's holders. Name the "
+        "primary");
+  }
+  if (!session_locks) return ok_status();
+  if (role.wsrep) {
+    return failed_precondition_error(
+        description +
+        ": the server is a Galera cluster member (wsrep_on=ON): GET_LOCK is not replicated "
+        "between members, so keyed locks would not exclude each other; use the lease table "
+        "(MutexContendServiceFactory, Locker) instead");
+  }
+  if (!role.group_name.empty()) {
+    return failed_precondition_error(
+        description + ": the server is a Group Replication member (group_replication_group_name=" +
+        role.group_name +
+        "): named locks (GET_LOCK) are not certified across members, so keyed locks would not "
+        "exclude each other; use the lease table (MutexContendServiceFactory, Locker) instead");
+  }
+  return ok_status();
+}
+
+Status refuse_unsafe_server(MYSQL* m, const std::string& description, Deadline deadline,
+                            bool session_locks, int wake_fd) {
+  QueryReply reply = query(m, kServerRoleSql, deadline, wake_fd);
+  if (!reply.error.status.ok()) {
+    return reply.error.status.with_context(description + ": reading the server's role: ");
+  }
+  if (reply.results.empty()) return ok_status();
+  return check_server_role(server_role_of(reply.results.front().rows), description, session_locks);
 }
 
 QueryReply query(MYSQL* m, std::string_view sql, Deadline deadline, int wake_fd) {

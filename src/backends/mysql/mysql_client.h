@@ -63,11 +63,27 @@ Failure error_of(MYSQL* m);
 // password, database, connect_timeout and ssl_* (its connections, table and
 // create_table are the contention backend's).
 
-// "mysql at host:port/db" (never the password), to start messages.
+// "mysql at host:port/db" (never the password), to start messages; with
+// more_hosts "mysql at host:port,host2:port2/db".
 std::string describe_server(const MysqlOptions& server);
 
-// kInvalidArgument unless `server` names a host and a database, a positive
-// connect timeout and a consistent set of TLS options.
+// Maps `server.tls` (if set) onto its ssl_* fields and clears it: off ->
+// disabled, on -> verify_ca (without a CA, the system's bundle file), verify
+// -> verify_identity; ca, cert, key -> ssl_ca, ssl_cert, ssl_key.
+// Errors (kInvalidArgument, naming both): an ssl_* field already set to
+// something else; a server name (libmariadb cannot verify another name than
+// the host); those of TlsOptions::validate.
+Status apply_tls(MysqlOptions& server);
+
+// Capabilities::transport from the ssl_* fields: "plain text", "TLS (on)"
+// (verify_ca, or required with ssl_ca), "TLS (verify)" (verify_identity),
+// "TLS, server not verified (ssl_mode=required)", with ", client
+// certificate".
+std::string transport_of(const MysqlOptions& server);
+
+// kInvalidArgument unless `server` names a host (and every one of
+// more_hosts does) and a database, a positive connect timeout and a
+// consistent set of TLS options.
 Status check_server(const MysqlOptions& server);
 
 // What differs between the backends' connections.
@@ -79,18 +95,32 @@ struct ConnectExtras {
   bool multi_statements = false;
   // Polled while connecting: readable = give up (kCancelled). -1: none.
   int wake_fd = -1;
+  // The connection will hold GET_LOCK locks: check_server_role's
+  // session_locks (a Galera or Group Replication member is unfit too).
+  bool session_locks = false;
 };
 
-// Connects to `server` without blocking past `deadline` or its connect
-// timeout. The host name is resolved here within that bound and the library
-// gets its addresses (tried in turn), except "localhost" (the library's Unix
-// socket) and with ssl_mode "verify_identity", where the library needs the
-// name to verify the certificate and resolves it again itself, unbounded.
-// Errors: kDeadlineExceeded, kUnavailable (also a host that cannot be
-// resolved), kPermissionDenied, kNotFound (no such database), kCancelled
-// (woken), each prefixed with `description` (never a password).
-Result<MysqlConn> connect(const MysqlOptions& server, const std::string& description,
-                          Deadline deadline, const ConnectExtras& extras);
+// Connects to the first of `server`'s hosts (host:port, then more_hosts, in
+// order, from the first on every call: after a failover the promoted
+// replica is found) that answers and is fit for locks (refuse_unsafe_server
+// with extras.session_locks), without blocking past `deadline`. Each host
+// gets at most the connect timeout, and at most an equal share of what is
+// left of `deadline` among the hosts not yet tried, so a hung host leaves
+// time for the next. A host name is resolved here within that bound and
+// the library gets its addresses (tried in turn), except "localhost" (the
+// library's Unix socket) and with ssl_mode "verify_identity", where the
+// library needs the name to verify the certificate and resolves it again
+// itself, unbounded.
+// Errors, each naming the server (never a password): with one host, its
+// error: kDeadlineExceeded, kUnavailable (also a host that cannot be
+// resolved), kPermissionDenied, kNotFound (no such database),
+// kFailedPrecondition (unfit: read-only, ...). With several, one error
+// naming every host and why it was passed over: kFailedPrecondition when
+// every host was unfit, kUnavailable when one could not be reached (a
+// failover may be under way), kDeadlineExceeded when time ran out, else the
+// first host's code. kCancelled (woken) at once.
+Result<MysqlConn> connect(const MysqlOptions& server, Deadline deadline,
+                          const ConnectExtras& extras);
 
 // What a query (one statement, or several with multi_statements) did.
 struct QueryReply {
@@ -112,6 +142,50 @@ struct ScalarReply {
   std::optional<std::string> value;
 };
 ScalarReply query_scalar(MYSQL* m, const std::string& sql, Deadline deadline, int wake_fd = -1);
+
+// Capabilities::failover of both MySQL backends.
+inline constexpr char kFailover[] =
+    "a multi-host URI (a primary and its replicas, any order) follows a promoted replica: every "
+    "new connection uses the first writable host, and a read-only one (a replica) is refused. "
+    "Semi-synchronous replication (rpl_semi_sync_master_wait_point=AFTER_SYNC) with a promotion "
+    "that first applies the relay log keeps exclusion and increasing fencing tokens through a "
+    "failover, until a commit waits out rpl_semi_sync_master_timeout and the primary falls back "
+    "to asynchronous. Asynchronous replication may lose the last commits, and with them a "
+    "renewal (two owners) or a version (a token given again). GET_LOCK locks end with the "
+    "primary: their holders are told";
+
+// What a server says about its place in a replicated deployment.
+struct ServerRole {
+  bool read_only = false;         // @@read_only (a replica, usually)
+  bool super_read_only = false;   // @@super_read_only (MySQL; a GR secondary)
+  bool innodb_read_only = false;  // @@innodb_read_only
+  bool wsrep = false;             // @@wsrep_on: a Galera cluster member
+  std::string group_name;         // @@group_replication_group_name (MySQL GR)
+};
+
+// The statement that reads a ServerRole: SHOW GLOBAL VARIABLES, which both
+// MySQL and MariaDB answer to any user, leaving out variables the server
+// does not have (MariaDB has no super_read_only nor group replication).
+extern const char kServerRoleSql[];
+
+// The role from the (Variable_name, Value) rows of kServerRoleSql; names
+// are matched case-insensitively, values ON/1 are true.
+ServerRole server_role_of(const std::vector<SqlRow>& rows);
+
+// kFailedPrecondition, naming `description` (the host:port) and the cause,
+// when sessions on a server of `role` cannot be trusted with locks: a
+// read-only server (a replica: GET_LOCK there does not exclude the
+// primary's holders, and the lease table cannot be written) and, when
+// `session_locks` (GET_LOCK), a Galera member (wsrep_on: GET_LOCK is not
+// replicated, MDEV-30473) or a Group Replication member (named locks are
+// not certified: members do not exclude each other). OK otherwise.
+Status check_server_role(const ServerRole& role, const std::string& description,
+                         bool session_locks);
+
+// Reads the role of the server `m` is connected to and checks it
+// (check_server_role). Errors of the query come back as they are.
+Status refuse_unsafe_server(MYSQL* m, const std::string& description, Deadline deadline,
+                            bool session_locks, int wake_fd = -1);
 
 // `text` as a quoted SQL literal, escaped for the connection's character set.
 std::string sql_literal(MYSQL* m, std::string_view text);

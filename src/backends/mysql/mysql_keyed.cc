@@ -116,8 +116,12 @@ class MysqlLockDriver final : public SessionLockDriver {
     extras.init_command = "SET SESSION wait_timeout = 31536000";
     extras.attributes = {{"simba_role", "keyed_lock"}};
     extras.wake_fd = wake_fd;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn,
-                           connect(config_.server, description_, Deadline::max(), extras));
+    // GET_LOCK on a replica, a Galera or a Group Replication member would
+    // not exclude the holders of other members: such a server is passed
+    // over, and refused, naming it, when no host is left. Bounded by the
+    // connect timeout (per host).
+    extras.session_locks = true;
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, connect(config_.server, Deadline::max(), extras));
     auto session = std::make_unique<MysqlSession>(std::move(conn));
     enable_keepalive(session->socket());
     if (traits().has_value()) return std::unique_ptr<LockSession>(std::move(session));
@@ -259,6 +263,9 @@ KeyedLockCapabilities mysql_capabilities() {
   capabilities.fifo = false;
   capabilities.push_handoff = true;  // the server wakes a waiter on release
   capabilities.max_key_length = kMaxKeyBytes;
+  capabilities.failover = std::string(kFailover) +
+                          ". GET_LOCK is refused on Galera and Group Replication members, whose "
+                          "named locks do not exclude each other";
   return capabilities;
 }
 
@@ -269,6 +276,7 @@ KeyedLockCapabilities mysql_capabilities() {
 namespace simba {
 
 Result<std::shared_ptr<KeyedLockBackend>> new_mysql_keyed_lock_backend(MysqlKeyedOptions options) {
+  SIMBA_RETURN_IF_ERROR(internal::sql::mysql::apply_tls(options.server));
   SIMBA_RETURN_IF_ERROR(internal::sql::mysql::check_server(options.server));
   if (options.op_timeout <= std::chrono::milliseconds::zero()) {
     return invalid_argument_error("mysql: op_timeout must be positive");

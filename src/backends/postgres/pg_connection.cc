@@ -8,6 +8,9 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -57,12 +60,21 @@ bool needs_no_look_up(const std::string& host) {
 // another; a host that does not resolve is left out unless none does, as
 // libpq would skip it. Params that name `hostaddr` already, or whose `port`
 // list does not match `host`'s (libpq reports that), are left alone.
+// With kConnectHostKey (tls_server_name), that host is resolved instead of
+// `host`, which stays the name libpq verifies; the key itself is removed.
 Result<std::map<std::string, std::string>> with_host_addresses(
     std::map<std::string, std::string> params, const std::string& description, Deadline deadline,
     int wake_fd) {
+  std::optional<std::string> connect_host;
+  if (const auto it = params.find(kConnectHostKey); it != params.end()) {
+    connect_host = it->second;
+    params.erase(it);
+  }
   const auto host = params.find("host");
   if (host == params.end() || params.count("hostaddr") != 0) return params;
-  const std::vector<std::string> hosts = split_list(host->second);
+  const std::vector<std::string> hosts = split_list(connect_host.value_or(host->second));
+  // The TLS name for each address (with a connect host, there is one host).
+  const auto tls_name = [&](const std::string& name) { return connect_host ? host->second : name; };
   const auto port = params.find("port");
   const std::vector<std::string> ports =
       port == params.end() ? std::vector<std::string>{""} : split_list(port->second);
@@ -77,7 +89,7 @@ Result<std::map<std::string, std::string>> with_host_addresses(
     const std::string& name = hosts[i];
     const std::string& port_text = ports.size() == 1 ? ports.front() : ports[i];
     if (needs_no_look_up(name)) {
-      new_hosts.push_back(name);
+      new_hosts.push_back(tls_name(name));
       new_addresses.emplace_back();
       new_ports.push_back(port_text);
       continue;
@@ -109,12 +121,15 @@ Result<std::map<std::string, std::string>> with_host_addresses(
       std::string text = numeric_address(address);
       if (text.empty() || std::find(seen.begin(), seen.end(), text) != seen.end()) continue;
       seen.push_back(text);
-      new_hosts.push_back(name);
+      new_hosts.push_back(tls_name(name));
       new_addresses.push_back(std::move(text));
       new_ports.push_back(port_text);
     }
   }
-  if (!looked_up) return params;
+  if (!looked_up) {
+    if (connect_host) host->second = *connect_host;  // a socket: nothing to verify
+    return params;
+  }
   if (new_hosts.empty()) return first_failure;
   host->second = join_list(new_hosts);
   params["hostaddr"] = join_list(new_addresses);
@@ -146,8 +161,156 @@ std::string describe_server(const std::map<std::string, std::string>& params) {
     auto it = params.find(key);
     return it == params.end() ? fallback : it->second;
   };
-  return "postgresql at " + get("host", "?") + ":" + get("port", "5432") + "/" +
-         get("dbname", get("user", ""));
+  // host:port for each host of the list ("h1:p1,h2:p2").
+  const std::vector<std::string> hosts = split_list(get(kConnectHostKey, get("host", "?")));
+  const std::vector<std::string> ports = split_list(get("port", "5432"));
+  std::vector<std::string> addresses;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    std::string port = ports.size() == hosts.size() ? ports[i] : ports.front();
+    if (port.empty()) port = "5432";
+    addresses.push_back(hosts[i] + ":" + port);
+  }
+  return "postgresql at " + join_list(addresses) + "/" + get("dbname", get("user", ""));
+}
+
+namespace {
+
+// The system's CA bundle for libpq 15, which has no sslrootcert=system (16
+// has): OpenSSL's own default file, else the usual places.
+std::string system_ca_file() {
+  if (PQlibVersion() >= 160000) return "system";
+  if (const char* file = std::getenv("SSL_CERT_FILE"); file != nullptr && file[0] != 0) {
+    return file;
+  }
+  for (const char* file : {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                           "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}) {
+    if (std::ifstream(file).good()) return file;
+  }
+  return "";
+}
+
+// sslmode for a TLS mode.
+const char* sslmode_of(TlsMode mode) {
+  switch (mode) {
+    case TlsMode::kOff:
+      return "disable";
+    case TlsMode::kOn:
+      return "verify-ca";
+    case TlsMode::kVerify:
+      return "verify-full";
+  }
+  return "disable";
+}
+
+// Locks taken on a hot standby would not exclude anyone: advisory locks are
+// granted there locally, unknown to the primary, and the lease table is
+// read-only. A session that landed on one (a URI naming a standby alone, or
+// target_session_attrs=any) is refused, naming the host it reached.
+// PostgreSQL 14 and later report in_hot_standby at connect (no round trip);
+// older servers are asked pg_is_in_recovery().
+Status refuse_standby(PGconn* conn, const std::string& description, Deadline deadline,
+                      int wake_fd) {
+  bool standby = false;
+  if (const char* reported = PQparameterStatus(conn, "in_hot_standby"); reported != nullptr) {
+    standby = std::string_view(reported) == "on";
+  } else {
+    if (PQsendQuery(conn, "SELECT pg_is_in_recovery()") != 1) {
+      return unavailable_error(description + ": " + conn_message(conn));
+    }
+    SIMBA_RETURN_IF_ERROR(flush(conn, deadline).with_context(description));
+    for (;;) {
+      SIMBA_ASSIGN_OR_RETURN(const bool ready, await_result(conn, deadline, wake_fd));
+      if (!ready) return cancelled_error(description + ": cancelled while connecting");
+      PgResult result(PQgetResult(conn));
+      if (!result) break;
+      if (PQresultStatus(result.get()) == PGRES_TUPLES_OK && PQntuples(result.get()) == 1) {
+        standby = std::string_view(PQgetvalue(result.get(), 0, 0)) == "t";
+      }
+    }
+  }
+  if (!standby) return ok_status();
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  return failed_precondition_error(
+      description + ": " + (host != nullptr ? host : "?") + ":" + (port != nullptr ? port : "?") +
+      " is a standby (in recovery): locks taken there would not exclude the primary's; name the "
+      "primary, or list the primary and its standbys (target_session_attrs=read-write picks the "
+      "primary)");
+}
+
+}  // namespace
+
+Status apply_tls(std::map<std::string, std::string>& params, const TlsOptions& tls) {
+  SIMBA_RETURN_IF_ERROR(tls.validate("postgresql"));
+  const std::string mode = std::string("tls=") + tls_mode_name(tls.mode);
+  const std::string sslmode = sslmode_of(tls.mode);
+  if (const auto it = params.find("sslmode"); it != params.end() && it->second != sslmode) {
+    return invalid_argument_error("postgresql: " + mode + " (sslmode=" + sslmode +
+                                  ") contradicts sslmode=" + it->second + ": give one of them");
+  }
+  params["sslmode"] = sslmode;
+  struct File {
+    const char* ours;
+    const std::string& value;
+    const char* libpq;
+  };
+  for (const File& file :
+       {File{"tls_ca", tls.ca, "sslrootcert"}, File{"tls_cert", tls.cert, "sslcert"},
+        File{"tls_key", tls.key, "sslkey"}}) {
+    if (file.value.empty()) continue;
+    const auto it = params.find(file.libpq);
+    if (it != params.end() && it->second != file.value) {
+      return invalid_argument_error(std::string("postgresql: ") + file.ours + " and " + file.libpq +
+                                    " name different files: give one of them");
+    }
+    params[file.libpq] = file.value;
+  }
+  if (!tls.enabled()) return ok_status();
+  if (params.count("sslrootcert") == 0) {
+    const std::string system = system_ca_file();
+    if (system.empty()) {
+      return invalid_argument_error(
+          "postgresql: " + mode +
+          " without tls_ca needs the system's CA file, and none was found "
+          "(set tls_ca, or SSL_CERT_FILE)");
+    }
+    params["sslrootcert"] = system;
+  }
+  if (!tls.server_name.empty()) {
+    const auto host = params.find("host");
+    if (host == params.end() || host->second.find(',') != std::string::npos) {
+      return invalid_argument_error("postgresql: tls_server_name needs exactly one host");
+    }
+    // libpq verifies (and sends as SNI) `host`; with `hostaddr` it connects
+    // there, else to the URI's host, which connect() resolves.
+    if (params.count("hostaddr") == 0) params[kConnectHostKey] = host->second;
+    host->second = tls.server_name;
+  }
+  return ok_status();
+}
+
+std::string transport_of(const std::map<std::string, std::string>& params) {
+  std::string sslmode;
+  if (const auto it = params.find("sslmode"); it != params.end()) {
+    sslmode = it->second;
+  } else if (const char* env = std::getenv("PGSSLMODE"); env != nullptr && env[0] != 0) {
+    sslmode = env;
+  } else {
+    sslmode = "prefer";
+  }
+  std::string out;
+  if (sslmode == "disable") return "plain text";
+  if (sslmode == "verify-full") {
+    out = "TLS (verify)";
+  } else if (sslmode == "verify-ca") {
+    out = "TLS (on)";
+  } else if (sslmode == "require") {
+    out = "TLS, server not verified (sslmode=require)";
+  } else {
+    out = "TLS if the server offers it (sslmode=" + sslmode + ")";
+  }
+  if (params.count("sslcert") != 0) out += ", client certificate";
+  return out;
 }
 
 FdWait wait_socket(int fd, short events, Deadline deadline, int wake_fd) {
@@ -239,11 +402,32 @@ Result<PgConn> connect(const std::map<std::string, std::string>& params,
       const std::string message = conn_message(conn.get());
       if (message.find("password authentication failed") != std::string::npos ||
           message.find("no password supplied") != std::string::npos ||
-          message.find("no pg_hba.conf entry") != std::string::npos) {
-        return permission_denied_error(description + ": " + message);
+          message.find("certificate authentication failed") != std::string::npos ||
+          message.find("requires a valid client certificate") != std::string::npos ||
+          message.find("no pg_hba.conf entry") != std::string::npos ||
+          message.find("pg_hba.conf rejects connection") != std::string::npos) {
+        // A server that takes only TLS says "no encryption".
+        const bool plain = message.find("no encryption") != std::string::npos;
+        return permission_denied_error(
+            description + ": " + message +
+            (plain ? " (the server takes only TLS: tls=verify and tls_ca, or sslmode)" : ""));
       }
-      if (message.find("does not exist") != std::string::npos) {
+      if (message.find("does not exist") != std::string::npos &&
+          message.find("root certificate file") == std::string::npos) {
         return not_found_error(description + ": " + message);
+      }
+      if (message.find("certificate verify failed") != std::string::npos) {
+        // OpenSSL's verdict alone does not say why.
+        return unavailable_error(description + ": " + message +
+                                 " (the server's certificate is not signed by the CA given "
+                                 "(tls_ca, sslrootcert), or has expired, or is not valid yet)");
+      }
+      if (message.find("session is read-only") != std::string::npos ||
+          message.find("hot standby") != std::string::npos) {
+        // target_session_attrs=read-write found no primary.
+        return unavailable_error(description + ": " + message +
+                                 " (no host is a primary: a failover under way, or the URI "
+                                 "names only standbys)");
       }
       return unavailable_error(description + ": " + message);
     }
@@ -262,6 +446,7 @@ Result<PgConn> connect(const std::map<std::string, std::string>& params,
   if (PQsetnonblocking(conn.get(), 1) != 0) {
     return unavailable_error(description + ": " + conn_message(conn.get()));
   }
+  SIMBA_RETURN_IF_ERROR(refuse_standby(conn.get(), description, deadline, wake_fd));
   // libpq prints notices ("relation ... already exists, skipping") to
   // stderr by default: a library must not write into its user's stderr.
   PQsetNoticeProcessor(

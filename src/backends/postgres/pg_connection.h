@@ -18,18 +18,50 @@
 #include "core/unique_handle.h"
 #include "simba/backend.h"
 #include "simba/status.h"
+#include "simba/tls.h"
 
 namespace simba::internal::sql::pg {
 
 using PgResult = UniqueHandle<PGresult, PQclear>;
 using PgConn = UniqueHandle<PGconn, PQfinish>;
 
+// Capabilities::failover of both PostgreSQL backends.
+inline constexpr char kFailover[] =
+    "a multi-host URI follows a promoted standby (sessions on the primary only; a standby is "
+    "refused). Synchronous replication (synchronous_standby_names, synchronous_commit on) keeps "
+    "exclusion and increasing fencing tokens through a failover; asynchronous replication may "
+    "lose the last commits, and with them a renewal (two owners) or a token (given again). "
+    "Session advisory locks end with the primary: their holders are told";
+
 // libpq's message for `conn` without its trailing newline.
 std::string conn_message(PGconn* conn);
 
+// A key of ours among libpq's connection keywords, never passed to libpq:
+// the host to connect to (resolved within the deadline, like `host`) when
+// `host` is the name TLS verifies and sends (tls_server_name).
+inline constexpr char kConnectHostKey[] = "simba.connect_host";
+
 // "postgresql at host:port/db" from libpq connection keywords (never the
-// password), to start messages.
+// password), to start messages. The host is the one connected to.
 std::string describe_server(const std::map<std::string, std::string>& params);
+
+// Maps `tls` (simba/tls.h) onto libpq's keywords in `params`: off ->
+// sslmode=disable, on -> verify-ca, verify -> verify-full; ca, cert, key ->
+// sslrootcert, sslcert, sslkey (no CA: the system's, as libpq 16's
+// sslrootcert=system; libpq 15 is given the system's bundle file); a server
+// name -> `host` (what libpq verifies and sends as SNI), the URI's host
+// staying what is connected to (kConnectHostKey, or `hostaddr` when given).
+// Errors (kInvalidArgument, naming both keys): a libpq keyword already in
+// `params` that says otherwise (sslmode=require with tls=verify, sslrootcert
+// with another file than tls_ca, ...); those of TlsOptions::validate.
+Status apply_tls(std::map<std::string, std::string>& params, const TlsOptions& tls);
+
+// Capabilities::transport from the effective sslmode (and sslcert): "plain
+// text", "TLS (on)" (verify-ca), "TLS (verify)" (verify-full), with ",
+// client certificate"; "TLS, server not verified (sslmode=require)"; "TLS
+// if the server offers it (sslmode=prefer)" for prefer, allow and libpq's
+// default. As TlsOptions::describe() for what apply_tls set.
+std::string transport_of(const std::map<std::string, std::string>& params);
 
 // Waits until `fd` has one of `events`, `wake_fd` (ignored when < 0) is
 // readable, or `deadline` passes. The wake fd is not drained: it stays

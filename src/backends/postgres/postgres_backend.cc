@@ -6,9 +6,12 @@
 #include <libpq-fe.h>
 #include <poll.h>
 
+#include <algorithm>
 #include <atomic>
 #include <charconv>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -131,7 +134,7 @@ class PgListener final : public SqlDriver::Listener {
              std::string channel, std::function<void(const MutexEvent&)> on_event)
       : state_(std::make_shared<State>(std::move(params), std::move(description),
                                        std::move(channel), std::move(on_event))) {
-    worker_.start([state = state_] { state->loop(); });
+    worker_.start("pg-listen", [state = state_] { state->loop(); });
   }
 
   ~PgListener() override {
@@ -220,6 +223,55 @@ class PgDriver final : public SqlDriver {
 
   std::string_view scheme() const override { return "postgresql"; }
   const std::string& description() const override { return description_; }
+  std::string transport() const override { return transport_of(params_); }
+
+  // simba doctor: the server, whether it is a standby, its durability
+  // settings, its standbys, and whether this session is encrypted.
+  Status inspect(SqlSession& session, StoreReport& report, Deadline deadline) const override {
+    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> r,
+                           session.run({{"SELECT version()", {}},
+                                        {"SELECT pg_is_in_recovery()::text", {}},
+                                        {"SHOW synchronous_commit", {}},
+                                        {"SHOW fsync", {}},
+                                        {"SELECT count(*)::text FROM pg_stat_replication", {}},
+                                        {"SHOW synchronous_standby_names", {}},
+                                        {"SELECT coalesce((SELECT ssl::text FROM pg_stat_ssl "
+                                         "WHERE pid = pg_backend_pid()), 'false')",
+                                         {}}},
+                                       false, deadline));
+    using Severity = StoreFinding::Severity;
+    report.add(Severity::kOk, "server", first_cell(r[0]));
+    const bool standby = first_cell(r[1]) == "true";
+    report.add(standby ? Severity::kUnsafe : Severity::kOk, "topology",
+               standby ? "a standby (pg_is_in_recovery): the mutex table cannot be written, "
+                         "and advisory locks taken here do not exclude those on the primary"
+                       : "a primary (not in recovery)");
+    const std::string sync_commit = first_cell(r[2]);
+    report.add(
+        sync_commit == "off" ? Severity::kUnsafe : Severity::kOk, "durability",
+        "synchronous_commit=" + sync_commit +
+            (sync_commit == "off" ? ": a crash may forget acknowledged acquisitions and hand their "
+                                    "tokens out again"
+                                  : ""));
+    if (first_cell(r[3]) != "on") {
+      report.add(Severity::kUnsafe, "durability",
+                 "fsync=" + first_cell(r[3]) + ": a crash may lose the mutex table's changes");
+    }
+    const std::string standbys = first_cell(r[4]);
+    if (!standbys.empty() && standbys != "0") {
+      const bool synchronous = !first_cell(r[5]).empty();
+      report.add(synchronous ? Severity::kOk : Severity::kNote, "replication",
+                 standbys + " standby(s) streaming, " +
+                     (synchronous ? "synchronously (synchronous_standby_names set)"
+                                  : "asynchronously: a failover may lose the last acquisitions, "
+                                    "and their tokens may be handed out again"));
+    }
+    const bool encrypted = first_cell(r[6]) == "true";
+    report.add(encrypted ? Severity::kOk : Severity::kNote, "session",
+               encrypted ? "this connection is encrypted (pg_stat_ssl)"
+                         : "this connection is not encrypted (pg_stat_ssl)");
+    return ok_status();
+  }
 
   Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) override {
     SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::connect(params_, description_, deadline));
@@ -264,6 +316,8 @@ namespace simba {
 
 Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   SIMBA_RETURN_IF_ERROR(internal::sql::pg::check_params(options.params));
+  if (options.tls)
+    SIMBA_RETURN_IF_ERROR(internal::sql::pg::apply_tls(options.params, *options.tls));
   if (options.connections < 1) {
     return invalid_argument_error("postgresql: connections must be at least 1");
   }
@@ -276,6 +330,7 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
     options.params["options"] = "-c statement_timeout=10s -c lock_timeout=10s";
   }
   internal::sql::SqlBackendOptions sql;
+  sql.failover = internal::sql::pg::kFailover;
   sql.connections = options.connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
@@ -284,32 +339,72 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
 }
 
 Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
-  constexpr char kForm[] = "postgresql://user[:password]@host[:port]/db";
+  constexpr char kForm[] = "postgresql://user[:password]@host[:port][,host[:port]...]/db";
   if (uri.scheme != "postgresql" && uri.scheme != "postgres") {
     return invalid_argument_error("postgresql: URI scheme is " + internal::in_quotes(uri.scheme) +
                                   ", expected 'postgresql'");
   }
-  if (uri.hosts.size() != 1 || uri.hosts.front().host.empty()) {
-    return invalid_argument_error(std::string("postgresql: URI must name one host; expected ") +
-                                  kForm);
+  if (uri.hosts.empty() || std::any_of(uri.hosts.begin(), uri.hosts.end(),
+                                       [](const UriHost& host) { return host.host.empty(); })) {
+    return invalid_argument_error(std::string("postgresql: URI names no host; expected ") + kForm);
   }
   if (uri.path.size() <= 1) {
     return invalid_argument_error(std::string("postgresql: URI names no database; expected ") +
                                   kForm);
   }
   PostgresOptions options;
-  options.params["host"] = uri.hosts.front().host;
-  if (uri.hosts.front().port) options.params["port"] = std::to_string(*uri.hosts.front().port);
+  // Several hosts (a primary and its standbys): libpq's lists, one port
+  // per host ("" for the default), and sessions on the primary only unless
+  // the URI says otherwise (target_session_attrs=read-write: libpq skips a
+  // standby and tries the next host). connect() refuses a standby anyway.
+  std::string hosts;
+  std::string ports;
+  bool any_port = false;
+  for (std::size_t i = 0; i < uri.hosts.size(); ++i) {
+    hosts += (i == 0 ? "" : ",") + uri.hosts[i].host;
+    ports += (i == 0 ? "" : ",");
+    if (uri.hosts[i].port) {
+      ports += std::to_string(*uri.hosts[i].port);
+      any_port = true;
+    }
+  }
+  options.params["host"] = hosts;
+  if (any_port) options.params["port"] = ports;
+  if (uri.hosts.size() > 1 && !uri.query_value("target_session_attrs")) {
+    options.params["target_session_attrs"] = "read-write";
+  }
   options.params["dbname"] = uri.path.substr(1);
   if (uri.user) options.params["user"] = *uri.user;
   if (uri.password) options.params["password"] = *uri.password;
+  if (const std::optional<std::string> file = uri.query_value("password_file")) {
+    if (uri.password) {
+      return invalid_argument_error(
+          "postgresql: the URI has a password and password_file: give one of them");
+    }
+    SIMBA_ASSIGN_OR_RETURN(options.params["password"],
+                           read_secret_file("postgresql", "password_file", *file));
+  }
+  const bool any_tls_key = std::any_of(
+      std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys),
+      [&](std::string_view key) { return uri.query_value(std::string(key)).has_value(); });
+  if (any_tls_key) {
+    SIMBA_ASSIGN_OR_RETURN(TlsOptions tls, tls_options_from_uri(uri, "postgresql"));
+    // tls_* files with sslmode=verify-ca and no tls=: libpq's spelling of on.
+    if (!uri.query_value("tls") && uri.query_value("sslmode") == "verify-ca") {
+      tls.mode = TlsMode::kOn;
+    }
+    options.tls = std::move(tls);
+  }
   for (const auto& [key, value] : uri.query) {
     SIMBA_ASSIGN_OR_RETURN(const bool read, internal::sql::read_table_key(
                                                 "postgresql", key, value, options.connections,
                                                 options.table, options.create_table));
     if (read) {
-    } else if (key == "lock_connections") {
-      // The keyed-lock backend's (postgres_keyed.h): one URI serves both.
+    } else if (key == "lock_connections" || key == "password_file" ||
+               std::find(std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys), key) !=
+                   std::end(kTlsQueryKeys)) {
+      // Read above; lock_connections is the keyed-lock backend's
+      // (postgres_keyed.h): one URI serves both.
     } else if (key == "host" || key == "port" || key == "dbname" || key == "user" ||
                key == "password") {
       return invalid_argument_error("postgresql: " + internal::in_quotes(key) +
@@ -317,11 +412,17 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
     } else if (internal::sql::pg::libpq_keywords().count(key) == 0) {
       return invalid_argument_error("postgresql: unknown URI query key " +
                                     internal::in_quotes(key) +
-                                    " (ours: connections, create_table, table, lock_connections; "
-                                    "others must be libpq connection keywords)");
+                                    " (ours: connections, create_table, table, lock_connections, "
+                                    "password_file, tls, tls_ca, tls_cert, tls_key, "
+                                    "tls_server_name; others must be libpq connection keywords)");
     } else {
       options.params[key] = value;
     }
+  }
+  // Contradictions between the tls keys and libpq's are errors here already.
+  if (options.tls) {
+    std::map<std::string, std::string> mapped = options.params;
+    SIMBA_RETURN_IF_ERROR(internal::sql::pg::apply_tls(mapped, *options.tls));
   }
   return options;
 }

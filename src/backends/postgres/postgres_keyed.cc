@@ -385,6 +385,7 @@ KeyedLockCapabilities pg_capabilities() {
   capabilities.fifo = true;
   capabilities.push_handoff = true;
   capabilities.max_key_length = kMaxKeyLength;
+  capabilities.failover = kFailover;
   return capabilities;
 }
 
@@ -397,6 +398,8 @@ namespace simba {
 Result<std::shared_ptr<KeyedLockBackend>> new_postgres_keyed_lock_backend(
     PostgresKeyedOptions options) {
   SIMBA_RETURN_IF_ERROR(internal::sql::pg::check_params(options.params));
+  if (options.tls)
+    SIMBA_RETURN_IF_ERROR(internal::sql::pg::apply_tls(options.params, *options.tls));
   // (emplace keeps a value the caller set.)
   options.params.emplace("application_name", "simba_keyed");
   options.params.emplace("connect_timeout",
@@ -439,6 +442,7 @@ Result<PostgresKeyedOptions> postgres_keyed_options_from_uri(const Uri& uri) {
   SIMBA_ASSIGN_OR_RETURN(PostgresOptions postgres, postgres_options_from_uri(shared));
   options.params = std::move(postgres.params);
   options.create_sequence = postgres.create_table;
+  options.tls = std::move(postgres.tls);
   return options;
 }
 

@@ -54,6 +54,10 @@ Result<std::unique_ptr<Connection>> Connection::open(const Endpoint& endpoint,
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<Stream> stream,
                          connect_tcp(endpoint.host, static_cast<std::uint16_t>(endpoint.port),
                                      "redis at " + peer, deadline));
+  if (endpoint.tls) {
+    SIMBA_ASSIGN_OR_RETURN(stream,
+                           start_tls(std::move(stream), *endpoint.tls, endpoint.host, deadline));
+  }
   std::unique_ptr<Connection> conn(new Connection(std::move(stream)));
   std::vector<Command> hello;
   if (!endpoint.password.empty()) {
@@ -65,13 +69,27 @@ Result<std::unique_ptr<Connection>> Connection::open(const Endpoint& endpoint,
   }
   if (endpoint.database != 0) hello.push_back({"SELECT", std::to_string(endpoint.database)});
   hello.push_back({"CLIENT", "SETNAME", std::string(client_name)});
-  SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, conn->call(hello, deadline));
+  Result<std::vector<Reply>> answered = conn->call(hello, deadline);
+  if (!answered.ok() && !endpoint.tls) {
+    // A TLS-only server (tls-port, port 0) drops a plain-text client at its
+    // first bytes, without a word.
+    const std::string message = answered.status().message();
+    if (message.ends_with(": connection closed") ||
+        message.ends_with(": Connection reset by peer")) {
+      return unavailable_error(message +
+                               " (the server dropped us at our first bytes, as a server that "
+                               "serves only TLS does to plain text: use rediss:// or tls=verify)");
+    }
+  }
+  SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, std::move(answered));
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (!is_error(replies[i].get())) continue;
     const std::string& command = hello[i][0];
     if (command == "AUTH") {
-      return permission_denied_error(
-          "redis at " + peer + ": AUTH refused: " + std::string(reply_string(replies[i].get())));
+      const std::string as =
+          endpoint.user.empty() ? "the default user" : "user '" + endpoint.user + "'";
+      return permission_denied_error("redis at " + peer + ": AUTH as " + as +
+                                     " refused: " + std::string(reply_string(replies[i].get())));
     }
     if (command == "SELECT") {
       return invalid_argument_error("redis at " + peer + ": cannot select database " +

@@ -3,7 +3,9 @@
 // hiredis 0.14 (Debian 12) has no connect-with-options and no per-call
 // timeout, so the socket is ours (core/net/stream.h), with hiredis used only
 // to format commands and parse replies. That keeps every call inside its
-// deadline and lets another thread wake a blocked reader (Shutdown).
+// deadline and lets another thread wake a blocked reader (Shutdown). TLS
+// is ours for the same reason (hiredis 0.14 has none): core/net/tls_stream.h
+// wraps the socket before the first command.
 
 #ifndef SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
 #define SIMBA_BACKENDS_REDIS_REDIS_CONNECTION_H_
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "core/net/stream.h"
+#include "core/net/tls_stream.h"
 #include "core/unique_handle.h"
 #include "simba/backend.h"
 #include "simba/status.h"
@@ -32,17 +35,21 @@ struct Endpoint {
   std::string user;
   std::string password;
   int database = 0;
+  // TLS when set (loaded once per backend), else plain text.
+  std::shared_ptr<const TlsContext> tls;
   // "host:port", for messages.
   std::string describe() const;
 };
 
 class Connection {
  public:
-  // Connects, then AUTH (if a password is set) and SELECT (if database != 0),
-  // and names the client (CLIENT SETNAME `client_name`) so operators can see
-  // it in CLIENT LIST. Errors: kUnavailable (cannot connect, or the server
-  // is loading or otherwise not ready), kDeadlineExceeded, kPermissionDenied
-  // (AUTH refused), kInvalidArgument (SELECT refused).
+  // Connects (and runs the TLS handshake when endpoint.tls is set), then
+  // AUTH (if a password is set) and SELECT (if database != 0), and names the
+  // client (CLIENT SETNAME `client_name`) so operators can see it in CLIENT
+  // LIST. Errors: kUnavailable (cannot connect, a failed TLS handshake, or
+  // the server is loading or otherwise not ready), kDeadlineExceeded,
+  // kPermissionDenied (AUTH refused), kInvalidArgument (SELECT refused).
+  // No error shows the password.
   static Result<std::unique_ptr<Connection>> open(const Endpoint& endpoint,
                                                   std::string_view client_name, Deadline deadline);
   ~Connection();

@@ -85,11 +85,32 @@ local function trim()
 end
 )lua";
 
-// ARGV: id, ttl, transition, guard_until_ms (0 = none); px = ttl + transition.
+// ARGV: id, ttl, transition, guard_until_ms (0 = none), and behind
+// Sentinel the primary's term (its master_replid) with KEYS[4] =
+// <prefix>:@@term, a hash {id, since, px}; px = ttl + transition. On a
+// promoted node of a Redis Cluster the term comes without KEYS[4] and is
+// kept in the mutex's fence hash {term, term_since, term_px} (no key every
+// slot can reach exists there).
+// A term other than the one recorded is a new primary (a failover, or a
+// restart that forgot everything): it is recorded from now, and no free
+// mutex is taken until the largest lease known may have ended (the guard).
 inline constexpr char kLuaAcquire[] = R"lua(
 local id, ttl, tr, guard = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local px = tonumber(ttl) + tonumber(tr)
 local ms, us, sec = now()
+if ARGV[5] then
+  local tk, f = KEYS[4], {'id', 'since', 'px'}
+  if not tk then tk, f = fence, {'term', 'term_since', 'term_px'} end
+  local t = redis.call('HMGET', tk, f[1], f[2], f[3])
+  local since, tpx = ms, math.max(px, tonumber(t[3] or '0'))
+  if t[1] == ARGV[5] then
+    since = tonumber(t[2])
+  else
+    redis.call('HSET', tk, f[1], ARGV[5], f[2], fmt(ms))
+  end
+  if tpx > tonumber(t[3] or '0') then redis.call('HSET', tk, f[3], fmt(tpx)) end
+  guard = math.max(guard, since + tpx)
+end
 local owner = redis.call('GET', lock)
 if owner == id then
   redis.call('SET', lock, id, 'XX', 'PX', px)

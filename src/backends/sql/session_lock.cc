@@ -90,7 +90,7 @@ class HoldMonitor {
       std::lock_guard<std::mutex> lock(state_->mu);
       id = state_->next_id++;
       state_->watched.emplace(id, Watched{session, std::move(on_lost)});
-      if (!worker_.running()) worker_.start([state = state_] { run(state); });
+      if (!worker_.running()) worker_.start("session-watch", [state = state_] { run(state); });
     }
     state_->wake.post();  // poll the new socket too
     return id;
@@ -254,10 +254,35 @@ class SessionLockBackend final : public KeyedLockBackend {
       return unavailable_error(engine_->config.description + ": eventfd: " + std::strerror(errno));
     }
     std::stop_callback on_cancel(request.cancel, [&wake] { wake.post(); });
+    // A session of this call that broke while it waited (its server died, a
+    // failover) is no reason to fail the call: it is tried again, with a new
+    // session (on the new primary of a multi-host URI), as long as the wait
+    // deadline allows. A server that was never reached still fails at once.
+    bool session_broke = false;
+    Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+    for (;;) {
+      Result<std::unique_ptr<KeyHold>> result = attempt(request, wake, session_broke);
+      if (result.ok() || !session_broke || result.status().code() != StatusCode::kUnavailable) {
+        return result;
+      }
+      const Deadline next = steady_clock::now() + backoff.failed(result.status());
+      if (request.wait_deadline != Deadline::max() && next >= request.wait_deadline) return result;
+      SIMBA_LOG(kDebug, result.status() << "; trying again");
+      wait_fd(wake.fd(), POLLIN, next);
+      if (request.cancel.stop_requested()) return cancelled();
+    }
+  }
+
+ private:
+  Result<std::unique_ptr<KeyHold>> attempt(const KeyAcquireRequest& request, const WakeFd& wake,
+                                           bool& session_broke) {
     SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
                            engine_->pool->borrow(request.wait_deadline, request.cancel, wake.fd()));
     if (!loan) return not_acquired();
-    SIMBA_RETURN_IF_ERROR(engine_->driver->prepare(**loan));
+    if (Status prepared = engine_->driver->prepare(**loan); !prepared.ok()) {
+      if (!(**loan).healthy()) session_broke = true;
+      return prepared;
+    }
     // A cancel that came while we set up is answered here (a cancel request
     // sent before the session has read the lock call may be ignored).
     if (request.cancel.stop_requested()) return cancelled();
@@ -271,13 +296,15 @@ class SessionLockBackend final : public KeyedLockBackend {
       }
       return cancelled();  // a broken session is closed by the loan, freeing a grant
     }
-    if (!token.ok()) return token.status();
+    if (!token.ok()) {
+      if (!(**loan).healthy()) session_broke = true;
+      return token.status();
+    }
     if (!token->has_value()) return not_acquired();
     return std::unique_ptr<KeyHold>(
         std::make_unique<SessionKeyHold>(engine_, std::move(*loan), **token, request.on_lost));
   }
 
- private:
   static Result<std::unique_ptr<KeyHold>> not_acquired() { return std::unique_ptr<KeyHold>(); }
   Status cancelled() const {
     return cancelled_error(engine_->config.description + ": acquire cancelled");

@@ -111,6 +111,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.max_mutex_length = options.max_mutex_length;
     capabilities_.max_contender_id_length = options.max_contender_id_length;
     capabilities_.push_release = driver_->pushes();
+    capabilities_.transport = driver_->transport();
+    capabilities_.failover = options.failover;
   }
 
   ~SqlBackend() override {
@@ -254,6 +256,21 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view /*contender_id*/,
       std::function<void(const MutexEvent&)> listener) override;
+
+  Status do_inspect(StoreReport& report, Deadline deadline) override {
+    SIMBA_ASSIGN_OR_RETURN(std::optional<SessionPool<SqlSession>::Loan> loan,
+                           pool_->borrow(deadline));
+    if (!loan) {
+      return deadline_exceeded_error(driver_->description() +
+                                     ": deadline passed while waiting for a connection");
+    }
+    Status inspected = driver_->inspect(**loan, report, deadline);
+    if (!inspected.ok()) {
+      return Status(inspected.code(),
+                    driver_->description() + ": inspecting the server: " + inspected.message());
+    }
+    return ok_status();
+  }
 
  private:
   // Runs statements that use the table; creates the table once if it is

@@ -50,6 +50,13 @@ struct SqlResult {
   std::uint64_t affected_rows = 0;
 };
 
+// The first row's column `column` of `result`, or "" when it has none (for
+// the short answers of `simba doctor`'s queries).
+inline std::string first_cell(const SqlResult& result, std::size_t column = 0) {
+  if (result.rows.empty() || result.rows[0].size() <= column) return "";
+  return result.rows[0][column];
+}
+
 // A statement whose parameters are written {0}, {1}, ... in `sql`; the
 // driver renders them ($1 for libpq, escaped literals for a multi-statement
 // round trip, ...).
@@ -125,6 +132,14 @@ class SqlDriver {
 
   // The database clock as an integer number of epoch milliseconds.
   virtual std::string now_ms() const = 0;
+  // How sessions reach the database (Capabilities::transport).
+  virtual std::string transport() const { return "plain text"; }
+  // `simba doctor`: the database's findings (server, replication role,
+  // durability settings), asked over `session`. The default adds none.
+  virtual Status inspect(SqlSession& /*session*/, StoreReport& /*report*/,
+                         Deadline /*deadline*/) const {
+    return ok_status();
+  }
   // CREATE TABLE for simba_mutex, if missing (the DBA's copy too).
   virtual std::string create_table_sql() const = 0;
   // Inserting the free row of mutex {0} unless it exists. The default:
@@ -203,6 +218,8 @@ struct SqlBackendOptions {
   bool create_table = true;
   std::size_t max_mutex_length = 66;
   std::size_t max_contender_id_length = 128;
+  // Capabilities::failover.
+  std::string failover{};
 };
 
 // The query keys every SQL server's URI shares: connections (1..64), table

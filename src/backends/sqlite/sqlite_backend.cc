@@ -28,6 +28,7 @@
 #include <fcntl.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -571,6 +573,40 @@ class SqliteListener final : public SqlDriver::Listener {
 
 Status check_path(const std::string& path);
 
+// SQLite's locks rely on POSIX advisory locks and a shared-memory WAL index,
+// which network file systems do not provide faithfully (sqlite.org, "How To
+// Corrupt An SQLite Database File", §2): a database there is unsafe.
+void add_file_system_finding(StoreReport& report, const std::string& path) {
+  std::filesystem::path probe = path;
+  std::error_code error;
+  if (!std::filesystem::exists(probe, error)) probe = probe.parent_path();
+  if (probe.empty()) probe = ".";
+  struct statfs fs {};
+  if (::statfs(probe.c_str(), &fs) != 0) {
+    report.add(StoreFinding::Severity::kNote, "file system",
+               "cannot tell which file system holds it: " + std::string(std::strerror(errno)));
+    return;
+  }
+  struct Kind {
+    long magic;
+    const char* name;
+  };
+  constexpr Kind kNetwork[] = {{0x6969, "NFS"},      {0x517B, "SMB"},      {0xFF534D42, "CIFS"},
+                               {0xFE534D42, "SMB2"}, {0x65735546, "FUSE"}, {0x00C36400, "Ceph"},
+                               {0x01021997, "9P"},   {0x47504653, "GPFS"}, {0x0BD00BD0, "Lustre"},
+                               {0x73757245, "Coda"}, {0x5346414F, "AFS"}};
+  for (const Kind& kind : kNetwork) {
+    if (static_cast<long>(fs.f_type) == kind.magic) {
+      report.add(StoreFinding::Severity::kUnsafe, "file system",
+                 std::string("on ") + kind.name +
+                     ": SQLite's file locks are not reliable on a network file system; two "
+                     "hosts may both hold a mutex");
+      return;
+    }
+  }
+  report.add(StoreFinding::Severity::kOk, "file system", "a local file system");
+}
+
 class SqliteDriver final : public SqlDriver {
  public:
   SqliteDriver(SqliteOptions options, std::unique_ptr<SqliteSession> first,
@@ -591,6 +627,32 @@ class SqliteDriver final : public SqlDriver {
   }
 
   std::string now_ms() const override { return kNowParameter; }
+  std::string transport() const override { return "local file"; }
+  Status inspect(SqlSession& session, StoreReport& report, Deadline deadline) const override {
+    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
+                           session.run({{"SELECT sqlite_version()", {}},
+                                        {"PRAGMA journal_mode", {}},
+                                        {"PRAGMA synchronous", {}}},
+                                       false, deadline));
+    const auto first = [&](std::size_t i) {
+      return results.at(i).rows.empty() || results.at(i).rows[0].empty() ? std::string("?")
+                                                                         : results.at(i).rows[0][0];
+    };
+    report.add(StoreFinding::Severity::kOk, "server", "SQLite " + first(0) + ", " + options_.path);
+    report.add(StoreFinding::Severity::kOk, "topology",
+               "one file: processes on this host that open it exclude each other");
+    // 2 is FULL, 3 EXTRA: a commit is on disk before it is acknowledged.
+    const std::string synchronous = first(2);
+    report.add(synchronous == "2" || synchronous == "3" ? StoreFinding::Severity::kOk
+                                                        : StoreFinding::Severity::kUnsafe,
+               "durability",
+               "journal_mode=" + first(1) + ", synchronous=" + synchronous +
+                   (synchronous == "2" || synchronous == "3"
+                        ? " (FULL: an acquisition is on disk before it counts)"
+                        : ": a power loss may forget an acquisition and hand out its token again"));
+    add_file_system_finding(report, options_.path);
+    return ok_status();
+  }
   std::string create_table_sql() const override { return kCreateTableSql; }
   // (The default upsert: under BEGIN IMMEDIATE nothing changes between its
   // two statements; in DO UPDATE, bare column names are the existing row's.)

@@ -57,7 +57,7 @@ void Watcher::start(OnEvent on_event) {
   try {
     // The thread holds a reference, so the watcher outlives it even when
     // Shutdown is called on it (from on_event).
-    worker_.start([self = shared_from_this()] { self->run(); });
+    worker_.start("sqlite-watch", [self = shared_from_this()] { self->run(); });
   } catch (const std::system_error& e) {
     SIMBA_LOG(kError, "sqlite " << in_quotes(path_) << ": cannot start the push watcher thread: "
                                 << e.what() << " (waiters fall back to polling)");

@@ -7,6 +7,8 @@
 // never closed on the completion thread (zookeeper_close joins it).
 #include "simba/backends/zookeeper.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <zookeeper/zookeeper.h>
 
 #include <algorithm>
@@ -44,6 +46,14 @@ constexpr std::string_view kProtected = "_c_";
 constexpr std::size_t kUuidLength = 36;
 // Attempts inside one call when the election changes under it.
 constexpr int kRounds = 5;
+// The ACL id "world:anyone" (the C client's Id takes non-const strings, so
+// these are variables, named as such).
+char world_scheme[] = "world";
+char anyone_id[] = "anyone";
+
+// Set by ZkStore::await when a request failed because the connection was
+// lost (not the session): the call may be tried again once reconnected.
+thread_local bool t_connection_lost = false;
 
 // Set while a thread runs one of our ZooKeeper callbacks.
 thread_local bool t_in_zk_callback = false;
@@ -60,6 +70,12 @@ std::int64_t wall_ms() {
   return duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// Why tls=on|verify is refused (docs/backends/zookeeper.md has the evidence).
+constexpr std::string_view kNoTls =
+    "zookeeper: TLS is not supported: the ZooKeeper C client Simba is built with has no TLS "
+    "(Debian 12's libzookeeper-mt 3.8.0 is built without OpenSSL: no zookeeper_init_ssl); "
+    "use tls=off, or reach the ensemble over a TLS tunnel";
+
 std::string zk_error(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
 
 bool is_connection_error(int rc) {
@@ -72,6 +88,9 @@ bool is_connection_error(int rc) {
 struct Pending {
   std::mutex mu;
   std::condition_variable cv;
+  // When the request was handed to the client: a server that answers it
+  // heard from our session at that time or later.
+  SteadyClock::time_point sent{};
   bool done = false;
   int rc = ZSYSTEMERROR;
   std::string value;  // a node's data, or the path a create made
@@ -125,6 +144,11 @@ void on_children(int rc, const String_vector* strings, const Stat* stat, const v
     if (stat != nullptr) p.stat = *stat;
   });
 }
+void on_string(int rc, const char* value, const void* data) {
+  complete(data, rc, [&](Pending& p) {
+    if (value != nullptr) p.value = value;
+  });
+}
 void on_create(int rc, const char* path, const Stat* stat, const void* data) {
   complete(data, rc, [&](Pending& p) {
     if (path != nullptr) p.value = path;
@@ -137,6 +161,7 @@ void on_create(int rc, const char* path, const Stat* stat, const void* data) {
 // (A transaction passes the Pending its results are written into.)
 template <typename Submit>
 PendingPtr start(Submit submit, PendingPtr p = std::make_shared<Pending>()) {
+  p->sent = SteadyClock::now();
   auto* holder = new PendingPtr(p);
   const int rc = submit(static_cast<const void*>(holder));
   if (rc != ZOK) {
@@ -245,7 +270,10 @@ class ZkHandle {
     if (zh_ == nullptr) return;
     if (t_in_zk_callback) {
       // zookeeper_close joins the completion thread: not from there.
-      std::thread([zh = zh_, store = std::move(store_)] { zookeeper_close(zh); }).detach();
+      std::thread([zh = zh_, store = std::move(store_)] {
+        internal::name_this_thread("zk-close");
+        zookeeper_close(zh);
+      }).detach();
     } else {
       zookeeper_close(zh_);
     }
@@ -317,9 +345,20 @@ struct Entry {
 class ZkStore : public std::enable_shared_from_this<ZkStore> {
  public:
   explicit ZkStore(ZookeeperOptions options)
-      : options_(std::move(options)), random_(std::random_device{}()) {}
+      : options_(std::move(options)), random_(std::random_device{}()) {
+    // With a user: all permissions for the authenticated creator (the
+    // `auth` scheme stands for the session's digest id), and reading for
+    // everyone if asked. Without one: open, as before.
+    acl_entries_[0] = ACL{ZOO_PERM_ALL, ZOO_AUTH_IDS};
+    acl_entries_[1] = ACL{ZOO_PERM_READ, Id{world_scheme, anyone_id}};
+    acl_vector_.data = acl_entries_;
+    acl_vector_.count = options_.read_acl == ZookeeperOptions::ReadAcl::kAnyone ? 2 : 1;
+  }
 
   const ZookeeperOptions& options() const { return options_; }
+  bool authenticated() const { return !options_.user.empty(); }
+  // The ACL of every node we create.
+  const ACL_vector* acl() const { return authenticated() ? &acl_vector_ : &ZOO_OPEN_ACL_UNSAFE; }
 
   void shutdown() {
     std::shared_ptr<ZkHandle> handle;
@@ -329,6 +368,7 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
       handle = std::move(handle_);
     }
     cv_.notify_all();
+    keepalive_.join();
     // `handle` closes here (or later, when the last call using it ends).
   }
 
@@ -339,6 +379,9 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline);
   Result<std::vector<ListedMutex>> list(Deadline deadline);
   Result<std::vector<std::string>> waiters(std::string_view mutex, Deadline deadline);
+  // `simba doctor`: the member this session is on, the session timeout the
+  // server granted, and the ensemble's voting members (/zookeeper/config).
+  Status inspect(StoreReport& report, Deadline deadline);
   std::unique_ptr<Subscription> subscribe(std::string_view mutex, std::string_view contender_id,
                                           std::function<void(const MutexEvent&)> listener);
 
@@ -348,9 +391,20 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
  private:
   using EntryKey = std::pair<std::string, std::string>;
 
+  // One attempt of acquire(): a connection lost under it is an error here.
+  Result<OwnerRecord> acquire_once(const AcquireRequest& request, Deadline deadline);
+  // The keepalive thread: a read every third of the session timeout (so we
+  // know when the server last heard from us), and the loss of a suspended
+  // session's owners once its hold bound passes (on_session_event).
+  void run_keepalive();
+  // The server heard from the current session at `sent` or later.
+  void note_contact(SteadyClock::time_point sent);
+
   // The current session, opening one if there is none or it expired, and
   // waiting (up to connect_timeout and `deadline`) until it is connected.
   Result<std::shared_ptr<ZkHandle>> session(Deadline deadline);
+  // The error for an authentication that ended with `rc`.
+  Status auth_failure(int rc) const;
   // Our entry for (mutex, contender), with its turn taken.
   struct TakenEntry {
     std::shared_ptr<Entry> entry;
@@ -412,16 +466,36 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
                    milliseconds ask_after = milliseconds(0)) const;
 
   const ZookeeperOptions options_;
+  ACL acl_entries_[2];
+  ACL_vector acl_vector_{};
 
   std::mutex session_mu_;  // serializes opening sessions; never in callbacks
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<ZkHandle> handle_;
+  // The digest authentication of handle_ (nullptr without a user): its
+  // completion comes once, at the session's first connection; the client
+  // sends the credentials again on every reconnection.
+  PendingPtr auth_;
   std::uint64_t generation_ = 0;
   bool connected_ = false;
   bool lost_ = false;  // the connection broke (or the session ended) since connected
   bool expired_ = false;
   bool closed_ = false;
+  // A lower bound of when the server last heard from the current session
+  // (the send time of a request it answered, or the start of a connection
+  // attempt that it accepted), and when the session was opened.
+  SteadyClock::time_point contact_{};
+  SteadyClock::time_point session_opened_{};
+  // Since when the client has been reconnecting (valid while lost_ and the
+  // session lives), and until when owners may keep acting as owners then:
+  // contact_ + 2/3 of the granted session timeout (the server ends the
+  // session a whole timeout after it last heard from us, at the earliest).
+  SteadyClock::time_point connecting_since_{};
+  SteadyClock::time_point hold_until_{};
+  bool suspended_ = false;  // lost_ without an expiry, owners not told yet
+  milliseconds granted_{0};
+  internal::Worker keepalive_;
   std::int64_t offset_ms_ = 0;
   bool has_offset_ = false;
   // The session's heartbeat node: which session it was made for, and when
@@ -464,12 +538,12 @@ PendingPtr delete_node(zhandle_t* zh, const std::string& path, int version = -1)
       [&](const void* data) { return zoo_adelete(zh, path.c_str(), version, &on_void, data); });
 }
 
-// `value` nullptr (length -1): a node without data.
-PendingPtr create(zhandle_t* zh, const std::string& path, const char* value, int length,
-                  int flags) {
+// `value` nullptr (length -1): a node without data; `acl` the store's
+// (ZkStore::acl).
+PendingPtr create(zhandle_t* zh, const std::string& path, const char* value, int length, int flags,
+                  const ACL_vector* acl) {
   return start([&](const void* data) {
-    return zoo_acreate2(zh, path.c_str(), value, length, &ZOO_OPEN_ACL_UNSAFE, flags, &on_create,
-                        data);
+    return zoo_acreate2(zh, path.c_str(), value, length, acl, flags, &on_create, data);
   });
 }
 
@@ -502,6 +576,14 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
       const std::uint64_t generation = ++generation_;
       connected_ = false;
       expired_ = false;
+      lost_ = false;
+      suspended_ = false;
+      // The server hears the handshake after this.
+      session_opened_ = contact_ = connecting_since_ = SteadyClock::now();
+      granted_ = options_.session_timeout;
+      if (!keepalive_.running()) {
+        keepalive_.start("zk-keepalive", [self = shared_from_this()] { self->run_keepalive(); });
+      }
       lock.unlock();
       // Callbacks may run before zookeeper_init2 returns; they find the
       // handle by its generation once it is installed.
@@ -514,6 +596,16 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
                                  ": cannot create a session: " + zk_error(errno));
       }
       handle_ = std::make_shared<ZkHandle>(zh, generation, shared_from_this());
+      auth_.reset();
+      if (authenticated()) {
+        // Queued now, sent first thing once connected (and again after
+        // every reconnection, by the client); never logged.
+        const std::string credentials = options_.user + ":" + options_.password;
+        auth_ = start([&](const void* data) {
+          return zoo_add_auth(zh, "digest", credentials.data(),
+                              static_cast<int>(credentials.size()), &on_void, data);
+        });
+      }
       // A state change that came before the handle was installed.
       const int state = zoo_state(zh);
       if (state == ZOO_CONNECTED_STATE) connected_ = true;
@@ -530,12 +622,52 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
   });
   if (closed_) return unavailable_error("zookeeper: the backend is closed");
   if (!connected_) {
+    // A refused authentication ends the session (AUTH_FAILED): say so,
+    // whichever of its completion and its session event came first.
+    int auth_rc = ZOK;
+    if (auth_ != nullptr) {
+      std::lock_guard<std::mutex> done(auth_->mu);
+      if (auth_->done) auth_rc = auth_->rc;
+    }
+    if (auth_rc == ZOK && auth_ != nullptr && handle_ != nullptr &&
+        zoo_state(handle_->get()) == ZOO_AUTH_FAILED_STATE) {
+      auth_rc = ZAUTHFAILED;
+    }
+    if (auth_rc != ZOK && !is_connection_error(auth_rc)) return auth_failure(auth_rc);
+  }
+  if (!connected_) {
     return unavailable_error("zookeeper at " + options_.connect_string +
                              (expired_ ? ": the session expired"
                                        : ": no connection (connect_timeout " +
                                              format_duration(options_.connect_timeout) + ")"));
   }
-  return handle_;
+  std::shared_ptr<ZkHandle> handle = handle_;
+  PendingPtr auth = auth_;
+  lock.unlock();
+  if (auth != nullptr) {
+    // Nothing may be created before the credentials are in force (an
+    // `auth` ACL needs them), so the first call waits for their reply.
+    if (!wait(auth, connect_by)) {
+      return unavailable_error(
+          "zookeeper at " + options_.connect_string + ": no reply to the authentication of user '" +
+          options_.user + "' (connect_timeout " + format_duration(options_.connect_timeout) + ")");
+    }
+    int rc;
+    {
+      std::lock_guard<std::mutex> done(auth->mu);
+      rc = auth->rc;
+    }
+    if (rc != ZOK) return auth_failure(rc);
+  }
+  return handle;
+}
+
+Status ZkStore::auth_failure(int rc) const {
+  const std::string message = "zookeeper at " + options_.connect_string +
+                              ": authentication failed (digest scheme, user '" + options_.user +
+                              "'): " + zk_error(rc);
+  if (is_connection_error(rc)) return unavailable_error(message);
+  return permission_denied_error(message);
 }
 
 void ZkStore::global_watcher(zhandle_t* zh, int type, int state, const char*, void* context) {
@@ -548,6 +680,8 @@ void ZkStore::on_session_event(zhandle_t* zh, int state) {
   bool lost_now = false;
   bool back = false;
   bool ended = false;
+  milliseconds hold_left{0};
+  const SteadyClock::time_point now = SteadyClock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Events of a replaced session, or of one not installed yet (it reads
@@ -557,25 +691,55 @@ void ZkStore::on_session_event(zhandle_t* zh, int state) {
       back = lost_;
       connected_ = true;
       lost_ = false;
+      suspended_ = false;
+      // The server accepted a handshake sent after the client began
+      // (re)connecting, and the session's expiry restarted there.
+      contact_ = std::max(contact_, connecting_since_);
+      if (const int granted = zoo_recv_timeout(zh); granted > 0) granted_ = milliseconds(granted);
     } else if (state == ZOO_EXPIRED_SESSION_STATE || state == ZOO_AUTH_FAILED_STATE) {
       ended = true;
       connected_ = false;
       expired_ = true;
       lost_ = true;
+      suspended_ = false;
       watches_.clear();
       children_watched_.clear();
     } else if (state == ZOO_CONNECTING_STATE || state == ZOO_ASSOCIATING_STATE) {
-      lost_now = connected_;
-      if (connected_) lost_ = true;
+      if (connected_) {
+        // Curator's SUSPENDED. The session lives on at the servers for a
+        // whole session timeout after they last heard from us, and the
+        // client moves it to another member meanwhile: owners keep their
+        // hold until 2/3 of the timeout after that contact (the client's
+        // own margin), unless their lease ends first (the core's deadline),
+        // and are told then (run_keepalive) if the session is not back.
+        lost_ = true;
+        connecting_since_ = now;
+        hold_until_ = contact_ + granted_ * 2 / 3;
+        if (now >= hold_until_) {
+          lost_now = true;
+        } else {
+          suspended_ = true;
+          hold_left = duration_cast<milliseconds>(hold_until_ - now);
+        }
+      }
       connected_ = false;
     }
   }
   cv_.notify_all();
+  if (hold_left > milliseconds(0)) {
+    SIMBA_LOG(kInfo, "zookeeper at " << options_.connect_string
+                                     << ": connection lost; reconnecting, owners keep their hold "
+                                        "for at most "
+                                     << hold_left.count() << " ms more");
+  }
   if (lost_now || ended) {
-    // Curator's SUSPENDED (or LOST): nobody may act as an owner until the
-    // store confirms it again.
-    SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string
-                                     << (ended ? ": the session expired" : ": connection lost")
+    // Curator's LOST (or SUSPENDED past the hold bound): nobody may act as
+    // an owner until the store confirms it again.
+    const char* what = !ended ? ": connection lost, and the session may end before it is back"
+                       : state == ZOO_AUTH_FAILED_STATE
+                           ? ": authentication failed, the session ended"
+                           : ": the session expired";
+    SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string << what
                                      << "; owners on this backend stop acting as owners");
     broadcast(MutexEvent::Kind::kLost);
   }
@@ -727,12 +891,35 @@ Status ZkStore::await(const PendingPtr& p, Deadline deadline, const std::string&
     return deadline_exceeded_error("zookeeper at " + options_.connect_string + ": " + what +
                                    ": no reply by the deadline");
   }
-  std::lock_guard<std::mutex> lock(p->mu);
-  if (p->rc == ZOK || accepted.count(p->rc) != 0) return ok_status();
+  int rc;
+  {
+    std::lock_guard<std::mutex> lock(p->mu);
+    rc = p->rc;
+  }
+  // Any answer of the server (not one the client made up) means it heard
+  // our session when the request was sent, or later.
+  if (!is_connection_error(rc) && rc != ZSYSTEMERROR) note_contact(p->sent);
+  if (rc == ZOK || accepted.count(rc) != 0) return ok_status();
   const std::string message =
-      "zookeeper at " + options_.connect_string + ": " + what + ": " + zk_error(p->rc);
-  if (is_connection_error(p->rc)) return unavailable_error(message);
-  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) return permission_denied_error(message);
+      "zookeeper at " + options_.connect_string + ": " + what + ": " + zk_error(rc);
+  if (is_connection_error(rc)) {
+    if (rc != ZSESSIONEXPIRED && rc != ZCLOSING) t_connection_lost = true;
+    return unavailable_error(message);
+  }
+  std::lock_guard<std::mutex> lock(p->mu);
+  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) {
+    // ZooKeeper's digest scheme takes any password when the session
+    // authenticates; a wrong one shows here, when the nodes refuse it.
+    if (authenticated()) {
+      return permission_denied_error("zookeeper at " + options_.connect_string +
+                                     ": authentication failed: " + what + " was refused to user '" +
+                                     options_.user + "' (" + zk_error(p->rc) +
+                                     "): a wrong password, or nodes that belong to another user");
+    }
+    return permission_denied_error(message +
+                                   ": the node's ACL admits only some users; give "
+                                   "user:password@ in the URI");
+  }
   return internal_error(message);
 }
 
@@ -740,7 +927,14 @@ Result<std::vector<std::string>> ZkStore::protected_nodes(zhandle_t* zh, const s
                                                           const std::string& uuid,
                                                           Deadline deadline,
                                                           std::vector<std::string>* children) {
+  // A create whose reply was lost with its connection may have been
+  // applied by the leader while the member we reconnected to has not caught
+  // up yet: a sync first (the session's requests run in order, so the
+  // listing sees everything the leader had applied by then).
+  auto synced =
+      start([&](const void* data) { return zoo_async(zh, parent.c_str(), &on_string, data); });
   auto listed = list_children(zh, parent);
+  SIMBA_RETURN_IF_ERROR(await(synced, deadline, "syncing " + parent, {ZNONODE}));
   SIMBA_RETURN_IF_ERROR(await(listed, deadline, "listing " + parent, {ZNONODE}));
   const std::string prefix = std::string(kProtected) + uuid;
   std::vector<std::string> found;
@@ -763,7 +957,7 @@ Status ZkStore::create_ancestors(zhandle_t* zh, const std::string& path, Deadlin
   // Pipelined: the server applies them in order.
   std::vector<PendingPtr> pending;
   for (const std::string& parent : paths) {
-    pending.push_back(create(zh, parent, nullptr, -1, ZOO_CONTAINER));
+    pending.push_back(create(zh, parent, nullptr, -1, ZOO_CONTAINER, acl()));
   }
   for (std::size_t i = 0; i < paths.size(); ++i) {
     SIMBA_RETURN_IF_ERROR(await(pending[i], deadline, "creating " + paths[i], {ZNODEEXISTS}));
@@ -808,7 +1002,7 @@ Result<SteadyClock::time_point> ZkStore::heartbeat(const std::shared_ptr<ZkHandl
       }
       observe(written->stat.mtime);
     } else {
-      written = create(zh, path, "", 0, ZOO_EPHEMERAL);
+      written = create(zh, path, "", 0, ZOO_EPHEMERAL, acl());
       SIMBA_RETURN_IF_ERROR(await(written, deadline, "creating " + path, {ZNONODE, ZNODEEXISTS}));
       if (written->rc == ZNONODE) {
         SIMBA_RETURN_IF_ERROR(create_ancestors(zh, path, deadline));
@@ -908,6 +1102,83 @@ OwnerRecord ZkStore::seen(const Child& lowest, const Pending& node, std::int64_t
 // ---- the calls ------------------------------------------------------------------------
 
 Result<OwnerRecord> ZkStore::acquire(const AcquireRequest& request, Deadline deadline) {
+  // A member that dies under a call (or an election) loses the connection,
+  // not the session: the client moves the session to another member, and
+  // the call tries again there (session() waits for it) while its deadline
+  // allows, rather than report a failover as a failure. A create whose
+  // reply was lost is found again by its protected name.
+  for (int attempt = 0;; ++attempt) {
+    t_connection_lost = false;
+    Result<OwnerRecord> result = acquire_once(request, deadline);
+    if (result.ok() || !t_connection_lost || attempt >= 3 ||
+        SteadyClock::now() + milliseconds(20) >= deadline) {
+      return result;
+    }
+    SIMBA_LOG(kDebug, "zookeeper: mutex '" << request.mutex << "': " << result.status()
+                                           << "; trying again once reconnected");
+  }
+}
+
+void ZkStore::note_contact(SteadyClock::time_point sent) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (sent >= session_opened_ && !expired_) contact_ = std::max(contact_, sent);
+}
+
+void ZkStore::run_keepalive() {
+  std::unique_lock<std::mutex> lock(mu_);
+  SteadyClock::time_point next_probe = SteadyClock::now();
+  while (!closed_) {
+    const SteadyClock::time_point now = SteadyClock::now();
+    if (suspended_ && now >= hold_until_) {
+      suspended_ = false;
+      lock.unlock();
+      SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string
+                                       << ": still reconnecting at the hold bound (2/3 of the "
+                                          "session timeout after the servers last heard from us); "
+                                          "owners on this backend stop acting as owners");
+      broadcast(MutexEvent::Kind::kLost);
+      lock.lock();
+      continue;
+    }
+    if (connected_ && handle_ != nullptr && now >= next_probe) {
+      // A read (served by the member we talk to, no write) so that the
+      // hold bound of a disconnection starts from a recent contact; it
+      // stands in for the client's own ping, which it makes unnecessary.
+      std::shared_ptr<ZkHandle> handle = handle_;
+      const milliseconds period = std::max(granted_ / 3, milliseconds(100));
+      next_probe = now + period;
+      lock.unlock();
+      // Not waited for (a stop need not wait for it); the handle keeps
+      // this store alive until its completions have run.
+      struct Probe {
+        ZkStore* store;
+        SteadyClock::time_point sent;
+      };
+      auto* probe = new Probe{this, SteadyClock::now()};
+      const int rc = zoo_aexists(
+          handle->get(), "/", 0,
+          [](int result, const Stat*, const void* data) {
+            CallbackScope scope;
+            std::unique_ptr<Probe> done(static_cast<Probe*>(const_cast<void*>(data)));
+            if (!is_connection_error(result)) done->store->note_contact(done->sent);
+          },
+          probe);
+      if (rc != ZOK) delete probe;
+      handle.reset();
+      lock.lock();
+      continue;
+    }
+    if (suspended_) {
+      cv_.wait_until(lock, hold_until_);
+    } else if (connected_) {
+      cv_.wait_until(lock, next_probe);
+    } else {
+      cv_.wait(lock);  // session events notify
+    }
+  }
+}
+
+Result<OwnerRecord> ZkStore::acquire_once(const AcquireRequest& request, Deadline deadline) {
   const std::string mutex(request.mutex);
   const std::string contender(request.contender_id);
   const SteadyClock::time_point call_start = SteadyClock::now();
@@ -956,7 +1227,7 @@ Result<OwnerRecord> ZkStore::acquire(const AcquireRequest& request, Deadline dea
         // The create and the listing together: the server runs them in
         // order, so the listing includes our node. One round trip.
         auto created = create(zh, prefix, contender.data(), static_cast<int>(contender.size()),
-                              ZOO_EPHEMERAL_SEQUENTIAL);
+                              ZOO_EPHEMERAL_SEQUENTIAL, acl());
         auto listed = list_children(zh, parent);
         SIMBA_RETURN_IF_ERROR(await(created, deadline, "joining " + parent, {ZNONODE}));
         if (created->rc == ZNONODE) {
@@ -1314,6 +1585,100 @@ Result<std::vector<std::string>> ZkStore::waiters(std::string_view mutex_view, D
   return waiters;
 }
 
+// "host:port" of a socket address; "" for one that is neither IPv4 nor IPv6.
+std::string describe_address(const sockaddr* address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof text) == nullptr) return {};
+    return std::string(text) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (address->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+    if (inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof text) == nullptr) return {};
+    return "[" + std::string(text) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return {};
+}
+
+Status ZkStore::inspect(StoreReport& report, Deadline deadline) {
+  using Severity = StoreFinding::Severity;
+  SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<ZkHandle> handle, session(deadline));
+  zhandle_t* const zh = handle->get();
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  const sockaddr* connected =
+      zookeeper_get_connected_host(zh, reinterpret_cast<sockaddr*>(&address), &length);
+  const std::string member = connected != nullptr ? describe_address(connected) : std::string();
+  const int granted = zoo_recv_timeout(zh);
+  report.add(Severity::kOk, "session",
+             "on member " + (member.empty() ? std::string("(unknown)") : member) +
+                 ", session timeout " + format_duration(milliseconds(granted)) + " (asked " +
+                 format_duration(options_.session_timeout) +
+                 "): an owner cut off from the ensemble keeps its hold at most " +
+                 format_duration(milliseconds(granted) * 2 / 3) + ", never past its lease");
+  // The ensemble's configuration (ZooKeeper 3.5+): "server.N=host:quorum:
+  // election:role;client" lines and a version. A standalone server has none;
+  // under a chroot the node is out of reach.
+  auto config = get_data(zh, "/zookeeper/config");
+  SIMBA_RETURN_IF_ERROR(await(config, deadline, "reading /zookeeper/config", {ZNONODE}));
+  std::vector<std::string> voters;
+  int observers = 0;
+  std::size_t at = 0;
+  const std::string& text = config->value;
+  while (at < text.size()) {
+    std::size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.rfind("server.", 0) != 0) continue;
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    if (line.find(":observer") != std::string::npos) {
+      ++observers;
+      continue;
+    }
+    // The client address after ';' (the part a client URI names).
+    const std::size_t semi = line.find(';', eq);
+    std::string client = semi == std::string::npos ? std::string() : line.substr(semi + 1);
+    if (client.rfind("0.0.0.0:", 0) == 0) {
+      // Listening on every address: the client port on the quorum host.
+      const std::string host = line.substr(eq + 1, line.find(':', eq) - eq - 1);
+      client = host + client.substr(std::string_view("0.0.0.0").size());
+    }
+    voters.push_back(line.substr(0, eq) + (client.empty() ? "" : " (" + client + ")"));
+  }
+  const std::size_t named = static_cast<std::size_t>(
+      std::count(options_.connect_string.begin(), options_.connect_string.end(), ',') + 1);
+  if (config->rc == ZNONODE) {
+    report.add(Severity::kNote, "members",
+               "the ensemble's configuration (/zookeeper/config) is not readable here (a chroot "
+               "in the connect string hides it)");
+  } else if (voters.empty()) {
+    report.add(Severity::kNote, "topology",
+               "a standalone server: if it stops, so does every lock; an ensemble of 3 survives "
+               "losing one");
+  } else {
+    std::string list;
+    for (const std::string& v : voters) list += (list.empty() ? "" : ", ") + v;
+    const bool fragile = voters.size() < 3;
+    report.add(fragile ? Severity::kNote : Severity::kOk, "members",
+               std::to_string(voters.size()) + " voting member(s)" +
+                   (observers > 0 ? " and " + std::to_string(observers) + " observer(s)" : "") +
+                   ": " + list +
+                   (fragile ? "; losing one stops every lock (3 survive losing one)"
+                            : "; a majority (" + std::to_string(voters.size() / 2 + 1) +
+                                  ") must be up for locks to change hands"));
+    if (named < voters.size()) {
+      report.add(Severity::kNote, "members",
+                 "the URI names " + std::to_string(named) + " of the " +
+                     std::to_string(voters.size()) +
+                     " voting members: a session moves only among the members it names");
+    }
+  }
+  return ok_status();
+}
+
 // ---- the Backend -------------------------------------------------------------------
 
 class ZookeeperBackend final : public Backend {
@@ -1326,6 +1691,7 @@ class ZookeeperBackend final : public Backend {
     capabilities_.lists_waiters = true;
     capabilities_.ends_with_session = true;  // ephemeral nodes
     capabilities_.fencing_source = "creation zxid of the owner's ZooKeeper node";
+    capabilities_.transport = "plain text";  // the C client has no TLS (kNoTls)
     capabilities_.max_mutex_length = kMaxNameBytes;
     capabilities_.max_contender_id_length = kMaxNameBytes;
     // Both are written into the node's name (LeaseUuid): 32 and 28 bits.
@@ -1365,6 +1731,9 @@ class ZookeeperBackend final : public Backend {
   Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override {
     return store_->waiters(mutex, deadline);
   }
+  Status do_inspect(StoreReport& report, Deadline deadline) override {
+    return store_->inspect(report, deadline);
+  }
   Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,
       std::function<void(const MutexEvent&)> listener) override {
@@ -1390,7 +1759,19 @@ Status validate_options(const ZookeeperOptions& options) {
     return invalid_argument_error(
         "zookeeper: session_timeout and connect_timeout must be positive");
   }
-  return ok_status();
+  if (!options.user.empty() && options.password.empty()) {
+    return invalid_argument_error("zookeeper: user '" + options.user +
+                                  "' has no password (give user:password@ in the URI, or "
+                                  "password_file)");
+  }
+  if (options.user.empty() && !options.password.empty()) {
+    return invalid_argument_error("zookeeper: a password without a user");
+  }
+  if (options.user.find(':') != std::string::npos) {
+    return invalid_argument_error("zookeeper: the user must not contain ':' (digest scheme)");
+  }
+  if (options.tls.enabled()) return invalid_argument_error(std::string(kNoTls));
+  return options.tls.validate("zookeeper");
 }
 
 }  // namespace
@@ -1405,14 +1786,49 @@ Result<ZookeeperOptions> zookeeper_options_from_uri(const Uri& uri) {
   if (uri.hosts.empty()) {
     return invalid_argument_error("zookeeper: the URI names no host: " + uri.to_string());
   }
-  if (uri.user || uri.password) {
-    return invalid_argument_error(
-        "zookeeper: user info is not supported (ZooKeeper authenticates with ACL schemes, "
-        "not a password in the URI): " +
-        uri.to_string());
-  }
-  SIMBA_RETURN_IF_ERROR(uri.check_query_keys({"root", "session_timeout", "connect_timeout"}));
+  std::vector<std::string_view> keys = {"root", "session_timeout", "connect_timeout",
+                                        "password_file", "read_acl"};
+  keys.insert(keys.end(), std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys));
+  SIMBA_RETURN_IF_ERROR(uri.check_query_keys(keys));
   ZookeeperOptions options;
+  // Digest authentication: user:password@, or user@ and password_file.
+  if (uri.user) options.user = *uri.user;
+  if (options.user.empty() && (uri.password || uri.query_value("password_file"))) {
+    return invalid_argument_error("zookeeper: a password needs a user (user:password@host): " +
+                                  uri.to_string());
+  }
+  if (auto file = uri.query_value("password_file")) {
+    if (uri.password) {
+      return invalid_argument_error(
+          "zookeeper: give the password in the URI or in password_file, not both");
+    }
+    SIMBA_ASSIGN_OR_RETURN(options.password, read_secret_file("zookeeper", "password_file", *file));
+  } else if (uri.password) {
+    options.password = *uri.password;
+  }
+  if (auto read_acl = uri.query_value("read_acl")) {
+    if (options.user.empty()) {
+      return invalid_argument_error(
+          "zookeeper: read_acl needs a user (without one every node is open)");
+    }
+    if (*read_acl == "creator") {
+      options.read_acl = ZookeeperOptions::ReadAcl::kCreator;
+    } else if (*read_acl == "anyone") {
+      options.read_acl = ZookeeperOptions::ReadAcl::kAnyone;
+    } else {
+      return invalid_argument_error("zookeeper: read_acl must be creator or anyone, not '" +
+                                    *read_acl + "'");
+    }
+  }
+  // TLS is refused before its files are looked at; tls=off is fine.
+  const std::optional<std::string> tls_mode = uri.query_value("tls");
+  const bool tls_files =
+      std::any_of(std::begin(kTlsQueryKeys) + 1, std::end(kTlsQueryKeys),
+                  [&](std::string_view key) { return uri.query_value(key).has_value(); });
+  if ((tls_mode && *tls_mode != "off") || (!tls_mode && tls_files)) {
+    return invalid_argument_error(std::string(kNoTls));
+  }
+  SIMBA_ASSIGN_OR_RETURN(options.tls, tls_options_from_uri(uri, "zookeeper"));
   std::string hosts;
   for (const UriHost& host : uri.hosts) {
     if (!hosts.empty()) hosts += ",";

@@ -51,7 +51,11 @@ void WakeFd::drain() const {
 
 Stream::Stream(int fd, std::string context) : fd_(fd), context_(std::move(context)) {}
 
-Stream::~Stream() { ::close(fd_); }
+Stream::~Stream() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+int Stream::release_fd() { return std::exchange(fd_, -1); }
 
 Status Stream::fail(std::string_view what, int error_number) const {
   return unavailable_error(context_ + ": " + std::string(what) + ": " +
@@ -138,7 +142,8 @@ Result<std::unique_ptr<Stream>> connect_tcp(const std::string& host, std::uint16
       ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
       ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
     }
-    // #22: a TLS handshake goes here, within `deadline`, wrapping `stream`.
+    // TLS, when the store asks for it, is the caller's: start_tls
+    // (core/net/tls_stream.h) wraps `stream` within the same deadline.
     return stream;
   }
   return last;

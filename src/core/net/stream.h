@@ -8,10 +8,12 @@
 //   SIMBA_RETURN_IF_ERROR(stream->write_all(request, deadline));
 //   SIMBA_ASSIGN_OR_RETURN(std::size_t n, stream->read_some(buffer, size, deadline));
 //
-// Where TLS goes (#22): connect_tcp() is the one place a connection to a
-// store is made, and Stream the one type bytes go through. A TLS layer wraps
-// the connected Stream (handshake within the same deadline) and gives the
-// protocol code the same write_all / read_some / shutdown.
+// TLS (#22): connect_tcp() is the one place a connection to a store is made,
+// and Stream the one type bytes go through. core/net/tls_stream.h wraps a
+// connected Stream in TLS (start_tls: the handshake within the same
+// deadline) and gives the protocol code the same write_all / read_some /
+// shutdown, by overriding the two virtual calls. It is compiled into the
+// backends that use it (OpenSSL is theirs, not simba_core's).
 #ifndef SIMBA_CORE_NET_STREAM_H_
 #define SIMBA_CORE_NET_STREAM_H_
 
@@ -60,24 +62,25 @@ class WakeFd {
 };
 
 // A connected non-blocking stream socket. Messages start with `context`
-// ("redis at host:port").
+// ("redis at host:port"). A subclass may carry the bytes differently (TLS)
+// by overriding write_all and read_some.
 class Stream {
  public:
   Stream(int fd, std::string context);
-  ~Stream();
+  virtual ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
   // Writes all of `bytes`. kDeadlineExceeded ("<context>: write timed
   // out"), kUnavailable ("<context>: write: <error>").
-  Status write_all(std::string_view bytes, Deadline deadline);
+  virtual Status write_all(std::string_view bytes, Deadline deadline);
   // Waits for bytes and reads up to `size` of them: their count, 0 when the
   // peer closed. kDeadlineExceeded ("<context>: <what> timed out"),
   // kUnavailable (a failed read, or shutdown()).
-  Result<std::size_t> read_some(char* buffer, std::size_t size, Deadline deadline,
-                                std::string_view what = "reply");
+  virtual Result<std::size_t> read_some(char* buffer, std::size_t size, Deadline deadline,
+                                        std::string_view what = "reply");
   // Makes a read blocked in another thread return, and every later call
-  // fail. Thread-safe.
+  // fail (the socket is shut down, whatever layer is above it). Thread-safe.
   void shutdown();
 
   // Waits until the socket has one of `events` (POLLIN, POLLOUT).
@@ -89,8 +92,12 @@ class Stream {
   const std::string& context() const { return context_; }
   int fd() const { return fd_; }
 
+  // Hands the socket over to a wrapper of this connection (a TlsStream):
+  // this Stream no longer closes it, and must not be used any more.
+  int release_fd();
+
  private:
-  const int fd_;
+  int fd_;
   const std::string context_;
 };
 

@@ -14,7 +14,7 @@
 _simba_value_flags=" --store --mutex --ttl --transition --timeout --kill-after --log-format --listen --refresh "
 
 # Stores' URI schemes, for --store.
-_simba_schemes="sqlite:// redis:// postgresql:// mysql:// mariadb:// zookeeper:// etcd:// memory://"
+_simba_schemes="sqlite:// redis:// rediss:// redis-sentinel:// rediss-sentinel:// redis-cluster:// rediss-cluster:// postgresql:// mysql:// mariadb:// zookeeper:// etcd:// memory://"
 
 _simba_flags_for() {
   case $1 in
@@ -27,6 +27,7 @@ _simba_flags_for() {
     release) echo "--store --mutex --force --help" ;;
     schema) echo "--store --help" ;;
     dashboard) echo "--store --listen --refresh --help" ;;
+    doctor) echo "--store --json --timeout --help" ;;
   esac
 }
 
@@ -78,7 +79,7 @@ _simba() {
   local cur=${words[cword]}
   COMPREPLY=()
 
-  local commands="run elect status release schema dashboard help"
+  local commands="run elect status release schema dashboard doctor help"
   if ((cword == 1)); then
     if [[ $cur == -* ]]; then
       _simba_reply "--help --version -h" "$cur"
@@ -94,7 +95,7 @@ _simba() {
       ((cword == 2)) && _simba_reply "$commands" "$cur"
       return 0
       ;;
-    run | elect | status | release | schema | dashboard) ;;
+    run | elect | status | release | schema | dashboard | doctor) ;;
     *) return 0 ;;
   esac
 
