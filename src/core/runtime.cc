@@ -23,13 +23,17 @@ void run_guarded(const Task& task, const char* where) {
 
 // Every live Runtime, and a count of tasks handed on between threads, for
 // Runtime::all_idle.
+//
+// Never destroyed: a Runtime released on its own timer thread ends there
+// after join() detached that thread (see Worker), possibly while main() has
+// returned and static destructors run; its erase must still find the set.
 std::mutex& registry_mutex() {
-  static std::mutex mu;
-  return mu;
+  static auto* mu = new std::mutex();
+  return *mu;
 }
 std::set<const Runtime*>& registry() {
-  static std::set<const Runtime*> runtimes;
-  return runtimes;
+  static auto* runtimes = new std::set<const Runtime*>();
+  return *runtimes;
 }
 std::atomic<std::uint64_t> posts{0};
 
