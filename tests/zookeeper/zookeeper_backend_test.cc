@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -366,6 +367,45 @@ TEST(ZookeeperSessions, PartitionedOwnerIsToldBeforeTheSessionExpiresAndRejoins)
   ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   EXPECT_GT(a->fencing_token(), a_token);
   SIMBA_ASSERT_OK(a->stop());
+}
+
+// A release whose connection goes silent under it (the C client gives the
+// connection up after 2/3 of the session timeout and fails the call with
+// ZOPERATIONTIMEOUT; a server still starting after a restart does the same)
+// is asked again once the session is back, within the call's deadline, and
+// deletes the node itself. It once failed stop() with "operation timeout
+// (-7)" while the deadline had seconds left.
+TEST(ZookeeperSessions, AReleaseCutOffMidCallIsAskedAgainOnTheSameSession) {
+  const std::string server = shared_server_uri("zookeeper");
+  TcpProxy proxy(port_of(server));
+  // 6 s: the connection is given up after 4 s of silence, and the session
+  // outlives that by 2 s, time enough to come back.
+  const std::string proxied = "zookeeper://127.0.0.1:" + std::to_string(proxy.port()) +
+                              "?root=" + test_root() + "&session_timeout=6s";
+  auto backend = open(proxied);
+  ASSERT_NE(backend, nullptr);
+  auto held = backend->acquire_or_renew(request_for("cutoff", "a"), in(seconds(10)));
+  ASSERT_THAT(held, IsOk());
+  ASSERT_TRUE(held->owner.is_owner("a"));
+  const int dialed = proxy.accepted();
+  proxy.set_blackhole(true);
+  std::optional<Result<bool>> released;
+  std::thread releasing([&] {
+    released = backend->release("cutoff", "a", held->owner.fencing_token, in(seconds(15)));
+  });
+  // The client dials again once it gave the silent connection up (and
+  // failed the delete): let that connection through.
+  EXPECT_TRUE(eventually([&] { return proxy.accepted() > dialed; }, seconds(10)));
+  proxy.set_blackhole(false);
+  releasing.join();
+  ASSERT_TRUE(released.has_value());
+  ASSERT_THAT(*released, IsOk());
+  // (Whether it returns true depends on which delete the server applied:
+  // the proxy passes the first one's held bytes on when it opens, and the
+  // second then finds no node.)
+  RawZk raw(server);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_TRUE(raw.children(test_root() + "/cutoff").empty());
 }
 
 // The server is killed and restarted while a lease is held: the owner

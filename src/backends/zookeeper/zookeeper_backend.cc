@@ -1408,9 +1408,31 @@ Result<bool> ZkStore::release(std::string_view mutex_view, std::string_view cont
     }
     for (const std::string& node : nodes) {
       const std::string path = parent + "/" + node;
-      auto deleted = delete_node(zh, path);
-      SIMBA_RETURN_IF_ERROR(await(deleted, deadline, "leaving " + path, {ZNONODE}));
-      if (deleted->rc == ZOK && node == e.node && e.owner) released = true;
+      for (int attempt = 0;; ++attempt) {
+        t_connection_lost = false;
+        auto deleted = delete_node(handle->get(), path);
+        Status left = await(deleted, deadline, "leaving " + path, {ZNONODE});
+        if (left.ok()) {
+          if (deleted->rc == ZOK && node == e.node && e.owner) released = true;
+          break;
+        }
+        // The connection broke or timed out under the call (a server still
+        // starting after a restart holds a new connection silent for 2/3 of
+        // the session timeout before the client dials again; the fault runs'
+        // restarts and ZookeeperFailures.RestartWhileALeaseIsHeld... met it
+        // in stop()). Deleting is idempotent: ask again on the session once
+        // it is back, as acquire() does. A session that ended took its
+        // ephemeral nodes along.
+        if (!t_connection_lost || attempt >= 3 ||
+            SteadyClock::now() + milliseconds(20) >= deadline) {
+          return left;
+        }
+        SIMBA_LOG(kDebug, "zookeeper: mutex '" << mutex << "': " << left
+                                               << "; trying again once reconnected");
+        SIMBA_ASSIGN_OR_RETURN(handle, session(deadline));
+        if (handle->generation() != e.session) break;
+      }
+      if (handle->generation() != e.session) break;
     }
   }
   {
