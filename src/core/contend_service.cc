@@ -310,6 +310,8 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
           : backend_->read(mutex_, store_deadline());
   bool compensate = false;
   bool current = false;
+  // A grant of a hold of ours that already ended here, to give back.
+  std::uint64_t stale_token = 0;
   // subscribe_only_while_waiting: a subscription to drop (we own the mutex)
   // or to take out (another owner has it).
   std::unique_ptr<Subscription> dropped;
@@ -351,6 +353,18 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
                                "the store reported a loss while a renewal was out");
             apply_locked(MutexOwner::none());
           }
+          next = milliseconds(0);
+        } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_) &&
+                   !state_.after.is_owner(contender_id_) && owner.fencing_token != 0 &&
+                   owner.fencing_token <= ended_token_) {
+          // A hold of ours that ended here (its deadline passed, a loss was
+          // reported) can outlive that end at the store by the lease margin,
+          // or longer where the store restarts leases (etcd on a leader
+          // change, a ZooKeeper session that reconnected). Taking it back
+          // would be a new acquisition under an old token (DESIGN §2: each
+          // acquisition's token is above every earlier one): give it back
+          // and ask anew, which the store answers with a new token.
+          stale_token = owner.fencing_token;
           next = milliseconds(0);
         } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_)) {
           // What the store granted, measured from when we asked, minus a
@@ -419,11 +433,16 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
                                      << " in a row): " << reply.status());
         }
       }
-      if (rerun_) {
+      if (stale_token != 0) {
+        // The release below is this attempt's second store call: it stays
+        // in flight, and the attempt is answered by the one after it.
+        in_flight_ = true;
+        current = false;
+      } else if (rerun_) {
         rerun_ = false;
         if (!is_owner_locked(now)) next = milliseconds(0);
       }
-      if (hooks_.subscribe_only_while_waiting && mode_ == Mode::kContend) {
+      if (stale_token == 0 && hooks_.subscribe_only_while_waiting && mode_ == Mode::kContend) {
         if (is_owner_locked(now)) {
           dropped = std::move(subscription_);
         } else if (reply.ok() && subscription_ == nullptr &&
@@ -434,12 +453,15 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
           unsubscribed_next = next;
         }
       }
-      if (!subscribe) schedule_attempt_locked(next);
-      ++attempts_;
-      last_attempt_ = reply.status();
-      answered_.notify_all();
+      if (stale_token == 0) {
+        if (!subscribe) schedule_attempt_locked(next);
+        ++attempts_;
+        last_attempt_ = reply.status();
+        answered_.notify_all();
+      }
     }
   }
+  if (stale_token != 0) give_back(gen, stale_token);
   if (compensate) {
     auto released =
         backend_->release(mutex_, contender_id_, reply->owner.fencing_token, store_deadline());
@@ -559,7 +581,33 @@ void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
   }
 }
 
+void ServiceCore::give_back(Generation gen, std::uint64_t token) {
+  auto released = backend_->release(mutex_, contender_id_, token, store_deadline());
+  if (!released.ok()) {
+    SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': giving back a grant under the ended token " << token
+                               << " failed: " << released.status());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  in_flight_ = false;
+  if (status_ != ServiceStatus::kRunning) return;
+  // A newer lifecycle may be waiting for this call to finish (rerun_).
+  if (gen != generation_ && !rerun_) return;
+  rerun_ = false;
+  milliseconds next{0};
+  if (gen == generation_ && !released.ok()) {
+    ++failures_;
+    next = failure_delay_locked(clock_->now(), released.status());
+  }
+  schedule_attempt_locked(next);
+}
+
 void ServiceCore::apply_locked(const MutexOwner& owner) {
+  // A hold of ours ends here (given up, lost, or past its deadline): no
+  // later grant may carry its token (see run_attempt).
+  if (mode_ == Mode::kContend && state_.after.is_owner(contender_id_) &&
+      !(owner.is_owner(contender_id_) && owner.fencing_token == state_.after.fencing_token)) {
+    ended_token_ = std::max(ended_token_, state_.after.fencing_token);
+  }
   MutexState state{state_.after, owner};
   state_ = state;
   if (mode_ == Mode::kContend && !owner.is_owner(contender_id_)) {

@@ -109,6 +109,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // A reply made us the owner (or renewed us) until `deadline`: report it
   // (before lease_deadline_ and state_ take the new values).
   void report_hold_locked(const MutexOwner& owner, Clock::TimePoint now, Clock::TimePoint deadline);
+  // Releases a grant under `token`, a hold of ours that already ended here,
+  // then asks again (run_attempt's second call; it ends the attempt).
+  void give_back(Generation gen, std::uint64_t token);
   // Our hold (state_.after) ended without our giving it up: report the loss.
   void report_loss_locked(LossCause cause, std::string why);
   // Counts this contender as waiting (or not) in the metrics' gauge.
@@ -158,6 +161,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // overlapped one may carry an answer the store computed before the loss:
   // its "you own it" is not trusted, only asked again.
   std::uint64_t losses_ = 0;
+  // The highest token of a hold of ours that ended here (kept across
+  // stop() and start(): a release that failed leaves the hold at the store).
+  std::uint64_t ended_token_ = 0;
   int failures_ = 0;
   // This start()'s answered attempts and the last one's outcome, and the
   // wake-up of await_owner (notified as each attempt is applied).

@@ -296,6 +296,30 @@ TEST_F(ContendServiceTest, HangingRenewalIsRevokedAtTheDeadlineWhileTheCallStill
   SIMBA_ASSERT_OK(a->stop());
 }
 
+// DESIGN §2: every acquisition's token is above every earlier one's. A hold
+// that ended here at its deadline is still alive at the store for the lease
+// margin (and longer on a store that restarts leases): the renewal that hung
+// through the deadline lands there and the store grants the hold back under
+// its old token. That grant is given back and the mutex asked for anew.
+TEST_F(ContendServiceTest, AHoldThatEndedHereIsNeverTakenBackUnderItsToken) {
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  const auto token = a->fencing_token();
+  faults_->set_acquire_mode(Mode::kHang);
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 2; }, seconds(5)));
+  clock_->advance(seconds(6) - milliseconds(200));  // the local deadline
+  ASSERT_TRUE(eventually([&] { return events_.count("A released") == 1; }, seconds(5)));
+  EXPECT_EQ(store_owner(), a->contender_id()) << "the store's lease still runs";
+  faults_->set_acquire_mode(Mode::kPass);  // the hung renewal reaches the store
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  EXPECT_GT(a->fencing_token(), token);
+  settle();
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released", "A acquired"));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 // Found by the fault runs (issue #9): a worker letting go called stop(), its
 // release reached the store (which handed the mutex to another worker) but
 // the answer was held up, and the old owner heard on_released only when the
