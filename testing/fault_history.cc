@@ -221,6 +221,15 @@ std::string CheckReport::summary() const {
     out << ")";
   }
   out << "; worst ownership overlap (paused holders): " << ms(worst_overlap) << "\n";
+  out << "bound: a new owner within " << ms(takeover_bound) << " of a fault's healing\n";
+  for (const auto& [kind, r] : recovery_by_fault) {
+    out << "recovery from " << kind << ": the holder kept the mutex " << r.kept << " time(s)";
+    if (!r.to_next_owner.empty()) {
+      out << "; a new owner " << r.to_next_owner.size() << " time(s), after median "
+          << ms(r.median()) << ", worst " << ms(r.worst()) << " from the fault's start";
+    }
+    out << "\n";
+  }
   if (violations.empty()) {
     out << "checker: OK, no violation\n";
   } else {
@@ -228,6 +237,17 @@ std::string CheckReport::summary() const {
     for (const Violation& v : violations) out << "  [" << v.rule << "] " << v.detail << "\n";
   }
   return out.str();
+}
+
+Nanos CheckReport::Recovery::median() const {
+  if (to_next_owner.empty()) return 0;
+  std::vector<Nanos> sorted = to_next_owner;
+  std::sort(sorted.begin(), sorted.end());
+  return sorted[sorted.size() / 2];
+}
+
+Nanos CheckReport::Recovery::worst() const {
+  return to_next_owner.empty() ? 0 : *std::max_element(to_next_owner.begin(), to_next_owner.end());
 }
 
 std::string unproven_overlap(const CheckReport& report) {
@@ -306,12 +326,15 @@ CheckReport check_history(const std::vector<WorkerHistory>& workers,
                                             " without on_released for its lease");
             close(e.t, false);
           }
-          open = Tenure{h.worker, e.token, e.t, std::nullopt, false, 0, 0, 0};
+          open = Tenure{h.worker, e.token, e.t, std::nullopt, false, false, 0, 0, 0};
           break;
         case WorkerEvent::Kind::kLost:
         case WorkerEvent::Kind::kReleased:
           (e.kind == WorkerEvent::Kind::kLost ? report.losses : report.releases)++;
-          if (open) close(e.t, false);
+          if (open) {
+            open->released = e.kind == WorkerEvent::Kind::kReleased;
+            close(e.t, false);
+          }
           break;
         case WorkerEvent::Kind::kWrite:
           // Matched to a tenure below, by its check time: a write is logged
@@ -515,10 +538,41 @@ CheckReport check_history(const std::vector<WorkerHistory>& workers,
   too_little("faults aimed at a worker found it holding the mutex", report.holder_faults,
              options.min_holder_faults);
 
+  // Recovery: did the holder keep the mutex through each fault, and if not,
+  // how long from the fault to the next owner (docs/reliability.md). The
+  // holder kept it when its tenure outlasted the fault, nobody else
+  // acquired meanwhile, and no loss came before one lease had passed after
+  // the fault healed (a store outage ends a lease that could not be renewed
+  // only at its deadline). A holder that let go during the fault kept
+  // nothing: the next acquisition says when the store served again.
+  const Nanos lease = to_nanos(options.ttl + options.transition);
+  for (const FaultEvent& f : faults) {
+    CheckReport::Recovery& r = report.recovery_by_fault[f.kind];
+    const bool kept =
+        std::any_of(report.tenures.begin(), report.tenures.end(), [&](const Tenure& t) {
+          if (t.acquired > f.start || end_of(t) <= f.end || t.killed) return false;
+          if (!t.released && end_of(t) <= f.end + lease) return false;
+          const Nanos until = f.end;
+          return std::none_of(report.tenures.begin(), report.tenures.end(), [&](const Tenure& o) {
+            return o.worker != t.worker && o.acquired >= f.start && o.acquired <= until;
+          });
+        });
+    if (kept) {
+      ++r.kept;
+      continue;
+    }
+    Nanos next = kForever;
+    for (const Tenure& t : report.tenures) {
+      if (t.acquired >= f.start) next = std::min(next, t.acquired);
+    }
+    if (next != kForever) r.to_next_owner.push_back(next - f.start);
+  }
+
   // Liveness: after each fault healed, somebody owns the mutex again within
   // the bound (an acquisition or a passed ownership check in the window).
   const Nanos bound = to_nanos(options.takeover_bound.value_or(options.ttl + options.transition +
                                                                std::chrono::milliseconds(2000)));
+  report.takeover_bound = bound;
   std::vector<Nanos> owned_at;
   for (const Tenure& t : report.tenures) owned_at.push_back(t.acquired);
   for (const Checked& c : checks) owned_at.push_back(c.check);

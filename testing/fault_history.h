@@ -129,6 +129,7 @@ struct Tenure {
   Nanos acquired = 0;
   std::optional<Nanos> ended;  // lost/released logged, or killed at
   bool killed = false;         // ended by a kill, not by a signal
+  bool released = false;       // ended by the worker's own stop() (on_released it asked for)
   Nanos last_check = 0;        // last is_owner() check that passed (0: none)
   int writes_accepted = 0;
   int writes_rejected = 0;
@@ -157,8 +158,25 @@ struct CheckReport {
   // all and by kind of fault.
   Nanos worst_takeover = 0;
   std::map<std::string, Nanos> worst_takeover_by_fault;
+  // The bound the liveness rule held every fault to (a new owner this long
+  // after it healed).
+  Nanos takeover_bound = 0;
   // Longest belief overlap seen (positive only while a worker was paused).
   Nanos worst_overlap = 0;
+  // Recovery from each kind of fault: how often the holder kept the mutex
+  // through it (a tenure open when the fault began that outlasted it, that
+  // nobody else's acquisition interrupted, and that was not killed or lost
+  // before one lease had passed after the fault healed), and otherwise
+  // (no holder, a holder that lost it or let go during the fault) the time
+  // from the fault's start to the next acquisition. A fault after which
+  // nobody acquired before the run ended is in neither.
+  struct Recovery {
+    int kept = 0;
+    std::vector<Nanos> to_next_owner;  // in the order of the faults
+    Nanos median() const;              // 0 when empty
+    Nanos worst() const;               // 0 when empty
+  };
+  std::map<std::string, Recovery> recovery_by_fault;
 
   bool ok() const { return violations.empty(); }
   // A few lines for people: counts, the worst figures, each violation.

@@ -309,6 +309,54 @@ TEST(FaultHistory, Stuck) {
   EXPECT_TRUE(check_run(after(ms(4600)), {}, cut, options_for(ms(4000))).ok());
 }
 
+TEST(FaultHistory, RecoveryFromEachFault) {
+  // A store failover at 1000..1400 ms that worker 1 held through (released
+  // at 2000 ms, after the fault healed); a kill of worker 2's store member
+  // at 3000 ms that cost it the mutex (lost at 3500 ms), worker 3 the next
+  // owner at 5000 ms; a pause at 6000 ms that found nobody holding, worker 1
+  // owner again at 6250 ms.
+  const std::vector<FaultEvent> faults = {{"failover", 0, ms(1000), ms(1400)},
+                                          {"kill-leader", 0, ms(3000), ms(3200)},
+                                          {"pause-leader", 0, ms(6000), ms(6100)}};
+  const CheckReport r = check_run({worker(1, {acquired_at(ms(500), 1), released_at(ms(2000), 1),
+                                              acquired_at(ms(6250), 4), released_at(ms(6500), 4)}),
+                                   worker(2, {acquired_at(ms(2500), 2), lost_at(ms(3500), 2)}),
+                                   worker(3, {acquired_at(ms(5000), 3), released_at(ms(5500), 3)})},
+                                  {}, faults, options_for(ms(7000)));
+  EXPECT_EQ(r.recovery_by_fault.at("failover").kept, 1);
+  EXPECT_TRUE(r.recovery_by_fault.at("failover").to_next_owner.empty());
+  EXPECT_EQ(r.recovery_by_fault.at("kill-leader").kept, 0);
+  EXPECT_THAT(r.recovery_by_fault.at("kill-leader").to_next_owner, ElementsAre(ms(2000)));
+  EXPECT_THAT(r.recovery_by_fault.at("pause-leader").to_next_owner, ElementsAre(ms(250)));
+  EXPECT_THAT(r.summary(), HasSubstr("recovery from kill-leader: the holder kept the mutex 0 "
+                                     "time(s); a new owner 1 time(s), after median 2000.0 ms, "
+                                     "worst 2000.0 ms"));
+  // A killed holder did not keep the mutex, even though its tenure was
+  // open when the fault began.
+  const CheckReport killed =
+      check_run({worker(1, {acquired_at(ms(500), 1)}, {true, false, ""}),
+                 worker(2, {acquired_at(ms(2600), 2), released_at(ms(3000), 2)})},
+                {}, {{"kill", 1, ms(1000), ms(1000)}}, options_for(ms(3500)));
+  EXPECT_EQ(killed.recovery_by_fault.at("kill").kept, 0);
+  EXPECT_THAT(killed.recovery_by_fault.at("kill").to_next_owner, ElementsAre(ms(1600)));
+  // Nor did a paused holder whose mutex another worker took while it was
+  // stopped, though it heard of the loss only after the pause.
+  const CheckReport paused =
+      check_run({worker(1, {acquired_at(ms(500), 1), lost_at(ms(3050), 1)}),
+                 worker(2, {acquired_at(ms(2600), 2), released_at(ms(3500), 2)})},
+                {}, {{"pause", 1, ms(1000), ms(3000)}}, options_for(ms(3600)));
+  EXPECT_EQ(paused.recovery_by_fault.at("pause").kept, 0);
+  EXPECT_THAT(paused.recovery_by_fault.at("pause").to_next_owner, ElementsAre(ms(1600)));
+  // A holder that let go while the store was down kept nothing: the next
+  // acquisition says when the store served again.
+  const CheckReport let_go =
+      check_run({worker(1, {acquired_at(ms(500), 1), released_at(ms(1200), 1)}),
+                 worker(2, {acquired_at(ms(1900), 2), released_at(ms(2500), 2)})},
+                {}, {{"kill-leader", 0, ms(1000), ms(1400)}}, options_for(ms(3000)));
+  EXPECT_EQ(let_go.recovery_by_fault.at("kill-leader").kept, 0);
+  EXPECT_THAT(let_go.recovery_by_fault.at("kill-leader").to_next_owner, ElementsAre(ms(900)));
+}
+
 TEST(FaultHistory, Crash) {
   const CheckReport r =
       check_run({worker(1, {start(ms(100)), exit(ms(200))}, {false, false, "exit status 3"})});
