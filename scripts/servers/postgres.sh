@@ -402,6 +402,12 @@ continue_server() {
 #   postgres.sh member-uri DIR N    the URI of member N alone
 #   postgres.sh promote DIR N   pg_promote() on standby N, waiting until it
 #                               serves writes
+#   postgres.sh rejoin DIR N    make member N (a former primary, now down)
+#                               a standby of the other member, the primary
+#                               now: its data is replaced by a base backup
+#                               of the primary (-R), then it starts and the
+#                               primary streams to it (synchronously with
+#                               --sync) before this returns
 #   postgres.sh pause-replication|resume-replication DIR N
 #                               SIGSTOP / SIGCONT to primary N's walsenders:
 #                               its standby falls behind (what N commits
@@ -411,7 +417,7 @@ cluster_dir=""
 cluster_usage() {
   echo "usage: postgres.sh start DIR --standby|--topology primary-standby [--sync] [postgres args...]" >&2
   echo "       postgres.sh stop|kill|pause|resume|status|uri|primary DIR" >&2
-  echo "       postgres.sh kill-member|stop-member|start-member|pause-member|resume-member|member-uri|promote|pause-replication|resume-replication DIR N" >&2
+  echo "       postgres.sh kill-member|stop-member|start-member|pause-member|resume-member|member-uri|promote|rejoin|pause-replication|resume-replication DIR N" >&2
   exit 2
 }
 
@@ -587,8 +593,36 @@ cluster_main() {
         exit 1
       }
       echo "$n" >"$cluster_dir/promoted" ;;
+    rejoin) rejoin_member "$n" ;;
     *) cluster_usage ;;
   esac
+}
+
+# Makes member $1 a standby of the other member, which must be the primary:
+# a former primary cannot follow its successor (their histories forked at
+# the promotion), so its data is replaced by a base backup of the primary.
+rejoin_member() {
+  local n="$1" primary=$((3 - $1)) out
+  local -a args=()
+  if [ "$(member_role "$primary")" != primary ]; then
+    echo "postgres.sh: member $primary is not a running primary for member $n to follow" >&2
+    exit 1
+  fi
+  if member_running "$n"; then member_cmd "$n" stop; fi
+  rm -rf "${cluster_dir:?}/n$n/data"
+  if ! out="$(as_server_user timeout 120 "$bindir/pg_basebackup" -h 127.0.0.1 \
+      -p "$(member_port "$primary")" -U postgres -D "$cluster_dir/n$n/data" -R -X stream -c fast \
+      --no-sync 2>&1)"; then
+    echo "postgres.sh: pg_basebackup from member $primary failed: $out" >&2
+    exit 1
+  fi
+  mapfile -t args <"$cluster_dir/args"
+  member_cmd "$n" start "${args[@]}" >/dev/null
+  if [ "$(cat "$cluster_dir/sync" 2>/dev/null)" = on ]; then
+    member_sql "$primary" "alter system set synchronous_standby_names = '*'" >/dev/null
+    member_sql "$primary" "select pg_reload_conf()" >/dev/null
+  fi
+  wait_streaming "$primary"
 }
 
 # SIGSTOP (`pause`) or SIGCONT to the walsenders of primary member $1: what
@@ -610,7 +644,7 @@ signal_walsenders() {
 # directory that holds a cluster, or a member command.
 if [ $# -ge 2 ]; then
   case "$1" in
-    *-member | member-uri | promote | primary | *-replication)
+    *-member | member-uri | promote | rejoin | primary | *-replication)
       if [ "${SIMBA_SERVER_OWNER_PID:-}" = parent ]; then export SIMBA_SERVER_OWNER_PID="$PPID"; fi
       cluster_main "$@"
       exit $? ;;

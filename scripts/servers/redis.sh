@@ -47,6 +47,8 @@
 #   redis.sh kill|pause|resume|stop DIR MEMBER
 #   redis.sh restart DIR MEMBER          start a member again (a data node
 #                                        as a replica of the current primary)
+#   redis.sh member DIR MEMBER           the member's name (n1, ...): which
+#                                        one `primary` or `replica` is now
 # where MEMBER is n1, n2, s1, s2, s3, or primary / replica (as the
 # sentinels see them now). `--tls` is not offered with --sentinel.
 #
@@ -74,6 +76,8 @@
 #   redis.sh failover DIR MEMBER [FORCE|TAKEOVER]
 #                                        CLUSTER FAILOVER on the replica
 #                                        MEMBER; returns once it is primary
+#   redis.sh member DIR MEMBER           the member's name (n1..n6): which
+#                                        one primary-of-SLOT is now, say
 # where MEMBER is n1..n6, or primary-of-SLOT / replica-of-SLOT (the primary
 # of SLOT now, its first replica). `--tls` is not offered with --cluster.
 #
@@ -415,7 +419,7 @@ topology_usage() {
   cat >&2 <<USAGE
 usage: redis.sh start DIR --sentinel [redis-server args for the data nodes...]
        redis.sh stop|status|uri|primary DIR
-       redis.sh kill|pause|resume|stop|restart DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
+       redis.sh kill|pause|resume|stop|restart|member DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
 USAGE
   exit 2
 }
@@ -443,6 +447,11 @@ topology_main() {
     primary)
       m="$(resolve_member primary)"
       echo "$m 127.0.0.1:$(member_port "$m")"
+      ;;
+    member)
+      [ $# -eq 1 ] || topology_usage
+      m="$(resolve_member "$1")"
+      echo "$m"
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || topology_usage
@@ -808,7 +817,7 @@ cluster_usage() {
 usage: redis.sh start DIR --cluster [redis-server args for every node...]
        redis.sh stop|status|uri DIR
        redis.sh primary-of DIR SLOT
-       redis.sh kill|pause|resume|stop|restart DIR MEMBER
+       redis.sh kill|pause|resume|stop|restart|member DIR MEMBER
        redis.sh failover DIR MEMBER [FORCE|TAKEOVER]
   MEMBER: n1..n6, primary-of-SLOT, replica-of-SLOT
 USAGE
@@ -843,6 +852,11 @@ cluster_main() {
       port="${owner#* }"
       port="${port%% *}"
       echo "$(member_on_port "$port" || echo "?") 127.0.0.1:$port"
+      ;;
+    member)
+      [ $# -eq 1 ] || cluster_usage
+      m="$(cluster_member "$1")"
+      echo "$m"
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || cluster_usage
