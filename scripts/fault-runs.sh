@@ -8,7 +8,10 @@
 #                         [--lanes N] [-- extra simba-fault-run options]
 #     --duration S  seconds of faults per store (default 600)
 #     --stores      stores to run (default: memory sqlite redis postgres mysql
-#                   zookeeper etcd)
+#                   zookeeper etcd); a replicated topology (redis-sentinel,
+#                   redis-cluster, etcd-3, zookeeper-3, postgres-standby,
+#                   mysql-replica) runs with --topology, and "topologies"
+#                   stands for all six
 #     --lanes N     stores run at the same time (default 2)
 #
 # Environment:
@@ -28,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '7,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '7,16p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit "$1"
 }
 
@@ -46,6 +49,8 @@ while [ $# -gt 0 ]; do
     *) usage 2 ;;
   esac
 done
+all_topologies="redis-sentinel redis-cluster etcd-3 zookeeper-3 postgres-standby mysql-replica"
+stores="${stores//topologies/$all_topologies}"
 [[ "$duration" =~ ^[1-9][0-9]*$ ]] || { echo "fault-runs: --duration needs seconds" >&2; exit 2; }
 [[ "$lanes" =~ ^[1-9][0-9]*$ ]] || { echo "fault-runs: --lanes needs a number" >&2; exit 2; }
 
@@ -66,9 +71,10 @@ else
   bin="$build/bin"
 fi
 
-run_one() {  # run_one STORE: one long run; its exit status is the checker's
-  local store="$1"
-  "$bin/simba-fault-run" --store "$store" --duration "$duration" --out "$out/$store" \
+run_one() {  # run_one STORE|TOPOLOGY: one long run; its exit status is the checker's
+  local store="$1" what=--store
+  if [[ " $all_topologies " == *" $store "* ]]; then what=--topology; fi
+  "$bin/simba-fault-run" "$what" "$store" --duration "$duration" --out "$out/$store" \
     --worker "$bin/simba-fault-worker" "${extra[@]}" > "$out/$store.out" 2>&1
 }
 
@@ -106,6 +112,14 @@ cat "$out/summary.txt"
 # The table for docs/reliability.md.
 # shellcheck disable=SC2086  # one word per store
 python3 scripts/fault-summary.py "$out" $stores > "$out/summary.md"
+topologies_run=()
+for store in $stores; do
+  if [[ " $all_topologies " == *" $store "* ]]; then topologies_run+=("$store"); fi
+done
+if [ "${#topologies_run[@]}" -gt 0 ]; then
+  # One row per topology and fault: docs/reliability.md's matrix.
+  python3 scripts/fault-summary.py --matrix "$out" "${topologies_run[@]}" >> "$out/summary.md"
+fi
 echo "fault-runs: the table for docs/reliability.md is in $out/summary.md"
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "fault-runs: the checker failed on: ${failed[*]}" >&2

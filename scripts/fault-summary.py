@@ -2,11 +2,16 @@
 """Turns the reports of scripts/fault-runs.sh into one Markdown table.
 
     scripts/fault-summary.py OUT_DIR STORE...
+    scripts/fault-summary.py --matrix OUT_DIR TOPOLOGY...
 
-Reads OUT_DIR/STORE/report.txt (written by simba-fault-run) and the first
-line of OUT_DIR/STORE.out, and prints a table for docs/reliability.md: what
-was injected and how often, what the workers did, the worst times, and what
-the checker found. Standard library only.
+Reads OUT_DIR/STORE/report.txt (written by simba-fault-run) and prints a
+table for docs/reliability.md: what was injected and how often, what the
+workers did, the worst times, and what the checker found. With --matrix,
+one row per topology and fault (docs/reliability.md, "Replicated stores"):
+how often it was injected, the run's violations, how often the holder kept
+the mutex through it, and the time from the fault to the next owner
+otherwise, and from its healing to an owner against the bound the run
+checked. Standard library only.
 """
 import os
 import re
@@ -29,6 +34,16 @@ def parse(report):
             kind, value, _ = part.split(" ")
             row["takeover"][kind] = float(value)
         row["overlap"] = float(m.group(2))
+    row["recovery"] = {}
+    for kind, kept, rest in re.findall(
+            r"^recovery from ([a-z-]+): the holder kept the mutex (\d+) time\(s\)(.*)$", report,
+            re.M):
+        m = re.search(r"a new owner (\d+) time\(s\), after median ([\d.]+) ms, worst ([\d.]+) ms",
+                      rest)
+        row["recovery"][kind] = (int(kept), (int(m.group(1)), float(m.group(2)),
+                                             float(m.group(3))) if m else None)
+    m = re.search(r"^bound: a new owner within ([\d.]+) ms", report, re.M)
+    row["bound"] = float(m.group(1)) if m else None
     m = re.search(r"^checker: (.*)$", report, re.M)
     row["checker"] = m.group(1) if m else "(no verdict)"
     row["violations"] = re.findall(r"^  \[([a-z-]+)\]", report, re.M)
@@ -39,7 +54,36 @@ def seconds(ms):
     return "%.2f s" % (ms / 1000.0)
 
 
+def matrix(out, topologies):
+    print("| Topology | Fault | Injected | Violations (whole run) | Holder kept it | New owner after "
+          "the fault: median / worst (n) | Worst after healing / bound |")
+    print("|---|---|---:|---|---:|---|---|")
+    for topology in topologies:
+        path = os.path.join(out, topology, "report.txt")
+        try:
+            with open(path) as f:
+                row = parse(f.read())
+        except OSError:
+            print("| %s | (no report) | | | | | |" % topology)
+            continue
+        verdict = "0" if not row["violations"] else "%d: %s" % (
+            len(row["violations"]), ", ".join(sorted(set(row["violations"]))))
+        for kind, count in sorted(row["faults"].items()):
+            kept, owner = row["recovery"].get(kind, (0, None))
+            after = ("%s / %s (%d)" % (seconds(owner[1]), seconds(owner[2]), owner[0])
+                     if owner else "–")
+            healed = row["takeover"].get(kind)
+            bound = row["bound"]
+            print("| %s | %s | %s | %s | %d | %s | %s / %s |" % (
+                topology, kind, count, verdict, kept, after,
+                seconds(healed) if healed is not None else "–",
+                seconds(bound) if bound is not None else "?"))
+    return 0
+
+
 def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--matrix":
+        return matrix(sys.argv[2], sys.argv[3:])
     if len(sys.argv) < 3:
         print(__doc__.strip(), file=sys.stderr)
         return 2

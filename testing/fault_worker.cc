@@ -54,13 +54,33 @@ void sleep_on(const Clock& clock, Clock::Duration d) {
 // ---- FencedRegister ------------------------------------------------------------------
 
 Result<bool> FencedRegister::write(int worker, std::uint64_t token, std::int64_t seq) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   const bool accepted = token >= highest_;
   if (accepted) highest_ = token;
   ResourceEvent e{worker, token, seq, accepted, now_nanos(*clock_)};
   decisions_.push_back(e);
   if (accepted) last_accepted_ = e;
+  if (accepted && trap_armed_) {
+    trap_armed_ = false;
+    caught_ = e;
+    const Clock::Duration hold = trap_hold_;
+    lock.unlock();
+    caught_cv_.notify_all();
+    sleep_on(*clock_, hold);  // decided and logged: only the reply waits
+  }
   return accepted;
+}
+
+std::optional<ResourceEvent> FencedRegister::catch_next_writer(Clock::Duration wait,
+                                                               Clock::Duration hold) {
+  std::unique_lock<std::mutex> lock(mu_);
+  caught_.reset();
+  trap_armed_ = true;
+  trap_hold_ = hold;
+  const Clock::TimePoint until = clock_->now() + wait;
+  while (!caught_ && clock_->now() < until) clock_->wait_until(caught_cv_, lock, until);
+  trap_armed_ = false;
+  return caught_;
 }
 
 std::vector<ResourceEvent> FencedRegister::decisions() const {

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,10 +54,19 @@ class FencedRegister final : public FencedResource {
   std::vector<ResourceEvent> decisions() const;
   // The last accepted write, if any.
   std::optional<ResourceEvent> last_accepted() const;
+  // Waits up to `wait` for the next accepted write and keeps its writer in
+  // write() for `hold` after the decision, so for that long the writer is
+  // certainly holding (it lets go only after a write returns). A fault
+  // aimed at "the holder" strikes in that time; nullopt if none came.
+  std::optional<ResourceEvent> catch_next_writer(Clock::Duration wait, Clock::Duration hold);
 
  private:
   std::shared_ptr<Clock> clock_;
   mutable std::mutex mu_;
+  std::condition_variable caught_cv_;
+  bool trap_armed_ = false;
+  Clock::Duration trap_hold_{0};
+  std::optional<ResourceEvent> caught_;
   std::uint64_t highest_ = 0;
   std::vector<ResourceEvent> decisions_;
   std::optional<ResourceEvent> last_accepted_;

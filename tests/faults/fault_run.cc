@@ -53,6 +53,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -70,6 +71,7 @@
 #include <thread>
 #include <vector>
 
+#include "fault_topology.h"
 #include "simba/backends/memory.h"
 #include "simba/contend_service.h"
 #include "testing/fault_history.h"
@@ -92,6 +94,11 @@ using std::chrono::seconds;
 
 struct RunOptions {
   std::string store;
+  // A replicated store (FaultTopology::names()), or empty: one server.
+  std::string topology;
+  // What the topology's failover adds to the takeover bound and to the
+  // quiet window after each fault (FaultTopology::failover_allowance).
+  milliseconds failover_allowance{0};
   seconds duration{30};
   int workers = 3;
   milliseconds ttl{1000};
@@ -123,7 +130,18 @@ struct RunOptions {
   milliseconds hold_min{300}, hold_max{1500};
 };
 
-std::vector<std::string> faults_for(const std::string& store) {
+std::vector<std::string> faults_for(const std::string& store, const std::string& topology = "") {
+  if (!topology.empty()) {
+    // The workers' own faults, then the store's: a member of a cluster
+    // restarts as the cluster's own failover does, not as `restart` does
+    // to a single server.
+    std::vector<std::string> faults = {"kill", "pause"};
+    if (FaultTopology::clients_dial_members(topology)) {
+      faults.insert(faults.end(), {"cut", "blackhole"});
+    }
+    for (const std::string& f : FaultTopology::store_faults(topology)) faults.push_back(f);
+    return faults;
+  }
   if (store == "memory") return {"crash", "hang", "clock-jump"};
   if (store == "sqlite") return {"kill", "pause"};
   return {"kill", "pause", "restart", "cut", "cut-all", "blackhole", "blackhole-all"};
@@ -140,6 +158,34 @@ std::vector<std::string> split(const std::string& s, char sep) {
 }
 
 void say(const std::string& line) { std::cout << "fault-run: " << line << std::endl; }
+
+// The ports of the hosts a URI names ("scheme://[user@]h:p,h:p/...").
+std::vector<int> uri_ports(const std::string& uri) {
+  std::vector<int> ports;
+  std::string::size_type from = uri.find("://");
+  if (from == std::string::npos) return ports;
+  from += 3;
+  const auto end = uri.find_first_of("/?", from);
+  std::string hosts = uri.substr(from, end == std::string::npos ? std::string::npos : end - from);
+  if (const auto at = hosts.rfind('@'); at != std::string::npos) hosts = hosts.substr(at + 1);
+  for (const std::string& host : split(hosts, ',')) {
+    const auto colon = host.rfind(':');
+    if (colon != std::string::npos) ports.push_back(std::atoi(host.c_str() + colon + 1));
+  }
+  return ports;
+}
+
+// `uri` with host port `from` replaced by `to` (a port is followed by a
+// comma, a slash, a question mark or the end, never by another digit).
+std::string with_port(std::string uri, int from, int to) {
+  const std::string old = ":" + std::to_string(from);
+  for (auto at = uri.find(old); at != std::string::npos; at = uri.find(old, at + 1)) {
+    const auto after = at + old.size();
+    if (after < uri.size() && std::isdigit(static_cast<unsigned char>(uri[after])) != 0) continue;
+    return uri.replace(at, old.size(), ":" + std::to_string(to));
+  }
+  return uri;
+}
 
 // ---- the workers ---------------------------------------------------------------------------
 
@@ -161,13 +207,14 @@ class Workers {
 
 class ProcessWorkers final : public Workers {
  public:
-  // `server_port` > 0: every worker reaches the store at `uri` through a
-  // TcpProxy of its own (so one worker can be cut off while the others go on).
-  ProcessWorkers(const RunOptions& options, std::string uri, int server_port, std::string dir,
-                 std::string socket)
+  // Every worker reaches each of `member_ports` (ports of `uri`) through a
+  // TcpProxy of its own, so one worker can be cut off while the others go
+  // on, or every worker cut off from one member; none for an embedded store.
+  ProcessWorkers(const RunOptions& options, std::string uri, std::vector<int> member_ports,
+                 std::string dir, std::string socket)
       : options_(options),
         uri_(std::move(uri)),
-        server_port_(server_port),
+        member_ports_(std::move(member_ports)),
         dir_(std::move(dir)),
         socket_(std::move(socket)) {}
 
@@ -175,14 +222,14 @@ class ProcessWorkers final : public Workers {
 
   Status spawn(int id) override {
     const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
-    std::unique_ptr<TcpProxy> proxy;
+    std::map<int, std::unique_ptr<TcpProxy>> proxies;
     std::string uri = uri_;
-    if (server_port_ > 0) {
-      proxy = std::make_unique<TcpProxy>(server_port_);
-      const std::string port = ":" + std::to_string(server_port_);
-      const auto at = uri.find(port);
-      if (at == std::string::npos) return internal_error("no port in " + uri);
-      uri.replace(at, port.size(), ":" + std::to_string(proxy->port()));
+    for (const int member : member_ports_) {
+      auto proxy = std::make_unique<TcpProxy>(member);
+      const std::string before = uri;
+      uri = with_port(uri, member, proxy->port());
+      if (uri == before) return internal_error("no port " + std::to_string(member) + " in " + uri);
+      proxies[member] = std::move(proxy);
     }
     auto process = std::make_unique<Subprocess>(std::vector<std::string>{
         options_.worker_path,
@@ -207,7 +254,7 @@ class ProcessWorkers final : public Workers {
         "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
-    workers_[id] = {std::move(process), std::move(proxy), WorkerFate{}};
+    workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}};
     return ok_status();
   }
 
@@ -224,6 +271,15 @@ class ProcessWorkers final : public Workers {
     std::this_thread::sleep_for(d);
     for (TcpProxy* proxy : proxies(id)) proxy->set_blackhole(false);
     return {id > 0 ? "blackhole" : "blackhole-all", id, start, now_nanos(*clock_)};
+  }
+  // Every worker's connections to the member on `port` pass nothing for
+  // `d`: that member is cut off from the clients, not from its peers.
+  FaultEvent partition_member(int port, Clock::Duration d) {
+    const Nanos start = now_nanos(*clock_);
+    for (TcpProxy* proxy : proxies(0, port)) proxy->set_blackhole(true);
+    std::this_thread::sleep_for(d);
+    for (TcpProxy* proxy : proxies(0, port)) proxy->set_blackhole(false);
+    return {"partition-leader", 0, start, now_nanos(*clock_)};
   }
 
   FaultEvent kill(int id) override {
@@ -296,22 +352,27 @@ class ProcessWorkers final : public Workers {
  private:
   struct Entry {
     std::unique_ptr<Subprocess> process;
-    std::unique_ptr<TcpProxy> proxy;  // null for an embedded store
+    std::map<int, std::unique_ptr<TcpProxy>> proxies;  // by member port; none if embedded
     WorkerFate fate;
     bool done = false;
   };
-  std::vector<TcpProxy*> proxies(int id) {
-    std::vector<TcpProxy*> proxies;
+  // The proxies of worker `id` (0: of every live worker), to member `port`
+  // (0: to every member).
+  std::vector<TcpProxy*> proxies(int id, int port = 0) {
+    std::vector<TcpProxy*> found;
     for (auto& [worker, w] : workers_) {
-      if (w.proxy && !w.done && (id == 0 || id == worker)) proxies.push_back(w.proxy.get());
+      if (w.done || (id != 0 && id != worker)) continue;
+      for (auto& [member, proxy] : w.proxies) {
+        if (port == 0 || port == member) found.push_back(proxy.get());
+      }
     }
-    return proxies;
+    return found;
   }
   std::string log_path(int id) const { return dir_ + "/worker-" + std::to_string(id) + ".log"; }
 
   const RunOptions& options_;
   std::string uri_;
-  int server_port_;
+  std::vector<int> member_ports_;
   std::string dir_, socket_;
   std::shared_ptr<Clock> clock_ = Clock::steady();
   std::map<int, Entry> workers_;
@@ -492,7 +553,8 @@ class Run {
   explicit Run(RunOptions options) : options_(std::move(options)), random_(options_.seed) {}
 
   int main() {
-    say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") + ", " +
+    say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") +
+        (options_.topology.empty() ? "" : ", topology " + options_.topology) + ", " +
         std::to_string(options_.workers) + " workers, ttl " + std::to_string(options_.ttl.count()) +
         " ms + transition " + std::to_string(options_.transition.count()) + " ms, " +
         std::to_string(options_.duration.count()) + " s, seed " + std::to_string(options_.seed) +
@@ -509,7 +571,7 @@ class Run {
     }
     schedule();
     if (broken_) {
-      std::cerr << "fault-run: the store could not be restarted; no verdict\n";
+      std::cerr << "fault-run: the store could not be restarted or made whole again; no verdict\n";
       return 3;
     }
     const Nanos run_end = now_nanos(workers_->clock());
@@ -537,7 +599,8 @@ class Run {
     // that call for its whole timeout.
     check.hang_after = scaled(milliseconds(3000)) + 2 * options.op_timeout;
     check.signal_slack = scaled(milliseconds(500));
-    check.takeover_bound = options.ttl + options.transition + milliseconds(2000);
+    check.takeover_bound =
+        options.ttl + options.transition + milliseconds(2000) + options.failover_allowance;
     set_minimums(options, histories, faults, run_end, &check);
     const CheckReport report = check_history(histories, decisions, faults, check);
     std::cout << report.summary();
@@ -614,6 +677,8 @@ class Run {
         options.ttl = milliseconds(std::atoll(w["ttl_ms"].c_str()));
         options.transition = milliseconds(std::atoll(w["transition_ms"].c_str()));
         options.op_timeout = milliseconds(std::atoll(w["op_timeout_ms"].c_str()));
+        options.failover_allowance =
+            milliseconds(std::atoll(w["failover_allowance_ms"].c_str()));  // 0 if absent
         if (w.count("hold_max_ms") != 0) {
           options.hold_max = milliseconds(std::atoll(w["hold_max_ms"].c_str()));
         }
@@ -692,7 +757,14 @@ class Run {
     }
     register_ = std::make_unique<FencedRegister>(Clock::steady());
     std::string uri;
-    if (options_.store == "sqlite") {
+    std::vector<int> member_ports;
+    if (!options_.topology.empty()) {
+      auto topology = FaultTopology::start(options_.topology);
+      if (!topology.ok()) return topology.status();
+      topology_ = std::move(*topology);
+      uri = topology_->uri();
+      if (FaultTopology::clients_dial_members(options_.topology)) member_ports = uri_ports(uri);
+    } else if (options_.store == "sqlite") {
       uri = "sqlite://" + options_.out + "/store.db";
     } else {
       std::vector<std::string> extra;
@@ -703,6 +775,7 @@ class Run {
       if (!server.ok()) return server.status();
       server_ = std::move(*server);
       uri = server_->uri();
+      member_ports = {server_->port()};
     }
     std::string query = options_.uri_query;
     if (options_.store == "zookeeper" && query.find("session_timeout") == std::string::npos) {
@@ -721,9 +794,8 @@ class Run {
     auto server = FencedRegisterServer::start(options_.out + "/resource.sock", register_.get());
     if (!server.ok()) return server.status();
     resource_server_ = std::move(*server);
-    auto processes =
-        std::make_unique<ProcessWorkers>(options_, uri, server_ != nullptr ? server_->port() : 0,
-                                         options_.out, options_.out + "/resource.sock");
+    auto processes = std::make_unique<ProcessWorkers>(
+        options_, uri, std::move(member_ports), options_.out, options_.out + "/resource.sock");
     processes_ = processes.get();
     workers_ = std::move(processes);
     return ok_status();
@@ -739,18 +811,35 @@ class Run {
     if (processes_ != nullptr) processes_->note_unexpected_exits();
   }
 
-  // The worker that wrote last, if it wrote within the last 300 ms; waits up
-  // to 3 s for one, then takes any live worker.
+  // The worker holding the mutex now. With worker processes the register
+  // keeps the next accepted writer mid-write for 20 ms, and the fault
+  // strikes in that time: a worker lets go only after a write returns, so
+  // it is certainly holding. (Striking just after a write instead would
+  // meet the holder's release after its last write about one time in 30,
+  // and up to 300 ms after one, as this once did, far more often: enough
+  // to fail short runs on too-little-activity.) Threads share the register
+  // with their faults, so there it takes a write it saw land within 5 ms.
+  // Waits up to 3 s for a write, then takes any live worker.
   int holder() {
+    if (processes_ != nullptr) {
+      const auto caught = register_->catch_next_writer(seconds(3), milliseconds(20));
+      if (caught && live_.count(caught->worker) != 0) {
+        victim_token_ = caught->token;
+        return caught->worker;
+      }
+      return *live_.begin();
+    }
     const Nanos give_up = now_nanos(workers_->clock()) + 3'000'000'000;
+    const auto before = register_->last_accepted();
     while (now_nanos(workers_->clock()) < give_up) {
       const auto last = register_->last_accepted();
-      if (last && live_.count(last->worker) != 0 &&
-          now_nanos(workers_->clock()) - last->t < 300'000'000) {
+      const bool fresh = last && (!before || last->t != before->t || last->seq != before->seq);
+      if (fresh && live_.count(last->worker) != 0 &&
+          now_nanos(workers_->clock()) - last->t < 5'000'000) {
         victim_token_ = last->token;
         return last->worker;
       }
-      sleep_on(workers_->clock(), milliseconds(10));
+      sleep_on(workers_->clock(), milliseconds(1));
     }
     return *live_.begin();
   }
@@ -758,10 +847,20 @@ class Run {
   void schedule() {
     for (int id = 1; id <= last_id_; ++id) live_.insert(id);
     std::vector<std::string> kinds =
-        options_.faults.empty() ? faults_for(options_.store) : options_.faults;
+        options_.faults.empty() ? faults_for(options_.store, options_.topology) : options_.faults;
     std::shuffle(kinds.begin(), kinds.end(), random_);
+    if (!options_.topology.empty()) {
+      // The store's faults first: a short run (CI's 45 s has room for about
+      // four) then spends itself on what only a topology run can do; the
+      // workers' own faults are what every single-server run covers.
+      const std::vector<std::string> store = FaultTopology::store_faults(options_.topology);
+      std::stable_partition(kinds.begin(), kinds.end(), [&](const std::string& k) {
+        return std::find(store.begin(), store.end(), k) != store.end();
+      });
+    }
     const milliseconds lease = options_.ttl + options_.transition;
-    const milliseconds window = lease + milliseconds(2000) + milliseconds(500);
+    const milliseconds window =
+        lease + milliseconds(2000) + milliseconds(500) + options_.failover_allowance;
     const Nanos end =
         now_nanos(workers_->clock()) +
         std::chrono::duration_cast<std::chrono::nanoseconds>(options_.duration).count();
@@ -818,10 +917,18 @@ class Run {
       }
       return {"restart", 0, start, now_nanos(clock)};
     }
-    if ((kind == "cut" || kind == "cut-all") && server_ != nullptr) {
+    if (topology_ != nullptr &&
+        (kind == "kill-leader" || kind == "pause-leader" || kind == "partition-leader" ||
+         kind == "failover" || kind == "rolling-restart")) {
+      return store_fault(kind, lease);
+    }
+    const bool proxied =
+        server_ != nullptr ||
+        (topology_ != nullptr && FaultTopology::clients_dial_members(options_.topology));
+    if ((kind == "cut" || kind == "cut-all") && proxied) {
       return processes_->cut(kind == "cut" ? holder() : 0);
     }
-    if ((kind == "blackhole" || kind == "blackhole-all") && server_ != nullptr) {
+    if ((kind == "blackhole" || kind == "blackhole-all") && proxied) {
       const int whom = kind == "blackhole" ? holder() : 0;
       return processes_->blackhole(whom, lease + uniform(milliseconds(200), milliseconds(1000)));
     }
@@ -830,11 +937,43 @@ class Run {
     return {kind + "-skipped", 0, now, now};
   }
 
+  // A fault of the replicated store itself (FaultTopology). Healed once the
+  // topology serves again with every member back; if it cannot be made
+  // whole, the run ends without a verdict (exit 3), as for a restart.
+  FaultEvent store_fault(const std::string& kind, milliseconds lease) {
+    const Clock& clock = workers_->clock();
+    const auto beyond_lease = lease + uniform(milliseconds(200), milliseconds(1000));
+    if (kind == "partition-leader") {
+      auto port = topology_->leader_port();
+      if (port.ok()) return processes_->partition_member(*port, beyond_lease);
+      say("no leader to partition: " + port.status().to_string());
+      broken_ = true;
+      const Nanos now = now_nanos(clock);
+      return {kind, 0, now, now};
+    }
+    const Nanos start = now_nanos(clock);
+    const auto down = std::chrono::duration_cast<milliseconds>(beyond_lease);
+    Result<std::string> done = kind == "kill-leader"    ? topology_->kill_leader(down)
+                               : kind == "pause-leader" ? topology_->pause_leader(down)
+                               : kind == "failover"     ? topology_->failover()
+                                                        : topology_->rolling_restart();
+    if (done.ok()) {
+      say(kind + ": " + *done);
+    } else {
+      say(kind + " failed: " + done.status().to_string());
+      broken_ = true;
+    }
+    return {kind, 0, start, now_nanos(clock)};
+  }
+
   void write_logs(const std::vector<ResourceEvent>& decisions,
                   const std::vector<WorkerHistory>& histories, Nanos run_end) {
     std::ofstream run(options_.out + "/run.log");
-    run << "ev=run store=" << options_.store << " volatile=" << (options_.volatile_store ? 1 : 0)
-        << " ttl_ms=" << options_.ttl.count() << " transition_ms=" << options_.transition.count()
+    run << "ev=run store=" << options_.store
+        << " topology=" << (options_.topology.empty() ? "none" : options_.topology)
+        << " failover_allowance_ms=" << options_.failover_allowance.count()
+        << " volatile=" << (options_.volatile_store ? 1 : 0) << " ttl_ms=" << options_.ttl.count()
+        << " transition_ms=" << options_.transition.count()
         << " op_timeout_ms=" << options_.op_timeout.count()
         << " hold_max_ms=" << options_.hold_max.count()
         << " lease_stretch_ms=" << options_.lease_stretch.count()
@@ -863,6 +1002,7 @@ class Run {
   std::mt19937_64 random_;
   std::unique_ptr<FencedRegister> register_;
   std::unique_ptr<TestServer> server_;
+  std::unique_ptr<FaultTopology> topology_;
   std::unique_ptr<FencedRegisterServer> resource_server_;
   std::unique_ptr<Workers> workers_;
   ProcessWorkers* processes_ = nullptr;
@@ -875,14 +1015,17 @@ class Run {
 };
 
 int usage() {
-  std::cerr << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
-               "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
-               "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
-               "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
-               "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
-               "         [--hold-ms MIN,MAX]\n"
-               "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
-               "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
+  std::cerr
+      << "usage: simba-fault-run --store memory|sqlite|redis|postgres|mysql|zookeeper|etcd\n"
+         "       simba-fault-run --topology redis-sentinel|redis-cluster|etcd-3|zookeeper-3|\n"
+         "                                  postgres-standby|mysql-replica\n"
+         "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
+         "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
+         "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
+         "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
+         "         [--hold-ms MIN,MAX]\n"
+         "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
+         "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
 }
 
@@ -916,6 +1059,8 @@ int main(int argc, char** argv) {
     };
     if (flag == "--store") {
       options.store = value;
+    } else if (flag == "--topology") {
+      options.topology = value;
     } else if (flag == "--duration") {
       if (!need_number()) return 2;
       options.duration = std::chrono::seconds(number);
@@ -979,16 +1124,34 @@ int main(int argc, char** argv) {
   }
   static const std::set<std::string> kStores = {"memory", "sqlite",    "redis", "postgres",
                                                 "mysql",  "zookeeper", "etcd"};
+  if (!options.topology.empty()) {
+    using simba::testing::FaultTopology;
+    const auto& names = FaultTopology::names();
+    if (std::find(names.begin(), names.end(), options.topology) == names.end()) {
+      std::cerr << "fault-run: --topology " << options.topology << " is not one of:";
+      for (const auto& n : names) std::cerr << " " << n;
+      std::cerr << "\n";
+      return 2;
+    }
+    const std::string store = options.topology.substr(0, options.topology.find('-'));
+    if (!options.store.empty() && options.store != store) {
+      std::cerr << "fault-run: --topology " << options.topology << " is a " << store
+                << " topology, not --store " << options.store << "\n";
+      return 2;
+    }
+    options.store = store;
+    options.failover_allowance = FaultTopology::failover_allowance(options.topology);
+  }
   if (kStores.count(options.store) == 0) return simba::testing::usage();
   if (options.lease_stretch.count() > 0 && options.store != "memory") {
     std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
     return 2;
   }
-  if (options.volatile_store && options.store != "redis") {
+  if (options.volatile_store && (options.store != "redis" || !options.topology.empty())) {
     std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";
     return 2;
   }
-  const auto applicable = simba::testing::faults_for(options.store);
+  const auto applicable = simba::testing::faults_for(options.store, options.topology);
   for (const std::string& f : options.faults) {
     if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {
       std::cerr << "fault-run: fault '" << f << "' does not apply to " << options.store

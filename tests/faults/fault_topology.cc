@@ -1,0 +1,277 @@
+#include "fault_topology.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "backends/redis/redis_cluster.h"
+
+namespace simba::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+// How each topology starts (the script and its arguments) and what it
+// takes. Redis runs durably (the failover guard, not a lucky disk, is what
+// is tested); PostgreSQL and MariaDB replicate synchronously, as their docs
+// require for a lock that survives a failover.
+struct Spec {
+  const char* name;
+  const char* store;
+  std::vector<std::string> args;
+  std::vector<std::string> faults;
+  bool clients_dial_members;
+  // docs/backends/<store>.md, "Replicated deployment": what a failover
+  // adds to ttl + transition + 2 s before a new owner.
+  milliseconds allowance;
+};
+
+const std::vector<Spec>& specs() {
+  static const auto* all = new std::vector<Spec>{
+      // down-after 1 s + the sentinels' election and promotion (up to 4 s),
+      // then the failover guard holds free mutexes back for ttl +
+      // transition.
+      {"redis-sentinel",
+       "redis",
+       {"--sentinel", "--appendonly", "yes", "--appendfsync", "always"},
+       {"kill-leader", "pause-leader", "rolling-restart"},
+       false,
+       milliseconds(6500)},
+      // cluster-node-timeout 1 s + the replica's election, then the guard.
+      {"redis-cluster",
+       "redis",
+       {"--cluster", "--appendonly", "yes", "--appendfsync", "always"},
+       {"kill-leader", "pause-leader", "failover", "rolling-restart"},
+       false,
+       milliseconds(6500)},
+      // An election (about 1 s on loopback) and etcd's lease reset: a
+      // lease lives its whole ttl again under a new leader.
+      {"etcd-3",
+       "etcd",
+       {"--members", "3"},
+       {"kill-leader", "pause-leader", "partition-leader", "rolling-restart"},
+       true,
+       milliseconds(4000)},
+      // An election and the session's move to another member, inside the
+      // hold bound (2/3 of the session timeout).
+      {"zookeeper-3",
+       "zookeeper",
+       {"--servers", "3"},
+       {"kill-leader", "pause-leader", "partition-leader", "rolling-restart"},
+       true,
+       milliseconds(4000)},
+      // The primary's crash recovery or the promotion, and the sessions
+      // found again on the new primary.
+      {"postgres-standby",
+       "postgres",
+       {"--standby", "--sync"},
+       {"kill-leader", "pause-leader", "partition-leader", "failover", "rolling-restart"},
+       true,
+       milliseconds(5000)},
+      {"mysql-replica",
+       "mysql",
+       {"--replica", "--semi-sync"},
+       {"kill-leader", "pause-leader", "partition-leader", "rolling-restart"},
+       true,
+       milliseconds(5000)},
+  };
+  return *all;
+}
+
+const Spec* find_spec(const std::string& name) {
+  for (const Spec& s : specs()) {
+    if (name == s.name) return &s;
+  }
+  return nullptr;
+}
+
+std::string trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+std::string first_word(const std::string& s) { return s.substr(0, s.find_first_of(" \n")); }
+
+// The slot of the fault run's mutex ("fault-run", the hash tag of every
+// key of it) in a Redis Cluster.
+std::string mutex_slot() { return std::to_string(internal::redis::key_slot("fault-run")); }
+
+}  // namespace
+
+const std::vector<std::string>& FaultTopology::names() {
+  static const auto* all = [] {
+    auto* v = new std::vector<std::string>;
+    for (const Spec& s : specs()) v->push_back(s.name);
+    return v;
+  }();
+  return *all;
+}
+
+std::vector<std::string> FaultTopology::store_faults(const std::string& name) {
+  const Spec* s = find_spec(name);
+  return s != nullptr ? s->faults : std::vector<std::string>{};
+}
+
+bool FaultTopology::clients_dial_members(const std::string& name) {
+  const Spec* s = find_spec(name);
+  return s != nullptr && s->clients_dial_members;
+}
+
+Result<std::unique_ptr<FaultTopology>> FaultTopology::start(const std::string& name) {
+  const Spec* s = find_spec(name);
+  if (s == nullptr) return invalid_argument_error("no topology '" + name + "'");
+  auto server = TestServer::start(s->store, s->args);
+  if (!server.ok()) return server.status();
+  return std::unique_ptr<FaultTopology>(new FaultTopology(name, s->store, std::move(*server)));
+}
+
+milliseconds FaultTopology::failover_allowance(const std::string& name) {
+  const Spec* s = find_spec(name);
+  return s != nullptr ? s->allowance : milliseconds(0);
+}
+
+Result<std::string> FaultTopology::leader() {
+  Result<std::string> out = unavailable_error("no leader");
+  if (store_ == "redis" && name_ == "redis-cluster") {
+    out = server_->command("primary-of", {mutex_slot()});
+  } else if (store_ == "redis") {
+    out = server_->command("member", {"primary"});
+  } else if (store_ == "etcd" || store_ == "zookeeper") {
+    out = server_->command("leader");
+  } else {
+    out = server_->command("primary");  // one number a line: the first
+  }
+  if (!out.ok()) return out.status();
+  const std::string who = first_word(trimmed(*out));
+  if (who.empty() || who == "?") return unavailable_error("no leader: '" + *out + "'");
+  return who;
+}
+
+Result<std::vector<std::string>> FaultTopology::members_leader_last() {
+  auto lead = leader();
+  if (!lead.ok()) return lead.status();
+  std::vector<std::string> all;
+  if (name_ == "redis-cluster") {
+    // The shard that holds the mutex: its replica, then its primary.
+    auto replica = server_->command("member", {"replica-of-" + mutex_slot()});
+    if (!replica.ok()) return replica.status();
+    all = {trimmed(*replica)};
+  } else if (store_ == "redis") {
+    all = {"n1", "n2"};
+  } else if (store_ == "postgres" || store_ == "mysql") {
+    all = {"1", "2"};
+  } else {
+    all = {"1", "2", "3"};
+  }
+  all.erase(std::remove(all.begin(), all.end(), *lead), all.end());
+  all.push_back(*lead);
+  return all;
+}
+
+Status FaultTopology::member(const std::string& what, const std::string& member) {
+  // The scripts' words for one member: etcd, PostgreSQL and MariaDB say
+  // kill-member; ZooKeeper and Redis take the member after the command.
+  std::string command = what;
+  if (store_ == "etcd" || store_ == "postgres" || store_ == "mysql") {
+    command = what + "-member";
+    if (what == "restart" && store_ != "etcd") command = "start-member";
+  }
+  return server_->command(command, {member}).status();
+}
+
+Status FaultTopology::wait_serving() {
+  const auto give_up = std::chrono::steady_clock::now() + seconds(60);
+  std::string last;
+  while (std::chrono::steady_clock::now() < give_up) {
+    auto status = server_->command("status");
+    auto lead = leader();
+    if (status.ok() && lead.ok() && status->find("stopped") == std::string::npos) {
+      return ok_status();
+    }
+    last = status.ok() ? (lead.ok() ? *status : lead.status().to_string())
+                       : status.status().to_string();
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  return unavailable_error(name_ + " does not serve again within 60 s: " + last);
+}
+
+Result<std::string> FaultTopology::serving_after(const std::string& what) {
+  if (Status s = wait_serving(); !s.ok()) return s;
+  auto lead = leader();
+  return what + "; " + (lead.ok() ? *lead : "nobody") + " leads now";
+}
+
+Result<std::string> FaultTopology::kill_leader(milliseconds down) {
+  auto lead = leader();
+  if (!lead.ok()) return lead.status();
+  if (Status s = member("kill", *lead); !s.ok()) return s;
+  std::this_thread::sleep_for(down);
+  if (Status s = member("restart", *lead); !s.ok()) return s;
+  return serving_after(*lead + " killed, restarted after " + std::to_string(down.count()) + " ms");
+}
+
+Result<std::string> FaultTopology::pause_leader(milliseconds pause) {
+  auto lead = leader();
+  if (!lead.ok()) return lead.status();
+  if (Status s = member("pause", *lead); !s.ok()) return s;
+  std::this_thread::sleep_for(pause);
+  if (Status s = member("resume", *lead); !s.ok()) return s;
+  return serving_after(*lead + " paused for " + std::to_string(pause.count()) + " ms");
+}
+
+Result<std::string> FaultTopology::failover() {
+  auto lead = leader();
+  if (!lead.ok()) return lead.status();
+  if (name_ == "redis-cluster") {
+    if (Status s = server_->command("failover", {"replica-of-" + mutex_slot()}).status(); !s.ok()) {
+      return s;
+    }
+    return serving_after("CLUSTER FAILOVER of " + *lead + "'s replica");
+  }
+  if (name_ != "postgres-standby") {
+    return failed_precondition_error(name_ + " has no planned failover here");
+  }
+  // What a failover manager does: the primary is gone (killed here), the
+  // standby promoted, the old primary rebuilt as the new one's standby.
+  const std::string other = *lead == "1" ? "2" : "1";
+  if (Status s = member("kill", *lead); !s.ok()) return s;
+  if (Status s = server_->command("promote", {other}).status(); !s.ok()) return s;
+  if (Status s = server_->command("rejoin", {*lead}).status(); !s.ok()) return s;
+  return serving_after(*lead + " killed, " + other + " promoted, " + *lead + " its standby again");
+}
+
+Result<std::string> FaultTopology::rolling_restart() {
+  auto members = members_leader_last();
+  if (!members.ok()) return members.status();
+  std::string order;
+  for (const std::string& m : *members) {
+    if (Status s = member("stop", m); !s.ok()) return s;
+    if (Status s = member("restart", m); !s.ok()) return s;
+    if (Status s = wait_serving(); !s.ok()) return s;
+    order += (order.empty() ? "" : ", ") + m;
+  }
+  return serving_after("restarted " + order);
+}
+
+Result<int> FaultTopology::leader_port() {
+  if (!clients_dial_members(name_)) {
+    return failed_precondition_error(name_ + "'s clients do not dial the members the URI names");
+  }
+  auto lead = leader();
+  if (!lead.ok()) return lead.status();
+  std::string port_file;
+  if (store_ == "zookeeper") {
+    auto port = server_->command("port", {*lead});
+    if (!port.ok()) return port.status();
+    return std::atoi(port->c_str());
+  }
+  port_file = server_->dir() + (store_ == "etcd" ? "/m" : "/n") + *lead + "/port";
+  std::ifstream in(port_file);
+  int port = 0;
+  if (!(in >> port) || port <= 0) return unavailable_error("no port in " + port_file);
+  return port;
+}
+
+}  // namespace simba::testing

@@ -1,0 +1,91 @@
+// A replicated store for simba-fault-run --topology: a cluster that
+// scripts/servers starts on loopback (testing/test_servers.h), and the
+// store-level faults the harness injects on it. Each fault returns once it
+// has healed, that is once the topology serves again with every member
+// back, so the next fault finds it whole.
+//
+//   kill-leader       SIGKILL of the leader or primary; it stays down for the
+//                     given time (its peers elect or promote meanwhile where
+//                     they do so themselves), then is started again
+//   pause-leader      SIGSTOP of the leader or primary for the given time
+//   failover          a planned change of primary: PostgreSQL's primary is
+//                     killed, its standby promoted and the old primary made
+//                     a standby of it again (pg_basebackup); a Redis
+//                     Cluster replica takes over its primary's slots
+//                     (CLUSTER FAILOVER)
+//   rolling-restart   every member stopped and started again, one by one,
+//                     the leader last, each back and serving before the next
+//   partition-leader  (in the harness) the clients' connections to the
+//                     leader's client port pass nothing for the given time;
+//                     only where the clients dial the members the URI names
+//                     (not Sentinel or Cluster, whose clients are told the
+//                     data nodes' addresses by the servers)
+#ifndef SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
+#define SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "simba/status.h"
+#include "testing/test_servers.h"
+
+namespace simba::testing {
+
+class FaultTopology {
+ public:
+  // The topologies simba-fault-run takes: redis-sentinel, redis-cluster,
+  // etcd-3, zookeeper-3, postgres-standby, mysql-replica.
+  static const std::vector<std::string>& names();
+  // The store faults `name` takes (a subset of those above).
+  static std::vector<std::string> store_faults(const std::string& name);
+  // Whether the clients dial the members the URI names (so a proxy per
+  // member stands between each client and the store).
+  static bool clients_dial_members(const std::string& name);
+  // What the backend documents on top of ttl + transition + 2 s for a new
+  // owner after one of topology `name`'s faults healed: its own failure
+  // detection and election or promotion, and its failover guard.
+  static std::chrono::milliseconds failover_allowance(const std::string& name);
+
+  // Starts topology `name`; kInvalidArgument for an unknown name.
+  static Result<std::unique_ptr<FaultTopology>> start(const std::string& name);
+
+  const std::string& name() const { return name_; }
+  // The store kind (redis, etcd, zookeeper, postgres, mysql).
+  const std::string& store() const { return store_; }
+  std::string uri() const { return server_->uri(); }
+
+  // Each says what it did and who leads after it ("n1 killed, restarted
+  // after 1900 ms; n2 leads now").
+  Result<std::string> kill_leader(std::chrono::milliseconds down);
+  Result<std::string> pause_leader(std::chrono::milliseconds pause);
+  Result<std::string> failover();
+  Result<std::string> rolling_restart();
+  // The client port of the member that leads now.
+  Result<int> leader_port();
+
+ private:
+  FaultTopology(std::string name, std::string store, std::unique_ptr<TestServer> server)
+      : name_(std::move(name)), store_(std::move(store)), server_(std::move(server)) {}
+
+  // The member that leads or is primary now, as the script names members.
+  Result<std::string> leader();
+  // Every member the script may restart, in the order of a rolling restart
+  // (the leader last).
+  Result<std::vector<std::string>> members_leader_last();
+  Status member(const std::string& what, const std::string& member);
+  // Waits (up to 60 s) until the topology serves again: a leader or primary
+  // that answers, and every member of members_leader_last() running.
+  Status wait_serving();
+  // wait_serving(), then `what` and who leads.
+  Result<std::string> serving_after(const std::string& what);
+
+  std::string name_;
+  std::string store_;
+  std::unique_ptr<TestServer> server_;
+};
+
+}  // namespace simba::testing
+
+#endif  // SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
