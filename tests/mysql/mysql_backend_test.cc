@@ -390,6 +390,42 @@ TEST(MysqlTable, LayoutIsJvmSimbasAndTokensAreVersions) {
   EXPECT_THAT(*schema, HasSubstr("CREATE TABLE IF NOT EXISTS " + test_table() + " ("));
 }
 
+// A renewal whose statement waited on the row lock runs with the NOW(3) of
+// when it began; the owner's later renewal meanwhile must survive it (see
+// PostgresTable.ARenewalThatWaitedOnTheRowNeverShortensTheLease).
+TEST(MysqlTable, ARenewalThatWaitedOnTheRowNeverShortensTheLease) {
+  drop_test_table();
+  auto owner = open(shared_uri());
+  auto late = open(shared_uri());  // its own session, the same owner id
+  ASSERT_TRUE(owner && late);
+  ASSERT_THAT(owner->acquire_or_renew(request_for("m", "a"), in(seconds(5))), IsOk());
+  RawMysql row(shared_server_uri("mysql"));
+  ASSERT_TRUE(row.ok()) << row.error();
+  const std::string table = test_table();
+  ASSERT_TRUE(row.query("BEGIN")) << row.error();
+  ASSERT_EQ(row.exec("SELECT owner_id FROM " + table + " WHERE mutex = 'm' FOR UPDATE"), "a");
+  Result<OwnerRecord> waited = unavailable_error("not run");
+  std::thread renewal(
+      [&] { waited = late->acquire_or_renew(request_for("m", "a"), in(seconds(10))); });
+  std::this_thread::sleep_for(milliseconds(1500));
+  // The owner's later renewal, as the row lock's holder writes it.
+  const std::string now_ms = "CAST(UNIX_TIMESTAMP(SYSDATE(3)) * 1000 AS SIGNED)";
+  ASSERT_TRUE(row.query("UPDATE " + table + " SET ttl_at = " + now_ms +
+                        " + 2000, transition_at = " + now_ms + " + 3000 WHERE mutex = 'm'"))
+      << row.error();
+  const std::string later = row.exec("SELECT transition_at FROM " + table + " WHERE mutex = 'm'");
+  ASSERT_TRUE(row.query("COMMIT")) << row.error();
+  renewal.join();
+  ASSERT_THAT(waited, IsOk());
+  EXPECT_EQ(waited->owner.owner_id, "a");
+  const long long now_at =
+      std::stoll(row.exec("SELECT transition_at FROM " + table + " WHERE mutex = 'm'"));
+  EXPECT_GE(now_at, std::stoll(later)) << "the late renewal moved the lease back";
+  auto other = owner->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+  ASSERT_THAT(other, IsOk());
+  EXPECT_EQ(other->owner.owner_id, "a");
+}
+
 TEST(MysqlTable, MissingTableWithoutPrivilegeSaysWhatToRun) {
   auto server = TestServer::start("mysql");
   ASSERT_THAT(server, IsOk());

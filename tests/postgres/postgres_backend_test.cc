@@ -305,6 +305,44 @@ TEST(PostgresTable, LayoutIsSimbasAndTokensAreVersions) {
   EXPECT_GT(next->owner.fencing_token, first->owner.fencing_token);
 }
 
+// A renewal whose statement waited on the row lock (behind a commit held
+// for a synchronous standby, in the fault runs that found this) runs with the
+// `now` of when it began. Meanwhile the owner renewed again; the late one
+// must not move the lease back to its older now + ttl, or a contender takes
+// the mutex while the owner still counts on the later renewal.
+TEST(PostgresTable, ARenewalThatWaitedOnTheRowNeverShortensTheLease) {
+  auto owner = open(shared_uri());
+  auto late = open(shared_uri());  // its own session, the same owner id
+  ASSERT_TRUE(owner && late);
+  ASSERT_THAT(owner->acquire_or_renew(request_for("m", "a"), in(seconds(5))), IsOk());
+  Psql row(shared_server_uri("postgres"));
+  ASSERT_TRUE(row.ok());
+  const std::string table = test_table();
+  ASSERT_EQ(row.exec("BEGIN"), "");
+  ASSERT_EQ(row.exec("SELECT owner_id FROM " + table + " WHERE mutex = 'm' FOR UPDATE"), "a");
+  Result<OwnerRecord> waited = unavailable_error("not run");
+  std::thread renewal(
+      [&] { waited = late->acquire_or_renew(request_for("m", "a"), in(seconds(10))); });
+  std::this_thread::sleep_for(milliseconds(1500));
+  // The owner's later renewal, as the row lock's holder writes it.
+  const std::string later =
+      row.exec("UPDATE " + table +
+               " SET ttl_at = floor(extract(epoch from clock_timestamp()) * 1000) + 2000, "
+               "transition_at = floor(extract(epoch from clock_timestamp()) * 1000) + 3000 "
+               "WHERE mutex = 'm' RETURNING transition_at");
+  ASSERT_EQ(row.exec("COMMIT"), "");
+  renewal.join();
+  ASSERT_THAT(waited, IsOk());
+  EXPECT_EQ(waited->owner.owner_id, "a");
+  const long long now_at =
+      std::stoll(row.exec("SELECT transition_at FROM " + table + " WHERE mutex = 'm'"));
+  EXPECT_GE(now_at, std::stoll(later)) << "the late renewal moved the lease back";
+  // And another contender still finds it held.
+  auto other = owner->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+  ASSERT_THAT(other, IsOk());
+  EXPECT_EQ(other->owner.owner_id, "a");
+}
+
 // Several processes using a new table at once each try to create it; the
 // losers must carry on, not fail (CI once saw "type ... already exists").
 TEST(PostgresTable, ConcurrentFirstUseCreatesTheTableOnce) {

@@ -143,9 +143,19 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
                         " THEN version ELSE version + 1 END"},
         {"acquired_at", now},
         // {#i}: a number, which a driver that renders literals leaves unquoted.
-        {"ttl_at", now + " + {#2}"},
+        // Never earlier than the lease already written: `now` is when the
+        // statement began, and one that waited on the row lock (behind a
+        // commit held for a synchronous standby, say) may run after a later
+        // renewal of the same owner. Writing its older `now + ttl` moved that
+        // owner's lease back into the past, where a contender took it while
+        // the owner still counted on the later renewal: two owners, which
+        // the postgres-standby fault runs caught (docs/reliability.md). A
+        // new acquisition finds the old lease over, so it gets now + ttl.
+        {"ttl_at", "CASE WHEN ttl_at > " + now + " + {#2} THEN ttl_at ELSE " + now + " + {#2} END"},
         {"owner_id", "{1}"},
-        {"transition_at", now + " + {#2} + {#3}"},
+        {"transition_at", "CASE WHEN transition_at > " + now +
+                              " + {#2} + {#3} THEN transition_at ELSE " + now +
+                              " + {#2} + {#3} END"},
     };
     parts.returning = std::string(kColumns) + ", " + now;
     const std::vector<std::string> params = {
