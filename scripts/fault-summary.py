@@ -26,7 +26,8 @@ def parse(report):
         (row["acquisitions"], row["losses"], row["releases"], row["accepted"],
          row["rejected"]) = m.groups()
     m = re.search(r"^faults: (.*)$", report, re.M)
-    row["faults"] = dict(kv.split("=") for kv in m.group(1).split()) if m else {}
+    # "kill=8 pause=7; 15 of 15 aimed at a worker found it holding the mutex"
+    row["faults"] = dict(kv.split("=") for kv in m.group(1).split(";")[0].split()) if m else {}
     m = re.search(r"\(([^)]*)\); worst ownership overlap \(paused holders\): ([\d.]+) ms", report)
     row["takeover"] = {}
     if m:

@@ -49,6 +49,9 @@
 #                                        as a replica of the current primary)
 #   redis.sh member DIR MEMBER           the member's name (n1, ...): which
 #                                        one `primary` or `replica` is now
+#   redis.sh drop-replicas DIR MEMBER    CLIENT KILL TYPE replica on MEMBER;
+#                                        with its replicas paused, what it
+#                                        writes next reaches none of them
 # where MEMBER is n1, n2, s1, s2, s3, or primary / replica (as the
 # sentinels see them now). `--tls` is not offered with --sentinel.
 #
@@ -78,6 +81,8 @@
 #                                        MEMBER; returns once it is primary
 #   redis.sh member DIR MEMBER           the member's name (n1..n6): which
 #                                        one primary-of-SLOT is now, say
+#   redis.sh drop-replicas DIR MEMBER    CLIENT KILL TYPE replica on MEMBER
+#                                        (as with --sentinel)
 # where MEMBER is n1..n6, or primary-of-SLOT / replica-of-SLOT (the primary
 # of SLOT now, its first replica). `--tls` is not offered with --cluster.
 #
@@ -419,7 +424,7 @@ topology_usage() {
   cat >&2 <<USAGE
 usage: redis.sh start DIR --sentinel [redis-server args for the data nodes...]
        redis.sh stop|status|uri|primary DIR
-       redis.sh kill|pause|resume|stop|restart|member DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
+       redis.sh kill|pause|resume|stop|restart|member|drop-replicas DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
 USAGE
   exit 2
 }
@@ -452,6 +457,11 @@ topology_main() {
       [ $# -eq 1 ] || topology_usage
       m="$(resolve_member "$1")"
       echo "$m"
+      ;;
+    drop-replicas)
+      [ $# -eq 1 ] || topology_usage
+      m="$(resolve_member "$1")"
+      drop_replicas "$m"
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || topology_usage
@@ -507,6 +517,22 @@ member_cli() {
   shift
   [ -n "$port" ] || return 1
   timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null | tr -d '\r'
+}
+
+# CLIENT KILL TYPE replica on member $1: its replicas' links drop. A replica
+# that is paused (SIGSTOP) cannot reconnect, so what $1 writes from here on
+# reaches none of them: replication lag on demand (what was sent before
+# still sits in the paused replica's socket and is read when it resumes).
+drop_replicas() {
+  local out
+  out="$(member_cli "$1" client kill type replica)" || true
+  case "$out" in
+    '' | *[!0-9]*)
+      echo "redis.sh: CLIENT KILL TYPE replica on $1: ${out:-no answer}" >&2
+      return 1
+      ;;
+  esac
+  echo "$out"
 }
 
 # True if member $1 runs and is not paused (a paused one answers nobody).
@@ -817,7 +843,7 @@ cluster_usage() {
 usage: redis.sh start DIR --cluster [redis-server args for every node...]
        redis.sh stop|status|uri DIR
        redis.sh primary-of DIR SLOT
-       redis.sh kill|pause|resume|stop|restart|member DIR MEMBER
+       redis.sh kill|pause|resume|stop|restart|member|drop-replicas DIR MEMBER
        redis.sh failover DIR MEMBER [FORCE|TAKEOVER]
   MEMBER: n1..n6, primary-of-SLOT, replica-of-SLOT
 USAGE
@@ -857,6 +883,11 @@ cluster_main() {
       [ $# -eq 1 ] || cluster_usage
       m="$(cluster_member "$1")"
       echo "$m"
+      ;;
+    drop-replicas)
+      [ $# -eq 1 ] || cluster_usage
+      m="$(cluster_member "$1")"
+      drop_replicas "$m"
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || cluster_usage

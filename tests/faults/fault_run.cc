@@ -272,6 +272,10 @@ class ProcessWorkers final : public Workers {
     for (TcpProxy* proxy : proxies(id)) proxy->set_blackhole(false);
     return {id > 0 ? "blackhole" : "blackhole-all", id, start, now_nanos(*clock_)};
   }
+  // SIGSTOP or SIGCONT to worker `id`, for a pause the harness ends when
+  // something else has happened (pause() ends after a time).
+  void signal_worker(int id, int signal) { workers_.at(id).process->signal(signal); }
+
   // Every worker's connections to the member on `port` pass nothing for
   // `d`: that member is cut off from the clients, not from its peers.
   FaultEvent partition_member(int port, Clock::Duration d) {
@@ -919,7 +923,7 @@ class Run {
     }
     if (topology_ != nullptr &&
         (kind == "kill-leader" || kind == "pause-leader" || kind == "partition-leader" ||
-         kind == "failover" || kind == "rolling-restart")) {
+         kind == "failover" || kind == "lagging-failover" || kind == "rolling-restart")) {
       return store_fault(kind, lease);
     }
     const bool proxied =
@@ -953,6 +957,7 @@ class Run {
     }
     const Nanos start = now_nanos(clock);
     const auto down = std::chrono::duration_cast<milliseconds>(beyond_lease);
+    if (kind == "lagging-failover") return lagging_failover(lease);
     Result<std::string> done = kind == "kill-leader"    ? topology_->kill_leader(down)
                                : kind == "pause-leader" ? topology_->pause_leader(down)
                                : kind == "failover"     ? topology_->failover()
@@ -964,6 +969,67 @@ class Run {
       broken_ = true;
     }
     return {kind, 0, start, now_nanos(clock)};
+  }
+
+  // Redis's lost-write window made certain. The replicas are cut off for
+  // longer than a lease, so whoever holds the mutex then holds it under a
+  // key no replica has (or has with an expiry that has passed). The holder
+  // is stopped as the primary dies, and resumed once another worker has
+  // written after the promotion (or a lease and a second after it), while
+  // the new primary stalls for 500 ms: the holder cannot hear from the new
+  // primary that it lost, as if a partition kept it from it. (A holder that
+  // reaches the new primary hears it within a millisecond of the waiters,
+  // whom the same failover wakes: too narrow a window to catch.) With
+  // restart_guard=off (the negative control) a waiter takes the mutex on
+  // the new primary at once, and the resumed holder acts within its old
+  // lease after it; with the guard nobody acquires until that lease has
+  // ended. The holder's stop is logged as a `pause` of it (the checker
+  // allows for it as for any pause); the fault itself starts at the
+  // primary's kill, since cutting the replicas off changes nothing the
+  // clients see.
+  FaultEvent lagging_failover(milliseconds lease) {
+    const Clock& clock = workers_->clock();
+    const auto lag = std::chrono::duration_cast<milliseconds>(
+        lease + uniform(milliseconds(500), milliseconds(1000)));
+    int victim = 0;
+    Nanos killed_at = 0;
+    FaultTopology::LaggingFailoverSteps steps;
+    steps.before_kill = [&] {
+      victim_token_ = 0;
+      victim = holder();
+      processes_->signal_worker(victim, SIGSTOP);
+      killed_at = now_nanos(clock);
+    };
+    steps.after_promotion = [&] {
+      if (victim == 0) return;
+      const Nanos give_up =
+          now_nanos(clock) +
+          std::chrono::duration_cast<std::chrono::nanoseconds>(lease + seconds(1)).count();
+      while (now_nanos(clock) < give_up) {
+        const auto last = register_->last_accepted();
+        if (last && last->worker != victim && last->t > killed_at) break;
+        sleep_on(clock, milliseconds(5));
+      }
+    };
+    steps.while_stalled = [&] {
+      if (victim == 0) return;
+      processes_->signal_worker(victim, SIGCONT);
+      faults_.push_back({"pause", victim, killed_at, now_nanos(clock)});
+      say("lagging-failover: worker " + std::to_string(victim) +
+          (victim_token_ != 0 ? " (the holder, token " + std::to_string(victim_token_) + ")"
+                              : " (no holder found: a waiter)") +
+          " stopped for " + std::to_string((now_nanos(clock) - killed_at) / 1'000'000) +
+          " ms from the primary's kill");
+    };
+    const Nanos began = now_nanos(clock);
+    Result<std::string> done = topology_->lagging_failover(lag, milliseconds(500), steps);
+    if (done.ok()) {
+      say("lagging-failover: " + *done);
+    } else {
+      say("lagging-failover failed: " + done.status().to_string());
+      broken_ = true;
+    }
+    return {"lagging-failover", 0, killed_at != 0 ? killed_at : began, now_nanos(clock)};
   }
 
   void write_logs(const std::vector<ResourceEvent>& decisions,
@@ -1140,12 +1206,16 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.store = store;
-    options.failover_allowance = FaultTopology::failover_allowance(options.topology);
   }
   if (kStores.count(options.store) == 0) return simba::testing::usage();
   if (options.lease_stretch.count() > 0 && options.store != "memory") {
     std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
     return 2;
+  }
+  if (!options.topology.empty()) {
+    // After every option: the allowance follows the lease the run uses.
+    options.failover_allowance = simba::testing::FaultTopology::failover_allowance(
+        options.topology, options.ttl + options.transition);
   }
   if (options.volatile_store && (options.store != "redis" || !options.topology.empty())) {
     std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";

@@ -24,8 +24,11 @@ struct Spec {
   std::vector<std::string> faults;
   bool clients_dial_members;
   // docs/backends/<store>.md, "Replicated deployment": what a failover
-  // adds to ttl + transition + 2 s before a new owner.
+  // adds to ttl + transition + 2 s before a new owner, besides a guard.
   milliseconds allowance;
+  // Whether a failover guard holds free mutexes back for a whole lease
+  // after a promotion (Redis: restart_guard).
+  bool guard_holds_lease = false;
 };
 
 const std::vector<Spec>& specs() {
@@ -36,16 +39,18 @@ const std::vector<Spec>& specs() {
       {"redis-sentinel",
        "redis",
        {"--sentinel", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "rolling-restart"},
+       {"kill-leader", "pause-leader", "lagging-failover", "rolling-restart"},
        false,
-       milliseconds(6500)},
+       milliseconds(5000),
+       true},
       // cluster-node-timeout 1 s + the replica's election, then the guard.
       {"redis-cluster",
        "redis",
        {"--cluster", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "failover", "rolling-restart"},
+       {"kill-leader", "pause-leader", "failover", "lagging-failover", "rolling-restart"},
        false,
-       milliseconds(6500)},
+       milliseconds(5000),
+       true},
       // An election (about 1 s on loopback) and etcd's lease reset: a
       // lease lives its whole ttl again under a new leader.
       {"etcd-3",
@@ -127,9 +132,10 @@ Result<std::unique_ptr<FaultTopology>> FaultTopology::start(const std::string& n
   return std::unique_ptr<FaultTopology>(new FaultTopology(name, s->store, std::move(*server)));
 }
 
-milliseconds FaultTopology::failover_allowance(const std::string& name) {
+milliseconds FaultTopology::failover_allowance(const std::string& name, milliseconds lease) {
   const Spec* s = find_spec(name);
-  return s != nullptr ? s->allowance : milliseconds(0);
+  if (s == nullptr) return milliseconds(0);
+  return s->allowance + (s->guard_holds_lease ? lease : milliseconds(0));
 }
 
 Result<std::string> FaultTopology::leader() {
@@ -240,6 +246,58 @@ Result<std::string> FaultTopology::failover() {
   if (Status s = server_->command("promote", {other}).status(); !s.ok()) return s;
   if (Status s = server_->command("rejoin", {*lead}).status(); !s.ok()) return s;
   return serving_after(*lead + " killed, " + other + " promoted, " + *lead + " its standby again");
+}
+
+Result<std::string> FaultTopology::lagging_failover(milliseconds lag, milliseconds stall,
+                                                    const LaggingFailoverSteps& steps) {
+  if (store_ != "redis") {
+    return failed_precondition_error(name_ + ": a lagging failover is Redis's (asynchronous) case");
+  }
+  auto members = members_leader_last();
+  if (!members.ok()) return members.status();
+  const std::string old = members->back();
+  const std::vector<std::string> replicas(members->begin(), members->end() - 1);
+  for (const std::string& r : replicas) {
+    if (Status s = member("pause", r); !s.ok()) return s;
+  }
+  // A paused replica still reads what was sent before, from its socket,
+  // when it resumes: the links must drop for the writes to go nowhere.
+  Status cut = server_->command("drop-replicas", {old}).status();
+  if (cut.ok()) std::this_thread::sleep_for(lag);
+  // From here every step runs, whatever fails: the holder is stopped and
+  // must be resumed.
+  if (cut.ok()) steps.before_kill();
+  Status failed = cut.ok() ? member("kill", old) : cut;
+  for (const std::string& r : replicas) {
+    if (Status s = member("resume", r); !s.ok() && failed.ok()) failed = s;
+  }
+  std::string promoted;
+  if (cut.ok()) {
+    const auto give_up = std::chrono::steady_clock::now() + seconds(30);
+    while (failed.ok() && std::chrono::steady_clock::now() < give_up) {
+      auto lead = leader();
+      if (lead.ok() && *lead != old) {
+        promoted = *lead;
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    if (failed.ok() && promoted.empty()) {
+      failed = unavailable_error(name_ + ": no replica promoted within 30 s of killing " + old);
+    }
+    steps.after_promotion();
+    const bool stalled = !promoted.empty() && member("pause", promoted).ok();
+    steps.while_stalled();
+    if (stalled) {
+      std::this_thread::sleep_for(stall);
+      if (Status s = member("resume", promoted); !s.ok() && failed.ok()) failed = s;
+    }
+    if (Status s = member("restart", old); !s.ok() && failed.ok()) failed = s;
+  }
+  if (!failed.ok()) return failed;
+  return serving_after("replicas cut off for " + std::to_string(lag.count()) + " ms, " + old +
+                       " killed, " + promoted + " promoted and stalled for " +
+                       std::to_string(stall.count()) + " ms, " + old + " restarted");
 }
 
 Result<std::string> FaultTopology::rolling_restart() {

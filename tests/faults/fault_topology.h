@@ -15,6 +15,16 @@
 //                     (CLUSTER FAILOVER)
 //   rolling-restart   every member stopped and started again, one by one,
 //                     the leader last, each back and serving before the next
+//   lagging-failover  (Redis) the replicas stopped (SIGSTOP) and their links
+//                     dropped (CLIENT KILL TYPE replica) for a while, so
+//                     what the primary writes meanwhile reaches none of
+//                     them; then the primary killed and the replicas
+//                     resumed: the one promoted lacks those writes, as
+//                     after a replication lag. Once a replica leads it
+//                     stalls briefly (the harness resumes the old holder
+//                     then, cut off from the new primary as by a
+//                     partition), and the old primary is started again and
+//                     rejoins as a replica
 //   partition-leader  (in the harness) the clients' connections to the
 //                     leader's client port pass nothing for the given time;
 //                     only where the clients dial the members the URI names
@@ -24,6 +34,7 @@
 #define SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,8 +56,10 @@ class FaultTopology {
   static bool clients_dial_members(const std::string& name);
   // What the backend documents on top of ttl + transition + 2 s for a new
   // owner after one of topology `name`'s faults healed: its own failure
-  // detection and election or promotion, and its failover guard.
-  static std::chrono::milliseconds failover_allowance(const std::string& name);
+  // detection and election or promotion, and its failover guard, which
+  // holds free mutexes back for a whole `lease` (ttl + transition).
+  static std::chrono::milliseconds failover_allowance(const std::string& name,
+                                                      std::chrono::milliseconds lease);
 
   // Starts topology `name`; kInvalidArgument for an unknown name.
   static Result<std::unique_ptr<FaultTopology>> start(const std::string& name);
@@ -62,6 +75,20 @@ class FaultTopology {
   Result<std::string> pause_leader(std::chrono::milliseconds pause);
   Result<std::string> failover();
   Result<std::string> rolling_restart();
+  // What the harness does at each step of a lagging failover.
+  struct LaggingFailoverSteps {
+    std::function<void()> before_kill;      // stops the holder
+    std::function<void()> after_promotion;  // waits for a new owner (or not)
+    std::function<void()> while_stalled;    // resumes the holder
+  };
+  // lagging-failover: the replicas stopped and cut off for `lag`; then
+  // before_kill, the primary killed and the replicas resumed; once a
+  // replica leads, after_promotion; then the new primary stalled (SIGSTOP)
+  // for `stall`, with while_stalled run at its start; then the old primary
+  // started again. Every step given runs, whatever fails.
+  Result<std::string> lagging_failover(std::chrono::milliseconds lag,
+                                       std::chrono::milliseconds stall,
+                                       const LaggingFailoverSteps& steps);
   // The client port of the member that leads now.
   Result<int> leader_port();
 
