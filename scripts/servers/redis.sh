@@ -815,7 +815,7 @@ cluster_status() {
 # Runs CLUSTER FAILOVER [FORCE|TAKEOVER] on the replica $1 and waits until
 # it is a primary of slots.
 cluster_failover() {
-  local m="$1" reply deadline role
+  local m="$1" reply deadline ask_again role
   shift
   role="$(member_cli "$m" cluster nodes | nodes_role "$(member_port "$m")")" || role=""
   if [[ "$role" != replica* ]]; then
@@ -827,12 +827,19 @@ cluster_failover() {
     echo "redis.sh: CLUSTER FAILOVER $* on member $m of $dir: ${reply:-no answer}" >&2
     exit 1
   fi
-  # A graceful failover gives up after 5 s if the primary does not answer.
-  deadline=$((SECONDS + 15))
+  # A graceful failover gives up after 5 s (the primary does not answer,
+  # or the other primaries do not vote yet for a replica that has just
+  # rejoined, as a loaded CI machine showed): ask again after 6 s.
+  deadline=$((SECONDS + 20))
+  ask_again=$((SECONDS + 6))
   until [[ "$(member_cli "$m" cluster nodes | nodes_role "$(member_port "$m")")" == primary\ [0-9]* ]]; do
     if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "redis.sh: member $m of $dir was not a primary within 15 s of CLUSTER FAILOVER $*" >&2
+      echo "redis.sh: member $m of $dir was not a primary within 20 s of CLUSTER FAILOVER $*" >&2
       exit 1
+    fi
+    if [ "$SECONDS" -ge "$ask_again" ]; then
+      member_cli "$m" cluster failover "$@" >/dev/null || true
+      ask_again=$((SECONDS + 6))
     fi
     sleep 0.1
   done
