@@ -448,7 +448,11 @@ void lose_the_lease_on_the_replica(Cluster& cluster) {
   ASSERT_FALSE(raw.call({"CONFIG", "SET", "replica-read-only", "no"}).error());
   // Replication is asynchronous: under load the replica may not have the
   // lease yet, and a delete that comes before it would be undone by it.
-  ASSERT_TRUE(eventually([&] { return raw.call({"GET", "simba:{m}"}).str == "a"; }, seconds(5)))
+  ASSERT_TRUE(eventually(
+      [&] {
+        return raw.call({"GET", "simba:{m}"}).str == "a";
+      },
+      seconds(5)))
       << "the replica " << replica << " never received the lease";
   raw.call({"DEL", "simba:{m}", "simba:{m}:fence"});
 }
