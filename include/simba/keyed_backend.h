@@ -79,6 +79,11 @@ class KeyHold {
   virtual ~KeyHold() = default;
   // 0 when the store mints none (capabilities().fencing_tokens is false).
   virtual std::uint64_t fencing_token() const = 0;
+  // Whether the hold still stands as far as this process can tell without
+  // a store call: false once a lease's deadline has passed, even before
+  // on_lost has been delivered. Stores whose holds end only with a session
+  // keep the default (on_lost tells when the session ends).
+  virtual bool is_held() const { return true; }
   // Frees the key at the store by `deadline`. Called at most once, from any
   // thread. An error means the store may still hold the key until the
   // session or lease ends.

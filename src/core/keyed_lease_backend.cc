@@ -188,6 +188,8 @@ class LeaseKeyHold final : public KeyHold {
   ~LeaseKeyHold() override { (void)release(Deadline::max()); }
 
   std::uint64_t fencing_token() const override { return token_; }
+  // The core's lease, read now: its loss callback may still be on its way.
+  bool is_held() const override { return core_->fencing_token() == token_; }
   Status release(Deadline) override {
     if (!turn_.taken()) return ok_status();
     slot_->end_hold();

@@ -124,8 +124,10 @@ class KeyedHold {
 
   bool is_held() const {
     std::lock_guard<std::mutex> lock(mu_);
-    // The deadline too: a late watchdog never stretches max_hold.
-    return !ended_ && store_hold_ != nullptr && clock_->now() < deadline_;
+    // The deadline too: a late watchdog never stretches max_hold. And the
+    // store hold's own view (a lease stops at its deadline, however late
+    // its loss is delivered).
+    return !ended_ && store_hold_ != nullptr && clock_->now() < deadline_ && store_hold_->is_held();
   }
   std::uint64_t token() const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -141,13 +143,19 @@ class KeyedHold {
   // store still holds (null if something else ended it first, or for a
   // hold whose grant is still on its way). The caller frees it.
   std::unique_ptr<KeyHold> end(Ending why, Runtime::TimerId* watchdog) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (ended_) return std::move(orphan_);
-    ended_ = true;
+    std::unique_ptr<KeyHold> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (ended_) return std::move(orphan_);
+      ended_ = true;
+      *watchdog = watchdog_;
+      watchdog_ = 0;
+      held = std::move(store_hold_);
+    }
+    // Outside the lock: stop_callbacks run here, and one may ask this hold
+    // about itself (is_held() and fencing_token() take the lock).
     if (why != Ending::kReleased) lost_.request_stop();
-    *watchdog = watchdog_;
-    watchdog_ = 0;
-    return std::move(store_hold_);
+    return held;
   }
 
  private:

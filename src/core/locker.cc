@@ -28,14 +28,18 @@ struct Locker::State {
   void on_released() {
     std::uint64_t seen;
     std::function<void()> notify;
+    std::stop_source lost;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (phase != Phase::kHeld) return;
       phase = Phase::kLost;
-      lost_source.request_stop();
+      lost = lost_source;
       seen = lifecycle;
       notify = on_lost;
     }
+    // Outside the lock: stop_callbacks run here, and one may ask the locker
+    // about itself (is_held() and fencing_token() take the lock).
+    lost.request_stop();
     if (notify) notify();
     // Stop contending: a lock whose holder was told it lost must not be
     // silently re-acquired. If the holder is releasing or re-acquiring right

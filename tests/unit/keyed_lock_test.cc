@@ -16,6 +16,7 @@
 #include "simba/keyed_lock.h"
 #include "simba/metrics.h"
 #include "simba/registry.h"
+#include "testing/fault_injecting_backend.h"
 #include "testing/forwarding_backend.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
@@ -120,6 +121,31 @@ TEST_F(KeyedLockTest, TheWatchdogFiresAtMaxHoldToTheMillisecond) {
       << "the watchdog did not free the key";
   SIMBA_EXPECT_OK(lease->release());
   EXPECT_TRUE((*taken)->is_held()) << "the late release freed the next holder";
+}
+
+// A stop_callback on lost_token() runs on the thread that ends the hold; it
+// may ask the lease about itself (is_held(), fencing_token()), as code that
+// logs its loss does. The hold once stopped the token under its own lock:
+// such a callback deadlocked the watchdog's thread.
+TEST_F(KeyedLockTest, ALossCallbackMayAskTheLeaseAboutItself) {
+  auto provider = make_provider("watchdog-callback");
+  auto lease = provider->acquire("k", seconds(1));
+  ASSERT_THAT(lease, testing::IsOk());
+  std::atomic<int> heard{0};
+  std::atomic<bool> held_then{true};
+  std::atomic<std::uint64_t> token_then{1};
+  std::stop_callback on_lost(lease->lost_token(), [&] {
+    held_then = lease->is_held();
+    token_then = lease->fencing_token();
+    ++heard;
+  });
+  ASSERT_TRUE(timer_waits_for(lease->hold_deadline()));
+  clock_->advance(seconds(1));
+  ASSERT_TRUE(eventually([&] { return heard.load() == 1; }, seconds(5)))
+      << "the loss callback did not finish";
+  EXPECT_FALSE(held_then.load());
+  EXPECT_EQ(token_then.load(), 0u);
+  SIMBA_EXPECT_OK(lease->release());
 }
 
 TEST_F(KeyedLockTest, AReentryAfterTheWatchdogIsANewHoldWithANewToken) {
@@ -514,6 +540,61 @@ TEST_F(KeyedLockTest, ALateCallbackOfAnEarlierHoldIsNotTheNextHoldsLoss) {
   EXPECT_FALSE(second->lost_token().stop_requested());
   EXPECT_TRUE(second->is_held());
   SIMBA_EXPECT_OK(second->release());
+}
+
+// Holds up the callbacks of one mutex: the first store error an owner meets
+// blocks them until the test opens the gate.
+class StoreErrorGate final : public LockEventListener {
+ public:
+  void on_event(const LockEvent& e) override {
+    if (e.kind == LockEvent::Kind::kStoreError && e.fencing_token != 0 &&
+        !held_up_.exchange(true)) {
+      (void)open_.wait(seconds(10));
+    }
+  }
+  void open() { open_.set(); }
+
+ private:
+  testing::Latch open_;
+  std::atomic<bool> held_up_{false};
+};
+
+// On a lease store, is_held() answers for the lease, not for when its loss
+// was delivered: a holder whose lease ran out while the loss still waits to
+// be dispatched (a busy callback thread, a process resumed after a pause)
+// must not count on it. It once read only the hold's own record, which the
+// loss callback ends, so is_held() passed past the lease while another
+// process could already hold the key.
+TEST_F(KeyedLockTest, OnALeaseStoreIsHeldEndsWithTheLeaseNotWithItsLossCallback) {
+  auto faults = std::make_shared<testing::FaultInjectingBackend>(
+      open_backend("memory://keyed-lease-ends").value());
+  auto gate = std::make_shared<StoreErrorGate>();
+  ContendOptions lease;
+  lease.ttl = milliseconds(300);
+  lease.transition = milliseconds(200);
+  auto provider =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(faults, lease, nullptr, gate).value())
+          .value();
+  auto held = provider->acquire("k", seconds(60));
+  ASSERT_TRUE(held.ok() && held->is_held());
+  const std::uint64_t token = held->fencing_token();
+  ASSERT_GT(token, 0u);
+  // Renewals fail from now on; the first failure blocks the callbacks, so
+  // the loss the lease deadline raises waits behind it.
+  const auto cut = std::chrono::steady_clock::now();
+  faults->set_mode(testing::FaultInjectingBackend::Mode::kFail);
+  // The lease was renewed at most ttl + transition before the cut.
+  EXPECT_TRUE(eventually([&] { return !held->is_held(); }, seconds(3)))
+      << "is_held() passed for "
+      << std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - cut).count()
+      << " ms after its lease could last";
+  EXPECT_LE(std::chrono::steady_clock::now() - cut, lease.ttl + lease.transition + seconds(1));
+  EXPECT_EQ(held->fencing_token(), 0u);
+  EXPECT_FALSE(held->lost_token().stop_requested()) << "the gate did not hold the loss back";
+  gate->open();
+  EXPECT_TRUE(eventually([&] { return held->lost_token().stop_requested(); }, seconds(10)));
+  faults->set_mode(testing::FaultInjectingBackend::Mode::kPass);
+  SIMBA_EXPECT_OK(held->release());
 }
 
 // A memory store whose first subscribe, once made, waits until a second one

@@ -147,6 +147,30 @@ TEST_F(LockerTest, LostLeaseIsSignalledThreeWays) {
   SIMBA_EXPECT_OK(locker->release());
 }
 
+// A stop_callback on lost_token() may ask the locker about itself, as code
+// that logs its loss does: the token was once stopped under the locker's
+// lock, and such a callback deadlocked the thread that reported the loss.
+TEST_F(LockerTest, ALossCallbackMayAskTheLockerAboutItself) {
+  auto locker = Locker::create(*factory_, "job").value();
+  SIMBA_ASSERT_OK(locker->acquire());
+  std::atomic<int> heard{0};
+  std::atomic<bool> held_then{true};
+  std::atomic<std::uint64_t> token_then{1};
+  std::stop_callback on_lost(locker->lost_token(), [&] {
+    held_then = locker->is_held();
+    token_then = locker->fencing_token();
+    ++heard;
+  });
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  clock_->advance(seconds(16));
+  ASSERT_TRUE(eventually([&] { return heard.load() == 1; }, seconds(5)))
+      << "the loss callback did not finish";
+  EXPECT_FALSE(held_then.load());
+  EXPECT_EQ(token_then.load(), 0u);
+  faults_->set_mode(FaultInjectingBackend::Mode::kPass);
+  SIMBA_EXPECT_OK(locker->release());
+}
+
 TEST_F(LockerTest, DoubleAcquireIsAPreconditionError) {
   auto locker = Locker::create(*factory_, "job").value();
   SIMBA_ASSERT_OK(locker->acquire());
