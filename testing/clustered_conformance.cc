@@ -219,14 +219,23 @@ TEST_P(ClusteredConformance, HeldLockBlocksOtherNodeUntilUnlock) {
   auto la = Fixture::lock(*a, "blocking");
   auto lb = Fixture::lock(*b, "blocking");
   ASSERT_TRUE(la && lb);
+  const auto asked = Clk::now();
   SIMBA_ASSERT_OK(await(la->lock()));
   const std::uint64_t a_token = la->fencing_token();
   EXPECT_GT(a_token, 0u);
   EXPECT_TRUE(la->is_held());
+  // The hold lasts until its lease deadline: after the grant, within
+  // ttl + transition of the request (renewals only move it later).
+  const auto deadline = la->lease_deadline();
+  ASSERT_TRUE(deadline.has_value());
+  EXPECT_GT(*deadline, Clk::now());
+  EXPECT_LE(*deadline, Clk::now() + fx.lease().ttl + fx.lease().transition);
+  EXPECT_GE(*deadline, asked + fx.lease().transition);
   auto b_lock = lb->lock();
   EXPECT_FALSE(is_ready(b_lock, scaled(milliseconds(500)))) << "B got a lock A holds";
   EXPECT_FALSE(lb->is_held());
   EXPECT_EQ(lb->fencing_token(), 0u);
+  EXPECT_FALSE(lb->lease_deadline().has_value());
   const auto unlocked = Clk::now();
   EXPECT_THAT(await(la->unlock()), IsOkAndHolds(true));
   ASSERT_TRUE(is_ready(b_lock, scaled(fx.handoff_bound(*b)))) << "hand-off too slow";
@@ -234,6 +243,7 @@ TEST_P(ClusteredConformance, HeldLockBlocksOtherNodeUntilUnlock) {
   SIMBA_ASSERT_OK(b_lock.get());
   EXPECT_GT(lb->fencing_token(), a_token);
   EXPECT_FALSE(la->is_held());
+  EXPECT_FALSE(la->lease_deadline().has_value()) << "an unlocked hold still names a deadline";
   EXPECT_THAT(await(lb->unlock()), IsOkAndHolds(true));
 }
 

@@ -185,6 +185,12 @@ class ClusteredLock {
   // Local, immediate: this node holds the lock and its lease deadline has
   // not passed (no store call).
   bool is_held() const;
+
+  // Local, immediate: when the current hold's lease ends unless a renewal
+  // moves it later, on the manager's clock; nullopt when not held. is_held()
+  // is false from that instant on; work that must finish while the hold
+  // lasts can be bounded by it.
+  std::optional<Clock::TimePoint> lease_deadline() const;
   // The fencing token of the current hold (strictly greater than every
   // earlier hold's, on every store); 0 when not held.
   std::uint64_t fencing_token() const;

@@ -170,6 +170,7 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   void is_locked(Completion done);
   void is_locked_by_me(Completion done);
   std::uint64_t fencing_token() const;
+  std::optional<Clock::TimePoint> lease_deadline() const;
   std::stop_token lost_token() const;
   ClusteredLock::ListenerId add_loss_listener(ClusteredLock::LossListener listener);
   void remove_loss_listener(ClusteredLock::ListenerId id);
@@ -653,6 +654,12 @@ std::uint64_t ClusteredLockCore::fencing_token() const {
   return service_->fencing_token() == hold_token_ ? hold_token_ : 0;
 }
 
+std::optional<Clock::TimePoint> ClusteredLockCore::lease_deadline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!held_ || !service_ || service_->fencing_token() != hold_token_) return std::nullopt;
+  return service_->lease_deadline();
+}
+
 std::stop_token ClusteredLockCore::lost_token() const {
   std::lock_guard<std::mutex> lock(mu_);
   return lost_source_.get_token();
@@ -748,6 +755,9 @@ void ClusteredLock::is_locked_by_me(BoolCallback done) {
 
 bool ClusteredLock::is_held() const { return core_->fencing_token() != 0; }
 std::uint64_t ClusteredLock::fencing_token() const { return core_->fencing_token(); }
+std::optional<Clock::TimePoint> ClusteredLock::lease_deadline() const {
+  return core_->lease_deadline();
+}
 std::stop_token ClusteredLock::lost_token() const { return core_->lost_token(); }
 
 ClusteredLock::ListenerId ClusteredLock::add_loss_listener(LossListener listener) {
