@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <utility>
 
 #include "core/log.h"
@@ -18,6 +20,37 @@ constexpr milliseconds kMaxRenewRetry{1000};
 constexpr milliseconds kFirstErrorRetry{100};
 // Upper bound of the safety margin taken off the local lease deadline.
 constexpr milliseconds kMaxLeaseMargin{200};
+
+// The contend cores running in this process, by backend, mutex and
+// contender id. Keyed leases and clustered locks run each hold on a core of
+// its own under one contender id, so a stopped core's attempt can still be
+// in flight when the next core of that contender starts: the store then
+// answers both as the same owner (a grant and its renewal, one token). The
+// stopped core must not give that grant back: the running core holds it.
+class RunningContenders {
+ public:
+  static RunningContenders& instance() {
+    static auto* const kRegistry = new RunningContenders;  // never destroyed: cores outlive statics
+    return *kRegistry;
+  }
+  void add(const Backend* backend, const std::string& mutex, const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++running_[{backend, mutex, id}];
+  }
+  void remove(const Backend* backend, const std::string& mutex, const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = running_.find({backend, mutex, id});
+    if (it != running_.end() && --it->second == 0) running_.erase(it);
+  }
+  bool any(const Backend* backend, const std::string& mutex, const std::string& id) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return running_.count({backend, mutex, id}) != 0;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::tuple<const Backend*, std::string, std::string>, int> running_;
+};
 
 }  // namespace
 
@@ -41,6 +74,13 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
       strand_(runtime_->make_strand()),
       hooks_(std::move(hooks)),
       observers_(std::move(observers)) {}
+
+ServiceCore::~ServiceCore() {
+  // Dropped while running (its factory went first): no longer a holder.
+  if (mode_ == Mode::kContend && status_ == ServiceStatus::kRunning) {
+    RunningContenders::instance().remove(backend_.get(), mutex_, contender_id_);
+  }
+}
 
 Status ServiceCore::start() {
   Generation gen;
@@ -78,6 +118,7 @@ Status ServiceCore::start() {
   subscription_ = std::move(subscription);
   status_ = ServiceStatus::kRunning;
   if (mode_ == Mode::kContend) {
+    RunningContenders::instance().add(backend_.get(), mutex_, contender_id_);
     wait_began_ = clock_->now();
     busy_seen_ = false;
     free_known_at_.reset();
@@ -112,6 +153,9 @@ Status ServiceCore::stop() {
                                        "; expected RUNNING");
     }
     status_ = ServiceStatus::kStopping;
+    if (mode_ == Mode::kContend) {
+      RunningContenders::instance().remove(backend_.get(), mutex_, contender_id_);
+    }
     ++generation_;
     runtime_->cancel(attempt_timer_);
     runtime_->cancel(deadline_timer_);
@@ -138,13 +182,17 @@ Status ServiceCore::stop() {
       hooks_.stop_waits_for_callbacks && !strand_->running_in_this_thread();
   if (wait_for_callbacks) strand_->drain();
   Status result;
-  if (mode_ == Mode::kContend) {
-    // Release even when we own nothing: an attempt still in flight may have
-    // acquired the mutex at the store without our knowing yet. (If it lands
-    // after this release, RunAttempt releases it again: the compensating
-    // release.) An ownership we know is released by its token, so that this
-    // request, should it reach the store late, cannot end a later ownership
-    // of ours.
+  if (mode_ == Mode::kContend && released_token != 0) {
+    // An ownership we know is released by its token, so that this request,
+    // should it reach the store late, cannot end a later ownership of ours.
+    // Owning nothing we know of, we release nothing: an attempt still in
+    // flight that acquires at the store is given back by its token when
+    // its reply comes (the compensating release in run_attempt), and one
+    // whose reply never comes ends with its lease. A release "of whatever
+    // we own" (token 0) used to go out here; delivered late (a partition
+    // that heals with the request still in flight), it ended the next
+    // ownership of the same contender id, which the clustered fault runs
+    // on PostgreSQL caught as three owners at once.
     auto released = backend_->release(mutex_, contender_id_, released_token, store_deadline());
     if (!released.ok()) {
       result = released.status().with_context("releasing mutex '" + mutex_ + "' on stop");
@@ -324,9 +372,11 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
     if (gen != generation_) {
       // A result from a finished lifecycle: never applied. If it made us the
       // owner and no newer lifecycle is running (which would own that lease
-      // itself), give the mutex back.
+      // itself), give the mutex back. Nor when another core of this
+      // contender runs (RunningContenders): it owns that lease.
       compensate = mode_ == Mode::kContend && reply.ok() && reply->owner.is_owner(contender_id_) &&
-                   status_ != ServiceStatus::kRunning;
+                   status_ != ServiceStatus::kRunning &&
+                   !RunningContenders::instance().any(backend_.get(), mutex_, contender_id_);
       // A newer lifecycle whose first attempt found this one in flight is
       // waiting for it to finish.
       if (status_ == ServiceStatus::kRunning && rerun_) {

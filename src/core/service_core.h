@@ -59,6 +59,10 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
               std::shared_ptr<Backend> backend, std::shared_ptr<Random> random, ServiceHooks hooks,
               Observers observers = {});
 
+  ~ServiceCore();
+  ServiceCore(const ServiceCore&) = delete;
+  ServiceCore& operator=(const ServiceCore&) = delete;
+
   Status start();
   Status stop();
 
