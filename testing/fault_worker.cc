@@ -227,7 +227,7 @@ FaultWorker::FaultWorker(MutexContendServiceFactory* factory, FencedResource* re
       resource_(resource),
       log_(std::move(log)),
       options_(std::move(options)),
-      clock_(factory->clock()) {}
+      clock_(factory != nullptr ? factory->clock() : Clock::steady()) {}
 
 WorkerEvent FaultWorker::publish_acquired(const Clock& clock, std::uint64_t token) {
   // The time first: a loop that sees the token checks ownership no earlier
@@ -250,6 +250,34 @@ std::uint64_t FaultWorker::published_token() const {
 void FaultWorker::log(WorkerEvent e) {
   if (e.t == 0) e.t = now_nanos(*clock_);
   log_(format_worker_event(e));
+}
+
+void FaultWorker::guarded_write(std::uint64_t token, Nanos check, Nanos deadline,
+                                std::int64_t* seq) {
+  if (options_.write_gap.count() > 0) sleep_on(*clock_, options_.write_gap);
+  const Result<bool> accepted = resource_->write(options_.id, token, *seq);
+  if (accepted.ok()) {
+    WorkerEvent e{WorkerEvent::Kind::kWrite, 0, token, *seq};
+    e.check = check;
+    e.deadline = deadline;
+    e.accepted = *accepted;
+    log(e);
+  } else {
+    std::fprintf(stderr, "worker %d: %s\n", options_.id, accepted.status().to_string().c_str());
+  }
+  ++*seq;
+}
+
+void FaultWorker::end_tenure(std::uint64_t tenure, WorkerEvent::Kind kind) {
+  std::uint64_t token;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tenure != tenures_ || ended_tenure_ == tenure) return;
+    ended_tenure_ = tenure;
+    token = token_;
+    token_ = 0;
+  }
+  log({kind, 0, token});
 }
 
 Status FaultWorker::run(const std::function<bool()>& stop_requested) {
@@ -318,19 +346,7 @@ Status FaultWorker::run(const std::function<bool()>& stop_requested) {
       // (write-after-deadline). Only a service that names another token
       // (its on_acquired not delivered yet) is not written for.
       if (owner && (current == token || current == 0)) {
-        if (options_.write_gap.count() > 0) sleep_on(*clock_, options_.write_gap);
-        const Result<bool> accepted = resource_->write(options_.id, token, seq);
-        if (accepted.ok()) {
-          WorkerEvent e{Kind::kWrite, 0, token, seq};
-          e.check = check;
-          e.deadline = last_deadline;
-          e.accepted = *accepted;
-          log(e);
-        } else {
-          std::fprintf(stderr, "worker %d: %s\n", options_.id,
-                       accepted.status().to_string().c_str());
-        }
-        ++seq;
+        guarded_write(token, check, last_deadline, &seq);
       }
       if (clock_->now() >= *hold_until) {
         letting_go_ = true;
@@ -354,6 +370,249 @@ Status FaultWorker::run(const std::function<bool()>& stop_requested) {
   if (contend.running()) (void)contend.stop();
   log({Kind::kExit});
   return ok_status();
+}
+
+Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& stop_requested) {
+  using Kind = WorkerEvent::Kind;
+  // Each call waits this long at most, so the loop beats and sees a stop.
+  constexpr milliseconds kAcquireWait{500};
+  // A hold whose check failed this long without its loss signal is let go
+  // (and logged released): the checker's overlap rule, with its own 500 ms
+  // of dispatch, then judges a signal that never came.
+  constexpr milliseconds kSilentLoss{500};
+  std::mt19937_64 random(options_.seed);
+  auto uniform = [&](milliseconds lo, milliseconds hi) {
+    if (hi <= lo) return lo;
+    return milliseconds(
+        std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
+  };
+  log({Kind::kStart});
+  std::int64_t seq = 0;
+  bool holding = false;
+  std::uint64_t tenure = 0;
+  std::uint64_t held_token = 0;
+  Clock::TimePoint hold_until{};
+  std::optional<Clock::TimePoint> not_held_since;
+  Clock::TimePoint next_beat = clock_->now();
+  auto beat = [&] {
+    if (clock_->now() >= next_beat) {
+      log({Kind::kBeat});
+      next_beat = clock_->now() + options_.beat_interval;
+    }
+  };
+  auto let_go = [&] {
+    // Logged as decided, before the store hears it (as the contend
+    // service's on_released runs before its release leaves): no check
+    // passes after this, however long the store takes to answer.
+    end_tenure(tenure, Kind::kReleased);
+    const Status released = lock.release();
+    if (!released.ok()) {
+      std::fprintf(stderr, "worker %d: release: %s\n", options_.id, released.to_string().c_str());
+    }
+    holding = false;
+  };
+  while (!stop_requested()) {
+    beat();
+    if (!holding) {
+      std::uint64_t next;
+      {
+        std::lock_guard<std::mutex> guard(mu_);
+        next = tenures_ + 1;
+      }
+      const Result<std::uint64_t> got =
+          lock.acquire(kAcquireWait, [this, next] { end_tenure(next, Kind::kLost); });
+      if (!got.ok()) {
+        std::fprintf(stderr, "worker %d: acquire: %s\n", options_.id,
+                     got.status().to_string().c_str());
+        sleep_on(*clock_, options_.write_interval);
+        continue;
+      }
+      if (*got == 0) continue;
+      log(publish_acquired(*clock_, *got));
+      holding = true;
+      tenure = next;
+      held_token = *got;
+      not_held_since.reset();
+      // One hold in five runs until the lock ends it (a keyed lease's
+      // max_hold watchdog; the worker's stop otherwise).
+      hold_until = options_.hold_until_lost && std::uniform_int_distribution<int>(0, 4)(random) == 0
+                       ? Clock::TimePoint::max()
+                       : clock_->now() + uniform(options_.hold_min, options_.hold_max);
+      continue;
+    }
+    // As run(): the check time first, then the API's check, then what it
+    // reports (a renewal in between only moves the deadline later).
+    const Nanos check = now_nanos(*clock_);
+    const bool owner = lock.is_held();
+    const std::uint64_t current = lock.fencing_token();
+    const Nanos deadline = lock.deadline();
+    const std::uint64_t published = published_token();
+    if (owner && published == held_token && (current == held_token || current == 0)) {
+      guarded_write(held_token, check, deadline, &seq);
+      not_held_since.reset();
+    } else if (!owner && !not_held_since) {
+      not_held_since = clock_->now();
+    }
+    // Let go when the loss was heard, when the hold is over and the check
+    // just passed (a failed check waits for the loss signal instead, so
+    // the signal is tested after a pause too), or when the signal is late.
+    const auto now = clock_->now();
+    const bool silent_loss = not_held_since && now - *not_held_since >= kSilentLoss;
+    if (silent_loss && published != 0) {
+      // Not a rule of the checker (the hold's own check stopped passing in
+      // time); said so that runs show how often the signal is late.
+      std::fprintf(stderr,
+                   "worker %d: hold %llu: is_held() false for %lld ms and no loss signal yet\n",
+                   options_.id, static_cast<unsigned long long>(held_token),
+                   static_cast<long long>(
+                       std::chrono::duration_cast<milliseconds>(now - *not_held_since).count()));
+    }
+    if (published == 0 || (now >= hold_until && !not_held_since) || silent_loss) {
+      let_go();
+      sleep_on(*clock_, uniform(milliseconds(0), options_.rest_max));
+      continue;
+    }
+    sleep_on(*clock_, options_.write_interval);
+  }
+  if (holding) let_go();
+  log({Kind::kExit});
+  return ok_status();
+}
+
+// ---- the pulled locks ----------------------------------------------------------------
+
+namespace {
+
+class KeyedPulledLock final : public PulledLock {
+ public:
+  KeyedPulledLock(std::unique_ptr<KeyedLockProvider> provider, std::string key,
+                  milliseconds max_hold)
+      : provider_(std::move(provider)), key_(std::move(key)), max_hold_(max_hold) {}
+  ~KeyedPulledLock() override { (void)release(); }
+
+  Result<std::uint64_t> acquire(milliseconds wait, std::function<void()> on_lost) override {
+    Result<std::optional<Lease>> got = provider_->try_acquire(key_, wait, max_hold_);
+    if (!got.ok()) return got.status();
+    if (!got->has_value()) return std::uint64_t{0};
+    Lease lease = std::move(**got);
+    const std::uint64_t token = lease.fencing_token();
+    if (token == 0) return std::uint64_t{0};  // ended as it was granted (~Lease frees it)
+    std::lock_guard<std::mutex> lock(mu_);
+    lease_ = std::move(lease);
+    on_lost_.emplace(lease_->lost_token(), std::move(on_lost));
+    return token;
+  }
+  bool is_held() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lease_ && lease_->is_held();
+  }
+  std::uint64_t fencing_token() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return lease_ ? lease_->fencing_token() : 0;
+  }
+  Nanos deadline() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!lease_) return 0;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               lease_->hold_deadline().time_since_epoch())
+        .count();
+  }
+  Status release() override {
+    std::optional<Lease> lease;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lease.swap(lease_);
+    }
+    if (!lease) return ok_status();
+    const Status released = lease->release();
+    // After the release: a loss that raced it is still heard (and the
+    // worker logs whichever came first).
+    std::lock_guard<std::mutex> lock(mu_);
+    on_lost_.reset();
+    return released;
+  }
+
+ private:
+  const std::unique_ptr<KeyedLockProvider> provider_;
+  const std::string key_;
+  const milliseconds max_hold_;
+  mutable std::mutex mu_;
+  std::optional<Lease> lease_;
+  std::optional<std::stop_callback<std::function<void()>>> on_lost_;
+};
+
+class ClusteredPulledLock final : public PulledLock {
+ public:
+  ClusteredPulledLock(std::unique_ptr<ClusteredLockManager> manager,
+                      std::shared_ptr<ClusteredLock> lock)
+      : manager_(std::move(manager)), lock_(std::move(lock)) {
+    listener_ = lock_->add_loss_listener([this](const Status&) {
+      std::function<void()> on_lost;
+      {
+        std::lock_guard<std::mutex> guard(mu_);
+        on_lost.swap(on_lost_);
+      }
+      if (on_lost) on_lost();
+    });
+  }
+  ~ClusteredPulledLock() override {
+    (void)release();
+    lock_->remove_loss_listener(listener_);
+    // Its callback threads end with it: no listener runs after this.
+    manager_.reset();
+  }
+
+  Result<std::uint64_t> acquire(milliseconds wait, std::function<void()> on_lost) override {
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      on_lost_ = std::move(on_lost);  // before the hold can end
+    }
+    Result<bool> got = lock_->try_lock(wait).get();
+    if (!got.ok()) return got.status();
+    if (!*got) return std::uint64_t{0};
+    held_ = true;
+    return lock_->fencing_token();  // 0 if lost already: the worker lets go
+  }
+  bool is_held() const override { return lock_->is_held(); }
+  std::uint64_t fencing_token() const override { return lock_->fencing_token(); }
+  Nanos deadline() const override {
+    const auto deadline = lock_->lease_deadline();
+    if (!deadline) return 0;
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
+        .count();
+  }
+  Status release() override {
+    if (!held_) return ok_status();
+    held_ = false;
+    Result<bool> unlocked = lock_->unlock().get();
+    std::lock_guard<std::mutex> guard(mu_);
+    on_lost_ = nullptr;
+    return unlocked.status();
+  }
+
+ private:
+  std::unique_ptr<ClusteredLockManager> manager_;
+  const std::shared_ptr<ClusteredLock> lock_;
+  ClusteredLock::ListenerId listener_ = 0;
+  std::mutex mu_;
+  std::function<void()> on_lost_;
+  bool held_ = false;  // the worker's thread only
+};
+
+}  // namespace
+
+std::unique_ptr<PulledLock> keyed_pulled_lock(std::unique_ptr<KeyedLockProvider> provider,
+                                              std::string key, milliseconds max_hold) {
+  return std::make_unique<KeyedPulledLock>(std::move(provider), std::move(key), max_hold);
+}
+
+Result<std::unique_ptr<PulledLock>> clustered_pulled_lock(
+    std::unique_ptr<ClusteredLockManager> manager, const std::string& name) {
+  SIMBA_RETURN_IF_ERROR(manager->define(name).status());
+  Result<std::shared_ptr<ClusteredLock>> lock = manager->get(name);
+  if (!lock.ok()) return lock.status();
+  return std::unique_ptr<PulledLock>(
+      std::make_unique<ClusteredPulledLock>(std::move(manager), std::move(*lock)));
 }
 
 }  // namespace simba::testing

@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "simba/clock.h"
+#include "simba/clustered_lock.h"
 #include "simba/contend_service.h"
+#include "simba/keyed_lock.h"
 #include "simba/status.h"
 #include "testing/fault_history.h"
 
@@ -106,6 +108,34 @@ class FencedRegisterClient final : public FencedResource {
   int fd_ = -1;
 };
 
+// A lock the worker asks for and waits on (a keyed lease, a clustered
+// lock), where the contend service instead calls back. One hold at a time.
+class PulledLock {
+ public:
+  virtual ~PulledLock() = default;
+  // Waits up to `wait` for a hold: its fencing token, or 0 when not held in
+  // time. `on_lost` runs (on any thread, at most once) if this hold ends
+  // other than by release().
+  virtual Result<std::uint64_t> acquire(std::chrono::milliseconds wait,
+                                        std::function<void()> on_lost) = 0;
+  // The API's own ownership check, its token now (0: none), and the last
+  // instant it promises the hold (nanoseconds of the clock; 0: none).
+  virtual bool is_held() const = 0;
+  virtual std::uint64_t fencing_token() const = 0;
+  virtual Nanos deadline() const = 0;
+  // Ends the hold (a lost one too); idempotent.
+  virtual Status release() = 0;
+};
+
+// A KeyedLockProvider's lease of `key`, each hold capped at `max_hold`: the
+// deadline is the hold's max_hold watchdog (Lease::hold_deadline()).
+std::unique_ptr<PulledLock> keyed_pulled_lock(std::unique_ptr<KeyedLockProvider> provider,
+                                              std::string key, std::chrono::milliseconds max_hold);
+// A ClusteredLockManager's lock `name` (defined here): the deadline is the
+// hold's lease (ClusteredLock::lease_deadline()).
+Result<std::unique_ptr<PulledLock>> clustered_pulled_lock(
+    std::unique_ptr<ClusteredLockManager> manager, const std::string& name);
+
 struct FaultWorkerOptions {
   int id = 1;
   std::string mutex = "fault-run";
@@ -120,6 +150,9 @@ struct FaultWorkerOptions {
   // gap sends a stale token to the resource, which must turn it away.
   std::chrono::milliseconds write_gap{5};
   std::chrono::milliseconds beat_interval{100};
+  // (run_pulled) One hold in five is kept until the lock itself ends it (a
+  // keyed lease's max_hold watchdog) rather than let go after its hold.
+  bool hold_until_lost = false;
   std::uint64_t seed = 1;
 };
 
@@ -129,10 +162,18 @@ struct FaultWorkerOptions {
 // WorkerEvent per call, from several threads (it must be thread-safe).
 class FaultWorker {
  public:
+  // `factory` may be null for run_pulled() (the clock is then steady).
   FaultWorker(MutexContendServiceFactory* factory, FencedResource* resource,
               std::function<void(const std::string&)> log, FaultWorkerOptions options);
   // Non-OK only when the service could not be made or started.
   Status run(const std::function<bool()>& stop_requested);
+  // The same loop over a lock that is asked for rather than calling back:
+  // acquire (waiting up to 500 ms at a time), write while is_held() passes,
+  // let go after the hold (or, with hold_until_lost, one hold in five when
+  // the lock itself ends it). A hold that ends without
+  // its loss signal is let go 500 ms after is_held() first failed.
+  // `factory` may be null for this form.
+  Status run_pulled(PulledLock& lock, const std::function<bool()>& stop_requested);
 
   // What on_acquired does before it logs: reads `clock`, then publishes
   // `token` to the writing loop; returns the ev=acquired event stamped with
@@ -143,6 +184,13 @@ class FaultWorker {
 
  private:
   void log(WorkerEvent e);
+  // Logs the end of tenure number `tenure` as `kind` (kLost, kReleased),
+  // once, and only while it is the current tenure: a late loss signal of
+  // an earlier hold is not the current hold's end.
+  void end_tenure(std::uint64_t tenure, WorkerEvent::Kind kind);
+  // Waits, writes and logs one guarded write for `token` after a check at
+  // `check` that passed with `deadline`.
+  void guarded_write(std::uint64_t token, Nanos check, Nanos deadline, std::int64_t* seq);
 
   MutexContendServiceFactory* factory_;
   FencedResource* resource_;
@@ -155,6 +203,8 @@ class FaultWorker {
   mutable std::mutex mu_;
   std::uint64_t token_ = 0;
   std::uint64_t tenures_ = 0;
+  // (run_pulled) The tenure whose end was logged last.
+  std::uint64_t ended_tenure_ = 0;
   // The worker itself is stopping its service: on_released is a release,
   // not a loss.
   std::atomic<bool> letting_go_{false};

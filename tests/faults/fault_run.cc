@@ -128,7 +128,19 @@ struct RunOptions {
   milliseconds lease_stretch{0};
   // How long a worker holds the mutex before it lets go (uniform).
   milliseconds hold_min{300}, hold_max{1500};
+  // What the workers hold the mutex through: the contend service (contend),
+  // a KeyedLockProvider lease of the key (keyed) or a ClusteredLock
+  // (clustered); see PulledLock in testing/fault_worker.h.
+  std::string api = "contend";
+  // (keyed) Each lease's max_hold; one hold in five runs until its watchdog.
+  milliseconds max_hold{2500};
 };
+
+// The longest a worker holds before the mutex is free again without a
+// fault: keyed workers hold one lease in five until its max_hold.
+milliseconds longest_hold(const RunOptions& options) {
+  return options.api == "keyed" ? std::max(options.hold_max, options.max_hold) : options.hold_max;
+}
 
 std::vector<std::string> faults_for(const std::string& store, const std::string& topology = "") {
   if (!topology.empty()) {
@@ -251,6 +263,10 @@ class ProcessWorkers final : public Workers {
         ms(options_.hold_min),
         "--hold-max-ms",
         ms(options_.hold_max),
+        "--api",
+        options_.api,
+        "--max-hold-ms",
+        ms(options_.max_hold),
         "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
@@ -558,7 +574,8 @@ class Run {
 
   int main() {
     say("store " + options_.store + (options_.volatile_store ? " (volatile)" : "") +
-        (options_.topology.empty() ? "" : ", topology " + options_.topology) + ", " +
+        (options_.topology.empty() ? "" : ", topology " + options_.topology) +
+        (options_.api == "contend" ? "" : ", api " + options_.api) + ", " +
         std::to_string(options_.workers) + " workers, ttl " + std::to_string(options_.ttl.count()) +
         " ms + transition " + std::to_string(options_.transition.count()) + " ms, " +
         std::to_string(options_.duration.count()) + " s, seed " + std::to_string(options_.seed) +
@@ -643,21 +660,23 @@ class Run {
     // of docs/reliability.md): 5 is well below anything that wrote at all.
     check->min_writes_accepted = static_cast<int>(5 * span);
     // Acquisitions: half the slowest pace the workers' loop allows. A holder
-    // lets go within hold_max, rests at most rest_max (300 ms), and the next
+    // lets go within its longest hold (hold_max; for keyed workers the
+    // lease's max_hold), rests at most rest_max (300 ms), and the next
     // owner comes within the takeover bound even after a fault, so the mutex
     // changes hands at least once per hold_max + 0.3 s + bound (5.3 s with
     // the defaults; the long runs see one a second); at least 2, or the
     // mutex never changed hands.
     const double cycle =
         static_cast<double>(
-            (options.hold_max + milliseconds(300) + *check->takeover_bound).count()) /
+            (longest_hold(options) + milliseconds(300) + *check->takeover_bound).count()) /
         1000;
     check->min_acquisitions = std::max(2, static_cast<int>(span / (2 * cycle)));
     // Faults aimed at a worker: at least half must find it holding the
     // mutex. The harness aims them at the worker whose write the fence
-    // accepted in the last 300 ms (waiting up to 3 s for one), so one misses
-    // only when that holder let go in those 300 ms; more than half missing
-    // means the faults tested waiters, which any store survives.
+    // accepts next (waiting up to 3 s for one) and keeps that write's reply
+    // back for 20 ms, so one misses only when no write came or its worker
+    // died meanwhile; more than half missing means the faults tested
+    // waiters, which any store survives.
     const auto aimed = std::count_if(faults.begin(), faults.end(),
                                      [](const FaultEvent& f) { return f.worker != 0; });
     check->min_holder_faults = static_cast<int>((aimed + 1) / 2);
@@ -1040,8 +1059,8 @@ class Run {
         << " failover_allowance_ms=" << options_.failover_allowance.count()
         << " volatile=" << (options_.volatile_store ? 1 : 0) << " ttl_ms=" << options_.ttl.count()
         << " transition_ms=" << options_.transition.count()
-        << " op_timeout_ms=" << options_.op_timeout.count()
-        << " hold_max_ms=" << options_.hold_max.count()
+        << " op_timeout_ms=" << options_.op_timeout.count() << " api=" << options_.api
+        << " hold_max_ms=" << longest_hold(options_).count()
         << " lease_stretch_ms=" << options_.lease_stretch.count()
         << " expect_violations=" << (options_.expect_violations ? 1 : 0)
         << " expect_rule=" << options_.expect_rule << " seed=" << options_.seed
@@ -1089,7 +1108,7 @@ int usage() {
          "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
          "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
          "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
-         "         [--hold-ms MIN,MAX]\n"
+         "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered] [--max-hold-ms N]\n"
          "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
          "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
@@ -1178,6 +1197,15 @@ int main(int argc, char** argv) {
       }
       options.hold_min = std::chrono::milliseconds(lo);
       options.hold_max = std::chrono::milliseconds(hi);
+    } else if (flag == "--api") {
+      if (value != "contend" && value != "keyed" && value != "clustered") {
+        std::cerr << "fault-run: --api takes contend, keyed or clustered, not " << value << "\n";
+        return 2;
+      }
+      options.api = value;
+    } else if (flag == "--max-hold-ms") {
+      if (!need_number()) return 2;
+      options.max_hold = std::chrono::milliseconds(number);
     } else if (flag == "--check") {
       check_dir = value;
     } else {
@@ -1208,6 +1236,16 @@ int main(int argc, char** argv) {
     options.store = store;
   }
   if (kStores.count(options.store) == 0) return simba::testing::usage();
+  if (options.api != "contend" && options.store == "memory") {
+    // Memory workers are threads of the contend service on one ManualClock.
+    std::cerr << "fault-run: --api " << options.api << " needs a store other processes reach\n";
+    return 2;
+  }
+  if (options.api == "keyed" && options.store == "mysql") {
+    std::cerr << "fault-run: --api keyed on mysql: GET_LOCK mints no fencing token, which the "
+                 "fenced resource needs\n";
+    return 2;
+  }
   if (options.lease_stretch.count() > 0 && options.store != "memory") {
     std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
     return 2;

@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "simba/clustered_lock.h"
 #include "simba/contend_service.h"
+#include "simba/keyed_lock.h"
 #include "testing/child_output.h"
 #include "testing/fault_worker.h"
 
@@ -24,7 +26,8 @@ int usage() {
   std::fprintf(stderr,
                "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
                "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
-               "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n");
+               "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n"
+               "         [--api contend|keyed|clustered] [--max-hold-ms N]\n");
   return 2;
 }
 
@@ -32,6 +35,10 @@ int usage() {
 
 int main(int argc, char** argv) {
   std::string store, log_path, resource_path;
+  std::string api = "contend";
+  // (keyed) Each lease's max_hold: holds that run until the lock ends them
+  // end here, by the watchdog.
+  std::chrono::milliseconds max_hold{2500};
   simba::testing::FaultWorkerOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -59,6 +66,11 @@ int main(int argc, char** argv) {
       options.hold_max = std::chrono::milliseconds(number);
     } else if (flag == "--seed") {
       options.seed = static_cast<std::uint64_t>(number);
+    } else if (flag == "--api" &&
+               (value == "contend" || value == "keyed" || value == "clustered")) {
+      api = value;
+    } else if (flag == "--max-hold-ms" && number > 0) {
+      max_hold = std::chrono::milliseconds(number);
     } else {
       return usage();
     }
@@ -79,26 +91,48 @@ int main(int argc, char** argv) {
   }
   simba::testing::stop_on_signals();
 
-  simba::FactoryOptions factory_options;
-  factory_options.contend = options.contend;
-  auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
-  if (!factory.ok()) {
-    std::fprintf(stderr, "fault worker %d: %s\n", options.id, factory.status().to_string().c_str());
-    return 3;
-  }
-  simba::testing::FencedRegisterClient resource(resource_path);
-  simba::testing::FaultWorker worker(
-      factory->get(), &resource,
-      [log_fd](const std::string& line) {
-        const std::string out = line + "\n";
-        const ssize_t ignored = ::write(log_fd, out.data(), out.size());
-        (void)ignored;
-      },
-      options);
-  const simba::Status status = worker.run([] { return simba::testing::stop_requested(); });
-  if (!status.ok()) {
+  auto fail = [&](const simba::Status& status) {
     std::fprintf(stderr, "fault worker %d: %s\n", options.id, status.to_string().c_str());
     return 3;
+  };
+  simba::testing::FencedRegisterClient resource(resource_path);
+  auto log = [log_fd](const std::string& line) {
+    const std::string out = line + "\n";
+    const ssize_t ignored = ::write(log_fd, out.data(), out.size());
+    (void)ignored;
+  };
+  auto stop = [] { return simba::testing::stop_requested(); };
+  simba::Status status;
+  if (api == "contend") {
+    simba::FactoryOptions factory_options;
+    factory_options.contend = options.contend;
+    auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
+    if (!factory.ok()) return fail(factory.status());
+    simba::testing::FaultWorker worker(factory->get(), &resource, log, options);
+    status = worker.run(stop);
+  } else {
+    std::unique_ptr<simba::testing::PulledLock> lock;
+    if (api == "keyed") {
+      simba::KeyedLockOptions keyed_options;
+      keyed_options.lease = options.contend;
+      auto provider = simba::KeyedLockProvider::open(store, keyed_options);
+      if (!provider.ok()) return fail(provider.status());
+      lock = simba::testing::keyed_pulled_lock(std::move(*provider), options.mutex, max_hold);
+      options.hold_until_lost = true;
+    } else {
+      simba::ClusteredLockOptions clustered_options;
+      clustered_options.lease = options.contend;
+      clustered_options.node_id = "fault-worker-" + std::to_string(options.id) + "-" +
+                                  simba::MutexContender::generate_uuid_contender_id().substr(0, 8);
+      auto manager = simba::ClusteredLockManager::open(store, clustered_options);
+      if (!manager.ok()) return fail(manager.status());
+      auto made = simba::testing::clustered_pulled_lock(std::move(*manager), options.mutex);
+      if (!made.ok()) return fail(made.status());
+      lock = std::move(*made);
+    }
+    simba::testing::FaultWorker worker(nullptr, &resource, log, options);
+    status = worker.run_pulled(*lock, stop);
   }
+  if (!status.ok()) return fail(status);
   return 0;
 }
