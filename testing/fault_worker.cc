@@ -392,7 +392,8 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
   std::uint64_t tenure = 0;
   std::uint64_t held_token = 0;
   Clock::TimePoint hold_until{};
-  std::optional<Clock::TimePoint> not_held_since;
+  // When the hold's check first failed (max: it passes).
+  Clock::TimePoint not_held_since = Clock::TimePoint::max();
   Clock::TimePoint next_beat = clock_->now();
   auto beat = [&] {
     if (clock_->now() >= next_beat) {
@@ -432,7 +433,7 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
       holding = true;
       tenure = next;
       held_token = *got;
-      not_held_since.reset();
+      not_held_since = Clock::TimePoint::max();
       // One hold in five runs until the lock ends it (a keyed lease's
       // max_hold watchdog; the worker's stop otherwise).
       hold_until = options_.hold_until_lost && std::uniform_int_distribution<int>(0, 4)(random) == 0
@@ -447,17 +448,21 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
     const std::uint64_t current = lock.fencing_token();
     const Nanos deadline = lock.deadline();
     const std::uint64_t published = published_token();
-    if (owner && published == held_token && (current == held_token || current == 0)) {
+    // The hold is over only on a check that passed just now (the write
+    // after a pause carries the check from before it): a failed check waits
+    // for the loss signal instead, so the signal is tested after a pause.
+    const bool passed = owner && published == held_token && (current == held_token || current == 0);
+    bool done = passed && clock_->now() >= hold_until;
+    if (passed && !done) {
       guarded_write(held_token, check, deadline, &seq);
-      not_held_since.reset();
-    } else if (!owner && !not_held_since) {
+      not_held_since = Clock::TimePoint::max();
+    } else if (!owner && not_held_since == Clock::TimePoint::max()) {
       not_held_since = clock_->now();
     }
-    // Let go when the loss was heard, when the hold is over and the check
-    // just passed (a failed check waits for the loss signal instead, so
-    // the signal is tested after a pause too), or when the signal is late.
+    // Let go, too, once the loss was heard, or when its signal is late.
     const auto now = clock_->now();
-    const bool silent_loss = not_held_since && now - *not_held_since >= kSilentLoss;
+    const bool silent_loss =
+        not_held_since != Clock::TimePoint::max() && now - not_held_since >= kSilentLoss;
     if (silent_loss && published != 0) {
       // Not a rule of the checker (the hold's own check stopped passing in
       // time); said so that runs show how often the signal is late.
@@ -465,9 +470,10 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
                    "worker %d: hold %llu: is_held() false for %lld ms and no loss signal yet\n",
                    options_.id, static_cast<unsigned long long>(held_token),
                    static_cast<long long>(
-                       std::chrono::duration_cast<milliseconds>(now - *not_held_since).count()));
+                       std::chrono::duration_cast<milliseconds>(now - not_held_since).count()));
     }
-    if (published == 0 || (now >= hold_until && !not_held_since) || silent_loss) {
+    done = done || published == 0 || silent_loss;
+    if (done) {
       let_go();
       sleep_on(*clock_, uniform(milliseconds(0), options_.rest_max));
       continue;
