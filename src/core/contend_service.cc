@@ -182,17 +182,18 @@ Status ServiceCore::stop() {
       hooks_.stop_waits_for_callbacks && !strand_->running_in_this_thread();
   if (wait_for_callbacks) strand_->drain();
   Status result;
-  if (mode_ == Mode::kContend && released_token != 0) {
-    // An ownership we know is released by its token, so that this request,
+  if (mode_ == Mode::kContend) {
+    // Release even when we own nothing: an attempt still in flight may have
+    // acquired the mutex at the store without our knowing yet (if it lands
+    // after this release, run_attempt gives it back by its token: the
+    // compensating release), and a store that queues its waiters (etcd)
+    // must see this contender leave the queue, or its entry is granted
+    // the mutex when the holder lets go and holds it for a whole lease. An
+    // ownership we know is released by its token, so that this request,
     // should it reach the store late, cannot end a later ownership of ours.
-    // Owning nothing we know of, we release nothing: an attempt still in
-    // flight that acquires at the store is given back by its token when
-    // its reply comes (the compensating release in run_attempt), and one
-    // whose reply never comes ends with its lease. A release "of whatever
-    // we own" (token 0) used to go out here; delivered late (a partition
-    // that heals with the request still in flight), it ended the next
-    // ownership of the same contender id, which the clustered fault runs
-    // on PostgreSQL caught as three owners at once.
+    // One that names none (token 0) still could, if it reached the store
+    // after a later acquisition of this contender: a gap docs/reliability.md
+    // lists among what the fault runs do not show.
     auto released = backend_->release(mutex_, contender_id_, released_token, store_deadline());
     if (!released.ok()) {
       result = released.status().with_context("releasing mutex '" + mutex_ + "' on stop");
