@@ -36,12 +36,19 @@ bool parse_request(const char* text, int* worker, std::uint64_t* token, std::int
   return true;
 }
 
+// A duration drawn uniformly from [lo, hi] (lo when hi <= lo).
+milliseconds uniform_ms(std::mt19937_64& random, milliseconds lo, milliseconds hi) {
+  if (hi <= lo) return lo;
+  return milliseconds(std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
+}
+
 }  // namespace
 
-Nanos now_nanos(const Clock& clock) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(clock.now().time_since_epoch())
-      .count();
+Nanos nanos_of(Clock::TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
+
+Nanos now_nanos(const Clock& clock) { return nanos_of(clock.now()); }
 
 void sleep_on(const Clock& clock, Clock::Duration d) {
   std::mutex mu;
@@ -283,11 +290,7 @@ void FaultWorker::end_tenure(std::uint64_t tenure, WorkerEvent::Kind kind) {
 Status FaultWorker::run(const std::function<bool()>& stop_requested) {
   using Kind = WorkerEvent::Kind;
   std::mt19937_64 random(options_.seed);
-  auto uniform = [&](milliseconds lo, milliseconds hi) {
-    if (hi <= lo) return lo;
-    return milliseconds(
-        std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
-  };
+  auto uniform = [&](milliseconds lo, milliseconds hi) { return uniform_ms(random, lo, hi); };
   auto contender = make_contender(
       options_.mutex,
       [this](const MutexState& s) { log(publish_acquired(*clock_, s.after.fencing_token)); },
@@ -335,9 +338,7 @@ Status FaultWorker::run(const std::function<bool()>& stop_requested) {
         last_deadline = 0;
       }
       if (deadline) {
-        last_deadline =
-            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
-                .count();
+        last_deadline = nanos_of(*deadline);
       }
       // Every check that passes is acted on, with the last deadline the
       // service reported for this tenure: an is_owner() that stopped
@@ -381,11 +382,7 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
   // of dispatch, then judges a signal that never came.
   constexpr milliseconds kSilentLoss{500};
   std::mt19937_64 random(options_.seed);
-  auto uniform = [&](milliseconds lo, milliseconds hi) {
-    if (hi <= lo) return lo;
-    return milliseconds(
-        std::uniform_int_distribution<std::int64_t>(lo.count(), hi.count())(random));
-  };
+  auto uniform = [&](milliseconds lo, milliseconds hi) { return uniform_ms(random, lo, hi); };
   log({Kind::kStart});
   std::int64_t seq = 0;
   bool holding = false;
@@ -519,9 +516,7 @@ class KeyedPulledLock final : public PulledLock {
   Nanos deadline() const override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!lease_) return 0;
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               lease_->hold_deadline().time_since_epoch())
-        .count();
+    return nanos_of(lease_->hold_deadline());
   }
   Status release() override {
     std::optional<Lease> lease;
@@ -583,9 +578,7 @@ class ClusteredPulledLock final : public PulledLock {
   std::uint64_t fencing_token() const override { return lock_->fencing_token(); }
   Nanos deadline() const override {
     const auto deadline = lock_->lease_deadline();
-    if (!deadline) return 0;
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(deadline->time_since_epoch())
-        .count();
+    return deadline ? nanos_of(*deadline) : 0;
   }
   Status release() override {
     if (!held_) return ok_status();

@@ -36,6 +36,8 @@ namespace simba::testing {
 
 // Nanoseconds of `clock` since its epoch: the time base of every log line.
 Nanos now_nanos(const Clock& clock);
+// The same for a time point of a clock (a lease deadline).
+Nanos nanos_of(Clock::TimePoint t);
 // Sleeps `d` of `clock`'s time (virtual time for a ManualClock).
 void sleep_on(const Clock& clock, Clock::Duration d);
 
