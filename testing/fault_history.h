@@ -103,6 +103,16 @@ struct CheckOptions {
   // The mutex must have an owner again this long after every fault healed:
   // ttl + transition + 2 s unless set.
   std::optional<std::chrono::milliseconds> takeover_bound;
+  // Whether the API tells its holder until when a hold lasts (a lease
+  // deadline, a max_hold watchdog). `simba run` does not: its command acts
+  // until SIGTERM, which the CLI sends once its own lease check fails. Then
+  // no write is judged against a deadline, and a check that passed after a
+  // newer owner acquired is excused only when the worker's process tree was
+  // paused from before that acquisition and the check came within
+  // signal_slack of the pause's end (the CLI notices the loss on resuming,
+  // and until its signal lands the command cannot know; its fencing token
+  // is what keeps such a write out). Everywhere else the rule stands.
+  bool deadline_promised = true;
   // Longest silence of a worker's loop (beats, writes) not explained by a
   // pause fault.
   std::chrono::milliseconds hang_after{3000};
@@ -163,6 +173,11 @@ struct CheckReport {
   Nanos takeover_bound = 0;
   // Longest belief overlap seen (positive only while a worker was paused).
   Nanos worst_overlap = 0;
+  // (deadline_promised off) Checks that passed after a newer owner had
+  // acquired, excused by a pause of the worker's tree, and the latest of
+  // them after that acquisition.
+  int excused_acts = 0;
+  Nanos worst_excused_act = 0;
   // Recovery from each kind of fault: how often the holder kept the mutex
   // through it (a tenure open when the fault began that outlasted it, that
   // nobody else's acquisition interrupted, and that was not killed or lost

@@ -454,6 +454,71 @@ TEST(FaultHistory, PauseExcusesLateLoggedAcquisition) {
   EXPECT_TRUE(r.ok()) << r.summary();
 }
 
+// ---------------------------------------------------------------- no deadline (simba run)
+
+CheckOptions no_deadline(Nanos run_end = 0) {
+  CheckOptions o = options_for(run_end);
+  o.deadline_promised = false;
+  return o;
+}
+
+TEST(FaultHistory, WithoutAPromisedDeadlineAWriteIsNotJudgedAgainstOne) {
+  const std::vector<WorkerHistory> history = {
+      worker(1, {acquired_at(ms(100), 1), write(ms(200), 1, 0), released_at(ms(300), 1)})};
+  EXPECT_TRUE(check_run(history, {}, {}, no_deadline()).ok());
+  EXPECT_THAT(rules(check_run(history)), ElementsAre("write-after-deadline"));
+}
+
+// Worker 1 passes a check at `check` with no deadline, after worker 2
+// acquired at 2000 ms; it hears of its loss 10 ms after that check.
+std::vector<WorkerHistory> acted_late(Nanos check) {
+  return {worker(1, {acquired_at(ms(100), 1), write(check, 1, 0), lost_at(check + ms(10), 1)}),
+          worker(2, {acquired_at(ms(2000), 2), released_at(ms(5000), 2)})};
+}
+
+TEST(FaultHistory, WithoutAPromisedDeadlineOnlyAPauseExcusesActingAfterATakeover) {
+  // Unpaused, the CLI's lease check ends the hold before anyone else can
+  // acquire: acting after a takeover is a violation as with a deadline.
+  EXPECT_THAT(rules(check_run(acted_late(ms(2100)), {}, {}, no_deadline())),
+              ElementsAre("acted-after-takeover"));
+  // Paused 1000..3000 ms (across the takeover): a check within signal_slack
+  // of resuming, before the CLI's SIGTERM lands, is excused and counted.
+  const std::vector<FaultEvent> pause = {{"pause", 1, ms(1000), ms(3000)}};
+  const CheckReport r = check_run(acted_late(ms(3020)), {}, pause, no_deadline(ms(6000)));
+  EXPECT_TRUE(r.ok()) << r.summary();
+  EXPECT_EQ(r.excused_acts, 1);
+  EXPECT_EQ(r.worst_excused_act, ms(1020));
+  EXPECT_THAT(r.summary(), HasSubstr("excused by a pause"));
+  // Not one more than signal_slack after resuming (its loss then came too
+  // late as well)...
+  EXPECT_THAT(rules(check_run(acted_late(ms(4100)), {}, pause, no_deadline(ms(6000)))),
+              ElementsAre("overlap", "acted-after-takeover"));
+  // ...nor by a pause that began after the takeover (the CLI was running
+  // when the lease ran out), nor by another worker's pause...
+  EXPECT_THAT(rules(check_run(acted_late(ms(3020)), {}, {{"pause", 1, ms(2050), ms(3000)}},
+                              no_deadline(ms(6000)))),
+              ElementsAre("acted-after-takeover"));
+  EXPECT_THAT(rules(check_run(acted_late(ms(3020)), {}, {{"pause", 2, ms(1000), ms(3000)}},
+                              no_deadline(ms(6000)))),
+              ElementsAre("overlap", "acted-after-takeover"));
+  // ...and where a deadline is promised, never.
+  EXPECT_THAT(rules(check_run(acted_late(ms(3020)), {}, pause, options_for(ms(6000)))),
+              ElementsAre("write-after-deadline", "acted-after-takeover"));
+}
+
+TEST(FaultHistory, WithoutAPromisedDeadlineAnUnexcusedCheckBeforeAnExcusedOneIsReported) {
+  // A check 100 ms after the takeover with no pause yet, then a pause and
+  // an excused one: the first is the violation.
+  const std::vector<WorkerHistory> history = {
+      worker(1, {acquired_at(ms(100), 1), write(ms(2100), 1, 0), write(ms(3020), 1, 0),
+                 lost_at(ms(3030), 1)}),
+      worker(2, {acquired_at(ms(2000), 2), released_at(ms(5000), 2)})};
+  const CheckReport r =
+      check_run(history, {}, {{"pause", 1, ms(2200), ms(3000)}}, no_deadline(ms(6000)));
+  ASSERT_THAT(rules(r), ElementsAre("acted-after-takeover"));
+  EXPECT_THAT(r.violations[0].detail, HasSubstr("check 100.0 ms after"));
+}
+
 // ---------------------------------------------------------------- minimum activity
 
 TEST(FaultHistory, WriteWithNoDeadlineEverReported) {
