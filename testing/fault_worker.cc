@@ -2,13 +2,17 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <sstream>
@@ -309,7 +313,7 @@ Status FaultWorker::run(const std::function<bool()>& stop_requested) {
   log({Kind::kStart});
   SIMBA_RETURN_IF_ERROR(contend.start());
 
-  std::int64_t seq = 0;
+  std::int64_t seq = options_.first_seq;
   std::optional<Clock::TimePoint> hold_until;
   Clock::TimePoint next_beat = clock_->now();
   // The last lease deadline the service reported in the tenure numbered
@@ -383,8 +387,8 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
   constexpr milliseconds kSilentLoss{500};
   std::mt19937_64 random(options_.seed);
   auto uniform = [&](milliseconds lo, milliseconds hi) { return uniform_ms(random, lo, hi); };
-  log({Kind::kStart});
-  std::int64_t seq = 0;
+  if (options_.lifecycle_events) log({Kind::kStart});
+  std::int64_t seq = options_.first_seq;
   bool holding = false;
   std::uint64_t tenure = 0;
   std::uint64_t held_token = 0;
@@ -478,6 +482,69 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
     sleep_on(*clock_, options_.write_interval);
   }
   if (holding) let_go();
+  if (options_.lifecycle_events) log({Kind::kExit});
+  return ok_status();
+}
+
+Status FaultWorker::run_cli(const std::string& simba_path,
+                            const std::vector<std::string>& run_flags,
+                            const std::vector<std::string>& command, const std::string& stderr_path,
+                            const std::function<bool()>& stop_requested) {
+  using Kind = WorkerEvent::Kind;
+  std::mt19937_64 random(options_.seed);
+  std::vector<std::string> argv = {simba_path, "run"};
+  argv.insert(argv.end(), run_flags.begin(), run_flags.end());
+  argv.emplace_back("--");
+  argv.insert(argv.end(), command.begin(), command.end());
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  log({Kind::kStart});
+  Clock::TimePoint next_beat = clock_->now();
+  while (!stop_requested()) {
+    const pid_t parent = ::getpid();
+    const pid_t simba = ::fork();
+    if (simba < 0) return internal_error(std::string("fork: ") + std::strerror(errno));
+    if (simba == 0) {
+      // Dies with the worker (the harness's kill takes the whole tree at
+      // once; this covers the harness itself dying).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(3);
+      if (!stderr_path.empty()) {
+        const int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0 && fd != STDERR_FILENO) {
+          ::dup2(fd, STDERR_FILENO);
+          ::close(fd);
+        }
+      }
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+    bool interrupted = false;
+    int status = 0;
+    for (;;) {
+      const pid_t done = ::waitpid(simba, &status, WNOHANG);
+      if (done == simba || (done < 0 && errno != EINTR)) break;
+      if (!interrupted && stop_requested()) {
+        ::kill(simba, SIGINT);
+        interrupted = true;
+      }
+      if (clock_->now() >= next_beat) {
+        log({Kind::kBeat});
+        next_beat = clock_->now() + options_.beat_interval;
+      }
+      sleep_on(*clock_, milliseconds(10));
+    }
+    // 0: the command's hold ended; 75: not acquired in time; 76: the
+    // lease was lost (the command logged it); 130: stopped by SIGINT.
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code != 0 && code != 75 && code != 76 && code != 130) {
+      std::fprintf(stderr, "worker %d: simba run exited with %d\n", options_.id, code);
+      // Not at full speed against a store that is down (69).
+      sleep_on(*clock_, milliseconds(100));
+    }
+    sleep_on(*clock_, uniform_ms(random, milliseconds(0), options_.rest_max));
+  }
   log({Kind::kExit});
   return ok_status();
 }
@@ -598,7 +665,100 @@ class ClusteredPulledLock final : public PulledLock {
   bool held_ = false;  // the worker's thread only
 };
 
+// The process's one hold and its signals (see cli_command_lock).
+struct CliCommandState {
+  std::mutex mu;
+  std::function<void()> on_lost;
+  bool granted = false;  // acquire() handed out the token
+  std::atomic<bool> lost{false};
+  std::atomic<bool> done{false};
+};
+
+CliCommandState& cli_command_state() {
+  static CliCommandState state;
+  return state;
+}
+
+class CliCommandLock final : public PulledLock {
+ public:
+  explicit CliCommandLock(std::uint64_t token) : token_(token) {}
+
+  Result<std::uint64_t> acquire(milliseconds wait, std::function<void()> on_lost) override {
+    CliCommandState& state = cli_command_state();
+    {
+      std::lock_guard<std::mutex> lock(state.mu);
+      if (!state.granted && !state.lost && !state.done) {
+        state.granted = true;
+        state.on_lost = std::move(on_lost);
+        return token_;
+      }
+    }
+    // One hold per command: there is nothing more to wait for.
+    std::this_thread::sleep_for(std::min(wait, milliseconds(10)));
+    return std::uint64_t{0};
+  }
+  bool is_held() const override { return !cli_command_state().lost; }
+  std::uint64_t fencing_token() const override { return token_; }
+  Nanos deadline() const override { return 0; }
+  Status release() override {
+    cli_command_state().done = true;
+    return ok_status();
+  }
+
+ private:
+  const std::uint64_t token_;
+};
+
 }  // namespace
+
+Result<std::unique_ptr<PulledLock>> cli_command_lock(milliseconds linger) {
+  const char* env = std::getenv("SIMBA_FENCING_TOKEN");
+  char* end = nullptr;
+  const unsigned long long token = env != nullptr ? std::strtoull(env, &end, 10) : 0;
+  if (env == nullptr || *env == '\0' || *end != '\0' || token == 0) {
+    return invalid_argument_error(
+        "SIMBA_FENCING_TOKEN is not a fencing token (run this under `simba run`)");
+  }
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Detached: it lives as long as the process, which exits from main.
+  std::thread([signals, linger] {
+    CliCommandState& state = cli_command_state();
+    for (;;) {
+      int signal = 0;
+      if (sigwait(&signals, &signal) != 0) continue;
+      if (signal == SIGINT) {
+        // The worker stops: the command lets go (run_pulled logs released).
+        state.done = true;
+        continue;
+      }
+      if (linger.count() > 0) {
+        // The negative control's command: it winds down as if it had not
+        // lost anything, acting all the while, then ends its hold as
+        // finished (run_pulled logs released).
+        std::this_thread::sleep_for(linger);
+        state.done = true;
+        continue;
+      }
+      // SIGTERM: the CLI lost the lease. The check fails from now on, and
+      // the loss is logged at once.
+      std::function<void()> on_lost;
+      {
+        std::lock_guard<std::mutex> lock(state.mu);
+        state.lost = true;
+        on_lost.swap(state.on_lost);
+      }
+      if (on_lost) on_lost();
+      state.done = true;
+    }
+  }).detach();
+  return std::unique_ptr<PulledLock>(std::make_unique<CliCommandLock>(token));
+}
+
+bool cli_command_done() { return cli_command_state().done; }
 
 std::unique_ptr<PulledLock> keyed_pulled_lock(std::unique_ptr<KeyedLockProvider> provider,
                                               std::string key, milliseconds max_hold) {

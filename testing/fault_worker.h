@@ -155,8 +155,29 @@ struct FaultWorkerOptions {
   // (run_pulled) One hold in five is kept until the lock itself ends it (a
   // keyed lease's max_hold watchdog) rather than let go after its hold.
   bool hold_until_lost = false;
+  // (run_pulled) Logs ev=start and ev=exit; off for a `simba run` command,
+  // one of many in its worker's life, whose worker logs them (run_cli).
+  bool lifecycle_events = true;
+  // The sequence number of the first guarded write: a worker's writes are
+  // told apart by it, across the several processes of a `simba run` worker.
+  std::int64_t first_seq = 0;
   std::uint64_t seed = 1;
 };
+
+// The command `simba run` starts, as a PulledLock: its one hold is the token
+// the CLI put in SIMBA_FENCING_TOKEN, held until SIGTERM (the CLI lost the
+// lease: a loss) or SIGINT (forwarded from the worker's own stop). It
+// promises no deadline (0). Call it before any other thread is made: it
+// blocks both signals in the calling thread and takes them on a thread of
+// its own. kInvalidArgument when the variable is missing or not a token.
+// `linger` (a negative control): on SIGTERM the command acts on for that
+// long, as if its hold were still good (a command that finishes its batch
+// before it exits), then ends the hold as a release.
+Result<std::unique_ptr<PulledLock>> cli_command_lock(
+    std::chrono::milliseconds linger = std::chrono::milliseconds(0));
+// True once the command's hold is over (released, lost, or stopped): its
+// run_pulled loop ends then.
+bool cli_command_done();
 
 // Runs one worker: logs ev=start, contends, writes while it owns the mutex,
 // releases and contends again, until `stop_requested`; then stops its
@@ -176,6 +197,18 @@ class FaultWorker {
   // its loss signal is let go 500 ms after is_held() first failed.
   // `factory` may be null for this form.
   Status run_pulled(PulledLock& lock, const std::function<bool()>& stop_requested);
+  // The same loop through the CLI: over and over, `simba run` (at
+  // `simba_path`, with `run_flags` before its `--` and the command after it)
+  // until `stop_requested`, then SIGINT to it (which it forwards to its
+  // command) and a wait for it. Logs ev=start, a beat every beat_interval
+  // and ev=exit; the command logs its hold (cli_command_lock). Each simba
+  // dies with the worker (PR_SET_PDEATHSIG), and its command with it (the
+  // CLI's reaper). Their stderr is appended to `stderr_path` (inherited
+  // when empty): the CLI says why it did not acquire every time it times
+  // out.
+  Status run_cli(const std::string& simba_path, const std::vector<std::string>& run_flags,
+                 const std::vector<std::string>& command, const std::string& stderr_path,
+                 const std::function<bool()>& stop_requested);
 
   // What on_acquired does before it logs: reads `clock`, then publishes
   // `token` to the writing loop; returns the ev=acquired event stamped with

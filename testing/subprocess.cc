@@ -7,8 +7,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <thread>
 
 extern char** environ;
@@ -132,6 +139,79 @@ std::optional<int> Subprocess::wait_for(std::chrono::milliseconds timeout) {
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+}
+
+namespace {
+
+struct ProcStat {
+  char state = 0;  // R, S, D, T (stopped), t, Z, ...
+  pid_t parent = -1;
+};
+
+// Process `pid`'s state and parent from /proc/PID/stat ("pid (comm) state
+// ppid ..."; comm may hold spaces and parentheses, so read after the last
+// ')'); nullopt when it is gone.
+std::optional<ProcStat> proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return std::nullopt;
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 1));
+  ProcStat out;
+  rest >> out.state >> out.parent;
+  if (!rest) return std::nullopt;
+  return out;
+}
+
+}  // namespace
+
+std::vector<pid_t> process_tree(pid_t root) {
+  std::map<pid_t, std::vector<pid_t>> children;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() ||
+        !std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::atoi(name.c_str()));
+    const auto stat = proc_stat(pid);
+    if (stat && stat->parent > 0) children[stat->parent].push_back(pid);
+  }
+  std::vector<pid_t> tree = {root};
+  for (std::size_t i = 0; i < tree.size(); ++i) {
+    for (const pid_t child : children[tree[i]]) tree.push_back(child);
+  }
+  return tree;
+}
+
+std::vector<pid_t> freeze_process_tree(pid_t root) {
+  std::set<pid_t> stopped;
+  for (;;) {
+    std::vector<pid_t> fresh;
+    for (const pid_t pid : process_tree(root)) {
+      if (stopped.insert(pid).second) fresh.push_back(pid);
+    }
+    if (fresh.empty()) break;
+    signal_processes(fresh, SIGSTOP);
+    // A signal is taken when its process next leaves the kernel: a fork
+    // under way finishes first. Look again only once each has stopped (or
+    // died), so that look finds every child they made (up to 1 s each).
+    for (const pid_t pid : fresh) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      for (;;) {
+        const auto stat = proc_stat(pid);
+        if (!stat || stat->state == 'T' || stat->state == 'Z' || stat->state == 'X') break;
+        if (std::chrono::steady_clock::now() >= give_up) break;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+  }
+  return {stopped.begin(), stopped.end()};
+}
+
+void signal_processes(const std::vector<pid_t>& pids, int signal) {
+  for (const pid_t pid : pids) kill(pid, signal);
 }
 
 }  // namespace simba::testing

@@ -50,6 +50,20 @@ class Subprocess {
   bool reaped_ = false;
 };
 
+// `root` and every process descended from it (children, theirs, ...), root
+// first, read from /proc. A process whose parent died has been re-parented
+// and is no longer found.
+std::vector<pid_t> process_tree(pid_t root);
+
+// Stops `root` and all its descendants with SIGSTOP, looking again until no
+// process of the tree is left running (a fork under way when the first
+// look was taken shows up in the next), and returns them: nothing in the
+// tree can act, or fork, until they get SIGCONT (or SIGKILL).
+std::vector<pid_t> freeze_process_tree(pid_t root);
+
+// Sends `signal` to each of `pids`.
+void signal_processes(const std::vector<pid_t>& pids, int signal);
+
 }  // namespace simba::testing
 
 #endif  // SIMBA_TESTING_SUBPROCESS_H_

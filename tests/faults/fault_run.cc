@@ -15,6 +15,8 @@
 //
 //   kill           SIGKILL of the holder (a new worker replaces it)
 //   pause          SIGSTOP of the holder for longer than its lease, then SIGCONT
+//                  (both to the worker's whole process tree: with --api run,
+//                  the worker's `simba run` and its command too)
 //   restart        SIGKILL of the store server, then a restart on the same port
 //   cut            the holder's connections reset (it must reconnect)
 //   cut-all        every worker's connections reset
@@ -37,6 +39,13 @@
 // overlap or stale-write) and no other rule (a stuck mutex, a crash or too
 // little activity proves nothing about overlaps); `--expect-violations
 // acted-after-takeover` requires that rule in particular.
+//
+// `--api keyed|clustered|run` holds the mutex through another API than the
+// contend service: a KeyedLockProvider lease, a ClusteredLock, or `simba
+// run` with the worker itself as the command (testing/fault_worker.h).
+// `--command-lingers-ms N` (run) makes that command act on for N ms after
+// the CLI's SIGTERM (as one that finishes its batch before it exits), then
+// end its hold as a release: a negative control.
 //
 // At the end the workers are stopped, the logs read and the checker
 // (testing/fault_history.h) names every broken guarantee. A run must also
@@ -108,6 +117,8 @@ struct RunOptions {
   std::uint64_t seed = 0;
   std::string out;
   std::string worker_path = SIMBA_FAULT_WORKER_PATH;
+  // The CLI, for --api run.
+  std::string simba_path = SIMBA_CLI_PATH;
   // Redis without its append-only file: a restart forgets every lease and
   // the backend's restart guard must hold new ones back.
   bool volatile_store = false;
@@ -129,11 +140,17 @@ struct RunOptions {
   // How long a worker holds the mutex before it lets go (uniform).
   milliseconds hold_min{300}, hold_max{1500};
   // What the workers hold the mutex through: the contend service (contend),
-  // a KeyedLockProvider lease of the key (keyed) or a ClusteredLock
-  // (clustered); see PulledLock in testing/fault_worker.h.
+  // a KeyedLockProvider lease of the key (keyed), a ClusteredLock
+  // (clustered), see PulledLock in testing/fault_worker.h; or `simba run`
+  // (run), whose command acts until the CLI's SIGTERM and is told no
+  // deadline (CheckOptions::deadline_promised).
   std::string api = "contend";
   // (keyed) Each lease's max_hold; one hold in five runs until its watchdog.
   milliseconds max_hold{2500};
+  // (run) The command acts on this long after the CLI's SIGTERM, then ends
+  // its hold as if it had finished: a negative control, for
+  // `--expect-violations on`.
+  milliseconds command_linger{0};
 };
 
 // The longest a worker holds before the mutex is free again without a
@@ -265,12 +282,18 @@ class ProcessWorkers final : public Workers {
         ms(options_.hold_max),
         "--api",
         options_.api,
+        "--simba",
+        options_.simba_path,
+        "--cli-stderr",
+        dir_ + "/cli-" + std::to_string(id) + ".stderr",
+        "--linger-ms",
+        ms(options_.command_linger),
         "--max-hold-ms",
         ms(options_.max_hold),
         "--seed",
         std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
-    workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}};
+    workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}, false, {}};
     return ok_status();
   }
 
@@ -288,9 +311,15 @@ class ProcessWorkers final : public Workers {
     for (TcpProxy* proxy : proxies(id)) proxy->set_blackhole(false);
     return {id > 0 ? "blackhole" : "blackhole-all", id, start, now_nanos(*clock_)};
   }
-  // SIGSTOP or SIGCONT to worker `id`, for a pause the harness ends when
+  // Stops worker `id` (with every process it started: a `simba run` and
+  // its command) or lets it go on, for a pause the harness ends when
   // something else has happened (pause() ends after a time).
-  void signal_worker(int id, int signal) { workers_.at(id).process->signal(signal); }
+  void stop_worker(int id) { workers_.at(id).frozen = freeze_process_tree(workers_.at(id).pid()); }
+  void continue_worker(int id) {
+    Entry& w = workers_.at(id);
+    signal_processes(w.frozen, SIGCONT);
+    w.frozen.clear();
+  }
 
   // Every worker's connections to the member on `port` pass nothing for
   // `d`: that member is cut off from the clients, not from its peers.
@@ -302,10 +331,13 @@ class ProcessWorkers final : public Workers {
     return {"partition-leader", 0, start, now_nanos(*clock_)};
   }
 
+  // The worker's whole process tree at once (a `simba run` worker's simba
+  // and command too): frozen first so that nothing in it acts, or forks,
+  // after `at`.
   FaultEvent kill(int id) override {
     Entry& w = workers_.at(id);
     const Nanos at = now_nanos(*clock_);
-    w.process->signal(SIGKILL);
+    signal_processes(freeze_process_tree(w.pid()), SIGKILL);
     w.process->wait();
     w.fate.killed = true;
     w.done = true;
@@ -315,9 +347,9 @@ class ProcessWorkers final : public Workers {
   FaultEvent pause(int id, Clock::Duration d) override {
     Entry& w = workers_.at(id);
     const Nanos start = now_nanos(*clock_);
-    w.process->signal(SIGSTOP);
+    const std::vector<pid_t> tree = freeze_process_tree(w.pid());
     std::this_thread::sleep_for(d);
-    w.process->signal(SIGCONT);
+    signal_processes(tree, SIGCONT);
     return {"pause", id, start, now_nanos(*clock_)};
   }
 
@@ -371,10 +403,12 @@ class ProcessWorkers final : public Workers {
 
  private:
   struct Entry {
+    pid_t pid() const { return process->pid(); }
     std::unique_ptr<Subprocess> process;
     std::map<int, std::unique_ptr<TcpProxy>> proxies;  // by member port; none if embedded
     WorkerFate fate;
     bool done = false;
+    std::vector<pid_t> frozen;  // stopped by stop_worker()
   };
   // The proxies of worker `id` (0: of every live worker), to member `port`
   // (0: to every member).
@@ -620,6 +654,7 @@ class Run {
     // that call for its whole timeout.
     check.hang_after = scaled(milliseconds(3000)) + 2 * options.op_timeout;
     check.signal_slack = scaled(milliseconds(500));
+    check.deadline_promised = options.api != "run";
     check.takeover_bound =
         options.ttl + options.transition + milliseconds(2000) + options.failover_allowance;
     set_minimums(options, histories, faults, run_end, &check);
@@ -702,6 +737,8 @@ class Run {
         options.op_timeout = milliseconds(std::atoll(w["op_timeout_ms"].c_str()));
         options.failover_allowance =
             milliseconds(std::atoll(w["failover_allowance_ms"].c_str()));  // 0 if absent
+        // (Only what the checker reads: keyed runs record their longest hold.)
+        if (w["api"] == "run") options.api = "run";
         if (w.count("hold_max_ms") != 0) {
           options.hold_max = milliseconds(std::atoll(w["hold_max_ms"].c_str()));
         }
@@ -1016,7 +1053,7 @@ class Run {
     steps.before_kill = [&] {
       victim_token_ = 0;
       victim = holder();
-      processes_->signal_worker(victim, SIGSTOP);
+      processes_->stop_worker(victim);
       killed_at = now_nanos(clock);
     };
     steps.after_promotion = [&] {
@@ -1032,7 +1069,7 @@ class Run {
     };
     steps.while_stalled = [&] {
       if (victim == 0) return;
-      processes_->signal_worker(victim, SIGCONT);
+      processes_->continue_worker(victim);
       faults_.push_back({"pause", victim, killed_at, now_nanos(clock)});
       say("lagging-failover: worker " + std::to_string(victim) +
           (victim_token_ != 0 ? " (the holder, token " + std::to_string(victim_token_) + ")"
@@ -1108,7 +1145,8 @@ int usage() {
          "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
          "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
          "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
-         "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered] [--max-hold-ms N]\n"
+         "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
+         "         [--command-lingers-ms N]\n"
          "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
          "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
@@ -1198,11 +1236,15 @@ int main(int argc, char** argv) {
       options.hold_min = std::chrono::milliseconds(lo);
       options.hold_max = std::chrono::milliseconds(hi);
     } else if (flag == "--api") {
-      if (value != "contend" && value != "keyed" && value != "clustered") {
-        std::cerr << "fault-run: --api takes contend, keyed or clustered, not " << value << "\n";
+      if (value != "contend" && value != "keyed" && value != "clustered" && value != "run") {
+        std::cerr << "fault-run: --api takes contend, keyed, clustered or run, not " << value
+                  << "\n";
         return 2;
       }
       options.api = value;
+    } else if (flag == "--command-lingers-ms") {
+      if (!need_number()) return 2;
+      options.command_linger = std::chrono::milliseconds(number);
     } else if (flag == "--max-hold-ms") {
       if (!need_number()) return 2;
       options.max_hold = std::chrono::milliseconds(number);
@@ -1239,6 +1281,10 @@ int main(int argc, char** argv) {
   if (options.api != "contend" && options.store == "memory") {
     // Memory workers are threads of the contend service on one ManualClock.
     std::cerr << "fault-run: --api " << options.api << " needs a store other processes reach\n";
+    return 2;
+  }
+  if (options.command_linger.count() > 0 && options.api != "run") {
+    std::cerr << "fault-run: --command-lingers-ms is for --api run\n";
     return 2;
   }
   if (options.api == "keyed" && options.store == "mysql") {
