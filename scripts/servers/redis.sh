@@ -52,6 +52,12 @@
 #   redis.sh drop-replicas DIR MEMBER    CLIENT KILL TYPE replica on MEMBER;
 #                                        with its replicas paused, what it
 #                                        writes next reaches none of them
+#   redis.sh failover DIR                SENTINEL FAILOVER (a planned one:
+#                                        the sentinels promote the replica
+#                                        without waiting for it to catch up);
+#                                        returns the new primary's name once
+#                                        it is primary and the old one
+#                                        replicates it
 # where MEMBER is n1, n2, s1, s2, s3, or primary / replica (as the
 # sentinels see them now). `--tls` is not offered with --sentinel.
 #
@@ -425,6 +431,7 @@ topology_usage() {
 usage: redis.sh start DIR --sentinel [redis-server args for the data nodes...]
        redis.sh stop|status|uri|primary DIR
        redis.sh kill|pause|resume|stop|restart|member|drop-replicas DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
+       redis.sh failover DIR
 USAGE
   exit 2
 }
@@ -462,6 +469,10 @@ topology_main() {
       [ $# -eq 1 ] || topology_usage
       m="$(resolve_member "$1")"
       drop_replicas "$m"
+      ;;
+    failover)
+      [ $# -eq 0 ] || topology_usage
+      sentinel_failover
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || topology_usage
@@ -533,6 +544,37 @@ drop_replicas() {
       ;;
   esac
   echo "$out"
+}
+
+# SENTINEL FAILOVER on the first sentinel that takes it; waits (up to 20 s)
+# until the sentinels name the other data member, which says role:master,
+# and the old primary replicates it with its link up, so the next fault
+# finds a replica to promote again. Prints the new primary's name.
+sentinel_failover() {
+  local old new s port reply="" deadline
+  old="$(resolve_member primary)"
+  for s in $sentinel_members; do
+    port="$(member_port "$s")"
+    [ -n "$port" ] || continue
+    reply="$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" sentinel failover "$master_name" \
+      2>/dev/null | tr -d '\r')" || reply=""
+    [ "$reply" != OK ] || break
+  done
+  if [ "$reply" != OK ]; then
+    echo "redis.sh: SENTINEL FAILOVER $master_name in $dir: ${reply:-no sentinel answered}" >&2
+    exit 1
+  fi
+  deadline=$((SECONDS + 20))
+  until new="$( (resolve_member primary) 2>/dev/null)" && [ "$new" != "$old" ] &&
+    member_cli "$new" info replication | grep -qx role:master &&
+    member_cli "$old" info replication | grep -qx master_link_status:up; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "redis.sh: $dir did not fail over from $old within 20 s of SENTINEL FAILOVER" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "$new"
 }
 
 # True if member $1 runs and is not paused (a paused one answers nobody).

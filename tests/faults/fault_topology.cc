@@ -39,7 +39,7 @@ const std::vector<Spec>& specs() {
       {"redis-sentinel",
        "redis",
        {"--sentinel", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "lagging-failover", "rolling-restart"},
+       {"kill-leader", "pause-leader", "failover", "lagging-failover", "rolling-restart"},
        false,
        milliseconds(5000),
        true},
@@ -235,6 +235,13 @@ Result<std::string> FaultTopology::failover() {
       return s;
     }
     return serving_after("CLUSTER FAILOVER of " + *lead + "'s replica");
+  }
+  if (name_ == "redis-sentinel") {
+    // Planned, but the sentinels do not wait for the replica to catch up;
+    // returns once the old primary replicates the new one.
+    auto promoted = server_->command("failover", {});
+    if (!promoted.ok()) return promoted.status();
+    return serving_after("SENTINEL FAILOVER from " + *lead);
   }
   if (name_ != "postgres-standby") {
     return failed_precondition_error(name_ + " has no planned failover here");
