@@ -17,13 +17,15 @@
 namespace simba::testing {
 namespace {
 
-sockaddr_in loopback(int port) {
+sockaddr_in ipv4(std::uint32_t host, int port) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_addr.s_addr = host;
   return address;
 }
+
+sockaddr_in loopback(int port) { return ipv4(htonl(INADDR_LOOPBACK), port); }
 
 // A client's connection and ours to the server; bytes read from one side
 // wait in `pending` for the other.
@@ -74,7 +76,13 @@ bool write_from(int to, std::string& buffer) {
 
 }  // namespace
 
-TcpProxy::TcpProxy(int target_port) : target_port_(target_port) {
+TcpProxy::TcpProxy(const std::string& target_host, int target_port) : target_port_(target_port) {
+  in_addr host{};
+  if (::inet_pton(AF_INET, target_host.c_str(), &host) != 1) {
+    std::fprintf(stderr, "TcpProxy: '%s' is not an IPv4 address\n", target_host.c_str());
+    std::abort();
+  }
+  target_host_ = host.s_addr;
   listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   const int one = 1;
   ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -134,7 +142,7 @@ void TcpProxy::loop() {
         Link link;
         link.client = client;
         link.server = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        sockaddr_in target = loopback(target_port_);
+        sockaddr_in target = ipv4(target_host_, target_port_);
         if (::connect(link.server, reinterpret_cast<sockaddr*>(&target), sizeof target) != 0) {
           close_link(link);
           continue;

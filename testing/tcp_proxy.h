@@ -14,7 +14,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 
 namespace simba::testing {
@@ -22,7 +24,10 @@ namespace simba::testing {
 class TcpProxy {
  public:
   // Listens on 127.0.0.1 on a free port and forwards to 127.0.0.1:target.
-  explicit TcpProxy(int target_port);
+  explicit TcpProxy(int target_port) : TcpProxy("127.0.0.1", target_port) {}
+  // ...or to `target_host` (an IPv4 address: a host of a lab of network
+  // namespaces, scripts/servers/netns.sh).
+  TcpProxy(const std::string& target_host, int target_port);
   ~TcpProxy();
   TcpProxy(const TcpProxy&) = delete;
   TcpProxy& operator=(const TcpProxy&) = delete;
@@ -45,6 +50,7 @@ class TcpProxy {
  private:
   void loop();
 
+  std::uint32_t target_host_;  // network order
   int target_port_;
   int listen_fd_ = -1;
   int port_ = 0;

@@ -200,15 +200,11 @@ Status TestServer::script(const std::string& command, bool with_extra_args) {
   return ok_status();
 }
 
-Result<std::string> TestServer::command(const std::string& command,
-                                        const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {
-      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
-      "bash",         script_path(kind_),
-      command,        dir()};
-  argv.insert(argv.end(), args.begin(), args.end());
+namespace {
+
+// Runs `argv` (a script and its arguments); `what` names it in errors.
+Result<std::string> script_output(const std::vector<std::string>& argv, const std::string& what) {
   Result<CommandOutput> out = run_command(argv, kScriptTimeout);
-  const std::string what = kind_ + ".sh " + command + " " + dir();
   if (!out.ok()) return out.status().with_context(what + ": ");
   if (out->exit_code != 0) {
     return internal_error(what + " failed (exit " + std::to_string(out->exit_code) + "):\n" +
@@ -217,6 +213,28 @@ Result<std::string> TestServer::command(const std::string& command,
   std::string text = std::move(out->output);
   while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
   return text;
+}
+
+}  // namespace
+
+Result<std::string> TestServer::command(const std::string& command,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {
+      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
+      "bash",         script_path(kind_),
+      command,        dir()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return script_output(argv, kind_ + ".sh " + command + " " + dir());
+}
+
+Result<std::string> run_server_script(const std::string& script,
+                                      const std::vector<std::string>& args) {
+  if (!valid_kind(script)) return invalid_argument_error("no script " + script);
+  std::vector<std::string> argv = {"/usr/bin/env", "bash", script_path(script)};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string what = script + ".sh";
+  for (const std::string& a : args) what += " " + a;
+  return script_output(argv, what);
 }
 
 Status TestServer::stop() { return script("stop", false); }

@@ -97,6 +97,12 @@ class TestServer {
 // to stderr once. Thread-safe.
 std::string shared_server_uri(const std::string& kind);
 
+// Runs `scripts/servers/<script>.sh ARGS...` (a helper that is no server's,
+// such as netns.sh) and returns its output (stdout and stderr) with
+// trailing white space removed; non-OK if it fails.
+Result<std::string> run_server_script(const std::string& script,
+                                      const std::vector<std::string>& args);
+
 }  // namespace simba::testing
 
 #endif  // SIMBA_TESTING_TEST_SERVERS_H_

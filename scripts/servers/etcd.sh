@@ -48,7 +48,9 @@
 #          &tls_cert=DIR/tls/client-cert.pem&tls_key=DIR/tls/client-key.pem]
 #
 # Cluster: `etcd.sh start DIR --members N [--tls ...] [--auth] [etcd args...]`
-# starts N members (1 to 9) on 127.0.0.1, each with its own client and peer
+# starts N members (1 to 9) on 127.0.0.1 (or, with SIMBA_NETNS=LAB, member I
+# on host I of that lab of network namespaces, scripts/servers/netns.sh:
+# in its namespace, on its address; not with --tls), each with its own client and peer
 # port, data and log in DIR/mI (I = 1..N: a member's directory is that of a
 # single server above, its name mI), all listed in one --initial-cluster; it
 # returns once every member is healthy (a leader, a read commits). The uri
@@ -129,10 +131,22 @@ find_programs() {
 # Runs etcdctl against client port $1 with the rest as its args; a paused
 # server accepts (the kernel does) but never answers: hence timeout.
 ctl() {
-  local port="$1"
+  local address="$1"
   shift
-  timeout 5 "$etcdctl" --endpoints="$scheme://127.0.0.1:$port" \
+  [[ "$address" == *:* ]] || address="$(member_host):$address"
+  timeout 5 "$etcdctl" --endpoints="$scheme://$address" \
     --dial-timeout=1s --command-timeout=2s "${ctl_tls_args[@]}" "${ctl_auth_args[@]}" "$@"
+}
+
+# The address this server listens on: 127.0.0.1, or its host's in a lab of
+# network namespaces (DIR/host, written by the cluster's start).
+member_host() {
+  cat "$dir/host" 2>/dev/null || echo 127.0.0.1
+}
+
+# Client address ("HOST:PORT") of cluster member $1.
+member_address() {
+  echo "$(cat "$dir/m$1/host" 2>/dev/null || echo 127.0.0.1):$(cat "$dir/m$1/port")"
 }
 
 # A cluster member: the cluster's directory (internal: `--member-of DIR`,
@@ -214,8 +228,14 @@ forget_first_start() {
 }
 
 server_command() {
-  local client_url="$scheme://127.0.0.1:$1" peer_url="http://127.0.0.1:$peer"
-  server_cmd=("$etcd" --name "$name" --data-dir "$dir/data"
+  local host
+  host="$(member_host)"
+  local client_url="$scheme://$host:$1" peer_url="http://$host:$peer"
+  server_cmd=()
+  # A member of a lab runs in its host's namespace (`ip netns exec` execs:
+  # the PID stays the server's).
+  if [ -s "$dir/netns" ]; then server_cmd=(ip netns exec "$(cat "$dir/netns")"); fi
+  server_cmd+=("$etcd" --name "$name" --data-dir "$dir/data"
     --listen-client-urls "$client_url" --advertise-client-urls "$client_url"
     --listen-peer-urls "$peer_url" --initial-advertise-peer-urls "$peer_url"
     --initial-cluster "${initial_cluster:-$name=$peer_url}" --initial-cluster-state new
@@ -230,8 +250,10 @@ server_command() {
 # start then waits for a healthy cluster; a restarted member may have no
 # quorum to be healthy with).
 server_ready() {
+  local host
+  host="$(member_host)"
   ctl "$1" member list 2>/dev/null |
-    grep -qF ", $name, http://127.0.0.1:$peer, $scheme://127.0.0.1:$1," &&
+    grep -qF ", $name, http://$host:$peer, $scheme://$host:$1," &&
     { [ -n "$cluster_dir" ] || ctl "$1" endpoint health >/dev/null 2>&1; }
 }
 
@@ -261,7 +283,7 @@ server_uri() {
   if [ "$auth" -eq 1 ]; then userinfo="$user:$password@"; fi
   local hosts="$1"
   # A port alone, or a cluster's list of host:port.
-  [[ "$hosts" == *:* ]] || hosts="127.0.0.1:$hosts"
+  [[ "$hosts" == *:* ]] || hosts="$(member_host):$hosts"
   if [ -n "$tls_src" ]; then
     query="?tls=verify&tls_ca=$dir/tls/ca.pem&tls_cert=$dir/tls/client-cert.pem"
     query+="&tls_key=$dir/tls/client-key.pem"
@@ -334,7 +356,7 @@ cluster_leader() {
   n="$(members_count)"
   for i in $(seq 1 "$n"); do
     member_serving_pid "$i" >/dev/null || continue
-    fields="$(ctl "$(cat "$dir/m$i/port")" endpoint status -w fields 2>/dev/null)" || continue
+    fields="$(ctl "$(member_address "$i")" endpoint status -w fields 2>/dev/null)" || continue
     id="$(sed -n 's/^"MemberID" : //p' <<<"$fields")"
     lead="$(sed -n 's/^"Leader" : //p' <<<"$fields")"
     if [ -n "$id" ] && [ "$id" = "$lead" ]; then
@@ -349,7 +371,7 @@ cluster_leader() {
 # The member ID of member $1, in hex (as move-leader takes it).
 member_id_hex() {
   local id
-  id="$(ctl "$(cat "$dir/m$1/port")" endpoint status -w fields 2>/dev/null |
+  id="$(ctl "$(member_address "$1")" endpoint status -w fields 2>/dev/null |
     sed -n 's/^"MemberID" : //p')"
   [ -n "$id" ] || return 1
   printf '%x\n' "$id"
@@ -361,7 +383,7 @@ cluster_make_leader() {
     lead="$(cluster_leader 2>/dev/null)" || lead=""
     [ "$lead" != "$target" ] || return 0
     if [ -n "$lead" ] && id="$(member_id_hex "$target")"; then
-      ctl "$(cat "$dir/m$lead/port")" move-leader "$id" >/dev/null 2>&1 || true
+      ctl "$(member_address "$lead")" move-leader "$id" >/dev/null 2>&1 || true
     fi
     if [ "$SECONDS" -ge "$deadline" ]; then
       echo "etcd.sh: member $target of $dir did not become the leader within 10 s" >&2
@@ -376,13 +398,13 @@ cluster_healthy() {
   local i n
   n="$(members_count)"
   for i in $(seq 1 "$n"); do
-    ctl "$(cat "$dir/m$i/port")" endpoint health >/dev/null 2>&1 || return 1
+    ctl "$(member_address "$i")" endpoint health >/dev/null 2>&1 || return 1
   done
 }
 
 # etcd.sh start DIR --members N [args...]
 cluster_start() {
-  local n="$1" i p ports=() peers=() cluster="" hosts="" rc deadline
+  local n="$1" i p ports=() peers=() cluster="" hosts="" rc deadline host
   shift
   if ! [[ "$n" =~ ^[1-9]$ ]]; then
     echo "etcd.sh: --members takes 1 to 9" >&2
@@ -396,6 +418,11 @@ cluster_start() {
   # Leftover members (an interrupted run) go first.
   if [ -s "$dir/members" ]; then each_member stop || true; fi
   parse_args "$@"
+  if [ -n "${SIMBA_NETNS:-}" ] && [ -n "$tls_src" ]; then
+    # The test certificates name 127.0.0.1 and localhost only.
+    echo "etcd.sh: SIMBA_NETNS and --tls do not go together" >&2
+    exit 2
+  fi
   # The certificates once (the members copy them in parallel), in DIR/tls
   # for the uri; our etcdctl settings.
   prepare_start
@@ -405,6 +432,14 @@ cluster_start() {
   else
     rm -rf "$dir"/m[1-9] "$dir/cluster" "$dir/members" "$dir/auth-enabled"
     for i in $(seq 1 "$n"); do
+      mkdir -p "$dir/m$i"
+      host=127.0.0.1
+      if [ -n "${SIMBA_NETNS:-}" ]; then
+        # Member i on host i of the lab (scripts/servers/netns.sh).
+        host="$(bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$i")"
+        echo "$host" >"$dir/m$i/host"
+        bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$i" >"$dir/m$i/netns"
+      fi
       for _ in $(seq 1 20); do
         p="$(pick_port)"
         [[ " ${ports[*]} ${peers[*]} " != *" $p "* ]] && break
@@ -415,10 +450,9 @@ cluster_start() {
         [[ " ${ports[*]} ${peers[*]} " != *" $p "* ]] && break
       done
       peers+=("$p")
-      mkdir -p "$dir/m$i"
       echo "${ports[$((i - 1))]}" >"$dir/m$i/port"
       echo "$p" >"$dir/m$i/peer_port"
-      cluster+="${cluster:+,}m$i=http://127.0.0.1:$p"
+      cluster+="${cluster:+,}m$i=http://$host:$p"
     done
     echo "$cluster" >"$dir/cluster"
     echo "$n" >"$dir/members"
@@ -440,7 +474,7 @@ cluster_start() {
     fi
     sleep 0.1
   done
-  if [ "$rc" -eq 0 ] && ! after_start "${ports[0]}"; then rc=1; fi
+  if [ "$rc" -eq 0 ] && ! after_start "$(member_address 1)"; then rc=1; fi
   if [ "$rc" -ne 0 ]; then
     for i in $(seq 1 "$n"); do
       if [ -s "$dir/m$i/start.out" ]; then sed "s/^/m$i: /" "$dir/m$i/start.out" >&2; fi
@@ -448,7 +482,7 @@ cluster_start() {
     each_member stop || true
     exit 1
   fi
-  for p in "${ports[@]}"; do hosts+="${hosts:+,}127.0.0.1:$p"; done
+  for i in $(seq 1 "$n"); do hosts+="${hosts:+,}$(member_address "$i")"; done
   echo "${ports[0]}" >"$dir/port"
   server_uri "$hosts" >"$dir/uri"
   cat "$dir/uri"

@@ -16,7 +16,9 @@
 #   zookeeper.sh uri DIR     print zookeeper://127.0.0.1:PORT
 #
 # An ensemble (--servers N, N >= 2; 3 is the usual one): N servers on
-# 127.0.0.1, each with a free client, quorum and election port, its own
+# 127.0.0.1 (or, with SIMBA_NETNS=LAB, server I on host I of that lab of
+# network namespaces, scripts/servers/netns.sh: in its namespace, on its
+# address), each with a free client, quorum and election port, its own
 # DIR/<n> (data, myid, zoo.cfg, log, pid) and the shared list
 # server.<n>=127.0.0.1:QUORUM:ELECTION, started in parallel. DIR/servers
 # holds N, DIR/uri zookeeper://127.0.0.1:C1,127.0.0.1:C2,...
@@ -87,13 +89,22 @@ find_programs() {
   classpath="$jar:$slf4j"
 }
 
-# Sends four-letter word $2 to 127.0.0.1:$1 and prints the answer (the
-# server closes the connection after it). Bash's /dev/tcp: no nc needed. A
-# paused server accepts (the kernel does) but never answers: hence timeout.
+# The address a server (DIR) listens on: 127.0.0.1, or its host's in a lab
+# of network namespaces (DIR/host, written by the ensemble's start).
+member_host() {
+  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
+}
+
+# Sends four-letter word $2 to HOST:PORT $1 (a port alone: this server's
+# host) and prints the answer (the server closes the connection after it).
+# Bash's /dev/tcp: no nc needed. A paused server accepts (the kernel does)
+# but never answers: hence timeout.
 four_letter() {
+  local address="$1"
+  [[ "$address" == *:* ]] || address="$(member_host):$address"
   # shellcheck disable=SC2016  # expanded by the inner bash
-  timeout 2 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$0" && printf %s "$1" >&3 && cat <&3' \
-    "$1" "$2" 2>/dev/null
+  timeout 2 bash -c 'exec 3<>"/dev/tcp/${0%:*}/${0##*:}" && printf %s "$1" >&3 && cat <&3' \
+    "$address" "$2" 2>/dev/null
 }
 
 # Writes DIR/zoo.cfg for port $1; the extra args are appended as lines.
@@ -104,7 +115,7 @@ write_config() {
     echo "tickTime=500"
     echo "dataDir=$dir/data"
     echo "clientPort=$port"
-    echo "clientPortAddress=127.0.0.1"
+    echo "clientPortAddress=$(member_host)"
     echo "maxClientCnxns=0"
     echo "admin.enableServer=false"
     echo "4lw.commands.whitelist=ruok,srvr,mntr,stat,conf,cons"
@@ -152,15 +163,19 @@ before_launch() {
 # -XX:-UsePerfData: no /tmp/hsperfdata file, which a killed JVM would leave
 # behind.
 server_command() {
+  server_cmd=()
+  # A member of a lab runs in its host's namespace (`ip netns exec` execs:
+  # the PID stays the server's).
+  if [ -s "$dir/netns" ]; then server_cmd=(ip netns exec "$(cat "$dir/netns")"); fi
   if member; then
-    server_cmd=("$java" -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
+    server_cmd+=("$java" -Xms32m -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1
       -XX:-UsePerfData
       -Dorg.slf4j.simpleLogger.showDateTime=true
       -Dorg.slf4j.simpleLogger.dateTimeFormat="yyyy-MM-dd HH:mm:ss.SSS"
       -cp "$classpath" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg")
     return
   fi
-  server_cmd=("$java" -Xmx512m -XX:-UsePerfData
+  server_cmd+=("$java" -Xmx512m -XX:-UsePerfData
     -Dorg.slf4j.simpleLogger.showDateTime=true
     -Dorg.slf4j.simpleLogger.dateTimeFormat="yyyy-MM-dd HH:mm:ss.SSS"
     -cp "$classpath" org.apache.zookeeper.server.ZooKeeperServerMain "$dir/zoo.cfg")
@@ -175,7 +190,7 @@ server_ready() {
 }
 
 server_uri() {
-  echo "zookeeper://127.0.0.1:$1"
+  echo "zookeeper://$(member_host):$1"
 }
 
 # ---- ensembles ----------------------------------------------------------------
@@ -243,12 +258,20 @@ ensemble_start() {
       echo "$i $c $q $e" >>"$dir/ports.tmp"
     done
     mv "$dir/ports.tmp" "$dir/ports"
-    for i in $(seq 1 "$n"); do rm -rf "${dir:?}/$i"; done
+    for i in $(seq 1 "$n"); do
+      rm -rf "${dir:?}/$i"
+      mkdir -p "$dir/$i"
+      if [ -n "${SIMBA_NETNS:-}" ]; then
+        # Member i on host i of the lab (scripts/servers/netns.sh).
+        bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$i" >"$dir/$i/host"
+        bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$i" >"$dir/$i/netns"
+      fi
+    done
   fi
   echo "$n" >"$dir/servers"
   local list=""
   while read -r i c q e; do
-    list+="server.$i=127.0.0.1:$q:$e"$'\n'
+    list+="server.$i=$(member_host "$dir/$i"):$q:$e"$'\n'
   done <"$dir/ports"
   # The owner of the watchdogs: resolved here, since each member's start
   # runs in a child of this script.
@@ -280,7 +303,7 @@ ensemble_start() {
   head -n1 "$dir/ports" | cut -d' ' -f2 >"$dir/port"
   local uri="zookeeper://"
   while read -r i c q e; do
-    uri+="127.0.0.1:$c,"
+    uri+="$(member_host "$dir/$i"):$c,"
   done <"$dir/ports"
   echo "${uri%,}" >"$dir/uri"
   echo "zookeeper.sh: $n members serving after $((SECONDS - started)) s" >&2
@@ -307,7 +330,7 @@ member_mode() {
   if [ "$(sed -n 's/^State:[[:space:]]*\(.\).*/\1/p' "/proc/$pid/status")" = T ]; then
     echo paused; return
   fi
-  mode="$(four_letter "$(cat "$mdir/port")" srvr | sed -n 's/^Mode: //p')"
+  mode="$(four_letter "$(member_host "$mdir"):$(cat "$mdir/port")" srvr | sed -n 's/^Mode: //p')"
   echo "${mode:-not-serving}"
 }
 
@@ -356,7 +379,8 @@ ensemble_main() {
       # cons prints sid=0x<hex> without leading zeros.
       hex="$(printf '%x' "$((16#$session))")"
       for i in $(members); do
-        if four_letter "$(cat "$dir/$i/port")" cons | grep -q "sid=0x${hex}[,)]"; then
+        if four_letter "$(member_host "$dir/$i"):$(cat "$dir/$i/port")" cons |
+          grep -q "sid=0x${hex}[,)]"; then
           echo "$i"; return 0
         fi
       done

@@ -188,30 +188,40 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 void say(const std::string& line) { std::cout << "fault-run: " << line << std::endl; }
 
-// The ports of the hosts a URI names ("scheme://[user@]h:p,h:p/...").
-std::vector<int> uri_ports(const std::string& uri) {
-  std::vector<int> ports;
+// A host a URI names: an address and a port.
+struct UriHost {
+  std::string host;
+  int port = 0;
+};
+
+// The hosts a URI names ("scheme://[user@]h:p,h:p/...").
+std::vector<UriHost> uri_hosts(const std::string& uri) {
+  std::vector<UriHost> found;
   std::string::size_type from = uri.find("://");
-  if (from == std::string::npos) return ports;
+  if (from == std::string::npos) return found;
   from += 3;
   const auto end = uri.find_first_of("/?", from);
   std::string hosts = uri.substr(from, end == std::string::npos ? std::string::npos : end - from);
   if (const auto at = hosts.rfind('@'); at != std::string::npos) hosts = hosts.substr(at + 1);
   for (const std::string& host : split(hosts, ',')) {
     const auto colon = host.rfind(':');
-    if (colon != std::string::npos) ports.push_back(std::atoi(host.c_str() + colon + 1));
+    if (colon != std::string::npos) {
+      found.push_back({host.substr(0, colon), std::atoi(host.c_str() + colon + 1)});
+    }
   }
-  return ports;
+  return found;
 }
 
-// `uri` with host port `from` replaced by `to` (a port is followed by a
-// comma, a slash, a question mark or the end, never by another digit).
-std::string with_port(std::string uri, int from, int to) {
-  const std::string old = ":" + std::to_string(from);
+// `uri` with host `from` replaced by 127.0.0.1:`to` (a port is followed by
+// a comma, a slash, a question mark or the end, never by another digit).
+std::string with_proxy(std::string uri, const UriHost& from, int to) {
+  const std::string old = from.host + ":" + std::to_string(from.port);
   for (auto at = uri.find(old); at != std::string::npos; at = uri.find(old, at + 1)) {
     const auto after = at + old.size();
     if (after < uri.size() && std::isdigit(static_cast<unsigned char>(uri[after])) != 0) continue;
-    return uri.replace(at, old.size(), ":" + std::to_string(to));
+    const char before = at > 0 ? uri[at - 1] : '/';
+    if (before != '/' && before != ',' && before != '@') continue;
+    return uri.replace(at, old.size(), "127.0.0.1:" + std::to_string(to));
   }
   return uri;
 }
@@ -236,14 +246,15 @@ class Workers {
 
 class ProcessWorkers final : public Workers {
  public:
-  // Every worker reaches each of `member_ports` (ports of `uri`) through a
+  // Every worker reaches each of `members` (hosts of `uri`) through a
   // TcpProxy of its own, so one worker can be cut off while the others go
-  // on, or every worker cut off from one member; none for an embedded store.
-  ProcessWorkers(const RunOptions& options, std::string uri, std::vector<int> member_ports,
+  // on, or every worker cut off from one member; none for an embedded
+  // store. Members are told apart by port (distinct in every topology).
+  ProcessWorkers(const RunOptions& options, std::string uri, std::vector<UriHost> members,
                  std::string dir, std::string socket)
       : options_(options),
         uri_(std::move(uri)),
-        member_ports_(std::move(member_ports)),
+        members_(std::move(members)),
         dir_(std::move(dir)),
         socket_(std::move(socket)) {}
 
@@ -253,12 +264,15 @@ class ProcessWorkers final : public Workers {
     const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
     std::map<int, std::unique_ptr<TcpProxy>> proxies;
     std::string uri = uri_;
-    for (const int member : member_ports_) {
-      auto proxy = std::make_unique<TcpProxy>(member);
+    for (const UriHost& member : members_) {
+      auto proxy = std::make_unique<TcpProxy>(member.host, member.port);
       const std::string before = uri;
-      uri = with_port(uri, member, proxy->port());
-      if (uri == before) return internal_error("no port " + std::to_string(member) + " in " + uri);
-      proxies[member] = std::move(proxy);
+      uri = with_proxy(uri, member, proxy->port());
+      if (uri == before) {
+        return internal_error("no " + member.host + ":" + std::to_string(member.port) + " in " +
+                              uri);
+      }
+      proxies[member.port] = std::move(proxy);
     }
     auto process = std::make_unique<Subprocess>(std::vector<std::string>{
         options_.worker_path,
@@ -426,7 +440,7 @@ class ProcessWorkers final : public Workers {
 
   const RunOptions& options_;
   std::string uri_;
-  std::vector<int> member_ports_;
+  std::vector<UriHost> members_;
   std::string dir_, socket_;
   std::shared_ptr<Clock> clock_ = Clock::steady();
   std::map<int, Entry> workers_;
@@ -817,13 +831,13 @@ class Run {
     }
     register_ = std::make_unique<FencedRegister>(Clock::steady());
     std::string uri;
-    std::vector<int> member_ports;
+    std::vector<UriHost> members;
     if (!options_.topology.empty()) {
       auto topology = FaultTopology::start(options_.topology);
       if (!topology.ok()) return topology.status();
       topology_ = std::move(*topology);
       uri = topology_->uri();
-      if (FaultTopology::clients_dial_members(options_.topology)) member_ports = uri_ports(uri);
+      if (FaultTopology::clients_dial_members(options_.topology)) members = uri_hosts(uri);
     } else if (options_.store == "sqlite") {
       uri = "sqlite://" + options_.out + "/store.db";
     } else {
@@ -835,7 +849,10 @@ class Run {
       if (!server.ok()) return server.status();
       server_ = std::move(*server);
       uri = server_->uri();
-      member_ports = {server_->port()};
+      members = uri_hosts(uri);
+      if (members.size() != 1 || members[0].port != server_->port()) {
+        return internal_error("cannot tell the host of " + uri);
+      }
     }
     std::string query = options_.uri_query;
     if (options_.store == "zookeeper" && query.find("session_timeout") == std::string::npos) {
@@ -855,7 +872,7 @@ class Run {
     if (!server.ok()) return server.status();
     resource_server_ = std::move(*server);
     auto processes = std::make_unique<ProcessWorkers>(
-        options_, uri, std::move(member_ports), options_.out, options_.out + "/resource.sock");
+        options_, uri, std::move(members), options_.out, options_.out + "/resource.sock");
     processes_ = processes.get();
     workers_ = std::move(processes);
     return ok_status();
@@ -979,7 +996,8 @@ class Run {
     }
     if (topology_ != nullptr &&
         (kind == "kill-leader" || kind == "pause-leader" || kind == "partition-leader" ||
-         kind == "failover" || kind == "lagging-failover" || kind == "rolling-restart")) {
+         kind == "isolate-leader" || kind == "failover" || kind == "lagging-failover" ||
+         kind == "rolling-restart")) {
       return store_fault(kind, lease);
     }
     const bool proxied =
@@ -1014,10 +1032,11 @@ class Run {
     const Nanos start = now_nanos(clock);
     const auto down = std::chrono::duration_cast<milliseconds>(beyond_lease);
     if (kind == "lagging-failover") return lagging_failover(lease);
-    Result<std::string> done = kind == "kill-leader"    ? topology_->kill_leader(down)
-                               : kind == "pause-leader" ? topology_->pause_leader(down)
-                               : kind == "failover"     ? topology_->failover()
-                                                        : topology_->rolling_restart();
+    Result<std::string> done = kind == "kill-leader"      ? topology_->kill_leader(down)
+                               : kind == "pause-leader"   ? topology_->pause_leader(down)
+                               : kind == "isolate-leader" ? topology_->isolate_leader(down)
+                               : kind == "failover"       ? topology_->failover()
+                                                          : topology_->rolling_restart();
     if (done.ok()) {
       say(kind + ": " + *done);
     } else {

@@ -25,6 +25,11 @@
 //                     then, cut off from the new primary as by a
 //                     partition), and the old primary is started again and
 //                     rejoins as a replica
+//   isolate-leader    the leader cut off from its peers (not from the
+//                     clients) for the given time: on topologies whose
+//                     members run on hosts of their own, network namespaces
+//                     of a lab the topology makes and removes
+//                     (scripts/servers/netns.sh; needs root)
 //   partition-leader  (in the harness) the clients' connections to the
 //                     leader's client port pass nothing for the given time;
 //                     only where the clients dial the members the URI names
@@ -63,6 +68,9 @@ class FaultTopology {
 
   // Starts topology `name`; kInvalidArgument for an unknown name.
   static Result<std::unique_ptr<FaultTopology>> start(const std::string& name);
+  ~FaultTopology();
+  FaultTopology(const FaultTopology&) = delete;
+  FaultTopology& operator=(const FaultTopology&) = delete;
 
   const std::string& name() const { return name_; }
   // The store kind (redis, etcd, zookeeper, postgres, mysql).
@@ -75,6 +83,7 @@ class FaultTopology {
   Result<std::string> pause_leader(std::chrono::milliseconds pause);
   Result<std::string> failover();
   Result<std::string> rolling_restart();
+  Result<std::string> isolate_leader(std::chrono::milliseconds cut_off);
   // What the harness does at each step of a lagging failover.
   struct LaggingFailoverSteps {
     std::function<void()> before_kill;      // stops the holder
@@ -93,8 +102,12 @@ class FaultTopology {
   Result<int> leader_port();
 
  private:
-  FaultTopology(std::string name, std::string store, std::unique_ptr<TestServer> server)
-      : name_(std::move(name)), store_(std::move(store)), server_(std::move(server)) {}
+  FaultTopology(std::string name, std::string store, std::unique_ptr<TestServer> server,
+                std::string lab)
+      : name_(std::move(name)),
+        store_(std::move(store)),
+        server_(std::move(server)),
+        lab_(std::move(lab)) {}
 
   // The member that leads or is primary now, as the script names members.
   Result<std::string> leader();
@@ -111,6 +124,8 @@ class FaultTopology {
   std::string name_;
   std::string store_;
   std::unique_ptr<TestServer> server_;
+  // The lab of network namespaces the members run in (empty: loopback).
+  std::string lab_;
 };
 
 }  // namespace simba::testing
