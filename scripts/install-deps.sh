@@ -39,6 +39,8 @@ if [ "${1:-}" = "--servers" ]; then
     man-db groff-base         # the man page test renders simba.1
     clang-format-14           # scripts/check-style.sh: the layout rule and
     clang-tidy-14             #   the naming rule (.clang-format, .clang-tidy)
+    iproute2                  # scripts/servers/netns.sh: a host per member of the
+                              #   etcd and ZooKeeper fault runs (ip netns, veth)
   )
 elif [ $# -gt 0 ]; then
   echo "usage: install-deps.sh [--servers]" >&2
