@@ -202,8 +202,10 @@ Status TestServer::script(const std::string& command, bool with_extra_args) {
 
 namespace {
 
-// Runs `argv` (a script and its arguments); `what` names it in errors.
-Result<std::string> script_output(const std::vector<std::string>& argv, const std::string& what) {
+// Runs `argv` (a script and its arguments) and returns its output, with
+// trailing white space removed if `trim`; `what` names it in errors.
+Result<std::string> script_output(const std::vector<std::string>& argv, const std::string& what,
+                                  bool trim = true) {
   Result<CommandOutput> out = run_command(argv, kScriptTimeout);
   if (!out.ok()) return out.status().with_context(what + ": ");
   if (out->exit_code != 0) {
@@ -211,20 +213,27 @@ Result<std::string> script_output(const std::vector<std::string>& argv, const st
                           out->output);
   }
   std::string text = std::move(out->output);
-  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  while (trim && !text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) {
+    text.pop_back();
+  }
   return text;
 }
 
 }  // namespace
 
-Result<std::string> TestServer::command(const std::string& command,
-                                        const std::vector<std::string>& args) {
+Result<std::string> TestServer::member_script(const std::string& command,
+                                              const std::vector<std::string>& args, bool trim) {
   std::vector<std::string> argv = {
       "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
       "bash",         script_path(kind_),
       command,        dir()};
   argv.insert(argv.end(), args.begin(), args.end());
-  return script_output(argv, kind_ + ".sh " + command + " " + dir());
+  return script_output(argv, kind_ + ".sh " + command + " " + dir(), trim);
+}
+
+Result<std::string> TestServer::command(const std::string& command,
+                                        const std::vector<std::string>& args) {
+  return member_script(command, args, true);
 }
 
 Result<std::string> run_server_script(const std::string& script,
@@ -244,19 +253,7 @@ Status TestServer::resume() { return script("resume", false); }
 
 Result<std::string> TestServer::run(const std::string& command,
                                     const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {
-      "/usr/bin/env", "SIMBA_SERVER_OWNER_PID=" + std::to_string(owner_pid_),
-      "bash",         script_path(kind_),
-      command,        dir()};
-  argv.insert(argv.end(), args.begin(), args.end());
-  Result<CommandOutput> out = run_command(argv, kScriptTimeout);
-  const std::string what = kind_ + ".sh " + command + " " + dir();
-  if (!out.ok()) return out.status().with_context(what + ": ");
-  if (out->exit_code != 0) {
-    return internal_error(what + " failed (exit " + std::to_string(out->exit_code) + "):\n" +
-                          out->output);
-  }
-  return out->output;
+  return member_script(command, args, false);
 }
 
 Status TestServer::restart() {

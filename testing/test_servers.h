@@ -78,6 +78,10 @@ class TestServer {
   TestServer(std::string kind, std::vector<std::string> extra_args);
   // Runs `<kind>.sh <command> <dir> [extra args]`; non-OK if it fails.
   Status script(const std::string& command, bool with_extra_args);
+  // Runs `<kind>.sh <command> <dir> <args...>`: its output (trimmed of
+  // trailing white space if `trim`), or non-OK with it if it fails.
+  Result<std::string> member_script(const std::string& command,
+                                    const std::vector<std::string>& args, bool trim);
 
   std::string kind_;
   std::vector<std::string> extra_args_;
