@@ -54,10 +54,11 @@
 #                                        writes next reaches none of them
 #   redis.sh failover DIR                SENTINEL FAILOVER (a planned one:
 #                                        the sentinels promote the replica
-#                                        without waiting for it to catch up);
-#                                        returns the new primary's name once
-#                                        it is primary and the old one
-#                                        replicates it
+#                                        without waiting for it to catch up),
+#                                        once the replica is in sync; returns
+#                                        the new primary's name once it is
+#                                        primary and the old one replicates
+#                                        it (40 s at most)
 # where MEMBER is n1, n2, s1, s2, s3, or primary / replica (as the
 # sentinels see them now). `--tls` is not offered with --sentinel.
 #
@@ -546,13 +547,10 @@ drop_replicas() {
   echo "$out"
 }
 
-# SENTINEL FAILOVER on the first sentinel that takes it; waits (up to 20 s)
-# until the sentinels name the other data member, which says role:master,
-# and the old primary replicates it with its link up, so the next fault
-# finds a replica to promote again. Prints the new primary's name.
-sentinel_failover() {
-  local old new s port reply="" deadline
-  old="$(resolve_member primary)"
+# SENTINEL FAILOVER on the first sentinel that takes it: prints its reply
+# (OK, or why not, e.g. -INPROG while a failover is under way).
+ask_sentinel_failover() {
+  local s port reply=""
   for s in $sentinel_members; do
     port="$(member_port "$s")"
     [ -n "$port" ] || continue
@@ -560,17 +558,38 @@ sentinel_failover() {
       2>/dev/null | tr -d '\r')" || reply=""
     [ "$reply" != OK ] || break
   done
-  if [ "$reply" != OK ]; then
-    echo "redis.sh: SENTINEL FAILOVER $master_name in $dir: ${reply:-no sentinel answered}" >&2
-    exit 1
-  fi
-  deadline=$((SECONDS + 20))
+  echo "${reply:-no sentinel answered}"
+}
+
+# A planned failover: once the topology has settled (the sentinels name a
+# primary and the replica's link to it is up: SENTINEL FAILOVER wants a
+# replica in sync, and a failover of the sentinels' own may still be under
+# way after an earlier fault), SENTINEL FAILOVER, asked again every 6 s
+# while the sentinels still name the old primary; then waits until the
+# other data member says role:master and the old primary replicates it
+# with its link up, so the next fault finds a replica to promote. 40 s in
+# all. Prints the new primary's name.
+sentinel_failover() {
+  local old="" replica new reply="" deadline=$((SECONDS + 40)) ask_at=0
+  until old="$( (resolve_member primary) 2>/dev/null)" &&
+    replica="$( (resolve_member replica) 2>/dev/null)" &&
+    member_cli "$replica" info replication | grep -qx master_link_status:up; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "redis.sh: $dir did not settle (a primary and a replica in sync) within 40 s" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
   until new="$( (resolve_member primary) 2>/dev/null)" && [ "$new" != "$old" ] &&
     member_cli "$new" info replication | grep -qx role:master &&
     member_cli "$old" info replication | grep -qx master_link_status:up; do
     if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "redis.sh: $dir did not fail over from $old within 20 s of SENTINEL FAILOVER" >&2
+      echo "redis.sh: $dir did not fail over from $old within 40 s (SENTINEL FAILOVER: $reply)" >&2
       exit 1
+    fi
+    if [ "$SECONDS" -ge "$ask_at" ] && [ "${new:-$old}" = "$old" ]; then
+      reply="$(ask_sentinel_failover)"
+      ask_at=$((SECONDS + 6))
     fi
     sleep 0.1
   done
