@@ -996,8 +996,8 @@ class Run {
     }
     if (topology_ != nullptr &&
         (kind == "kill-leader" || kind == "pause-leader" || kind == "partition-leader" ||
-         kind == "isolate-leader" || kind == "failover" || kind == "lagging-failover" ||
-         kind == "rolling-restart")) {
+         kind == "isolate-leader" || kind == "isolate-follower" || kind == "failover" ||
+         kind == "lagging-failover" || kind == "rolling-restart")) {
       return store_fault(kind, lease);
     }
     const bool proxied =
@@ -1032,11 +1032,12 @@ class Run {
     const Nanos start = now_nanos(clock);
     const auto down = std::chrono::duration_cast<milliseconds>(beyond_lease);
     if (kind == "lagging-failover") return lagging_failover(lease);
-    Result<std::string> done = kind == "kill-leader"      ? topology_->kill_leader(down)
-                               : kind == "pause-leader"   ? topology_->pause_leader(down)
-                               : kind == "isolate-leader" ? topology_->isolate_leader(down)
-                               : kind == "failover"       ? topology_->failover()
-                                                          : topology_->rolling_restart();
+    Result<std::string> done = kind == "kill-leader"        ? topology_->kill_leader(down)
+                               : kind == "pause-leader"     ? topology_->pause_leader(down)
+                               : kind == "isolate-leader"   ? topology_->isolate(true, down)
+                               : kind == "isolate-follower" ? topology_->isolate(false, down)
+                               : kind == "failover"         ? topology_->failover()
+                                                            : topology_->rolling_restart();
     if (done.ok()) {
       say(kind + ": " + *done);
     } else {

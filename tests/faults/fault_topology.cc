@@ -34,7 +34,7 @@ struct Spec {
   bool guard_holds_lease = false;
   // Members on hosts of their own (a lab of network namespaces,
   // scripts/servers/netns.sh), so one can be cut off from its peers while
-  // the clients still reach it (isolate-leader).
+  // the clients still reach it (isolate-leader, isolate-follower).
   bool own_hosts = false;
 };
 
@@ -63,7 +63,8 @@ const std::vector<Spec>& specs() {
       {"etcd-3",
        "etcd",
        {"--members", "3"},
-       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "isolate-follower",
+        "rolling-restart"},
        true,
        milliseconds(4000),
        false,
@@ -73,7 +74,8 @@ const std::vector<Spec>& specs() {
       {"zookeeper-3",
        "zookeeper",
        {"--servers", "3"},
-       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "isolate-follower",
+        "rolling-restart"},
        true,
        milliseconds(4000),
        false,
@@ -166,15 +168,17 @@ FaultTopology::~FaultTopology() {
   if (!lab_.empty()) (void)run_server_script("netns", {"down", lab_});
 }
 
-Result<std::string> FaultTopology::isolate_leader(milliseconds cut_off) {
+Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off) {
   if (lab_.empty()) return failed_precondition_error(name_ + "'s members share one host");
-  auto lead = leader();
-  if (!lead.ok()) return lead.status();
-  if (Status s = run_server_script("netns", {"isolate", lab_, *lead}).status(); !s.ok()) return s;
+  auto members = members_leader_last();
+  if (!members.ok()) return members.status();
+  // The leader is last; a follower: the first.
+  const std::string who = the_leader ? members->back() : members->front();
+  if (Status s = run_server_script("netns", {"isolate", lab_, who}).status(); !s.ok()) return s;
   std::this_thread::sleep_for(cut_off);
-  if (Status s = run_server_script("netns", {"heal", lab_, *lead}).status(); !s.ok()) return s;
-  return serving_after(*lead + " cut off from its peers for " + std::to_string(cut_off.count()) +
-                       " ms");
+  if (Status s = run_server_script("netns", {"heal", lab_, who}).status(); !s.ok()) return s;
+  return serving_after(std::string(the_leader ? "leader " : "follower ") + who +
+                       " cut off from its peers for " + std::to_string(cut_off.count()) + " ms");
 }
 
 milliseconds FaultTopology::failover_allowance(const std::string& name, milliseconds lease) {

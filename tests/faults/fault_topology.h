@@ -30,6 +30,8 @@
 //                     members run on hosts of their own, network namespaces
 //                     of a lab the topology makes and removes
 //                     (scripts/servers/netns.sh; needs root)
+//   isolate-follower  the same for a member that does not lead: clients
+//                     that reach the store through it get no answers
 //   partition-leader  (in the harness) the clients' connections to the
 //                     leader's client port pass nothing for the given time;
 //                     only where the clients dial the members the URI names
@@ -83,7 +85,8 @@ class FaultTopology {
   Result<std::string> pause_leader(std::chrono::milliseconds pause);
   Result<std::string> failover();
   Result<std::string> rolling_restart();
-  Result<std::string> isolate_leader(std::chrono::milliseconds cut_off);
+  // isolate-leader (`the_leader`) or isolate-follower.
+  Result<std::string> isolate(bool the_leader, std::chrono::milliseconds cut_off);
   // What the harness does at each step of a lagging failover.
   struct LaggingFailoverSteps {
     std::function<void()> before_kill;      // stops the holder
