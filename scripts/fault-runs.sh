@@ -5,7 +5,8 @@
 # (`ctest -L faults`); docs/reliability.md records a long run.
 #
 #   scripts/fault-runs.sh [--duration S] [--stores "memory sqlite ..."]
-#                         [--lanes N] [-- extra simba-fault-run options]
+#                         [--lanes N] [--per-fault]
+#                         [-- extra simba-fault-run options]
 #     --duration S  seconds of faults per store (default 600)
 #     --stores      stores to run (default: memory sqlite redis postgres mysql
 #                   zookeeper etcd); a replicated topology (redis-sentinel,
@@ -13,6 +14,10 @@
 #                   mysql-replica) runs with --topology, and "topologies"
 #                   stands for all six
 #     --lanes N     stores run at the same time (default 2)
+#     --per-fault   one run of --duration per store (or topology) and fault,
+#                   "STORE:FAULT", instead of one run spread over its faults
+#                   (the faults are simba-fault-run's: --faults list); a
+#                   single cell can also be named in --stores as STORE:FAULT
 #
 # Environment:
 #   OUT           where the runs go (default: /tmp/simba-fault-runs); each
@@ -31,19 +36,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '7,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '7,20p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit "$1"
 }
 
 duration=600
 stores="memory sqlite redis postgres mysql zookeeper etcd"
 lanes=2
+per_fault=0
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --duration) [ $# -ge 2 ] || usage 2; duration="$2"; shift 2 ;;
     --stores) [ $# -ge 2 ] || usage 2; stores="$2"; shift 2 ;;
     --lanes) [ $# -ge 2 ] || usage 2; lanes="$2"; shift 2 ;;
+    --per-fault) per_fault=1; shift ;;
     --) shift; extra=("$@"); break ;;
     -h|--help) usage 0 ;;
     *) usage 2 ;;
@@ -71,12 +78,32 @@ else
   bin="$build/bin"
 fi
 
-run_one() {  # run_one STORE|TOPOLOGY: one long run; its exit status is the checker's
-  local store="$1" what=--store
-  if [[ " $all_topologies " == *" $store "* ]]; then what=--topology; fi
-  "$bin/simba-fault-run" "$what" "$store" --duration "$duration" --out "$out/$store" \
-    --worker "$bin/simba-fault-worker" "${extra[@]}" > "$out/$store.out" 2>&1
+is_topology() { [[ " $all_topologies " == *" ${1%%:*} "* ]]; }
+
+# run_one STORE|TOPOLOGY[:FAULT]: one long run (of that fault alone); its
+# exit status is the checker's.
+run_one() {
+  local cell="$1" what=--store faults=()
+  if is_topology "$cell"; then what=--topology; fi
+  if [[ "$cell" == *:* ]]; then faults=(--faults "${cell#*:}"); fi
+  "$bin/simba-fault-run" "$what" "${cell%%:*}" "${faults[@]}" --duration "$duration" \
+    --out "$out/$cell" --worker "$bin/simba-fault-worker" "${extra[@]}" > "$out/$cell.out" 2>&1
 }
+
+if [ "$per_fault" -eq 1 ]; then
+  cells=""
+  for store in $stores; do
+    if [[ "$store" == *:* ]]; then cells+=" $store"; continue; fi
+    what=--store
+    if is_topology "$store"; then what=--topology; fi
+    list="$("$bin/simba-fault-run" "$what" "$store" --faults list)" || {
+      echo "fault-runs: simba-fault-run $what $store --faults list failed" >&2
+      exit 2
+    }
+    for fault in $list; do cells+=" $store:$fault"; done
+  done
+  stores="${cells# }"
+fi
 
 # Lanes: at most $lanes runs at once, the next store starting when one ends.
 declare -A pids=()
@@ -114,7 +141,7 @@ cat "$out/summary.txt"
 python3 scripts/fault-summary.py "$out" $stores > "$out/summary.md"
 topologies_run=()
 for store in $stores; do
-  if [[ " $all_topologies " == *" $store "* ]]; then topologies_run+=("$store"); fi
+  if is_topology "$store"; then topologies_run+=("$store"); fi
 done
 if [ "${#topologies_run[@]}" -gt 0 ]; then
   # One row per topology and fault: docs/reliability.md's matrix.

@@ -2,7 +2,7 @@
 """Turns the reports of scripts/fault-runs.sh into one Markdown table.
 
     scripts/fault-summary.py OUT_DIR STORE...
-    scripts/fault-summary.py --matrix OUT_DIR TOPOLOGY...
+    scripts/fault-summary.py --matrix OUT_DIR TOPOLOGY[:FAULT]...
 
 Reads OUT_DIR/STORE/report.txt (written by simba-fault-run) and prints a
 table for docs/reliability.md: what was injected and how often, what the
@@ -11,7 +11,8 @@ one row per topology and fault (docs/reliability.md, "Replicated stores"):
 how often it was injected, the run's violations, how often the holder kept
 the mutex through it, and the time from the fault to the next owner
 otherwise, and from its healing to an owner against the bound the run
-checked. Standard library only.
+checked; TOPOLOGY:FAULT is a run of one fault alone (fault-runs.sh
+--per-fault), its row only. Standard library only.
 """
 import os
 import re
@@ -59,17 +60,21 @@ def matrix(out, topologies):
     print("| Topology | Fault | Injected | Violations (whole run) | Holder kept it | New owner after "
           "the fault: median / worst (n) | Worst after healing / bound |")
     print("|---|---|---:|---|---:|---|---|")
-    for topology in topologies:
-        path = os.path.join(out, topology, "report.txt")
+    for entry in topologies:
+        # "TOPOLOGY:FAULT": a run of that fault alone (fault-runs.sh --per-fault).
+        topology, _, only = entry.partition(":")
+        path = os.path.join(out, entry, "report.txt")
         try:
             with open(path) as f:
                 row = parse(f.read())
         except OSError:
-            print("| %s | (no report) | | | | | |" % topology)
+            print("| %s | %s | (no report) | | | | |" % (topology, only or "(all)"))
             continue
         verdict = "0" if not row["violations"] else "%d: %s" % (
             len(row["violations"]), ", ".join(sorted(set(row["violations"]))))
         for kind, count in sorted(row["faults"].items()):
+            if only and kind != only:
+                continue
             kept, owner = row["recovery"].get(kind, (0, None))
             after = ("%s / %s (%d)" % (seconds(owner[1]), seconds(owner[2]), owner[0])
                      if owner else "–")

@@ -3,6 +3,7 @@
 //
 //   simba-fault-run --store redis [--duration 30] [--workers 3] [--seed N]
 //                   [--faults kill,pause,restart,...] [--out DIR]
+//   simba-fault-run --topology etcd-3 --faults list   (the faults it takes)
 //
 // Workers contend for one mutex and, while they own it, write to a fenced
 // resource that rejects stale tokens (testing/fault_worker.h). For a store
@@ -1162,8 +1163,8 @@ int usage() {
          "       simba-fault-run --topology redis-sentinel|redis-cluster|etcd-3|zookeeper-3|\n"
          "                                  postgres-standby|mysql-replica\n"
          "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
-         "         [--op-timeout-ms N] [--faults kill,pause,...] [--seed N] [--out DIR]\n"
-         "         [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
+         "         [--op-timeout-ms N] [--faults kill,pause,...|list] [--seed N]\n"
+         "         [--out DIR] [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
          "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
          "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
          "         [--command-lingers-ms N]\n"
@@ -1326,6 +1327,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const auto applicable = simba::testing::faults_for(options.store, options.topology);
+  if (options.faults == std::vector<std::string>{"list"}) {
+    // For scripts/fault-runs.sh --per-fault: one run per fault.
+    for (const auto& a : applicable) std::cout << a << "\n";
+    return 0;
+  }
   for (const std::string& f : options.faults) {
     if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {
       std::cerr << "fault-run: fault '" << f << "' does not apply to " << options.store
