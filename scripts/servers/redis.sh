@@ -52,6 +52,9 @@
 #   redis.sh drop-replicas DIR MEMBER    CLIENT KILL TYPE replica on MEMBER;
 #                                        with its replicas paused, what it
 #                                        writes next reaches none of them
+#   redis.sh settle DIR                  wait (40 s at most) until the
+#                                        sentinels agree on the primary and
+#                                        the replica replicates it, link up
 #   redis.sh failover DIR                SENTINEL FAILOVER (a planned one:
 #                                        the sentinels promote the replica
 #                                        without waiting for it to catch up),
@@ -83,6 +86,11 @@
 #                                        (an old primary as a replica of
 #                                        its successor); returns once it
 #                                        serves, not once it has rejoined
+#   redis.sh settle DIR                  wait (40 s at most) until every
+#                                        member sees the whole cluster
+#                                        (state ok, three primaries and
+#                                        three replicas, no node failing)
+#                                        and each replica's link is up
 #   redis.sh failover DIR MEMBER [FORCE|TAKEOVER]
 #                                        CLUSTER FAILOVER on the replica
 #                                        MEMBER; returns once it is primary
@@ -94,6 +102,14 @@
 # of SLOT now, its first replica). `--tls` is not offered with --cluster.
 #
 # Environment:
+#   SIMBA_NETNS             a lab of network namespaces (scripts/servers/netns.sh)
+#                           for --sentinel (3 hosts: n1 and s1 on host 1, n2
+#                           and s2 on host 2, s3 on host 3) or --cluster (6
+#                           hosts: nK on host K): each member runs in its
+#                           host's namespace and listens on its address
+#                           (DIR/MEMBER/host), so that a host can be cut off
+#                           from the others (netns.sh isolate) while the
+#                           clients still reach it
 #   SIMBA_SERVER_OWNER_PID  a PID (or "parent" for the caller of this script):
 #                           a watchdog stops the server once that process is
 #                           gone, so a test binary that crashes or a ctest
@@ -184,21 +200,32 @@ forget_first_start() {
   rm -f "$dir/nodes.conf"
 }
 
+# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
+# a lab of network namespaces (DIR/host, written by a topology's start).
+member_host() {
+  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
+}
+
 server_command() {
-  local ports=(--port "$1") conf=()
+  local ports=(--port "$1") conf=() host
+  host="$(member_host)"
+  # A member of a lab runs in its host's namespace (`ip netns exec` execs:
+  # the PID stays the server's).
+  server_cmd=()
+  if [ -s "$dir/netns" ]; then server_cmd=(ip netns exec "$(cat "$dir/netns")"); fi
   if [ -f "$dir/sentinel.conf" ]; then
     # A sentinel of a --sentinel topology: its configuration (which it
     # rewrites as it learns) is in DIR/sentinel.conf.
-    server_cmd=(redis-server "$dir/sentinel.conf" --sentinel
-      --bind 127.0.0.1 --port "$1" --dir "$dir" --protected-mode no --logfile "$log_file")
+    server_cmd+=(redis-server "$dir/sentinel.conf" --sentinel
+      --bind "$host" --port "$1" --dir "$dir" --protected-mode no --logfile "$log_file")
     return
   fi
   if [ -n "$tls_src" ]; then ports=(--port 0 --tls-port "$1"); fi
   # A node of a --cluster topology: its cluster settings (a configuration
   # file comes first) and its bus port.
   if [ -f "$dir/cluster.conf" ]; then conf=("$dir/cluster.conf" --cluster-port "$bus_port"); fi
-  server_cmd=(redis-server "${conf[@]}"
-    --bind 127.0.0.1 "${ports[@]}" --dir "$dir"
+  server_cmd+=(redis-server "${conf[@]}"
+    --bind "$host" "${ports[@]}" --dir "$dir"
     --save "" --appendonly no --protected-mode no
     --logfile "$log_file"
     "${tls_args[@]}" "${extra[@]}")
@@ -207,11 +234,12 @@ server_command() {
 # Our own server, not another one on the same port, and done loading its
 # data (a loading server answers PING with -LOADING).
 server_ready() {
-  local port="$1" pid="$2" info
-  info="$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" "${cli_args[@]}" info server 2>/dev/null |
+  local port="$1" pid="$2" info host
+  host="$(member_host)"
+  info="$(timeout 2 redis-cli -h "$host" -p "$port" "${cli_args[@]}" info server 2>/dev/null |
     tr -d '\r' || true)"
   grep -qx "process_id:$pid" <<<"$info" &&
-    [ "$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" "${cli_args[@]}" ping 2>/dev/null |
+    [ "$(timeout 2 redis-cli -h "$host" -p "$port" "${cli_args[@]}" ping 2>/dev/null |
       tr -d '\r')" = PONG ]
 }
 
@@ -219,7 +247,7 @@ server_uri() {
   if [ -n "$tls_src" ]; then
     echo "rediss://$user:$password@127.0.0.1:$1?tls_ca=$dir/tls/ca.pem"
   else
-    echo "redis://127.0.0.1:$1"
+    echo "redis://$(member_host):$1"
   fi
 }
 
@@ -239,13 +267,33 @@ member_port() {
   cat "$dir/$1/port" 2>/dev/null || true
 }
 
+# "HOST:PORT" of member $1.
+member_addr() {
+  echo "$(member_host "$dir/$1"):$(member_port "$1")"
+}
+
+# With SIMBA_NETNS=LAB (scripts/servers/netns.sh), members on hosts of that
+# lab: "MEMBER HOST_NUMBER..." pairs, written to DIR/MEMBER/host and
+# DIR/MEMBER/netns before the first start (a restart finds them).
+place_members() {
+  [ -n "${SIMBA_NETNS:-}" ] || return 0
+  local netns
+  netns="$(dirname "$script")/netns.sh"
+  while [ $# -ge 2 ]; do
+    mkdir -p "$dir/$1"
+    bash "$netns" addr "$SIMBA_NETNS" "$2" >"$dir/$1/host"
+    bash "$netns" ns "$SIMBA_NETNS" "$2" >"$dir/$1/netns"
+    shift 2
+  done
+}
+
 # "HOST PORT" of the primary by the first sentinel that answers, or nothing.
 sentinel_primary_addr() {
   local s port out
   for s in $sentinel_members; do
     port="$(member_port "$s")"
     [ -n "$port" ] || continue
-    out="$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" sentinel get-master-addr-by-name \
+    out="$(timeout 2 redis-cli -h "$(member_host "$dir/$s")" -p "$port" sentinel get-master-addr-by-name \
       "$master_name" 2>/dev/null | tr -d '\r' | paste -sd' ' || true)"
     if [[ "$out" =~ ^[0-9.]+\ [0-9]+$ ]]; then
       echo "$out"
@@ -255,11 +303,12 @@ sentinel_primary_addr() {
   return 1
 }
 
-# The data member on port $1.
-member_on_port() {
+# The data member at "HOST:PORT" $1 (ports alone are not unique in a lab:
+# each host picks its own).
+member_at() {
   local n
   for n in $data_members; do
-    if [ "$(member_port "$n")" = "$1" ]; then
+    if [ "$(member_addr "$n")" = "$1" ]; then
       echo "$n"
       return 0
     fi
@@ -278,7 +327,7 @@ resolve_member() {
         echo "redis.sh: no sentinel in $dir names a primary" >&2
         exit 1
       }
-      p="$(member_on_port "${addr##* }")" || {
+      p="$(member_at "${addr% *}:${addr##* }")" || {
         echo "redis.sh: the sentinels name $addr, not a member of $dir" >&2
         exit 1
       }
@@ -316,10 +365,10 @@ leftover_stop() {
 start_data_member() {
   local n="$1" args=() addr
   if [ -s "$dir/$n/port" ] || [ "$n" = n2 ]; then
-    if addr="$(sentinel_primary_addr)" && [ "${addr##* }" != "$(member_port "$n")" ]; then
+    if addr="$(sentinel_primary_addr)" && [ "${addr% *}:${addr##* }" != "$(member_addr "$n")" ]; then
       args=(--replicaof "${addr% *}" "${addr##* }")
     elif [ "$n" = n2 ] && [ ! -s "$dir/$n/port" ]; then
-      args=(--replicaof 127.0.0.1 "$(member_port n1)")
+      args=(--replicaof "$(member_host "$dir/n1")" "$(member_port n1)")
     fi
   fi
   # No 5 s wait for more replicas before a full sync.
@@ -337,14 +386,14 @@ write_sentinel_conf() {
   local s="$1" o
   {
     echo "sentinel myid $(sentinel_id "$dir/$s")"
-    echo "sentinel monitor $master_name 127.0.0.1 $(member_port n1) 2"
+    echo "sentinel monitor $master_name $(member_host "$dir/n1") $(member_port n1) 2"
     echo "sentinel down-after-milliseconds $master_name $down_after_ms"
     echo "sentinel failover-timeout $master_name $failover_timeout_ms"
     echo "sentinel parallel-syncs $master_name 1"
-    echo "sentinel known-replica $master_name 127.0.0.1 $(member_port n2)"
+    echo "sentinel known-replica $master_name $(member_host "$dir/n2") $(member_port n2)"
     for o in $sentinel_members; do
       [ "$o" = "$s" ] ||
-        echo "sentinel known-sentinel $master_name 127.0.0.1 $(member_port "$o") $(sentinel_id "$dir/$o")"
+        echo "sentinel known-sentinel $master_name $(member_host "$dir/$o") $(member_port "$o") $(sentinel_id "$dir/$o")"
     done
   } >"$dir/$s/sentinel.conf"
 }
@@ -355,7 +404,7 @@ start_sentinel_member() {
 
 # `SENTINEL master` field $2 as sentinel $1 sees it.
 sentinel_field() {
-  timeout 2 redis-cli -h 127.0.0.1 -p "$(member_port "$1")" sentinel master "$master_name" \
+  timeout 2 redis-cli -h "$(member_host "$dir/$1")" -p "$(member_port "$1")" sentinel master "$master_name" \
     2>/dev/null | tr -d '\r' | sed -n "/^$2\$/{n;p;q}"
 }
 
@@ -373,6 +422,10 @@ topology_start() {
   # A fresh topology each start: the sentinels' state names ports of the
   # last one.
   rm -rf "$dir/n1" "$dir/n2" "$dir/s1" "$dir/s2" "$dir/s3"
+  # In a lab, three hosts: the primary and a sentinel, the replica and a
+  # sentinel, the third sentinel. Cut off, either data node's host is a
+  # minority of the sentinels.
+  place_members n1 1 s1 1 n2 2 s2 2 s3 3
   start_data_member n1
   start_data_member n2
   for s in $sentinel_members; do
@@ -391,7 +444,7 @@ topology_start() {
       [ "$(sentinel_field "$s" num-slaves)" = 1 ] &&
         [ "$(sentinel_field "$s" num-other-sentinels)" = 2 ] || ok=0
     done
-    if [ "$ok" = 1 ] && timeout 2 redis-cli -h 127.0.0.1 -p "$(member_port n2)" info replication \
+    if [ "$ok" = 1 ] && timeout 2 redis-cli -h "$(member_host "$dir/n2")" -p "$(member_port n2)" info replication \
       2>/dev/null | tr -d '\r' | grep -qx 'master_link_status:up'; then
       break
     fi
@@ -403,7 +456,7 @@ topology_start() {
     sleep 0.1
   done
   member_port s1 >"$dir/port"
-  echo "redis-sentinel://127.0.0.1:$(member_port s1),127.0.0.1:$(member_port s2),127.0.0.1:$(member_port s3)/$master_name" >"$dir/uri"
+  echo "redis-sentinel://$(member_addr s1),$(member_addr s2),$(member_addr s3)/$master_name" >"$dir/uri"
   cat "$dir/uri"
 }
 
@@ -421,7 +474,7 @@ topology_status() {
   for m in $data_members $sentinel_members; do
     st="$(member_script status "$dir/$m" 2>/dev/null || true)"
     if [ "$st" = stopped ] || [ -z "$st" ]; then rc=3; fi
-    echo "$m 127.0.0.1:$(member_port "$m") ${st%% redis*}$([ "${addr##* }" = "$(member_port "$m")" ] &&
+    echo "$m $(member_addr "$m") ${st%% redis*}$([ "${addr% *}:${addr##* }" = "$(member_addr "$m")" ] &&
       echo ' primary')"
   done
   return "$rc"
@@ -432,7 +485,7 @@ topology_usage() {
 usage: redis.sh start DIR --sentinel [redis-server args for the data nodes...]
        redis.sh stop|status|uri|primary DIR
        redis.sh kill|pause|resume|stop|restart|member|drop-replicas DIR MEMBER   (n1 n2 s1 s2 s3 primary replica)
-       redis.sh failover DIR
+       redis.sh failover|settle DIR
 USAGE
   exit 2
 }
@@ -459,7 +512,7 @@ topology_main() {
     uri) cat "$dir/uri" ;;
     primary)
       m="$(resolve_member primary)"
-      echo "$m 127.0.0.1:$(member_port "$m")"
+      echo "$m $(member_addr "$m")"
       ;;
     member)
       [ $# -eq 1 ] || topology_usage
@@ -474,6 +527,10 @@ topology_main() {
     failover)
       [ $# -eq 0 ] || topology_usage
       sentinel_failover
+      ;;
+    settle)
+      [ $# -eq 0 ] || topology_usage
+      sentinel_settle
       ;;
     kill | pause | resume)
       [ $# -eq 1 ] || topology_usage
@@ -524,11 +581,12 @@ first_primary() {
 # redis-cli on member $1 (its \r dropped): fails if it does not answer in
 # 2 s. An error reply is output too: callers compare with what they expect.
 member_cli() {
-  local port
+  local port host
   port="$(member_port "$1")"
+  host="$(member_host "$dir/$1")"
   shift
   [ -n "$port" ] || return 1
-  timeout 2 redis-cli -h 127.0.0.1 -p "$port" "$@" 2>/dev/null | tr -d '\r'
+  timeout 2 redis-cli -h "$host" -p "$port" "$@" 2>/dev/null | tr -d '\r'
 }
 
 # CLIENT KILL TYPE replica on member $1: its replicas' links drop. A replica
@@ -547,6 +605,34 @@ drop_replicas() {
   echo "$out"
 }
 
+# Waits (until SECONDS is $1, or 40 s) for every sentinel to name the same
+# primary and the other data member to replicate it with its link up: after
+# a failover, an old primary that comes back stays a primary of its own for
+# seconds before the sentinels make it a replica.
+sentinel_settle() {
+  local deadline="${1:-$((SECONDS + 40))}" s addr first agree named replica
+  while :; do
+    named="" first="" agree=1
+    for s in $sentinel_members; do
+      addr="$(timeout 2 redis-cli -h "$(member_host "$dir/$s")" -p "$(member_port "$s")" \
+        sentinel get-master-addr-by-name "$master_name" 2>/dev/null | tr -d '\r' | paste -sd' ' ||
+        true)"
+      named+="${named:+, }${addr:-nothing}"
+      first="${first:-$addr}"
+      if ! [[ "$addr" =~ ^[0-9.]+\ [0-9]+$ ]] || [ "$addr" != "$first" ]; then agree=0; fi
+    done
+    if [ "$agree" = 1 ] && replica="$( (resolve_member replica) 2>/dev/null)" &&
+      member_cli "$replica" info replication | grep -qx master_link_status:up; then
+      return 0
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "redis.sh: $dir did not settle (one primary the sentinels agree on, a replica in sync) within 40 s: the sentinels name $named" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+}
+
 # SENTINEL FAILOVER on the first sentinel that takes it: prints its reply
 # (OK, or why not, e.g. -INPROG while a failover is under way).
 ask_sentinel_failover() {
@@ -554,32 +640,25 @@ ask_sentinel_failover() {
   for s in $sentinel_members; do
     port="$(member_port "$s")"
     [ -n "$port" ] || continue
-    reply="$(timeout 2 redis-cli -h 127.0.0.1 -p "$port" sentinel failover "$master_name" \
+    reply="$(timeout 2 redis-cli -h "$(member_host "$dir/$s")" -p "$port" sentinel failover "$master_name" \
       2>/dev/null | tr -d '\r')" || reply=""
     [ "$reply" != OK ] || break
   done
   echo "${reply:-no sentinel answered}"
 }
 
-# A planned failover: once the topology has settled (the sentinels name a
-# primary and the replica's link to it is up: SENTINEL FAILOVER wants a
-# replica in sync, and a failover of the sentinels' own may still be under
-# way after an earlier fault), SENTINEL FAILOVER, asked again every 6 s
+# A planned failover: once the topology has settled (sentinel_settle:
+# SENTINEL FAILOVER wants a replica in sync, and a failover of the
+# sentinels' own may still be under way after an earlier fault), SENTINEL
+# FAILOVER, asked again every 6 s
 # while the sentinels still name the old primary; then waits until the
 # other data member says role:master and the old primary replicates it
 # with its link up, so the next fault finds a replica to promote. 40 s in
 # all. Prints the new primary's name.
 sentinel_failover() {
-  local old="" replica new reply="" deadline=$((SECONDS + 40)) ask_at=0
-  until old="$( (resolve_member primary) 2>/dev/null)" &&
-    replica="$( (resolve_member replica) 2>/dev/null)" &&
-    member_cli "$replica" info replication | grep -qx master_link_status:up; do
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      echo "redis.sh: $dir did not settle (a primary and a replica in sync) within 40 s" >&2
-      exit 1
-    fi
-    sleep 0.1
-  done
+  local old="" new reply="" deadline=$((SECONDS + 40)) ask_at=0
+  sentinel_settle "$deadline"
+  old="$(resolve_member primary)"
   until new="$( (resolve_member primary) 2>/dev/null)" && [ "$new" != "$old" ] &&
     member_cli "$new" info replication | grep -qx role:master &&
     member_cli "$old" info replication | grep -qx master_link_status:up; do
@@ -614,22 +693,22 @@ any_view() {
   return 1
 }
 
-# From CLUSTER NODES on stdin, the node on port $1: "primary SLOTS..." or
-# "replica PORT" (its primary's), then "(FLAGS)" if it is failing, in a
-# handshake or without an address.
+# From CLUSTER NODES on stdin, the node at "HOST:PORT" $1: "primary
+# SLOTS..." or "replica HOST:PORT" (its primary's), then "(FLAGS)" if it is
+# failing, in a handshake or without an address.
 nodes_role() {
-  awk -v port="$1" '
-    { split($2, a, "[:@,]"); port_of[$1] = a[2]; line[NR] = $0 }
+  awk -v addr="$1" '
+    { split($2, a, "[:@,]"); addr_of[$1] = a[1] ":" a[2]; line[NR] = $0 }
     END {
       for (i = 1; i <= NR; i++) {
         n = split(line[i], f, " ")
         split(f[2], a, "[:@,]")
-        if (a[2] != port) continue
+        if (a[1] ":" a[2] != addr) continue
         if (f[3] ~ /master/) {
           out = "primary"
           for (j = 9; j <= n; j++) if (f[j] !~ /^\[/) out = out " " f[j]
         } else if (f[3] ~ /slave/) {
-          out = "replica " port_of[f[4]]
+          out = "replica " addr_of[f[4]]
         } else {
           out = "unknown"
         }
@@ -640,8 +719,8 @@ nodes_role() {
     }'
 }
 
-# From CLUSTER NODES on stdin, "EPOCH PORT ID" of the primary that owns
-# slot $1, or nothing.
+# From CLUSTER NODES on stdin, "EPOCH HOST:PORT ID" of the primary that
+# owns slot $1, or nothing.
 nodes_slot_owner() {
   awk -v slot="$1" '
     $3 ~ /master/ && $3 !~ /handshake|noaddr/ {
@@ -650,14 +729,14 @@ nodes_slot_owner() {
         n = split($j, r, "-")
         if (slot >= r[1] + 0 && slot <= r[n] + 0) {
           split($2, a, "[:@,]")
-          print $7, a[2], $1
+          print $7, a[1] ":" a[2], $1
           exit
         }
       }
     }'
 }
 
-# "EPOCH PORT ID" of the primary of slot $1 now: of the claims of the
+# "EPOCH HOST:PORT ID" of the primary of slot $1 now: of the claims of the
 # members that serve, the one of the highest config epoch (Redis Cluster's
 # own rule: right after a failover, some nodes still name the old primary).
 slot_owner() {
@@ -685,26 +764,26 @@ check_slot() {
 # MEMBER: n1..n6, or primary-of-SLOT / replica-of-SLOT (the primary of
 # SLOT now, and the first member that replicates it).
 cluster_member() {
-  local slot owner port id
+  local slot owner addr id
   case "$1" in
     n[1-6]) echo "$1" ;;
     primary-of-* | replica-of-*)
       slot="${1#*-of-}"
       check_slot "$slot"
       owner="$(slot_owner "$slot")" || exit 1
-      port="${owner#* }"
-      port="${port%% *}"
+      addr="${owner#* }"
+      addr="${addr%% *}"
       id="${owner##* }"
       if [ "${1%%-*}" = replica ]; then
-        port="$(any_view | awk -v id="$id" '$3 ~ /slave/ && $4 == id {
-          split($2, a, "[:@,]"); print a[2]; exit }')"
-        if [ -z "$port" ]; then
+        addr="$(any_view | awk -v id="$id" '$3 ~ /slave/ && $4 == id {
+          split($2, a, "[:@,]"); print a[1] ":" a[2]; exit }')"
+        if [ -z "$addr" ]; then
           echo "redis.sh: the primary of slot $slot in $dir has no replica" >&2
           exit 1
         fi
       fi
-      member_on_port "$port" || {
-        echo "redis.sh: 127.0.0.1:$port is not a member of $dir" >&2
+      member_at "$addr" || {
+        echo "redis.sh: $addr is not a member of $dir" >&2
         exit 1
       }
       ;;
@@ -728,11 +807,10 @@ start_cluster_member() {
   member_script start "$dir/$1" "${margs[@]}" >/dev/null
 }
 
-# Empty if member $1 is part of the cluster being started; otherwise what
-# it lacks (for the message): cluster_state:ok, all six nodes in its table
+# Empty if member $1 is a whole part of the cluster; otherwise what it
+# lacks (for the message): cluster_state:ok, all six nodes in its table
 # with three primaries of slots and three replicas (so that a failover
-# finds its voters), and, for a replica, a synced link to its first
-# primary.
+# finds its voters), and, for a replica, a synced link to its primary.
 cluster_member_lacks() {
   local info nodes
   info="$(member_cli "$1" cluster info)" || { echo "it does not answer"; return; }
@@ -743,9 +821,9 @@ cluster_member_lacks() {
     echo "it does not see three primaries and three replicas yet"
     return
   fi
-  if [ -n "$(first_primary "$1")" ] && ! member_cli "$1" info replication |
-    grep -qx master_link_status:up; then
-    echo "its link to $(first_primary "$1") is not up"
+  info="$(member_cli "$1" info replication)" || { echo "it does not answer"; return; }
+  if grep -qx role:slave <<<"$info" && ! grep -qx master_link_status:up <<<"$info"; then
+    echo "its link to its primary is not up"
   fi
 }
 
@@ -774,6 +852,8 @@ cluster_start() {
 : >"$dir/args"
   if [ ${#extra[@]} -gt 0 ]; then printf '%s\0' "${extra[@]}" >"$dir/args"; fi
   deadline=$((SECONDS + cluster_start_timeout))
+  # In a lab, a host per node.
+  place_members n1 1 n2 2 n3 3 n4 4 n5 5 n6 6
   for m in $cluster_members; do
     mkdir -p "$dir/$m"
     # No 5 s wait for more replicas before a full sync.
@@ -798,7 +878,7 @@ CONF
     [ "$reply" = OK ] || cluster_fail "CLUSTER ADDSLOTSRANGE on member $m of $dir: $reply" "$m"
   done
   for m in n2 n3 n4 n5 n6; do
-    reply="$(member_cli n1 cluster meet 127.0.0.1 "$(member_port "$m")" "$(cat "$dir/$m/bus_port")")" ||
+    reply="$(member_cli n1 cluster meet "$(member_host "$dir/$m")" "$(member_port "$m")" "$(cat "$dir/$m/bus_port")")" ||
       reply=""
     [ "$reply" = OK ] || cluster_fail "CLUSTER MEET of member $m of $dir: $reply" n1
   done
@@ -814,22 +894,29 @@ CONF
       sleep 0.1
     done
   done
+  cluster_settle "$deadline" "was not ready within $cluster_start_timeout s"
+  trap - EXIT
+  member_port n1 >"$dir/port"
+  echo "redis-cluster://$(member_addr n1),$(member_addr n2),$(member_addr n3)" >"$dir/uri"
+  cat "$dir/uri"
+}
+
+# Waits until SECONDS is $1 for every member to lack nothing
+# (cluster_member_lacks); past it, cluster_fail with "$2".
+cluster_settle() {
+  local m lack
   while :; do
     lack=""
     for m in $cluster_members; do
       lack="$(cluster_member_lacks "$m")"
       if [ -n "$lack" ]; then break; fi
     done
-    [ -n "$lack" ] || break
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      cluster_fail "the cluster in $dir was not ready within $cluster_start_timeout s: member $m: $lack" "$m"
+    [ -n "$lack" ] || return 0
+    if [ "$SECONDS" -ge "$1" ]; then
+      cluster_fail "the cluster in $dir $2: member $m: $lack" "$m"
     fi
     sleep 0.1
   done
-  trap - EXIT
-  member_port n1 >"$dir/port"
-  echo "redis-cluster://127.0.0.1:$(member_port n1),127.0.0.1:$(member_port n2),127.0.0.1:$(member_port n3)" >"$dir/uri"
-  cat "$dir/uri"
 }
 
 # Every member at once (one after the other, a primary stopped first
@@ -847,9 +934,9 @@ cluster_stop() {
 }
 
 cluster_status() {
-  local m st rc=0 port view role
+  local m st rc=0 addr view role
   for m in $cluster_members; do
-    port="$(member_port "$m")"
+    addr="$(member_addr "$m")"
     st="$(member_script status "$dir/$m" 2>/dev/null || true)"
     if [ "$st" = stopped ] || [ -z "$st" ]; then
       rc=3
@@ -863,12 +950,12 @@ cluster_status() {
       [ "$st" = stopped ] || st="$st paused"
       view="$(any_view || true)"
     fi
-    role="$(nodes_role "$port" <<<"$view")"
-    if [[ "$role" =~ ^replica\ ([0-9]*)(.*)$ ]]; then
-      role="replica of $(member_on_port "${BASH_REMATCH[1]}" ||
-        echo "127.0.0.1:${BASH_REMATCH[1]:-?}")${BASH_REMATCH[2]}"
+    role="$(nodes_role "$addr" <<<"$view")"
+    if [[ "$role" =~ ^replica\ ([^ ]*)(.*)$ ]]; then
+      role="replica of $(member_at "${BASH_REMATCH[1]}" ||
+        echo "${BASH_REMATCH[1]:-?}")${BASH_REMATCH[2]}"
     fi
-    echo "$m 127.0.0.1:$port $st${role:+ $role}"
+    echo "$m $addr $st${role:+ $role}"
   done
   return "$rc"
 }
@@ -878,7 +965,7 @@ cluster_status() {
 cluster_failover() {
   local m="$1" reply deadline ask_again role
   shift
-  role="$(member_cli "$m" cluster nodes | nodes_role "$(member_port "$m")")" || role=""
+  role="$(member_cli "$m" cluster nodes | nodes_role "$(member_addr "$m")")" || role=""
   if [[ "$role" != replica* ]]; then
     echo "redis.sh: member $m of $dir is not a replica (${role:-it does not answer})" >&2
     exit 1
@@ -893,7 +980,7 @@ cluster_failover() {
   # rejoined, as a loaded CI machine showed): ask again after 6 s.
   deadline=$((SECONDS + 20))
   ask_again=$((SECONDS + 6))
-  until [[ "$(member_cli "$m" cluster nodes | nodes_role "$(member_port "$m")")" == primary\ [0-9]* ]]; do
+  until [[ "$(member_cli "$m" cluster nodes | nodes_role "$(member_addr "$m")")" == primary\ [0-9]* ]]; do
     if [ "$SECONDS" -ge "$deadline" ]; then
       echo "redis.sh: member $m of $dir was not a primary within 20 s of CLUSTER FAILOVER $*" >&2
       exit 1
@@ -909,7 +996,7 @@ cluster_failover() {
 cluster_usage() {
   cat >&2 <<USAGE
 usage: redis.sh start DIR --cluster [redis-server args for every node...]
-       redis.sh stop|status|uri DIR
+       redis.sh stop|status|uri|settle DIR
        redis.sh primary-of DIR SLOT
        redis.sh kill|pause|resume|stop|restart|member|drop-replicas DIR MEMBER
        redis.sh failover DIR MEMBER [FORCE|TAKEOVER]
@@ -919,10 +1006,10 @@ USAGE
 }
 
 cluster_main() {
-  local cmd="$1" m owner port
+  local cmd="$1" m owner addr
   dir="$(cd "$2" && pwd -P)"
   shift 2
-  # The members member_on_port looks at.
+  # The members member_at looks at.
   data_members="$cluster_members"
   node_timeout_ms="${SIMBA_CLUSTER_NODE_TIMEOUT_MS:-1000}"
   cluster_start_timeout=15
@@ -943,9 +1030,9 @@ cluster_main() {
       [ $# -eq 1 ] || cluster_usage
       check_slot "$1"
       owner="$(slot_owner "$1")"
-      port="${owner#* }"
-      port="${port%% *}"
-      echo "$(member_on_port "$port" || echo "?") 127.0.0.1:$port"
+      addr="${owner#* }"
+      addr="${addr%% *}"
+      echo "$(member_at "$addr" || echo "?") $addr"
       ;;
     member)
       [ $# -eq 1 ] || cluster_usage
@@ -966,6 +1053,10 @@ cluster_main() {
       [ $# -eq 1 ] || cluster_usage
       m="$(cluster_member "$1")"
       start_cluster_member "$m"
+      ;;
+    settle)
+      [ $# -eq 0 ] || cluster_usage
+      cluster_settle $((SECONDS + 40)) "did not settle within 40 s"
       ;;
     failover)
       if [ $# -lt 1 ] || [ $# -gt 2 ]; then cluster_usage; fi
