@@ -227,6 +227,23 @@ std::string with_proxy(std::string uri, const UriHost& from, int to) {
   return uri;
 }
 
+// `uri` with its hosts ("scheme://[user@]h1,h2,h3/...") rotated left by
+// `by`: h2,h3,h1 for 1.
+std::string with_hosts_rotated(const std::string& uri, std::size_t by) {
+  const auto scheme_end = uri.find("://");
+  if (scheme_end == std::string::npos) return uri;
+  auto from = scheme_end + 3;
+  const auto end = std::min(uri.find_first_of("/?", from), uri.size());
+  if (const auto at = uri.rfind('@', end); at != std::string::npos && at >= from) from = at + 1;
+  std::vector<std::string> hosts = split(uri.substr(from, end - from), ',');
+  if (hosts.size() < 2) return uri;
+  std::rotate(hosts.begin(), hosts.begin() + static_cast<std::ptrdiff_t>(by % hosts.size()),
+              hosts.end());
+  std::string joined;
+  for (const std::string& h : hosts) joined += (joined.empty() ? "" : ",") + h;
+  return uri.substr(0, from) + joined + uri.substr(end);
+}
+
 // ---- the workers ---------------------------------------------------------------------------
 
 // Workers of one run, as processes or threads; the harness's single thread
@@ -265,6 +282,13 @@ class ProcessWorkers final : public Workers {
     const auto ms = [](milliseconds d) { return std::to_string(d.count()); };
     std::map<int, std::unique_ptr<TcpProxy>> proxies;
     std::string uri = uri_;
+    if (options_.topology == "redis-sentinel") {
+      // Each worker asks the sentinels in an order of its own, as clients
+      // configured apart would: after a failover some hear of it first,
+      // and a primary cut off with one sentinel keeps the clients that
+      // ask that one (isolate-leader).
+      uri = with_hosts_rotated(uri, static_cast<std::size_t>(id));
+    }
     for (const UriHost& member : members_) {
       auto proxy = std::make_unique<TcpProxy>(member.host, member.port);
       const std::string before = uri;
@@ -1326,11 +1350,22 @@ int main(int argc, char** argv) {
     std::cerr << "fault-run: --volatile on is for redis (the other servers always write durably)\n";
     return 2;
   }
-  const auto applicable = simba::testing::faults_for(options.store, options.topology);
+  auto applicable = simba::testing::faults_for(options.store, options.topology);
   if (options.faults == std::vector<std::string>{"list"}) {
-    // For scripts/fault-runs.sh --per-fault: one run per fault.
+    // For scripts/fault-runs.sh --per-fault: one run per fault (those a
+    // run takes by default).
     for (const auto& a : applicable) std::cout << a << "\n";
     return 0;
+  }
+  for (const auto& f : simba::testing::FaultTopology::opt_in_faults(options.topology)) {
+    applicable.push_back(f);
+    if (std::find(options.faults.begin(), options.faults.end(), f) != options.faults.end() &&
+        options.uri_query.find("min_replicas=") == std::string::npos) {
+      std::cout << "fault-run: " << f << " on " << options.topology
+                << " without min_replicas in --uri-query: the docs promise no safety through it "
+                   "(expect violations)"
+                << std::endl;
+    }
   }
   for (const std::string& f : options.faults) {
     if (std::find(applicable.begin(), applicable.end(), f) == applicable.end()) {

@@ -32,10 +32,16 @@ struct Spec {
   // Whether a failover guard holds free mutexes back for a whole lease
   // after a promotion (Redis: restart_guard).
   bool guard_holds_lease = false;
-  // Members on hosts of their own (a lab of network namespaces,
-  // scripts/servers/netns.sh), so one can be cut off from its peers while
-  // the clients still reach it (isolate-leader, isolate-follower).
-  bool own_hosts = false;
+  // How many hosts of a lab of network namespaces (scripts/servers/netns.sh)
+  // the members run on, so that one can be cut off from its peers while
+  // the clients still reach it (isolate-leader, isolate-follower); 0:
+  // loopback. The script places the members (DIR/<member>/netns).
+  int hosts = 0;
+  // Faults it takes only when asked for (--faults): the default settings
+  // promise no safety through them (docs/backends/<store>.md), so a run
+  // with them is a negative control unless its URI asks for what the docs
+  // say makes them safe.
+  std::vector<std::string> opt_in_faults = {};
 };
 
 const std::vector<Spec>& specs() {
@@ -43,21 +49,32 @@ const std::vector<Spec>& specs() {
       // down-after 1 s + the sentinels' election and promotion (up to 4 s),
       // then the failover guard holds free mutexes back for ttl +
       // transition.
+      // Three hosts: the primary and a sentinel, the replica and a
+      // sentinel, a sentinel. A primary cut off with its sentinel keeps
+      // granting leases to the clients that ask that sentinel, until the
+      // others' failover makes it a replica: safe only with min_replicas
+      // (docs/backends/redis.md).
       {"redis-sentinel",
        "redis",
        {"--sentinel", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "failover", "lagging-failover", "rolling-restart"},
+       {"kill-leader", "pause-leader", "failover", "lagging-failover", "isolate-follower",
+        "rolling-restart"},
        false,
        milliseconds(5000),
-       true},
+       true,
+       3,
+       {"isolate-leader"}},
       // cluster-node-timeout 1 s + the replica's election, then the guard.
+      // A host per node.
       {"redis-cluster",
        "redis",
        {"--cluster", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "failover", "lagging-failover", "rolling-restart"},
+       {"kill-leader", "pause-leader", "failover", "lagging-failover", "isolate-leader",
+        "isolate-follower", "rolling-restart"},
        false,
        milliseconds(5000),
-       true},
+       true,
+       6},
       // An election (about 1 s on loopback) and etcd's lease reset: a
       // lease lives its whole ttl again under a new leader.
       {"etcd-3",
@@ -68,7 +85,7 @@ const std::vector<Spec>& specs() {
        true,
        milliseconds(4000),
        false,
-       true},
+       3},
       // An election and the session's move to another member, inside the
       // hold bound (2/3 of the session timeout).
       {"zookeeper-3",
@@ -79,7 +96,7 @@ const std::vector<Spec>& specs() {
        true,
        milliseconds(4000),
        false,
-       true},
+       3},
       // The primary's crash recovery or the promotion, and the sessions
       // found again on the new primary.
       {"postgres-standby",
@@ -132,6 +149,11 @@ std::vector<std::string> FaultTopology::store_faults(const std::string& name) {
   return s != nullptr ? s->faults : std::vector<std::string>{};
 }
 
+std::vector<std::string> FaultTopology::opt_in_faults(const std::string& name) {
+  const Spec* s = find_spec(name);
+  return s != nullptr ? s->opt_in_faults : std::vector<std::string>{};
+}
+
 bool FaultTopology::clients_dial_members(const std::string& name) {
   const Spec* s = find_spec(name);
   return s != nullptr && s->clients_dial_members;
@@ -141,11 +163,11 @@ Result<std::unique_ptr<FaultTopology>> FaultTopology::start(const std::string& n
   const Spec* s = find_spec(name);
   if (s == nullptr) return invalid_argument_error("no topology '" + name + "'");
   std::string lab;
-  if (s->own_hosts) {
+  if (s->hosts > 0) {
     // Labs of runs that were killed before they took theirs down go first.
     (void)run_server_script("netns", {"sweep"});
     lab = "simba" + std::to_string(::getpid());
-    auto made = run_server_script("netns", {"up", lab, "3"});
+    auto made = run_server_script("netns", {"up", lab, std::to_string(s->hosts)});
     if (!made.ok()) {
       return unavailable_error(name + " needs a host per member (network namespaces, as root): " +
                                made.status().message());
@@ -174,11 +196,37 @@ Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off
   if (!members.ok()) return members.status();
   // The leader is last; a follower: the first.
   const std::string who = the_leader ? members->back() : members->front();
-  if (Status s = run_server_script("netns", {"isolate", lab_, who}).status(); !s.ok()) return s;
+  if (store_ == "redis") {
+    // Sentinel and Cluster notice a primary gone only after down-after or
+    // the node timeout, then elect and promote: a cut shorter than that
+    // (the allowance) would end before anything fails over.
+    if (const Spec* s = find_spec(name_); s != nullptr) cut_off += s->allowance;
+  }
+  auto host = host_of(who);
+  if (!host.ok()) return host.status();
+  if (Status s = run_server_script("netns", {"isolate", lab_, *host}).status(); !s.ok()) return s;
   std::this_thread::sleep_for(cut_off);
-  if (Status s = run_server_script("netns", {"heal", lab_, who}).status(); !s.ok()) return s;
-  return serving_after(std::string(the_leader ? "leader " : "follower ") + who +
-                       " cut off from its peers for " + std::to_string(cut_off.count()) + " ms");
+  if (Status s = run_server_script("netns", {"heal", lab_, *host}).status(); !s.ok()) return s;
+  if (store_ == "redis") {
+    // The sentinels or the cluster may take seconds to make an old primary
+    // that is back a replica of its successor: the next fault must find a
+    // replica in sync to promote.
+    if (Status s = server_->command("settle", {}).status(); !s.ok()) return s;
+  }
+  return serving_after(std::string(the_leader ? "leader " : "follower ") + who + " (host " + *host +
+                       ") cut off from its peers for " + std::to_string(cut_off.count()) + " ms");
+}
+
+Result<std::string> FaultTopology::host_of(const std::string& member) const {
+  // Where the script placed it: DIR/<member's dir>/netns names LAB-HOST.
+  const std::string member_dir = store_ == "etcd" ? "m" + member : member;
+  const std::string path = server_->dir() + "/" + member_dir + "/netns";
+  std::ifstream in(path);
+  std::string netns;
+  if (!(in >> netns) || netns.find('-') == std::string::npos) {
+    return unavailable_error("no host of " + name_ + " member " + member + " in " + path);
+  }
+  return netns.substr(netns.rfind('-') + 1);
 }
 
 milliseconds FaultTopology::failover_allowance(const std::string& name, milliseconds lease) {

@@ -58,6 +58,10 @@ class FaultTopology {
   static const std::vector<std::string>& names();
   // The store faults `name` takes (a subset of those above).
   static std::vector<std::string> store_faults(const std::string& name);
+  // Store faults `name` takes only when asked for by name: the default
+  // settings promise no safety through them (redis-sentinel's
+  // isolate-leader, safe with min_replicas only).
+  static std::vector<std::string> opt_in_faults(const std::string& name);
   // Whether the clients dial the members the URI names (so a proxy per
   // member stands between each client and the store).
   static bool clients_dial_members(const std::string& name);
@@ -118,6 +122,8 @@ class FaultTopology {
   // (the leader last).
   Result<std::vector<std::string>> members_leader_last();
   Status member(const std::string& what, const std::string& member);
+  // The number of the lab host `member` runs on (netns.sh's I).
+  Result<std::string> host_of(const std::string& member) const;
   // Waits (up to 60 s) until the topology serves again: a leader or primary
   // that answers, and every member of members_leader_last() running.
   Status wait_serving();
