@@ -31,7 +31,7 @@
 // `--volatile on` runs Redis without its append-only file, so that a restart
 // forgets every lease and the backend's restart guard is what keeps two
 // owners apart. With `--uri-query restart_guard=off` as well, nothing does.
-// `--stretch-lease-ms N` (memory) makes every worker's backend report its
+// `--stretch-lease-ms N` (--api contend) makes every worker's backend report its
 // leases N ms longer than the store grants them, so a hung holder keeps
 // acting after a waiter took over; with `--hold-ms 60000,60000` workers hold
 // until a fault takes the mutex away, and every hang on a holder makes two
@@ -132,7 +132,7 @@ struct RunOptions {
   // With expect_violations: this rule in particular must be among them
   // (`--expect-violations acted-after-takeover`); empty: any of the three.
   std::string expect_rule;
-  // (memory) Every worker's backend reports each lease it is granted this
+  // (contend) Every worker's backend reports each lease it is granted this
   // much longer than the store granted it (FaultInjectingBackend's lease
   // stretch): a holder cut off from the store keeps passing is_owner()
   // after the store gave the mutex to another. Unsafe on purpose, for the
@@ -299,38 +299,22 @@ class ProcessWorkers final : public Workers {
       }
       proxies[member.port] = std::move(proxy);
     }
-    auto process = std::make_unique<Subprocess>(std::vector<std::string>{
-        options_.worker_path,
-        "--store",
-        uri,
-        "--id",
-        std::to_string(id),
-        "--log",
-        log_path(id),
-        "--resource",
-        socket_,
-        "--ttl-ms",
-        ms(options_.ttl),
-        "--transition-ms",
-        ms(options_.transition),
-        "--op-timeout-ms",
-        ms(options_.op_timeout),
-        "--hold-min-ms",
-        ms(options_.hold_min),
-        "--hold-max-ms",
-        ms(options_.hold_max),
-        "--api",
-        options_.api,
-        "--simba",
-        options_.simba_path,
-        "--cli-stderr",
-        dir_ + "/cli-" + std::to_string(id) + ".stderr",
-        "--linger-ms",
-        ms(options_.command_linger),
-        "--max-hold-ms",
-        ms(options_.max_hold),
-        "--seed",
-        std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id))});
+    std::vector<std::string> args{
+        options_.worker_path, "--store", uri, "--id", std::to_string(id), "--log", log_path(id),
+        "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
+        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--hold-min-ms",
+        ms(options_.hold_min), "--hold-max-ms", ms(options_.hold_max), "--api", options_.api,
+        "--simba", options_.simba_path, "--cli-stderr",
+        dir_ + "/cli-" + std::to_string(id) + ".stderr", "--linger-ms", ms(options_.command_linger),
+        "--max-hold-ms", ms(options_.max_hold), "--seed",
+        std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id)),
+        // Its death signal is checked against our PID (a worker spawned as
+        // we die must not outlive us).
+        "--harness-pid", std::to_string(::getpid())};
+    if (options_.lease_stretch.count() > 0) {
+      args.insert(args.end(), {"--stretch-lease-ms", ms(options_.lease_stretch)});
+    }
+    auto process = std::make_unique<Subprocess>(args);
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
     workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}, false, {}};
     return ok_status();
@@ -1192,7 +1176,7 @@ int usage() {
          "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
          "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
          "         [--command-lingers-ms N]\n"
-         "         [--stretch-lease-ms N]   (memory: an unsafe backend, for a control)\n"
+         "         [--stretch-lease-ms N]   (contend: an unsafe backend, for a control)\n"
          "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
 }
@@ -1337,8 +1321,8 @@ int main(int argc, char** argv) {
                  "fenced resource needs\n";
     return 2;
   }
-  if (options.lease_stretch.count() > 0 && options.store != "memory") {
-    std::cerr << "fault-run: --stretch-lease-ms is for memory (its workers' backends in process)\n";
+  if (options.lease_stretch.count() > 0 && options.api != "contend") {
+    std::cerr << "fault-run: --stretch-lease-ms is for --api contend (the workers' backends)\n";
     return 2;
   }
   if (!options.topology.empty()) {

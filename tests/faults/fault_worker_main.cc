@@ -23,7 +23,9 @@
 #include "simba/clustered_lock.h"
 #include "simba/contend_service.h"
 #include "simba/keyed_lock.h"
+#include "simba/registry.h"
 #include "testing/child_output.h"
+#include "testing/fault_injecting_backend.h"
 #include "testing/fault_worker.h"
 
 namespace {
@@ -34,7 +36,9 @@ int usage() {
                "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
                "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n"
                "         [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
-               "         [--simba PATH [--cli-stderr FILE] [--linger-ms N] (--api run)]\n");
+               "         [--simba PATH [--cli-stderr FILE] [--linger-ms N] (--api run)]\n"
+               "         [--stretch-lease-ms N] (--api contend: an unsafe backend, for a control)\n"
+               "         [--harness-pid PID]\n");
   return 2;
 }
 
@@ -51,6 +55,12 @@ int main(int argc, char** argv) {
   // (run, run-child) How long the command acts on after the CLI's SIGTERM
   // (a negative control; 0: it stops at once).
   std::string linger_ms = "0";
+  // (contend) The backend reports every lease it grants this much longer
+  // than the store holds it: an unsafe library, for a negative control.
+  std::chrono::milliseconds lease_stretch{0};
+  // The harness's PID, if it says (--harness-pid): the parent this worker
+  // must still have once its death signal is set.
+  pid_t harness = 0;
   simba::testing::FaultWorkerOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -89,12 +99,17 @@ int main(int argc, char** argv) {
       linger_ms = value;
     } else if (flag == "--max-hold-ms" && number > 0) {
       max_hold = std::chrono::milliseconds(number);
+    } else if (flag == "--harness-pid" && number > 1) {
+      harness = static_cast<pid_t>(number);
+    } else if (flag == "--stretch-lease-ms" && number > 0) {
+      lease_stretch = std::chrono::milliseconds(number);
     } else {
       return usage();
     }
   }
   if ((argc - 1) % 2 != 0 || store.empty() || log_path.empty() || resource_path.empty() ||
-      options.id <= 0 || (api == "run" && simba_path.empty())) {
+      options.id <= 0 || (api == "run" && simba_path.empty()) ||
+      (lease_stretch.count() > 0 && api != "contend")) {
     return usage();
   }
   // The command of a `simba run` (--api run below): the CLI is its parent,
@@ -112,8 +127,10 @@ int main(int argc, char** argv) {
   }
   // A worker outlives no harness: if simba-fault-run dies (killed, ctest
   // timeout), its workers go with it instead of contending forever.
+  // The harness's PID comes from the harness: read here, a parent that
+  // died before this line would read as init and pass the check.
   if (api != "run-child") {
-    const pid_t harness = ::getppid();
+    if (harness == 0) harness = ::getppid();
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != harness) return 3;
   }
@@ -186,7 +203,17 @@ int main(int argc, char** argv) {
   } else if (api == "contend") {
     simba::FactoryOptions factory_options;
     factory_options.contend = options.contend;
-    auto factory = simba::MutexContendServiceFactory::open(store, factory_options);
+    simba::Result<std::unique_ptr<simba::MutexContendServiceFactory>> factory =
+        simba::internal_error("no factory");
+    if (lease_stretch.count() > 0) {
+      auto backend = simba::open_backend(store);
+      if (!backend.ok()) return fail(backend.status());
+      auto stretched = std::make_shared<simba::testing::FaultInjectingBackend>(*backend);
+      stretched->set_lease_stretch(lease_stretch);
+      factory = simba::MutexContendServiceFactory::create(stretched, factory_options);
+    } else {
+      factory = simba::MutexContendServiceFactory::open(store, factory_options);
+    }
     if (!factory.ok()) return fail(factory.status());
     simba::testing::FaultWorker worker(factory->get(), &resource, log, options);
     status = worker.run(stop);
