@@ -299,21 +299,30 @@ class ProcessWorkers final : public Workers {
       }
       proxies[member.port] = std::move(proxy);
     }
-    std::vector<std::string> args{
-        options_.worker_path, "--store", uri, "--id", std::to_string(id), "--log", log_path(id),
-        "--resource", socket_, "--ttl-ms", ms(options_.ttl), "--transition-ms",
-        ms(options_.transition), "--op-timeout-ms", ms(options_.op_timeout), "--hold-min-ms",
-        ms(options_.hold_min), "--hold-max-ms", ms(options_.hold_max), "--api", options_.api,
-        "--simba", options_.simba_path, "--cli-stderr",
-        dir_ + "/cli-" + std::to_string(id) + ".stderr", "--linger-ms", ms(options_.command_linger),
-        "--max-hold-ms", ms(options_.max_hold), "--seed",
-        std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id)),
-        // Its death signal is checked against our PID (a worker spawned as
-        // we die must not outlive us).
-        "--harness-pid", std::to_string(::getpid())};
-    if (options_.lease_stretch.count() > 0) {
-      args.insert(args.end(), {"--stretch-lease-ms", ms(options_.lease_stretch)});
-    }
+    std::vector<std::string> args{options_.worker_path};
+    const auto flag = [&args](const char* name, std::string value) {
+      args.emplace_back(name);
+      args.push_back(std::move(value));
+    };
+    flag("--store", uri);
+    flag("--id", std::to_string(id));
+    flag("--log", log_path(id));
+    flag("--resource", socket_);
+    flag("--ttl-ms", ms(options_.ttl));
+    flag("--transition-ms", ms(options_.transition));
+    flag("--op-timeout-ms", ms(options_.op_timeout));
+    flag("--hold-min-ms", ms(options_.hold_min));
+    flag("--hold-max-ms", ms(options_.hold_max));
+    flag("--api", options_.api);
+    flag("--simba", options_.simba_path);
+    flag("--cli-stderr", dir_ + "/cli-" + std::to_string(id) + ".stderr");
+    flag("--linger-ms", ms(options_.command_linger));
+    flag("--max-hold-ms", ms(options_.max_hold));
+    flag("--seed", std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id)));
+    // Its death signal is checked against our PID (a worker spawned as we
+    // die must not outlive us).
+    flag("--harness-pid", std::to_string(::getpid()));
+    if (options_.lease_stretch.count() > 0) flag("--stretch-lease-ms", ms(options_.lease_stretch));
     auto process = std::make_unique<Subprocess>(args);
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
     workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}, false, {}};
