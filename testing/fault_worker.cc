@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -16,6 +15,8 @@
 #include <cstring>
 #include <random>
 #include <sstream>
+
+#include "testing/subprocess.h"
 
 namespace simba::testing {
 namespace {
@@ -496,37 +497,22 @@ Status FaultWorker::run_cli(const std::string& simba_path,
   argv.insert(argv.end(), run_flags.begin(), run_flags.end());
   argv.emplace_back("--");
   argv.insert(argv.end(), command.begin(), command.end());
-  std::vector<char*> args;
-  for (std::string& a : argv) args.push_back(a.data());
-  args.push_back(nullptr);
+  // Dies with the worker (the harness's kill takes the whole tree at once;
+  // this covers the harness itself dying); its stderr to a file.
+  SpawnOptions spawn;
+  spawn.read_stdout = false;
+  spawn.stderr_path = stderr_path;
+  spawn.die_with_parent = true;
   log({Kind::kStart});
   Clock::TimePoint next_beat = clock_->now();
   while (!stop_requested()) {
-    const pid_t parent = ::getpid();
-    const pid_t simba = ::fork();
-    if (simba < 0) return internal_error(std::string("fork: ") + std::strerror(errno));
-    if (simba == 0) {
-      // Dies with the worker (the harness's kill takes the whole tree at
-      // once; this covers the harness itself dying).
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(3);
-      if (!stderr_path.empty()) {
-        const int fd = ::open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0 && fd != STDERR_FILENO) {
-          ::dup2(fd, STDERR_FILENO);
-          ::close(fd);
-        }
-      }
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
+    Subprocess simba(argv, spawn);
+    if (!simba.started()) return internal_error("cannot start " + simba_path);
     bool interrupted = false;
-    int status = 0;
-    for (;;) {
-      const pid_t done = ::waitpid(simba, &status, WNOHANG);
-      if (done == simba || (done < 0 && errno != EINTR)) break;
+    std::optional<int> status;
+    while (!(status = simba.wait_for(milliseconds(0)))) {
       if (!interrupted && stop_requested()) {
-        ::kill(simba, SIGINT);
+        simba.signal(SIGINT);
         interrupted = true;
       }
       if (clock_->now() >= next_beat) {
@@ -537,7 +523,7 @@ Status FaultWorker::run_cli(const std::string& simba_path,
     }
     // 0: the command's hold ended; 75: not acquired in time; 76: the
     // lease was lost (the command logged it); 130: stopped by SIGINT.
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    const int code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
     if (code != 0 && code != 75 && code != 76 && code != 130) {
       std::fprintf(stderr, "worker %d: simba run exited with %d\n", options_.id, code);
       // Not at full speed against a store that is down (69).

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,22 +38,46 @@ std::chrono::milliseconds scaled(std::chrono::milliseconds d) {
       static_cast<long long>(static_cast<double>(d.count()) * time_scale()));
 }
 
-Subprocess::Subprocess(const std::vector<std::string>& argv) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+Subprocess::Subprocess(const std::vector<std::string>& argv, const SpawnOptions& options) {
+  int fds[2] = {-1, -1};
+  if (options.read_stdout && pipe2(fds, O_CLOEXEC) != 0) return;
   std::vector<char*> args;
   args.reserve(argv.size() + 1);
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
+  if (!options.die_with_parent && options.stderr_path.empty()) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    if (fds[1] >= 0) posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+    const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) pid = -1;
+  } else {
+    // What posix_spawn cannot do (a death signal), by hand: between fork
+    // and exec only async-signal-safe calls, on what was prepared before.
+    const pid_t parent = getpid();
+    pid = fork();
+    if (pid == 0) {
+      if (options.die_with_parent) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+      }
+      if (fds[1] >= 0) dup2(fds[1], STDOUT_FILENO);
+      if (!options.stderr_path.empty()) {
+        const int fd = open(options.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0 && fd != STDERR_FILENO) {
+          dup2(fd, STDERR_FILENO);
+          close(fd);
+        }
+      }
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  if (fds[1] >= 0) close(fds[1]);
+  if (pid <= 0) {
+    if (fds[0] >= 0) close(fds[0]);
     return;
   }
   pid_ = pid;

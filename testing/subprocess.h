@@ -17,11 +17,26 @@ namespace simba::testing {
 double time_scale();
 std::chrono::milliseconds scaled(std::chrono::milliseconds d);
 
+// How a Subprocess starts.
+struct SpawnOptions {
+  // Its stdout goes to a pipe read_line() reads; false: inherited.
+  bool read_stdout = true;
+  // Its stderr appended to this file (made if missing); empty: inherited.
+  std::string stderr_path;
+  // PR_SET_PDEATHSIG SIGKILL, set in the child before it execs and checked
+  // against the parent it was forked from, so it dies with the thread that
+  // started it (the kernel sends the signal when that thread exits: start
+  // it from a thread that lives as long as the process) even when the
+  // parent dies while it starts.
+  bool die_with_parent = false;
+};
+
 // A child process whose stdout is read line by line.
 class Subprocess {
  public:
   // Starts `argv[0]` with `argv`; stderr is inherited.
-  explicit Subprocess(const std::vector<std::string>& argv);
+  explicit Subprocess(const std::vector<std::string>& argv) : Subprocess(argv, SpawnOptions{}) {}
+  Subprocess(const std::vector<std::string>& argv, const SpawnOptions& options);
   ~Subprocess();  // SIGKILLs and reaps the child if it still runs
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;

@@ -319,11 +319,13 @@ class ProcessWorkers final : public Workers {
     flag("--linger-ms", ms(options_.command_linger));
     flag("--max-hold-ms", ms(options_.max_hold));
     flag("--seed", std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id)));
-    // Its death signal is checked against our PID (a worker spawned as we
-    // die must not outlive us).
-    flag("--harness-pid", std::to_string(::getpid()));
     if (options_.lease_stretch.count() > 0) flag("--stretch-lease-ms", ms(options_.lease_stretch));
-    auto process = std::make_unique<Subprocess>(args);
+    // A worker outlives no harness: if simba-fault-run dies (killed, a
+    // ctest timeout), even while it starts workers, they go with it. Only
+    // the main thread spawns, so the death signal is the process's.
+    SpawnOptions spawn_options;
+    spawn_options.die_with_parent = true;
+    auto process = std::make_unique<Subprocess>(args, spawn_options);
     if (!process->started()) return unavailable_error("cannot start " + options_.worker_path);
     workers_[id] = {std::move(process), std::move(proxies), WorkerFate{}, false, {}};
     return ok_status();

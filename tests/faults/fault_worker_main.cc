@@ -3,7 +3,8 @@
 // fenced resource served on --resource while it owns it, and appends its
 // history (testing/fault_history.h) to --log, one write(2) per line so a
 // SIGKILL tears at most the last line. SIGTERM/SIGINT stop it cleanly: it
-// releases the mutex, logs ev=exit and exits 0.
+// releases the mutex, logs ev=exit and exits 0. The harness starts it with
+// a death signal (SpawnOptions::die_with_parent): it dies with the harness.
 //
 // With --api run it holds the mutex through the CLI instead: it runs
 // `simba run` (--simba PATH) over and over, with itself as the command
@@ -12,7 +13,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,14 +31,14 @@
 namespace {
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
-               "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
-               "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n"
-               "         [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
-               "         [--simba PATH [--cli-stderr FILE] [--linger-ms N] (--api run)]\n"
-               "         [--stretch-lease-ms N] (--api contend: an unsafe backend, for a control)\n"
-               "         [--harness-pid PID]\n");
+  std::fprintf(
+      stderr,
+      "usage: simba-fault-worker --store URI --id N --log FILE --resource SOCKET\n"
+      "         [--mutex NAME] [--ttl-ms N] [--transition-ms N] [--op-timeout-ms N]\n"
+      "         [--hold-min-ms N] [--hold-max-ms N] [--seed N]\n"
+      "         [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
+      "         [--simba PATH [--cli-stderr FILE] [--linger-ms N] (--api run)]\n"
+      "         [--stretch-lease-ms N] (--api contend: an unsafe backend, for a control)\n");
   return 2;
 }
 
@@ -58,9 +58,6 @@ int main(int argc, char** argv) {
   // (contend) The backend reports every lease it grants this much longer
   // than the store holds it: an unsafe library, for a negative control.
   std::chrono::milliseconds lease_stretch{0};
-  // The harness's PID, if it says (--harness-pid): the parent this worker
-  // must still have once its death signal is set.
-  pid_t harness = 0;
   simba::testing::FaultWorkerOptions options;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -99,8 +96,6 @@ int main(int argc, char** argv) {
       linger_ms = value;
     } else if (flag == "--max-hold-ms" && number > 0) {
       max_hold = std::chrono::milliseconds(number);
-    } else if (flag == "--harness-pid" && number > 1) {
-      harness = static_cast<pid_t>(number);
     } else if (flag == "--stretch-lease-ms" && number > 0) {
       lease_stretch = std::chrono::milliseconds(number);
     } else {
@@ -124,15 +119,6 @@ int main(int argc, char** argv) {
       return 3;
     }
     command_lock = std::move(*made);
-  }
-  // A worker outlives no harness: if simba-fault-run dies (killed, ctest
-  // timeout), its workers go with it instead of contending forever.
-  // The harness's PID comes from the harness: read here, a parent that
-  // died before this line would read as init and pass the check.
-  if (api != "run-child") {
-    if (harness == 0) harness = ::getppid();
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != harness) return 3;
   }
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
