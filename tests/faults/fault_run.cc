@@ -661,6 +661,7 @@ class Run {
     schedule();
     if (broken_) {
       std::cerr << "fault-run: the store could not be restarted or made whole again; no verdict\n";
+      keep_server_logs();
       return 3;
     }
     const Nanos run_end = now_nanos(workers_->clock());
@@ -668,11 +669,33 @@ class Run {
     const std::vector<ResourceEvent> decisions = register_->decisions();
     write_logs(decisions, histories, run_end);
     const int status = judge(options_, histories, decisions, faults_, run_end);
+    if (status != 0) keep_server_logs();
     if (threads_ != nullptr && threads_->hung()) {
       std::cout.flush();
       std::_Exit(status);
     }
     return status;
+  }
+
+  // A failed run keeps the servers' own logs (OUT/servers/...), which go
+  // with their data directory otherwise: what a member did around a
+  // violation is half of explaining it.
+  void keep_server_logs() {
+    std::string from;
+    if (topology_ != nullptr) from = topology_->dir();
+    if (server_ != nullptr) from = server_->dir();
+    if (from.empty()) return;
+    namespace fs = std::filesystem;
+    std::error_code error;
+    const fs::path to = fs::path(options_.out) / "servers";
+    for (auto it = fs::recursive_directory_iterator(from, error);
+         !error && it != fs::recursive_directory_iterator(); it.increment(error)) {
+      if (!it->is_regular_file(error) || it->path().extension() != ".log") continue;
+      const fs::path target = to / fs::relative(it->path(), from, error);
+      fs::create_directories(target.parent_path(), error);
+      fs::copy_file(it->path(), target, fs::copy_options::overwrite_existing, error);
+    }
+    say("the servers' logs are kept in " + to.string());
   }
 
   // Checks a run, prints and saves the report; the exit status.

@@ -82,6 +82,9 @@ class FaultTopology {
   // The store kind (redis, etcd, zookeeper, postgres, mysql).
   const std::string& store() const { return store_; }
   std::string uri() const { return server_->uri(); }
+  // The directory the members' data and logs are in (removed when this
+  // topology ends).
+  const std::string& dir() const { return server_->dir(); }
 
   // Each says what it did and who leads after it ("n1 killed, restarted
   // after 1900 ms; n2 leads now").
