@@ -50,6 +50,12 @@
 # otherwise it runs as the current user.
 #
 # Environment:
+#   SIMBA_NETNS             a lab of network namespaces (scripts/servers/netns.sh)
+#                           for --standby: member N runs in host N's namespace
+#                           and listens on its address (DIR/nN/host), and
+#                           pg_hba.conf trusts the lab's subnet, so that the
+#                           primary can be cut off from its standby (netns.sh
+#                           isolate) while the clients still reach both
 #   SIMBA_SERVER_OWNER_PID  a PID (or "parent" for the caller of this script):
 #                           a watchdog stops the server once that process is
 #                           gone, so a test binary that crashes or a ctest
@@ -165,6 +171,12 @@ prepare_dir() {
   fi
 }
 
+# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
+# a lab of network namespaces (DIR/host, written by the cluster's start).
+member_host() {
+  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
+}
+
 # Initializes DIR/data once. An initialization that was interrupted leaves
 # no DIR/initialized and is redone from scratch.
 init_data() {
@@ -177,6 +189,15 @@ init_data() {
     echo "postgres.sh: initdb failed" >&2
     tail -n 20 "$dir/initdb.log" >&2 || true
     return 1
+  fi
+  if [ -s "$dir/host" ]; then
+    # A member of a lab: the clients (on the lab's bridge) and the standby
+    # come from the lab's subnet, not from 127.0.0.1. A standby's base
+    # backup copies this file.
+    local subnet
+    subnet="$(cut -d. -f1-3 "$dir/host").0/24"
+    printf 'host all all %s trust\nhost replication all %s trust\n' "$subnet" "$subnet" \
+      >>"$dir/data/pg_hba.conf"
   fi
   touch "$dir/initialized"
 }
@@ -211,13 +232,13 @@ pidfile_line() {
 # Creates the database simba unless it exists (a restart finds it).
 create_database() {
   local port="$1" have
-  have="$(timeout 30 "$bindir/psql" -X -q -A -t -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+  have="$(timeout 30 "$bindir/psql" -X -q -A -t -h "$(member_host)" -p "$port" -U postgres -d postgres \
             -c "select 1 from pg_database where datname = 'simba'" 2>&1)" || {
     echo "postgres.sh: psql failed: $have" >&2
     return 1
   }
   if [ "$have" != 1 ]; then
-    timeout 30 "$bindir/psql" -X -q -h 127.0.0.1 -p "$port" -U postgres -d postgres \
+    timeout 30 "$bindir/psql" -X -q -h "$(member_host)" -p "$port" -U postgres -d postgres \
       -v ON_ERROR_STOP=1 -c "create database simba" >/dev/null
   fi
 }
@@ -304,10 +325,13 @@ server_command() {
   # without room the socket is left out.
   if [ "${#dir}" -gt $((107 - 16)) ]; then socket_dir=""; fi
   server_cmd=()
+  # A member of a lab runs in its host's namespace (`ip netns exec` and
+  # setpriv exec: the PID stays the postmaster's).
+  if [ -s "$dir/netns" ]; then server_cmd=(ip netns exec "$(cat "$dir/netns")"); fi
   if [ "$(id -u)" -eq 0 ]; then
-    server_cmd=(setpriv --reuid=postgres --regid=postgres --init-groups --)
+    server_cmd+=(setpriv --reuid=postgres --regid=postgres --init-groups --)
   fi
-  server_cmd+=("$bindir/postgres" -D "$dir/data" -h 127.0.0.1 -p "$1" -k "$socket_dir"
+  server_cmd+=("$bindir/postgres" -D "$dir/data" -h "$(member_host)" -p "$1" -k "$socket_dir"
     "${tls_args[@]}" "${extra[@]}")
 }
 
@@ -316,7 +340,7 @@ server_command() {
 server_ready() {
   local port="$1" pid="$2"
   [ "$(pidfile_line 1)" = "$pid" ] && [ "$(pidfile_line 8)" = ready ] &&
-    timeout 5 "$bindir/pg_isready" -q -h 127.0.0.1 -p "$port" -U postgres -d postgres -t 2 >/dev/null 2>&1
+    timeout 5 "$bindir/pg_isready" -q -h "$(member_host)" -p "$port" -U postgres -d postgres -t 2 >/dev/null 2>&1
 }
 
 # With --tls: the users simba (password) and simba_cert (client
@@ -360,7 +384,7 @@ server_uri() {
   if [ -n "$tls_src" ]; then
     echo "postgresql://simba:tls-secret-pw@127.0.0.1:$1/simba?tls=verify&tls_ca=$dir/tls/ca.pem"
   else
-    echo "postgresql://postgres@127.0.0.1:$1/simba"
+    echo "postgresql://postgres@$(member_host):$1/simba"
   fi
 }
 
@@ -430,9 +454,12 @@ member_cmd() {
 
 member_port() { cat "$cluster_dir/n$1/port" 2>/dev/null; }
 
+# "HOST:PORT" of member $1.
+member_addr() { echo "$(member_host "$cluster_dir/n$1"):$(member_port "$1")"; }
+
 # psql as postgres on member $1; prints the unaligned rows.
 member_sql() {
-  timeout 10 "$bindir/psql" -X -q -A -t -h 127.0.0.1 -p "$(member_port "$1")" -U postgres \
+  timeout 10 "$bindir/psql" -X -q -A -t -h "$(member_host "$cluster_dir/n$1")" -p "$(member_port "$1")" -U postgres \
     -d postgres -v ON_ERROR_STOP=1 -c "$2"
 }
 
@@ -504,6 +531,14 @@ cluster_start() {
     return 0
   fi
   rm -rf "${cluster_dir:?}/n1" "${cluster_dir:?}/n2" "$cluster_dir/promoted"
+  if [ -n "${SIMBA_NETNS:-}" ]; then
+    # Member N on host N of the lab (scripts/servers/netns.sh).
+    for arg in 1 2; do
+      mkdir -p "$cluster_dir/n$arg"
+      bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$arg" >"$cluster_dir/n$arg/host"
+      bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$arg" >"$cluster_dir/n$arg/netns"
+    done
+  fi
   echo primary-standby >"$cluster_dir/topology"
   echo "$sync" >"$cluster_dir/sync"
   : >"$cluster_dir/args"
@@ -513,7 +548,7 @@ cluster_start() {
   # primary_conninfo and standby.signal). Trust on 127.0.0.1 lets it in.
   mkdir -p "$cluster_dir/n2"
   if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$cluster_dir/n2"; fi
-  if ! out="$(as_server_user timeout 120 "$bindir/pg_basebackup" -h 127.0.0.1 -p "$(member_port 1)" \
+  if ! out="$(as_server_user timeout 120 "$bindir/pg_basebackup" -h "$(member_host "$cluster_dir/n1")" -p "$(member_port 1)" \
       -U postgres -D "$cluster_dir/n2/data" -R -X stream -c fast --no-sync 2>&1)"; then
     echo "postgres.sh: pg_basebackup from member 1 failed: $out" >&2
     member_cmd 1 stop || true
@@ -527,7 +562,7 @@ cluster_start() {
   fi
   wait_streaming 1 || { cluster_stop; exit 1; }
   member_port 1 >"$cluster_dir/port"
-  echo "postgresql://postgres@127.0.0.1:$(member_port 1),127.0.0.1:$(member_port 2)/simba" >"$cluster_dir/uri"
+  echo "postgresql://postgres@$(member_addr 1),$(member_addr 2)/simba" >"$cluster_dir/uri"
   cat "$cluster_dir/uri"
 }
 
@@ -610,7 +645,7 @@ rejoin_member() {
   fi
   if member_running "$n"; then member_cmd "$n" stop; fi
   rm -rf "${cluster_dir:?}/n$n/data"
-  if ! out="$(as_server_user timeout 120 "$bindir/pg_basebackup" -h 127.0.0.1 \
+  if ! out="$(as_server_user timeout 120 "$bindir/pg_basebackup" -h "$(member_host "$cluster_dir/n$primary")" \
       -p "$(member_port "$primary")" -U postgres -D "$cluster_dir/n$n/data" -R -X stream -c fast \
       --no-sync 2>&1)"; then
     echo "postgres.sh: pg_basebackup from member $primary failed: $out" >&2

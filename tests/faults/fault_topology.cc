@@ -99,12 +99,17 @@ const std::vector<Spec>& specs() {
        3},
       // The primary's crash recovery or the promotion, and the sessions
       // found again on the new primary.
+      // Two hosts: the primary cut off from its synchronous standby
+      // (isolate-leader) holds every commit until the cut heals.
       {"postgres-standby",
        "postgres",
        {"--standby", "--sync"},
-       {"kill-leader", "pause-leader", "partition-leader", "failover", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "failover",
+        "rolling-restart"},
        true,
-       milliseconds(5000)},
+       milliseconds(5000),
+       false,
+       2},
       {"mysql-replica",
        "mysql",
        {"--replica", "--semi-sync"},
@@ -219,7 +224,9 @@ Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off
 
 Result<std::string> FaultTopology::host_of(const std::string& member) const {
   // Where the script placed it: DIR/<member's dir>/netns names LAB-HOST.
-  const std::string member_dir = store_ == "etcd" ? "m" + member : member;
+  const std::string member_dir = store_ == "etcd"       ? "m" + member
+                                 : store_ == "postgres" ? "n" + member
+                                                        : member;
   const std::string path = server_->dir() + "/" + member_dir + "/netns";
   std::ifstream in(path);
   std::string netns;
