@@ -41,6 +41,12 @@
 # user (DIR's parents must let it in); otherwise it runs as the current user.
 #
 # Environment:
+#   SIMBA_NETNS             a lab of network namespaces (scripts/servers/netns.sh)
+#                           for --replica: member N runs in host N's namespace
+#                           and listens on its address (DIR/nN/host), and the
+#                           replication user may come from the lab's subnet, so
+#                           that the primary can be cut off from its replica
+#                           (netns.sh isolate) while the clients still reach it
 #   SIMBA_SERVER_OWNER_PID  a PID (or "parent" for the caller of this script):
 #                           a watchdog stops the server once that process is
 #                           gone, so a test binary that crashes or a ctest
@@ -113,6 +119,12 @@ prepare_dir() {
   fi
 }
 
+# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
+# a lab of network namespaces (DIR/host, written by the cluster's start).
+member_host() {
+  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
+}
+
 # Initializes DIR/data once, with the database and user for TCP clients. An
 # initialization that was interrupted leaves no DIR/initialized and is redone
 # from scratch.
@@ -131,6 +143,15 @@ GRANT ALL PRIVILEGES ON \`$database\`.* TO '$x509_user'@'%';
 CREATE USER IF NOT EXISTS '$repl_user'@'127.0.0.1' IDENTIFIED BY '$password';
 GRANT REPLICATION SLAVE ON *.* TO '$repl_user'@'127.0.0.1';
 EOF
+  if [ -s "$dir/host" ]; then
+    # A member of a lab: its replica comes from the lab's subnet.
+    local from
+    from="$(cut -d. -f1-3 "$dir/host").%"
+    cat >>"$dir/setup.sql" <<EOF
+CREATE USER IF NOT EXISTS '$repl_user'@'$from' IDENTIFIED BY '$password';
+GRANT REPLICATION SLAVE ON *.* TO '$repl_user'@'$from';
+EOF
+  fi
   # A second try after a failed bootstrap: a CI run on a loaded 2-core
   # machine once saw it fail with only the tool's help text in the last 20
   # lines, so the error lines of a failed try are printed either way.
@@ -194,7 +215,7 @@ prepare_tls() {
 
 # Runs SQL $2 as the TCP user on port $1; prints tab-separated rows.
 query() {
-  timeout 10 "$client" --no-defaults --protocol=tcp -h 127.0.0.1 -P "$1" \
+  timeout 10 "$client" --no-defaults --protocol=tcp -h "$(member_host)" -P "$1" \
     "${client_tls_args[@]}" -u "$user" "-p$password" --connect-timeout=2 -N -B -e "$2" \
     "$database"
 }
@@ -229,8 +250,12 @@ before_launch() {
 }
 
 server_command() {
-  server_cmd=("$mysqld" --no-defaults "${user_args[@]}" --datadir="$dir/data"
-    --bind-address=127.0.0.1 --port="$1" --socket="$dir/mysqld.sock"
+  server_cmd=()
+  # A member of a lab runs in its host's namespace (`ip netns exec` execs:
+  # the PID stays the server's).
+  if [ -s "$dir/netns" ]; then server_cmd=(ip netns exec "$(cat "$dir/netns")"); fi
+  server_cmd+=("$mysqld" --no-defaults "${user_args[@]}" --datadir="$dir/data"
+    --bind-address="$(member_host)" --port="$1" --socket="$dir/mysqld.sock"
     --pid-file="$dir/mysqld.pid" --skip-name-resolve
     "${tls_args[@]}" "${extra[@]}")
 }
@@ -242,7 +267,7 @@ server_ready() {
 }
 
 server_uri() {
-  echo "mysql://$user:$password@127.0.0.1:$1/$database"
+  echo "mysql://$user:$password@$(member_host):$1/$database"
 }
 
 # ---- a primary and a replica ---------------------------------------------------
@@ -422,13 +447,21 @@ cluster_start() {
     return 0
   fi
   rm -rf "${cluster_dir:?}/n1" "${cluster_dir:?}/n2" "$cluster_dir/promoted" "$cluster_dir/semi-sync"
+  if [ -n "${SIMBA_NETNS:-}" ]; then
+    # Member N on host N of the lab (scripts/servers/netns.sh).
+    for n in 1 2; do
+      mkdir -p "$cluster_dir/n$n"
+      bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$n" >"$cluster_dir/n$n/host"
+      bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$n" >"$cluster_dir/n$n/netns"
+    done
+  fi
   echo primary-replica >"$cluster_dir/topology"
   if [ -n "$semi_sync" ]; then touch "$cluster_dir/semi-sync"; fi
   : >"$cluster_dir/args"
   if [ ${#args[@]} -gt 0 ]; then printf '%s\n' "${args[@]}" >"$cluster_dir/args"; fi
   start_member 1
   start_member 2 || { member_cmd 1 stop || true; exit 1; }
-  member_sql 2 "CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$(member_port 1),
+  member_sql 2 "CHANGE MASTER TO MASTER_HOST='$(member_host "$cluster_dir/n1")', MASTER_PORT=$(member_port 1),
       MASTER_USER='$repl_user', MASTER_PASSWORD='$password', MASTER_USE_GTID=slave_pos,
       MASTER_CONNECT_RETRY=1; START SLAVE" || { cluster_stop; exit 1; }
   wait_replicating || { cluster_stop; exit 1; }

@@ -110,12 +110,17 @@ const std::vector<Spec>& specs() {
        milliseconds(5000),
        false,
        2},
+      // Two hosts: the primary cut off from its semi-synchronous replica
+      // holds every commit until the cut heals (or rpl_semi_sync_master_
+      // timeout, 60 s, passes).
       {"mysql-replica",
        "mysql",
        {"--replica", "--semi-sync"},
-       {"kill-leader", "pause-leader", "partition-leader", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "rolling-restart"},
        true,
-       milliseconds(5000)},
+       milliseconds(5000),
+       false,
+       2},
   };
   return *all;
 }
@@ -224,9 +229,9 @@ Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off
 
 Result<std::string> FaultTopology::host_of(const std::string& member) const {
   // Where the script placed it: DIR/<member's dir>/netns names LAB-HOST.
-  const std::string member_dir = store_ == "etcd"       ? "m" + member
-                                 : store_ == "postgres" ? "n" + member
-                                                        : member;
+  const std::string member_dir = store_ == "etcd"                            ? "m" + member
+                                 : store_ == "postgres" || store_ == "mysql" ? "n" + member
+                                                                             : member;
   const std::string path = server_->dir() + "/" + member_dir + "/netns";
   std::ifstream in(path);
   std::string netns;
