@@ -1,5 +1,6 @@
 // A replicated store for simba-fault-run --topology: a cluster that
-// scripts/servers starts on loopback (testing/test_servers.h), and the
+// scripts/servers starts (testing/test_servers.h), each member on a host
+// of its own in a lab of network namespaces (netns.sh; needs root), and the
 // store-level faults the harness injects on it. Each fault returns once it
 // has healed, that is once the topology serves again with every member
 // back, so the next fault finds it whole.
@@ -26,10 +27,9 @@
 //                     partition), and the old primary is started again and
 //                     rejoins as a replica
 //   isolate-leader    the leader cut off from its peers (not from the
-//                     clients) for the given time: on topologies whose
-//                     members run on hosts of their own, network namespaces
-//                     of a lab the topology makes and removes
-//                     (scripts/servers/netns.sh; needs root)
+//                     clients) for the given time (on Redis, longer by the
+//                     allowance: nothing fails over sooner), by blackhole
+//                     routes between its host and the others
 //   isolate-follower  the same for a member that does not lead: clients
 //                     that reach the store through it get no answers
 //   partition-leader  (in the harness) the clients' connections to the
