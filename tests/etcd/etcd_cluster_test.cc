@@ -338,6 +338,7 @@ TEST_F(EtcdCluster, DoctorNamesTheMembersAndTheLeader) {
   ASSERT_GT(lead, 0);
   EXPECT_THAT(findings_about(*report, "leader"), HasSubstr("ok: m" + std::to_string(lead))) << all;
   EXPECT_THAT(findings_about(*report, "leases"), HasSubstr("full TTL again")) << all;
+  EXPECT_THAT(findings_about(*report, "leases"), HasSubstr("etcd-io/etcd#15247")) << all;
 
   auto one = open(member_uri(1));
   ASSERT_TRUE(one);
