@@ -46,7 +46,9 @@
 #                                        sentinel names now
 #   redis.sh kill|pause|resume|stop DIR MEMBER
 #   redis.sh restart DIR MEMBER          start a member again (a data node
-#                                        as a replica of the current primary)
+#                                        as a replica of the current primary,
+#                                        with the args the topology started
+#                                        with: DIR/args)
 #   redis.sh member DIR MEMBER           the member's name (n1, ...): which
 #                                        one `primary` or `replica` is now
 #   redis.sh drop-replicas DIR MEMBER    CLIENT KILL TYPE replica on MEMBER;
@@ -422,6 +424,9 @@ topology_start() {
   # A fresh topology each start: the sentinels' state names ports of the
   # last one.
   rm -rf "$dir/n1" "$dir/n2" "$dir/s1" "$dir/s2" "$dir/s3"
+  # The data nodes' args, for their restarts (`restart DIR n1`).
+  : >"$dir/args"
+  if [ ${#extra[@]} -gt 0 ]; then printf '%s\0' "${extra[@]}" >"$dir/args"; fi
   # In a lab, three hosts: the primary and a sentinel, the replica and a
   # sentinel, the third sentinel. Cut off, either data node's host is a
   # minority of the sentinels.
@@ -496,6 +501,8 @@ topology_main() {
   shift 2
   down_after_ms="${SIMBA_SENTINEL_DOWN_AFTER_MS:-1000}"
   failover_timeout_ms="${SIMBA_SENTINEL_FAILOVER_TIMEOUT_MS:-3000}"
+  # A data node started again gets the args the topology started with.
+  if [ "$cmd" != start ] && [ -s "$dir/args" ]; then mapfile -d '' extra <"$dir/args"; fi
   case "$cmd" in
     start)
       [ $# -eq 0 ] || topology_usage
