@@ -211,13 +211,12 @@ std::vector<pid_t> process_tree(pid_t root) {
 }
 
 std::vector<pid_t> freeze_process_tree(pid_t root) {
-  std::set<pid_t> stopped;
-  for (;;) {
-    std::vector<pid_t> fresh;
-    for (const pid_t pid : process_tree(root)) {
-      if (stopped.insert(pid).second) fresh.push_back(pid);
-    }
-    if (fresh.empty()) break;
+  // The root first, before any look at /proc: a scan of every process can
+  // take tens of milliseconds on a busy machine, in which the root would
+  // go on acting after its caller decided to stop it.
+  std::set<pid_t> stopped = {root};
+  std::vector<pid_t> fresh = {root};
+  while (!fresh.empty()) {
     signal_processes(fresh, SIGSTOP);
     // A signal is taken when its process next leaves the kernel: a fork
     // under way finishes first. Look again only once each has stopped (or
@@ -230,6 +229,10 @@ std::vector<pid_t> freeze_process_tree(pid_t root) {
         if (std::chrono::steady_clock::now() >= give_up) break;
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
+    }
+    fresh.clear();
+    for (const pid_t pid : process_tree(root)) {
+      if (stopped.insert(pid).second) fresh.push_back(pid);
     }
   }
   return {stopped.begin(), stopped.end()};

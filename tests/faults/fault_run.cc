@@ -370,8 +370,12 @@ class ProcessWorkers final : public Workers {
   // after `at`.
   FaultEvent kill(int id) override {
     Entry& w = workers_.at(id);
+    // The worker dies when it stops acting: once its tree is frozen, not
+    // when we set out to freeze it (what it logged in between is its own,
+    // not after its death).
+    const std::vector<pid_t> tree = freeze_process_tree(w.pid());
     const Nanos at = now_nanos(*clock_);
-    signal_processes(freeze_process_tree(w.pid()), SIGKILL);
+    signal_processes(tree, SIGKILL);
     w.process->wait();
     w.fate.killed = true;
     w.done = true;
@@ -380,8 +384,9 @@ class ProcessWorkers final : public Workers {
 
   FaultEvent pause(int id, Clock::Duration d) override {
     Entry& w = workers_.at(id);
-    const Nanos start = now_nanos(*clock_);
+    // Paused from the moment the tree is frozen (see kill).
     const std::vector<pid_t> tree = freeze_process_tree(w.pid());
+    const Nanos start = now_nanos(*clock_);
     std::this_thread::sleep_for(d);
     signal_processes(tree, SIGCONT);
     return {"pause", id, start, now_nanos(*clock_)};
