@@ -365,6 +365,18 @@ class ProcessWorkers final : public Workers {
     return {"partition-leader", 0, start, now_nanos(*clock_)};
   }
 
+  // split-leader's clients: while `on`, the odd-numbered workers reach only
+  // the member on `port` (the cut-off leader) and the others every member
+  // but it; then everyone everything again.
+  void split_clients(int port, bool on) {
+    for (auto& [id, w] : workers_) {
+      if (w.done) continue;
+      for (auto& [member, proxy] : w.proxies) {
+        proxy->set_blackhole(on && ((id % 2 == 1) != (member == port)));
+      }
+    }
+  }
+
   // The worker's whole process tree at once (a `simba run` worker's simba
   // and command too): frozen first so that nothing in it acts, or forks,
   // after `at`.
@@ -1044,8 +1056,8 @@ class Run {
     }
     if (topology_ != nullptr &&
         (kind == "kill-leader" || kind == "pause-leader" || kind == "partition-leader" ||
-         kind == "isolate-leader" || kind == "isolate-follower" || kind == "failover" ||
-         kind == "lagging-failover" || kind == "rolling-restart")) {
+         kind == "isolate-leader" || kind == "isolate-follower" || kind == "split-leader" ||
+         kind == "failover" || kind == "lagging-failover" || kind == "rolling-restart")) {
       return store_fault(kind, lease);
     }
     const bool proxied =
@@ -1080,6 +1092,24 @@ class Run {
     const Nanos start = now_nanos(clock);
     const auto down = std::chrono::duration_cast<milliseconds>(beyond_lease);
     if (kind == "lagging-failover") return lagging_failover(lease);
+    if (kind == "split-leader") {
+      auto port = topology_->leader_port();
+      Result<std::string> done = port.status();
+      if (port.ok()) {
+        // Long enough for the majority to elect and a lease to run out
+        // there while the minority still has clients (the allowance).
+        const auto cut = down + options_.failover_allowance;
+        done =
+            topology_->isolate(true, cut, [&](bool on) { processes_->split_clients(*port, on); });
+      }
+      if (done.ok()) {
+        say(kind + ": " + *done + ", the clients split with it");
+      } else {
+        say(kind + " failed: " + done.status().to_string());
+        broken_ = true;
+      }
+      return {kind, 0, start, now_nanos(clock)};
+    }
     Result<std::string> done = kind == "kill-leader"        ? topology_->kill_leader(down)
                                : kind == "pause-leader"     ? topology_->pause_leader(down)
                                : kind == "isolate-leader"   ? topology_->isolate(true, down)

@@ -81,7 +81,7 @@ const std::vector<Spec>& specs() {
        "etcd",
        {"--members", "3"},
        {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "isolate-follower",
-        "rolling-restart"},
+        "split-leader", "rolling-restart"},
        true,
        milliseconds(4000),
        false,
@@ -92,7 +92,7 @@ const std::vector<Spec>& specs() {
        "zookeeper",
        {"--servers", "3"},
        {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "isolate-follower",
-        "rolling-restart"},
+        "split-leader", "rolling-restart"},
        true,
        milliseconds(4000),
        false,
@@ -104,8 +104,8 @@ const std::vector<Spec>& specs() {
       {"postgres-standby",
        "postgres",
        {"--standby", "--sync"},
-       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "failover",
-        "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "split-leader",
+        "failover", "rolling-restart"},
        true,
        milliseconds(5000),
        false,
@@ -116,7 +116,8 @@ const std::vector<Spec>& specs() {
       {"mysql-replica",
        "mysql",
        {"--replica", "--semi-sync"},
-       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "isolate-leader", "split-leader",
+        "rolling-restart"},
        true,
        milliseconds(5000),
        false,
@@ -200,7 +201,8 @@ FaultTopology::~FaultTopology() {
   if (!lab_.empty()) (void)run_server_script("netns", {"down", lab_});
 }
 
-Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off) {
+Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off,
+                                           const std::function<void(bool)>& clients) {
   if (lab_.empty()) return failed_precondition_error(name_ + "'s members share one host");
   auto members = members_leader_last();
   if (!members.ok()) return members.status();
@@ -215,7 +217,9 @@ Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off
   auto host = host_of(who);
   if (!host.ok()) return host.status();
   if (Status s = run_server_script("netns", {"isolate", lab_, *host}).status(); !s.ok()) return s;
+  if (clients) clients(true);
   std::this_thread::sleep_for(cut_off);
+  if (clients) clients(false);
   if (Status s = run_server_script("netns", {"heal", lab_, *host}).status(); !s.ok()) return s;
   if (store_ == "redis") {
     // The sentinels or the cluster may take seconds to make an old primary

@@ -32,6 +32,9 @@
 //                     routes between its host and the others
 //   isolate-follower  the same for a member that does not lead: clients
 //                     that reach the store through it get no answers
+//   split-leader      (with the harness) isolate-leader, and the clients
+//                     split with it: half reach only the cut-off leader,
+//                     half only its peers (where the clients dial members)
 //   partition-leader  (in the harness) the clients' connections to the
 //                     leader's client port pass nothing for the given time;
 //                     only where the clients dial the members the URI names
@@ -92,8 +95,11 @@ class FaultTopology {
   Result<std::string> pause_leader(std::chrono::milliseconds pause);
   Result<std::string> failover();
   Result<std::string> rolling_restart();
-  // isolate-leader (`the_leader`) or isolate-follower.
-  Result<std::string> isolate(bool the_leader, std::chrono::milliseconds cut_off);
+  // isolate-leader (`the_leader`) or isolate-follower. `clients`, if
+  // given, runs with true right after the cut and with false right before
+  // it heals (split-leader: the harness splits the clients too).
+  Result<std::string> isolate(bool the_leader, std::chrono::milliseconds cut_off,
+                              const std::function<void(bool)>& clients = {});
   // What the harness does at each step of a lagging failover.
   struct LaggingFailoverSteps {
     std::function<void()> before_kill;      // stops the holder
