@@ -134,7 +134,8 @@ class FaultTopology {
   // The number of the lab host `member` runs on (netns.sh's I).
   Result<std::string> host_of(const std::string& member) const;
   // Waits (up to 60 s) until the topology serves again: a leader or primary
-  // that answers, and every member of members_leader_last() running.
+  // that answers, and every member of members_leader_last() running; on
+  // Redis, then until redis.sh settle finds it whole (40 s more at most).
   Status wait_serving();
   // wait_serving(), then `what` and who leads.
   Result<std::string> serving_after(const std::string& what);
