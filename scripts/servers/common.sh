@@ -86,6 +86,22 @@ server_alive() {
   if declare -F server_is_ours >/dev/null; then server_is_ours "$pid"; fi
 }
 
+# The address the server in directory $1 (default: DIR) listens on:
+# 127.0.0.1, or its host's in a lab of network namespaces (DIR/host).
+# shellcheck disable=SC2120  # $1 is optional
+member_host() {
+  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
+}
+
+# With SIMBA_NETNS=LAB (scripts/servers/netns.sh): puts the server in
+# directory $1 on host $2 of that lab before its first start (DIR/host, its
+# address; DIR/netns, the namespace it runs in).
+place_on_lab_host() {
+  mkdir -p "$1"
+  bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$2" >"$1/host"
+  bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$2" >"$1/netns"
+}
+
 # True if something accepts connections on 127.0.0.1:$1.
 port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null

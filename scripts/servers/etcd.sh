@@ -138,12 +138,6 @@ ctl() {
     --dial-timeout=1s --command-timeout=2s "${ctl_tls_args[@]}" "${ctl_auth_args[@]}" "$@"
 }
 
-# The address this server listens on: 127.0.0.1, or its host's in a lab of
-# network namespaces (DIR/host, written by the cluster's start).
-member_host() {
-  cat "$dir/host" 2>/dev/null || echo 127.0.0.1
-}
-
 # Client address ("HOST:PORT") of cluster member $1.
 member_address() {
   echo "$(cat "$dir/m$1/host" 2>/dev/null || echo 127.0.0.1):$(cat "$dir/m$1/port")"
@@ -436,9 +430,8 @@ cluster_start() {
       host=127.0.0.1
       if [ -n "${SIMBA_NETNS:-}" ]; then
         # Member i on host i of the lab (scripts/servers/netns.sh).
-        host="$(bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$i")"
-        echo "$host" >"$dir/m$i/host"
-        bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$i" >"$dir/m$i/netns"
+        place_on_lab_host "$dir/m$i" "$i"
+        host="$(cat "$dir/m$i/host")"
       fi
       for _ in $(seq 1 20); do
         p="$(pick_port)"

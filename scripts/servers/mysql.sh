@@ -119,12 +119,6 @@ prepare_dir() {
   fi
 }
 
-# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
-# a lab of network namespaces (DIR/host, written by the cluster's start).
-member_host() {
-  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
-}
-
 # Initializes DIR/data once, with the database and user for TCP clients. An
 # initialization that was interrupted leaves no DIR/initialized and is redone
 # from scratch.
@@ -449,11 +443,7 @@ cluster_start() {
   rm -rf "${cluster_dir:?}/n1" "${cluster_dir:?}/n2" "$cluster_dir/promoted" "$cluster_dir/semi-sync"
   if [ -n "${SIMBA_NETNS:-}" ]; then
     # Member N on host N of the lab (scripts/servers/netns.sh).
-    for n in 1 2; do
-      mkdir -p "$cluster_dir/n$n"
-      bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$n" >"$cluster_dir/n$n/host"
-      bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$n" >"$cluster_dir/n$n/netns"
-    done
+    for n in 1 2; do place_on_lab_host "$cluster_dir/n$n" "$n"; done
   fi
   echo primary-replica >"$cluster_dir/topology"
   if [ -n "$semi_sync" ]; then touch "$cluster_dir/semi-sync"; fi

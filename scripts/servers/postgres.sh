@@ -171,12 +171,6 @@ prepare_dir() {
   fi
 }
 
-# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
-# a lab of network namespaces (DIR/host, written by the cluster's start).
-member_host() {
-  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
-}
-
 # Initializes DIR/data once. An initialization that was interrupted leaves
 # no DIR/initialized and is redone from scratch.
 init_data() {
@@ -533,11 +527,7 @@ cluster_start() {
   rm -rf "${cluster_dir:?}/n1" "${cluster_dir:?}/n2" "$cluster_dir/promoted"
   if [ -n "${SIMBA_NETNS:-}" ]; then
     # Member N on host N of the lab (scripts/servers/netns.sh).
-    for arg in 1 2; do
-      mkdir -p "$cluster_dir/n$arg"
-      bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$arg" >"$cluster_dir/n$arg/host"
-      bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$arg" >"$cluster_dir/n$arg/netns"
-    done
+    for arg in 1 2; do place_on_lab_host "$cluster_dir/n$arg" "$arg"; done
   fi
   echo primary-standby >"$cluster_dir/topology"
   echo "$sync" >"$cluster_dir/sync"

@@ -202,12 +202,6 @@ forget_first_start() {
   rm -f "$dir/nodes.conf"
 }
 
-# The address a server (DIR, or $1) listens on: 127.0.0.1, or its host's in
-# a lab of network namespaces (DIR/host, written by a topology's start).
-member_host() {
-  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
-}
-
 server_command() {
   local ports=(--port "$1") conf=() host
   host="$(member_host)"
@@ -279,12 +273,8 @@ member_addr() {
 # DIR/MEMBER/netns before the first start (a restart finds them).
 place_members() {
   [ -n "${SIMBA_NETNS:-}" ] || return 0
-  local netns
-  netns="$(dirname "$script")/netns.sh"
   while [ $# -ge 2 ]; do
-    mkdir -p "$dir/$1"
-    bash "$netns" addr "$SIMBA_NETNS" "$2" >"$dir/$1/host"
-    bash "$netns" ns "$SIMBA_NETNS" "$2" >"$dir/$1/netns"
+    place_on_lab_host "$dir/$1" "$2"
     shift 2
   done
 }

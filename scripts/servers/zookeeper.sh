@@ -89,11 +89,6 @@ find_programs() {
   classpath="$jar:$slf4j"
 }
 
-# The address a server (DIR) listens on: 127.0.0.1, or its host's in a lab
-# of network namespaces (DIR/host, written by the ensemble's start).
-member_host() {
-  cat "${1:-$dir}/host" 2>/dev/null || echo 127.0.0.1
-}
 
 # Sends four-letter word $2 to HOST:PORT $1 (a port alone: this server's
 # host) and prints the answer (the server closes the connection after it).
@@ -263,8 +258,7 @@ ensemble_start() {
       mkdir -p "$dir/$i"
       if [ -n "${SIMBA_NETNS:-}" ]; then
         # Member i on host i of the lab (scripts/servers/netns.sh).
-        bash "$(dirname "$script")/netns.sh" addr "$SIMBA_NETNS" "$i" >"$dir/$i/host"
-        bash "$(dirname "$script")/netns.sh" ns "$SIMBA_NETNS" "$i" >"$dir/$i/netns"
+        place_on_lab_host "$dir/$i" "$i"
       fi
     done
   fi
