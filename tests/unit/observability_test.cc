@@ -336,6 +336,9 @@ TEST_F(ObservabilityTest, PrometheusMetricsSeeTheOwnerAndTheWaiter) {
   SIMBA_ASSERT_OK(b->start());
   ASSERT_TRUE(eventually(
       [&] {
+        // B counts as waiting from start(), before its first read; the
+        // hand-off below is timed only if that read has seen A own it.
+        if (!b->after_owner().is_owner("A")) return false;
         // (Reports arrive on the factories' callback threads, in no set
         // order between the two services.)
         const std::string text = prometheus->expose();
