@@ -144,13 +144,60 @@ void FaultInjectingBackend::set_before_next_acquire_reply(std::function<void()> 
   before_next_acquire_reply_ = std::move(action);
 }
 
+void FaultInjectingBackend::set_releases_held_back(bool held_back) {
+  std::lock_guard<std::mutex> lock(mu_);
+  releases_held_back_ = held_back;
+}
+
+bool FaultInjectingBackend::hold_back(std::function<void()> call) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!releases_held_back_) return false;
+  held_back_.push_back(std::move(call));
+  return true;
+}
+
+int FaultInjectingBackend::deliver_held_back() {
+  std::vector<std::function<void()>> calls;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls.swap(held_back_);
+  }
+  for (auto& call : calls) call();
+  return static_cast<int>(calls.size());
+}
+
+namespace {
+Status held_back_error() {
+  return deadline_exceeded_error("injected: held up in the network past the call's deadline");
+}
+Deadline late_deadline() { return std::chrono::steady_clock::now() + std::chrono::seconds(10); }
+}  // namespace
+
 Result<bool> FaultInjectingBackend::do_release(std::string_view mutex,
                                                std::string_view contender_id,
                                                std::uint64_t fencing_token, Deadline deadline) {
   ++release_calls_;
   last_release_token_ = fencing_token;
+  if (hold_back([target = target_, mutex = std::string(mutex), id = std::string(contender_id),
+                 fencing_token] {
+        (void)target->release(mutex, id, fencing_token, late_deadline());
+      })) {
+    return held_back_error();
+  }
   SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
   return target_->release(mutex, contender_id, fencing_token, deadline);
+}
+
+Status FaultInjectingBackend::do_leave(std::string_view mutex, std::string_view contender_id,
+                                       Deadline deadline) {
+  ++leave_calls_;
+  if (hold_back([target = target_, mutex = std::string(mutex), id = std::string(contender_id)] {
+        (void)target->leave(mutex, id, late_deadline());
+      })) {
+    return held_back_error();
+  }
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));
+  return target_->leave(mutex, contender_id, deadline);
 }
 
 Result<ForcedRelease> FaultInjectingBackend::do_force_release(std::string_view mutex,

@@ -50,11 +50,19 @@ class FaultInjectingBackend final : public Backend {
   // While on, what the store pushes never reaches this backend's listeners
   // (a push channel not up yet, or down); push() still does.
   void set_store_pushes_lost(bool lost);
+  // While on, release() and leave() fail at once with kDeadlineExceeded, as
+  // if the network held them up past their deadline, and are kept: the store
+  // gets them only when deliver_held_back() sends them (a request that
+  // reaches the store after its caller gave up on it).
+  void set_releases_held_back(bool held_back);
+  // Sends the held-back calls to the store, oldest first; returns how many.
+  int deliver_held_back();
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
   // Calls blocked in an injected hang right now.
   int hanging_calls() const { return hanging_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
+  int leave_calls() const { return leave_calls_.load(); }
   // The fencing token the last release named (0: any ownership).
   std::uint64_t last_release_token() const { return last_release_token_.load(); }
 
@@ -73,6 +81,8 @@ class FaultInjectingBackend final : public Backend {
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline deadline) override;
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override;
+  Status do_leave(std::string_view mutex, std::string_view contender_id,
+                  Deadline deadline) override;
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override;
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override;
   Result<std::vector<std::string>> do_waiters(std::string_view mutex, Deadline deadline) override;
@@ -86,6 +96,9 @@ class FaultInjectingBackend final : public Backend {
  private:
   // OK to forward, or the injected error.
   Status gate(Mode FaultInjectingBackend::*which, Deadline deadline);
+  // Keeps `call` for deliver_held_back() and returns true while releases are
+  // held back.
+  bool hold_back(std::function<void()> call);
 
   std::shared_ptr<Backend> target_;
   mutable std::mutex mu_;
@@ -98,6 +111,9 @@ class FaultInjectingBackend final : public Backend {
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> hanging_calls_{0};
   std::atomic<int> release_calls_{0};
+  std::atomic<int> leave_calls_{0};
+  bool releases_held_back_ = false;
+  std::vector<std::function<void()>> held_back_;
   std::atomic<std::uint64_t> last_release_token_{0};
   // Listeners by mutex, for push().
   std::shared_ptr<struct FaultListeners> listeners_;

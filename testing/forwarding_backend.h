@@ -41,6 +41,10 @@ class ForwardingBackend : public Backend {
                           std::uint64_t fencing_token, Deadline deadline) override {
     return target_->release(mutex, contender_id, fencing_token, deadline);
   }
+  Status do_leave(std::string_view mutex, std::string_view contender_id,
+                  Deadline deadline) override {
+    return target_->leave(mutex, contender_id, deadline);
+  }
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     return target_->read(mutex, deadline);
   }

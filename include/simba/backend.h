@@ -249,6 +249,22 @@ class Backend {
     return release(mutex, contender_id, 0, deadline);
   }
 
+  // Withdraws `contender_id` from waiting for `mutex`: what its waiting left
+  // at the store goes (its place in a wait queue), and never an ownership it
+  // was given by another request. A contend service that stops owning
+  // nothing it knows of sends this, not a release naming no token: sent by a
+  // waiter that gave up during a partition, it may reach the store after the
+  // heal, when the same contender id has acquired again (a clustered lock's
+  // next hold, a keyed lease's next core), and a release there would end
+  // that ownership (the clustered fault runs on PostgreSQL caught it;
+  // docs/reliability.md). An acquisition of its own still in flight is
+  // given back by its token when its answer comes.
+  // Stores whose queue entry becomes the ownership when it is first in line
+  // (etcd, ZooKeeper) remove the entry this backend made for the contender:
+  // a later acquisition makes a new entry, which this leaves alone.
+  // The default does nothing: a store where waiters leave no trace.
+  Status leave(std::string_view mutex, std::string_view contender_id, Deadline deadline);
+
   // The current owner (MutexOwner::none() for an unknown or free mutex).
   Result<OwnerRecord> read(std::string_view mutex, Deadline deadline);
 
@@ -311,6 +327,9 @@ class Backend {
   virtual Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                                   std::uint64_t fencing_token, Deadline deadline) = 0;
   virtual Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) = 0;
+  // The default: OK, nothing done (waiters leave no trace).
+  virtual Status do_leave(std::string_view mutex, std::string_view contender_id,
+                          Deadline deadline);
   // The default: kUnimplemented (no push).
   virtual Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,

@@ -110,6 +110,14 @@ Result<bool> Backend::release(std::string_view mutex, std::string_view contender
   return do_release(mutex, contender_id, fencing_token, deadline);
 }
 
+Status Backend::leave(std::string_view mutex, std::string_view contender_id, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
+  SIMBA_RETURN_IF_ERROR(validate_contender_id(contender_id));
+  return do_leave(mutex, contender_id, deadline);
+}
+
+Status Backend::do_leave(std::string_view, std::string_view, Deadline) { return ok_status(); }
+
 Result<OwnerRecord> Backend::read(std::string_view mutex, Deadline deadline) {
   SIMBA_RETURN_IF_ERROR(validate_mutex(mutex));
   return do_read(mutex, deadline);

@@ -182,22 +182,28 @@ Status ServiceCore::stop() {
       hooks_.stop_waits_for_callbacks && !strand_->running_in_this_thread();
   if (wait_for_callbacks) strand_->drain();
   Status result;
-  if (mode_ == Mode::kContend) {
-    // Release even when we own nothing: an attempt still in flight may have
-    // acquired the mutex at the store without our knowing yet (if it lands
-    // after this release, run_attempt gives it back by its token: the
-    // compensating release), and a store that queues its waiters (etcd)
-    // must see this contender leave the queue, or its entry is granted
-    // the mutex when the holder lets go and holds it for a whole lease. An
-    // ownership we know is released by its token, so that this request,
+  if (mode_ == Mode::kContend && released_token != 0) {
+    // An ownership we know is released by its token, so that this request,
     // should it reach the store late, cannot end a later ownership of ours.
-    // One that names none (token 0) still could, if it reached the store
-    // after a later acquisition of this contender: a gap docs/reliability.md
-    // lists among what the fault runs do not show.
     auto released = backend_->release(mutex_, contender_id_, released_token, store_deadline());
     if (!released.ok()) {
       result = released.status().with_context("releasing mutex '" + mutex_ + "' on stop");
       SIMBA_LOG(kWarn, result << " (the lease will expire at the store)");
+    }
+  } else if (mode_ == Mode::kContend) {
+    // Owning nothing we know of, we leave the store's wait queue, or a store
+    // that queues its waiters (etcd) grants our entry the mutex when the
+    // holder lets go and it is held for a whole lease. Never a release
+    // naming no token: sent by a waiter that gave up during a partition, it
+    // can reach the store after the heal, when this contender id has
+    // acquired again (a clustered lock's next hold), and end that ownership
+    // (the clustered fault runs on PostgreSQL caught it). An attempt of ours
+    // still in flight that acquires is given back by run_attempt, by its
+    // token, when its answer comes (the compensating release).
+    Status left = backend_->leave(mutex_, contender_id_, store_deadline());
+    if (!left.ok()) {
+      result = left.with_context("leaving the wait for mutex '" + mutex_ + "' on stop");
+      SIMBA_LOG(kWarn, result);
     }
   }
   {

@@ -382,10 +382,12 @@ TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReport
   SIMBA_ASSERT_OK(a->start());
   ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
   SIMBA_ASSERT_OK(a->stop());
-  EXPECT_EQ(faults_->release_calls(), 1);
+  // Owning nothing it knows of, stop() only left the wait.
+  EXPECT_EQ(faults_->release_calls(), 0);
+  EXPECT_EQ(faults_->leave_calls(), 1);
   faults_->set_acquire_mode(Mode::kPass);  // the stale call now acquires...
   // ...and the compensating release gives it back, by its token.
-  ASSERT_TRUE(eventually([&] { return faults_->release_calls() == 2; }, seconds(5)));
+  ASSERT_TRUE(eventually([&] { return faults_->release_calls() == 1; }, seconds(5)));
   EXPECT_NE(faults_->last_release_token(), 0u);
   EXPECT_EQ(store_owner(), "");
   settle();
@@ -405,7 +407,8 @@ TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
   ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   // The stale result was not compensated away: the new lifecycle owns it.
   EXPECT_EQ(store_owner(), a->contender_id());
-  EXPECT_EQ(faults_->release_calls(), 1);
+  EXPECT_EQ(faults_->release_calls(), 0);
+  EXPECT_EQ(faults_->leave_calls(), 1);
   SIMBA_ASSERT_OK(a->stop());
 }
 
@@ -435,12 +438,44 @@ TEST_F(ContendServiceTest, AStoppedCoreNeverGivesBackWhatARunningCoreOfItsConten
   faults_->set_acquire_mode(Mode::kPass);  // both reach the store now
   ASSERT_TRUE(eventually([&] { return new_core->is_owner(); }, seconds(5)));
   settle();
-  // Only the old core's stop() released (naming no token, before either
-  // acquisition reached the store).
-  EXPECT_EQ(faults_->release_calls(), 1) << "the stopped core gave the running core's hold back";
-  EXPECT_EQ(faults_->last_release_token(), 0u);
+  // The old core's stop() only left the wait (before either acquisition
+  // reached the store), and nothing was released.
+  EXPECT_EQ(faults_->release_calls(), 0) << "the stopped core gave the running core's hold back";
+  EXPECT_EQ(faults_->leave_calls(), 1);
   EXPECT_EQ(store_owner(), new_core->contender_id());
   EXPECT_TRUE(new_core->is_owner());
+  SIMBA_ASSERT_OK(new_core->stop());
+  EXPECT_EQ(store_owner(), "");
+}
+
+// The clustered fault runs on PostgreSQL (2026-11-28): a waiter core of a
+// node gave up during a black hole of every worker, and its stop() released,
+// naming no token. That request reached the store after the heal, when the
+// node's next core had acquired the mutex, and ended that ownership while
+// the node still worked under it. A waiter that gives up now only leaves the
+// wait, which leaves an ownership alone however late it arrives.
+TEST_F(ContendServiceTest, AWaiterGivingUpLateNeverEndsALaterHoldOfItsContender) {
+  auto node = [] { return make_contender("m", nullptr, nullptr, "node-a"); };
+  auto b = b_factory_->create_contend_service(contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
+  auto old_core = a_factory_->create_contend_service(node()).value();
+  SIMBA_ASSERT_OK(old_core->start());
+  ASSERT_TRUE(eventually([&] { return old_core->after_owner().is_owner(b->contender_id()); },
+                         seconds(5)));
+  faults_->set_releases_held_back(true);  // the partition: its request times out
+  EXPECT_THAT(old_core->stop(), testing::StatusIs(StatusCode::kDeadlineExceeded));
+  faults_->set_releases_held_back(false);  // the heal
+  SIMBA_ASSERT_OK(b->stop());
+  auto new_core = a_factory_->create_contend_service(node()).value();
+  SIMBA_ASSERT_OK(new_core->start());
+  ASSERT_TRUE(eventually([&] { return new_core->is_owner(); }, seconds(5)));
+  const std::uint64_t token = new_core->fencing_token();
+  ASSERT_EQ(faults_->deliver_held_back(), 1);  // the old request arrives only now
+  auto held = store_->read("m", std::chrono::steady_clock::now() + seconds(1));
+  SIMBA_ASSERT_OK(held);
+  EXPECT_EQ(held->owner.owner_id, "node-a") << "the late request ended the new core's hold";
+  EXPECT_EQ(held->owner.fencing_token, token);
   SIMBA_ASSERT_OK(new_core->stop());
   EXPECT_EQ(store_owner(), "");
 }

@@ -1556,19 +1556,7 @@ class EtcdBackend final : public Backend {
       return false;
     }
     if (std::optional<Holder> held = watcher_->take(mutex, id)) {
-      // Revoking the lease deletes our key; the range just before it says
-      // whether that key was the owner (nobody else can become the owner
-      // while our key is the lowest).
-      // (One after the other: the range must not see the revoke.)
-      auto range = turn.range(range_op(mutex_prefix, true, 1, true));
-      auto revoked = turn.revoke(held->lease);
-      if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
-        return revoked.status();
-      }
-      SIMBA_RETURN_IF_ERROR(range.status());
-      const std::vector<Kv> lowest = kvs_of(*range);
-      return !lowest.empty() && lowest.front().key == held->key &&
-             lowest.front().lease == held->lease;
+      return revoke_held(turn, mutex_prefix, *held);
     }
     // Nothing known here (e.g. a compensating release after a lost reply,
     // or another process with this id): remove every key with our id.
@@ -1590,6 +1578,39 @@ class EtcdBackend final : public Backend {
                                     }));
     for (const auto& reply : deleted) SIMBA_RETURN_IF_ERROR(reply.status());
     return owned;
+  }
+
+  // The key this backend made for the contender goes with its lease (its
+  // place in the queue, or the ownership it became); a later acquisition's
+  // key has a lease of its own. A key this backend does not know of is left
+  // alone: nothing keeps its lease alive.
+  Status do_leave(std::string_view mutex_view, std::string_view contender_id,
+                  Deadline deadline) override {
+    const std::string mutex(mutex_view);
+    std::optional<Holder> held = watcher_->take(mutex, std::string(contender_id));
+    if (!held) return ok_status();
+    const std::string context =
+        call_context("leaving the queue of mutex " + internal::in_quotes(mutex));
+    RequestChannel::Turn turn(&channel_, deadline, context);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    return revoke_held(turn, mutex_key_prefix(options_.key_prefix, mutex), *held).status();
+  }
+
+  // Revokes the lease of `held` (which deletes its key); returns whether
+  // that key was the owner.
+  Result<bool> revoke_held(RequestChannel::Turn& turn, const std::string& mutex_prefix,
+                           const Holder& held) {
+    // The range just before the revoke says whether our key was the owner
+    // (nobody else can become the owner while our key is the lowest).
+    // (One after the other: the range must not see the revoke.)
+    auto range = turn.range(range_op(mutex_prefix, true, 1, true));
+    auto revoked = turn.revoke(held.lease);
+    if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
+      return revoked.status();
+    }
+    SIMBA_RETURN_IF_ERROR(range.status());
+    const std::vector<Kv> lowest = kvs_of(*range);
+    return !lowest.empty() && lowest.front().key == held.key && lowest.front().lease == held.lease;
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex_view, Deadline deadline) override {

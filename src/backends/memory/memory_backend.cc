@@ -75,6 +75,13 @@ class MemoryStore {
     return true;
   }
 
+  // A waiter gives up: out of the line, whatever it owns left alone.
+  void leave(std::string_view mutex, std::string_view contender_id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = rows_.find(mutex);
+    if (it != rows_.end()) forget(&it->second, contender_id);
+  }
+
   ForcedRelease force_release(std::string_view mutex,
                               std::vector<std::function<void(const MutexEvent&)>>* to_notify) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -278,6 +285,11 @@ class MemoryBackend final : public Backend {
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline) override {
     return store_->read(mutex);
+  }
+
+  Status do_leave(std::string_view mutex, std::string_view contender_id, Deadline) override {
+    store_->leave(mutex, contender_id);
+    return ok_status();
   }
 
   Result<std::vector<ListedMutex>> do_list(Deadline) override { return store_->list(); }

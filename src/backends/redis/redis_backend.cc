@@ -326,7 +326,7 @@ class NodeOpener {
 // ---------------------------------------------------------------------------
 // The command connection.
 
-enum Script { kAcquire, kRelease, kForceRelease, kRead, kWaiters, kScriptCount };
+enum Script { kAcquire, kRelease, kForceRelease, kRead, kWaiters, kLeave, kScriptCount };
 
 struct ServerFacts {
   // The server may lose acknowledged writes when it restarts.
@@ -354,7 +354,8 @@ class CommandChannel {
         cluster_(cluster) {
     static constexpr const char* kBodies[kScriptCount] = {
         internal::redis::kLuaAcquire, internal::redis::kLuaRelease,
-        internal::redis::kLuaForceRelease, internal::redis::kLuaRead, internal::redis::kLuaWaiters};
+        internal::redis::kLuaForceRelease, internal::redis::kLuaRead, internal::redis::kLuaWaiters,
+        internal::redis::kLuaLeave};
     for (int i = 0; i < kScriptCount; ++i) {
       scripts_[i] = std::string(internal::redis::kLuaPrelude) + kBodies[i];
       if (cluster_) {
@@ -1700,6 +1701,17 @@ class RedisBackend final : public Backend {
     if (is_error(reply.get())) return error_reply_status(reply.get(), context(what));
     if (reply->type != REDIS_REPLY_INTEGER) return internal_error(context(what) + ": bad reply");
     return reply->integer == 1;
+  }
+
+  Status do_leave(std::string_view mutex, std::string_view contender_id,
+                  Deadline deadline) override {
+    SIMBA_ASSIGN_OR_RETURN(Reply reply,
+                           commands_.eval(kLeave, mutex, {std::string(contender_id)}, deadline));
+    if (is_error(reply.get())) {
+      return error_reply_status(reply.get(),
+                                context("leaving the queue of mutex " + internal::in_quotes(mutex)));
+    }
+    return ok_status();
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {

@@ -28,6 +28,7 @@
 //             (free: no owner yet no acquisition because of the restart
 //             guard; pttl then holds the milliseconds the guard has left)
 //   release:  1 | 0
+//   leave:    0
 //   force:    {owner, pttl, token, now_ms, ttl, tr, floor}
 //   read:     {owner, pttl, token, now_ms, ttl, tr}
 //   waiters:  {id, ...}, the live waiters oldest first
@@ -149,6 +150,13 @@ if token ~= '0' and fence_of(id) ~= token then return 0 end
 redis.call('DEL', lock)
 wake(id)
 return 1
+)lua";
+
+// ARGV: id. A waiter gives up: out of the queue, the lock left alone even
+// if it holds it (see Backend::leave).
+inline constexpr char kLuaLeave[] = R"lua(
+redis.call('ZREM', queue, ARGV[1])
+return 0
 )lua";
 
 // No ARGV. Frees the lock whoever holds it and raises the fencing counter.

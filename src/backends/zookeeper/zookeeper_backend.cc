@@ -1741,6 +1741,12 @@ class ZookeeperBackend final : public Backend {
                           std::uint64_t fencing_token, Deadline deadline) override {
     return store_->release(mutex, contender_id, fencing_token, deadline);
   }
+  // The node this backend made for the contender, by its path: a later
+  // acquisition's node is another one.
+  Status do_leave(std::string_view mutex, std::string_view contender_id,
+                  Deadline deadline) override {
+    return store_->release(mutex, contender_id, 0, deadline).status();
+  }
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
     return store_->force_release(mutex, deadline);
   }
