@@ -352,6 +352,63 @@ TEST(RedisSentinel, MinReplicasRefusesAWriteNoReplicaAcknowledged) {
   SIMBA_ASSERT_OK(plain->acquire_or_renew(request_for("wait", "b"), in(seconds(2))).status());
 }
 
+// A primary that restarts changes its replication id twice: a new one when it
+// starts, and another when its first replica syncs (it creates its backlog).
+// Clients connected in between keep the first, later ones get the second.
+// The acquire script once took the primary's term from the client's
+// connection, so the two kinds of client recorded their terms in turn, each
+// a "new primary" restarting the guard, and nobody got the mutex for as long
+// as both kept asking (the rolling-restart cell of the fault matrix: up to
+// 30 s without an owner). The script reads the primary's id itself now.
+TEST(RedisSentinel, ClientsThatSawTheReplicationIdsOfOneRestartAgreeOnItsTerm) {
+  auto cluster = Cluster::start();
+  ASSERT_TRUE(cluster);
+  cluster->settle_term();
+  const std::string primary = cluster->primary();
+  ASSERT_FALSE(primary.empty());
+  const std::string replica = primary == "n1" ? "n2" : "n1";
+  SIMBA_ASSERT_OK(cluster->member("stop", replica));
+  SIMBA_ASSERT_OK(cluster->member("stop", primary));
+  SIMBA_ASSERT_OK(cluster->member("restart", primary));
+  const auto replid = [&] {
+    RawRedis raw(cluster->node_uri(primary));
+    const std::string info = raw.call({"INFO", "replication"}).str;
+    const std::size_t at = info.find("master_replid:");
+    return at == std::string::npos ? std::string() : info.substr(at + 14, 40);
+  };
+  ASSERT_TRUE(eventually([&] { return !replid().empty(); }, seconds(10)));
+  const std::string first = replid();
+  // A short lease: the guard a new term sets lasts ttl + transition.
+  const milliseconds ttl{1000};
+  const milliseconds transition{500};
+  const auto request = [&](const std::string& id) {
+    return AcquireRequest{"m", id, ttl, transition};
+  };
+  auto early = open(cluster->uri());
+  ASSERT_TRUE(early);
+  // Connects under the first id (and meets the guard of the new term).
+  (void)early->acquire_or_renew(request("early"), in(seconds(2)));
+  SIMBA_ASSERT_OK(cluster->member("restart", replica));
+  ASSERT_TRUE(eventually([&] { return replid() != first; }, seconds(10)))
+      << "the primary kept its replication id when its replica synced";
+  auto late = open(cluster->uri());
+  ASSERT_TRUE(late);
+  // Both ask in turn, as waiting contenders do; one gets the mutex once a
+  // single guard of ttl + transition is over.
+  const auto asked = steady_clock::now();
+  std::string owner;
+  while (owner.empty() && steady_clock::now() - asked < 3 * (ttl + transition) + kSlack) {
+    for (auto* backend : {early.get(), late.get()}) {
+      auto got = backend->acquire_or_renew(request(backend == early.get() ? "early" : "late"),
+                                           in(seconds(2)));
+      if (got.ok() && got->owner.has_owner_id()) owner = got->owner.owner_id;
+    }
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_FALSE(owner.empty()) << "the guard never ended while both kinds of client asked";
+  EXPECT_LE(steady_clock::now() - asked, 2 * (ttl + transition) + kSlack);
+}
+
 // ---- failover ------------------------------------------------------------------------
 
 // A holds "m" through a factory of its own, B waits through another; the

@@ -87,11 +87,15 @@ end
 )lua";
 
 // ARGV: id, ttl, transition, guard_until_ms (0 = none), and behind
-// Sentinel the primary's term (its master_replid) with KEYS[4] =
-// <prefix>:@@term, a hash {id, since, px}; px = ttl + transition. On a
-// promoted node of a Redis Cluster the term comes without KEYS[4] and is
-// kept in the mutex's fence hash {term, term_since, term_px} (no key every
-// slot can reach exists there).
+// Sentinel the primary's term (its master_replid when the client connected)
+// with KEYS[4] = <prefix>:@@term, a hash {id, since, px}; px = ttl +
+// transition. On a promoted node of a Redis Cluster the term comes without
+// KEYS[4] and is kept in the mutex's fence hash {term, term_since, term_px}
+// (no key every slot can reach exists there).
+// The term is the server's master_replid as the script runs (the client's
+// only if INFO does not say): a restarted primary changes it again when its
+// first replica syncs, and clients connected before and after would record
+// their two ids in turn, each restarting the guard, for as long as both ask.
 // A term other than the one recorded is a new primary (a failover, or a
 // restart that forgot everything): it is recorded from now, and no free
 // mutex is taken until the largest lease known may have ended (the guard).
@@ -100,14 +104,15 @@ local id, ttl, tr, guard = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local px = tonumber(ttl) + tonumber(tr)
 local ms, us, sec = now()
 if ARGV[5] then
+  local term = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ARGV[5]
   local tk, f = KEYS[4], {'id', 'since', 'px'}
   if not tk then tk, f = fence, {'term', 'term_since', 'term_px'} end
   local t = redis.call('HMGET', tk, f[1], f[2], f[3])
   local since, tpx = ms, math.max(px, tonumber(t[3] or '0'))
-  if t[1] == ARGV[5] then
+  if t[1] == term then
     since = tonumber(t[2])
   else
-    redis.call('HSET', tk, f[1], ARGV[5], f[2], fmt(ms))
+    redis.call('HSET', tk, f[1], term, f[2], fmt(ms))
   end
   if tpx > tonumber(t[3] or '0') then redis.call('HSET', tk, f[3], fmt(tpx)) end
   guard = math.max(guard, since + tpx)
