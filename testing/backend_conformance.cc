@@ -862,14 +862,15 @@ TEST_P(Conformance, AWaiterGivingUpLateNeverEndsALaterHoldOfItsContender) {
   const std::string mutex = "late-leave";
   const auto node = [&] { return make_contender(mutex, nullptr, nullptr, "node-a"); };
 
-  auto holder = other_factory->create_contend_service(
-      make_contender(mutex, nullptr, nullptr, "holder-b")).value();
+  auto holder =
+      other_factory->create_contend_service(make_contender(mutex, nullptr, nullptr, "holder-b"))
+          .value();
   SIMBA_ASSERT_OK(holder->start());
   ASSERT_TRUE(eventually([&] { return holder->is_owner(); }, seconds(10)));
   auto old_core = node_factory->create_contend_service(node()).value();
   SIMBA_ASSERT_OK(old_core->start());
-  ASSERT_TRUE(eventually([&] { return old_core->after_owner().is_owner("holder-b"); },
-                         seconds(10)));
+  ASSERT_TRUE(
+      eventually([&] { return old_core->after_owner().is_owner("holder-b"); }, seconds(10)));
   faults->set_releases_held_back(true);  // a partition: the request times out
   EXPECT_THAT(old_core->stop(), StatusIs(StatusCode::kDeadlineExceeded));
   faults->set_releases_held_back(false);  // the heal

@@ -178,10 +178,9 @@ Result<bool> FaultInjectingBackend::do_release(std::string_view mutex,
                                                std::uint64_t fencing_token, Deadline deadline) {
   ++release_calls_;
   last_release_token_ = fencing_token;
-  if (hold_back([target = target_, mutex = std::string(mutex), id = std::string(contender_id),
-                 fencing_token] {
-        (void)target->release(mutex, id, fencing_token, late_deadline());
-      })) {
+  if (hold_back(
+          [target = target_, mutex = std::string(mutex), id = std::string(contender_id),
+           fencing_token] { (void)target->release(mutex, id, fencing_token, late_deadline()); })) {
     return held_back_error();
   }
   SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::mode_, deadline));

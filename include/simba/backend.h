@@ -328,8 +328,7 @@ class Backend {
                                   std::uint64_t fencing_token, Deadline deadline) = 0;
   virtual Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) = 0;
   // The default: OK, nothing done (waiters leave no trace).
-  virtual Status do_leave(std::string_view mutex, std::string_view contender_id,
-                          Deadline deadline);
+  virtual Status do_leave(std::string_view mutex, std::string_view contender_id, Deadline deadline);
   // The default: kUnimplemented (no push).
   virtual Result<std::unique_ptr<Subscription>> do_subscribe(
       std::string_view mutex, std::string_view contender_id,

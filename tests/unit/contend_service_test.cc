@@ -461,8 +461,8 @@ TEST_F(ContendServiceTest, AWaiterGivingUpLateNeverEndsALaterHoldOfItsContender)
   ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
   auto old_core = a_factory_->create_contend_service(node()).value();
   SIMBA_ASSERT_OK(old_core->start());
-  ASSERT_TRUE(eventually([&] { return old_core->after_owner().is_owner(b->contender_id()); },
-                         seconds(5)));
+  ASSERT_TRUE(
+      eventually([&] { return old_core->after_owner().is_owner(b->contender_id()); }, seconds(5)));
   faults_->set_releases_held_back(true);  // the partition: its request times out
   EXPECT_THAT(old_core->stop(), testing::StatusIs(StatusCode::kDeadlineExceeded));
   faults_->set_releases_held_back(false);  // the heal

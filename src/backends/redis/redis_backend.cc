@@ -353,9 +353,9 @@ class CommandChannel {
         restart_guard_(restart_guard),
         cluster_(cluster) {
     static constexpr const char* kBodies[kScriptCount] = {
-        internal::redis::kLuaAcquire, internal::redis::kLuaRelease,
-        internal::redis::kLuaForceRelease, internal::redis::kLuaRead, internal::redis::kLuaWaiters,
-        internal::redis::kLuaLeave};
+        internal::redis::kLuaAcquire,      internal::redis::kLuaRelease,
+        internal::redis::kLuaForceRelease, internal::redis::kLuaRead,
+        internal::redis::kLuaWaiters,      internal::redis::kLuaLeave};
     for (int i = 0; i < kScriptCount; ++i) {
       scripts_[i] = std::string(internal::redis::kLuaPrelude) + kBodies[i];
       if (cluster_) {
@@ -1708,8 +1708,8 @@ class RedisBackend final : public Backend {
     SIMBA_ASSIGN_OR_RETURN(Reply reply,
                            commands_.eval(kLeave, mutex, {std::string(contender_id)}, deadline));
     if (is_error(reply.get())) {
-      return error_reply_status(reply.get(),
-                                context("leaving the queue of mutex " + internal::in_quotes(mutex)));
+      return error_reply_status(
+          reply.get(), context("leaving the queue of mutex " + internal::in_quotes(mutex)));
     }
     return ok_status();
   }
