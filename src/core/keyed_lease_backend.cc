@@ -232,8 +232,8 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
     slot->end_hold();
     awaited = deadline_exceeded_error("key '" + slot->key() + "' was lost as it was granted");
   }
-  // Give up our place: stopping releases the key if an attempt got it
-  // meanwhile.
+  // Give up our place: stopping leaves the wait, and an attempt that got
+  // the key meanwhile gives it back by its token when its answer comes.
   if (core != nullptr && core->status() == ServiceStatus::kRunning) (void)core->stop();
   turn.release();
   done(slot);
