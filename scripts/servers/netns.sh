@@ -21,6 +21,9 @@
 #                           each other (blackhole routes on both sides);
 #                           the bridge's side still reaches every member
 #   netns.sh heal NAME I    undo isolate
+#   netns.sh cut-clients NAME I   member I stops reaching the bridge's side
+#                           (the clients) and still reaches every member
+#   netns.sh heal-clients NAME I  undo cut-clients
 #   netns.sh sweep          remove labs named simba<PID>-* whose PID is gone
 #                           (a run that was killed before its `down`)
 #
@@ -29,7 +32,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '10,27p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '10,30p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -118,6 +121,22 @@ routes() {
   done
 }
 
+# Member $2 of lab $1 and the bridge's side (where the clients are) stop
+# reaching each other ($3: add) or reach each other again (del): a
+# blackhole route in the member to the bridge's address, so what the
+# clients send arrives but no answer (nor handshake) comes back.
+client_route() {
+  local name="$1" i="$2" op="$3" p
+  p="$(prefix "$name")"
+  [ -n "$p" ] || { echo "netns.sh: no lab $name" >&2; exit 1; }
+  ip netns list | grep -q "^$name-$i\b" || { echo "netns.sh: no member $i in $name" >&2; exit 2; }
+  if [ "$op" = add ]; then
+    ip -n "$name-$i" route replace blackhole "$p.254/32"
+  else
+    ip -n "$name-$i" route del blackhole "$p.254/32" 2>/dev/null || true
+  fi
+}
+
 sweep() {
   local lab pid
   for lab in $( (ip netns list | sed -n 's/^\(simba[0-9]\{1,\}\)-[0-9].*/\1/p'
@@ -143,6 +162,8 @@ case "$cmd" in
   ns) [ $# -eq 2 ] || usage; need_name "$1"; echo "$1-$2" ;;
   isolate) [ $# -eq 2 ] || usage; need_name "$1"; routes "$1" "$2" add ;;
   heal) [ $# -eq 2 ] || usage; need_name "$1"; routes "$1" "$2" del ;;
+  cut-clients) [ $# -eq 2 ] || usage; need_name "$1"; client_route "$1" "$2" add ;;
+  heal-clients) [ $# -eq 2 ] || usage; need_name "$1"; client_route "$1" "$2" del ;;
   sweep) [ $# -eq 0 ] || usage; sweep ;;
   *) usage ;;
 esac

@@ -1081,7 +1081,9 @@ class Run {
   FaultEvent store_fault(const std::string& kind, milliseconds lease) {
     const Clock& clock = workers_->clock();
     const auto beyond_lease = lease + uniform(milliseconds(200), milliseconds(1000));
-    if (kind == "partition-leader") {
+    // Where the clients dial the members, their proxies cut the leader off;
+    // elsewhere the topology's lab does (below).
+    if (kind == "partition-leader" && FaultTopology::clients_dial_members(topology_->name())) {
       auto port = topology_->leader_port();
       if (port.ok()) return processes_->partition_member(*port, beyond_lease);
       say("no leader to partition: " + port.status().to_string());
@@ -1114,8 +1116,10 @@ class Run {
                                : kind == "pause-leader"     ? topology_->pause_leader(down)
                                : kind == "isolate-leader"   ? topology_->isolate(true, down)
                                : kind == "isolate-follower" ? topology_->isolate(false, down)
-                               : kind == "failover"         ? topology_->failover()
-                                                            : topology_->rolling_restart();
+                               : kind == "partition-leader"
+                                   ? topology_->cut_leader_from_clients(down)
+                               : kind == "failover" ? topology_->failover()
+                                                    : topology_->rolling_restart();
     if (done.ok()) {
       say(kind + ": " + *done);
     } else {

@@ -57,7 +57,8 @@ const std::vector<Spec>& specs() {
       {"redis-sentinel",
        "redis",
        {"--sentinel", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "failover", "lagging-failover", "isolate-follower", "rolling-restart"},
+       {"kill-leader", "partition-leader", "failover", "lagging-failover", "isolate-follower",
+        "rolling-restart"},
        false,
        milliseconds(5000),
        true,
@@ -68,8 +69,8 @@ const std::vector<Spec>& specs() {
       {"redis-cluster",
        "redis",
        {"--cluster", "--appendonly", "yes", "--appendfsync", "always"},
-       {"kill-leader", "pause-leader", "failover", "lagging-failover", "isolate-leader",
-        "isolate-follower", "rolling-restart"},
+       {"kill-leader", "pause-leader", "partition-leader", "failover", "lagging-failover",
+        "isolate-leader", "isolate-follower", "rolling-restart"},
        false,
        milliseconds(5000),
        true,
@@ -222,6 +223,24 @@ Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off
   if (Status s = run_server_script("netns", {"heal", lab_, *host}).status(); !s.ok()) return s;
   return serving_after(std::string(the_leader ? "leader " : "follower ") + who + " (host " + *host +
                        ") cut off from its peers for " + std::to_string(cut_off.count()) + " ms");
+}
+
+Result<std::string> FaultTopology::cut_leader_from_clients(milliseconds cut_off) {
+  if (lab_.empty()) return failed_precondition_error(name_ + "'s members share one host");
+  auto members = members_leader_last();
+  if (!members.ok()) return members.status();
+  const std::string who = members->back();
+  auto host = host_of(who);
+  if (!host.ok()) return host.status();
+  if (Status s = run_server_script("netns", {"cut-clients", lab_, *host}).status(); !s.ok()) {
+    return s;
+  }
+  std::this_thread::sleep_for(cut_off);
+  if (Status s = run_server_script("netns", {"heal-clients", lab_, *host}).status(); !s.ok()) {
+    return s;
+  }
+  return serving_after("leader " + who + " (host " + *host + ") cut off from the clients for " +
+                       std::to_string(cut_off.count()) + " ms");
 }
 
 Result<std::string> FaultTopology::host_of(const std::string& member) const {

@@ -35,11 +35,14 @@
 //   split-leader      (with the harness) isolate-leader, and the clients
 //                     split with it: half reach only the cut-off leader,
 //                     half only its peers (where the clients dial members)
-//   partition-leader  (in the harness) the clients' connections to the
-//                     leader's client port pass nothing for the given time;
-//                     only where the clients dial the members the URI names
-//                     (not Sentinel or Cluster, whose clients are told the
-//                     data nodes' addresses by the servers)
+//   partition-leader  the leader cut off from the clients (not from its
+//                     peers) for the given time: where the clients dial the
+//                     members the URI names, by the harness (their
+//                     connections to the leader's client port pass
+//                     nothing); on Sentinel and Cluster, whose clients are
+//                     told the data nodes' addresses by the servers, by a
+//                     blackhole route from the leader's host to the clients'
+//                     side of the lab (cut_leader_from_clients)
 #ifndef SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
 #define SIMBA_TESTS_FAULTS_FAULT_TOPOLOGY_H_
 
@@ -100,6 +103,10 @@ class FaultTopology {
   // it heals (split-leader: the harness splits the clients too).
   Result<std::string> isolate(bool the_leader, std::chrono::milliseconds cut_off,
                               const std::function<void(bool)>& clients = {});
+  // partition-leader where the clients do not dial the members: the
+  // leader's host answers no client for `cut_off` and still reaches its
+  // peers (so nothing fails over).
+  Result<std::string> cut_leader_from_clients(std::chrono::milliseconds cut_off);
   // What the harness does at each step of a lagging failover.
   struct LaggingFailoverSteps {
     std::function<void()> before_kill;      // stops the holder
