@@ -104,11 +104,18 @@ lab_down() {
 
 # Adds (add) or removes (del) the blackhole routes between member $2 and the
 # others of lab $1.
+# The subnet prefix of lab $1, after checking it has a member $2.
+member_prefix() {
+  local p
+  p="$(prefix "$1")"
+  [ -n "$p" ] || { echo "netns.sh: no lab $1" >&2; exit 1; }
+  ip netns list | grep -q "^$1-$2\b" || { echo "netns.sh: no member $2 in $1" >&2; exit 2; }
+  echo "$p"
+}
+
 routes() {
   local name="$1" i="$2" op="$3" p j
-  p="$(prefix "$name")"
-  [ -n "$p" ] || { echo "netns.sh: no lab $name" >&2; exit 1; }
-  ip netns list | grep -q "^$name-$i\b" || { echo "netns.sh: no member $i in $name" >&2; exit 2; }
+  p="$(member_prefix "$name" "$i")" || exit $?
   for j in $(members "$name"); do
     [ "$j" != "$i" ] || continue
     if [ "$op" = add ]; then
@@ -127,9 +134,7 @@ routes() {
 # clients send arrives but no answer (nor handshake) comes back.
 client_route() {
   local name="$1" i="$2" op="$3" p
-  p="$(prefix "$name")"
-  [ -n "$p" ] || { echo "netns.sh: no lab $name" >&2; exit 1; }
-  ip netns list | grep -q "^$name-$i\b" || { echo "netns.sh: no member $i in $name" >&2; exit 2; }
+  p="$(member_prefix "$name" "$i")" || exit $?
   if [ "$op" = add ]; then
     ip -n "$name-$i" route replace blackhole "$p.254/32"
   else

@@ -203,44 +203,37 @@ FaultTopology::~FaultTopology() {
 
 Result<std::string> FaultTopology::isolate(bool the_leader, milliseconds cut_off,
                                            const std::function<void(bool)>& clients) {
-  if (lab_.empty()) return failed_precondition_error(name_ + "'s members share one host");
-  auto members = members_leader_last();
-  if (!members.ok()) return members.status();
-  // The leader is last; a follower: the first.
-  const std::string who = the_leader ? members->back() : members->front();
   if (store_ == "redis") {
     // Sentinel and Cluster notice a primary gone only after down-after or
     // the node timeout, then elect and promote: a cut shorter than that
     // (the allowance) would end before anything fails over.
     if (const Spec* s = find_spec(name_); s != nullptr) cut_off += s->allowance;
   }
-  auto host = host_of(who);
-  if (!host.ok()) return host.status();
-  if (Status s = run_server_script("netns", {"isolate", lab_, *host}).status(); !s.ok()) return s;
-  if (clients) clients(true);
-  std::this_thread::sleep_for(cut_off);
-  if (clients) clients(false);
-  if (Status s = run_server_script("netns", {"heal", lab_, *host}).status(); !s.ok()) return s;
-  return serving_after(std::string(the_leader ? "leader " : "follower ") + who + " (host " + *host +
-                       ") cut off from its peers for " + std::to_string(cut_off.count()) + " ms");
+  return cut_host(the_leader, {"isolate", "heal", "its peers"}, cut_off, clients);
 }
 
 Result<std::string> FaultTopology::cut_leader_from_clients(milliseconds cut_off) {
+  return cut_host(true, {"cut-clients", "heal-clients", "the clients"}, cut_off, {});
+}
+
+Result<std::string> FaultTopology::cut_host(bool the_leader, const HostCut& cut,
+                                            milliseconds cut_off,
+                                            const std::function<void(bool)>& clients) {
   if (lab_.empty()) return failed_precondition_error(name_ + "'s members share one host");
   auto members = members_leader_last();
   if (!members.ok()) return members.status();
-  const std::string who = members->back();
+  // The leader is last; a follower: the first.
+  const std::string who = the_leader ? members->back() : members->front();
   auto host = host_of(who);
   if (!host.ok()) return host.status();
-  if (Status s = run_server_script("netns", {"cut-clients", lab_, *host}).status(); !s.ok()) {
-    return s;
-  }
+  if (Status s = run_server_script("netns", {cut.cut, lab_, *host}).status(); !s.ok()) return s;
+  if (clients) clients(true);
   std::this_thread::sleep_for(cut_off);
-  if (Status s = run_server_script("netns", {"heal-clients", lab_, *host}).status(); !s.ok()) {
-    return s;
-  }
-  return serving_after("leader " + who + " (host " + *host + ") cut off from the clients for " +
-                       std::to_string(cut_off.count()) + " ms");
+  if (clients) clients(false);
+  if (Status s = run_server_script("netns", {cut.heal, lab_, *host}).status(); !s.ok()) return s;
+  return serving_after(std::string(the_leader ? "leader " : "follower ") + who + " (host " + *host +
+                       ") cut off from " + cut.from + " for " + std::to_string(cut_off.count()) +
+                       " ms");
 }
 
 Result<std::string> FaultTopology::host_of(const std::string& member) const {

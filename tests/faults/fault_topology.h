@@ -132,6 +132,18 @@ class FaultTopology {
         server_(std::move(server)),
         lab_(std::move(lab)) {}
 
+  // A cut of one host of the lab: netns.sh's commands to make and heal it,
+  // and what the host is cut off from (for the report).
+  struct HostCut {
+    std::string cut;
+    std::string heal;
+    std::string from;
+  };
+  // Cuts the leader's host (or a follower's) with `cut` for `cut_off`;
+  // `clients` as for isolate().
+  Result<std::string> cut_host(bool the_leader, const HostCut& cut,
+                               std::chrono::milliseconds cut_off,
+                               const std::function<void(bool)>& clients);
   // The member that leads or is primary now, as the script names members.
   Result<std::string> leader();
   // Every member the script may restart, in the order of a rolling restart
