@@ -94,7 +94,7 @@ void FaultInjectingBackend::set_acquire_mode(Mode mode) {
 Status FaultInjectingBackend::gate(Mode FaultInjectingBackend::*which, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   auto failure = [&] {
-    Status status = unavailable_error("injected failure");
+    Status status = failure_status_;
     return failure_retry_after_ ? status.with_retry_after(*failure_retry_after_) : status;
   };
   if (this->*which == Mode::kFail) return failure();
@@ -106,6 +106,11 @@ Status FaultInjectingBackend::gate(Mode FaultInjectingBackend::*which, Deadline 
     if (this->*which == Mode::kFail) return failure();
   }
   return ok_status();
+}
+
+void FaultInjectingBackend::set_failure_status(Status status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failure_status_ = std::move(status);
 }
 
 void FaultInjectingBackend::set_failure_retry_after(

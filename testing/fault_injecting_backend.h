@@ -23,7 +23,7 @@ class FaultInjectingBackend final : public Backend {
  public:
   enum class Mode {
     kPass,  // forward every call
-    kFail,  // every call returns kUnavailable at once
+    kFail,  // every call fails at once (kUnavailable, or set_failure_status)
     kHang,  // every call blocks until its deadline (then kDeadlineExceeded)
             // or until the mode changes (then it is forwarded)
   };
@@ -37,6 +37,10 @@ class FaultInjectingBackend final : public Backend {
   // Injected failures carry this retry_after() hint (nullopt: none), as a
   // store that knows when trying can succeed again would.
   void set_failure_retry_after(std::optional<std::chrono::milliseconds> delay);
+  // What an injected failure returns (default kUnavailable "injected
+  // failure": a store that cannot be reached); e.g. kPermissionDenied for a
+  // store that refuses us.
+  void set_failure_status(Status status);
   // Runs `action` once, inside the next acquire_or_renew, after the store
   // has answered and before the answer is returned: what happens while a
   // reply is on its way.
@@ -106,6 +110,7 @@ class FaultInjectingBackend final : public Backend {
   Mode mode_ = Mode::kPass;
   Mode acquire_mode_ = Mode::kPass;
   std::optional<std::chrono::milliseconds> failure_retry_after_;
+  Status failure_status_ = unavailable_error("injected failure");
   std::function<void()> before_next_acquire_reply_;
   std::chrono::milliseconds lease_stretch_{0};
   std::atomic<int> acquire_calls_{0};

@@ -152,7 +152,10 @@ class ClusteredLock {
   // Resolves (OK) when this node holds the lock for this call: waits, without
   // a thread, behind the holder and behind earlier calls of this node.
   // Errors: kCancelled when the lock is removed or the manager destroyed
-  // first; kFailedPrecondition when it was removed before the call.
+  // first; kFailedPrecondition when it was removed before the call. A store
+  // that cannot be reached (down, failing over) is waited for; one that
+  // refuses the call (credentials, TLS verification: an error that is not
+  // is_retryable) fails every waiting call with that error.
   std::future<Status> lock();
   void lock(StatusCallback done);
 
@@ -163,8 +166,10 @@ class ClusteredLock {
   std::future<Result<bool>> try_lock();
   void try_lock(BoolCallback done);
   // Waits at most `timeout` (measured on the manager's clock by a timer):
-  // true if held in time, false otherwise. A zero timeout is try_lock();
-  // a negative one is kInvalidArgument.
+  // true if held in time, false otherwise; kUnavailable, naming the hosts
+  // tried and their causes, when the time ran out while the store could not
+  // be reached; a refusing store's error as lock(). A zero timeout is
+  // try_lock(); a negative one is kInvalidArgument.
   std::future<Result<bool>> try_lock(std::chrono::milliseconds timeout);
   void try_lock(std::chrono::milliseconds timeout, BoolCallback done);
 

@@ -69,6 +69,8 @@ struct LockEvent {
     kLost,        // the owner stopped owning without giving it up (`cause`)
     kReleased,    // the owner gave it up (stop(), release())
     kStoreError,  // a store call failed (`error`); the service retries
+                  // (with a listener, the library's own warning line for
+                  // it drops to SIMBA_LOG=info: the listener reports it)
   };
   Kind kind = Kind::kAcquired;
   // The backend's scheme ("redis", "sqlite", ...).
@@ -96,6 +98,11 @@ struct LockEvent {
   std::optional<std::chrono::microseconds> margin;
   // lost: why.
   std::optional<LossCause> cause;
+  // store error: when the service tries again (a transient error, the
+  // store unreachable or failing over, is_retryable(error); a permanent
+  // one, refused credentials or TLS verification, is retried by a running
+  // service too, but a waiting acquire gives up on it at once).
+  std::optional<std::chrono::milliseconds> retry_in;
   // store error: what the store said; lost: a human explanation.
   Status error;
 };

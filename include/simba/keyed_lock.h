@@ -143,11 +143,15 @@ class KeyedLockProvider {
 
   // Blocks until `key` is held. max_hold must be > 0. Errors:
   // kInvalidArgument (key, max_hold), kCancelled when `cancel` is stopped
-  // first, the store's error when it cannot be asked.
+  // first, the store's error when it refuses the call (credentials, TLS
+  // verification: not is_retryable). A store that cannot be reached (down,
+  // failing over, no primary yet) is waited for.
   virtual Result<Lease> acquire(std::string_view key, std::chrono::milliseconds max_hold,
                                 std::stop_token cancel = {}) = 0;
   // Waits at most `max_wait` (>= 0; 0 = one attempt). An empty optional when
-  // it runs out; errors as acquire().
+  // it runs out while the key is held elsewhere; kUnavailable, naming the
+  // hosts tried and their causes, when it runs out while the store cannot
+  // be reached (a single attempt: its own error); errors as acquire().
   virtual Result<std::optional<Lease>> try_acquire(std::string_view key,
                                                    std::chrono::milliseconds max_wait,
                                                    std::chrono::milliseconds max_hold,

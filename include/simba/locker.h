@@ -5,6 +5,7 @@
 //
 //   acquire()           wait until held (or cancelled through a stop token)
 //   acquire(timeout)    wait at most `timeout`: kDeadlineExceeded otherwise
+//                       (kUnavailable if the store could not be reached)
 //   try_acquire()       one attempt: true if held, false if somebody else has it
 //   release()           give the lock back (idempotent); the destructor calls it
 //   is_held()           held at the store and the local lease deadline not passed
@@ -65,13 +66,20 @@ class Locker {
   Locker& operator=(const Locker&) = delete;
 
   // Blocks until held. kCancelled if `cancel` is stopped first;
-  // kFailedPrecondition if already held or acquiring.
+  // kFailedPrecondition if already held or acquiring. A store that cannot
+  // be reached (down, failing over, no primary yet) is waited for; a store
+  // that refuses the call (credentials, TLS verification, a missing table
+  // it may not create: an error that is not is_retryable) fails it at once
+  // with that error.
   Status acquire(std::stop_token cancel = {});
   // Blocks at most `timeout` (>= 0), but always waits for the answer of the
   // first attempt (so a zero timeout means "try once"; a hanging store can
   // stretch that to ContendOptions::operation_timeout). kDeadlineExceeded
-  // naming the mutex and the timeout when it runs out; kCancelled;
-  // kFailedPrecondition.
+  // naming the mutex and the timeout when it runs out while another owner
+  // holds it; kUnavailable naming the hosts tried and the last cause of
+  // each when it runs out while the store cannot be reached (retried with
+  // a jittered backoff until then); a refusing store's error at once, as
+  // acquire(); kCancelled; kFailedPrecondition.
   Status acquire(std::chrono::milliseconds timeout, std::stop_token cancel = {});
   // One attempt at the store. true: held; false: another owner holds it.
   // A store error is returned as the error.

@@ -39,6 +39,9 @@
 //   simba_contenders_waiting         gauge     running contenders not owning
 //   simba_owners                     gauge     contenders owning (0 or 1 per
 //                                              mutex in one process)
+//   simba_contenders_retrying        gauge     running contenders whose last
+//                                              store call failed: the store
+//                                              unreachable, retrying
 //   simba_acquire_latency_seconds    histogram LockEvent::waited
 //   simba_handoff_latency_seconds    histogram LockEvent::handoff
 //   simba_lease_margin_seconds       histogram LockEvent::margin
@@ -93,6 +96,10 @@ class Metrics {
   // The number of contenders of this process waiting for the mutex changed
   // by `delta` (+1 when one starts waiting, -1 when it owns or stops).
   virtual void waiting_changed(const MetricLabels& /*labels*/, int /*delta*/) {}
+  // The number of contenders of this process whose last store call failed
+  // (retrying it) changed by `delta`: +1 at a failure after a success or
+  // start(), -1 at the next success or stop().
+  virtual void retrying_changed(const MetricLabels& /*labels*/, int /*delta*/) {}
 };
 
 struct PrometheusMetricsOptions {
@@ -117,6 +124,7 @@ class PrometheusMetrics final : public Metrics {
   void lost(const MetricLabels& labels, LossCause cause) override;
   void store_error(const MetricLabels& labels, bool renewal) override;
   void waiting_changed(const MetricLabels& labels, int delta) override;
+  void retrying_changed(const MetricLabels& labels, int delta) override;
 
   // Everything counted so far in Prometheus' text exposition format
   // (Content-Type: text/plain; version=0.0.4).

@@ -30,6 +30,7 @@
 #include "core/log.h"
 #include "core/runtime.h"
 #include "core/service_core.h"
+#include "core/store_errors.h"
 
 namespace simba {
 namespace internal {
@@ -269,6 +270,10 @@ class ClusteredLockCore : public std::enable_shared_from_this<ClusteredLockCore>
   std::uint64_t live_run_ = 0;
   std::uint64_t runs_ = 0;
   int attempts_in_run_ = 0;
+  // The live run's failed store calls in a row and the last one's error:
+  // a try_lock(timeout) that runs out meanwhile says why.
+  int failures_in_a_row_ = 0;
+  Status last_failure_;
   bool reconcile_active_ = false;
   int start_failures_ = 0;
   Clock::TimePoint retry_at_{};
@@ -425,6 +430,7 @@ void ClusteredLockCore::reconcile() {
           service_ = std::move(*service);
           live_run_ = run;
           attempts_in_run_ = 0;
+          failures_in_a_row_ = 0;
           to_start = service_;
         }
       } else {
@@ -491,16 +497,25 @@ void ClusteredLockCore::on_attempt_done(std::uint64_t run, const Status& status)
   locked([&](Outbox& out) {
     if (run != live_run_) return;
     ++attempts_in_run_;
+    failures_in_a_row_ = status.ok() ? 0 : failures_in_a_row_ + 1;
+    last_failure_ = status;
     // Most attempts are renewals that change nothing: reconcile only when
     // the hold or the queue changed.
     const bool held_before = held_;
     const std::size_t waiting_before = waiters_.size();
     sync_locked(out);
-    resolve_once_locked(run,
-                        status.ok()
-                            ? Result<bool>(false)
-                            : Result<bool>(status.with_context("clustered lock '" + name_ + "'")),
-                        out);
+    const Status error = status.with_context("clustered lock '" + name_ + "'");
+    resolve_once_locked(run, status.ok() ? Result<bool>(false) : Result<bool>(error), out);
+    if (!status.ok() && !is_retryable(status)) {
+      // The store refused the call (credentials, TLS verification, ...):
+      // waiting cannot make it answer, so nobody waits for it. A transient
+      // failure (the store unreachable, failing over) is waited out.
+      for (auto& w : waiters_) {
+        shared_->runtime->cancel(w.timer);
+        out.complete(std::move(w.done), error);
+      }
+      waiters_.clear();
+    }
     if (held_ != held_before || waiters_.size() != waiting_before) request_reconcile_locked();
   });
 }
@@ -510,7 +525,14 @@ void ClusteredLockCore::on_timeout(std::uint64_t waiter_id) {
     auto it = std::find_if(waiters_.begin(), waiters_.end(),
                            [waiter_id](const Waiter& w) { return w.id == waiter_id; });
     if (it == waiters_.end()) return;  // granted or failed meanwhile
-    out.complete(std::move(it->done), false);
+    if (service_ && failures_in_a_row_ > 0) {
+      // Out of time while the store could not be reached: say so, naming
+      // what the store said, rather than "held elsewhere" (false).
+      out.complete(std::move(it->done), unreachable_after(failures_in_a_row_, last_failure_)
+                                            .with_context("clustered lock '" + name_ + "'"));
+    } else {
+      out.complete(std::move(it->done), false);
+    }
     waiters_.erase(it);
     request_reconcile_locked();
   });

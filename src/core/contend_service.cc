@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <map>
+#include <sstream>
 #include <tuple>
 #include <utility>
 
 #include "core/log.h"
 #include "core/service_core.h"
+#include "core/store_errors.h"
 
 namespace simba::internal {
 namespace {
@@ -16,8 +18,12 @@ using std::chrono::milliseconds;
 // tries in before the lease deadline, never busier than every 10 ms.
 constexpr milliseconds kMinRenewRetry{10};
 constexpr milliseconds kMaxRenewRetry{1000};
-// A contender's retry after a store error starts here and doubles up to ttl.
+// A contender's retry after a store error starts here and doubles up to
+// ttl, but never past kMaxErrorRetry: a process waiting through a store's
+// failover (a new primary within a second or two) should find it soon after
+// it is back, not up to a ttl later.
 constexpr milliseconds kFirstErrorRetry{100};
+constexpr milliseconds kMaxErrorRetry{2000};
 // Upper bound of the safety margin taken off the local lease deadline.
 constexpr milliseconds kMaxLeaseMargin{200};
 
@@ -173,6 +179,7 @@ Status ServiceCore::stop() {
       apply_locked(MutexOwner::none());
     }
     set_waiting_locked(false);
+    set_retrying_locked(false);
   }
   // Unsubscribing may wait for the backend; never under our lock.
   subscription.reset();
@@ -203,7 +210,15 @@ Status ServiceCore::stop() {
     Status left = backend_->leave(mutex_, contender_id_, store_deadline());
     if (!left.ok()) {
       result = left.with_context("leaving the wait for mutex '" + mutex_ + "' on stop");
-      SIMBA_LOG(kWarn, result);
+      // A store that cannot be reached has nothing of ours it would keep:
+      // a queue entry or a key of a waiter ends with its lease or when
+      // nobody listens for it (what a waiter giving up during an outage
+      // meets, and was told already).
+      if (is_retryable(left)) {
+        SIMBA_LOG(kInfo, result);
+      } else {
+        SIMBA_LOG(kWarn, result);
+      }
     }
   }
   {
@@ -275,7 +290,20 @@ Status ServiceCore::await_owner(Clock::TimePoint deadline, const std::stop_token
     if (cancel.stop_requested()) {
       return cancelled_error("acquiring mutex '" + mutex_ + "' was cancelled");
     }
+    // A store that refused the call (credentials, TLS verification, a
+    // missing table it may not create, a bad database) refuses the next one
+    // too: fail now instead of at the deadline. Transient failures (the
+    // store unreachable, failing over, without a primary yet) are retried.
+    if (attempts_ > 0 && !last_attempt_.ok() && !is_retryable(last_attempt_)) {
+      return Status(last_attempt_.code(), "mutex '" + mutex_ + "': " + last_attempt_.message());
+    }
     if (now >= deadline) {
+      if (attempts_ > 0 && !last_attempt_.ok()) {
+        // Still failing when the time ran out: the caller learns why (the
+        // store's message names the hosts tried and what each said), not
+        // that somebody holds the mutex.
+        return unreachable_after(failures_, last_attempt_);
+      }
       if (attempts_ > 0 || std::chrono::steady_clock::now() >= give_up) {
         return deadline_exceeded_error("mutex '" + mutex_ + "' is held elsewhere");
       }
@@ -396,6 +424,7 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
       milliseconds next;
       if (reply.ok()) {
         failures_ = 0;
+        set_retrying_locked(false);
         anchor_store_ = reply->store_now;
         anchor_local_ = now;
         owner_times_unknown_ = reply->owner_times_unknown();
@@ -477,17 +506,27 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
         }
       } else {
         ++failures_;
+        next = failure_delay_locked(now, reply.status());
+        const bool transient = is_retryable(reply.status());
         if (mode_ == Mode::kContend && observers_.any()) {
           const bool renewal = is_owner_locked(now);
           LockEvent event = make_event_locked(LockEvent::Kind::kStoreError,
                                               renewal ? state_.after.fencing_token : 0);
           event.error = reply.status();
+          event.retry_in = next;
           report_locked(std::move(event), renewal);
+          set_retrying_locked(true);
         }
-        next = failure_delay_locked(now, reply.status());
-        if (failures_ == 1 || failures_ % 10 == 0) {
-          SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': store call failed (" << failures_
-                                     << " in a row): " << reply.status());
+        // An event listener hears of every failure (the CLI prints each
+        // new cause once): the log line is then only for those who ask.
+        const LogLevel level = observers_.events ? LogLevel::kInfo : LogLevel::kWarn;
+        if ((failures_ == 1 || failures_ % 10 == 0) && log_enabled(level)) {
+          std::ostringstream line;
+          line << "mutex '" << mutex_
+               << "': " << (transient ? "store unreachable" : "store refused the call")
+               << ", retrying in " << next.count() << " ms (" << failures_
+               << " in a row): " << reply.status();
+          log_line(level, line.str());
         }
       }
       if (stale_token != 0) {
@@ -568,8 +607,11 @@ milliseconds ServiceCore::failure_delay_locked(Clock::TimePoint now, const Statu
   }
   const int shift = std::min(failures_ - 1, 16);
   const milliseconds backoff =
-      std::min<milliseconds>(options_.ttl, kFirstErrorRetry * (1LL << shift));
-  return backoff + milliseconds(random_->uniform(0, 100));
+      std::min<milliseconds>({options_.ttl, kMaxErrorRetry, kFirstErrorRetry * (1LL << shift)});
+  // Jitter of a quarter of the backoff (at least 100 ms): processes that
+  // found the store down together do not all come back together.
+  return backoff +
+         milliseconds(random_->uniform(0, std::max<std::int64_t>(100, backoff.count() / 4)));
 }
 
 void ServiceCore::on_lease_deadline(Generation gen) {
@@ -762,6 +804,15 @@ void Observers::deliver(const LockEvent& event, bool renewal) const {
     }
   }
   if (events) events->on_event(event);
+}
+
+void ServiceCore::set_retrying_locked(bool retrying) {
+  if (!observers_.metrics || retrying == counted_retrying_) return;
+  counted_retrying_ = retrying;
+  strand_->post([metrics = observers_.metrics, store = std::string(backend_->scheme()),
+                 mutex = mutex_, retrying] {
+    metrics->retrying_changed(MetricLabels{store, mutex}, retrying ? 1 : -1);
+  });
 }
 
 void ServiceCore::set_waiting_locked(bool waiting) {

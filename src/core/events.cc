@@ -112,6 +112,7 @@ std::string lock_event_json(const LockEvent& event) {
   if (event.waited) add_ms("waited_ms", *event.waited);
   if (event.handoff) add_ms("handoff_ms", *event.handoff);
   if (event.margin) add_ms("margin_ms", *event.margin);
+  if (event.retry_in) add_ms("retry_in_ms", *event.retry_in);
   if (event.cause) {
     out += ",\"cause\":";
     append_json_string(out, loss_cause_name(*event.cause));
@@ -156,9 +157,14 @@ std::string lock_event_text(const LockEvent& event) {
       out = "released mutex " + mutex + " (" + token + ")";
       break;
     case LockEvent::Kind::kStoreError:
-      out = "store error on mutex " + mutex;
+      // "store unreachable for mutex 'm', retrying in 400ms (UNAVAILABLE:
+      // ...)": what a waiting process says while a store fails over.
+      out =
+          std::string(is_retryable(event.error) ? "store unreachable" : "store refused the call") +
+          " for mutex " + mutex;
       if (event.fencing_token != 0) out += " (" + token + ")";
-      out += ": " + event.error.to_string();
+      if (event.retry_in) out += ", retrying in " + human_duration(*event.retry_in);
+      out += " (" + event.error.to_string() + ")";
       break;
   }
   return out;

@@ -241,7 +241,7 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
     return cancelled_error("acquiring key '" + slot->key() + "' was cancelled");
   }
   if (awaited.code() == StatusCode::kDeadlineExceeded) return std::unique_ptr<KeyHold>();
-  return awaited;
+  return awaited.with_context("key '" + slot->key() + "'");
 }
 
 }  // namespace

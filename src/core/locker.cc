@@ -121,6 +121,12 @@ Status Locker::acquire_until(std::optional<std::chrono::milliseconds> timeout,
     return deadline_exceeded_error("could not acquire mutex '" + mutex() + "' within " +
                                    std::to_string(timeout->count()) + "ms");
   }
+  if (awaited.code() == StatusCode::kUnavailable) {
+    // The deadline passed while the store could not be reached.
+    return unavailable_error("could not acquire mutex '" + mutex() + "'" +
+                             (timeout ? " within " + std::to_string(timeout->count()) + "ms" : "") +
+                             ": " + awaited.message());
+  }
   return awaited;
 }
 

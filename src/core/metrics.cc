@@ -152,6 +152,8 @@ struct PrometheusMetrics::Series {
   // order and dip below 0 for a moment, so only the output is clamped.
   std::int64_t waiting = 0;
   bool waiting_touched = false;
+  std::int64_t retrying = 0;
+  bool retrying_touched = false;
   std::int64_t owners = 0;
   bool owners_touched = false;
   Histogram acquire_latency;
@@ -241,6 +243,13 @@ void PrometheusMetrics::waiting_changed(const MetricLabels& labels, int delta) {
   s.waiting_touched = true;
 }
 
+void PrometheusMetrics::retrying_changed(const MetricLabels& labels, int delta) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Series& s = series_locked(labels);
+  s.retrying += delta;
+  s.retrying_touched = true;
+}
+
 std::string PrometheusMetrics::expose() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
@@ -319,6 +328,10 @@ std::string PrometheusMetrics::expose() const {
         &Series::waiting, &Series::waiting_touched);
   gauge("simba_owners", "Contenders of this process owning the mutex.", &Series::owners,
         &Series::owners_touched);
+  gauge("simba_contenders_retrying",
+        "Running contenders of this process whose last store call failed (the store "
+        "unreachable, retrying).",
+        &Series::retrying, &Series::retrying_touched);
   histogram("simba_acquire_latency_seconds", "Time from starting (or losing) to owning the mutex.",
             &Series::acquire_latency, options_.latency_buckets);
   histogram("simba_handoff_latency_seconds", "Time from the mutex becoming free to owning it.",

@@ -80,8 +80,14 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // `cancel` is stopped; kDeadlineExceeded once `deadline` (on the factory's
   // clock; TimePoint::max() for none) has passed and an attempt of this
   // start() has answered. A deadline already past still waits for the first
-  // answer, so a mutex free on arrival is taken ("try once"). What Locker
-  // and keyed leases wait on.
+  // answer, so a mutex free on arrival is taken ("try once"). Store errors:
+  // a permanent one (not is_retryable: refused credentials, TLS
+  // verification, ...) is returned as soon as an attempt meets it;
+  // transient ones are retried until the deadline, and if the last attempt
+  // before it failed, the result is kUnavailable "the store could not be
+  // reached (...)" with that attempt's message (the hosts tried and their
+  // causes), for the caller to prefix with what it was acquiring. What Locker, keyed leases
+  // wait on.
   Status await_owner(Clock::TimePoint deadline, const std::stop_token& cancel);
   // The outcome of this start()'s last answered attempt; nullopt before the
   // first answer.
@@ -120,6 +126,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   void report_loss_locked(LossCause cause, std::string why);
   // Counts this contender as waiting (or not) in the metrics' gauge.
   void set_waiting_locked(bool waiting);
+  // Counts this contender as retrying a failed store call (or not).
+  void set_retrying_locked(bool retrying);
   StoreTime estimated_store_now_locked(Clock::TimePoint now) const;
   std::chrono::milliseconds failure_delay_locked(Clock::TimePoint now, const Status& error);
   Deadline store_deadline() const;
@@ -179,8 +187,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // For metrics and events (kept only with observers).
   // Since when this contender has wanted the mutex without owning it.
   Clock::TimePoint wait_began_{};
-  // Whether the waiting gauge counts us now.
+  // Whether the waiting gauge counts us now, and the retrying gauge.
   bool counted_waiting_ = false;
+  bool counted_retrying_ = false;
   // While waiting: the earliest moment the mutex was known to be free since
   // we last saw another owner (a pushed release, or that owner's lease end
   // estimated on our clock); busy_seen_ says we saw another owner at all.

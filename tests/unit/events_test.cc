@@ -104,6 +104,11 @@ TEST(LockEventJsonTest, Released) {
 TEST(LockEventJsonTest, StoreError) {
   EXPECT_EQ(lock_event_json(store_error()),
             base("store_error") + R"(0,"error":"UNAVAILABLE: connection refused"})");
+  LockEvent e = store_error();
+  e.retry_in = std::chrono::milliseconds(250);
+  EXPECT_EQ(
+      lock_event_json(e),
+      base("store_error") + R"(0,"retry_in_ms":250,"error":"UNAVAILABLE: connection refused"})");
 }
 
 TEST(LockEventJsonTest, UnsetFieldsAreOmitted) {
@@ -197,11 +202,20 @@ TEST(LockEventTextTest, Released) {
 
 TEST(LockEventTextTest, StoreError) {
   EXPECT_EQ(lock_event_text(store_error()),
-            "store error on mutex 'report': UNAVAILABLE: connection refused");
+            "store unreachable for mutex 'report' (UNAVAILABLE: connection refused)");
   LockEvent e = store_error();
   e.fencing_token = 9;
+  e.retry_in = std::chrono::milliseconds(400);
   EXPECT_EQ(lock_event_text(e),
-            "store error on mutex 'report' (token 9): UNAVAILABLE: connection refused");
+            "store unreachable for mutex 'report' (token 9), retrying in 400ms (UNAVAILABLE: "
+            "connection refused)");
+  // A store that refuses the call (it is retried by a running service too,
+  // but a waiting acquire gives up at once).
+  e.fencing_token = 0;
+  e.error = permission_denied_error("AUTH refused");
+  EXPECT_EQ(lock_event_text(e),
+            "store refused the call for mutex 'report', retrying in 400ms (PERMISSION_DENIED: AUTH "
+            "refused)");
 }
 
 TEST(LockEventTextTest, Durations) {

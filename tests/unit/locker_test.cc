@@ -208,5 +208,100 @@ TEST(LockerRace, TryAcquireOfAFreeMutexAlwaysSucceeds) {
   EXPECT_EQ(wrong, 0) << "try_acquire() said a free mutex was held";
 }
 
+// ---- a store that cannot be reached, or refuses us (issue #34) ----------------------
+
+TEST_F(LockerTest, AStoreThatCannotBeReachedYetIsWaitedForWithinTheTimeout) {
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  auto locker = Locker::create(*factory_, "job").value();
+  auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(30)); });
+  // Failed tries, retried with a backoff, none of them the caller's error.
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock_->advance(milliseconds(100));
+        return faults_->acquire_calls() >= 5;
+      },
+      seconds(10)));
+  EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "gave up although its timeout had not passed";
+  faults_->set_mode(FaultInjectingBackend::Mode::kPass);  // the store is back
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock_->advance(milliseconds(100));
+        return result.wait_for(milliseconds(0)) == std::future_status::ready;
+      },
+      seconds(10)));
+  SIMBA_EXPECT_OK(result.get());
+  EXPECT_TRUE(locker->is_held());
+}
+
+TEST_F(LockerTest, AStoreStillUnreachableAtTheTimeoutIsTheErrorNotABusyMutex) {
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  auto locker = Locker::create(*factory_, "job").value();
+  auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(5)); });
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock_->advance(milliseconds(100));
+        return result.wait_for(milliseconds(0)) == std::future_status::ready;
+      },
+      seconds(10)));
+  const Status status = result.get();
+  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+                               ::testing::AllOf(::testing::HasSubstr("within 5000ms"),
+                                                ::testing::HasSubstr("could not be reached"),
+                                                ::testing::HasSubstr("tries failed in a row"),
+                                                ::testing::HasSubstr("injected failure"))));
+  EXPECT_GE(faults_->acquire_calls(), 4) << "it did not keep trying until the timeout";
+  EXPECT_FALSE(locker->is_held());
+  // One try (no time to wait): that try's error.
+  EXPECT_THAT(locker->try_acquire(),
+              StatusIs(StatusCode::kUnavailable, ::testing::HasSubstr("injected failure")));
+  EXPECT_THAT(locker->acquire(milliseconds(0)), StatusIs(StatusCode::kUnavailable));
+}
+
+TEST_F(LockerTest, AStoreThatRefusesUsFailsTheAcquireAtOnce) {
+  faults_->set_failure_status(permission_denied_error("AUTH refused"));
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  auto locker = Locker::create(*factory_, "job").value();
+  // No virtual time passes: the first answer ends the wait, with or
+  // without a timeout.
+  EXPECT_THAT(locker->acquire(seconds(30)),
+              StatusIs(StatusCode::kPermissionDenied, ::testing::HasSubstr("AUTH refused")));
+  EXPECT_THAT(locker->acquire(),
+              StatusIs(StatusCode::kPermissionDenied, ::testing::HasSubstr("AUTH refused")));
+  EXPECT_EQ(faults_->acquire_calls(), 2);
+  EXPECT_FALSE(locker->is_held());
+}
+
+TEST_F(LockerTest, RetriesThroughAnOutageComeAtLeastEveryTwoSecondsAndAHalf) {
+  // ttl 10 s: the doubling backoff stops at 2 s (+ up to a quarter of it
+  // as jitter), not at the ttl, so a store back after a long failover is
+  // found within 2.5 s.
+  faults_->set_mode(FaultInjectingBackend::Mode::kFail);
+  auto locker = Locker::create(*factory_, "job").value();
+  auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(60)); });
+  // Past the ramp: 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s (+ jitter) < 5 s.
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock_->advance(milliseconds(100));
+        return faults_->acquire_calls() >= 6;
+      },
+      seconds(10)));
+  for (int i = 0; i < 4; ++i) {
+    settle();  // the failed try's retry timer is set
+    const int calls = faults_->acquire_calls();
+    clock_->advance(milliseconds(2500));
+    ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)))
+        << "retry " << i << " came later than 2.5 s";
+  }
+  faults_->set_mode(FaultInjectingBackend::Mode::kPass);
+  ASSERT_TRUE(eventually(
+      [&] {
+        clock_->advance(milliseconds(100));
+        return result.wait_for(milliseconds(0)) == std::future_status::ready;
+      },
+      seconds(10)));
+  SIMBA_EXPECT_OK(result.get());
+}
+
 }  // namespace
 }  // namespace simba
