@@ -189,7 +189,7 @@ TEST(MysqlTls, AWrongCaFailsClearly) {
   for (const std::string mode : {"verify_ca", "verify_identity", "required"}) {
     const Status status =
         acquire_and_release(tls_uri("ssl_mode=" + mode + "&ssl_ca=" + cert("other-ca.pem")));
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                  names_store_and_cause(tls().host_port, "certificate")))
         << mode;
     std::cout << mode << ": " << status << "\n";
@@ -199,10 +199,10 @@ TEST(MysqlTls, AWrongCaFailsClearly) {
       KeyedLockProvider::open(tls_uri("ssl_mode=verify_ca&ssl_ca=" + cert("other-ca.pem")));
   if (provider.ok()) {  // it connects lazily
     auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
-    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(lease, StatusIs(StatusCode::kPermissionDenied,
                                 names_store_and_cause(tls().host_port, "certificate")));
   } else {
-    EXPECT_THAT(provider, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(provider, StatusIs(StatusCode::kPermissionDenied,
                                    names_store_and_cause(tls().host_port, "certificate")));
   }
 }
@@ -218,8 +218,8 @@ TEST(MysqlTls, VerifyIdentityChecksTheHostNameAndVerifyCaDoesNot) {
   SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=verify_ca" + ca, "simba", other_name)));
   const Status status =
       acquire_and_release(tls_uri("ssl_mode=verify_identity" + ca, "simba", other_name));
-  EXPECT_THAT(status,
-              StatusIs(StatusCode::kUnavailable, names_store_and_cause(other_name, "certificate")));
+  EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
+                               names_store_and_cause(other_name, "certificate")));
   std::cout << "verify_identity to 127.1: " << status << "\n";
   // The same mode with a name the certificate has connects.
   SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=verify_identity" + ca)));
@@ -266,7 +266,8 @@ TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
         "ssl_mode=verify_identity" + ca, "ssl_mode=required" + ca, ca.substr(1),
         "ssl_cert=" + cert("client-cert.pem") + "&ssl_key=" + cert("client-key.pem")}) {
     const Status status = acquire_and_release(tls_uri(query, "simba", host_port));
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")))
+    EXPECT_THAT(status,
+                StatusIs(StatusCode::kPermissionDenied, names_store_and_cause(host_port, "TLS")))
         << query;
     std::cout << query << ": " << status << "\n";
   }
@@ -274,10 +275,11 @@ TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
   auto provider = KeyedLockProvider::open(tls_uri("ssl_mode=required", "simba", host_port));
   if (provider.ok()) {
     auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
-    EXPECT_THAT(lease, StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")));
+    EXPECT_THAT(lease,
+                StatusIs(StatusCode::kPermissionDenied, names_store_and_cause(host_port, "TLS")));
   } else {
     EXPECT_THAT(provider,
-                StatusIs(StatusCode::kUnavailable, names_store_and_cause(host_port, "TLS")));
+                StatusIs(StatusCode::kPermissionDenied, names_store_and_cause(host_port, "TLS")));
   }
   // The control: without TLS the same server and user are fine.
   SIMBA_EXPECT_OK(acquire_and_release(tls_uri("ssl_mode=disabled", "simba", host_port)));
@@ -326,13 +328,13 @@ TEST(MysqlTls, TheTlsSpellingChecksNameAndCa) {
   const std::string ca = "&tls_ca=" + cert("ca.pem");
   SIMBA_EXPECT_OK(acquire_and_release(tls_uri("tls=on" + ca, "simba", other_name)));
   const Status name = acquire_and_release(tls_uri("tls=verify" + ca, "simba", other_name));
-  EXPECT_THAT(name,
-              StatusIs(StatusCode::kUnavailable, names_store_and_cause(other_name, "certificate")));
+  EXPECT_THAT(name, StatusIs(StatusCode::kPermissionDenied,
+                             names_store_and_cause(other_name, "certificate")));
   std::cout << "tls=verify to 127.1: " << name << "\n";
   for (const std::string mode : {"on", "verify"}) {
     const Status wrong_ca =
         acquire_and_release(tls_uri("tls=" + mode + "&tls_ca=" + cert("other-ca.pem")));
-    EXPECT_THAT(wrong_ca, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(wrong_ca, StatusIs(StatusCode::kPermissionDenied,
                                    names_store_and_cause(tls().host_port, "certificate")))
         << mode;
   }
@@ -351,7 +353,7 @@ TEST(MysqlTls, AnExpiredServerCertificateIsRefused) {
   for (const std::string& query : {"tls=on&tls_ca=" + ca, "tls=verify&tls_ca=" + ca,
                                    "ssl_mode=verify_identity&ssl_ca=" + ca}) {
     const Status status = acquire_and_release(tls_uri(query, "simba", host_port));
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                  names_store_and_cause(host_port, "certificate has expired")))
         << query;
     std::cout << query << ": " << status << "\n";

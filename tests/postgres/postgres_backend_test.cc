@@ -1,7 +1,8 @@
 // The PostgreSQL backend beyond the conformance suite: names, the table's
 // creation and privileges, push hand-off, killed sessions (a restarted
 // server is the conformance suite's ServerRestartConformance). Every test
-// runs against a real PostgreSQL server.
+// but the tables of error codes (PostgresErrorCodes) runs against a real
+// PostgreSQL server.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/postgres/pg_connection.h"
 #include "core/host_lookup.h"
 #include "simba/backends/postgres.h"
 #include "simba/contend_service.h"
@@ -154,11 +156,12 @@ TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
 
 TEST(PostgresUri, LibpqOptionsReachTheConnection) {
   // The test server has no TLS: sslmode=require must fail (libpq got it),
+  // and for good (a server's TLS setup does not change by itself);
   // sslmode=disable must work.
   auto required = open(with_query(shared_uri(), "sslmode=require"));
   ASSERT_TRUE(required);
   EXPECT_THAT(required->read("m", in(seconds(5))),
-              StatusIs(StatusCode::kUnavailable, HasSubstr("SSL")));
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("SSL")));
   auto disabled = open(with_query(shared_uri(), "sslmode=disable"));
   ASSERT_TRUE(disabled);
   SIMBA_EXPECT_OK(disabled->read("m", in(seconds(5))));
@@ -522,6 +525,182 @@ TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
   ASSERT_TRUE(b.acquired.wait(seconds(3)));
   EXPECT_LT(steady_clock::now() - released_at, seconds(1));
   SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// ---- error codes (no server) -------------------------------------------------------
+
+namespace pg = internal::sql::pg;
+using internal::sql::SqlFailure;
+using ::testing::AllOf;
+
+// libpq 15's texts, one entry per host and address tried.
+constexpr char kRefused[] =
+    "connection to server at \"127.0.0.1\", port 5433 failed: Connection refused\n"
+    "\tIs the server running on that host and accepting TCP/IP connections?\n";
+constexpr char kWrongPassword[] =
+    "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  password authentication "
+    "failed for user \"simba\"\n";
+
+// Transient (kUnavailable) if any host's failure is, else the first's code.
+TEST(PostgresErrorCodes, AConnectFailureIsTransientIfAnyHostsIs) {
+  struct Case {
+    const char* what;
+    std::string message;
+    StatusCode code;
+  };
+  const Case cases[] = {
+      {"one host, refused", kRefused, StatusCode::kUnavailable},
+      {"refused, then a wrong password", std::string(kRefused) + kWrongPassword,
+       StatusCode::kUnavailable},
+      {"a wrong password, then refused", std::string(kWrongPassword) + kRefused,
+       StatusCode::kUnavailable},
+      {"a wrong password on both", std::string(kWrongPassword) + kWrongPassword,
+       StatusCode::kPermissionDenied},
+      {"no pg_hba.conf entry",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  no pg_hba.conf entry "
+       "for host \"127.0.0.1\", user \"simba\", database \"simba\", no encryption\n",
+       StatusCode::kPermissionDenied},
+      {"certificate verify failed",
+       "connection to server at \"127.0.0.1\", port 5432 failed: SSL error: certificate verify "
+       "failed\n",
+       StatusCode::kPermissionDenied},
+      {"host name mismatch",
+       "connection to server at \"127.0.0.1\", port 5432 failed: server certificate for "
+       "\"localhost\" (and 1 other name) does not match host name \"wrong.simba-test.invalid\"\n",
+       StatusCode::kPermissionDenied},
+      {"a server without TLS",
+       "connection to server at \"127.0.0.1\", port 5432 failed: server does not support SSL, but "
+       "SSL was required\n",
+       StatusCode::kPermissionDenied},
+      {"a client certificate refused",
+       "connection to server at \"127.0.0.1\", port 5432 failed: SSL error: tlsv1 alert unknown "
+       "ca\n",
+       StatusCode::kPermissionDenied},
+      {"a role that may not log in",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  role \"reader\" is not "
+       "permitted to log in\n",
+       StatusCode::kPermissionDenied},
+      {"no CONNECT privilege",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  permission denied for "
+       "database \"simba\"\nDETAIL:  User does not have CONNECT privilege.\n",
+       StatusCode::kPermissionDenied},
+      {"no such database",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  database \"x\" does not "
+       "exist\n",
+       StatusCode::kNotFound},
+      {"no such role",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  role \"x\" does not "
+       "exist\n",
+       StatusCode::kNotFound},
+      {"no root certificate file",
+       "connection to server at \"127.0.0.1\", port 5432 failed: root certificate file "
+       "\"/nonexistent/ca.pem\" does not exist\nEither provide the file or change sslmode to "
+       "disable server certificate verification.\n",
+       StatusCode::kInvalidArgument},
+      {"no client key file",
+       "connection to server at \"127.0.0.1\", port 5432 failed: could not open private key file "
+       "\"/nonexistent/key.pem\": No such file or directory\n",
+       StatusCode::kInvalidArgument},
+      {"only standbys (read-write)",
+       "connection to server at \"127.0.0.1\", port 5433 failed: session is read-only\n"
+       "connection to server at \"127.0.0.1\", port 5434 failed: session is read-only\n",
+       StatusCode::kUnavailable},
+      {"only standbys (primary)",
+       "connection to server at \"127.0.0.1\", port 5433 failed: server is in hot standby mode\n",
+       StatusCode::kUnavailable},
+      {"starting up",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  the database system is "
+       "starting up\n",
+       StatusCode::kUnavailable},
+      {"shutting down",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  the database system is "
+       "shutting down\n",
+       StatusCode::kUnavailable},
+      {"too many clients",
+       "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  sorry, too many clients "
+       "already\n",
+       StatusCode::kUnavailable},
+      {"a socket without a server",
+       "connection to server on socket \"/tmp/.s.PGSQL.5432\" failed: No such file or directory\n"
+       "\tIs the server running locally and accepting connections on that socket?\n",
+       StatusCode::kUnavailable},
+      {"a socket without a server, then a wrong password",
+       "connection to server on socket \"/tmp/.s.PGSQL.5432\" failed: No such file or directory\n"
+       "\tIs the server running locally and accepting connections on that socket?\n" +
+           std::string(kWrongPassword),
+       StatusCode::kUnavailable},
+      {"no marker (an older libpq)", "FATAL:  password authentication failed for user \"simba\"\n",
+       StatusCode::kPermissionDenied},
+      {"timed out", "timeout expired\n", StatusCode::kUnavailable},
+  };
+  for (const Case& c : cases) {
+    const Status status = pg::connect_failure_status("postgresql at h:5432/db", c.message);
+    EXPECT_EQ(status.code(), c.code) << c.what << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr("postgresql at h:5432/db: ")) << c.what;
+  }
+}
+
+TEST(PostgresErrorCodes, AConnectFailureKeepsItsHintsAndNamesHostsThatDidNotResolve) {
+  // The hints, once each.
+  const Status standbys = pg::connect_failure_status(
+      "d",
+      "connection to server at \"127.0.0.1\", port 5433 failed: session is read-only\n"
+      "connection to server at \"127.0.0.1\", port 5434 failed: session is read-only\n");
+  EXPECT_THAT(standbys, StatusIs(StatusCode::kUnavailable, HasSubstr("no host is a primary")));
+  const std::string hint = "a failover under way";
+  const std::string& text = standbys.message();
+  EXPECT_EQ(text.find(hint), text.rfind(hint)) << text;
+  EXPECT_THAT(pg::connect_failure_status("d",
+                                         "connection to server at \"127.0.0.1\", port 5432 "
+                                         "failed: SSL error: certificate verify failed\n"),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("not signed by the CA given")));
+  EXPECT_THAT(pg::connect_failure_status(
+                  "d",
+                  "connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  no "
+                  "pg_hba.conf entry for host \"127.0.0.1\", user \"simba\", database "
+                  "\"simba\", no encryption\n"),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("takes only TLS")));
+  // A host whose name did not resolve is transient, and named.
+  const Status unresolved =
+      pg::connect_failure_status("postgresql at db1:5432,db2:5432/simba", kWrongPassword,
+                                 {"host 'db2': cannot resolve host: Name or service not known"});
+  EXPECT_THAT(unresolved,
+              StatusIs(StatusCode::kUnavailable,
+                       AllOf(HasSubstr("password authentication failed"),
+                             HasSubstr("; host 'db2': cannot resolve host: Name or service"))));
+}
+
+TEST(PostgresErrorCodes, ServerErrorsBySqlstate) {
+  struct Case {
+    const char* sqlstate;
+    StatusCode code;
+    SqlFailure kind;
+  };
+  const Case cases[] = {
+      {"25006", StatusCode::kUnavailable, SqlFailure::kOther},  // read_only_sql_transaction
+      {"55P03", StatusCode::kUnavailable, SqlFailure::kOther},  // lock_not_available
+      {"40001", StatusCode::kUnavailable, SqlFailure::kOther},  // serialization_failure
+      {"40P01", StatusCode::kUnavailable, SqlFailure::kOther},  // deadlock_detected
+      {"57P01", StatusCode::kUnavailable, SqlFailure::kOther},  // admin_shutdown
+      {"53300", StatusCode::kUnavailable, SqlFailure::kOther},  // too_many_connections
+      {"08006", StatusCode::kUnavailable, SqlFailure::kOther},  // connection_failure
+      {"57014", StatusCode::kDeadlineExceeded, SqlFailure::kOther},
+      {"42501", StatusCode::kPermissionDenied, SqlFailure::kNoPrivilege},
+      {"42P01", StatusCode::kNotFound, SqlFailure::kNoTable},
+      {"23505", StatusCode::kAborted, SqlFailure::kDuplicateKey},
+      {"42P07", StatusCode::kAlreadyExists, SqlFailure::kAlreadyExists},
+      {"XX000", StatusCode::kInternal, SqlFailure::kOther},
+      {"", StatusCode::kInternal, SqlFailure::kOther},
+  };
+  for (const Case& c : cases) {
+    SqlFailure kind = SqlFailure::kOther;
+    const Status status = pg::sqlstate_status(c.sqlstate, "ERROR:  it failed", &kind);
+    EXPECT_EQ(status.code(), c.code) << c.sqlstate << ": " << status;
+    EXPECT_EQ(kind, c.kind) << c.sqlstate;
+    if (c.sqlstate[0] != 0) {
+      EXPECT_THAT(status.message(), HasSubstr(c.sqlstate));
+    }
+  }
 }
 
 }  // namespace

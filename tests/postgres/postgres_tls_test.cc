@@ -428,7 +428,7 @@ TEST(PostgresTlsRefused, AWrongCa) {
     const Status status =
         acquire_and_release(pw_uri("tls=" + mode + "&tls_ca=" + cert("other-ca.pem")));
     EXPECT_THAT(status,
-                StatusIs(StatusCode::kUnavailable,
+                StatusIs(StatusCode::kPermissionDenied,
                          names_store_and_cause(tls().host_port, "certificate verify failed")))
         << mode;
     std::cout << "tls=" << mode << ", other CA: " << status << "\n";
@@ -443,7 +443,7 @@ TEST(PostgresTlsRefused, AWrongHostName) {
   const std::string ca = "&tls_ca=" + cert("ca.pem");
   const Status status =
       acquire_and_release(pw_uri("tls=verify&tls_server_name=wrong.simba-test.invalid" + ca));
-  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+  EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                names_store_and_cause(tls().host_port, "does not match host name")));
   EXPECT_THAT(status.message(), HasSubstr("wrong.simba-test.invalid"));
   std::cout << "tls=verify, wrong name: " << status << "\n";
@@ -463,7 +463,7 @@ TEST(PostgresTlsRefused, AnExpiredServerCertificate) {
   for (const std::string mode : {"on", "verify"}) {
     const Status status = acquire_and_release(
         pw_uri("tls=" + mode + "&tls_ca=" + certs.path() + "/ca.pem", kPassword, host_port));
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                  names_store_and_cause(host_port, "certificate verify failed")))
         << mode;
     EXPECT_THAT(status.message(), HasSubstr("expired"));
@@ -512,7 +512,7 @@ TEST(PostgresTlsRefused, TlsAgainstAServerWithoutTls) {
                            "table=tls_mutex&tls_ca=" + cert("ca.pem");
   for (const std::string mode : {"on", "verify"}) {
     const Status status = acquire_and_release(base + "&tls=" + mode);
-    EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+    EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                  names_store_and_cause(host_port, "server does not support SSL")))
         << mode;
     std::cout << "tls=" << mode << " to a plain server: " << status << "\n";

@@ -105,6 +105,8 @@ Failure error_of(MYSQL* m) {
       f.status = unavailable_error(message);
       break;
     case ER_OPTION_PREVENTS_STATEMENT:  // 1290
+    case ER_READ_ONLY_MODE:             // 1836 (MySQL: "Running in read-only mode")
+    case ER_INNODB_READ_ONLY:           // 1874
       // "running with the --read-only option": the primary was demoted
       // (a switchover) under an open connection. Dropping the connection
       // makes the next one look for the writable host.
@@ -129,6 +131,57 @@ Failure error_of(MYSQL* m) {
       break;
   }
   return f;
+}
+
+namespace {
+
+// Server errors of MySQL that MariaDB's mysqld_error.h does not name.
+constexpr unsigned int kMysqlAccountLocked = 3118;            // ER_ACCOUNT_HAS_BEEN_LOCKED
+constexpr unsigned int kMysqlSecureTransportRequired = 3159;  // ER_SECURE_TRANSPORT_REQUIRED
+
+bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+}  // namespace
+
+Status connect_failure_status(unsigned int code, const std::string& message) {
+  switch (code) {
+    case ER_ACCESS_DENIED_ERROR:              // 1045
+    case ER_DBACCESS_DENIED_ERROR:            // 1044
+    case ER_HOST_NOT_PRIVILEGED:              // 1130
+    case ER_NOT_SUPPORTED_AUTH_MODE:          // 1251
+    case ER_ACCESS_DENIED_NO_PASSWORD_ERROR:  // 1698 (MariaDB: unix_socket, no password)
+    case ER_MUST_CHANGE_PASSWORD_LOGIN:       // 1862 (the password has expired)
+    case ER_ACCOUNT_HAS_BEEN_LOCKED:          // 4151 (MariaDB)
+    case kMysqlAccountLocked:                 // 3118
+    case kMysqlSecureTransportRequired:       // 3159 (MariaDB says 1045)
+      return permission_denied_error(message);
+    case ER_HOST_IS_BLOCKED:  // 1129
+      // Stays so until an operator acts: retrying would only add failures.
+      return permission_denied_error(message +
+                                     " (after max_connect_errors failed connections; it stays "
+                                     "blocked until an operator runs FLUSH HOSTS)");
+    case ER_BAD_DB_ERROR:  // 1049
+      return not_found_error(message);
+    case CR_SSL_CONNECTION_ERROR: {  // 2026
+      // The server's certificate not verified (chain, expiry, name), or a
+      // server without TLS: a failover does not change either. Other TLS
+      // failures (a handshake cut short) may pass.
+      std::string lower = message;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      for (const std::string_view verdict : {"certificate", "verif", "self-signed", "self signed",
+                                             "issuer", "server does not support"}) {
+        if (contains(lower, verdict)) return permission_denied_error(message);
+      }
+      return unavailable_error(message);
+    }
+    case ER_CON_COUNT_ERROR:  // 1040: too many connections, for now
+    default:
+      // Refused, reset, timed out, a lookup failed, shutting down, any other
+      // client error (2xxx) or unknown server error: another try may pass.
+      return unavailable_error(message);
+  }
 }
 
 std::string describe_server(const MysqlOptions& server) {
@@ -316,26 +369,26 @@ Result<MysqlConn> connect_to(const std::string& host, const MysqlOptions& endpoi
   if (connected == nullptr) {
     const unsigned int code = mysql_errno(m);
     *unreachable = code == CR_CONN_HOST_ERROR || code == CR_CONNECTION_ERROR;
-    Failure f = error_of(m);
-    if (f.status.code() == StatusCode::kInternal) f.status = unavailable_error(f.status.message());
+    const Status failed = connect_failure_status(code, error_of(m).status.message());
     // MariaDB with require_secure_transport answers a plain client with
     // "Access denied" only, however right the password.
     const char* plain = code == ER_ACCESS_DENIED_ERROR && !wants_tls(endpoint)
                             ? " (over plain text: a server that takes only TLS answers so too; "
                               "tls=verify and tls_ca)"
                             : "";
-    return Status(f.status.code(), description + ": connecting: " + f.status.message() + plain);
+    return Status(failed.code(), description + ": connecting: " + failed.message() + plain);
   }
   // libmariadb 3.3 refuses a server without TLS only when it also verifies
   // the host name: in the other modes it goes on in the clear. Such a
   // connection is never used (the server's greeting had no TLS, so an
-  // attacker in the path may have removed it).
+  // attacker in the path may have removed it). Permanent: a failover does
+  // not change a server's TLS setup.
   if (wants_tls(endpoint) && mysql_get_ssl_cipher(m) == nullptr) {
     const std::string why = endpoint.ssl_mode != "disabled"
                                 ? "ssl_mode=" + endpoint.ssl_mode
                                 : std::string("a TLS file (ssl_ca, ssl_cert)");
-    return unavailable_error(description + ": connecting: the server does not offer TLS, which " +
-                             why + " requires");
+    return permission_denied_error(
+        description + ": connecting: the server does not offer TLS, which " + why + " requires");
   }
   return conn;
 }
@@ -397,27 +450,26 @@ Result<MysqlConn> connect_fit_host(const MysqlOptions& endpoint, Deadline deadli
   return conn;
 }
 
-// The code of a connection that found no host fit, from why each host was
-// passed over (see connect()).
-StatusCode code_of_none_fit(const std::vector<Status>& failures) {
-  bool unavailable = false;
-  bool deadline = false;
-  bool all_unfit = true;
-  for (const Status& failure : failures) {
-    unavailable = unavailable || failure.code() == StatusCode::kUnavailable;
-    deadline = deadline || failure.code() == StatusCode::kDeadlineExceeded;
-    all_unfit = all_unfit && failure.code() == StatusCode::kFailedPrecondition;
-  }
-  if (all_unfit) return StatusCode::kFailedPrecondition;
-  if (unavailable) return StatusCode::kUnavailable;
-  if (deadline) return StatusCode::kDeadlineExceeded;
-  for (const Status& failure : failures) {
-    if (failure.code() != StatusCode::kFailedPrecondition) return failure.code();
-  }
-  return StatusCode::kUnavailable;
-}
-
 }  // namespace
+
+StatusCode code_of_none_fit(const std::vector<Status>& failures) {
+  if (failures.empty()) return StatusCode::kUnavailable;
+  bool transient = false;
+  bool deadline = false;
+  for (const Status& failure : failures) {
+    // A host that timed out may answer in time next; any other transient
+    // failure (refused, read-only, too many connections) may be a failover
+    // under way.
+    if (failure.code() == StatusCode::kDeadlineExceeded) {
+      deadline = true;
+    } else if (is_retryable(failure)) {
+      transient = true;
+    }
+  }
+  if (transient) return StatusCode::kUnavailable;
+  if (deadline) return StatusCode::kDeadlineExceeded;
+  return failures.front().code();
+}
 
 Result<MysqlConn> connect(const MysqlOptions& server, Deadline deadline,
                           const ConnectExtras& extras) {
@@ -452,10 +504,12 @@ Result<MysqlConn> connect(const MysqlOptions& server, Deadline deadline,
   }
   const StatusCode code = code_of_none_fit(failures);
   std::string message = describe_server(server) + ": no host is a writable primary";
-  message += code == StatusCode::kFailedPrecondition
-                 ? " (every host is read-only or unfit: name the primary, or wait for a replica "
-                   "to be promoted)"
-                 : " (a failover may be under way)";
+  if (is_retryable(Status(code, "-"))) {
+    message += " (a failover may be under way)";
+  } else {
+    // Nothing that passes by itself.
+    message += " (every host refused us or is unfit for locks)";
+  }
   for (const Status& failure : failures) message += "; " + failure.message();
   return Status(code, message);
 }
@@ -492,30 +546,33 @@ ServerRole server_role_of(const std::vector<SqlRow>& rows) {
 
 Status check_server_role(const ServerRole& role, const std::string& description,
                          bool session_locks) {
-  std::string read_only;
-  if (role.read_only) read_only = "read_only";
-  if (role.super_read_only) read_only = "super_read_only";
-  if (role.innodb_read_only) read_only = "innodb_read_only";
-  if (!read_only.empty()) {
-    return failed_precondition_error(
-        description + ": the server is read-only (" + read_only +
-        "=ON): a replica; locks taken there would not exclude the primary's holders. Name the "
-        "primary");
-  }
-  if (!session_locks) return ok_status();
-  if (role.wsrep) {
+  // A Galera or Group Replication member stays unfit for GET_LOCK whatever
+  // its role: that refusal is permanent, and comes first.
+  if (session_locks && role.wsrep) {
     return failed_precondition_error(
         description +
         ": the server is a Galera cluster member (wsrep_on=ON): GET_LOCK is not replicated "
         "between members, so keyed locks would not exclude each other; use the lease table "
         "(MutexContendServiceFactory, Locker) instead");
   }
-  if (!role.group_name.empty()) {
+  if (session_locks && !role.group_name.empty()) {
     return failed_precondition_error(
         description + ": the server is a Group Replication member (group_replication_group_name=" +
         role.group_name +
         "): named locks (GET_LOCK) are not certified across members, so keyed locks would not "
         "exclude each other; use the lease table (MutexContendServiceFactory, Locker) instead");
+  }
+  std::string read_only;
+  if (role.read_only) read_only = "read_only";
+  if (role.super_read_only) read_only = "super_read_only";
+  if (role.innodb_read_only) read_only = "innodb_read_only";
+  if (!read_only.empty()) {
+    // Transient: a replica may be promoted (a failover under way), and a
+    // primary may not be writable yet.
+    return unavailable_error(
+        description + ": the server is read-only (" + read_only +
+        "=ON): a replica, or a primary not yet promoted; locks taken there would not exclude the "
+        "primary's holders. Name the primary, or wait for a replica to be promoted");
   }
   return ok_status();
 }

@@ -59,6 +59,17 @@ struct Failure {
 };
 Failure error_of(MYSQL* m);
 
+// Why connecting failed, from the library's error `code` and `message`
+// (error_of's), as a permanent or a transient Status. Permanent:
+// kPermissionDenied for credentials and accounts (1045, 1044, 1130, 1251,
+// 1698, 1862, locked accounts 3118 and 4151, MySQL's secure transport
+// required 3159), a host blocked until FLUSH HOSTS (1129), and a TLS error
+// (2026) that says the server's certificate was not verified or the server
+// has no TLS; kNotFound for an unknown database (1049). Everything else is
+// kUnavailable: refused, timed out, too many connections (1040), any other
+// client error (2xxx) or server error.
+Status connect_failure_status(unsigned int code, const std::string& message);
+
 // The server and how to connect to it are a MysqlOptions' host, port, user,
 // password, database, connect_timeout and ssl_* (its connections, table and
 // create_table are the contention backend's).
@@ -113,14 +124,19 @@ struct ConnectExtras {
 // itself, unbounded.
 // Errors, each naming the server (never a password): with one host, its
 // error: kDeadlineExceeded, kUnavailable (also a host that cannot be
-// resolved), kPermissionDenied, kNotFound (no such database),
-// kFailedPrecondition (unfit: read-only, ...). With several, one error
-// naming every host and why it was passed over: kFailedPrecondition when
-// every host was unfit, kUnavailable when one could not be reached (a
-// failover may be under way), kDeadlineExceeded when time ran out, else the
-// first host's code. kCancelled (woken) at once.
+// resolved, and a read-only one: a failover may be under way), those of
+// connect_failure_status, kFailedPrecondition (unfit for GET_LOCK: Galera,
+// Group Replication). With several, one error naming every host and why it
+// was passed over, with code_of_none_fit's code. kCancelled (woken) at once.
 Result<MysqlConn> connect(const MysqlOptions& server, Deadline deadline,
                           const ConnectExtras& extras);
+
+// The code of a connection that found no host fit, from why each host was
+// passed over (`failures`, in the order of the hosts): kUnavailable when
+// any host's failure is transient (is_retryable) other than a timeout;
+// else kDeadlineExceeded when a host timed out or was not tried for lack of
+// time; else (every failure permanent) the first host's code.
+StatusCode code_of_none_fit(const std::vector<Status>& failures);
 
 // What a query (one statement, or several with multi_statements) did.
 struct QueryReply {
@@ -172,13 +188,16 @@ extern const char kServerRoleSql[];
 // are matched case-insensitively, values ON/1 are true.
 ServerRole server_role_of(const std::vector<SqlRow>& rows);
 
-// kFailedPrecondition, naming `description` (the host:port) and the cause,
-// when sessions on a server of `role` cannot be trusted with locks: a
-// read-only server (a replica: GET_LOCK there does not exclude the
-// primary's holders, and the lease table cannot be written) and, when
-// `session_locks` (GET_LOCK), a Galera member (wsrep_on: GET_LOCK is not
-// replicated, MDEV-30473) or a Group Replication member (named locks are
-// not certified: members do not exclude each other). OK otherwise.
+// An error naming `description` (the host:port) and the cause when
+// sessions on a server of `role` cannot be trusted with locks. Permanent,
+// kFailedPrecondition, first: when `session_locks` (GET_LOCK), a Galera
+// member (wsrep_on: GET_LOCK is not replicated, MDEV-30473) or a Group
+// Replication member (named locks are not certified: members do not
+// exclude each other). Transient, kUnavailable: a read-only server
+// (read_only, super_read_only, innodb_read_only: a replica, or a primary
+// not yet promoted, a failover under way; GET_LOCK there does not exclude
+// the primary's holders, and the lease table cannot be written). OK
+// otherwise.
 Status check_server_role(const ServerRole& role, const std::string& description,
                          bool session_locks);
 

@@ -109,7 +109,7 @@ class MysqlLockDriver final : public SessionLockDriver {
 
   // Connects (by the connect timeout; `wake_fd` readable gives up) and
   // learns the server's traits on the first connection.
-  Result<std::unique_ptr<LockSession>> open_session(int wake_fd) override {
+  Result<std::unique_ptr<LockSession>> open_session(Deadline deadline, int wake_fd) override {
     ConnectExtras extras;
     // A held lock lives as long as its session: the server's idle timeout
     // (wait_timeout, 8 h by default) must not end it, so it is a year.
@@ -121,7 +121,7 @@ class MysqlLockDriver final : public SessionLockDriver {
     // over, and refused, naming it, when no host is left. Bounded by the
     // connect timeout (per host).
     extras.session_locks = true;
-    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, connect(config_.server, Deadline::max(), extras));
+    SIMBA_ASSIGN_OR_RETURN(MysqlConn conn, connect(config_.server, deadline, extras));
     auto session = std::make_unique<MysqlSession>(std::move(conn));
     enable_keepalive(session->socket());
     if (traits().has_value()) return std::unique_ptr<LockSession>(std::move(session));

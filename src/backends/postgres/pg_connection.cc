@@ -58,13 +58,16 @@ bool needs_no_look_up(const std::string& host) {
 // becomes one list entry per address (the name repeated in `host`), so libpq
 // still tries each in turn, and so does a list of hosts, one entry after
 // another; a host that does not resolve is left out unless none does, as
-// libpq would skip it. Params that name `hostaddr` already, or whose `port`
-// list does not match `host`'s (libpq reports that), are left alone.
+// libpq would skip it, and its failure ("host 'name': cannot resolve host:
+// ...") added to `*unresolved`, so that a connection that fails names it
+// too. When none resolves, kUnavailable naming each. Params that name
+// `hostaddr` already, or whose `port` list does not match `host`'s (libpq
+// reports that), are left alone.
 // With kConnectHostKey (tls_server_name), that host is resolved instead of
 // `host`, which stays the name libpq verifies; the key itself is removed.
 Result<std::map<std::string, std::string>> with_host_addresses(
     std::map<std::string, std::string> params, const std::string& description, Deadline deadline,
-    int wake_fd) {
+    int wake_fd, std::vector<std::string>* unresolved) {
   std::optional<std::string> connect_host;
   if (const auto it = params.find(kConnectHostKey); it != params.end()) {
     connect_host = it->second;
@@ -85,6 +88,7 @@ Result<std::map<std::string, std::string>> with_host_addresses(
   std::vector<std::string> new_ports;
   bool looked_up = false;
   Status first_failure;
+  std::vector<std::string> failed;  // "host 'name': why", for each name that did not resolve
   for (std::size_t i = 0; i < hosts.size(); ++i) {
     const std::string& name = hosts[i];
     const std::string& port_text = ports.size() == 1 ? ports.front() : ports[i];
@@ -114,6 +118,7 @@ Result<std::map<std::string, std::string>> with_host_addresses(
         return found.status().with_context(context);
       }
       if (first_failure.ok()) first_failure = found.status().with_context(context);
+      failed.push_back("host " + in_quotes(name) + ": " + found.status().message());
       continue;
     }
     std::vector<std::string> seen;
@@ -130,7 +135,16 @@ Result<std::map<std::string, std::string>> with_host_addresses(
     if (connect_host) host->second = *connect_host;  // a socket: nothing to verify
     return params;
   }
-  if (new_hosts.empty()) return first_failure;
+  if (new_hosts.empty()) {
+    if (first_failure.ok()) {
+      return unavailable_error(description + ": cannot resolve host: no address");
+    }
+    // No host left to try: the first one's error, naming the others too.
+    std::string message = first_failure.message();
+    for (std::size_t i = 1; i < failed.size(); ++i) message += "; " + failed[i];
+    return Status(first_failure.code(), message);
+  }
+  *unresolved = std::move(failed);
   host->second = join_list(new_hosts);
   params["hostaddr"] = join_list(new_addresses);
   if (ports.size() > 1) port->second = join_list(new_ports);
@@ -207,7 +221,8 @@ const char* sslmode_of(TlsMode mode) {
 // read-only. A session that landed on one (a URI naming a standby alone, or
 // target_session_attrs=any) is refused, naming the host it reached.
 // PostgreSQL 14 and later report in_hot_standby at connect (no round trip);
-// older servers are asked pg_is_in_recovery().
+// older servers are asked pg_is_in_recovery(). Transient (kUnavailable): the
+// standby may be being promoted, or the primary be back soon.
 Status refuse_standby(PGconn* conn, const std::string& description, Deadline deadline,
                       int wake_fd) {
   bool standby = false;
@@ -231,7 +246,7 @@ Status refuse_standby(PGconn* conn, const std::string& description, Deadline dea
   if (!standby) return ok_status();
   const char* host = PQhost(conn);
   const char* port = PQport(conn);
-  return failed_precondition_error(
+  return unavailable_error(
       description + ": " + (host != nullptr ? host : "?") + ":" + (port != nullptr ? port : "?") +
       " is a standby (in recovery): locks taken there would not exclude the primary's; name the "
       "primary, or list the primary and its standbys (target_session_attrs=read-write picks the "
@@ -346,8 +361,11 @@ std::string sql_state(const PGresult* result) {
 }
 
 Status result_status(PGresult* result, SqlFailure* failure) {
-  const std::string sqlstate = sql_state(result);
-  const std::string text = without_trailing_newlines(PQresultErrorMessage(result));
+  return sqlstate_status(sql_state(result), without_trailing_newlines(PQresultErrorMessage(result)),
+                         failure);
+}
+
+Status sqlstate_status(const std::string& sqlstate, const std::string& text, SqlFailure* failure) {
   const std::string message = text + (sqlstate.empty() ? "" : " (SQLSTATE " + sqlstate + ")");
   SqlFailure kind = SqlFailure::kOther;
   Status status;
@@ -370,6 +388,16 @@ Status result_status(PGresult* result, SqlFailure* failure) {
              sqlstate.rfind("53", 0) == 0 || sqlstate == "40001" || sqlstate == "40P01") {
     // Connection trouble, shutdown, resources, serialization: try again.
     status = unavailable_error(message);
+  } else if (sqlstate == "25006") {
+    // read_only_sql_transaction: the session is on a standby, or the server
+    // was made read-only (default_transaction_read_only), as before a
+    // switchover. A failover may be under way.
+    status = unavailable_error(message);
+  } else if (sqlstate == "55P03") {
+    // lock_not_available: lock_timeout fired while waiting on a row (a
+    // holder slow to commit). The keyed backend reads it by SQLSTATE (a
+    // key not granted by the deadline) before this code matters.
+    status = unavailable_error(message);
   } else {
     status = internal_error(message);
   }
@@ -377,11 +405,123 @@ Status result_status(PGresult* result, SqlFailure* failure) {
   return status;
 }
 
+namespace {
+
+bool contains(const std::string& text, std::string_view part) {
+  return text.find(part) != std::string::npos;
+}
+
+// What one entry of libpq's connect failure says.
+struct ConnectVerdict {
+  StatusCode code = StatusCode::kUnavailable;
+  const char* hint = nullptr;  // added once to the message, in parentheses
+};
+
+ConnectVerdict classify_connect_entry(const std::string& entry) {
+  // A file named in the options (sslrootcert, sslcert, sslkey) that is
+  // missing or unusable: only its owner can fix that.
+  if (contains(entry, "certificate file") || contains(entry, "key file")) {
+    return {StatusCode::kInvalidArgument};
+  }
+  // The server's certificate, or the server itself, fails our TLS demands;
+  // a failover does not change a server's TLS setup.
+  if (contains(entry, "certificate verify failed")) {
+    // OpenSSL's verdict alone does not say why.
+    return {StatusCode::kPermissionDenied,
+            "the server's certificate is not signed by the CA given (tls_ca, sslrootcert), or "
+            "has expired, or is not valid yet"};
+  }
+  if (contains(entry, "does not match host name") ||
+      contains(entry, "server does not support SSL") ||
+      // The server refused our client certificate during the handshake
+      // ("SSL error: tlsv1 alert unknown ca", "... alert certificate
+      // required").
+      contains(entry, "alert unknown ca") || contains(entry, "alert bad certificate") ||
+      contains(entry, "alert certificate")) {
+    return {StatusCode::kPermissionDenied};
+  }
+  if (contains(entry, "password authentication failed") ||
+      contains(entry, "no password supplied") ||
+      contains(entry, "certificate authentication failed") ||
+      contains(entry, "requires a valid client certificate") ||
+      contains(entry, "no pg_hba.conf entry") ||
+      contains(entry, "pg_hba.conf rejects connection") ||
+      contains(entry, "is not permitted to log in") ||
+      contains(entry, "permission denied for database")) {
+    // A server that takes only TLS says "no encryption".
+    return {StatusCode::kPermissionDenied,
+            contains(entry, "no encryption")
+                ? "the server takes only TLS: tls=verify and tls_ca, or sslmode"
+                : nullptr};
+  }
+  if (contains(entry, "does not exist")) return {StatusCode::kNotFound};  // database or role
+  if (contains(entry, "session is read-only") || contains(entry, "hot standby")) {
+    // target_session_attrs=read-write (or primary) found no primary.
+    return {StatusCode::kUnavailable,
+            "no host is a primary: a failover under way, or the URI names only standbys"};
+  }
+  // Refused, reset, timed out, starting up, shutting down, too many
+  // clients...: another try may get through.
+  return {};
+}
+
+// libpq's message split into its entries, one per host and address tried.
+std::vector<std::string> connect_failure_entries(const std::string& message) {
+  std::vector<std::size_t> markers;
+  for (const std::string_view marker : {std::string_view("connection to server at"),
+                                        std::string_view("connection to server on socket")}) {
+    for (std::size_t at = message.find(marker); at != std::string::npos;
+         at = message.find(marker, at + marker.size())) {
+      markers.push_back(at);
+    }
+  }
+  std::sort(markers.begin(), markers.end());
+  // Text before the first marker (or a message without one) is an entry too.
+  std::vector<std::size_t> starts;
+  if (markers.empty() || message.find_first_not_of(" \t\n") < markers.front()) {
+    starts.push_back(0);
+  }
+  starts.insert(starts.end(), markers.begin(), markers.end());
+  std::vector<std::string> entries;
+  for (std::size_t i = 0; i < starts.size(); ++i) {
+    const std::size_t end = i + 1 < starts.size() ? starts[i + 1] : message.size();
+    entries.push_back(without_trailing_newlines(message.substr(starts[i], end - starts[i])));
+  }
+  return entries;
+}
+
+}  // namespace
+
+Status connect_failure_status(const std::string& description, const std::string& message,
+                              const std::vector<std::string>& unresolved_hosts) {
+  std::optional<StatusCode> permanent;         // the first entry's, when none is transient
+  bool transient = !unresolved_hosts.empty();  // a name that did not resolve may next time
+  std::vector<std::string> hints;
+  for (const std::string& entry : connect_failure_entries(message)) {
+    const ConnectVerdict verdict = classify_connect_entry(entry);
+    if (verdict.code == StatusCode::kUnavailable) {
+      transient = true;
+    } else if (!permanent) {
+      permanent = verdict.code;
+    }
+    if (verdict.hint != nullptr &&
+        std::find(hints.begin(), hints.end(), verdict.hint) == hints.end()) {
+      hints.emplace_back(verdict.hint);
+    }
+  }
+  std::string text = description + ": " + message;
+  for (const std::string& hint : hints) text += " (" + hint + ")";
+  for (const std::string& host : unresolved_hosts) text += "; " + host;
+  return Status(transient || !permanent ? StatusCode::kUnavailable : *permanent, std::move(text));
+}
+
 Result<PgConn> connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd) {
+  std::vector<std::string> unresolved;  // hosts of the list left out
   SIMBA_ASSIGN_OR_RETURN(
       const auto resolved,
-      with_host_addresses(params, description, with_connect_timeout(params, deadline), wake_fd));
+      with_host_addresses(params, description, with_connect_timeout(params, deadline), wake_fd,
+                          &unresolved));
   std::vector<const char*> keys;
   std::vector<const char*> values;
   for (const auto& [k, v] : resolved) {
@@ -399,37 +539,7 @@ Result<PgConn> connect(const std::map<std::string, std::string>& params,
   for (;;) {
     if (state == PGRES_POLLING_OK) break;
     if (state == PGRES_POLLING_FAILED) {
-      const std::string message = conn_message(conn.get());
-      if (message.find("password authentication failed") != std::string::npos ||
-          message.find("no password supplied") != std::string::npos ||
-          message.find("certificate authentication failed") != std::string::npos ||
-          message.find("requires a valid client certificate") != std::string::npos ||
-          message.find("no pg_hba.conf entry") != std::string::npos ||
-          message.find("pg_hba.conf rejects connection") != std::string::npos) {
-        // A server that takes only TLS says "no encryption".
-        const bool plain = message.find("no encryption") != std::string::npos;
-        return permission_denied_error(
-            description + ": " + message +
-            (plain ? " (the server takes only TLS: tls=verify and tls_ca, or sslmode)" : ""));
-      }
-      if (message.find("does not exist") != std::string::npos &&
-          message.find("root certificate file") == std::string::npos) {
-        return not_found_error(description + ": " + message);
-      }
-      if (message.find("certificate verify failed") != std::string::npos) {
-        // OpenSSL's verdict alone does not say why.
-        return unavailable_error(description + ": " + message +
-                                 " (the server's certificate is not signed by the CA given "
-                                 "(tls_ca, sslrootcert), or has expired, or is not valid yet)");
-      }
-      if (message.find("session is read-only") != std::string::npos ||
-          message.find("hot standby") != std::string::npos) {
-        // target_session_attrs=read-write found no primary.
-        return unavailable_error(description + ": " + message +
-                                 " (no host is a primary: a failover under way, or the URI "
-                                 "names only standbys)");
-      }
-      return unavailable_error(description + ": " + message);
+      return connect_failure_status(description, conn_message(conn.get()), unresolved);
     }
     const short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
     switch (wait_socket(PQsocket(conn.get()), events, deadline, wake_fd)) {
@@ -438,8 +548,11 @@ Result<PgConn> connect(const std::map<std::string, std::string>& params,
         break;
       case FdWait::kWoken:
         return cancelled_error(description + ": cancelled while connecting");
-      case FdWait::kTimedOut:
-        return deadline_exceeded_error(description + ": connecting timed out");
+      case FdWait::kTimedOut: {
+        std::string message = description + ": connecting timed out";
+        for (const std::string& host : unresolved) message += "; " + host;
+        return deadline_exceeded_error(std::move(message));
+      }
     }
     state = PQconnectPoll(conn.get());
   }

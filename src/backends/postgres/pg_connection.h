@@ -12,6 +12,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "backends/sql/sql_backend.h"
 #include "core/net/stream.h"
@@ -84,16 +85,49 @@ Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd = -1);
 std::string sql_state(const PGresult* result);
 
 // A failed result as a Status (with the SQLSTATE in the message); `failure`
-// (if given) says which kind the SQL protocol must tell apart.
+// (if given) says which kind the SQL protocol must tell apart. The codes are
+// sqlstate_status's.
 Status result_status(PGresult* result, SqlFailure* failure);
+
+// The Status of a server error with `sqlstate` and the server's `text` (the
+// message adds the SQLSTATE), and its kind in `failure` (if given). Transient
+// (kUnavailable): connection exceptions (08), shutdown and operator
+// intervention (57, but 57014 query_canceled is kDeadlineExceeded),
+// insufficient resources (53), serialization failures and deadlocks (40001,
+// 40P01), a read-only transaction (25006: a standby, or a server made
+// read-only) and lock_not_available (55P03: lock_timeout fired). kNotFound (42P01),
+// kPermissionDenied (42501), kAborted (23505), kAlreadyExists (42P07,
+// 42710); anything else kInternal.
+Status sqlstate_status(const std::string& sqlstate, const std::string& text, SqlFailure* failure);
+
+// Why libpq could not connect, as a Status whose message is `description`,
+// libpq's `message`, a hint where one helps, and `unresolved_hosts` (the
+// hosts of the list left out because their names did not resolve, each as
+// "host 'name': cannot resolve host: ..."). libpq 15 and later put one
+// entry per host and address tried in `message` (each starting "connection
+// to server at" or "connection to server on socket"; a message without
+// either is one entry). Each entry, and each unresolved host, is classified
+// on its own, and the connection fails transiently (kUnavailable) if any of
+// them did: another try may reach that host. Otherwise the first entry's
+// code: kPermissionDenied (credentials, pg_hba.conf, a role that may not log
+// in or may not connect to the database, a client certificate refused, the
+// server's certificate not verified or not naming the host, a server without
+// TLS where TLS is required), kNotFound (no such database or role),
+// kInvalidArgument (a certificate or key file named in the options that is
+// missing or unusable). Everything else is transient (refused, reset, timed
+// out, starting up or shutting down, too many clients, no primary among the
+// hosts).
+Status connect_failure_status(const std::string& description, const std::string& message,
+                              const std::vector<std::string>& unresolved_hosts = {});
 
 // Connects without blocking past `deadline`, and returns the connection in
 // nonblocking mode with libpq's notices sent to our debug log. When
 // `wake_fd` (if >= 0) becomes readable first, gives up with kCancelled.
 // Host names are resolved here within the deadline (and `connect_timeout`),
 // not by libpq, unless `params` name a `hostaddr` already.
-// Errors: kPermissionDenied (authentication), kNotFound (no such database
-// or role), kUnavailable (also a host that cannot be resolved),
+// A session on a standby is refused (kUnavailable: a promotion may be under
+// way). Errors: those of connect_failure_status (a host of the list that
+// cannot be resolved is named there too; when none resolves, kUnavailable),
 // kDeadlineExceeded.
 Result<PgConn> connect(const std::map<std::string, std::string>& params,
                        const std::string& description, Deadline deadline, int wake_fd = -1);

@@ -220,9 +220,10 @@ class PgLockDriver final : public SessionLockDriver {
         create_sequence_(options.create_sequence),
         connect_timeout_(connect_timeout) {}
 
-  Result<std::unique_ptr<LockSession>> open_session(int wake_fd) override {
-    SIMBA_ASSIGN_OR_RETURN(PgConn conn, connect(params_, description_,
-                                                steady_clock::now() + connect_timeout_, wake_fd));
+  Result<std::unique_ptr<LockSession>> open_session(Deadline deadline, int wake_fd) override {
+    SIMBA_ASSIGN_OR_RETURN(
+        PgConn conn, connect(params_, description_,
+                             std::min(deadline, steady_clock::now() + connect_timeout_), wake_fd));
     return std::unique_ptr<LockSession>(std::make_unique<PgSession>(std::move(conn)));
   }
 

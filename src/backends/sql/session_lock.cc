@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <random>
 #include <stop_token>
 #include <thread>
 #include <utility>
@@ -17,6 +18,7 @@
 
 #include "core/log.h"
 #include "core/net/stream.h"
+#include "core/store_errors.h"
 #include "core/worker.h"
 
 namespace simba::internal::sql {
@@ -174,7 +176,14 @@ struct Engine {
       : config(std::move(config_in)),
         driver(std::move(driver_in)),
         pool(std::make_shared<Pool>(
-            [driver = driver](Deadline, int wake_fd) { return driver->open_session(wake_fd); },
+            [driver = driver, call_timeout = config.store_call_timeout](Deadline wait_deadline,
+                                                                        int wake_fd) {
+              // By the caller's wait deadline, but a try-once (a deadline
+              // already past) still gets a call's time to connect; the
+              // driver bounds it by its connect timeout too.
+              return driver->open_session(
+                  std::max(wait_deadline, steady_clock::now() + call_timeout), wake_fd);
+            },
             config.description, config.budget)) {}
 
   const SessionLockConfig config;
@@ -254,35 +263,45 @@ class SessionLockBackend final : public KeyedLockBackend {
       return unavailable_error(engine_->config.description + ": eventfd: " + std::strerror(errno));
     }
     std::stop_callback on_cancel(request.cancel, [&wake] { wake.post(); });
-    // A session of this call that broke while it waited (its server died, a
-    // failover) is no reason to fail the call: it is tried again, with a new
-    // session (on the new primary of a multi-host URI), as long as the wait
-    // deadline allows. A server that was never reached still fails at once.
-    bool session_broke = false;
-    Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(1000));
+    // A transient failure (the server not reached yet, a session that broke
+    // while it waited, a failover, a standby where the primary is wanted)
+    // is no reason to fail the call: it is tried again, with a new session
+    // (on the new primary of a multi-host URI), with a jittered backoff, as
+    // long as the wait deadline allows. A refusal (credentials, TLS
+    // verification, a missing privilege) fails at once.
+    Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
+    std::minstd_rand jitter(std::random_device{}());
+    int failures = 0;
     for (;;) {
-      Result<std::unique_ptr<KeyHold>> result = attempt(request, wake, session_broke);
-      if (result.ok() || !session_broke || result.status().code() != StatusCode::kUnavailable) {
-        return result;
+      Result<std::unique_ptr<KeyHold>> result = attempt(request, wake);
+      if (result.ok() || !is_retryable(result.status())) return result;
+      ++failures;
+      const std::chrono::milliseconds delay = backoff.failed(result.status());
+      const Deadline next = steady_clock::now() + delay +
+                            std::chrono::milliseconds(jitter() % (delay.count() / 4 + 1));
+      if (request.wait_deadline != Deadline::max() && next >= request.wait_deadline) {
+        // A single try (no time to wait) answers with its own error.
+        if (failures == 1) return result;
+        return unreachable_after(failures, result.status());
       }
-      const Deadline next = steady_clock::now() + backoff.failed(result.status());
-      if (request.wait_deadline != Deadline::max() && next >= request.wait_deadline) return result;
-      SIMBA_LOG(kDebug, result.status() << "; trying again");
+      if (failures == 1 || failures % 10 == 0) {
+        SIMBA_LOG(kWarn, "key '" << request.key << "': store unreachable, retrying in "
+                                 << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        next - steady_clock::now())
+                                        .count()
+                                 << " ms (" << failures << " in a row): " << result.status());
+      }
       wait_fd(wake.fd(), POLLIN, next);
       if (request.cancel.stop_requested()) return cancelled();
     }
   }
 
  private:
-  Result<std::unique_ptr<KeyHold>> attempt(const KeyAcquireRequest& request, const WakeFd& wake,
-                                           bool& session_broke) {
+  Result<std::unique_ptr<KeyHold>> attempt(const KeyAcquireRequest& request, const WakeFd& wake) {
     SIMBA_ASSIGN_OR_RETURN(std::optional<Loan> loan,
                            engine_->pool->borrow(request.wait_deadline, request.cancel, wake.fd()));
     if (!loan) return not_acquired();
-    if (Status prepared = engine_->driver->prepare(**loan); !prepared.ok()) {
-      if (!(**loan).healthy()) session_broke = true;
-      return prepared;
-    }
+    if (Status prepared = engine_->driver->prepare(**loan); !prepared.ok()) return prepared;
     // A cancel that came while we set up is answered here (a cancel request
     // sent before the session has read the lock call may be ignored).
     if (request.cancel.stop_requested()) return cancelled();
@@ -296,10 +315,7 @@ class SessionLockBackend final : public KeyedLockBackend {
       }
       return cancelled();  // a broken session is closed by the loan, freeing a grant
     }
-    if (!token.ok()) {
-      if (!(**loan).healthy()) session_broke = true;
-      return token.status();
-    }
+    if (!token.ok()) return token.status();
     if (!token->has_value()) return not_acquired();
     return std::unique_ptr<KeyHold>(
         std::make_unique<SessionKeyHold>(engine_, std::move(*loan), **token, request.on_lost));

@@ -53,9 +53,9 @@ class SessionLockDriver {
  public:
   virtual ~SessionLockDriver() = default;
 
-  // Opens a session, bounded by the store's connect timeout; `wake_fd`
-  // readable (the caller cancelled) gives up with kCancelled.
-  virtual Result<std::unique_ptr<LockSession>> open_session(int wake_fd) = 0;
+  // Opens a session by `deadline`, and by the store's connect timeout;
+  // `wake_fd` readable (the caller cancelled) gives up with kCancelled.
+  virtual Result<std::unique_ptr<LockSession>> open_session(Deadline deadline, int wake_fd) = 0;
 
   // Runs before every lock call (e.g. one-time setup the first lock needs).
   virtual Status prepare(LockSession& session);
