@@ -286,6 +286,69 @@ TEST(EtcdErrors, GrpcCodesMapToStatusCodes) {
   EXPECT_THAT(late, StatusIs(StatusCode::kDeadlineExceeded, HasSubstr("10.0.0.5:2379")));
 }
 
+// What the message says decides where the code alone cannot: a member that
+// is not the leader (FAILED_PRECONDITION, an election away from working),
+// a cluster out of space (RESOURCE_EXHAUSTED, until an operator acts), a
+// connection whose TLS verification failed (UNAVAILABLE, until someone
+// changes a certificate).
+TEST(EtcdErrors, MessagesRefineTheGrpcCode) {
+  using internal::etcd::error_status;
+  struct Case {
+    int grpc;
+    std::string message;
+    StatusCode expected;
+  };
+  const std::vector<Case> cases = {
+      {9, "etcdserver: not leader", StatusCode::kUnavailable},
+      {9, "etcdserver: leader changed", StatusCode::kUnavailable},
+      {9, "etcdserver: no leader", StatusCode::kUnavailable},
+      {9, "etcdserver: lease already exists", StatusCode::kInternal},
+      {9, "etcdserver: authentication is not enabled", StatusCode::kInternal},
+      {8, "etcdserver: mvcc: database space exceeded", StatusCode::kFailedPrecondition},
+      {8, "etcdserver: too many requests", StatusCode::kUnavailable},
+      {14,
+       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Ssl "
+       "handshake failed: SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify failed",
+       StatusCode::kPermissionDenied},
+      {14,
+       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Ssl "
+       "handshake failed: SSL_ERROR_SSL: error:1000007d:SSL "
+       "routines:OPENSSL_internal:CERTIFICATE_VERIFY_FAILED",
+       StatusCode::kPermissionDenied},
+      {14,
+       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Peer name "
+       "elsewhere.invalid is not in peer certificate",
+       StatusCode::kPermissionDenied},
+      {14,
+       "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:2379: Ssl "
+       "handshake failed: SSL_ERROR_SSL: error:0A000412:SSL routines::sslv3 alert bad certificate",
+       StatusCode::kPermissionDenied},
+      {14, "... Ssl handshake failed: ... tlsv1 alert unknown ca", StatusCode::kPermissionDenied},
+      {14, "... Ssl handshake failed: ... tlsv13 alert certificate required",
+       StatusCode::kPermissionDenied},
+      // A server that hung up (after a TLS 1.3 handshake it may have refused
+      // our certificate, but nothing says so), or a handshake that failed
+      // for another reason: may pass.
+      {14,
+       "failed to connect to all addresses; last error: UNAVAILABLE: ipv4:127.0.0.1:2379: "
+       "Socket closed",
+       StatusCode::kUnavailable},
+      {14, "... Ssl handshake failed: SSL_ERROR_SSL: ... wrong version number",
+       StatusCode::kUnavailable},
+      {14, "... Ssl handshake failed: SSL_ERROR_SSL: ... sslv3 alert handshake failure",
+       StatusCode::kUnavailable},
+      {14, "etcdserver: no leader", StatusCode::kUnavailable},
+  };
+  for (const Case& c : cases) {
+    const Status status = error_status(c.grpc, c.message, "etcd at x: calling");
+    EXPECT_EQ(status.code(), c.expected) << c.grpc << " " << c.message;
+    EXPECT_THAT(status.message(), HasSubstr("etcd at x: calling: " + c.message));
+  }
+  // The operator is told what to do about the space.
+  EXPECT_THAT(error_status(8, "etcdserver: mvcc: database space exceeded", "ctx").message(),
+              HasSubstr("etcdctl alarm disarm"));
+}
+
 TEST(EtcdNames, SlashesAreEscapedSoMutexesStayApart) {
   const std::string uri = with_prefix(shared_etcd());
   auto backend = open(uri);

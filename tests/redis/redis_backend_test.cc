@@ -1,7 +1,8 @@
 // The Redis backend beyond the conformance suite: its names and wire layout,
 // the hand-off queue, key expiry events, a server that dies, restarts,
 // hangs or drops our connections, and how many connections and threads many
-// mutexes cost. Every test runs against a real redis-server.
+// mutexes cost. The tests run against a real redis-server, but for URI
+// parsing and the error-reply table, which need none.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,9 +14,12 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "backends/redis/redis_connection.h"
 #include "simba/backends/redis.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
@@ -173,6 +177,50 @@ TEST(RedisUri, UnreachableServerFailsWithinTheDeadline) {
   EXPECT_THAT(backend->read("m", in(seconds(2))),
               StatusIs(StatusCode::kUnavailable, HasSubstr("reconnect")));
   EXPECT_LT(steady_clock::now() - started, seconds(2));
+}
+
+// How an error reply becomes a Status (no server): what a retry may get
+// past is kUnavailable, refused credentials or permissions
+// kPermissionDenied, anything else kInternal.
+TEST(RedisErrors, ErrorRepliesMapToStatusCodes) {
+  using internal::redis::error_reply_status;
+  const std::vector<std::pair<std::string, StatusCode>> cases = {
+      {"WRONGPASS invalid username-password pair or user is disabled.",
+       StatusCode::kPermissionDenied},
+      {"NOAUTH Authentication required.", StatusCode::kPermissionDenied},
+      {"NOPERM this user has no permissions to run the 'evalsha' command",
+       StatusCode::kPermissionDenied},
+      {"LOADING Redis is loading the dataset in memory", StatusCode::kUnavailable},
+      {"BUSY Redis is busy running a script.", StatusCode::kUnavailable},
+      {"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+       StatusCode::kUnavailable},
+      {"TRYAGAIN Multiple keys request during rehashing of slot", StatusCode::kUnavailable},
+      {"CLUSTERDOWN The cluster is down", StatusCode::kUnavailable},
+      {"READONLY You can't write against a read only replica.", StatusCode::kUnavailable},
+      {"NOSCRIPT No matching script. Please use EVAL.", StatusCode::kUnavailable},
+      {"OOM command not allowed when used memory > 'maxmemory'.", StatusCode::kUnavailable},
+      {"NOREPLICAS Not enough good replicas to write.", StatusCode::kUnavailable},
+      {"MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
+       "to disk.",
+       StatusCode::kUnavailable},
+      {"ERR max number of clients reached", StatusCode::kUnavailable},
+      {"ERR max number of clients + cluster connections reached", StatusCode::kUnavailable},
+      {"ERR unknown command 'FOO', with args beginning with: ", StatusCode::kInternal},
+      {"ERR Error running script (call to f_0123): @user_script:1: oops", StatusCode::kInternal},
+      {"WRONGTYPE Operation against a key holding the wrong kind of value", StatusCode::kInternal},
+      // A word that only starts like a known one is not it.
+      {"LOADINGX something", StatusCode::kInternal},
+  };
+  for (const auto& [text, expected] : cases) {
+    std::string bytes = text;
+    redisReply reply{};
+    reply.type = REDIS_REPLY_ERROR;
+    reply.str = bytes.data();
+    reply.len = bytes.size();
+    const Status status = error_reply_status(&reply, "redis at h:1");
+    EXPECT_EQ(status.code(), expected) << text;
+    EXPECT_EQ(status.message(), "redis at h:1: " + text);
+  }
 }
 
 // subscribe() returns before the server confirms; tests that need the

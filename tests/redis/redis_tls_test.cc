@@ -12,10 +12,14 @@
 // same subject.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -278,21 +282,21 @@ TEST(RedisTls, AWrongCaIsRefused) {
     const Status status =
         acquire_and_release(uri_for("tls=" + mode + "&tls_ca=" + cert("other-ca.pem")));
     EXPECT_THAT(status,
-                StatusIs(StatusCode::kUnavailable,
+                StatusIs(StatusCode::kPermissionDenied,
                          names_store_and_cause(tls().host_port, "certificate verify failed")))
         << mode;
     std::cout << mode << ": " << status << "\n";
   }
   // Without tls_ca, the system's CAs do not know the test CA either.
   EXPECT_THAT(acquire_and_release(uri_for("")),
-              StatusIs(StatusCode::kUnavailable,
+              StatusIs(StatusCode::kPermissionDenied,
                        names_store_and_cause(tls().host_port, "certificate verify failed")));
 }
 
 TEST(RedisTls, AWrongHostNameIsRefused) {
   ASSERT_FALSE(tls().host_port.empty());
   const Status status = acquire_and_release(good_uri("&tls_server_name=elsewhere.invalid"));
-  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+  EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                names_store_and_cause(tls().host_port, "hostname mismatch")));
   EXPECT_THAT(status.message(), HasSubstr("elsewhere.invalid"));
   std::cout << status << "\n";
@@ -304,7 +308,7 @@ TEST(RedisTls, AnExpiredServerCertificateIsRefused) {
   ASSERT_TRUE(expired.server);
   const Status status = acquire_and_release(
       uri_for("tls_ca=" + cert("ca.pem"), "simba:simba-acl-secret", expired.host_port));
-  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+  EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                names_store_and_cause(expired.host_port,
                                                      "TLS handshake: certificate verify failed: "
                                                      "certificate has expired")));
@@ -320,7 +324,7 @@ TEST(RedisTls, AMissingClientCertificateIsRefusedWhenTheServerRequiresOne) {
   const std::string ca = "tls_ca=" + cert("ca.pem");
   const Status status =
       acquire_and_release(uri_for(ca, "simba:simba-acl-secret", strict.host_port));
-  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
+  EXPECT_THAT(status, StatusIs(StatusCode::kPermissionDenied,
                                names_store_and_cause(strict.host_port, "certificate required")));
   std::cout << status << "\n";
   SIMBA_EXPECT_OK(acquire_and_release(
@@ -354,9 +358,50 @@ TEST(RedisTls, AWriteThatFindsTheConnectionResetReportsTheServersAlert) {
     status = (*stream)->write_all("PING\r\n", in(seconds(2)));
     if (status.ok()) std::this_thread::sleep_for(milliseconds(50));
   }
-  EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable, AllOf(HasSubstr(where + ": write: TLS:"),
-                                                               HasSubstr("certificate required"))));
+  EXPECT_THAT(status,
+              StatusIs(StatusCode::kPermissionDenied, AllOf(HasSubstr(where + ": write: TLS:"),
+                                                            HasSubstr("certificate required"))));
   std::cout << status << "\n";
+}
+
+// Which TLS failures are permanent, without a server: a verification that
+// failed on either side (kPermissionDenied: a retry meets the same
+// certificates), told from what a retry may get past.
+TEST(RedisTlsErrors, VerificationFailuresAreToldApartFromTheRest) {
+  using internal::is_verification_failure;
+  const auto ssl = [](int reason) { return ERR_PACK(ERR_LIB_SSL, 0, reason); };
+  // Our check of the server's certificate: the verify result decides,
+  // whatever OpenSSL queued.
+  for (const long verify :  // NOLINT(google-runtime-int): OpenSSL's type
+       {X509_V_ERR_CERT_HAS_EXPIRED, X509_V_ERR_CERT_NOT_YET_VALID, X509_V_ERR_HOSTNAME_MISMATCH,
+        X509_V_ERR_IP_ADDRESS_MISMATCH, X509_V_ERR_SELF_SIGNED_CERT_IN_CHAIN,
+        X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY, X509_V_ERR_DEPTH_ZERO_SELF_SIGNED_CERT}) {
+    EXPECT_TRUE(is_verification_failure(ssl(SSL_R_CERTIFICATE_VERIFY_FAILED), verify)) << verify;
+    EXPECT_TRUE(is_verification_failure(0, verify)) << verify;
+  }
+  EXPECT_TRUE(is_verification_failure(ssl(SSL_R_CERTIFICATE_VERIFY_FAILED), X509_V_OK));
+  // The server's alerts refusing our certificate (or its absence), in the
+  // handshake (TLS 1.2) or at the first read or write after it (TLS 1.3).
+  for (const int alert :
+       {SSL_R_SSLV3_ALERT_BAD_CERTIFICATE, SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE,
+        SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED, SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED,
+        SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN, SSL_R_TLSV1_ALERT_UNKNOWN_CA,
+        SSL_R_TLSV1_ALERT_ACCESS_DENIED, SSL_R_TLSV1_ALERT_DECRYPT_ERROR,
+        SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED}) {
+    EXPECT_TRUE(is_verification_failure(ssl(alert), X509_V_OK)) << alert;
+    // The same number from another library is not the alert.
+    EXPECT_FALSE(is_verification_failure(ERR_PACK(ERR_LIB_X509, 0, alert), X509_V_OK)) << alert;
+  }
+  // Nothing queued (the server closed or reset the connection), a
+  // plain-text server, an alert that is not about certificates, a system
+  // error: may pass.
+  EXPECT_FALSE(is_verification_failure(0, X509_V_OK));
+  for (const int reason : {SSL_R_WRONG_VERSION_NUMBER, SSL_R_PACKET_LENGTH_TOO_LONG,
+                           SSL_R_UNEXPECTED_EOF_WHILE_READING, SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE,
+                           SSL_R_TLSV1_ALERT_INTERNAL_ERROR, SSL_R_TLSV1_ALERT_PROTOCOL_VERSION}) {
+    EXPECT_FALSE(is_verification_failure(ssl(reason), X509_V_OK)) << reason;
+  }
+  EXPECT_FALSE(is_verification_failure(ERR_SYSTEM_FLAG | ECONNRESET, X509_V_OK));
 }
 
 TEST(RedisTls, AWrongPasswordOrUserIsRefused) {

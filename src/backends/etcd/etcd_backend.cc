@@ -326,40 +326,69 @@ std::string describe_endpoints(const std::vector<Endpoint>& endpoints) {
 // A channel connected to the first endpoint that answers, trying them in
 // order from *next (each for at most connect_timeout, all by `deadline`);
 // *next is left at the one that answered (or after the last one tried).
-// When none answered: the last endpoint's error if every one was tried,
-// kDeadlineExceeded if the deadline came first. `keepalive`: see
-// open_channel.
-Result<std::shared_ptr<grpc::Channel>> connect_any(const std::vector<Endpoint>& endpoints,
-                                                   std::size_t* next, milliseconds connect_timeout,
-                                                   Deadline deadline, bool keepalive,
-                                                   const TlsOptions& tls) {
-  Status last = deadline_exceeded_error("etcd at " + describe_endpoints(endpoints) +
-                                        ": deadline passed before connecting");
+// When none answered, the error names every endpoint with its own cause
+// ("etcd at a:1,b:2: no endpoint answered: a:1: cannot connect: ...; b:2:
+// not tried: the deadline had passed"). Its code: kDeadlineExceeded when
+// the deadline cut an endpoint short or left one untried (a member that
+// answers nothing: RequestChannel::connect tries again within the call);
+// else kUnavailable when any cause may pass (a member down); else, every
+// endpoint having refused us for good (TLS verification), the first
+// permanent code. `keepalive`: see open_channel.
+//
+// `passed_over` (optional) gets, for each endpoint that failed before one
+// answered, its index and cause: a call that then fails on the endpoint that
+// answered can still name them all.
+Result<std::shared_ptr<grpc::Channel>> connect_any(
+    const std::vector<Endpoint>& endpoints, std::size_t* next, milliseconds connect_timeout,
+    Deadline deadline, bool keepalive, const TlsOptions& tls,
+    std::vector<std::pair<std::size_t, std::string>>* passed_over = nullptr) {
+  std::string causes;
+  bool late = false;
+  bool transient = false;
+  std::optional<StatusCode> permanent;
   const std::size_t first = *next;
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    const std::size_t at = (first + i) % endpoints.size();
+    const Endpoint& endpoint = endpoints[at];
+    causes += (i == 0 ? "" : "; ") + endpoint.describe() + ": ";
     const auto now = steady_clock::now();
     if (now >= deadline) {
-      // Not every endpoint was tried: the deadline, not the cluster, ended
-      // this (kDeadlineExceeded, so the caller may try again).
-      if (i > 0) last = deadline_exceeded_error(last.message());
-      break;
+      causes += "not tried: the deadline had passed";
+      late = true;
+      continue;
     }
-    const std::size_t at = (first + i) % endpoints.size();
     // An unreadable key file is the same for every endpoint.
     SIMBA_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
-                           open_channel(endpoints[at], keepalive, tls));
-    last = wait_connected(*channel, endpoints[at], std::min(deadline, now + connect_timeout));
-    if (last.code() == StatusCode::kUnavailable) {
-      last =
-          unavailable_error(last.message() + internal::etcd::transport_hint(last.message(), tls));
-    }
-    if (last.ok()) {
+                           open_channel(endpoint, keepalive, tls));
+    const Status status =
+        wait_connected(*channel, endpoint, std::min(deadline, now + connect_timeout));
+    if (status.ok()) {
       *next = at;
       return channel;
     }
     *next = (at + 1) % endpoints.size();
+    // "etcd at <endpoint>: <cause>": the endpoint is named already.
+    const std::string own = "etcd at " + endpoint.describe() + ": ";
+    const std::string cause =
+        status.message().starts_with(own) ? status.message().substr(own.size()) : status.message();
+    causes += cause;
+    if (passed_over != nullptr) passed_over->emplace_back(at, cause);
+    if (status.code() == StatusCode::kDeadlineExceeded) {
+      late = true;
+    } else {
+      causes += internal::etcd::transport_hint(status.message(), tls);
+      if (is_retryable(status)) {
+        transient = true;
+      } else if (!permanent) {
+        permanent = status.code();
+      }
+    }
   }
-  return last;
+  std::string message =
+      "etcd at " + describe_endpoints(endpoints) + ": no endpoint answered: " + causes;
+  if (late) return deadline_exceeded_error(std::move(message));
+  if (transient || !permanent) return unavailable_error(std::move(message));
+  return Status(*permanent, std::move(message));
 }
 
 // ---- the request channel ------------------------------------------------------------
@@ -378,6 +407,19 @@ class RequestChannel {
         left_endpoint_(std::move(left_endpoint)) {}
 
   const std::string& describe() const { return described_; }
+
+  // "; every endpoint's last cause: a:1: ...; b:2: ..." when this call met
+  // trouble on more than one endpoint (else "": the message names it).
+  std::string describe_causes() const {
+    if (causes_.size() < 2) return "";
+    std::string out = "; every endpoint's last cause: ";
+    const char* separator = "";
+    for (const auto& [at, cause] : causes_) {
+      out += separator + endpoints_[at].describe() + ": " + cause;
+      separator = "; ";
+    }
+    return out;
+  }
 
   struct Stubs {
     std::shared_ptr<grpc::Channel> channel;
@@ -525,6 +567,7 @@ class RequestChannel {
     template <typename T, typename Attempt>
     Result<T> retrying(Attempt attempt, Status first_failure = ok_status()) {
       retried_ = false;
+      if (first_failure.ok()) channel_->causes_.clear();
       const std::size_t endpoints = channel_->endpoints_.size();
       Status last = std::move(first_failure);
       int attempts = last.ok() ? 0 : 1;
@@ -541,7 +584,8 @@ class RequestChannel {
           if (resume + milliseconds(10) >= deadline_) {
             return Status(last.code(), last.message() + " (" + std::to_string(attempts) +
                                            (attempts == 1 ? " attempt" : " attempts") +
-                                           " before the call's deadline)");
+                                           " before the call's deadline" +
+                                           channel_->describe_causes() + ")");
           }
           std::this_thread::sleep_until(resume);
           retried_ = true;
@@ -720,15 +764,22 @@ class RequestChannel {
     // its deadline while another endpoint could serve it.
     Status failed(const grpc::Status& status) {
       last_code_ = status.error_code();
+      channel_->causes_[channel_->conn_at_] = status.error_message();
       Status error = error_status(status, channel_->endpoint(), context_);
-      if (error.code() == StatusCode::kPermissionDenied && !channel_->auth_->enabled()) {
+      if ((status.error_code() == grpc::StatusCode::PERMISSION_DENIED ||
+           status.error_code() == grpc::StatusCode::UNAUTHENTICATED) &&
+          !channel_->auth_->enabled()) {
         // "permission denied", "user name is empty": the cluster has auth
         // on and this backend has no user.
         error = permission_denied_error(
             error.message() + " (no user given: etcd://user:password@host or password_file=)");
       }
+      // UNAVAILABLE whatever its code here: a reconnect that failed TLS
+      // verification (kPermissionDenied) condemns this endpoint, not the
+      // others.
       if ((error.code() == StatusCode::kUnavailable ||
-           error.code() == StatusCode::kDeadlineExceeded) &&
+           error.code() == StatusCode::kDeadlineExceeded ||
+           status.error_code() == grpc::StatusCode::UNAVAILABLE) &&
           channel_->stubs_) {
         channel_->leave_locked();
       }
@@ -763,7 +814,10 @@ class RequestChannel {
   Result<Stubs*> connected_locked(Deadline deadline) {
     if (stubs_) return stubs_.get();
     SIMBA_RETURN_IF_ERROR(backoff_.ready());
-    auto opened = connect_any(endpoints_, &next_, connect_timeout_, deadline, false, tls_);
+    std::vector<std::pair<std::size_t, std::string>> passed_over;
+    auto opened =
+        connect_any(endpoints_, &next_, connect_timeout_, deadline, false, tls_, &passed_over);
+    for (auto& [at, cause] : passed_over) causes_[at] = std::move(cause);
     if (!opened.ok()) {
       backoff_.failed(opened.status());
       return opened.status();
@@ -791,6 +845,9 @@ class RequestChannel {
   std::size_t conn_at_ = 0;  // the endpoint stubs_ (or the last one) is on
   std::size_t next_ = 0;
   Backoff backoff_;
+  // What each endpoint last failed a call or a connection with, during the
+  // current call (a call that gives up names them all).
+  std::map<std::size_t, std::string> causes_;
 };
 
 // ---- queue positions and the watch -----------------------------------------------

@@ -4,6 +4,7 @@
 #include <grpcpp/security/tls_certificate_verifier.h>
 #include <grpcpp/security/tls_credentials_options.h>
 
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <sstream>
@@ -132,8 +133,12 @@ Status wait_connected(grpc::Channel& channel, const Endpoint& endpoint, Deadline
           std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100))));
       etcdserverpb::RangeResponse ignored;
       const grpc::Status status = stub->Range(&probe, etcdserverpb::RangeRequest(), &ignored);
-      return unavailable_error(context + ": cannot connect" +
-                               (status.ok() ? std::string() : ": " + status.error_message()));
+      std::string message = context + ": cannot connect" +
+                            (status.ok() ? std::string() : ": " + status.error_message());
+      if (!status.ok() && is_tls_verification_failure(status.error_message())) {
+        return permission_denied_error(std::move(message));
+      }
+      return unavailable_error(std::move(message));
     }
     tried = tried || state != GRPC_CHANNEL_IDLE;
     if (!channel.WaitForStateChange(state, grpc_deadline(deadline))) {
@@ -170,8 +175,40 @@ std::string transport_hint(std::string_view message, const TlsOptions& tls) {
            (tls.cert.empty() ? ", or may require a client certificate (tls_cert, tls_key))"
                              : ", or refused the client certificate)");
   }
+  if (is_tls_verification_failure(message)) {
+    return " (TLS: the server refused the client certificate" +
+           std::string(tls.cert.empty() ? ": it wants one (tls_cert, tls_key))" : ")");
+  }
   if (has("andshake")) return " (TLS handshake failed)";
   return "";
+}
+
+bool is_tls_verification_failure(std::string_view message) {
+  // One spelling for OpenSSL's "certificate verify failed" and BoringSSL's
+  // CERTIFICATE_VERIFY_FAILED.
+  std::string text(message);
+  for (char& c : text) {
+    c = c == '_' ? ' ' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  static constexpr std::string_view kVerdicts[] = {
+      // Ours, on the server's certificate: its chain, its name.
+      "certificate verify failed",
+      "is not in peer certificate",
+      // The server's alerts about ours, during the handshake.
+      "alert bad certificate",
+      "alert unsupported certificate",
+      "alert certificate revoked",
+      "alert certificate expired",
+      "alert certificate unknown",
+      "alert unknown ca",
+      "alert access denied",
+      "alert decrypt error",
+      "alert certificate required",
+  };
+  for (std::string_view verdict : kVerdicts) {
+    if (text.find(verdict) != std::string::npos) return true;
+  }
+  return false;
 }
 
 Result<std::string> Auth::authorize(grpc::ClientContext& context, grpc::Channel& channel,
@@ -269,14 +306,38 @@ std::string prefix_end(std::string_view prefix) {
 
 Status error_status(int grpc_code, std::string_view message, std::string_view context) {
   std::string text = std::string(context) + ": " + std::string(message);
+  const auto says = [&](std::string_view part) {
+    return message.find(part) != std::string_view::npos;
+  };
   switch (grpc_code) {
+    case 8:  // RESOURCE_EXHAUSTED
+      if (says("database space exceeded")) {
+        // etcd's NOSPACE alarm refuses every write until an operator frees
+        // space and disarms it: waiting cannot help, and every member says
+        // the same.
+        return failed_precondition_error(
+            std::move(text) +
+            " (the etcd cluster is out of space: an operator must compact and defragment it, "
+            "then run `etcdctl alarm disarm`)");
+      }
+      // "etcdserver: too many requests": a busy server, for a while.
+      return unavailable_error(std::move(text));
+    case 9:  // FAILED_PRECONDITION
+      // "not leader": a member asked for what only the leader does, during
+      // an election or just after one; the next member or attempt may be it.
+      if (says("not leader") || says("no leader") || says("leader changed")) {
+        return unavailable_error(std::move(text));
+      }
+      // "lease already exists", ...: the caller handles those it expects.
+      return internal_error(std::move(text));
+    case 14:  // UNAVAILABLE: "etcdserver: no leader", "leader changed", no connection
+      if (is_tls_verification_failure(message)) return permission_denied_error(std::move(text));
+      return unavailable_error(std::move(text));
     case 1:   // CANCELLED: the call was cut off
     case 2:   // UNKNOWN: e.g. "etcdserver: leader changed" from older servers
     case 4:   // DEADLINE_EXCEEDED: "etcdserver: request timed out", or ours
-    case 8:   // RESOURCE_EXHAUSTED: "etcdserver: too many requests"
     case 10:  // ABORTED
     case 13:  // INTERNAL
-    case 14:  // UNAVAILABLE: "etcdserver: no leader", "leader changed", no connection
       return unavailable_error(std::move(text));
     case 7:   // PERMISSION_DENIED
     case 16:  // UNAUTHENTICATED: "etcdserver: user name is empty", "invalid auth token"
@@ -284,7 +345,7 @@ Status error_status(int grpc_code, std::string_view message, std::string_view co
     case 3:   // INVALID_ARGUMENT: "etcdserver: request is too large", ...
     case 11:  // OUT_OF_RANGE: "etcdserver: mvcc: required revision is a future revision"
       return invalid_argument_error(std::move(text));
-    default:  // NOT_FOUND, FAILED_PRECONDITION, ...: the caller handles those it expects
+    default:  // NOT_FOUND, ...: the caller handles those it expects
       return internal_error(std::move(text));
   }
 }

@@ -55,8 +55,10 @@ Result<std::shared_ptr<grpc::Channel>> open_channel(const Endpoint& endpoint, bo
                                                     const TlsOptions& tls);
 
 // Connects `channel` (to `endpoint`) by `deadline`. Errors name the
-// endpoint: kUnavailable when the connection failed (with gRPC's cause),
-// kDeadlineExceeded when it was not up by then.
+// endpoint: kPermissionDenied when TLS verification failed
+// (is_tls_verification_failure), kUnavailable when the connection failed
+// otherwise (with gRPC's cause), kDeadlineExceeded when it was not up by
+// then.
 Status wait_connected(grpc::Channel& channel, const Endpoint& endpoint, Deadline deadline);
 
 // etcd's authentication: user and password (for an empty user, none)
@@ -110,6 +112,21 @@ bool is_invalid_token(const grpc::Status& status);
 // closed" for a server that hung up on the handshake for whatever reason.
 std::string transport_hint(std::string_view message, const TlsOptions& tls);
 
+// Whether gRPC's message for a failed connection (or for a call on a
+// channel that could not connect) says TLS verification failed, which no
+// retry fixes. gRPC keeps the handshake's error in the channel's status
+// ("failed to connect to all addresses; last error: ...: Ssl handshake
+// failed: SSL_ERROR_SSL: error:0A000086:SSL routines::certificate verify
+// failed"), and says so itself for a name: OpenSSL's "certificate verify
+// failed" (BoringSSL's CERTIFICATE_VERIFY_FAILED), gRPC's "Peer name NAME is
+// not in peer certificate", or the alert by which the server refused our
+// certificate in the handshake ("sslv3 alert bad certificate", "tlsv1
+// alert unknown ca", "tlsv13 alert certificate required", ...). Not a
+// client certificate refused after a TLS 1.3 handshake: gRPC then says only
+// that the connection closed ("Socket closed", "Endpoint read failed"), as
+// for any server that hangs up, so that stays transient.
+bool is_tls_verification_failure(std::string_view message);
+
 // A Deadline (steady clock) as gRPC takes it (the system clock: the only
 // clock its C++ API accepts), for deadlines set just before they are used.
 std::chrono::system_clock::time_point grpc_deadline(Deadline deadline);
@@ -120,11 +137,15 @@ std::string prefix_end(std::string_view prefix);
 
 // The Status for a call that failed with gRPC status `grpc_code`:
 // transient codes (UNAVAILABLE, DEADLINE_EXCEEDED, CANCELLED, ABORTED,
-// RESOURCE_EXHAUSTED, and UNKNOWN/INTERNAL such as "leader changed") are
-// kUnavailable; UNAUTHENTICATED and PERMISSION_DENIED kPermissionDenied;
-// INVALID_ARGUMENT and OUT_OF_RANGE kInvalidArgument; NOT_FOUND,
-// FAILED_PRECONDITION and others kInternal. The message is
-// "<context>: <message>".
+// RESOURCE_EXHAUSTED such as "too many requests", UNKNOWN/INTERNAL such as
+// "leader changed", and FAILED_PRECONDITION "not leader") are kUnavailable,
+// but UNAVAILABLE for a failed TLS verification (is_tls_verification_failure)
+// is kPermissionDenied; RESOURCE_EXHAUSTED "mvcc: database space exceeded"
+// (etcd's NOSPACE alarm, raised until an operator compacts, defragments
+// and disarms it) is kFailedPrecondition, with that hint;
+// UNAUTHENTICATED and PERMISSION_DENIED kPermissionDenied; INVALID_ARGUMENT
+// and OUT_OF_RANGE kInvalidArgument; NOT_FOUND, other FAILED_PRECONDITION
+// and others kInternal. The message is "<context>: <message>".
 Status error_status(int grpc_code, std::string_view message, std::string_view context);
 // The same for a gRPC status (not OK) of a call to `endpoint`, except that
 // DEADLINE_EXCEEDED (the call's own deadline) is kDeadlineExceeded.

@@ -173,6 +173,28 @@ OwnerRecord to_record(const LockFields& lock, milliseconds fallback_ttl, millise
   return record;
 }
 
+// The error of a connect that asked several servers (sentinels, cluster
+// nodes) in turn and got nowhere: `what` and every server's failure. A
+// permanent code only when every server failed permanently (TLS
+// verification refused everywhere, a password each refused): the first
+// such, since asking again cannot help. One transient failure (a server
+// down, failing over, or not asked before the deadline) is kUnavailable:
+// the next try may find it back.
+Status none_answered(std::string what, const std::vector<Status>& failures) {
+  std::optional<StatusCode> permanent;
+  bool transient = failures.empty();
+  for (std::size_t i = 0; i < failures.size(); ++i) {
+    what += (i == 0 ? "" : "; ") + failures[i].message();
+    if (is_retryable(failures[i])) {
+      transient = true;
+    } else if (!permanent) {
+      permanent = failures[i].code();
+    }
+  }
+  if (failures.empty()) what += "deadline passed";
+  return Status(transient ? StatusCode::kUnavailable : *permanent, std::move(what));
+}
+
 // ---------------------------------------------------------------------------
 // Finding the data node: the one host of redis://, or behind Sentinel the
 // primary the sentinels name (and that says so itself, by ROLE).
@@ -221,39 +243,49 @@ class NodeOpener {
       std::lock_guard<std::mutex> lock(mu_);
       first = preferred_;
     }
-    std::vector<std::string> failures;
+    std::vector<Status> failures;
     const std::size_t n = sentinels_.size();
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = (first + i) % n;
       const Endpoint& s = sentinels_[at];
       // A hung sentinel gets its share of the time left, not all of it.
       const auto left = deadline - steady_clock::now();
-      if (left <= steady_clock::duration::zero()) break;
+      if (left <= steady_clock::duration::zero()) {
+        for (std::size_t j = i; j < n; ++j) {
+          failures.push_back(unavailable_error("sentinel " +
+                                               sentinels_[(first + j) % n].describe() +
+                                               ": not asked (the deadline had passed)"));
+        }
+        break;
+      }
       const Deadline ask_deadline = steady_clock::now() + left / static_cast<long>(n - i);
       auto named = ask(s, ask_deadline);
       if (!named.ok()) {
-        if (named.status().code() == StatusCode::kPermissionDenied) return named.status();
-        failures.push_back(named.status().message());
+        failures.push_back(named.status());
         continue;
       }
+      const std::string named_by = " (named by sentinel " + s.describe() + ")";
       auto conn = Connection::open(*named, client_name, deadline);
       if (!conn.ok()) {
-        if (conn.status().code() == StatusCode::kPermissionDenied) return conn.status();
-        failures.push_back(conn.status().message() + " (named by sentinel " + s.describe() + ")");
+        failures.push_back(Status(conn.status().code(), conn.status().message() + named_by));
         continue;
       }
       auto role = (*conn)->call(Command{"ROLE"}, deadline);
       if (!role.ok()) {
-        failures.push_back(role.status().message());
+        failures.push_back(Status(role.status().code(), role.status().message() + named_by));
         continue;
       }
       const redisReply* r = role->get();
+      if (is_error(r)) {
+        failures.push_back(error_reply_status(r, "redis at " + named->describe() + named_by));
+        continue;
+      }
       const std::string_view said = r->type == REDIS_REPLY_ARRAY && r->elements > 0
                                         ? reply_string(r->element[0])
                                         : reply_string(r);
       if (said != "master") {
-        failures.push_back("redis at " + named->describe() + " (named by sentinel " + s.describe() +
-                           ") is a " + std::string(said) + ", not the primary");
+        failures.push_back(unavailable_error("redis at " + named->describe() + named_by + " is a " +
+                                             std::string(said) + ", not the primary"));
         continue;
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -267,22 +299,26 @@ class NodeOpener {
       preferred_ = at;
       return conn;
     }
-    if (failures.empty()) failures.push_back("deadline passed");
-    std::string message = "redis-sentinel: no primary for master '" + master_name_ +
-                          "' through sentinels " + sentinel_list() + ": ";
-    for (std::size_t i = 0; i < failures.size(); ++i) {
-      message += (i == 0 ? "" : "; ") + failures[i];
-    }
-    return unavailable_error(message);
+    return none_answered("redis-sentinel: no primary for master '" + master_name_ +
+                             "' through sentinels " + sentinel_list() + ": ",
+                         failures);
   }
 
-  // A connection to a sentinel, authenticated as the sentinels want.
+  // A connection to a sentinel, authenticated as the sentinels want. Its
+  // errors say "sentinel HOST:PORT: ..." (a connection's own say "redis at").
   static Result<std::unique_ptr<Connection>> open_sentinel(const Endpoint& s,
                                                            std::string_view client_name,
                                                            Deadline deadline) {
     auto conn = Connection::open(s, client_name, deadline);
-    if (!conn.ok()) return conn.status().with_context("sentinel ");
+    if (!conn.ok()) return as_sentinel(conn.status());
     return conn;
+  }
+
+  // `status`, of a connection to a sentinel, as "sentinel HOST:PORT: ...".
+  static Status as_sentinel(const Status& status) {
+    constexpr std::string_view kRedisAt = "redis at ";
+    if (!status.message().starts_with(kRedisAt)) return status.with_context("sentinel");
+    return Status(status.code(), "sentinel " + status.message().substr(kRedisAt.size()));
   }
 
  private:
@@ -1020,7 +1056,7 @@ class SentinelWatcher : public std::enable_shared_from_this<SentinelWatcher> {
       auto reply = conn->read(steady_clock::now() + kSubscriberPing);
       if (!reply.ok()) {
         if (reply.status().code() != StatusCode::kDeadlineExceeded || ping_outstanding) {
-          return reply.status().with_context("sentinel " + sentinel.describe() + ": ");
+          return NodeOpener::as_sentinel(reply.status());
         }
         ping_outstanding = true;
         SIMBA_RETURN_IF_ERROR(conn->send({{"PING"}}, steady_clock::now() + connect_timeout_));
@@ -1168,37 +1204,49 @@ class ClusterMap {
       }
       for (const Endpoint& seed : seeds_) add(seed);
     }
-    std::vector<std::string> failures;
+    std::vector<Status> failures;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
       const auto left = deadline - steady_clock::now();
-      if (left <= steady_clock::duration::zero()) break;
+      if (left <= steady_clock::duration::zero()) {
+        for (std::size_t j = i; j < candidates.size(); ++j) {
+          failures.push_back(unavailable_error("redis at " + candidates[j].describe() +
+                                               ": not asked (the deadline had passed)"));
+        }
+        break;
+      }
       const Deadline ask_deadline = std::min(
           deadline, steady_clock::now() +
                         std::min<steady_clock::duration>(
                             connect_timeout_, left / static_cast<long>(candidates.size() - i)));
       auto conn = Connection::open(candidates[i], "simba-cluster", ask_deadline);
       if (!conn.ok()) {
-        if (conn.status().code() == StatusCode::kPermissionDenied) return conn.status();
-        failures.push_back(conn.status().message());
+        failures.push_back(conn.status());
         continue;
       }
       auto reply = (*conn)->call(Command{"CLUSTER", "SLOTS"}, ask_deadline);
       if (!reply.ok()) {
-        failures.push_back(reply.status().message());
+        failures.push_back(reply.status());
         continue;
       }
+      const std::string where = "redis at " + candidates[i].describe();
       std::vector<SlotRange> ranges;
-      if (is_error(reply->get()) ||
-          !internal::redis::parse_cluster_slots(reply->get(), candidates[i].host, &ranges)) {
-        failures.push_back("redis at " + candidates[i].describe() + ": " +
-                           (is_error(reply->get())
-                                ? std::string(reply_string(reply->get()))
-                                : std::string("unexpected reply to CLUSTER SLOTS")) +
-                           " (is it a cluster node?)");
+      if (is_error(reply->get())) {
+        // CLUSTERDOWN, LOADING, NOPERM keep their codes; an ERR ("This
+        // instance has cluster support disabled") will not change by itself.
+        const Status refused = error_reply_status(reply->get(), where);
+        failures.push_back(
+            refused.code() == StatusCode::kInternal
+                ? invalid_argument_error(refused.message() + " (is it a cluster node?)")
+                : refused);
+        continue;
+      }
+      if (!internal::redis::parse_cluster_slots(reply->get(), candidates[i].host, &ranges)) {
+        failures.push_back(
+            internal_error(where + ": unexpected reply to CLUSTER SLOTS (is it a cluster node?)"));
         continue;
       }
       if (ranges.empty()) {
-        failures.push_back("redis at " + candidates[i].describe() + " serves no slots yet");
+        failures.push_back(unavailable_error(where + " serves no slots yet"));
         continue;
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -1214,12 +1262,7 @@ class ClusterMap {
       read_at_ = steady_clock::now();
       return ok_status();
     }
-    if (failures.empty()) failures.push_back("deadline passed");
-    std::string message = describe() + ": no node answered CLUSTER SLOTS: ";
-    for (std::size_t i = 0; i < failures.size(); ++i) {
-      message += (i == 0 ? "" : "; ") + failures[i];
-    }
-    return unavailable_error(message);
+    return none_answered(describe() + ": no node answered CLUSTER SLOTS: ", failures);
   }
 
   Endpoint node_locked(int slot) const {

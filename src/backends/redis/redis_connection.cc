@@ -1,6 +1,7 @@
 #include "backends/redis/redis_connection.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <utility>
 
@@ -9,6 +10,27 @@ namespace {
 
 std::string_view first_word(std::string_view text) {
   return text.substr(0, std::min(text.find(' '), text.size()));
+}
+
+bool contains_ignoring_case(std::string_view text, std::string_view part) {
+  return std::search(text.begin(), text.end(), part.begin(), part.end(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) ==
+                  std::tolower(static_cast<unsigned char>(b));
+         }) != text.end();
+}
+
+// Whether `text`, an error reply to AUTH, refuses the credentials:
+// WRONGPASS, or an ERR about the password or AUTH itself ("ERR invalid
+// password" before Redis 6, "ERR AUTH <password> called without any password
+// configured", "ERR wrong number of arguments for 'auth' command" for a user
+// before ACLs). Not a refusal of the connection that happened to answer
+// AUTH: "ERR max number of clients reached" is written to every client
+// turned away, whatever it sent.
+bool refuses_credentials(std::string_view text) {
+  const std::string_view code = first_word(text);
+  if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") return true;
+  return code == "ERR" &&
+         (contains_ignoring_case(text, "auth") || contains_ignoring_case(text, "password"));
 }
 
 }  // namespace
@@ -32,8 +54,13 @@ Status error_reply_status(const redisReply* reply, std::string_view context) {
   if (code == "WRONGPASS" || code == "NOAUTH" || code == "NOPERM") {
     return permission_denied_error(message);
   }
+  // A server not ready yet or failing over, a script cache to fill again,
+  // a full memory, too few replicas (NOREPLICAS: min-replicas-to-write), a
+  // failed RDB save refusing writes until the disk works again (MISCONF),
+  // or too many clients: each may pass without anyone changing our side.
   if (code == "LOADING" || code == "BUSY" || code == "MASTERDOWN" || code == "TRYAGAIN" ||
-      code == "CLUSTERDOWN" || code == "READONLY" || code == "NOSCRIPT" || code == "OOM") {
+      code == "CLUSTERDOWN" || code == "READONLY" || code == "NOSCRIPT" || code == "OOM" ||
+      code == "NOREPLICAS" || code == "MISCONF" || text.starts_with("ERR max number of clients")) {
     return unavailable_error(message);
   }
   return internal_error(message);
@@ -69,11 +96,51 @@ Result<std::unique_ptr<Connection>> Connection::open(const Endpoint& endpoint,
   }
   if (endpoint.database != 0) hello.push_back({"SELECT", std::to_string(endpoint.database)});
   hello.push_back({"CLIENT", "SETNAME", std::string(client_name)});
-  Result<std::vector<Reply>> answered = conn->call(hello, deadline);
-  if (!answered.ok() && !endpoint.tls) {
+  // The replies one by one: a server that turns us away ("ERR max number of
+  // clients reached") answers once and closes, and that answer, not the
+  // closed connection behind it, is the cause to report.
+  std::vector<Reply> replies;
+  Status failure = conn->send(hello, deadline);
+  while (failure.ok() && replies.size() < hello.size()) {
+    Result<Reply> reply = conn->read(deadline);
+    if (reply.ok()) {
+      replies.push_back(std::move(*reply));
+    } else {
+      failure = reply.status();
+    }
+  }
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const redisReply* reply = replies[i].get();
+    if (!is_error(reply)) continue;
+    const std::string& command = hello[i][0];
+    if (command == "AUTH") {
+      const std::string as =
+          endpoint.user.empty() ? "the default user" : "user '" + endpoint.user + "'";
+      if (!refuses_credentials(reply_string(reply))) {
+        return error_reply_status(reply, "redis at " + peer + ": AUTH as " + as);
+      }
+      return permission_denied_error("redis at " + peer + ": AUTH as " + as +
+                                     " refused: " + std::string(reply_string(reply)));
+    }
+    const Status status = error_reply_status(reply, "redis at " + peer);
+    if (command == "SELECT") {
+      // NOAUTH (a password we were not given), NOPERM, LOADING: not the
+      // database's fault.
+      if (status.code() != StatusCode::kInternal) return status;
+      return invalid_argument_error("redis at " + peer + ": cannot select database " +
+                                    std::to_string(endpoint.database) + ": " +
+                                    std::string(reply_string(reply)));
+    }
+    // CLIENT SETNAME is a courtesy; an ACL may forbid it (NOPERM), and the
+    // server may not know it. But NOAUTH here means the server wants a
+    // password we were not given, and LOADING that it is not ready.
+    if (first_word(reply_string(reply)) == "NOPERM") continue;
+    if (status.code() != StatusCode::kInternal) return status;
+  }
+  if (!failure.ok() && replies.empty() && !endpoint.tls) {
     // A TLS-only server (tls-port, port 0) drops a plain-text client at its
     // first bytes, without a word.
-    const std::string message = answered.status().message();
+    const std::string& message = failure.message();
     if (message.ends_with(": connection closed") ||
         message.ends_with(": Connection reset by peer")) {
       return unavailable_error(message +
@@ -81,26 +148,7 @@ Result<std::unique_ptr<Connection>> Connection::open(const Endpoint& endpoint,
                                "serves only TLS does to plain text: use rediss:// or tls=verify)");
     }
   }
-  SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies, std::move(answered));
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    if (!is_error(replies[i].get())) continue;
-    const std::string& command = hello[i][0];
-    if (command == "AUTH") {
-      const std::string as =
-          endpoint.user.empty() ? "the default user" : "user '" + endpoint.user + "'";
-      return permission_denied_error("redis at " + peer + ": AUTH as " + as +
-                                     " refused: " + std::string(reply_string(replies[i].get())));
-    }
-    if (command == "SELECT") {
-      return invalid_argument_error("redis at " + peer + ": cannot select database " +
-                                    std::to_string(endpoint.database) + ": " +
-                                    std::string(reply_string(replies[i].get())));
-    }
-    // CLIENT SETNAME is a courtesy; an ACL may forbid it. But NOAUTH
-    // here means the server wants a password we were not given.
-    const Status status = error_reply_status(replies[i].get(), "redis at " + peer);
-    if (status.code() != StatusCode::kInternal) return status;
-  }
+  SIMBA_RETURN_IF_ERROR(failure);
   return conn;
 }
 

@@ -45,10 +45,12 @@ class Connection {
  public:
   // Connects (and runs the TLS handshake when endpoint.tls is set), then
   // AUTH (if a password is set) and SELECT (if database != 0), and names the
-  // client (CLIENT SETNAME `client_name`) so operators can see it in CLIENT
-  // LIST. Errors: kUnavailable (cannot connect, a failed TLS handshake, or
-  // the server is loading or otherwise not ready), kDeadlineExceeded,
-  // kPermissionDenied (AUTH refused), kInvalidArgument (SELECT refused).
+  // client (CLIENT SETNAME `client_name`, a courtesy: refused by an ACL, it
+  // is skipped) so operators can see it in CLIENT LIST. Errors:
+  // kUnavailable (cannot connect, a failed TLS handshake, or the server is
+  // loading, turns us away as one client too many, or is otherwise not
+  // ready), kDeadlineExceeded, kPermissionDenied (AUTH refused, a password
+  // needed, TLS verification failed), kInvalidArgument (SELECT refused).
   // No error shows the password.
   static Result<std::unique_ptr<Connection>> open(const Endpoint& endpoint,
                                                   std::string_view client_name, Deadline deadline);
@@ -78,8 +80,11 @@ class Connection {
 // kInternal-free helpers for replies.
 bool is_error(const redisReply* reply);
 std::string_view reply_string(const redisReply* reply);
-// The error reply as a Status: NOSCRIPT / BUSY / LOADING / ... are
-// kUnavailable, WRONGPASS/NOAUTH/NOPERM kPermissionDenied, others kInternal.
+// The error reply as a Status, "<context>: <reply>": the replies of a
+// server that may answer otherwise on its own later are kUnavailable
+// (LOADING, BUSY, MASTERDOWN, TRYAGAIN, CLUSTERDOWN, READONLY, NOSCRIPT, OOM,
+// NOREPLICAS, MISCONF, "ERR max number of clients reached"); WRONGPASS,
+// NOAUTH and NOPERM kPermissionDenied; others kInternal.
 Status error_reply_status(const redisReply* reply, std::string_view context);
 
 }  // namespace simba::internal::redis

@@ -102,6 +102,13 @@ std::string take_openssl_error() {
   return text;
 }
 
+// kPermissionDenied for a verification failure, which trying again cannot
+// fix; kUnavailable for the rest.
+Status tls_failure(bool verification, std::string message) {
+  return verification ? permission_denied_error(std::move(message))
+                      : unavailable_error(std::move(message));
+}
+
 bool is_ip_literal(const std::string& host) {
   in6_addr address{};
   return ::inet_pton(AF_INET, host.c_str(), &address) == 1 ||
@@ -144,8 +151,11 @@ class TlsStream final : public Stream {
         continue;
       }
       failed_ = true;
-      return unavailable_error(context() +
-                               ": TLS handshake: " + handshake_failure(error, expected_name));
+      // Judged before handshake_failure takes the error off the queue.
+      const bool verification = is_verification_failure(
+          error == SSL_ERROR_SSL ? ERR_peek_error() : 0, SSL_get_verify_result(ssl_));
+      return tls_failure(verification,
+                         context() + ": TLS handshake: " + handshake_failure(error, expected_name));
     }
   }
 
@@ -236,13 +246,17 @@ class TlsStream final : public Stream {
     const int result = SSL_read(ssl_, &byte, 1);
     if (result <= 0 && SSL_get_error(ssl_, result) == SSL_ERROR_SSL &&
         ERR_GET_LIB(ERR_peek_error()) == ERR_LIB_SSL) {
-      return unavailable_error(context() + ": write: TLS: " + take_openssl_error());
+      const bool verification =
+          is_verification_failure(ERR_peek_error(), SSL_get_verify_result(ssl_));
+      return tls_failure(verification, context() + ": write: TLS: " + take_openssl_error());
     }
     ERR_clear_error();
     return failure;
   }
 
-  // `what` ("read", "write") failed: kUnavailable "<context>: <what>: ...".
+  // `what` ("read", "write") failed: kUnavailable "<context>: <what>: ...",
+  // or kPermissionDenied for the server's alert refusing our certificate
+  // (TLS 1.3 servers check it after the handshake).
   Status io_failure_locked(std::string_view what, int error) {
     failed_ = true;
     if (error == SSL_ERROR_SYSCALL) {
@@ -252,8 +266,10 @@ class TlsStream final : public Stream {
       return unavailable_error(context() + ": connection closed");
     }
     if (error == SSL_ERROR_SSL) {
-      return unavailable_error(context() + ": " + std::string(what) +
-                               ": TLS: " + take_openssl_error());
+      const bool verification =
+          is_verification_failure(ERR_peek_error(), SSL_get_verify_result(ssl_));
+      return tls_failure(verification,
+                         context() + ": " + std::string(what) + ": TLS: " + take_openssl_error());
     }
     ERR_clear_error();
     return unavailable_error(context() + ": " + std::string(what) + ": TLS error " +
@@ -268,6 +284,29 @@ class TlsStream final : public Stream {
 };
 
 }  // namespace
+
+bool is_verification_failure(unsigned long openssl_error,  // NOLINT(google-runtime-int)
+                             long verify_result) {         // NOLINT(google-runtime-int)
+  if (verify_result != X509_V_OK) return true;
+  if (openssl_error == 0 || ERR_GET_LIB(openssl_error) != ERR_LIB_SSL) return false;
+  switch (ERR_GET_REASON(openssl_error)) {
+    // Ours, in case the verify result was not kept.
+    case SSL_R_CERTIFICATE_VERIFY_FAILED:
+    // The server's alerts about our certificate (or its absence).
+    case SSL_R_SSLV3_ALERT_BAD_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_REVOKED:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_EXPIRED:
+    case SSL_R_SSLV3_ALERT_CERTIFICATE_UNKNOWN:
+    case SSL_R_TLSV1_ALERT_UNKNOWN_CA:
+    case SSL_R_TLSV1_ALERT_ACCESS_DENIED:
+    case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
+    case SSL_R_TLSV13_ALERT_CERTIFICATE_REQUIRED:
+      return true;
+    default:
+      return false;
+  }
+}
 
 TlsContext::TlsContext(TlsOptions options, ssl_ctx_st* ctx)
     : options_(std::move(options)), ctx_(ctx) {}

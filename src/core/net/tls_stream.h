@@ -62,19 +62,37 @@ class TlsContext {
 
 // Runs the TLS handshake with the server at `host` over `stream` by
 // `deadline` and returns the encrypted stream (the same context in its
-// messages). Errors, after "<context>: TLS handshake: ": kUnavailable
-// ("certificate verify failed: certificate has expired", "wrong version
-// number (is the server serving TLS on this port?)", ...),
-// kDeadlineExceeded ("<context>: TLS handshake timed out").
+// messages). Errors, after "<context>: TLS handshake: ": kPermissionDenied
+// when verification failed (is_verification_failure: "certificate verify
+// failed: certificate has expired", a host-name mismatch, the server's
+// alert refusing our certificate), which no retry can fix; kUnavailable
+// for the rest ("wrong version number (is the server serving TLS on this
+// port?)", the server closed the connection, ...); kDeadlineExceeded
+// ("<context>: TLS handshake timed out").
 //
 // The stream's write_all and read_some may be called from two threads at
 // once (one reading, one writing): calls into OpenSSL take turns on a mutex,
 // never held while waiting for the socket. A server that refuses our client
 // certificate (or its absence) after the handshake is reported by the first
 // read, or by a write that finds the connection reset (the alert is read
-// then): "<context>: read: TLS: tlsv13 alert certificate required ...".
+// then): kPermissionDenied "<context>: read: TLS: tlsv13 alert certificate
+// required ...". Other read and write failures are kUnavailable.
 Result<std::unique_ptr<Stream>> start_tls(std::unique_ptr<Stream> stream, const TlsContext& tls,
                                           const std::string& host, Deadline deadline);
+
+// Whether a TLS failure is a verification failure, permanent until someone
+// changes a certificate or an option: our check of the server's certificate
+// failed (`verify_result`, SSL_get_verify_result, is not X509_V_OK: the
+// chain, its dates, a host-name mismatch), or the server refused ours by a
+// fatal alert (`openssl_error`, ERR_peek_error's code: bad_certificate,
+// unknown_ca, certificate_required, certificate_unknown,
+// unsupported_certificate, certificate_expired, certificate_revoked,
+// access_denied, decrypt_error). OpenSSL reports an alert it received as
+// reason SSL_AD_REASON_OFFSET + the alert's number, never used for a
+// failure of its own, so these are the server's words. Anything else (a
+// reset, a plain-text server, an unknown error) is not.
+bool is_verification_failure(unsigned long openssl_error,  // NOLINT(google-runtime-int)
+                             long verify_result);          // NOLINT(google-runtime-int)
 
 }  // namespace simba::internal
 
