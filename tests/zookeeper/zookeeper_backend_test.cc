@@ -9,7 +9,9 @@
 #include <zookeeper/zookeeper.h>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/zookeeper/zookeeper_sockets.h"
 #include "simba/backends/zookeeper.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
@@ -709,12 +712,152 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   EXPECT_TRUE(raw.children(chroot_a + root + "/m").empty());
 }
 
+// ---- leaving a member that does not answer (zookeeper_sockets.h) -----------------
+
+TEST(ZookeeperMembers, TheClientsErrorLinesNameTheMemberAndTheCause) {
+  using internal::zookeeper::member_cause_of_log_line;
+  const auto refused = member_cause_of_log_line(
+      "2026-11-28 17:00:00,123:4242(0x7f00):ZOO_ERROR@handle_socket_error_msg@2041: Socket "
+      "127.0.0.1:2181 zk retcode=-4, errno=111(Connection refused): server refused to accept "
+      "the client\n");
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->first, "127.0.0.1:2181");
+  EXPECT_EQ(refused->second, "server refused to accept the client (Connection refused)");
+  const auto timed_out = member_cause_of_log_line(
+      "ZOO_ERROR@handle_socket_error_msg@2041: Socket [::1]:2182 zk retcode=-7, "
+      "errno=110(Connection "
+      "timed out): connection to [::1]:2182 timed out (exceeded timeout by 0ms)");
+  ASSERT_TRUE(timed_out.has_value());
+  EXPECT_EQ(timed_out->first, "[::1]:2182");
+  EXPECT_EQ(timed_out->second,
+            "connection to [::1]:2182 timed out (exceeded timeout by 0ms) (Connection timed out)");
+  const auto no_errno = member_cause_of_log_line(
+      "Socket 10.0.0.2:2181 zk retcode=-4, errno=0(Success): session expired");
+  ASSERT_TRUE(no_errno.has_value());
+  EXPECT_EQ(no_errno->second, "session expired");
+  EXPECT_FALSE(member_cause_of_log_line("ZOO_INFO@check_events@2992: initiated connection to "
+                                        "server 127.0.0.1:2181")
+                   .has_value());
+  EXPECT_FALSE(member_cause_of_log_line("Socket  zk retcode=-4, errno=1(x): y").has_value());
+}
+
+TEST(ZookeeperMembers, PeersParseAsTheClientFormatsThem) {
+  using internal::zookeeper::parse_peer;
+  const auto v4 = parse_peer("127.0.0.1:2181");
+  ASSERT_TRUE(v4.has_value());
+  EXPECT_FALSE(v4->v6);
+  EXPECT_EQ(v4->port, 2181);
+  EXPECT_EQ(v4->address[0], 127);
+  EXPECT_EQ(v4->address[3], 1);
+  const auto bracketed = parse_peer("[::1]:2182");
+  ASSERT_TRUE(bracketed.has_value());
+  EXPECT_TRUE(bracketed->v6);
+  EXPECT_EQ(bracketed->address[15], 1);
+  EXPECT_TRUE(parse_peer("::1:2182").has_value());
+  for (const char* bad : {"", "127.0.0.1", "127.0.0.1:", ":2181", "host:2181", "127.0.0.1:0",
+                          "127.0.0.1:70000", "127.0.0.1:21x"}) {
+    EXPECT_FALSE(parse_peer(bad).has_value()) << bad;
+  }
+}
+
+TEST(ZookeeperMembers, ProcNetTcpRowsAreMatchedByTheirRemoteEnd) {
+  using internal::zookeeper::inodes_connected_to;
+  using internal::zookeeper::parse_peer;
+  // 127.0.0.1:2181 is 0100007F:0885 as the kernel prints it; states 01
+  // (established) and 02 (connecting) count, 0A (listening) and 06 do not.
+  const std::string table =
+      "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  "
+      "timeout inode\n"
+      "   0: 0100007F:C350 0100007F:0885 01 00000000:00000000 00:00000000 00000000     0        "
+      "0 1111 1 0000000000000000 20 4 30 10 -1\n"
+      "   1: 0100007F:C351 0100007F:0885 02 00000000:00000000 00:00000000 00000000     0        "
+      "0 2222 1 0000000000000000 20 4 30 10 -1\n"
+      "   2: 0100007F:0885 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        "
+      "0 3333 1 0000000000000000 20 4 30 10 -1\n"
+      "   3: 0100007F:C352 0100007F:0886 01 00000000:00000000 00:00000000 00000000     0        "
+      "0 4444 1 0000000000000000 20 4 30 10 -1\n"
+      "   4: 0100007F:C353 0100007F:0885 06 00000000:00000000 00:00000000 00000000     0        "
+      "0 5555 1 0000000000000000 20 4 30 10 -1\n";
+  EXPECT_EQ(inodes_connected_to(table, *parse_peer("127.0.0.1:2181")),
+            (std::vector<std::uint64_t>{1111, 2222}));
+  EXPECT_EQ(inodes_connected_to(table, *parse_peer("127.0.0.1:2182")),
+            (std::vector<std::uint64_t>{4444}));
+  EXPECT_TRUE(inodes_connected_to(table, *parse_peer("127.0.0.2:2181")).empty());
+  EXPECT_TRUE(inodes_connected_to("", *parse_peer("127.0.0.1:2181")).empty());
+}
+
+// A loopback listener and its port.
+struct Listener {
+  int fd = -1;
+  int port = 0;
+  Listener() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 || listen(fd, 8) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      return;
+    }
+    port = ntohs(address.sin_port);
+  }
+  ~Listener() { close(fd); }
+  // A connected client socket (the kernel accepts it into the backlog, as a
+  // paused server's does).
+  int dial() const {
+    const int client = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (connect(client, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) return -1;
+    return client;
+  }
+};
+
+// Whether `fd` reads end-of-stream now (its connection was shut down).
+bool reads_end(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  if (poll(&p, 1, 1000) != 1) return false;
+  char byte;
+  return recv(fd, &byte, 1, MSG_DONTWAIT) == 0;
+}
+
+TEST(ZookeeperMembers, OnlyTheConnectionsToTheSilentMemberAreShutDown) {
+  Listener silent;
+  Listener live;
+  ASSERT_NE(silent.port, 0);
+  ASSERT_NE(live.port, 0);
+  const int to_silent_a = silent.dial();
+  const int to_silent_b = silent.dial();
+  const int to_live = live.dial();
+  ASSERT_GE(to_silent_a, 0);
+  ASSERT_GE(to_silent_b, 0);
+  ASSERT_GE(to_live, 0);
+  const auto peer = internal::zookeeper::parse_peer("127.0.0.1:" + std::to_string(silent.port));
+  ASSERT_TRUE(peer.has_value());
+  EXPECT_EQ(internal::zookeeper::shut_down_connections_to(*peer), 2);
+  EXPECT_TRUE(reads_end(to_silent_a));
+  EXPECT_TRUE(reads_end(to_silent_b));
+  // Shut down, not closed: the descriptors stay their owner's to close.
+  EXPECT_EQ(fcntl(to_silent_a, F_GETFD), 0);
+  pollfd p{to_live, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 100), 0) << "the live member's connection was touched";
+  close(to_silent_a);
+  close(to_silent_b);
+  close(to_live);
+}
+
 TEST(ZookeeperUri, AnUnreachableEnsembleFailsByTheDeadline) {
   auto backend = open("zookeeper://127.0.0.1:1?connect_timeout=300ms");
   ASSERT_TRUE(backend);
   const auto start = steady_clock::now();
+  // The member is named with what the client met there.
   EXPECT_THAT(backend->acquire_or_renew(request_for("m", "c"), in(seconds(5))),
-              StatusIs(StatusCode::kUnavailable, HasSubstr("127.0.0.1:1")));
+              StatusIs(StatusCode::kUnavailable,
+                       HasSubstr("members tried: 127.0.0.1:1: server refused to accept the client "
+                                 "(Connection refused)")));
   EXPECT_LT(steady_clock::now() - start, seconds(2));
 }
 

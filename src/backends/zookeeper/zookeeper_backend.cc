@@ -19,12 +19,14 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "backends/zookeeper/zookeeper_sockets.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
 #include "core/store_options.h"
@@ -46,6 +48,11 @@ constexpr std::string_view kProtected = "_c_";
 constexpr std::size_t kUuidLength = 36;
 // Attempts inside one call when the election changes under it.
 constexpr int kRounds = 5;
+// A member that does not answer is left after a quarter of the session
+// timeout, but never sooner than this (a busy member may take a moment).
+constexpr milliseconds kMinSilenceLimit{500};
+// How often the keepalive thread looks at whom the client is connecting to.
+constexpr milliseconds kMemberCheck{100};
 // The ACL id "world:anyone" (the C client's Id takes non-const strings, so
 // these are variables, named as such).
 char world_scheme[] = "world";
@@ -393,10 +400,17 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
 
   // One attempt of acquire(): a connection lost under it is an error here.
   Result<OwnerRecord> acquire_once(const AcquireRequest& request, Deadline deadline);
-  // The keepalive thread: a read every third of the session timeout (so we
-  // know when the server last heard from us), and the loss of a suspended
-  // session's owners once its hold bound passes (on_session_event).
+  // The keepalive thread: a read every eighth of the session timeout (so we
+  // know when the server last heard from us), the loss of a suspended
+  // session's owners once its hold bound passes (on_session_event), and
+  // leaving a member that accepts connections but does not answer.
   void run_keepalive();
+  // The member the client is connected or connecting to ("host:port"), or
+  // "" when it cannot tell.
+  static std::string current_member(zhandle_t* zh);
+  // Ends the connections to `member`, which has been silent for `silent`:
+  // the client moves to the next member with the same session.
+  void leave_member(const std::string& member, milliseconds silent);
   // The server heard from the current session at `sent` or later.
   void note_contact(SteadyClock::time_point sent);
 
@@ -487,6 +501,9 @@ class ZkStore : public std::enable_shared_from_this<ZkStore> {
   // attempt that it accepted), and when the session was opened.
   SteadyClock::time_point contact_{};
   SteadyClock::time_point session_opened_{};
+  // When the oldest keepalive read still unanswered was sent (none while
+  // every one sent has been answered).
+  std::optional<SteadyClock::time_point> probe_unanswered_since_;
   // Since when the client has been reconnecting (valid while lost_ and the
   // session lives), and until when owners may keep acting as owners then:
   // contact_ + 2/3 of the granted session timeout (the server ends the
@@ -559,9 +576,76 @@ PendingPtr multi(zhandle_t* zh, std::vector<zoo_op_t>& ops, PendingPtr p) {
 
 // ---- sessions and watches -----------------------------------------------------------
 
+// What the C client last said of each member it could not reach (its
+// "Socket HOST:PORT zk retcode=..., errno=...(...): why" error lines) or
+// that we left for not answering, and when: a call that finds no
+// connection names them. Process-wide, as the client's log callback has no
+// context (one process rarely talks to two ensembles).
+struct MemberCause {
+  std::string cause;
+  SteadyClock::time_point at;
+};
+std::mutex g_member_causes_mu;
+std::map<std::string, MemberCause>& member_causes() {
+  static auto* const kCauses = new std::map<std::string, MemberCause>;  // outlives statics
+  return *kCauses;
+}
+
+void note_member_cause(std::string member, std::string cause) {
+  std::lock_guard<std::mutex> lock(g_member_causes_mu);
+  member_causes()[std::move(member)] = {std::move(cause), SteadyClock::now()};
+}
+
+}  // namespace
+
+namespace internal::zookeeper {
+
+std::optional<std::pair<std::string, std::string>> member_cause_of_log_line(std::string_view line) {
+  constexpr std::string_view kSocket = "Socket ";
+  constexpr std::string_view kRetcode = " zk retcode=";
+  const std::size_t socket = line.find(kSocket);
+  if (socket == std::string_view::npos) return std::nullopt;
+  const std::size_t member_at = socket + kSocket.size();
+  const std::size_t retcode = line.find(kRetcode, member_at);
+  if (retcode == std::string_view::npos || retcode == member_at) return std::nullopt;
+  std::string member(line.substr(member_at, retcode - member_at));
+  // "errno=111(Connection refused): server refused to accept the client"
+  const std::size_t errno_at = line.find("errno=", retcode);
+  const std::size_t open = line.find('(', errno_at == std::string_view::npos ? retcode : errno_at);
+  const std::size_t close = line.find("): ", open == std::string_view::npos ? retcode : open);
+  if (errno_at == std::string_view::npos || open == std::string_view::npos ||
+      close == std::string_view::npos) {
+    return std::nullopt;
+  }
+  std::string cause(line.substr(close + 3));
+  while (!cause.empty() && (cause.back() == '\n' || cause.back() == '\r')) cause.pop_back();
+  const std::string_view errno_text = line.substr(open + 1, close - open - 1);
+  if (line.substr(errno_at, 8) != "errno=0(" && !errno_text.empty()) {
+    cause += " (" + std::string(errno_text) + ")";
+  }
+  return std::make_pair(std::move(member), std::move(cause));
+}
+
+std::string member_causes_since(std::chrono::steady_clock::time_point since) {
+  std::lock_guard<std::mutex> lock(g_member_causes_mu);
+  std::string out;
+  for (const auto& [member, cause] : member_causes()) {
+    if (cause.at < since) continue;
+    out += (out.empty() ? "" : "; ") + member + ": " + cause.cause;
+  }
+  return out;
+}
+
+}  // namespace internal::zookeeper
+
+namespace {
+
 void log_to_simba(const char* message) {
   std::string text = message != nullptr ? message : "";
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
+  if (auto cause = internal::zookeeper::member_cause_of_log_line(text)) {
+    note_member_cause(std::move(cause->first), std::move(cause->second));
+  }
   SIMBA_LOG(kDebug, "zookeeper client: " << text);
 }
 
@@ -609,6 +693,8 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
       // A state change that came before the handle was installed.
       const int state = zoo_state(zh);
       if (state == ZOO_CONNECTED_STATE) connected_ = true;
+      // The keepalive thread watches whom the new handle connects to.
+      cv_.notify_all();
     }
   }
   stale.reset();  // closes an expired session, outside our locks
@@ -636,10 +722,14 @@ Result<std::shared_ptr<ZkHandle>> ZkStore::session(Deadline deadline) {
     if (auth_rc != ZOK && !is_connection_error(auth_rc)) return auth_failure(auth_rc);
   }
   if (!connected_) {
-    return unavailable_error("zookeeper at " + options_.connect_string +
-                             (expired_ ? ": the session expired"
-                                       : ": no connection (connect_timeout " +
-                                             format_duration(options_.connect_timeout) + ")"));
+    // The members the client tried meanwhile, and what each said.
+    const std::string causes = internal::zookeeper::member_causes_since(connecting_since_);
+    return unavailable_error(
+        "zookeeper at " + options_.connect_string +
+        (expired_
+             ? ": the session expired"
+             : ": no connection (connect_timeout " + format_duration(options_.connect_timeout) +
+                   ")" + (causes.empty() ? std::string() : "; members tried: " + causes)));
   }
   std::shared_ptr<ZkHandle> handle = handle_;
   PendingPtr auth = auth_;
@@ -687,6 +777,7 @@ void ZkStore::on_session_event(zhandle_t* zh, int state) {
     // Events of a replaced session, or of one not installed yet (it reads
     // its state after it is), change nothing.
     if (handle_ == nullptr || handle_->get() != zh) return;
+    probe_unanswered_since_.reset();
     if (state == ZOO_CONNECTED_STATE) {
       back = lost_;
       connected_ = true;
@@ -1122,11 +1213,18 @@ Result<OwnerRecord> ZkStore::acquire(const AcquireRequest& request, Deadline dea
 void ZkStore::note_contact(SteadyClock::time_point sent) {
   std::lock_guard<std::mutex> lock(mu_);
   if (sent >= session_opened_ && !expired_) contact_ = std::max(contact_, sent);
+  // The member answers: no probe sent before this answer is outstanding.
+  if (probe_unanswered_since_ && *probe_unanswered_since_ <= sent) probe_unanswered_since_.reset();
 }
 
 void ZkStore::run_keepalive() {
   std::unique_lock<std::mutex> lock(mu_);
   SteadyClock::time_point next_probe = SteadyClock::now();
+  // The member the client has been connecting to (not connected), and
+  // since when.
+  std::string trying;
+  SteadyClock::time_point trying_since{};
+  SteadyClock::time_point left_at{};
   while (!closed_) {
     const SteadyClock::time_point now = SteadyClock::now();
     if (suspended_ && now >= hold_until_) {
@@ -1140,13 +1238,52 @@ void ZkStore::run_keepalive() {
       lock.lock();
       continue;
     }
+    // A member that accepts connections but does not answer (a paused or
+    // hung server) is left after a quarter of the session timeout, where
+    // the client would wait two thirds: connected, when a probe stays
+    // unanswered that long; connecting, when the client has been on the
+    // same member that long. The session moves to a live member well before
+    // the servers could end it.
+    const milliseconds silence_limit = std::max(granted_ / 4, kMinSilenceLimit);
+    if (handle_ != nullptr && !expired_ && now - left_at >= silence_limit) {
+      std::shared_ptr<ZkHandle> handle = handle_;
+      const bool connected = connected_;
+      const std::optional<SteadyClock::time_point> unanswered = probe_unanswered_since_;
+      lock.unlock();
+      std::optional<milliseconds> silent;
+      std::string member = current_member(handle->get());
+      if (connected) {
+        trying.clear();
+        if (unanswered && now - *unanswered >= silence_limit) {
+          silent = duration_cast<milliseconds>(now - *unanswered);
+        }
+      } else if (member != trying) {
+        trying = member;
+        trying_since = now;
+      } else if (!member.empty() && now - trying_since >= silence_limit) {
+        silent = duration_cast<milliseconds>(now - trying_since);
+      }
+      if (silent && !member.empty()) {
+        leave_member(member, *silent);
+        left_at = now;
+        trying.clear();
+      }
+      handle.reset();
+      lock.lock();
+      if (silent) {
+        probe_unanswered_since_.reset();
+        continue;
+      }
+    }
     if (connected_ && handle_ != nullptr && now >= next_probe) {
       // A read (served by the member we talk to, no write) so that the
-      // hold bound of a disconnection starts from a recent contact; it
-      // stands in for the client's own ping, which it makes unnecessary.
+      // hold bound of a disconnection starts from a recent contact, and a
+      // member that stops answering is noticed; it stands in for the
+      // client's own ping, which it makes unnecessary.
       std::shared_ptr<ZkHandle> handle = handle_;
-      const milliseconds period = std::max(granted_ / 3, milliseconds(100));
+      const milliseconds period = std::max(granted_ / 8, milliseconds(100));
       next_probe = now + period;
+      if (!probe_unanswered_since_) probe_unanswered_since_ = now;
       lock.unlock();
       // Not waited for (a stop need not wait for it); the handle keeps
       // this store alive until its completions have run.
@@ -1169,13 +1306,36 @@ void ZkStore::run_keepalive() {
       continue;
     }
     if (suspended_) {
-      cv_.wait_until(lock, hold_until_);
+      cv_.wait_until(lock, std::min(hold_until_, now + kMemberCheck));
     } else if (connected_) {
-      cv_.wait_until(lock, next_probe);
+      cv_.wait_until(lock, std::min(next_probe, now + kMemberCheck));
+    } else if (handle_ != nullptr && !expired_) {
+      cv_.wait_until(lock, now + kMemberCheck);  // whom the client is trying
     } else {
       cv_.wait(lock);  // session events notify
     }
   }
+}
+
+std::string ZkStore::current_member(zhandle_t* zh) {
+  // The client formats it into a buffer of its own that its I/O thread's
+  // log lines also use: copied at once, and checked by parse_peer before
+  // use.
+  const char* member = zoo_get_current_server(zh);
+  std::string copy = member != nullptr ? std::string(member) : std::string();
+  return internal::zookeeper::parse_peer(copy) ? copy : std::string();
+}
+
+void ZkStore::leave_member(const std::string& member, milliseconds silent) {
+  const std::optional<internal::zookeeper::TcpPeer> peer = internal::zookeeper::parse_peer(member);
+  if (!peer) return;
+  const int ended = internal::zookeeper::shut_down_connections_to(*peer);
+  note_member_cause(member, "accepted the connection but did not answer for " +
+                                format_duration(silent) + "; left for another member");
+  SIMBA_LOG(kWarn, "zookeeper at " << options_.connect_string << ": member " << member
+                                   << " has not answered for " << silent.count()
+                                   << " ms; leaving it for another member, the session kept ("
+                                   << ended << " connection(s) ended)");
 }
 
 Result<OwnerRecord> ZkStore::acquire_once(const AcquireRequest& request, Deadline deadline) {
