@@ -75,9 +75,14 @@ struct LeaseJob {
 // --verbose, --log-format and "-- CMD". kInvalidArgument names the flag at fault.
 Result<LeaseJob> parse_lease_job(const Args& args);
 // The factory for `job`'s store with its lease settings and an event printer
-// (MakeEventPrinter), after one read of the mutex shows the store can be
-// reached (errors name the store).
+// (make_event_printer). It does not wait for the store: the first
+// acquisition does (errors name the store).
 Result<std::unique_ptr<MutexContendServiceFactory>> open_factory(const LeaseJob& job);
+// Reads `job`'s mutex until the store answers: a store that cannot be
+// reached yet (down, failing over) is asked again with a backoff, each new
+// cause printed once; one that refuses the call (credentials, TLS
+// verification) is the error at once. kCancelled once `cancel` is stopped.
+Status wait_for_store(const LeaseJob& job, Backend& backend, std::stop_token cancel);
 // `status`'s message prefixed with the store URI, password masked: a network
 // store's own messages name only its host and port.
 std::string store_error(const std::string& store, const Status& status);

@@ -38,6 +38,29 @@ int elect_command(const std::vector<std::string>& argv) {
   auto service = (*factory)->create_contend_service(make_contender(job->mutex, nullptr, nullptr));
   if (!service.ok()) return usage("--mutex: " + service.status().message());
   install_signal_handlers();
+  {
+    // Until the store first answers: a store that cannot be reached yet is
+    // waited for (for ever, each new cause printed once), one that refuses
+    // us ends the command. After that the service rides out every outage.
+    std::stop_source cancel;
+    std::jthread watcher([&](std::stop_token stop) {
+      while (!stop.stop_requested()) {
+        if (take_signal() != 0) {
+          cancel.request_stop();
+          return;
+        }
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+    });
+    const Status reached = wait_for_store(*job, *(*factory)->backend(), cancel.get_token());
+    watcher.request_stop();
+    watcher.join();
+    if (reached.code() == StatusCode::kCancelled) return kExitOk;
+    if (!reached.ok()) {
+      print_error(reached.message());
+      return exit_code_for(reached);
+    }
+  }
   if (Status s = (*service)->start(); !s.ok()) {
     print_error(s.message());
     return exit_code_for(s);

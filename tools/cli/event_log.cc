@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <mutex>
+#include <set>
+#include <string>
 
 #include "simba/events.h"
 #include "tools/cli/cli.h"
@@ -39,27 +41,31 @@ void print_line(const char* level, const std::string& message) {
   }
 }
 
-// Prints the events of a factory's services. Text: with --verbose only
-// (without it the library's own warnings say what went wrong, as before).
-// JSON: losses and store errors always, as they replace those warnings;
-// acquisitions, renewals and releases with --verbose.
+// Prints the events of a factory's services. Store errors always ("store
+// unreachable for mutex 'm', retrying in 400ms (...)"), each new cause once
+// while the store stays down (every one with --verbose): with a listener the
+// library's own warning for them is quiet. Text: the rest with --verbose
+// only (the library's own warnings say what went wrong). JSON: losses
+// always, as they replace those warnings; acquisitions, renewals and
+// releases with --verbose.
 class EventPrinter final : public LockEventListener {
  public:
   EventPrinter(LogFormat format, bool verbose) : format_(format), verbose_(verbose) {}
 
   void on_event(const LockEvent& event) override {
-    const bool problem =
-        event.kind == LockEvent::Kind::kLost || event.kind == LockEvent::Kind::kStoreError;
-    if (!verbose_ && !(problem && format_ == LogFormat::kJson)) return;
-    if (event.kind == LockEvent::Kind::kStoreError && !verbose_) {
-      // A store that stays down fails every retry: the first failure and
-      // every tenth in a row are enough.
+    const bool loss = event.kind == LockEvent::Kind::kLost;
+    if (event.kind == LockEvent::Kind::kStoreError) {
+      // A store that stays down fails every retry, mostly for the same
+      // reason: each cause is printed once until a call succeeds again.
       std::lock_guard<std::mutex> lock(mu_);
-      if (++failures_in_a_row_ != 1 && failures_in_a_row_ % 10 != 0) return;
-    } else if (event.kind == LockEvent::Kind::kAcquired ||
-               event.kind == LockEvent::Kind::kRenewed) {
-      std::lock_guard<std::mutex> lock(mu_);
-      failures_in_a_row_ = 0;
+      if (!causes_.insert(event.error.to_string()).second && !verbose_) return;
+      if (causes_.size() > kMaxCauses) causes_.clear();
+    } else {
+      if (event.kind == LockEvent::Kind::kAcquired || event.kind == LockEvent::Kind::kRenewed) {
+        std::lock_guard<std::mutex> lock(mu_);
+        causes_.clear();
+      }
+      if (!verbose_ && !(loss && format_ == LogFormat::kJson)) return;
     }
     if (format_ == LogFormat::kJson) {
       std::fprintf(stderr, "%s\n", lock_event_json(event).c_str());
@@ -69,10 +75,12 @@ class EventPrinter final : public LockEventListener {
   }
 
  private:
+  // Distinct causes remembered at most (then forgotten, and printed again).
+  static constexpr std::size_t kMaxCauses = 64;
   const LogFormat format_;
   const bool verbose_;
   std::mutex mu_;
-  int failures_in_a_row_ = 0;
+  std::set<std::string> causes_;  // printed since the last success
 };
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "simba/uri.h"
+#include "src/core/worker.h"
 #include "tools/cli/cli.h"
 
 namespace simba::cli {
@@ -95,18 +97,33 @@ Result<std::unique_ptr<MutexContendServiceFactory>> open_factory(const LeaseJob&
   FactoryOptions options;
   options.contend = job.contend;
   options.events = make_event_printer(job.log_format, job.verbose);
-  auto factory = MutexContendServiceFactory::open(job.store, options);
-  if (!factory.ok()) return factory;
-  // Network stores connect lazily and the services retry for ever; a store
-  // that cannot be reached at all when simba starts is far more likely a
-  // wrong URI, password or port than an outage, so say so now (exit 69).
-  Backend& backend = *(*factory)->backend();
-  if (backend.validate_mutex(job.mutex).ok()) {
-    auto probe =
+  // Network stores connect lazily: a store that cannot be reached yet (down,
+  // failing over) is waited for by the first acquisition, within its
+  // deadline; one that refuses us fails it at once (docs/cli.md).
+  return MutexContendServiceFactory::open(job.store, options);
+}
+
+Status wait_for_store(const LeaseJob& job, Backend& backend, std::stop_token cancel) {
+  internal::Backoff backoff(std::chrono::milliseconds(100), std::chrono::milliseconds(2000));
+  std::string last_cause;
+  for (;;) {
+    auto read =
         backend.read(job.mutex, std::chrono::steady_clock::now() + job.contend.operation_timeout);
-    if (!probe.ok()) return Status(probe.status().code(), store_error(job.store, probe.status()));
+    if (read.ok()) return ok_status();
+    if (!is_retryable(read.status())) {
+      return Status(read.status().code(), store_error(job.store, read.status()));
+    }
+    const std::chrono::milliseconds delay = backoff.failed(read.status());
+    if (read.status().message() != last_cause) {
+      last_cause = read.status().message();
+      print_error(store_error(job.store, read.status()) + " (store unreachable, retrying)");
+    }
+    const auto until = std::chrono::steady_clock::now() + delay;
+    while (std::chrono::steady_clock::now() < until) {
+      if (cancel.stop_requested()) return cancelled_error("cancelled while waiting for the store");
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
-  return factory;
 }
 
 int exit_code_for(const Status& status) {

@@ -83,7 +83,7 @@ int run_command(const std::vector<std::string>& argv) {
   if (args.has("--no-wait")) {
     auto attempt = (*locker)->try_acquire();
     if (!attempt.ok()) {
-      print_error(attempt.status().message());
+      print_error(store_error(job->store, attempt.status()));
       return exit_code_for(attempt.status());
     }
     held = *attempt;
@@ -118,7 +118,9 @@ int run_command(const std::vector<std::string>& argv) {
     watcher.join();
     if (acquired.code() == StatusCode::kCancelled) return 128 + received.load();
     if (!acquired.ok() && acquired.code() != StatusCode::kDeadlineExceeded) {
-      print_error(acquired.message());
+      // A store that refused us at once, or one that could not be reached
+      // until --timeout ran out (the message names the hosts and causes).
+      print_error(store_error(job->store, acquired));
       return exit_code_for(acquired);
     }
     held = acquired.ok();
