@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -240,6 +241,26 @@ std::vector<pid_t> freeze_process_tree(pid_t root) {
 
 void signal_processes(const std::vector<pid_t>& pids, int signal) {
   for (const pid_t pid : pids) kill(pid, signal);
+}
+
+CommandRun run_command_line(const std::string& command_line) {
+  CommandRun run;
+  const auto started = std::chrono::steady_clock::now();
+  const std::string command = command_line + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started);
+  return run;
+}
+
+std::future<CommandRun> start_command_line(const std::string& command_line) {
+  return std::async(std::launch::async, [command_line] { return run_command_line(command_line); });
 }
 
 }  // namespace simba::testing

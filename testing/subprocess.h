@@ -4,6 +4,7 @@
 #define SIMBA_TESTING_SUBPROCESS_H_
 
 #include <chrono>
+#include <future>
 #include <optional>
 #include <string>
 #include <vector>
@@ -78,6 +79,19 @@ std::vector<pid_t> freeze_process_tree(pid_t root);
 
 // Sends `signal` to each of `pids`.
 void signal_processes(const std::vector<pid_t>& pids, int signal);
+
+// A command line run by the shell to its end: its exit status (-1 when it
+// did not exit), what it wrote to stdout and stderr, and how long it took.
+struct CommandRun {
+  int exit_code = -1;
+  std::string output;
+  std::chrono::milliseconds elapsed{0};
+};
+// Runs `command_line` (sh -c, stderr into the output) and waits for it.
+CommandRun run_command_line(const std::string& command_line);
+// The same, started now on a thread of its own (for a command that must
+// run while the test does something else, e.g. a store failing over).
+std::future<CommandRun> start_command_line(const std::string& command_line);
 
 }  // namespace simba::testing
 

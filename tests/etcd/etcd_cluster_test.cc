@@ -34,6 +34,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -50,7 +51,7 @@
 #include "simba/uri.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
-#include "testing/subprocess.h"  // scaled
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -572,22 +573,8 @@ TEST(EtcdClusterTls, OwnerKeepsItsKeyWhenAMemberOfATlsClusterDies) {
 
 // ---- the CLI ----------------------------------------------------------------------------
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliRun run_cli(const std::string& args) {
-  CliRun run;
-  const std::string command = std::string(SIMBA_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+CommandRun run_cli(const std::string& args) {
+  return run_command_line(std::string(SIMBA_CLI_PATH) + " " + args);
 }
 
 // `simba run` holds the mutex for its child; the leader (its first endpoint)
@@ -595,7 +582,7 @@ CliRun run_cli(const std::string& args) {
 // status (0), not 69 (store unavailable) or 76 (lease lost).
 TEST_F(EtcdCluster, SimbaRunKeepsItsChildThroughALeaderKill) {
   make_leader(1);
-  CliRun run;
+  CommandRun run;
   std::thread cli([&] {
     run = run_cli("run --store '" + uri() + "' --mutex cli --ttl 1s --transition 2s -- sleep 5");
   });
@@ -606,6 +593,41 @@ TEST_F(EtcdCluster, SimbaRunKeepsItsChildThroughALeaderKill) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, Not(HasSubstr("lost")));
   EXPECT_TRUE(keys("cli").empty()) << "released at the end";
+}
+
+// ---- a process started while the cluster has no quorum (issue #34) ----------------
+
+// Two of three members are dead: no leader, nothing answers. A `simba run`
+// whose --timeout is shorter than the outage exits 69 naming every member
+// with the last cause it met there; one started with 30 s waits, and runs
+// its command once a member is back (a quorum, a leader) instead of exiting
+// on the first refusal.
+TEST_F(EtcdCluster, AProcessStartedWithoutAQuorumWaitsForItWithinItsTimeout) {
+  kill_member(2);
+  kill_member(3);
+  const std::string run_args =
+      "run --store '" + uri() + "' --mutex fresh --ttl 1s --transition 2s --timeout ";
+  const CommandRun short_run = run_cli(run_args + "1s -- true");
+  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
+  EXPECT_GE(short_run.elapsed, milliseconds(1000)) << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr("could not be reached")) << short_run.output;
+  for (const internal::etcd::Endpoint& endpoint : endpoints_) {
+    EXPECT_THAT(short_run.output, HasSubstr(endpoint.describe() + ": ")) << short_run.output;
+  }
+  std::future<CommandRun> waiting =
+      start_command_line(std::string(SIMBA_CLI_PATH) + " " + run_args + "30s -- true");
+  std::this_thread::sleep_for(milliseconds(2000));
+  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "gave up while the cluster had no quorum: " << waiting.get().output;
+  const auto restarted = steady_clock::now();
+  restart_member(2);
+  ASSERT_EQ(waiting.wait_for(seconds(30)), std::future_status::ready);
+  const CommandRun waited = waiting.get();
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  std::cout << "measured: run after the member came back "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - restarted).count()
+            << " ms\n";
+  restart_member(3);
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // Replication is MySQL's): the query is run against the real servers with
 // their variables as they are (wsrep_on OFF, no group_replication_group_name),
 // and the decision is checked with the values a Galera or Group Replication
-// member reports. Each test starts its own primary and replica on loopback.
+// member reports. Each test starts its own primary and replica on loopback,
+// but the tables of error codes (MysqlErrorCodes), which need no server.
 //
 // Bounds asserted (protocol bounds, not performance), with ttl T and
 // transition X: through a failover the holder is told it lost by its lease
@@ -40,6 +41,7 @@
 #include "simba/uri.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -195,19 +197,20 @@ TEST(MysqlHa, AReadOnlyReplicaIsRefusedNamingItAndThePrimaryServes) {
                                         in(seconds(5)));
   ASSERT_THAT(a, IsOk());
   EXPECT_EQ(a->owner.owner_id, "a");
-  // The replica: refused by the lease table...
+  // The replica: refused by the lease table (kUnavailable: it may be
+  // promoted)...
   auto replica = open_backend(r->replica_uri);
   ASSERT_THAT(replica, IsOk());
   auto refused = (*replica)->acquire_or_renew(AcquireRequest{"m", "b", seconds(5), milliseconds(0)},
                                               in(seconds(5)));
-  EXPECT_THAT(refused, StatusIs(StatusCode::kFailedPrecondition,
+  EXPECT_THAT(refused, StatusIs(StatusCode::kUnavailable,
                                 AllOf(HasSubstr(r->replica_host_port), HasSubstr("read_only"))));
   std::cout << refused.status() << "\n";
   // ...and by GET_LOCK, which a replica would grant on its own.
   auto keyed = KeyedLockProvider::open(r->replica_uri);
   ASSERT_THAT(keyed, IsOk());
   EXPECT_THAT((*keyed)->try_acquire("k", milliseconds(0), seconds(10)),
-              StatusIs(StatusCode::kFailedPrecondition,
+              StatusIs(StatusCode::kUnavailable,
                        AllOf(HasSubstr(r->replica_host_port), HasSubstr("read-only"))));
   auto keyed_primary = KeyedLockProvider::open(r->primary_uri);
   ASSERT_THAT(keyed_primary, IsOk());
@@ -232,6 +235,51 @@ TEST(MysqlHa, AReadOnlyReplicaIsRefusedNamingItAndThePrimaryServes) {
       },
       seconds(10)))
       << b.status();
+}
+
+// ---- a process started before the promotion (issue #34) -----------------------------
+//
+// The primary is dead and the replica still read-only: a fresh `simba run`
+// whose --timeout is shorter exits 69 naming both hosts and why each was
+// passed over; one with 30 s, and a fresh keyed acquisition (GET_LOCK),
+// wait and hold once the replica is promoted instead of failing at once.
+TEST(MysqlHa, AProcessStartedBeforeThePromotionHoldsOnceItIsDone) {
+  auto r = start_replicated();
+  ASSERT_TRUE(r);
+  ASSERT_THAT(r->server->run("kill-member", {"1"}), IsOk());
+  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + r->both_uri +
+                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
+  const CommandRun short_run = run_command_line(run + "1s -- true");
+  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
+  EXPECT_GE(short_run.elapsed, milliseconds(1000)) << short_run.output;
+  EXPECT_THAT(short_run.output,
+              AllOf(HasSubstr("could not be reached"),
+                    HasSubstr(r->replica_host_port + "/simba: the server is read-only"),
+                    HasSubstr(r->primary_host_port + "/simba: connecting")))
+      << short_run.output;
+  std::future<CommandRun> waiting = start_command_line(run + "30s -- true");
+  auto provider = KeyedLockProvider::open(r->both_uri);
+  ASSERT_THAT(provider, IsOk());
+  auto keyed = std::async(std::launch::async, [&] {
+    return (*provider)->try_acquire("fresh-key", seconds(30), seconds(10));
+  });
+  std::this_thread::sleep_for(milliseconds(2000));
+  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "gave up before the promotion: " << waiting.get().output;
+  ASSERT_EQ(keyed.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "the keyed acquisition gave up before the promotion: " << keyed.get().status();
+  ASSERT_THAT(r->server->run("promote", {"2"}), IsOk());
+  const auto promoted_at = steady_clock::now();
+  ASSERT_EQ(waiting.wait_for(kRetrySlack + seconds(3)), std::future_status::ready);
+  const CommandRun waited = waiting.get();
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  ASSERT_EQ(keyed.wait_for(kRetrySlack + seconds(3)), std::future_status::ready);
+  auto held = keyed.get();
+  ASSERT_THAT(held, IsOk());
+  EXPECT_TRUE(held->has_value());
+  std::cout << "after the promotion: simba run and the keyed lease held within "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - promoted_at).count()
+            << " ms\n";
 }
 
 TEST(MysqlHa, TheMultiHostUriServesTheCoreCasesOnThePrimary) {
@@ -301,19 +349,20 @@ TEST(MysqlHa, TheMultiHostUriServesTheCoreCasesOnThePrimary) {
 TEST(MysqlHa, NoWritableHostIsRefusedNamingEachHostWithinTheDeadline) {
   auto r = start_replicated();
   ASSERT_TRUE(r);
-  // Only the replica: refused by both backends, naming it, in time.
+  // Only the replica: refused by both backends, naming it, in time
+  // (kUnavailable: it may be promoted).
   auto replica = open(r->replica_uri);
   ASSERT_TRUE(replica);
   auto started = steady_clock::now();
   auto refused = replica->acquire_or_renew(request("m", "a", seconds(5)), in(seconds(2)));
   EXPECT_LT(steady_clock::now() - started, seconds(2));
-  EXPECT_THAT(refused, StatusIs(StatusCode::kFailedPrecondition,
+  EXPECT_THAT(refused, StatusIs(StatusCode::kUnavailable,
                                 AllOf(HasSubstr(r->replica_host_port), HasSubstr("read_only"))));
   auto keyed = KeyedLockProvider::open(r->replica_uri);
   ASSERT_THAT(keyed, IsOk());
   started = steady_clock::now();
   EXPECT_THAT((*keyed)->try_acquire("k", milliseconds(0), seconds(10)),
-              StatusIs(StatusCode::kFailedPrecondition,
+              StatusIs(StatusCode::kUnavailable,
                        AllOf(HasSubstr(r->replica_host_port), HasSubstr("read-only"))));
   EXPECT_LT(steady_clock::now() - started, seconds(2));
 
@@ -617,7 +666,7 @@ TEST(MysqlHa, TheRoleQueryReadsTheRealServersVariables) {
   EXPECT_TRUE(replica.read_only);
   SIMBA_EXPECT_OK(my::check_server_role(primary, "mysql at p", true));
   EXPECT_THAT(my::check_server_role(replica, "mysql at r", false),
-              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("mysql at r")));
+              StatusIs(StatusCode::kUnavailable, HasSubstr("mysql at r")));
 }
 
 TEST(MysqlHa, GaleraAndGroupReplicationMembersAreRefusedForGetLockOnly) {
@@ -640,16 +689,167 @@ TEST(MysqlHa, GaleraAndGroupReplicationMembersAreRefusedForGetLockOnly) {
               StatusIs(StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("mysql at gr:3306/db"), HasSubstr("Group Replication"))));
   SIMBA_EXPECT_OK(my::check_server_role(group, "mysql at gr:3306/db", false));
-  // A single-primary group's secondary is super_read_only: refused by both.
+  // A single-primary group's secondary is super_read_only: refused by both,
+  // for good by the keyed backend (a group member), for now by the lease
+  // table (a secondary may become the primary).
   const my::ServerRole secondary =
       my::server_role_of({{"group_replication_group_name", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"},
                           {"read_only", "ON"},
                           {"super_read_only", "ON"}});
   EXPECT_THAT(my::check_server_role(secondary, "s", false),
-              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("super_read_only")));
+              StatusIs(StatusCode::kUnavailable, HasSubstr("super_read_only")));
+  EXPECT_THAT(my::check_server_role(secondary, "s", true),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("Group Replication")));
   // An empty group name (GR not configured) is no group.
   SIMBA_EXPECT_OK(
       my::check_server_role(my::server_role_of({{"group_replication_group_name", ""}}), "x", true));
+}
+
+// ---- error codes (no server) -------------------------------------------------------
+
+// Permanent causes fail at once; transient ones are retried.
+TEST(MysqlErrorCodes, AConnectFailureIsPermanentOnlyForWhatNoRetryCanFix) {
+  struct Case {
+    unsigned int code;
+    const char* message;  // as error_of() writes it
+    StatusCode expected;
+  };
+  const Case cases[] = {
+      {1045,
+       "Access denied for user 'simba'@'127.0.0.1' (using password: YES) (error 1045, SQLSTATE "
+       "28000)",
+       StatusCode::kPermissionDenied},
+      {1044, "Access denied for user 'simba'@'%' to database 'other' (error 1044, SQLSTATE 42000)",
+       StatusCode::kPermissionDenied},
+      {1130,
+       "Host '10.0.0.9' is not allowed to connect to this MariaDB server (error 1130, SQLSTATE "
+       "HY000)",
+       StatusCode::kPermissionDenied},
+      {1251,
+       "Client does not support authentication protocol requested by server; consider upgrading "
+       "MariaDB client (error 1251, SQLSTATE 08004)",
+       StatusCode::kPermissionDenied},
+      {3159,
+       "Connections using insecure transport are prohibited while --require_secure_transport=ON. "
+       "(error 3159, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {1049, "Unknown database 'nosuch' (error 1049, SQLSTATE 42000)", StatusCode::kNotFound},
+      {1129,
+       "Host '10.0.0.9' is blocked because of many connection errors; unblock with "
+       "'mariadb-admin flush-hosts' (error 1129, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {1040, "Too many connections (error 1040, SQLSTATE HY000)", StatusCode::kUnavailable},
+      {2026,
+       "TLS/SSL error: self-signed certificate in certificate chain (error 2026, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {2026, "TLS/SSL error: certificate has expired (error 2026, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {2026, "TLS/SSL error: unable to get local issuer certificate (error 2026, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {2026,
+       "TLS/SSL error: Validation of SSL server certificate failed (error 2026, SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {2026,
+       "TLS/SSL error: SSL is required, but the server does not support it (error 2026, "
+       "SQLSTATE HY000)",
+       StatusCode::kPermissionDenied},
+      {2026, "TLS/SSL error: unexpected eof while reading (error 2026, SQLSTATE HY000)",
+       StatusCode::kUnavailable},
+      {2003, "Can't connect to server on '127.0.0.1' (111) (error 2003, SQLSTATE HY000)",
+       StatusCode::kUnavailable},
+      {2002,
+       "Can't connect to local server through socket '/run/mysqld/mysqld.sock' (2) "
+       "(error 2002, SQLSTATE HY000)",
+       StatusCode::kUnavailable},
+      {2013,
+       "Lost connection to server at 'handshake: reading initial communication packet', system "
+       "error: 104 (error 2013, SQLSTATE HY000)",
+       StatusCode::kUnavailable},
+      {2005, "Unknown server host 'db.invalid' (-2) (error 2005, SQLSTATE HY000)",
+       StatusCode::kUnavailable},
+      {1053, "Server shutdown in progress (error 1053, SQLSTATE 08S01)", StatusCode::kUnavailable},
+      {1105, "Unknown error (error 1105, SQLSTATE HY000)", StatusCode::kUnavailable},
+  };
+  for (const Case& c : cases) {
+    const Status status = my::connect_failure_status(c.code, c.message);
+    EXPECT_EQ(status.code(), c.expected) << c.code << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr(c.message)) << c.code;
+  }
+  EXPECT_THAT(my::connect_failure_status(1129, "blocked"),
+              StatusIs(StatusCode::kPermissionDenied, HasSubstr("FLUSH HOSTS")));
+}
+
+TEST(MysqlErrorCodes, AReadOnlyServerIsTransientAGetLockMisfitPermanent) {
+  struct Case {
+    const char* what;
+    my::ServerRole role;
+    bool session_locks;
+    StatusCode expected;
+  };
+  my::ServerRole read_only;
+  read_only.read_only = true;
+  my::ServerRole super_read_only;
+  super_read_only.super_read_only = true;
+  my::ServerRole innodb_read_only;
+  innodb_read_only.innodb_read_only = true;
+  my::ServerRole galera;
+  galera.wsrep = true;
+  my::ServerRole galera_read_only = galera;
+  galera_read_only.read_only = true;
+  my::ServerRole group;
+  group.group_name = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
+  const Case cases[] = {
+      {"a writable server", {}, true, StatusCode::kOk},
+      {"read_only", read_only, false, StatusCode::kUnavailable},
+      {"read_only, GET_LOCK", read_only, true, StatusCode::kUnavailable},
+      {"super_read_only", super_read_only, false, StatusCode::kUnavailable},
+      {"innodb_read_only", innodb_read_only, true, StatusCode::kUnavailable},
+      {"Galera, the lease table", galera, false, StatusCode::kOk},
+      {"Galera, GET_LOCK", galera, true, StatusCode::kFailedPrecondition},
+      {"a read-only Galera member, GET_LOCK", galera_read_only, true,
+       StatusCode::kFailedPrecondition},
+      {"a read-only Galera member, the lease table", galera_read_only, false,
+       StatusCode::kUnavailable},
+      {"Group Replication, GET_LOCK", group, true, StatusCode::kFailedPrecondition},
+  };
+  for (const Case& c : cases) {
+    const Status status = my::check_server_role(c.role, "mysql at h:3306/db", c.session_locks);
+    EXPECT_EQ(status.code(), c.expected) << c.what << ": " << status;
+  }
+  EXPECT_THAT(my::check_server_role(read_only, "mysql at h:3306/db", false),
+              StatusIs(StatusCode::kUnavailable,
+                       AllOf(HasSubstr("mysql at h:3306/db"), HasSubstr("read_only=ON"),
+                             HasSubstr("wait for a replica to be promoted"))));
+}
+
+TEST(MysqlErrorCodes, NoFitHostIsTransientIfAnyHostsFailureIs) {
+  const Status read_only = unavailable_error("r: the server is read-only (read_only=ON)");
+  const Status refused = unavailable_error("p: connecting: Can't connect (error 2003)");
+  const Status denied = permission_denied_error("p: connecting: Access denied (error 1045)");
+  const Status unknown_db = not_found_error("p: connecting: Unknown database (error 1049)");
+  const Status galera = failed_precondition_error("g: a Galera cluster member");
+  const Status late = deadline_exceeded_error("p: connecting timed out");
+  struct Case {
+    const char* what;
+    std::vector<Status> failures;
+    StatusCode expected;
+  };
+  const Case cases[] = {
+      {"every host read-only", {read_only, read_only}, StatusCode::kUnavailable},
+      {"refused and access denied", {refused, denied}, StatusCode::kUnavailable},
+      {"access denied and refused", {denied, refused}, StatusCode::kUnavailable},
+      {"access denied and read-only", {denied, read_only}, StatusCode::kUnavailable},
+      {"access denied everywhere", {denied, denied}, StatusCode::kPermissionDenied},
+      {"no database, then access denied", {unknown_db, denied}, StatusCode::kNotFound},
+      {"every host a Galera member", {galera, galera}, StatusCode::kFailedPrecondition},
+      {"Galera and access denied", {galera, denied}, StatusCode::kFailedPrecondition},
+      {"Galera and read-only", {galera, read_only}, StatusCode::kUnavailable},
+      {"access denied and out of time", {denied, late}, StatusCode::kDeadlineExceeded},
+      {"out of time and refused", {late, refused}, StatusCode::kUnavailable},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(my::code_of_none_fit(c.failures), c.expected) << c.what;
+  }
 }
 
 }  // namespace

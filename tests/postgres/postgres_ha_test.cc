@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,6 +29,7 @@
 #include "simba/locker.h"
 #include "simba/registry.h"
 #include "testing/status_matchers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -150,21 +152,22 @@ TEST(PostgresHa, AUriNamingOnlyTheStandbyIsRefusedNamingIt) {
   const std::string host_port = "127.0.0.1:" + cluster->member_port[2];
   auto backend = open(cluster->member_uri[2]);
   ASSERT_TRUE(backend);
+  // kUnavailable: the standby may be being promoted.
   auto acquired = backend->acquire_or_renew(request("m", "a", seconds(5)), in(seconds(5)));
-  EXPECT_THAT(acquired, StatusIs(StatusCode::kFailedPrecondition,
+  EXPECT_THAT(acquired, StatusIs(StatusCode::kUnavailable,
                                  AllOf(HasSubstr(host_port), HasSubstr("standby"))));
   std::cout << acquired.status() << "\n";
   // Keyed locks would be granted by the standby alone: refused the same way.
   auto keyed = KeyedLockProvider::open(cluster->member_uri[2]);
   ASSERT_THAT(keyed, IsOk());
   auto lease = (*keyed)->try_acquire("k", milliseconds(0), seconds(10));
-  EXPECT_THAT(lease, StatusIs(StatusCode::kFailedPrecondition,
-                              AllOf(HasSubstr(host_port), HasSubstr("standby"))));
+  EXPECT_THAT(
+      lease, StatusIs(StatusCode::kUnavailable, AllOf(HasSubstr(host_port), HasSubstr("standby"))));
   // Even when the URI asks libpq for any session.
   auto any = open(cluster->member_uri[2] + "?target_session_attrs=any");
   ASSERT_TRUE(any);
   EXPECT_THAT(any->acquire_or_renew(request("m", "a", seconds(5)), in(seconds(5))),
-              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("standby")));
+              StatusIs(StatusCode::kUnavailable, HasSubstr("standby")));
 }
 
 // Synchronous replication: the primary is killed and the standby promoted
@@ -281,6 +284,52 @@ TEST(PostgresHa, KeyedHolderIsToldAtFailoverAndTheWaiterHoldsOnThePromotedStandb
   EXPECT_LE(held_after, kFailoverSlack);
   EXPECT_GT((*got)->fencing_token(), holder_token)
       << "the token sequence went back through the failover";
+}
+
+// ---- a process started during the promotion (issue #34) ------------------------------
+//
+// The primary is dead and the standby not promoted yet: the URI's hosts
+// refuse or are read-only. A fresh `simba run` with a --timeout shorter than
+// that exits 69 naming both hosts and what each said; one with 30 s, and a
+// fresh keyed acquisition (advisory locks), wait and hold once the standby
+// is promoted, instead of failing at their first refusal.
+TEST(PostgresHa, AProcessStartedBeforeThePromotionHoldsOnceItIsDone) {
+  auto cluster = start_cluster(false);
+  ASSERT_TRUE(cluster);
+  ASSERT_THAT(cluster->server->run("kill-member", {"1"}), IsOk());
+  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + cluster->uri +
+                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
+  const CommandRun short_run = run_command_line(run + "1s -- true");
+  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
+  EXPECT_GE(short_run.elapsed, milliseconds(1000)) << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr("could not be reached")) << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr("port " + cluster->member_port[1] + " failed"))
+      << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr("port " + cluster->member_port[2] + " failed"))
+      << short_run.output;
+  std::future<CommandRun> waiting = start_command_line(run + "30s -- true");
+  auto provider = KeyedLockProvider::open(cluster->uri);
+  ASSERT_THAT(provider, IsOk());
+  auto keyed = std::async(std::launch::async, [&] {
+    return (*provider)->try_acquire("fresh-key", seconds(30), seconds(10));
+  });
+  std::this_thread::sleep_for(milliseconds(2000));
+  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "gave up before the promotion: " << waiting.get().output;
+  ASSERT_EQ(keyed.wait_for(milliseconds(0)), std::future_status::timeout)
+      << "the keyed acquisition gave up before the promotion: " << keyed.get().status();
+  ASSERT_THAT(cluster->server->run("promote", {"2"}), IsOk());
+  const auto promoted_at = steady_clock::now();
+  ASSERT_EQ(waiting.wait_for(kFailoverSlack), std::future_status::ready);
+  const CommandRun waited = waiting.get();
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  ASSERT_EQ(keyed.wait_for(kFailoverSlack), std::future_status::ready);
+  auto held = keyed.get();
+  ASSERT_THAT(held, IsOk());
+  EXPECT_TRUE(held->has_value());
+  std::cout << "after the promotion: simba run and the keyed lease held within "
+            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - promoted_at).count()
+            << " ms\n";
 }
 
 // Negative control: asynchronous replication loses what the standby had not

@@ -28,6 +28,7 @@
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 #include "tests/redis/raw_redis.h"
@@ -345,6 +346,33 @@ TEST_F(RedisCluster, AnAskRedirectIsFollowedForOneCall) {
   // The renewal ran on the importing node.
   to.call({"ASKING"});
   EXPECT_GT(to.call({"PTTL", "simba:{" + m + "}"}).integer, kTtl.count());
+}
+
+// A process started as the primary of its mutex's slot dies: until the
+// replica is promoted (node timeout 1 s and an election), the slot's node
+// refuses connections. A fresh `simba run` whose --timeout ends first exits
+// 69 naming that node and the refusal; one with 30 s waits for the
+// promotion (and the promoted node's guard, ttl + transition) and runs its
+// command, instead of exiting at the first refusal (issue #34).
+TEST_F(RedisCluster, AProcessStartedAsThePrimaryDiesRunsOnceTheReplicaIsPromoted) {
+  const std::string member = member_of(key_slot("fresh"));
+  ASSERT_FALSE(member.empty());
+  const std::string dead = member_uri(member).substr(std::string("redis://").size());
+  const auto killed_at = steady_clock::now();
+  SIMBA_ASSERT_OK(this->member("kill", member));
+  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + server_->uri() +
+                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
+  const CommandRun short_run = run_command_line(run + "500ms -- true");
+  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
+  EXPECT_GE(short_run.elapsed, milliseconds(500)) << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr("could not be reached")) << short_run.output;
+  EXPECT_THAT(short_run.output, HasSubstr(dead)) << short_run.output;
+  const CommandRun waited = run_command_line(run + "30s -- true");
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  const auto ran_after = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed_at);
+  std::cout << "a run started as the primary died ran " << ran_after.count()
+            << " ms after the kill\n";
+  EXPECT_LT(ran_after, kFailover + milliseconds(3000) + kSlack);
 }
 
 // The primary of the mutex's slot is killed while A holds and B waits: the

@@ -32,9 +32,11 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "simba/uri.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 #include "tests/redis/raw_redis.h"
@@ -207,6 +209,87 @@ TEST(RedisSentinelUri, NoSentinelAnsweringIsAClearErrorWithinTheDeadline) {
   EXPECT_THAT(got, StatusIs(StatusCode::kUnavailable));
   EXPECT_THAT(got.status().message(), AllOf(HasSubstr("no primary for master 'simba'"),
                                             HasSubstr("127.0.0.1:1"), HasSubstr("127.0.0.1:2")));
+}
+
+// ---- a process started during the failover (issue #34) -------------------------------
+
+// The primary dies: for about a second the sentinels still name it, and it
+// refuses connections. A fresh `simba run` whose --timeout ends before the
+// promotion exits 69 naming the sentinel that named the dead primary and the
+// refusal; one with 30 s waits for the promotion and runs its command,
+// instead of exiting at the first refusal.
+TEST(RedisSentinelFailover, AProcessStartedAsThePrimaryDiesRunsOnceTheSentinelsPromote) {
+  auto cluster = Cluster::start();
+  ASSERT_TRUE(cluster);
+  cluster->settle_term();
+  const std::string old = cluster->primary();
+  ASSERT_FALSE(old.empty());
+  const std::string dead = cluster->node_uri(old).substr(std::string("redis://").size());
+  const auto killed_at = steady_clock::now();
+  SIMBA_ASSERT_OK(cluster->member("kill", old));
+  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + cluster->uri() +
+                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
+  const CommandRun short_run = run_command_line(run + "500ms -- true");
+  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
+  EXPECT_GE(short_run.elapsed, milliseconds(500)) << short_run.output;
+  EXPECT_THAT(short_run.output, AllOf(HasSubstr("could not be reached"), HasSubstr(dead),
+                                      HasSubstr("named by sentinel"), HasSubstr("refused")))
+      << short_run.output;
+  const CommandRun waited = run_command_line(run + "30s -- true");
+  EXPECT_EQ(waited.exit_code, 0) << waited.output;
+  const auto ran_after = std::chrono::duration_cast<milliseconds>(steady_clock::now() - killed_at);
+  std::cout << "a run started as the primary died ran " << ran_after.count()
+            << " ms after the kill\n";
+  EXPECT_LT(ran_after, kDownAfter + kFailover + 2 * kSlack);
+  EXPECT_NE(cluster->primary(), old);
+}
+
+// A sentinel that still names a node which is no longer the primary (here
+// the sentinels of another group, whose primary has been made a replica
+// behind their back: they go on naming it for down-after + 20 s) is passed
+// over, by the node's own ROLE, and the next sentinel asked: the first call
+// succeeds, on the real primary. Without the ROLE check the call would
+// write to a replica (READONLY).
+TEST(RedisSentinel, ASentinelNamingAReplicaIsPassedOverForTheNext) {
+  auto real = Cluster::start();
+  auto stale = Cluster::start();
+  ASSERT_TRUE(real && stale);
+  real->settle_term();
+  const std::string primary_uri = real->node_uri(real->primary());
+  const std::string demoted_uri = stale->node_uri(stale->primary());
+  const auto host_port = [](const std::string& uri) {
+    auto parsed = Uri::parse(uri);
+    return parsed.ok() ? parsed->hosts[0].host + ":" + std::to_string(*parsed->hosts[0].port)
+                       : std::string();
+  };
+  const auto first_sentinel = [&](const Cluster& c) {
+    auto parsed = Uri::parse(c.uri());
+    return parsed.ok() ? parsed->hosts[0].host + ":" + std::to_string(*parsed->hosts[0].port)
+                       : std::string();
+  };
+  const std::string primary = host_port(primary_uri);
+  const std::string demoted = host_port(demoted_uri);
+  RawRedis(demoted_uri)
+      .call({"REPLICAOF", primary.substr(0, primary.rfind(':')),
+             primary.substr(primary.rfind(':') + 1)});
+  ASSERT_TRUE(
+      eventually([&] { return RawRedis(demoted_uri).call({"ROLE"}).elements.at(0).str == "slave"; },
+                 seconds(5)));
+  // The stale group's sentinel, asked first, still names the demoted node.
+  const std::string stale_sentinel = first_sentinel(*stale);
+  const RawReply named =
+      RawRedis("redis://" + stale_sentinel).call({"SENTINEL", "get-master-addr-by-name", "simba"});
+  ASSERT_EQ(named.elements.size(), 2u);
+  ASSERT_EQ(named.elements[0].str + ":" + named.elements[1].str, demoted);
+
+  auto backend =
+      open("redis-sentinel://" + stale_sentinel + "," + first_sentinel(*real) + "/simba");
+  ASSERT_TRUE(backend);
+  auto got = backend->acquire_or_renew(request_for("role", "c"), in(seconds(5)));
+  ASSERT_THAT(got, IsOk()) << "the sentinel naming a replica was not passed over";
+  EXPECT_EQ(got->owner.owner_id, "c");
+  EXPECT_EQ(RawRedis(primary_uri).call({"EXISTS", "simba:{role}"}).integer, 1)
+      << "the hold is not on the real primary";
 }
 
 // ---- the core cases through the sentinels ------------------------------------------
