@@ -17,6 +17,11 @@ constexpr Nanos kForever = std::numeric_limits<Nanos>::max();
 
 Nanos to_nanos(std::chrono::milliseconds d) { return duration_cast<nanoseconds>(d).count(); }
 
+// How much earlier than its deadline an acquisition may end on an error
+// and still count as having waited (the caller measures its deadline from a
+// moment a little before the library does).
+constexpr Nanos kGaveUpSlack = 50'000'000;
+
 std::string ms(Nanos d) {
   std::ostringstream out;
   out.setf(std::ios::fixed);
@@ -51,6 +56,8 @@ const char* kind_name(WorkerEvent::Kind k) {
       return "beat";
     case WorkerEvent::Kind::kExit:
       return "exit";
+    case WorkerEvent::Kind::kGaveUp:
+      return "gave-up";
   }
   return "?";
 }
@@ -106,6 +113,10 @@ std::string format_worker_event(const WorkerEvent& e) {
               " check=" + std::to_string(e.check) + " deadline=" + std::to_string(e.deadline) +
               " result=" + (e.accepted ? "accepted" : "rejected");
       break;
+    case WorkerEvent::Kind::kGaveUp:
+      line += " code=" + std::to_string(e.seq) + " check=" + std::to_string(e.check) +
+              " deadline=" + std::to_string(e.deadline);
+      break;
     default:
       break;
   }
@@ -121,7 +132,7 @@ std::optional<WorkerEvent> parse_worker_event(const std::string& line) {
       {"start", WorkerEvent::Kind::kStart},       {"acquired", WorkerEvent::Kind::kAcquired},
       {"write", WorkerEvent::Kind::kWrite},       {"lost", WorkerEvent::Kind::kLost},
       {"released", WorkerEvent::Kind::kReleased}, {"beat", WorkerEvent::Kind::kBeat},
-      {"exit", WorkerEvent::Kind::kExit}};
+      {"exit", WorkerEvent::Kind::kExit},         {"gave-up", WorkerEvent::Kind::kGaveUp}};
   bool known = false;
   for (const auto& [name, kind] : kKinds) {
     if (ev->second == name) {
@@ -149,6 +160,12 @@ std::optional<WorkerEvent> parse_worker_event(const std::string& line) {
       e.accepted = result->second == "accepted";
       break;
     }
+    case WorkerEvent::Kind::kGaveUp:
+      if (!int_field(w, "code", &e.seq) || !int_field(w, "check", &e.check) ||
+          !int_field(w, "deadline", &e.deadline)) {
+        return std::nullopt;
+      }
+      break;
     default:
       break;
   }
@@ -224,6 +241,11 @@ std::string CheckReport::summary() const {
   if (excused_acts > 0) {
     out << "  checks passed after a takeover, excused by a pause (no deadline promised): "
         << excused_acts << ", the latest " << ms(worst_excused_act) << " after it\n";
+  }
+  if (gave_up_at_deadline + gave_up_early > 0) {
+    out << "acquisitions that ended on an error: " << gave_up_at_deadline
+        << " at their deadline (the store unreachable until then), " << gave_up_early
+        << " before it\n";
   }
   out << "bound: a new owner within " << ms(takeover_bound) << " of a fault's healing\n";
   for (const auto& [kind, r] : recovery_by_fault) {
@@ -338,6 +360,21 @@ CheckReport check_history(const std::vector<WorkerHistory>& workers,
           if (open) {
             open->released = e.kind == WorkerEvent::Kind::kReleased;
             close(e.t, false);
+          }
+          break;
+        case WorkerEvent::Kind::kGaveUp:
+          // A store that cannot be reached is waited for until the
+          // caller's deadline; giving up before it (a store error
+          // mistaken for a refusal, or not retried) fails the caller
+          // while the store recovers.
+          if (e.t + kGaveUpSlack < e.deadline) {
+            ++report.gave_up_early;
+            violate("gave-up", "worker " + std::to_string(h.worker) +
+                                   ": an acquisition ended on an error (code " +
+                                   std::to_string(e.seq) + ") after " + ms(e.t - e.check) + ", " +
+                                   ms(e.deadline - e.t) + " before its deadline");
+          } else {
+            ++report.gave_up_at_deadline;
           }
           break;
         case WorkerEvent::Kind::kWrite:

@@ -41,6 +41,10 @@ struct WorkerEvent {
     kReleased,  // on_released after the worker's own stop() (t)
     kBeat,      // the worker's loop is alive (t)
     kExit,      // the worker stopped cleanly (t)
+    kGaveUp,    // an acquisition begun at `check` with the deadline `deadline`
+                // ended on an error at `t` (`seq`: the CLI's exit status, or
+                // the StatusCode); before its deadline it is a failure: a
+                // store that cannot be reached is waited for (issue #34)
   };
   Kind kind = Kind::kBeat;
   Nanos t = 0;
@@ -148,7 +152,7 @@ struct Tenure {
 struct Violation {
   std::string rule;    // stale-write, acted-after-takeover, overlap, token-order,
                        // unsignalled-loss, write-after-deadline, write-outside-tenure,
-                       // resource-mismatch, stuck, crash, hang,
+                       // resource-mismatch, stuck, crash, hang, gave-up,
                        // too-little-activity
   std::string detail;  // what, who, when
 };
@@ -160,7 +164,12 @@ struct CheckReport {
   int losses = 0;    // lost events
   int releases = 0;  // released events
   int writes_accepted = 0;
-  int writes_rejected = 0;            // stale tokens the resource turned away
+  int writes_rejected = 0;  // stale tokens the resource turned away
+  // Acquisitions that ended on an error: at or after their deadline (the
+  // store could not be reached until then), and before it (each a gave-up
+  // violation).
+  int gave_up_at_deadline = 0;
+  int gave_up_early = 0;
   std::map<std::string, int> faults;  // by kind
   int aimed_faults = 0;               // faults aimed at one worker
   int holder_faults = 0;              // of those, the ones that found it holding the mutex

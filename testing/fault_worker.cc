@@ -422,9 +422,15 @@ Status FaultWorker::run_pulled(PulledLock& lock, const std::function<bool()>& st
         std::lock_guard<std::mutex> guard(mu_);
         next = tenures_ + 1;
       }
+      const Nanos asked = now_nanos(*clock_);
       const Result<std::uint64_t> got =
           lock.acquire(kAcquireWait, [this, next] { end_tenure(next, Kind::kLost); });
       if (!got.ok()) {
+        // An error before the wait ran out is a store error not waited out.
+        WorkerEvent gave_up{Kind::kGaveUp, 0, 0, static_cast<int>(got.status().code())};
+        gave_up.check = asked;
+        gave_up.deadline = asked + std::chrono::nanoseconds(kAcquireWait).count();
+        log(gave_up);
         std::fprintf(stderr, "worker %d: acquire: %s\n", options_.id,
                      got.status().to_string().c_str());
         sleep_on(*clock_, options_.write_interval);
@@ -506,6 +512,7 @@ Status FaultWorker::run_cli(const std::string& simba_path,
   log({Kind::kStart});
   Clock::TimePoint next_beat = clock_->now();
   while (!stop_requested()) {
+    const Nanos started = now_nanos(*clock_);
     Subprocess simba(argv, spawn);
     if (!simba.started()) return internal_error("cannot start " + simba_path);
     bool interrupted = false;
@@ -525,6 +532,13 @@ Status FaultWorker::run_cli(const std::string& simba_path,
     // lease was lost (the command logged it); 130: stopped by SIGINT.
     const int code = WIFEXITED(*status) ? WEXITSTATUS(*status) : 128 + WTERMSIG(*status);
     if (code != 0 && code != 75 && code != 76 && code != 130) {
+      // 69: the store refused us, or could not be reached within
+      // --timeout: the latter only at its end (the checker tells them
+      // apart by the time).
+      WorkerEvent gave_up{Kind::kGaveUp, 0, 0, code};
+      gave_up.check = started;
+      gave_up.deadline = started + std::chrono::nanoseconds(options_.run_timeout).count();
+      log(gave_up);
       std::fprintf(stderr, "worker %d: simba run exited with %d\n", options_.id, code);
       // Not at full speed against a store that is down (69).
       sleep_on(*clock_, milliseconds(100));

@@ -162,6 +162,10 @@ struct FaultWorkerOptions {
   // told apart by it, across the several processes of a `simba run` worker.
   std::int64_t first_seq = 0;
   std::uint64_t seed = 1;
+  // (run_cli) `simba run --timeout`: how long each run may wait for the
+  // mutex (and for a store that cannot be reached). A run that exits on an
+  // error before it is logged as gave-up.
+  std::chrono::milliseconds run_timeout{1000};
 };
 
 // The command `simba run` starts, as a PulledLock: its one hold is the token

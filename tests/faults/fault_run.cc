@@ -43,7 +43,13 @@
 //
 // `--api keyed|clustered|run` holds the mutex through another API than the
 // contend service: a KeyedLockProvider lease, a ClusteredLock, or `simba
-// run` with the worker itself as the command (testing/fault_worker.h).
+// run` with the worker itself as the command (testing/fault_worker.h), each
+// run a fresh process with `--run-timeout-ms` (default 1000) as its
+// --timeout. A fault of a topology's store also starts a fresh worker in
+// its first 1.5 s. An acquisition that ends on an error before its
+// deadline (a `simba run` exiting 69 early, a keyed or clustered wait
+// failing before it ran out) is a gave-up violation: a store that cannot
+// be reached is waited for (issue #34).
 // `--command-lingers-ms N` (run) makes that command act on for N ms after
 // the CLI's SIGTERM (as one that finishes its batch before it exits), then
 // end its hold as a release: a negative control.
@@ -74,6 +80,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -148,6 +155,9 @@ struct RunOptions {
   std::string api = "contend";
   // (keyed) Each lease's max_hold; one hold in five runs until its watchdog.
   milliseconds max_hold{2500};
+  // (run) Each `simba run`'s --timeout: one that exits on a store error
+  // before it ran out gave up (the checker's gave-up rule).
+  milliseconds run_timeout{1000};
   // (run) The command acts on this long after the CLI's SIGTERM, then ends
   // its hold as if it had finished: a negative control, for
   // `--expect-violations on`.
@@ -318,6 +328,7 @@ class ProcessWorkers final : public Workers {
     flag("--cli-stderr", dir_ + "/cli-" + std::to_string(id) + ".stderr");
     flag("--linger-ms", ms(options_.command_linger));
     flag("--max-hold-ms", ms(options_.max_hold));
+    flag("--run-timeout-ms", ms(options_.run_timeout));
     flag("--seed", std::to_string(options_.seed * 1000 + static_cast<std::uint64_t>(id)));
     if (options_.lease_stretch.count() > 0) flag("--stretch-lease-ms", ms(options_.lease_stretch));
     // A worker outlives no harness: if simba-fault-run dies (killed, a
@@ -736,7 +747,9 @@ class Run {
     std::cout << report.summary();
     std::ofstream(options.out + "/report.txt") << report.summary();
     if (options.expect_violations) {
-      std::string unproven = unproven_overlap(report);
+      // gave-up: workers that give up early make nothing else to prove
+      // (a store that refuses every run has no owner at all).
+      std::string unproven = options.expect_rule == "gave-up" ? "" : unproven_overlap(report);
       if (unproven.empty() && !options.expect_rule.empty() &&
           std::none_of(report.violations.begin(), report.violations.end(),
                        [&](const Violation& v) { return v.rule == options.expect_rule; })) {
@@ -1112,14 +1125,30 @@ class Run {
       }
       return {kind, 0, start, now_nanos(clock)};
     }
-    Result<std::string> done = kind == "kill-leader"        ? topology_->kill_leader(down)
-                               : kind == "pause-leader"     ? topology_->pause_leader(down)
-                               : kind == "isolate-leader"   ? topology_->isolate(true, down)
-                               : kind == "isolate-follower" ? topology_->isolate(false, down)
-                               : kind == "partition-leader"
-                                   ? topology_->cut_leader_from_clients(down)
-                               : kind == "failover" ? topology_->failover()
-                                                    : topology_->rolling_restart();
+    // The fault runs on a thread of its own while this one starts a fresh
+    // worker in its first moments: a new process whose first calls meet
+    // the store failing over, and which must wait for it within its
+    // deadline (the checker's gave-up rule). Spawned from this thread: a
+    // worker's death signal follows the thread that started it.
+    std::optional<Result<std::string>> outcome;
+    std::thread fault([&] {
+      outcome = kind == "kill-leader"        ? topology_->kill_leader(down)
+                : kind == "pause-leader"     ? topology_->pause_leader(down)
+                : kind == "isolate-leader"   ? topology_->isolate(true, down)
+                : kind == "isolate-follower" ? topology_->isolate(false, down)
+                : kind == "partition-leader" ? topology_->cut_leader_from_clients(down)
+                : kind == "failover"         ? topology_->failover()
+                                             : topology_->rolling_restart();
+    });
+    sleep(uniform(milliseconds(100), milliseconds(1500)));
+    if (Status s = workers_->spawn(++last_id_); s.ok()) {
+      live_.insert(last_id_);
+      say("worker " + std::to_string(last_id_) + " started during " + kind);
+    } else {
+      say("cannot start a worker during " + kind + ": " + s.to_string());
+    }
+    fault.join();
+    Result<std::string> done = std::move(*outcome);
     if (done.ok()) {
       say(kind + ": " + *done);
     } else {
@@ -1246,9 +1275,9 @@ int usage() {
          "         [--duration SECONDS] [--workers N] [--ttl-ms N] [--transition-ms N]\n"
          "         [--op-timeout-ms N] [--faults kill,pause,...|list] [--seed N]\n"
          "         [--out DIR] [--worker PATH] [--volatile on|off] [--uri-query K=V&...]\n"
-         "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write]\n"
+         "         [--expect-violations on|off|acted-after-takeover|overlap|stale-write|gave-up]\n"
          "         [--hold-ms MIN,MAX] [--api contend|keyed|clustered|run] [--max-hold-ms N]\n"
-         "         [--command-lingers-ms N]\n"
+         "         [--command-lingers-ms N] [--run-timeout-ms N]\n"
          "         [--stretch-lease-ms N]   (contend: an unsafe backend, for a control)\n"
          "       simba-fault-run --check DIR   (the checker again over a run's logs)\n";
   return 2;
@@ -1315,11 +1344,12 @@ int main(int argc, char** argv) {
     } else if (flag == "--uri-query") {
       options.uri_query = value;
     } else if (flag == "--expect-violations") {
-      if (value == "acted-after-takeover" || value == "overlap" || value == "stale-write") {
+      if (value == "acted-after-takeover" || value == "overlap" || value == "stale-write" ||
+          value == "gave-up") {
         options.expect_violations = true;
         options.expect_rule = value;
       } else if (!on_off(&options.expect_violations)) {
-        std::cerr << "fault-run: (or acted-after-takeover, overlap, stale-write)\n";
+        std::cerr << "fault-run: (or acted-after-takeover, overlap, stale-write, gave-up)\n";
         return 2;
       }
     } else if (flag == "--stretch-lease-ms") {
@@ -1350,6 +1380,9 @@ int main(int argc, char** argv) {
     } else if (flag == "--max-hold-ms") {
       if (!need_number()) return 2;
       options.max_hold = std::chrono::milliseconds(number);
+    } else if (flag == "--run-timeout-ms") {
+      if (!need_number()) return 2;
+      options.run_timeout = std::chrono::milliseconds(number);
     } else if (flag == "--check") {
       check_dir = value;
     } else {

@@ -96,6 +96,8 @@ int main(int argc, char** argv) {
       linger_ms = value;
     } else if (flag == "--max-hold-ms" && number > 0) {
       max_hold = std::chrono::milliseconds(number);
+    } else if (flag == "--run-timeout-ms" && number >= 0) {
+      options.run_timeout = std::chrono::milliseconds(number);
     } else if (flag == "--stretch-lease-ms" && number > 0) {
       lease_stretch = std::chrono::milliseconds(number);
     } else {
@@ -151,7 +153,7 @@ int main(int argc, char** argv) {
                                                 "--mutex",      options.mutex,
                                                 "--ttl",        ms(options.contend.ttl),
                                                 "--transition", ms(options.contend.transition),
-                                                "--timeout",    "1s",
+                                                "--timeout",    ms(options.run_timeout),
                                                 "--kill-after", "2s"};
     const std::vector<std::string> command = {self,
                                               "--api",

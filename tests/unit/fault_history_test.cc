@@ -47,6 +47,16 @@ WorkerEvent write(Nanos check, std::uint64_t token, Nanos deadline, bool accepte
   return e;
 }
 
+// An acquisition begun at `asked` with `deadline` that ended on an error
+// (`code`) at `t`.
+WorkerEvent gave_up(Nanos t, Nanos asked, Nanos deadline, int code) {
+  WorkerEvent e = ev(Kind::kGaveUp, t);
+  e.seq = code;
+  e.check = asked;
+  e.deadline = deadline;
+  return e;
+}
+
 WorkerFate clean_exit() { return {false, true, ""}; }
 WorkerFate killed_fate() { return {true, false, ""}; }
 WorkerHistory worker(int id, std::vector<WorkerEvent> events, WorkerFate fate = clean_exit()) {
@@ -99,7 +109,8 @@ TEST(FaultHistory, WorkerEventsRoundTrip) {
                                            lost_at(ms(5), 7),
                                            released_at(ms(6), 8),
                                            beat(ms(7)),
-                                           exit(ms(8))};
+                                           exit(ms(8)),
+                                           gave_up(ms(9), ms(1), ms(20), 69)};
   for (const WorkerEvent& e : events) {
     const std::string line = format_worker_event(e);
     SCOPED_TRACE(line);
@@ -185,6 +196,24 @@ TEST(FaultHistory, CleanHistoryPasses) {
 }
 
 // ---------------------------------------------------------------- each rule
+
+// A worker whose acquisition ends on an error before its deadline gave up
+// on a store it was to wait for (issue #34); at its deadline it waited as
+// long as it was asked to.
+TEST(FaultHistory, GaveUpBeforeItsDeadline) {
+  std::vector<WorkerHistory> workers = clean_workers();
+  // `simba run --timeout 1s` exiting 69 after 17 ms, and one exiting 69
+  // when its second had passed.
+  workers.push_back(worker(4, {start(ms(100)), gave_up(ms(217), ms(200), ms(1200), 69),
+                               gave_up(ms(2310), ms(1300), ms(2300), 69), exit(ms(2400))}));
+  const CheckReport r = check_run(workers, clean_resource());
+  EXPECT_THAT(rules(r), ElementsAre("gave-up"));
+  ASSERT_EQ(r.violations.size(), 1u);
+  EXPECT_THAT(r.violations[0].detail, HasSubstr("code 69"));
+  EXPECT_EQ(r.gave_up_early, 1);
+  EXPECT_EQ(r.gave_up_at_deadline, 1);
+  EXPECT_THAT(r.summary(), HasSubstr("1 at their deadline"));
+}
 
 // Worker 1 holds token 1 at 100..1000 ms, worker 2 token 2 at 1100..2000 ms.
 std::vector<WorkerHistory> two_turns() {
