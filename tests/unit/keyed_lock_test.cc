@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -772,6 +774,43 @@ TEST_F(KeyedLockTest, AProviderOnALeaseStoreStartsNoThreadsOfItsOwn) {
   // Its watchdog still frees the key at max_hold, on the shared threads.
   const std::stop_token lost = lease->lost_token();
   EXPECT_TRUE(eventually([&] { return lost.stop_requested(); }, seconds(10)));
+}
+
+// Keyed leases on a store that cannot be reached wait for it: a
+// try_acquire that runs out meanwhile is kUnavailable naming the cause (not
+// an empty optional: nobody else holds the key), one with time enough holds
+// once the store is back; a store that refuses us fails at once (#34).
+TEST_F(KeyedLockTest, LeasesWaitForAnUnreachableStoreAndFailOnARefusal) {
+  auto faults = std::make_shared<testing::FaultInjectingBackend>(
+      open_backend("memory://keyed-unreachable").value());
+  faults->set_mode(testing::FaultInjectingBackend::Mode::kFail);
+  auto provider = KeyedLockProvider::create(
+                      new_lease_keyed_lock_backend(faults, KeyedLockOptions().lease).value())
+                      .value();
+  const auto started = std::chrono::steady_clock::now();
+  auto ran_out = provider->try_acquire("k", milliseconds(600), seconds(10));
+  EXPECT_GE(std::chrono::steady_clock::now() - started, milliseconds(600));
+  EXPECT_THAT(ran_out,
+              testing::StatusIs(StatusCode::kUnavailable,
+                                ::testing::AllOf(::testing::HasSubstr("key 'k'"),
+                                                 ::testing::HasSubstr("could not be reached"),
+                                                 ::testing::HasSubstr("injected failure"))));
+  auto waited = std::async(std::launch::async,
+                           [&] { return provider->try_acquire("k", seconds(10), seconds(10)); });
+  std::this_thread::sleep_for(milliseconds(300));
+  faults->set_mode(testing::FaultInjectingBackend::Mode::kPass);
+  auto held = waited.get();
+  ASSERT_THAT(held, testing::IsOk());
+  ASSERT_TRUE(held->has_value());
+  SIMBA_ASSERT_OK((*held)->release());
+
+  faults->set_failure_status(permission_denied_error("AUTH refused"));
+  faults->set_mode(testing::FaultInjectingBackend::Mode::kFail);
+  const auto asked = std::chrono::steady_clock::now();
+  EXPECT_THAT(
+      provider->try_acquire("k", seconds(30), seconds(10)),
+      testing::StatusIs(StatusCode::kPermissionDenied, ::testing::HasSubstr("AUTH refused")));
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, seconds(5)) << "a refusal was waited out";
 }
 
 }  // namespace

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/zookeeper/zookeeper_errors.h"
 #include "backends/zookeeper/zookeeper_sockets.h"
 #include "simba/backends/zookeeper.h"
 #include "simba/contend_service.h"
@@ -710,6 +711,24 @@ TEST(ZookeeperHosts, AChrootKeepsTheNodesUnderIt) {
   EXPECT_THAT(a->release("only-a", "in-a", in(seconds(5))), IsOkAndHolds(true));
   EXPECT_THAT(b->release("m", "in-b", in(seconds(5))), IsOkAndHolds(true));
   EXPECT_TRUE(raw.children(chroot_a + root + "/m").empty());
+}
+
+TEST(ZookeeperErrors, ResultCodesAreTransientRefusedOrBroken) {
+  using internal::zookeeper::status_code_of;
+  // What may pass: retried within the caller's deadline.
+  for (const int rc : {ZCONNECTIONLOSS, ZOPERATIONTIMEOUT, ZSESSIONEXPIRED, ZCLOSING, ZINVALIDSTATE,
+                       ZSESSIONMOVED, ZNOTREADONLY}) {
+    EXPECT_EQ(status_code_of(rc), StatusCode::kUnavailable) << zerror(rc);
+    EXPECT_TRUE(is_retryable(Status(status_code_of(rc), "x"))) << zerror(rc);
+  }
+  // Refusals: the caller is told at once.
+  for (const int rc : {ZNOAUTH, ZAUTHFAILED}) {
+    EXPECT_EQ(status_code_of(rc), StatusCode::kPermissionDenied) << zerror(rc);
+  }
+  // The rest: the server rejected the request itself.
+  for (const int rc : {ZBADARGUMENTS, ZNONODE, ZBADVERSION, ZNODEEXISTS, ZNOTEMPTY, ZSYSTEMERROR}) {
+    EXPECT_EQ(status_code_of(rc), StatusCode::kInternal) << zerror(rc);
+  }
 }
 
 // ---- leaving a member that does not answer (zookeeper_sockets.h) -----------------

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/zookeeper/zookeeper_errors.h"
 #include "backends/zookeeper/zookeeper_sockets.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
@@ -85,10 +86,7 @@ constexpr std::string_view kNoTls =
 
 std::string zk_error(int rc) { return std::string(zerror(rc)) + " (" + std::to_string(rc) + ")"; }
 
-bool is_connection_error(int rc) {
-  return rc == ZCONNECTIONLOSS || rc == ZOPERATIONTIMEOUT || rc == ZSESSIONEXPIRED ||
-         rc == ZCLOSING || rc == ZINVALIDSTATE || rc == ZSESSIONMOVED;
-}
+using internal::zookeeper::is_connection_error;
 
 // ---- one asynchronous request ---------------------------------------------------
 
@@ -997,14 +995,15 @@ Status ZkStore::await(const PendingPtr& p, Deadline deadline, const std::string&
     if (rc != ZSESSIONEXPIRED && rc != ZCLOSING) t_connection_lost = true;
     return unavailable_error(message);
   }
-  std::lock_guard<std::mutex> lock(p->mu);
-  if (p->rc == ZNOAUTH || p->rc == ZAUTHFAILED) {
+  const StatusCode code = internal::zookeeper::status_code_of(rc);
+  if (code == StatusCode::kUnavailable) return unavailable_error(message);
+  if (code == StatusCode::kPermissionDenied) {
     // ZooKeeper's digest scheme takes any password when the session
     // authenticates; a wrong one shows here, when the nodes refuse it.
     if (authenticated()) {
       return permission_denied_error("zookeeper at " + options_.connect_string +
                                      ": authentication failed: " + what + " was refused to user '" +
-                                     options_.user + "' (" + zk_error(p->rc) +
+                                     options_.user + "' (" + zk_error(rc) +
                                      "): a wrong password, or nodes that belong to another user");
     }
     return permission_denied_error(message +
