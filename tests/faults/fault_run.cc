@@ -755,7 +755,9 @@ class Run {
                        [&](const Violation& v) { return v.rule == options.expect_rule; })) {
         unproven = "no [" + options.expect_rule + "], which this run was set up to make";
       }
-      say(unproven.empty() ? "PASS: the checker caught the two owners this run was set up to make"
+      const std::string made =
+          options.expect_rule == "gave-up" ? "the workers that gave up early" : "the two owners";
+      say(unproven.empty() ? "PASS: the checker caught " + made + " this run was set up to make"
                            : "FAIL: " + unproven + " (logs kept in " + options.out + ")");
       return unproven.empty() ? 0 : 1;
     }

@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "simba/contend_service.h"
@@ -95,6 +96,9 @@ void set_log_format(LogFormat format);
 // Prints lock events to stderr: with `verbose` all of them, otherwise (JSON
 // only) losses and store errors (event_log.cc says why).
 std::shared_ptr<LockEventListener> make_event_printer(LogFormat format, bool verbose);
+// `message` without what changes between retries of one cause (a reconnect
+// countdown): what "print each new cause once" compares.
+std::string cause_key(std::string_view message);
 // Prints "simba: <message>" to stderr (or its JSON form).
 void print_error(const std::string& message);
 // The same for what --verbose reports.

@@ -58,7 +58,7 @@ class EventPrinter final : public LockEventListener {
       // A store that stays down fails every retry, mostly for the same
       // reason: each cause is printed once until a call succeeds again.
       std::lock_guard<std::mutex> lock(mu_);
-      if (!causes_.insert(event.error.to_string()).second && !verbose_) return;
+      if (!causes_.insert(cause_key(event.error.to_string())).second && !verbose_) return;
       if (causes_.size() > kMaxCauses) causes_.clear();
     } else {
       if (event.kind == LockEvent::Kind::kAcquired || event.kind == LockEvent::Kind::kRenewed) {
@@ -100,6 +100,24 @@ void set_log_format(LogFormat format) {
     // asked for those lines by setting SIMBA_LOG.
     setenv("SIMBA_LOG", "error", /*overwrite=*/0);
   }
+}
+
+std::string cause_key(std::string_view message) {
+  // "... (next reconnect in 175ms)": a reconnect backoff's countdown,
+  // different at every retry of one cause.
+  constexpr std::string_view kCountdown = " (next reconnect in ";
+  std::string key;
+  for (std::size_t at = 0; at < message.size();) {
+    const std::size_t found = message.find(kCountdown, at);
+    if (found == std::string_view::npos) {
+      key.append(message.substr(at));
+      break;
+    }
+    key.append(message.substr(at, found - at));
+    const std::size_t close = message.find(')', found);
+    at = close == std::string_view::npos ? message.size() : close + 1;
+  }
+  return key;
 }
 
 std::shared_ptr<LockEventListener> make_event_printer(LogFormat format, bool verbose) {

@@ -114,8 +114,8 @@ Status wait_for_store(const LeaseJob& job, Backend& backend, std::stop_token can
       return Status(read.status().code(), store_error(job.store, read.status()));
     }
     const std::chrono::milliseconds delay = backoff.failed(read.status());
-    if (read.status().message() != last_cause) {
-      last_cause = read.status().message();
+    if (cause_key(read.status().message()) != last_cause) {
+      last_cause = cause_key(read.status().message());
       print_error(store_error(job.store, read.status()) + " (store unreachable, retrying)");
     }
     const auto until = std::chrono::steady_clock::now() + delay;
