@@ -22,24 +22,32 @@ CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and SIMBA_FENCING_TOKEN in its
 environment. If the lease is lost, CMD's process group gets SIGTERM (then
 SIGKILL after --kill-after) and simba exits with 76.
 
+A store that cannot be reached (down, failing over) is waited for as a held
+mutex is, each new cause printed once; a store that refuses us (credentials,
+TLS verification, no such database) exits 69 at once.
+
 options:
   --store URI         the store (default: $SIMBA_STORE)
   --mutex NAME        the mutex to hold
   --ttl D             renew the lease this often (default 10s)
   --transition D      grace after ttl for a late renewal (default 6s)
   --wait              wait as long as it takes (the default)
-  --no-wait           one attempt; exit 75 if another process holds it
-  --timeout D         wait at most D; exit 75 if not acquired by then
+  --no-wait           one attempt; exit 75 if another process holds it, 69 if
+                      the store fails
+  --timeout D         wait at most D; exit 75 if another process still holds
+                      it, 69 if the store still cannot be reached
   --kill-after D      SIGKILL this long after SIGTERM (default 10s)
   --verbose           report waiting and every lock event (acquired, renewed,
                       lost, released, store error) on stderr
   --log-format F      text (default) or json: one JSON object per stderr line;
-                      json always reports losses and store errors
+                      json always reports losses; store errors are reported
+                      in both, each new cause once
 
 Durations carry a unit: 500ms, 10s, 2m, 1h.
 
-exit codes: CMD's own; 64 usage; 69 store unavailable; 75 not acquired;
-            76 lease lost; 126 cannot execute CMD; 127 CMD not found
+exit codes: CMD's own; 64 usage; 69 store refused us, or unreachable until
+            --timeout ended; 75 not acquired; 76 lease lost; 126 cannot
+            execute CMD; 127 CMD not found
 
 example:
   simba run --store sqlite:///var/lib/app/simba.db --mutex nightly-report \
@@ -57,6 +65,10 @@ stop CMD, release leadership and exit 0 (137 if CMD ignored SIGTERM and was
 killed after --kill-after). CMD gets SIMBA_MUTEX, SIMBA_CONTENDER_ID and
 SIMBA_FENCING_TOKEN (the token of that leadership) in its environment.
 
+Until the store first answers, simba waits for it, for ever, printing each
+new cause once; only a store that refuses us (credentials, TLS verification,
+no such database) exits 69. After that the election rides out every outage.
+
 options:
   --store URI         the store (default: $SIMBA_STORE)
   --mutex NAME        the election's mutex
@@ -65,7 +77,8 @@ options:
   --kill-after D      SIGKILL this long after SIGTERM (default 10s)
   --verbose           report leadership changes and every lock event on stderr
   --log-format F      text (default) or json: one JSON object per stderr line;
-                      json always reports losses and store errors
+                      json always reports losses; store errors are reported
+                      in both, each new cause once
 
 example:
   simba elect --store sqlite:///var/lib/app/simba.db --mutex scheduler-leader \
