@@ -33,6 +33,7 @@
 #include "simba/uri.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -371,22 +372,8 @@ TEST(EtcdTls, AnExpiredTokenIsReplacedWithinTheCall) {
 
 // ---- the CLI -----------------------------------------------------------------------------
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-CliRun run_cli(const std::string& args) {
-  CliRun run;
-  const std::string command = std::string(SIMBA_CLI_PATH) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) run.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+CommandRun run_cli(const std::string& args) {
+  return run_command_line(std::string(SIMBA_CLI_PATH) + " " + args);
 }
 
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
@@ -396,17 +383,17 @@ std::string quoted(const std::string& text) { return "'" + text + "'"; }
 TEST(EtcdTls, TheCliRunsWithTheTlsUri) {
   ASSERT_FALSE(tls().host_port.empty());
   const std::string uri = secured_uri();
-  const CliRun run = run_cli("run --store " + quoted(uri) +
-                             " --mutex cli -- sh -c 'echo token=$SIMBA_FENCING_TOKEN'");
+  const CommandRun run = run_cli("run --store " + quoted(uri) +
+                                 " --mutex cli -- sh -c 'echo token=$SIMBA_FENCING_TOKEN'");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("token="));
   EXPECT_THAT(run.output, shows_no_password());
-  const CliRun status = run_cli("status --store " + quoted(uri));
+  const CommandRun status = run_cli("status --store " + quoted(uri));
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_THAT(status.output, HasSubstr("cli"));
   EXPECT_THAT(status.output, HasSubstr(" over TLS (verify), client certificate\n"));
   EXPECT_THAT(status.output, shows_no_password());
-  const CliRun wrong =
+  const CommandRun wrong =
       run_cli("run --no-wait --store " +
               quoted(etcd_uri(full_tls(), std::string("simba:") + kWrongPassword)) +
               " --mutex cli -- true");

@@ -39,9 +39,9 @@
 #include "simba/locker.h"
 #include "simba/registry.h"
 #include "simba/uri.h"
+#include "testing/fresh_process.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
-#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -247,39 +247,11 @@ TEST(MysqlHa, AProcessStartedBeforeThePromotionHoldsOnceItIsDone) {
   auto r = start_replicated();
   ASSERT_TRUE(r);
   ASSERT_THAT(r->server->run("kill-member", {"1"}), IsOk());
-  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + r->both_uri +
-                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
-  const CommandRun short_run = run_command_line(run + "1s -- true");
-  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
-  EXPECT_GE(short_run.elapsed, milliseconds(1000)) << short_run.output;
-  EXPECT_THAT(short_run.output,
-              AllOf(HasSubstr("could not be reached"),
-                    HasSubstr(r->replica_host_port + "/simba: the server is read-only"),
-                    HasSubstr(r->primary_host_port + "/simba: connecting")))
-      << short_run.output;
-  std::future<CommandRun> waiting = start_command_line(run + "30s -- true");
-  auto provider = KeyedLockProvider::open(r->both_uri);
-  ASSERT_THAT(provider, IsOk());
-  auto keyed = std::async(std::launch::async, [&] {
-    return (*provider)->try_acquire("fresh-key", seconds(30), seconds(10));
-  });
-  std::this_thread::sleep_for(milliseconds(2000));
-  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout)
-      << "gave up before the promotion: " << waiting.get().output;
-  ASSERT_EQ(keyed.wait_for(milliseconds(0)), std::future_status::timeout)
-      << "the keyed acquisition gave up before the promotion: " << keyed.get().status();
-  ASSERT_THAT(r->server->run("promote", {"2"}), IsOk());
-  const auto promoted_at = steady_clock::now();
-  ASSERT_EQ(waiting.wait_for(kRetrySlack + seconds(3)), std::future_status::ready);
-  const CommandRun waited = waiting.get();
-  EXPECT_EQ(waited.exit_code, 0) << waited.output;
-  ASSERT_EQ(keyed.wait_for(kRetrySlack + seconds(3)), std::future_status::ready);
-  auto held = keyed.get();
-  ASSERT_THAT(held, IsOk());
-  EXPECT_TRUE(held->has_value());
-  std::cout << "after the promotion: simba run and the keyed lease held within "
-            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - promoted_at).count()
-            << " ms\n";
+  expect_fresh_processes_wait_for_the_store(
+      SIMBA_CLI_PATH, r->both_uri,
+      {r->replica_host_port + "/simba: the server is read-only",
+       r->primary_host_port + "/simba: connecting"},
+      [&] { ASSERT_THAT(r->server->run("promote", {"2"}), IsOk()); }, kRetrySlack + seconds(3));
 }
 
 TEST(MysqlHa, TheMultiHostUriServesTheCoreCasesOnThePrimary) {

@@ -28,8 +28,8 @@
 #include "simba/keyed_lock.h"
 #include "simba/locker.h"
 #include "simba/registry.h"
+#include "testing/fresh_process.h"
 #include "testing/status_matchers.h"
-#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -297,39 +297,11 @@ TEST(PostgresHa, AProcessStartedBeforeThePromotionHoldsOnceItIsDone) {
   auto cluster = start_cluster(false);
   ASSERT_TRUE(cluster);
   ASSERT_THAT(cluster->server->run("kill-member", {"1"}), IsOk());
-  const std::string run = std::string(SIMBA_CLI_PATH) + " run --store '" + cluster->uri +
-                          "' --mutex fresh --ttl 2s --transition 1s --timeout ";
-  const CommandRun short_run = run_command_line(run + "1s -- true");
-  EXPECT_EQ(short_run.exit_code, 69) << short_run.output;
-  EXPECT_GE(short_run.elapsed, milliseconds(1000)) << short_run.output;
-  EXPECT_THAT(short_run.output, HasSubstr("could not be reached")) << short_run.output;
-  EXPECT_THAT(short_run.output, HasSubstr("port " + cluster->member_port[1] + " failed"))
-      << short_run.output;
-  EXPECT_THAT(short_run.output, HasSubstr("port " + cluster->member_port[2] + " failed"))
-      << short_run.output;
-  std::future<CommandRun> waiting = start_command_line(run + "30s -- true");
-  auto provider = KeyedLockProvider::open(cluster->uri);
-  ASSERT_THAT(provider, IsOk());
-  auto keyed = std::async(std::launch::async, [&] {
-    return (*provider)->try_acquire("fresh-key", seconds(30), seconds(10));
-  });
-  std::this_thread::sleep_for(milliseconds(2000));
-  ASSERT_EQ(waiting.wait_for(milliseconds(0)), std::future_status::timeout)
-      << "gave up before the promotion: " << waiting.get().output;
-  ASSERT_EQ(keyed.wait_for(milliseconds(0)), std::future_status::timeout)
-      << "the keyed acquisition gave up before the promotion: " << keyed.get().status();
-  ASSERT_THAT(cluster->server->run("promote", {"2"}), IsOk());
-  const auto promoted_at = steady_clock::now();
-  ASSERT_EQ(waiting.wait_for(kFailoverSlack), std::future_status::ready);
-  const CommandRun waited = waiting.get();
-  EXPECT_EQ(waited.exit_code, 0) << waited.output;
-  ASSERT_EQ(keyed.wait_for(kFailoverSlack), std::future_status::ready);
-  auto held = keyed.get();
-  ASSERT_THAT(held, IsOk());
-  EXPECT_TRUE(held->has_value());
-  std::cout << "after the promotion: simba run and the keyed lease held within "
-            << std::chrono::duration_cast<milliseconds>(steady_clock::now() - promoted_at).count()
-            << " ms\n";
+  expect_fresh_processes_wait_for_the_store(
+      SIMBA_CLI_PATH, cluster->uri,
+      {"port " + cluster->member_port[1] + " failed",
+       "port " + cluster->member_port[2] + " failed"},
+      [&] { ASSERT_THAT(cluster->server->run("promote", {"2"}), IsOk()); }, kFailoverSlack);
 }
 
 // Negative control: asynchronous replication loses what the standby had not

@@ -38,6 +38,7 @@
 #include "simba/registry.h"
 #include "testing/status_matchers.h"
 #include "testing/store_test_helpers.h"
+#include "testing/subprocess.h"
 #include "testing/test_servers.h"
 #include "testing/test_util.h"
 
@@ -376,13 +377,8 @@ TEST(PostgresTls, AKeyedHoldIsLostWhenItsTlsSessionEnds) {
 #ifdef SIMBA_CLI_PATH
 // `cmd` under sh, stderr with stdout: the exit code and the output.
 std::pair<int, std::string> run_shell(const std::string& cmd) {
-  std::string out;
-  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::array<char, 512> buffer{};
-  while (std::fgets(buffer.data(), buffer.size(), pipe) != nullptr) out += buffer.data();
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+  CommandRun run = run_command_line(cmd);
+  return {run.exit_code, std::move(run.output)};
 }
 
 // `simba run` and `simba status` with a TLS URI (and a password file); a

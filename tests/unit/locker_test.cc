@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -31,6 +32,18 @@ class LockerTest : public testing::VirtualTimeTest {
     VirtualTimeTest::SetUp();
     factory_ = make_factory(faults_);
     other_factory_ = make_factory(store_);
+  }
+
+  // Moves virtual time 100 ms at a time until `done` (a store retrying
+  // through an outage waits on its backoff timers); false after 10 s of
+  // real time.
+  bool advance_until(const std::function<bool()>& done) {
+    return eventually(
+        [&] {
+          clock_->advance(milliseconds(100));
+          return done();
+        },
+        seconds(10));
   }
 
   std::unique_ptr<MutexContendServiceFactory> factory_;        // through faults_
@@ -215,21 +228,12 @@ TEST_F(LockerTest, AStoreThatCannotBeReachedYetIsWaitedForWithinTheTimeout) {
   auto locker = Locker::create(*factory_, "job").value();
   auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(30)); });
   // Failed tries, retried with a backoff, none of them the caller's error.
-  ASSERT_TRUE(eventually(
-      [&] {
-        clock_->advance(milliseconds(100));
-        return faults_->acquire_calls() >= 5;
-      },
-      seconds(10)));
+  ASSERT_TRUE(advance_until([&] { return faults_->acquire_calls() >= 5; }));
   EXPECT_EQ(result.wait_for(milliseconds(0)), std::future_status::timeout)
       << "gave up although its timeout had not passed";
   faults_->set_mode(FaultInjectingBackend::Mode::kPass);  // the store is back
-  ASSERT_TRUE(eventually(
-      [&] {
-        clock_->advance(milliseconds(100));
-        return result.wait_for(milliseconds(0)) == std::future_status::ready;
-      },
-      seconds(10)));
+  ASSERT_TRUE(
+      advance_until([&] { return result.wait_for(milliseconds(0)) == std::future_status::ready; }));
   SIMBA_EXPECT_OK(result.get());
   EXPECT_TRUE(locker->is_held());
 }
@@ -238,12 +242,8 @@ TEST_F(LockerTest, AStoreStillUnreachableAtTheTimeoutIsTheErrorNotABusyMutex) {
   faults_->set_mode(FaultInjectingBackend::Mode::kFail);
   auto locker = Locker::create(*factory_, "job").value();
   auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(5)); });
-  ASSERT_TRUE(eventually(
-      [&] {
-        clock_->advance(milliseconds(100));
-        return result.wait_for(milliseconds(0)) == std::future_status::ready;
-      },
-      seconds(10)));
+  ASSERT_TRUE(
+      advance_until([&] { return result.wait_for(milliseconds(0)) == std::future_status::ready; }));
   const Status status = result.get();
   EXPECT_THAT(status, StatusIs(StatusCode::kUnavailable,
                                ::testing::AllOf(::testing::HasSubstr("within 5000ms"),
@@ -280,12 +280,7 @@ TEST_F(LockerTest, RetriesThroughAnOutageComeAtLeastEveryTwoSecondsAndAHalf) {
   auto locker = Locker::create(*factory_, "job").value();
   auto result = std::async(std::launch::async, [&] { return locker->acquire(seconds(60)); });
   // Past the ramp: 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s (+ jitter) < 5 s.
-  ASSERT_TRUE(eventually(
-      [&] {
-        clock_->advance(milliseconds(100));
-        return faults_->acquire_calls() >= 6;
-      },
-      seconds(10)));
+  ASSERT_TRUE(advance_until([&] { return faults_->acquire_calls() >= 6; }));
   for (int i = 0; i < 4; ++i) {
     settle();  // the failed try's retry timer is set
     const int calls = faults_->acquire_calls();
@@ -294,12 +289,8 @@ TEST_F(LockerTest, RetriesThroughAnOutageComeAtLeastEveryTwoSecondsAndAHalf) {
         << "retry " << i << " came later than 2.5 s";
   }
   faults_->set_mode(FaultInjectingBackend::Mode::kPass);
-  ASSERT_TRUE(eventually(
-      [&] {
-        clock_->advance(milliseconds(100));
-        return result.wait_for(milliseconds(0)) == std::future_status::ready;
-      },
-      seconds(10)));
+  ASSERT_TRUE(
+      advance_until([&] { return result.wait_for(milliseconds(0)) == std::future_status::ready; }));
   SIMBA_EXPECT_OK(result.get());
 }
 
