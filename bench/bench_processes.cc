@@ -21,6 +21,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/keyed_lock.h"
+#include "simba/locker.h"
 #include "simba/registry.h"
 #include "simba/uri.h"
 #include "testing/child_output.h"
@@ -157,13 +158,71 @@ int key_holder(const std::string& store, const std::string& key, milliseconds tt
   sleep_until_killed();
 }
 
-// contender URI KEY COUNTER_FILE SECONDS: says "ready", waits for the start,
-// then increments the shared counter under KEY for SECONDS; says
-// "waits N w1 w2 ..." (µs) and "done COUNT ERRORS".
+// One way of taking the hot key in a contender process: a keyed provider's
+// try_acquire, or a Locker on a mutex of that name (a peer's loop: acquire,
+// work, release). Library defaults in both, as a new user would have them.
+class HotKey {
+ public:
+  virtual ~HotKey() = default;
+  // True once held (false: an error, counted).
+  virtual bool acquire() = 0;
+  virtual bool release() = 0;
+};
+
+class KeyedHotKey final : public HotKey {
+ public:
+  KeyedHotKey(const std::string& store, std::string key) : key_(std::move(key)) {
+    auto provider = KeyedLockProvider::open(store);
+    if (!provider.ok()) fail(provider.status().to_string());
+    provider_ = std::move(*provider);
+  }
+  bool acquire() override {
+    auto lease = provider_->try_acquire(key_, seconds(30), seconds(30));
+    if (!lease.ok() || !lease->has_value()) return false;
+    lease_ = std::move(**lease);
+    return true;
+  }
+  bool release() override { return lease_.release().ok(); }
+
+ private:
+  const std::string key_;
+  std::unique_ptr<KeyedLockProvider> provider_;
+  Lease lease_;
+};
+
+class LockerHotKey final : public HotKey {
+ public:
+  LockerHotKey(const std::string& store, const std::string& mutex) {
+    auto factory = MutexContendServiceFactory::open(store);
+    if (!factory.ok()) fail(factory.status().to_string());
+    factory_ = std::move(*factory);
+    auto locker = Locker::create(*factory_, mutex);
+    if (!locker.ok()) fail(locker.status().to_string());
+    locker_ = std::move(*locker);
+  }
+  bool acquire() override {
+    const Status status = locker_->acquire(seconds(30));
+    if (!status.ok()) emit_line("error " + status.to_string());
+    return status.ok();
+  }
+  bool release() override { return locker_->release().ok(); }
+
+ private:
+  std::unique_ptr<MutexContendServiceFactory> factory_;
+  std::unique_ptr<Locker> locker_;
+};
+
+// contender URI KEY COUNTER_FILE SECONDS KIND (keyed|locker): says "ready",
+// waits for the start, then increments the shared counter under KEY for
+// SECONDS; says "waits N w1 w2 ..." (µs) and "done COUNT ERRORS".
 int contender(const std::string& store, const std::string& key, const std::string& counter_path,
-              int run_seconds) {
-  auto provider = KeyedLockProvider::open(store);
-  if (!provider.ok()) fail(provider.status().to_string());
+              int run_seconds, const std::string& kind) {
+  std::unique_ptr<HotKey> hot;
+  if (kind == "locker") {
+    hot = std::make_unique<LockerHotKey>(store, key);
+  } else {
+    hot = std::make_unique<KeyedHotKey>(store, key);
+  }
   SharedCounterFile shared(counter_path);
   emit_line("ready");
   while (shared.go_ns().load() == 0) std::this_thread::sleep_for(milliseconds(1));
@@ -174,8 +233,7 @@ int contender(const std::string& store, const std::string& key, const std::strin
   std::vector<long long> waits;
   while (BenchClock::now() < end) {
     const auto asked = BenchClock::now();
-    auto lease = (*provider)->try_acquire(key, seconds(30), seconds(30));
-    if (!lease.ok() || !lease->has_value()) {
+    if (!hot->acquire()) {
       ++errors;
       continue;
     }
@@ -183,7 +241,7 @@ int contender(const std::string& store, const std::string& key, const std::strin
     const std::int64_t seen = shared.counter().load(std::memory_order_relaxed);
     shared.counter().store(seen + 1, std::memory_order_relaxed);
     ++count;
-    if (!(*lease)->release().ok()) ++errors;
+    if (!hot->release()) ++errors;
   }
   std::string line = "waits " + std::to_string(waits.size());
   for (const long long w : waits) line += " " + std::to_string(w);
@@ -207,8 +265,8 @@ int run_child(int argc, char** argv) {
     return key_holder(args[1], args[2], milliseconds(std::atoll(args[3].c_str())),
                       milliseconds(std::atoll(args[4].c_str())));
   }
-  if (args.size() == 5 && args[0] == "contender") {
-    return contender(args[1], args[2], args[3], std::atoi(args[4].c_str()));
+  if (args.size() == 6 && args[0] == "contender") {
+    return contender(args[1], args[2], args[3], std::atoi(args[4].c_str()), args[5]);
   }
   fail("bad --child arguments");
 }
@@ -297,14 +355,15 @@ void failover_key(const Options& options, Report& report) {
   report.add(row);
 }
 
-void contended_processes(const Options& options, int contenders, Report& report) {
+void contended_processes(const Options& options, int contenders, bool locker, Report& report) {
   if (!cross_process(options.store)) return;
   SharedCounterFile shared;
   std::vector<std::unique_ptr<Subprocess>> children;
   for (int i = 0; i < contenders; ++i) {
-    children.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-        self_path(), "--child", "contender", options.store, "bench-hot-processes", shared.path(),
-        std::to_string(options.seconds)}));
+    children.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{self_path(), "--child", "contender", options.store,
+                                 locker ? "bench-hot-locker" : "bench-hot-processes", shared.path(),
+                                 std::to_string(options.seconds), locker ? "locker" : "keyed"}));
     if (!children.back()->started()) fail("cannot start a contender process");
   }
   for (auto& child : children) {
@@ -343,14 +402,15 @@ void contended_processes(const Options& options, int contenders, Report& report)
          std::to_string(shared.counter().load()) + ", " + std::to_string(total) + " increments");
   }
   Row row{"contended",
-          std::to_string(contenders) + " processes: wait for the hot key",
+          std::to_string(contenders) + (locker ? " processes, Locker: wait for the hot mutex"
+                                               : " processes: wait for the hot key"),
           std::move(waits),
           static_cast<double>(total) / elapsed,
           0,
           {}};
-  row.fields = {Field::text("mode", "processes"), Field::integer("contenders", contenders),
-                Field::integer("count", total), Field::integer("least", least),
-                Field::integer("most", most)};
+  row.fields = {Field::text("mode", locker ? "locker processes" : "processes"),
+                Field::integer("contenders", contenders), Field::integer("count", total),
+                Field::integer("least", least), Field::integer("most", most)};
   report.add(row);
 }
 

@@ -10,7 +10,9 @@ namespace simba::bench {
 
 void failover_mutex(const Options& options, Report& report);
 void failover_key(const Options& options, Report& report);
-void contended_processes(const Options& options, int contenders, Report& report);
+// N processes loop on one hot key: a keyed provider's key, or (`locker`) a
+// Locker's mutex.
+void contended_processes(const Options& options, int contenders, bool locker, Report& report);
 
 // The body of a child process: argv[1] is "--child". Returns the exit code.
 int run_child(int argc, char** argv);

@@ -380,7 +380,10 @@ int main(int argc, char** argv) {
   if (runs("contended")) {
     for (const int contenders : options.contenders) {
       if (options.contend_threads) contended_threads(options, contenders, report);
-      if (options.contend_processes) contended_processes(options, contenders, report);
+      if (options.contend_processes) {
+        contended_processes(options, contenders, /*locker=*/false, report);
+        contended_processes(options, contenders, /*locker=*/true, report);
+      }
     }
   }
   if (runs("failover")) {
