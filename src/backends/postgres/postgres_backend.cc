@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <iterator>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "backends/sql/sql_backend.h"
 #include "core/log.h"
 #include "core/worker.h"
+#include "simba/backends/postgres_keyed.h"
 
 namespace simba::internal::sql::pg {
 namespace {
@@ -283,6 +285,18 @@ class PgDriver final : public SqlDriver {
   // In ON CONFLICT DO UPDATE, columns must say which row they mean: the
   // existing one (t.), not EXCLUDED.
   std::string existing_row_alias() const override { return "t"; }
+  // The acquisitions of one mutex take turns on a transaction-level
+  // advisory lock, released when the acquiring transaction ends. Its
+  // two-int form: a key space apart from the keyed locks' bigint keys
+  // (pg_locks.objsubid 2, not 1). The pair is the FNV-1a 64 hash of the
+  // table and the mutex; two mutexes with one hash only take turns.
+  std::optional<Statement> acquire_gate(const std::string& mutex) const override {
+    const auto key = static_cast<std::uint64_t>(postgres_advisory_lock_key(table_ + "\n" + mutex));
+    const auto high = static_cast<std::int32_t>(static_cast<std::uint32_t>(key >> 32));
+    const auto low = static_cast<std::int32_t>(static_cast<std::uint32_t>(key));
+    return Statement{"SELECT pg_advisory_xact_lock({#0}, {#1})",
+                     {std::to_string(high), std::to_string(low)}};
+  }
 
   std::unique_ptr<Listener> make_listener(
       std::function<void(const MutexEvent&)> on_event) override {

@@ -37,6 +37,20 @@ std::string AcquireParts::insert_acquired(std::string_view alias) const {
          " + {#2} + {#3}, {1}, 1)";
 }
 
+std::string AcquireParts::insert_acquired_if_free(std::string_view alias) const {
+  std::string sql = "INSERT INTO simba_mutex";
+  if (!alias.empty()) sql += " AS " + std::string(alias);
+  // In the subquery the bare column names are its own row's. The casts: a
+  // parameter in a select list has no type of its own to match the one it
+  // gets in the subquery's comparison.
+  return sql + " (mutex, " + kColumns + ") SELECT CAST({0} AS varchar), " + now + ", " + now +
+         " + {#2}, " + now +
+         " + {#2} + {#3}, CAST({1} AS varchar), 1 WHERE NOT EXISTS (SELECT 1 FROM simba_mutex "
+         "WHERE mutex = {0} "
+         "AND NOT " +
+         may_acquire + ")";
+}
+
 Statement AcquireParts::read_back(const std::string& mutex) const {
   return {"SELECT " + returning + " FROM simba_mutex WHERE mutex = {0}", {mutex}};
 }
@@ -68,12 +82,16 @@ std::vector<Statement> SqlDriver::acquire_statements(const AcquireParts& parts,
     }
     return out;
   };
-  std::string upsert = parts.insert_acquired(alias) + " ON CONFLICT (mutex) DO UPDATE SET ";
+  std::optional<Statement> gate = acquire_gate(params[0]);
+  std::string upsert =
+      (gate ? parts.insert_acquired_if_free(alias) : parts.insert_acquired(alias)) +
+      " ON CONFLICT (mutex) DO UPDATE SET ";
   for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
     if (i > 0) upsert += ", ";
     upsert += parts.assignments[i].first + " = " + existing(parts.assignments[i].second);
   }
   upsert += " WHERE " + existing(parts.may_acquire);
+  if (gate) return {std::move(*gate), {upsert, params}, parts.read_back(params[0])};
   return {{upsert, params}, parts.read_back(params[0])};
 }
 

@@ -112,6 +112,13 @@ struct AcquireParts {
   // to which a driver appends its own conflict clause (PostgreSQL needs the
   // alias to name the existing row; others pass none).
   std::string insert_acquired(std::string_view alias = {}) const;
+  // The same insert as `INSERT ... SELECT ... WHERE NOT EXISTS` a row of
+  // mutex {0} that the caller may not acquire: when another owner holds it,
+  // the statement inserts nothing and so touches (and locks) no row. Behind
+  // a gate (SqlDriver::acquire_gate), where no other acquisition of the
+  // mutex runs meanwhile, a waiter's attempt then writes nothing: no row
+  // lock, no transaction id, no commit to flush.
+  std::string insert_acquired_if_free(std::string_view alias = {}) const;
   // The statement that reads the decided row back (parameter {0}: the mutex).
   Statement read_back(const std::string& mutex) const;
 };
@@ -157,6 +164,18 @@ class SqlDriver {
   virtual std::vector<Statement> acquire_statements(const AcquireParts& parts,
                                                     const std::vector<std::string>& params) const;
   virtual std::string existing_row_alias() const { return {}; }
+  // A statement run first in the acquire transaction that makes the
+  // acquisitions of one mutex take turns until they commit (PostgreSQL: a
+  // transaction-level advisory lock), or nullopt (the default) for none.
+  // With a gate, the default acquire_statements() inserts with
+  // insert_acquired_if_free(): a waiter that finds the mutex held (the
+  // usual answer when a release wakes every waiter at once) reads it and
+  // writes nothing, instead of each waiter taking the row lock and flushing
+  // a commit in turn, which made the hand-off slower with every waiter.
+  virtual std::optional<Statement> acquire_gate(const std::string& mutex) const {
+    (void)mutex;
+    return std::nullopt;
+  }
 
   // Push. While the returned handle lives, `on_event` is called (from one
   // thread of the driver's, one call at a time) for every release
