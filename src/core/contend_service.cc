@@ -518,8 +518,12 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
           set_retrying_locked(true);
         }
         // An event listener hears of every failure (the CLI prints each
-        // new cause once): the log line is then only for those who ask.
-        const LogLevel level = observers_.events ? LogLevel::kInfo : LogLevel::kWarn;
+        // new cause once): the log line is then only for those who ask. So
+        // is a retry the store itself scheduled (retry_after: a restart
+        // guard, an election that changed under the call): expected, not a
+        // fault to warn about.
+        const LogLevel level =
+            observers_.events || reply.status().retry_after() ? LogLevel::kInfo : LogLevel::kWarn;
         if ((failures_ == 1 || failures_ % 10 == 0) && log_enabled(level)) {
           std::ostringstream line;
           line << "mutex '" << mutex_

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "simba/backends/memory.h"
@@ -26,6 +28,8 @@ using std::chrono::seconds;
 using testing::eventually;
 using testing::FaultInjectingBackend;
 using Mode = FaultInjectingBackend::Mode;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Records callbacks in order.
 class Events {
@@ -523,6 +527,35 @@ TEST_F(ContendServiceTest, StoreSayingWhenToRetryIsRetriedThenNotByBackoff) {
   ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
   EXPECT_EQ(faults_->acquire_calls(), 2);
   SIMBA_ASSERT_OK(a->stop());
+}
+
+// A retry the store scheduled (an election that changed under the call, a
+// restart guard) is expected: logged at info, not warned about. A failure
+// the store gave no time for still warns (at the default level).
+TEST_F(ContendServiceTest, ARetryTheStoreScheduledIsNoWarning) {
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  faults_->set_failure_retry_after(milliseconds(0));
+  faults_->set_mode(Mode::kFail);
+  ::testing::internal::CaptureStderr();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() >= 1; }, seconds(5)));
+  settle();
+  const std::string scheduled = ::testing::internal::GetCapturedStderr();
+  faults_->set_mode(Mode::kPass);  // for the stop's leave()
+  SIMBA_ASSERT_OK(a->stop());
+  EXPECT_THAT(scheduled, Not(HasSubstr("simba[W]")));
+
+  auto b = a_factory_->create_contend_service(contender("B", &events_)).value();
+  faults_->set_failure_retry_after(std::nullopt);
+  faults_->set_mode(Mode::kFail);
+  ::testing::internal::CaptureStderr();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() >= 2; }, seconds(5)));
+  settle();
+  const std::string unscheduled = ::testing::internal::GetCapturedStderr();
+  faults_->set_mode(Mode::kPass);
+  SIMBA_ASSERT_OK(b->stop());
+  EXPECT_THAT(unscheduled, HasSubstr("simba[W] mutex 'm': store unreachable"));
 }
 
 TEST_F(ContendServiceTest, CallbacksMayCallBackIntoTheServiceEvenStop) {

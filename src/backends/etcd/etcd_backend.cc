@@ -1593,7 +1593,10 @@ class EtcdBackend final : public Backend {
       owner.fencing_token = static_cast<std::uint64_t>(lowest.create_revision);
       return record;
     }
-    return unavailable_error(context + ": the queue kept changing during the call; try again");
+    // A race with other contenders, not a fault: the contend loop comes
+    // back at once (plus its jitter) and logs it at info, not as a warning.
+    return unavailable_error(context + ": the queue kept changing during the call; try again")
+        .with_retry_after(std::chrono::milliseconds(0));
   }
 
   Result<bool> do_release(std::string_view mutex_view, std::string_view contender_id,
@@ -1701,7 +1704,8 @@ class EtcdBackend final : public Backend {
       forced.store_now = sent;
       return forced;
     }
-    return unavailable_error(context + ": the owner kept changing during the call; try again");
+    return unavailable_error(context + ": the owner kept changing during the call; try again")
+        .with_retry_after(std::chrono::milliseconds(0));
   }
 
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {

@@ -1526,8 +1526,11 @@ Result<OwnerRecord> ZkStore::acquire_once(const AcquireRequest& request, Deadlin
     // when it goes; ask again a lease of ours from now in case none comes.
     return seen(lowest, *owner_node, start, server_now(now), request.ttl + request.transition);
   }
+  // A race with other contenders, not a fault: the contend loop comes back
+  // at once (plus its jitter) and logs it at info, not as a warning.
   return unavailable_error("zookeeper: the election of mutex '" + mutex +
-                           "' kept changing during the call; try again");
+                           "' kept changing during the call; try again")
+      .with_retry_after(std::chrono::milliseconds(0));
 }
 
 Result<bool> ZkStore::release(std::string_view mutex_view, std::string_view contender_view,
@@ -1660,7 +1663,8 @@ Result<ForcedRelease> ZkStore::force_release(std::string_view mutex_view, Deadli
     return result;
   }
   return unavailable_error("zookeeper: the election of mutex '" + mutex +
-                           "' kept changing during the forced release; try again");
+                           "' kept changing during the forced release; try again")
+      .with_retry_after(std::chrono::milliseconds(0));
 }
 
 Result<OwnerRecord> ZkStore::read(std::string_view mutex_view, Deadline deadline) {
@@ -1707,7 +1711,8 @@ Result<OwnerRecord> ZkStore::read(std::string_view mutex_view, Deadline deadline
     return seen(children.front(), *node, start, now);
   }
   return unavailable_error("zookeeper: the election of mutex '" + mutex +
-                           "' kept changing during the read; try again");
+                           "' kept changing during the read; try again")
+      .with_retry_after(std::chrono::milliseconds(0));
 }
 
 Result<std::vector<ListedMutex>> ZkStore::list(Deadline deadline) {
