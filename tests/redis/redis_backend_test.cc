@@ -466,6 +466,53 @@ TEST(RedisHandOff, ReleaseWakesTheOldestLiveWaiterSkippingDeadOnes) {
   EXPECT_EQ(queue.elements[0].str, "live-2");
 }
 
+// Waiters are woken in the order they came, also within one second (JVM
+// Simba's whole-second scores tied them, and Redis broke the tie by the id:
+// the same waiter first at every release, the others starved), and the one
+// woken is the heir: the releaser coming straight back queues behind it
+// instead of taking the mutex again (16 processes on one Locker: the
+// least-served got 2 acquisitions of 20,000 before, 877 of 14,000 after).
+TEST(RedisHandOff, WaitersGoInTheOrderTheyCameAndTheReleaserCannotBargeIn) {
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
+  EventLog later_id, earlier_id;
+  auto sub_z = backend->subscribe("m", "w-z", later_id.listener());
+  auto sub_a = backend->subscribe("m", "w-a", earlier_id.listener());
+  ASSERT_THAT(sub_z, IsOk());
+  ASSERT_THAT(sub_a, IsOk());
+  ASSERT_TRUE(subscribed(raw, key("m", ":w-z")));
+  ASSERT_TRUE(subscribed(raw, key("m", ":w-a")));
+  // w-z queues first, w-a a moment later (within the same second, as a
+  // rule): w-a's id sorts first, its arrival does not.
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w-z"), in(seconds(3))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w-a"), in(seconds(3))), IsOk());
+  ASSERT_TRUE(later_id.wait_released(seconds(2)));
+  ASSERT_TRUE(earlier_id.wait_released(seconds(2)));
+  later_id.clear();
+  earlier_id.clear();
+
+  ASSERT_THAT(backend->release("m", "owner", in(seconds(3))), IsOkAndHolds(true));
+  ASSERT_TRUE(later_id.wait_released(seconds(2)));
+  // The releaser is back at once: the mutex is kept for w-z, and the
+  // releaser queues (behind w-a).
+  auto back = backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3)));
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->owner.owner_id, "w-z");
+  EXPECT_EQ(back->owner.fencing_token, 0u);
+  EXPECT_TRUE(raw.call({"GET", key("m")}).nil());
+  auto heir = backend->acquire_or_renew(request_for("m", "w-z"), in(seconds(3)));
+  ASSERT_THAT(heir, IsOk());
+  EXPECT_TRUE(heir->owner.is_owner("w-z"));
+  EXPECT_FALSE(earlier_id.wait_released(milliseconds(100)));
+  RawReply queue = raw.call({"ZRANGE", key("m", ":contender"), "0", "-1"});
+  ASSERT_EQ(queue.elements.size(), 2u);
+  EXPECT_EQ(queue.elements[0].str, "w-a");
+  EXPECT_EQ(queue.elements[1].str, "owner");
+}
+
 TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
   auto factory = make_factory(shared_uri(), seconds(10), seconds(6));
   ASSERT_TRUE(factory);

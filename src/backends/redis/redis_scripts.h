@@ -5,11 +5,13 @@
 // KEYS, for mutex M, in every script:
 //   KEYS[1] = simba:{M}            lock (JVM Simba's key; value = owner id)
 //   KEYS[2] = simba:{M}:contender  wait queue (JVM Simba's key)
-//   KEYS[3] = simba:{M}:fence      hash: token, owner, ttl (ms), tr (ms)
+//   KEYS[3] = simba:{M}:fence      hash: token, owner, ttl (ms), tr (ms),
+//                                  heir, heir_until (ms)
 //
 // The effects a JVM Simba process can see are exactly its own scripts'
 // effects (simba-behaviour.md §3.2): the lock key with PX = ttl + transition,
-// ZADD NX with the server time in seconds when an acquisition fails,
+// ZADD NX with the server time in seconds (ours with microseconds as a
+// fraction) when an acquisition fails,
 // `acquired@@<id>` on simba:{M}, and `released@@<by>` on the personal
 // channel simba:{M}:<waiter> of the oldest waiter. On top of that:
 //   - the releaser and dead waiters (PUBLISH reached nobody) are dropped from
@@ -19,7 +21,11 @@
 //   - every release is also published on simba:{M}:@@released (no JVM id can
 //     contain "@@"), which retrievers listen to;
 //   - a forced release also sends `released@@<owner>` to the owner's own
-//     personal channel, so the owner learns of its loss at once.
+//     personal channel, so the owner learns of its loss at once;
+//   - the waiter a release wakes is the heir for 100 ms: until it acquires
+//     (or that time is over), another acquirer of ours is answered `held`
+//     by the heir (token '0') and queued, so the releaser cannot barge back
+//     in ahead of the waiters (JVM Simba's own scripts ignore the heir).
 //
 // Replies are arrays of strings (Lua numbers above 2^31 are not safe to send
 // through redis.call as numbers, so they are formatted with %d):
@@ -46,6 +52,13 @@ local lock, queue, fence = KEYS[1], KEYS[2], KEYS[3]
 
 local function fmt(n) return string.format('%d', n) end
 
+-- A waiter's place in the queue: the server time in seconds, as JVM Simba
+-- writes it, but with the microseconds as a fraction. Whole seconds put
+-- every waiter of one second in a tie, which Redis breaks by the id: the
+-- same waiter came first at every release and the others starved. A JVM
+-- entry (whole seconds) still sorts by when it came.
+local function arrived(us) return string.format('%.6f', us / 1000000) end
+
 -- Server time: milliseconds, microseconds, seconds.
 local function now()
   local t = redis.call('TIME')
@@ -61,17 +74,27 @@ local function fence_of(owner)
   return '0', '0', '0'
 end
 
--- Announce a release and wake the oldest waiter that is still listening.
--- Entries of the releaser itself and of waiters nobody listens for any more
--- are removed on the way; the woken one is removed too (as JVM Simba does),
--- so a waiter that cannot act on its wake-up does not keep getting them.
-local function wake(by)
+-- How long a free mutex is kept for the waiter a release woke (its heir),
+-- in ms: its wake-up and its acquisition, a round trip and a thread hop,
+-- fit well within it. Meanwhile anyone else (the releaser coming straight
+-- back, above all) is told the heir holds it, and queues.
+local heir_ms = 100
+
+-- Announce a release and wake the oldest waiter that is still listening,
+-- which becomes the heir until `ms` + heir_ms. Entries of the releaser
+-- itself and of waiters nobody listens for any more are removed on the way;
+-- the woken one is removed too (as JVM Simba does), so a waiter that cannot
+-- act on its wake-up does not keep getting them.
+local function wake(by, ms)
   redis.call('PUBLISH', lock .. ':@@released', 'released@@' .. by)
   for _ = 1, 64 do
     local w = redis.call('ZRANGE', queue, 0, 0)[1]
     if not w then return end
     redis.call('ZREM', queue, w)
-    if w ~= by and redis.call('PUBLISH', lock .. ':' .. w, 'released@@' .. by) > 0 then return end
+    if w ~= by and redis.call('PUBLISH', lock .. ':' .. w, 'released@@' .. by) > 0 then
+      redis.call('HSET', fence, 'heir', w, 'heir_until', fmt(ms + heir_ms))
+      return
+    end
   end
 end
 
@@ -125,18 +148,27 @@ if owner == id then
   return {'renewed', id, fmt(px), token, fmt(ms), ttl, tr}
 end
 if owner then
-  redis.call('ZADD', queue, 'NX', sec, id)
+  redis.call('ZADD', queue, 'NX', arrived(us), id)
   redis.call('ZREM', queue, owner)
   trim()
   local token, ottl, otr = fence_of(owner)
   return {'held', owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
+end
+-- Free, but kept for the waiter the release woke: anyone else queues
+-- behind it (and hears of it as the owner, with unknown times, until the
+-- heir_until), so a releaser that comes straight back cannot take the mutex
+-- from the waiters again and again.
+local heir = redis.call('HMGET', fence, 'heir', 'heir_until')
+if heir[1] and heir[1] ~= '' and heir[1] ~= id and tonumber(heir[2] or '0') > ms then
+  redis.call('ZADD', queue, 'NX', arrived(us), id)
+  return {'held', heir[1], fmt(tonumber(heir[2]) - ms), '0', fmt(ms), '0', '0'}
 end
 if ms < guard then
   return {'free', '', fmt(guard - ms), '0', fmt(ms), '0', '0'}
 end
 redis.call('SET', lock, id, 'PX', px)
 local token = math.max(tonumber(redis.call('HGET', fence, 'token') or '0') + 1, us)
-redis.call('HSET', fence, 'token', fmt(token), 'owner', id, 'ttl', ttl, 'tr', tr)
+redis.call('HSET', fence, 'token', fmt(token), 'owner', id, 'ttl', ttl, 'tr', tr, 'heir', '')
 redis.call('ZREM', queue, id)
 redis.call('PUBLISH', lock, 'acquired@@' .. id)
 return {'acquired', id, fmt(px), fmt(token), fmt(ms), ttl, tr}
@@ -153,7 +185,7 @@ if redis.call('GET', lock) ~= id then
 end
 if token ~= '0' and fence_of(id) ~= token then return 0 end
 redis.call('DEL', lock)
-wake(id)
+wake(id, now())
 return 1
 )lua";
 
@@ -161,6 +193,7 @@ return 1
 // if it holds it (see Backend::leave).
 inline constexpr char kLuaLeave[] = R"lua(
 redis.call('ZREM', queue, ARGV[1])
+if redis.call('HGET', fence, 'heir') == ARGV[1] then redis.call('HSET', fence, 'heir', '') end
 return 0
 )lua";
 
@@ -182,7 +215,7 @@ if owner then
   -- takes any `released@@` there as "the owner is gone, try now", so it
   -- learns too.
   redis.call('PUBLISH', lock .. ':' .. owner, 'released@@' .. owner)
-  wake(owner)
+  wake(owner, ms)
 end
 return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
 )lua";
