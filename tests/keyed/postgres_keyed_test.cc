@@ -185,6 +185,21 @@ TEST(PostgresKeyedUri, UnreachableServerIsUnavailableAndPasswordsAreNotShown) {
   EXPECT_THAT(hold, StatusIs(StatusCode::kUnavailable, ::testing::Not(HasSubstr("s3cret"))));
 }
 
+// A store that cannot be reached is tried until the wait deadline, the
+// last try at the deadline: not given up when the next backoff step would
+// pass it (100, 200, 400 ms... gave up ~0.9 s into a 1.5 s wait, which the
+// fault runs caught as an acquisition that failed inside its deadline).
+TEST(PostgresKeyedUri, AnUnreachableServerIsTriedUntilTheDeadline) {
+  auto backend = open_keyed("postgresql://u:p@127.0.0.1:1/db");
+  ASSERT_TRUE(backend);
+  const auto asked = std::chrono::steady_clock::now();
+  auto hold = backend->acquire(request_for(key("k"), in(milliseconds(1500))));
+  const auto took = std::chrono::steady_clock::now() - asked;
+  EXPECT_THAT(hold, StatusIs(StatusCode::kUnavailable, HasSubstr("tries failed in a row")));
+  EXPECT_GE(took, milliseconds(1450));
+  EXPECT_LT(took, seconds(5));
+}
+
 TEST(PostgresKeyed, CapabilitiesSayWhatTheStoreDoes) {
   auto backend = open_shared();
   ASSERT_TRUE(backend);

@@ -276,14 +276,19 @@ class SessionLockBackend final : public KeyedLockBackend {
       Result<std::unique_ptr<KeyHold>> result = attempt(request, wake);
       if (result.ok() || !is_retryable(result.status())) return result;
       ++failures;
-      const std::chrono::milliseconds delay = backoff.failed(result.status());
-      const Deadline next = steady_clock::now() + delay +
-                            std::chrono::milliseconds(jitter() % (delay.count() / 4 + 1));
-      if (request.wait_deadline != Deadline::max() && next >= request.wait_deadline) {
+      const Deadline now = steady_clock::now();
+      if (request.wait_deadline != Deadline::max() && now >= request.wait_deadline) {
         // A single try (no time to wait) answers with its own error.
         if (failures == 1) return result;
         return unreachable_after(failures, result.status());
       }
+      const std::chrono::milliseconds delay = backoff.failed(result.status());
+      // The last try is at the deadline, not a backoff before it: the caller
+      // asked to wait that long, and the store may be back by then (the
+      // fault runs count an acquisition that gives up early as a failure).
+      const Deadline next =
+          std::min(now + delay + std::chrono::milliseconds(jitter() % (delay.count() / 4 + 1)),
+                   request.wait_deadline);
       if (failures == 1 || failures % 10 == 0) {
         SIMBA_LOG(kWarn, "key '" << request.key << "': store unreachable, retrying in "
                                  << std::chrono::duration_cast<std::chrono::milliseconds>(
