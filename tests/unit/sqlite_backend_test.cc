@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "backends/sqlite/sqlite_errors.h"
+#include "backends/sqlite/sqlite_watcher.h"
 #include "gtest/gtest.h"
 #include "simba/backend.h"
 #include "simba/backends/sqlite.h"
@@ -1099,6 +1100,42 @@ TEST_F(SqliteBackendTest, SubscriberHearsReleaseByAnotherBackendObject) {
   expect_released(log.events()[0], "m", "alice");
   std::this_thread::sleep_for(100ms);
   EXPECT_EQ(log.size(), 1u) << "one release, one event";
+}
+
+// Between ticks the kernel's report of a write to the file or its WAL wakes
+// the watcher. A watcher whose tick is an hour hears of a release committed
+// by another connection (the backend's, which pokes only its own watcher)
+// only that way, once its first look is behind it.
+TEST_F(SqliteBackendTest, AWriteByAnotherConnectionWakesTheWatcherBeforeItsTick) {
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  auto first = acquire(*backend, "first", "alice");
+  auto held = acquire(*backend, "m", "alice");
+  ASSERT_TRUE(first.ok() && held.ok());
+  using internal::sql::sqlite::Watcher;
+  auto watcher = std::make_shared<Watcher>(
+      db_path(), internal::sql::sqlite::watcher_connection(db_path()), std::chrono::hours(1));
+  EventLog log;
+  watcher->start(log.listener());
+  // Both seen held at their acquisitions' versions, so a release is news
+  // whenever the next look comes.
+  auto seen = [](const Result<OwnerRecord>& record) {
+    return Watcher::RowState{"alice", static_cast<std::int64_t>(record->owner.fencing_token)};
+  };
+  watcher->watch("first", seen(first));
+  watcher->watch("m", seen(held));
+  // The first release is heard at whichever look comes first (the watch
+  // wakes the thread); once heard, that look is over and saw "m" held.
+  ASSERT_TRUE(*backend->release("first", "alice", soon()));
+  bool heard = log.wait_for(1, scaled(10s));
+  if (heard) {
+    ASSERT_TRUE(*backend->release("m", "alice", soon()));
+    heard = log.wait_for(2, scaled(10s));
+  }
+  watcher->shutdown();
+  ASSERT_TRUE(heard) << "a release was not heard before the tick";
+  expect_released(log.events()[0], "first", "alice");
+  expect_released(log.events()[1], "m", "alice");
 }
 
 TEST_F(SqliteBackendTest, SubscriberHearsReleaseByTheSameBackendObject) {

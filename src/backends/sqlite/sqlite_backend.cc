@@ -779,6 +779,10 @@ Status check_path(const std::string& path) {
 
 }  // namespace
 
+Watcher::OpenConnection watcher_connection(const std::string& path) {
+  return [path] { return SqliteDriver::open_for_watcher(path); };
+}
+
 }  // namespace simba::internal::sql::sqlite
 
 namespace simba {
@@ -801,10 +805,8 @@ Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
         "sqlite: the linked SQLite library was built without thread support "
         "(SQLITE_THREADSAFE=0)");
   }
-  auto watcher =
-      std::make_shared<internal::sql::sqlite::Watcher>(options.path, [path = options.path] {
-        return internal::sql::sqlite::SqliteDriver::open_for_watcher(path);
-      });
+  auto watcher = std::make_shared<internal::sql::sqlite::Watcher>(
+      options.path, internal::sql::sqlite::watcher_connection(options.path));
   // Opened now, so a bad path or file fails here rather than at first use.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<internal::sql::sqlite::SqliteSession> session,
                          internal::sql::sqlite::SqliteDriver::open(options, watcher));

@@ -1,9 +1,16 @@
 #include "backends/sqlite/sqlite_watcher.h"
 
+#include <poll.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <system_error>
 #include <utility>
 
@@ -15,11 +22,12 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// How often the watcher asks PRAGMA data_version. A tick costs a few
-// microseconds when nothing changed, so waiters learn of a release within
-// ~15 ms (at once for releases made through this backend, which wake the
-// watcher) instead of at their next poll, seconds later.
-constexpr milliseconds kWatchTick{15};
+// After a reported write, the looks until the version moves: the first
+// this long after the write, each next one twice as late, for this long
+// in all (a commit's sync takes a fraction of a millisecond on a local
+// disk; a loaded machine's scheduler more). Then the tick again.
+constexpr std::chrono::microseconds kFirstRecheck{250};
+constexpr std::chrono::microseconds kRecheckSpan{128000};
 
 // Changes whenever another connection (another process, or this backend's
 // own calls, which use a different connection) has committed to the file
@@ -41,6 +49,74 @@ constexpr char kSelectWatchedSql[] =
 // A bound on one look (the connection never waits for a lock, so a look
 // takes microseconds).
 constexpr milliseconds kLookBound{1000};
+
+// Writes to the database file and its write-ahead log, as the kernel
+// reports them (inotify on their directory, whose events name the file:
+// the WAL is deleted and made again as connections come and go, which a
+// watch on the file itself would not survive). Not ok() where inotify
+// cannot be had; the tick alone then tells of changes.
+class FileWrites {
+ public:
+  explicit FileWrites(const std::string& path) {
+    std::error_code error;
+    const std::filesystem::path file = std::filesystem::absolute(path, error);
+    if (error || !file.has_filename()) return;
+    name_ = file.filename().string();
+    wal_ = name_ + "-wal";
+    fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd_ < 0) return;
+    if (inotify_add_watch(fd_, file.parent_path().c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) <
+        0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~FileWrites() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  FileWrites(const FileWrites&) = delete;
+  FileWrites& operator=(const FileWrites&) = delete;
+
+  bool ok() const { return fd_ >= 0; }
+
+  // Waits up to `timeout` for a write or for `wake_fd` (which it drains);
+  // returns whether the file or its WAL was written.
+  bool wait(const WakeFd& wake_fd, std::chrono::microseconds timeout) {
+    std::array<pollfd, 2> fds{pollfd{fd_, POLLIN, 0}, pollfd{wake_fd.fd(), POLLIN, 0}};
+    const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
+    const timespec limit{static_cast<time_t>(seconds.count()),
+                         static_cast<long>((timeout - seconds).count() * 1000)};
+    if (::ppoll(fds.data(), wake_fd.ok() ? 2 : 1, &limit, nullptr) <= 0) return false;
+    if ((fds[1].revents & POLLIN) != 0) wake_fd.drain();
+    return (fds[0].revents & POLLIN) != 0 && written();
+  }
+
+ private:
+  // Reads every queued event; whether one names our files.
+  bool written() {
+    bool ours = false;
+    alignas(inotify_event) std::array<char, 4096> buffer;
+    while (true) {
+      const ssize_t n = ::read(fd_, buffer.data(), buffer.size());
+      if (n <= 0) return ours;
+      for (ssize_t at = 0; at + static_cast<ssize_t>(sizeof(inotify_event)) <= n;) {
+        inotify_event event;
+        std::memcpy(&event, buffer.data() + at, sizeof(event));
+        const char* name = buffer.data() + at + sizeof(inotify_event);
+        // A lost event (the queue overflowed) may have been ours.
+        if ((event.mask & IN_Q_OVERFLOW) != 0 ||
+            (event.len > 0 && (name_ == name || wal_ == name))) {
+          ours = true;
+        }
+        at += static_cast<ssize_t>(sizeof(inotify_event) + event.len);
+      }
+    }
+  }
+
+  int fd_ = -1;
+  std::string name_;
+  std::string wal_;
+};
 
 std::int64_t to_int(const std::string& text) {
   std::int64_t value = 0;
@@ -80,6 +156,7 @@ void Watcher::watch(const std::string& mutex, std::optional<RowState> seen) {
     }
   }
   wake_.notify_one();
+  wake_fd_.post();
 }
 
 void Watcher::unwatch(const std::string& mutex) {
@@ -93,6 +170,7 @@ void Watcher::poke() {
     poked_ = true;
   }
   wake_.notify_one();
+  wake_fd_.post();
 }
 
 void Watcher::shutdown() {
@@ -102,6 +180,7 @@ void Watcher::shutdown() {
     stopping_.store(true);
   }
   wake_.notify_all();
+  wake_fd_.post();
   // From on_event (a listener dropped the backend) the thread sees
   // stopping_ once the call returns and ends on its own.
   worker_.join();
@@ -119,13 +198,37 @@ void Watcher::run() {
   std::vector<std::pair<std::string, RowState>> rows;
   std::vector<MutexEvent> events;
 
+  // Made with the first subscription: a backend nobody subscribes to
+  // watches no file.
+  std::unique_ptr<FileWrites> writes;
+  // After a reported write: when to look again if the version has not
+  // moved yet (zero: no write pending), and how much of the span is left.
+  std::chrono::microseconds recheck{0};
+  std::chrono::microseconds recheck_left{0};
+
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     if (watched_.empty()) {
       // Nothing to watch: sleep until a subscription (no ticking, no I/O).
       wake_.wait(lock, [this] { return stopped_ || !watched_.empty(); });
     } else {
-      wake_.wait_for(lock, kWatchTick, [this] { return stopped_ || poked_; });
+      if (writes == nullptr) writes = std::make_unique<FileWrites>(path_);
+      if (!writes->ok() || !wake_fd_.ok()) {
+        wake_.wait_for(lock, tick_, [this] { return stopped_ || poked_; });
+      } else if (!stopped_ && !poked_) {
+        const std::chrono::microseconds timeout = recheck.count() > 0 ? recheck : tick_;
+        lock.unlock();
+        const bool written = writes->wait(wake_fd_, timeout);
+        lock.lock();
+        if (written) {
+          recheck = kFirstRecheck;
+          recheck_left = kRecheckSpan;
+        } else if (recheck.count() > 0) {
+          recheck_left -= recheck;
+          recheck = recheck_left.count() > 0 ? std::min(recheck * 2, recheck_left)
+                                             : std::chrono::microseconds(0);
+        }
+      }
     }
     if (stopped_) break;
     poked_ = false;
@@ -173,6 +276,9 @@ void Watcher::run() {
         for (const SqlRow& row : read->at(0).rows) {
           rows.emplace_back(row.at(0), RowState{row.at(1), to_int(row.at(2)), to_int(row.at(3))});
         }
+        // A write that woke us is published once the version moves: back
+        // to waiting for the next.
+        if (have_seen) recheck = std::chrono::microseconds(0);
         have_seen = true;
         seen_version = version;
         looked = true;

@@ -5,16 +5,25 @@
 // since it last asked. The watcher is one thread per backend with a
 // connection of its own (so it never waits for the calls' connection, and
 // so the calls' own commits count as "another connection"); it asks every
-// kWatchTick and, when the answer changed, reads the owner and version of
-// the watched mutexes in one query and reports each mutex that was
-// released or whose holder lost it since it last looked. It is the SQL
-// protocol's Listener for SQLite (backends/sql/sql_backend.h), which owns
-// the subscriptions and calls the listeners.
+// tick and, when the answer changed, reads the owner and version of the
+// watched mutexes in one query and reports each mutex that was released or
+// whose holder lost it since it last looked. It is the SQL protocol's
+// Listener for SQLite (backends/sql/sql_backend.h), which owns the
+// subscriptions and calls the listeners.
+//
+// Between ticks, the kernel says when the file or its write-ahead log was
+// written (inotify on their directory): a commit by any process on this
+// host wakes the watcher at once. The write comes just before the commit is
+// published (the WAL is synced, then its index updated), so after a write
+// the watcher looks again a few times at growing intervals (from 250 µs)
+// until the version moves. The tick stays, for file systems that do not
+// report writes (network mounts, writers on other hosts).
 
 #ifndef SIMBA_BACKENDS_SQLITE_SQLITE_WATCHER_H_
 #define SIMBA_BACKENDS_SQLITE_SQLITE_WATCHER_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -27,6 +36,7 @@
 #include <vector>
 
 #include "backends/sql/sql_backend.h"
+#include "core/net/stream.h"
 #include "core/worker.h"
 #include "simba/backend.h"
 
@@ -63,8 +73,14 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // tick"), with the TEMP table kCreateWatchedSql made.
   using OpenConnection = std::function<Result<std::unique_ptr<SqlSession>>()>;
 
-  // `path` is for messages.
-  Watcher(std::string path, OpenConnection open) : path_(std::move(path)), open_(std::move(open)) {}
+  // How often the watcher asks when no write is reported: a tick costs a
+  // few microseconds when nothing changed.
+  static constexpr std::chrono::milliseconds kDefaultTick{15};
+
+  // `path` is the database file: for messages, and whose writes (and its
+  // WAL's) wake the watcher.
+  Watcher(std::string path, OpenConnection open, std::chrono::milliseconds tick = kDefaultTick)
+      : path_(std::move(path)), open_(std::move(open)), tick_(tick) {}
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
 
@@ -91,6 +107,10 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
 
   const std::string path_;
   const OpenConnection open_;
+  const std::chrono::milliseconds tick_;
+  // Posted with every notify of wake_: the thread waits on it beside the
+  // file's change notifications.
+  WakeFd wake_fd_;
 
   std::mutex mu_;
   std::condition_variable wake_;
@@ -105,6 +125,10 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   std::atomic<bool> stopping_{false};
   Worker worker_;  // runs Run() with a reference to this watcher
 };
+
+// Opens the watcher's own connection to the database file at `path` (the
+// SQLite driver's, defined beside it).
+Watcher::OpenConnection watcher_connection(const std::string& path);
 
 }  // namespace simba::internal::sql::sqlite
 
