@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -60,13 +61,21 @@ class FileWrites {
   explicit FileWrites(const std::string& path) {
     std::error_code error;
     const std::filesystem::path file = std::filesystem::absolute(path, error);
-    if (error || !file.has_filename()) return;
+    if (error || !file.has_filename()) {
+      why_not_ = "no file name in the path";
+      return;
+    }
     name_ = file.filename().string();
     wal_ = name_ + "-wal";
     fd_ = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-    if (fd_ < 0) return;
+    if (fd_ < 0) {
+      why_not_ = "inotify_init1: " + std::system_category().message(errno);
+      return;
+    }
     if (inotify_add_watch(fd_, file.parent_path().c_str(), IN_MODIFY | IN_CREATE | IN_MOVED_TO) <
         0) {
+      why_not_ = "inotify_add_watch " + in_quotes(file.parent_path().string()) + ": " +
+                 std::system_category().message(errno);
       ::close(fd_);
       fd_ = -1;
     }
@@ -78,17 +87,27 @@ class FileWrites {
   FileWrites& operator=(const FileWrites&) = delete;
 
   bool ok() const { return fd_ >= 0; }
+  // Why not ok().
+  const std::string& why_not() const { return why_not_; }
 
-  // Waits up to `timeout` for a write or for `wake_fd` (which it drains);
-  // returns whether the file or its WAL was written.
-  bool wait(const WakeFd& wake_fd, std::chrono::microseconds timeout) {
+  enum class Woken {
+    kWritten,   // the file or its WAL was written
+    kOther,     // only other files of the directory were
+    kPosted,    // the wake fd (drained)
+    kTimedOut,  // neither, within the timeout
+  };
+
+  // Waits up to `timeout` for a write or for `wake_fd`.
+  Woken wait(const WakeFd& wake_fd, std::chrono::microseconds timeout) {
     std::array<pollfd, 2> fds{pollfd{fd_, POLLIN, 0}, pollfd{wake_fd.fd(), POLLIN, 0}};
     const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(timeout);
     const timespec limit{static_cast<time_t>(seconds.count()),
                          static_cast<long>((timeout - seconds).count() * 1000)};
-    if (::ppoll(fds.data(), wake_fd.ok() ? 2 : 1, &limit, nullptr) <= 0) return false;
-    if ((fds[1].revents & POLLIN) != 0) wake_fd.drain();
-    return (fds[0].revents & POLLIN) != 0 && written();
+    if (::ppoll(fds.data(), fds.size(), &limit, nullptr) <= 0) return Woken::kTimedOut;
+    const bool posted = (fds[1].revents & POLLIN) != 0;
+    if (posted) wake_fd.drain();
+    if ((fds[0].revents & POLLIN) != 0 && written()) return Woken::kWritten;
+    return posted ? Woken::kPosted : Woken::kOther;
   }
 
  private:
@@ -116,6 +135,7 @@ class FileWrites {
   int fd_ = -1;
   std::string name_;
   std::string wal_;
+  std::string why_not_;
 };
 
 std::int64_t to_int(const std::string& text) {
@@ -212,18 +232,36 @@ void Watcher::run() {
       // Nothing to watch: sleep until a subscription (no ticking, no I/O).
       wake_.wait(lock, [this] { return stopped_ || !watched_.empty(); });
     } else {
-      if (writes == nullptr) writes = std::make_unique<FileWrites>(path_);
+      if (writes == nullptr) {
+        writes = std::make_unique<FileWrites>(path_);
+        if (!writes->ok() || !wake_fd_.ok()) {
+          // Once per watcher: pushes still come, at the tick.
+          SIMBA_LOG(kInfo, "sqlite "
+                               << in_quotes(path_) << ": writes to the file are not reported ("
+                               << (wake_fd_.ok() ? writes->why_not() : "no eventfd")
+                               << "): releases by other processes are seen at the " << tick_.count()
+                               << " ms tick");
+        }
+      }
       if (!writes->ok() || !wake_fd_.ok()) {
         wake_.wait_for(lock, tick_, [this] { return stopped_ || poked_; });
       } else if (!stopped_ && !poked_) {
         const std::chrono::microseconds timeout = recheck.count() > 0 ? recheck : tick_;
+        const auto until = std::chrono::steady_clock::now() + timeout;
         lock.unlock();
-        const bool written = writes->wait(wake_fd_, timeout);
+        FileWrites::Woken woken = FileWrites::Woken::kTimedOut;
+        // Writes to other files of the directory (a busy directory, logs
+        // beside the database) are not worth a look: wait on for ours.
+        do {
+          const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+              until - std::chrono::steady_clock::now());
+          woken = left.count() > 0 ? writes->wait(wake_fd_, left) : FileWrites::Woken::kTimedOut;
+        } while (woken == FileWrites::Woken::kOther);
         lock.lock();
-        if (written) {
+        if (woken == FileWrites::Woken::kWritten) {
           recheck = kFirstRecheck;
           recheck_left = kRecheckSpan;
-        } else if (recheck.count() > 0) {
+        } else if (woken == FileWrites::Woken::kTimedOut && recheck.count() > 0) {
           recheck_left -= recheck;
           recheck = recheck_left.count() > 0 ? std::min(recheck * 2, recheck_left)
                                              : std::chrono::microseconds(0);
