@@ -382,6 +382,20 @@ void ServiceCore::start_attempt_locked(Generation gen) {
 }
 
 void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
+  {
+    // Posted before a stop() that ran first: its lifecycle is over, and its
+    // call would only queue again at the store, after stop() left the wait,
+    // an entry nobody waits on (etcd's conformance run caught one in line).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gen != generation_) {
+      in_flight_ = false;
+      if (status_ == ServiceStatus::kRunning && rerun_) {
+        rerun_ = false;
+        schedule_attempt_locked(milliseconds(0));
+      }
+      return;
+    }
+  }
   // The lease is measured from when the request left, so the local deadline
   // can only be earlier than the store's.
   const Clock::TimePoint sent = clock_->now();
