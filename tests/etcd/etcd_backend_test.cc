@@ -399,11 +399,10 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   std::vector<RawKv> keys = raw.range(queue);
   ASSERT_EQ(keys.size(), 1u);
   const RawKv mine = keys.front();
-  // <prefix>/<mutex>/<lease as 16 hex digits>, value: the contender id.
+  // <prefix>/<mutex>/<the key's own id as 16 hex digits>, value: the
+  // contender id, on the backend's session lease.
   ASSERT_EQ(mine.key.size(), queue.size() + 16);
-  char hex[17];
-  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(mine.lease));
-  EXPECT_EQ(mine.key, queue + hex);
+  EXPECT_EQ(mine.key.find_first_not_of("0123456789abcdef", queue.size()), std::string::npos);
   EXPECT_EQ(mine.value, "c1");
   EXPECT_NE(mine.lease, 0);
   // The lease outlasts ttl + transition (2 s + 1 s).
@@ -435,7 +434,9 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   keys = raw.range(queue);
   ASSERT_EQ(keys.size(), 2u);
   EXPECT_EQ(keys[1].value, "c2");
-  EXPECT_NE(keys[1].lease, mine.lease);
+  EXPECT_NE(keys[1].key, mine.key);
+  // The same backend, the same ttl: the same session lease.
+  EXPECT_EQ(keys[1].lease, mine.lease);
   auto read = backend->read("layout", in(seconds(10)));
   SIMBA_ASSERT_OK(read);
   EXPECT_EQ(read->owner.owner_id, "c1");
@@ -443,9 +444,13 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   EXPECT_GT(read->owner.transition_at, read->store_now);
   EXPECT_LE(read->owner.transition_at - read->store_now, milliseconds(3000));
 
-  // Released: key and lease gone; the next owner's token is greater.
+  // Released: the key gone, the session lease kept (c2's key is on it);
+  // the next owner's token is greater.
   EXPECT_THAT(backend->release("layout", "c1", in(seconds(10))), IsOkAndHolds(true));
-  EXPECT_EQ(raw.time_to_live(mine.lease).first, -1);
+  const std::vector<RawKv> after_release = raw.range(queue);
+  ASSERT_EQ(after_release.size(), 1u);
+  EXPECT_EQ(after_release.front().value, "c2");
+  EXPECT_GE(raw.time_to_live(mine.lease).first, 1);
   auto next = backend->acquire_or_renew(request_for("layout", "c2"), in(seconds(10)));
   SIMBA_ASSERT_OK(next);
   EXPECT_EQ(next->owner.owner_id, "c2");
@@ -638,6 +643,72 @@ TEST(EtcdFailures, PausedServerMakesCallsEndByTheirDeadline) {
       },
       seconds(10)));
   SIMBA_EXPECT_OK(backend->release("paused", "c", in(seconds(10))));
+}
+
+// A key lives on the backend's session lease, which its other holders keep
+// alive: a release whose delete never reached the server would leave the
+// mutex held by nobody alive for as long as the process renews anything.
+// The backend deletes such a key again at its next calls.
+TEST(EtcdFailures, AKeyWhoseDeleteWasLostIsDeletedByALaterCall) {
+  const std::string server_uri = shared_etcd();
+  auto parsed = Uri::parse(server_uri);
+  SIMBA_ASSERT_OK(parsed);
+  TcpProxy proxy(*parsed->hosts.front().port);
+  auto backend = open(with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  ASSERT_TRUE(backend);
+  Raw raw(with_prefix(server_uri));
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("kept", "c"), in(seconds(10))));
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("lost", "c"), in(seconds(10))));
+  const std::string lost_queue = test_prefix() + "/lost/";
+  ASSERT_EQ(raw.range(lost_queue).size(), 1u);
+  // The delete is held by the proxy, then thrown away with its connection.
+  proxy.set_blackhole(true);
+  EXPECT_FALSE(backend->release("lost", "c", in(milliseconds(300))).ok());
+  proxy.cut_all();
+  proxy.set_blackhole(false);
+  ASSERT_EQ(raw.range(lost_queue).size(), 1u) << "the delete reached the server";
+  // The next call (a renewal of the other mutex) deletes it first.
+  ASSERT_TRUE(eventually(
+      [&] { return backend->acquire_or_renew(request_for("kept", "c"), in(seconds(2))).ok(); },
+      seconds(10)));
+  EXPECT_TRUE(raw.range(lost_queue).empty());
+  // And the mutex is free for others.
+  auto other = open(with_prefix(server_uri));
+  ASSERT_TRUE(other);
+  auto taken = other->acquire_or_renew(request_for("lost", "d"), in(seconds(10)));
+  SIMBA_ASSERT_OK(taken);
+  EXPECT_EQ(taken->owner.owner_id, "d");
+  SIMBA_EXPECT_OK(other->release("lost", "d", in(seconds(10))));
+  SIMBA_EXPECT_OK(backend->release("kept", "c", in(seconds(10))));
+}
+
+// A holder whose calls stop (a stuck or abandoned contend service) loses
+// its key when its lease, as its last call saw it, ends, as a lease of its
+// own would, although the backend's other holders keep the shared session
+// lease alive.
+TEST(EtcdFailures, AHolderThatStopsCallingLosesItsKeyAtItsLeasesEnd) {
+  const std::string uri = with_prefix(shared_etcd());
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  Raw raw(uri);
+  // ttl 2 s + transition 1 s: both keys on one 3 s session lease.
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("left", "c"), in(seconds(10))));
+  const auto left_at = steady_clock::now();
+  SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("busy", "c"), in(seconds(10))));
+  const std::string left_queue = test_prefix() + "/left/";
+  ASSERT_EQ(raw.range(left_queue).size(), 1u);
+  // "busy" renews on; "left" never calls again. Its key goes within its
+  // lease (3 s) and the sweep's period (1 s) plus one renewal period.
+  const auto bound = scaled(seconds(3) + seconds(1) + milliseconds(500) + seconds(1));
+  bool gone = false;
+  while (!gone && steady_clock::now() - left_at < bound) {
+    SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("busy", "c"), in(seconds(10))));
+    gone = raw.range(left_queue).empty();
+    if (!gone) std::this_thread::sleep_for(milliseconds(500));
+  }
+  EXPECT_TRUE(gone) << "the key of a holder that stopped calling outlived its lease";
+  EXPECT_GE(steady_clock::now() - left_at, seconds(2)) << "deleted before its lease could end";
+  SIMBA_EXPECT_OK(backend->release("busy", "c", in(seconds(10))));
 }
 
 TEST(EtcdFailures, CutConnectionsAreReopenedAndTheWatchResumes) {
@@ -900,14 +971,16 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
       before = now;
     }
   }
-  // A release (range + revoke) and the next waiter's attempt (keep-alive +
-  // transaction): exactly four requests, whatever the number of waiters. A
-  // herd would be ~2 per waiter; a second look by the new owner, 2 more.
+  // A release (one transaction: read the lowest key, delete ours) and the
+  // next waiter's attempt (keep-alive + transaction): exactly three
+  // requests, whatever the number of waiters. A herd would be ~2 per
+  // waiter; a second look by the new owner, 2 more. (Four while each key
+  // had a lease of its own, revoked after a read.)
   std::string counts;
   for (long long n : per_handoff) counts += std::to_string(n) + " ";
   RecordProperty("requests_per_handoff", counts);
   for (std::size_t i = 0; i < per_handoff.size(); ++i) {
-    EXPECT_EQ(per_handoff[i], 4) << "hand-off " << i + 1 << "; all: " << counts;
+    EXPECT_EQ(per_handoff[i], 3) << "hand-off " << i + 1 << "; all: " << counts;
   }
   {
     std::lock_guard<std::mutex> lock(mu);

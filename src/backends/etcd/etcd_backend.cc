@@ -145,8 +145,10 @@ std::string mutex_key_prefix(std::string_view prefix, std::string_view mutex) {
   return std::string(prefix) + "/" + encode_mutex(mutex) + "/";
 }
 
-std::string key_for(std::string_view prefix, std::string_view mutex, std::int64_t lease) {
-  return mutex_key_prefix(prefix, mutex) + lease_hex(lease);
+// A holder's key: its name is the holder's own (a random 63-bit id), its
+// lease the backend's session lease, which other keys share.
+std::string key_for(std::string_view prefix, std::string_view mutex, std::int64_t key_id) {
+  return mutex_key_prefix(prefix, mutex) + lease_hex(key_id);
 }
 
 // "<prefix>/<M>": the record that mutex M was used (no lease, no value),
@@ -285,6 +287,21 @@ pb::TxnRequest check_txn(const std::string& mutex_prefix, const std::string& key
 pb::TxnRequest delete_if_created_at(const std::string& key, std::int64_t create_revision) {
   pb::TxnRequest txn;
   add_created_at(&txn, key, create_revision);
+  txn.add_success()->mutable_request_delete_range()->set_key(key);
+  return txn;
+}
+
+// A holder's release or a waiter's leave, atomically: if `key` still has
+// `create_revision` (whatever it has, when that is 0: the key's name is
+// this holder's alone), reads the lowest key of the mutex (did ours own
+// it?) and deletes ours. One request, where revoking a lease of its own
+// needed a read first. The key's lease is the backend's session lease,
+// which other keys share: it stays.
+pb::TxnRequest release_txn(const std::string& mutex_prefix, const std::string& key,
+                           std::int64_t create_revision) {
+  pb::TxnRequest txn;
+  if (create_revision != 0) add_created_at(&txn, key, create_revision);
+  add_range(txn.mutable_success(), range_op(mutex_prefix, true, 1, true));
   txn.add_success()->mutable_request_delete_range()->set_key(key);
   return txn;
 }
@@ -965,6 +982,28 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     return true;
   }
 
+  // Takes out the holders whose lease, as their own last call saw it, ended
+  // before `now`: their contend services stopped calling (a stuck or
+  // abandoned service). Their keys are on the shared session lease, which
+  // the backend's other holders keep alive, so they must be deleted, as a
+  // lease of their own would have ended.
+  std::vector<Holder> take_expired(steady_clock::time_point now) {
+    std::vector<Holder> expired;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = holders_.begin(); it != holders_.end();) {
+      for (auto held = it->second.begin(); held != it->second.end();) {
+        if (held->second.alive_until < now) {
+          expired.push_back(std::move(held->second));
+          held = it->second.erase(held);
+        } else {
+          ++held;
+        }
+      }
+      it = it->second.empty() ? holders_.erase(it) : std::next(it);
+    }
+    return expired;
+  }
+
   std::optional<Holder> take(const std::string& mutex, const std::string& contender) {
     std::lock_guard<std::mutex> lock(mu_);
     Holder* found = find_locked(mutex, contender);
@@ -1391,6 +1430,7 @@ class EtcdBackend final : public Backend {
     // Whole seconds, rounded up: the lease never ends before the hard lease.
     const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
     const std::string context = call_context("acquiring mutex " + internal::in_quotes(mutex));
+    const std::uint64_t began = next_call();
 
     // A contender subscribes before its first attempt: let the watch that
     // subscription started see this decision from the start (one round
@@ -1398,6 +1438,13 @@ class EtcdBackend final : public Backend {
     watcher_->await_first_watch(std::min(deadline, steady_clock::now() + options_.connect_timeout));
     RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
+    if (left_since(mutex, id, began)) {
+      // The contender released or left the wait while this call waited
+      // (for the first watch, or its turn on the channel): queueing now
+      // would put back a key that nobody waits on (its service stopped).
+      return aborted_error(context + ": the contender left meanwhile");
+    }
+    delete_orphans(turn);
     for (int round = 0; round < kAcquireRounds; ++round) {
       std::optional<Holder> held = watcher_->find(mutex, id);
       const std::uint64_t watching = watcher_->live_session();
@@ -1421,25 +1468,32 @@ class EtcdBackend final : public Backend {
         continue;  // the full check below tells what happened
       }
       if (held && held->asked_ttl != asked) {
-        // The lease was granted for other settings: leave that place in the
-        // queue and start again with a lease of the right length.
+        // Queued on a lease of other settings: leave that place (our key
+        // goes; its lease, shared, stays) and start again on a lease of the
+        // right length.
         watcher_->take(mutex, id);
-        auto revoked = turn.revoke(held->lease);
-        // NOT_FOUND: already gone (expired, or an earlier attempt revoked it).
-        if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
-          return revoked.status();
-        }
+        SIMBA_ASSIGN_OR_RETURN(bool owned, delete_held(turn, mutex_prefix, *held));
+        (void)owned;
         held.reset();
       }
       Holder holder;
+      // A new key goes on the session lease of its length, which the
+      // backend grants once and every holder on it keeps alive: one write
+      // to queue or acquire (the transaction), where a lease of its own
+      // cost a grant first.
+      bool granting = false;
       if (held) {
         holder = *held;
       } else {
-        holder.lease = new_lease_id();
         holder.asked_ttl = asked;
-        holder.key = key_for(options_.key_prefix, mutex, holder.lease);
-        // Remembered before the grant goes out: if the reply is lost, the
-        // next call keeps this lease alive instead of queueing twice.
+        holder.key = key_for(options_.key_prefix, mutex, new_lease_id());
+        holder.lease = session_lease(asked);
+        if (holder.lease == 0) {
+          holder.lease = new_lease_id();
+          granting = true;
+        }
+        // Remembered before the request goes out: if the reply is lost, the
+        // next call keeps this key's lease alive instead of queueing twice.
         watcher_->store(mutex, id, holder, 0);
       }
       // What the reply promises an owner is measured from here: the lease
@@ -1450,7 +1504,7 @@ class EtcdBackend final : public Backend {
       Result<pb::TxnResponse> txn = internal_error(context + ": no transaction");
       // Our key is known to exist: a read-only check (check_txn).
       const bool check_only = held && holder.create_revision != 0;
-      if (held) {
+      if (!granting) {
         // The keep-alive and the transaction travel together.
         auto keep = turn.start_keep_alive(holder.lease);
         txn = turn.txn(check_only ? check_txn(mutex_prefix, holder.key, holder.create_revision)
@@ -1467,12 +1521,14 @@ class EtcdBackend final : public Backend {
         auto granted = turn.grant(holder.lease, asked);
         if (granted.ok()) {
           ttl_left = granted->ttl();
+          remember_session(asked, holder.lease);
         } else if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION && turn.retried()) {
           // "lease already exists" after an attempt whose answer was lost
           // (leader changed, timed out): that attempt granted it, after
           // `sent`, for at least `asked` seconds (IDs are random 63-bit
           // numbers: another client's lease with ours is not a concern).
           ttl_left = asked;
+          remember_session(asked, holder.lease);
         } else {
           watcher_->take(mutex, id);
           if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION) {
@@ -1482,19 +1538,21 @@ class EtcdBackend final : public Backend {
         }
       }
       if (ttl_left <= 0) {
-        // Our lease is gone (expired or revoked), and our key with it:
-        // queue again with a new lease.
+        // Our lease is gone (expired or revoked), and every key on it with
+        // it: queue again on a new one.
         watcher_->take(mutex, id);
+        forget_session(holder.lease);
         continue;
       }
       holder.granted_ttl = ttl_left;
       holder.alive_until = sent_steady + std::chrono::seconds(ttl_left);
-      if (!held) {
+      if (granting) {
         txn = turn.txn(
             acquire_txn(mutex_prefix, holder.key, id, holder.lease, holder.create_revision));
         if (!txn.ok() && turn.last_code() == grpc::StatusCode::NOT_FOUND) {
           // The lease just granted is gone already (revoked): a new one.
           watcher_->take(mutex, id);
+          forget_session(holder.lease);
           continue;
         }
       }
@@ -1605,8 +1663,10 @@ class EtcdBackend final : public Backend {
     const std::string id(contender_id);
     const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const std::string context = call_context("releasing mutex " + internal::in_quotes(mutex));
+    mark_left(mutex, id);
     RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
+    delete_orphans(turn);
     // The token is our key's create revision: a release for an earlier
     // ownership leaves the key of this one alone.
     const auto token = static_cast<std::int64_t>(fencing_token);
@@ -1616,7 +1676,7 @@ class EtcdBackend final : public Backend {
       return false;
     }
     if (std::optional<Holder> held = watcher_->take(mutex, id)) {
-      return revoke_held(turn, mutex_prefix, *held);
+      return delete_held(turn, mutex_prefix, *held);
     }
     // Nothing known here (e.g. a compensating release after a lost reply,
     // or another process with this id): remove every key with our id.
@@ -1647,30 +1707,110 @@ class EtcdBackend final : public Backend {
   Status do_leave(std::string_view mutex_view, std::string_view contender_id,
                   Deadline deadline) override {
     const std::string mutex(mutex_view);
+    mark_left(mutex, std::string(contender_id));
     std::optional<Holder> held = watcher_->take(mutex, std::string(contender_id));
     if (!held) return ok_status();
     const std::string context =
         call_context("leaving the queue of mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline, context);
     SIMBA_RETURN_IF_ERROR(turn.status());
-    return revoke_held(turn, mutex_key_prefix(options_.key_prefix, mutex), *held).status();
+    delete_orphans(turn);
+    return delete_held(turn, mutex_key_prefix(options_.key_prefix, mutex), *held).status();
   }
 
-  // Revokes the lease of `held` (which deletes its key); returns whether
-  // that key was the owner.
-  Result<bool> revoke_held(RequestChannel::Turn& turn, const std::string& mutex_prefix,
+  // Deletes the key of `held` (released, or leaving the queue); returns
+  // whether that key was the owner. Its lease is the session lease, which
+  // other keys share and other holders keep alive: a key whose delete may
+  // not have happened (no answer) would outlive its holder, so it is
+  // deleted again by the next calls until one succeeds.
+  Result<bool> delete_held(RequestChannel::Turn& turn, const std::string& mutex_prefix,
                            const Holder& held) {
-    // The range just before the revoke says whether our key was the owner
-    // (nobody else can become the owner while our key is the lowest).
-    // (One after the other: the range must not see the revoke.)
-    auto range = turn.range(range_op(mutex_prefix, true, 1, true));
-    auto revoked = turn.revoke(held.lease);
-    if (!revoked.ok() && turn.last_code() != grpc::StatusCode::NOT_FOUND) {
-      return revoked.status();
+    auto deleted = turn.txn(release_txn(mutex_prefix, held.key, held.create_revision));
+    if (!deleted.ok()) {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      orphans_.push_back({held.key, held.create_revision});
+      return deleted.status();
     }
-    SIMBA_RETURN_IF_ERROR(range.status());
-    const std::vector<Kv> lowest = kvs_of(*range);
-    return !lowest.empty() && lowest.front().key == held.key && lowest.front().lease == held.lease;
+    if (!deleted->succeeded()) return false;  // our key was gone already
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, txn_kvs(*deleted, 0, "releasing"));
+    return !lowest.empty() && lowest.front().key == held.key;
+  }
+
+  // Deletes the keys whose delete_held had no answer (see there) and, once
+  // a second, those of holders that stopped calling (Watcher::take_expired).
+  // Each is this backend's own, by its name (and create revision when
+  // known). Run by every call that may keep the session lease alive, first.
+  void delete_orphans(RequestChannel::Turn& turn) {
+    const steady_clock::time_point now = steady_clock::now();
+    bool sweep = false;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      if (now >= next_sweep_) {
+        next_sweep_ = now + std::chrono::seconds(1);
+        sweep = true;
+      }
+    }
+    std::vector<std::pair<std::string, std::int64_t>> orphans;
+    if (sweep) {
+      // (The caller's own holder too, if its last call is that old: it
+      // queues again, as it would have after a lease of its own ended.)
+      for (const Holder& held : watcher_->take_expired(now)) {
+        orphans.push_back({held.key, held.create_revision});
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu_);
+      orphans.insert(orphans.end(), orphans_.begin(), orphans_.end());
+      orphans_.clear();
+    }
+    if (orphans.empty()) return;
+    std::vector<std::pair<std::string, std::int64_t>> left;
+    for (const auto& [key, created_at] : orphans) {
+      pb::TxnRequest txn;
+      if (created_at != 0) add_created_at(&txn, key, created_at);
+      txn.add_success()->mutable_request_delete_range()->set_key(key);
+      if (!turn.txn(txn).ok()) left.push_back({key, created_at});
+    }
+    if (left.empty()) return;
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    orphans_.insert(orphans_.end(), left.begin(), left.end());
+  }
+
+  // Calls of one contender that began before its release or leave are
+  // aborted (see do_acquire_or_renew): the order of calls, and the last
+  // release or leave of each (mutex, contender) by that order, a bounded
+  // number of them (the race is one call long).
+  std::uint64_t next_call() {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    return ++calls_;
+  }
+  void mark_left(const std::string& mutex, const std::string& contender) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    if (left_.size() >= kMaxLeftRemembered) left_.erase(left_.begin());
+    left_[{mutex, contender}] = ++calls_;
+  }
+  bool left_since(const std::string& mutex, const std::string& contender, std::uint64_t call) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = left_.find({mutex, contender});
+    return it != left_.end() && it->second > call;
+  }
+
+  // The session lease of `asked` seconds, or 0 when there is none yet.
+  std::int64_t session_lease(std::int64_t asked) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = sessions_.find(asked);
+    return it != sessions_.end() ? it->second : 0;
+  }
+  void remember_session(std::int64_t asked, std::int64_t lease) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    sessions_[asked] = lease;
+  }
+  // `lease` has ended: the next key gets a new one.
+  void forget_session(std::int64_t lease) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      it = it->second == lease ? sessions_.erase(it) : std::next(it);
+    }
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex_view, Deadline deadline) override {
@@ -1991,6 +2131,15 @@ class EtcdBackend final : public Backend {
   std::shared_ptr<Watcher> watcher_;
   std::mutex random_mu_;
   std::mt19937_64 random_;
+  // The session leases by length in seconds (see do_acquire_or_renew), and
+  // the keys whose delete had no answer (see delete_held).
+  std::mutex sessions_mu_;
+  std::map<std::int64_t, std::int64_t> sessions_;
+  std::vector<std::pair<std::string, std::int64_t>> orphans_;
+  steady_clock::time_point next_sweep_{};
+  static constexpr std::size_t kMaxLeftRemembered = 4096;
+  std::uint64_t calls_ = 0;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> left_;
 };
 
 }  // namespace
