@@ -114,21 +114,12 @@ build_peers() {
 }
 build_peers
 
-echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" >&2
-echo "kernel: $(uname -sr)" >&2
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-
-dir="$(mktemp -d "${TMPDIR:-/tmp}/simba-peers-$kind.XXXXXX")"
-chmod 755 "$dir"
-started=""
-cleanup() {
-  if [ -n "$started" ]; then scripts/servers/"$kind".sh stop "$dir" >/dev/null 2>&1 || true; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
-SIMBA_SERVER_OWNER_PID=$$ scripts/servers/"$kind".sh start "$dir" >/dev/null
-started=1
-uri="$(cat "$dir/uri")"
+# shellcheck source-path=SCRIPTDIR source=lib/bench.sh
+source scripts/lib/bench.sh
+print_machine >&2
+make_bench_dir "$kind" simba-peers
+start_bench_server
+uri="$bench_uri"
 echo "server: $uri" >&2
 
 failed=()

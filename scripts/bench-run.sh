@@ -23,25 +23,16 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DSIMBA_BUILD_BENCH=ON >&2
 cmake --build "$build" -j "$jobs" --target simba-bench >&2
 
-echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
-echo "kernel: $(uname -sr)"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-
-dir="$(mktemp -d "${TMPDIR:-/tmp}/simba-bench-$kind.XXXXXX")"
-chmod 755 "$dir"
-started=""
-cleanup() {
-  if [ -n "$started" ]; then scripts/servers/"$kind".sh stop "$dir" >/dev/null 2>&1 || true; fi
-  rm -rf "$dir"
-}
-trap cleanup EXIT
+# shellcheck source-path=SCRIPTDIR source=lib/bench.sh
+source scripts/lib/bench.sh
+print_machine
+make_bench_dir "$kind" simba-bench
 case "$kind" in
   memory) uri="memory://bench" ;;
-  sqlite) uri="sqlite://$dir/bench.db" ;;
+  sqlite) uri="sqlite://$bench_dir/bench.db" ;;
   redis|postgres|mysql|zookeeper|etcd)
-    SIMBA_SERVER_OWNER_PID=$$ scripts/servers/"$kind".sh start "$dir" >/dev/null
-    started=1
-    uri="$(cat "$dir/uri")"
+    start_bench_server
+    uri="$bench_uri"
     # A non-durable server that just started: without restart_guard=off the
     # backend would refuse new leases for ttl + transition.
     if [ "$kind" = redis ]; then uri="$uri?restart_guard=off"; fi

@@ -1,0 +1,34 @@
+# shellcheck shell=bash
+# Sourced by scripts/bench-run.sh and scripts/bench-peers.sh, from the
+# repository's root.
+
+# The machine a benchmark ran on: CPUs, kernel, load average.
+print_machine() {
+  echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+  echo "kernel: $(uname -sr)"
+  echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# Makes bench_dir, a private directory for a store of kind $1 (the name's
+# prefix: $2), removed at exit with the server start_bench_server started
+# in it (stopped by its directory and PID).
+make_bench_dir() {
+  bench_kind="$1"
+  bench_dir="$(mktemp -d "${TMPDIR:-/tmp}/$2-$1.XXXXXX")"
+  chmod 755 "$bench_dir"
+  bench_started=""
+  trap cleanup_bench_dir EXIT
+}
+cleanup_bench_dir() {
+  if [ -n "$bench_started" ]; then
+    scripts/servers/"$bench_kind".sh stop "$bench_dir" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$bench_dir"
+}
+# Starts the private server in bench_dir; sets bench_uri (for the caller).
+# shellcheck disable=SC2034
+start_bench_server() {
+  SIMBA_SERVER_OWNER_PID=$$ scripts/servers/"$bench_kind".sh start "$bench_dir" >/dev/null
+  bench_started=1
+  bench_uri="$(cat "$bench_dir/uri")"
+}
