@@ -306,6 +306,15 @@ pb::TxnRequest release_txn(const std::string& mutex_prefix, const std::string& k
   return txn;
 }
 
+// Deletes a key of this backend's own: if it still has `create_revision`,
+// or whatever it has when that is 0 (no other holder has its name).
+pb::TxnRequest delete_own_key(const std::string& key, std::int64_t create_revision) {
+  pb::TxnRequest txn;
+  if (create_revision != 0) add_created_at(&txn, key, create_revision);
+  txn.add_success()->mutable_request_delete_range()->set_key(key);
+  return txn;
+}
+
 // An operator's release: if `owner_key` still has `create_revision`, deletes
 // every key of the mutex, the owner's and its queue's. The queue goes too
 // because tokens are create revisions: a waiter's key, older than the floor
@@ -1764,12 +1773,17 @@ class EtcdBackend final : public Backend {
       orphans_.clear();
     }
     if (orphans.empty()) return;
+    std::vector<pb::TxnRequest> deletes;
+    deletes.reserve(orphans.size());
+    for (const auto& [key, created_at] : orphans)
+      deletes.push_back(delete_own_key(key, created_at));
+    auto deleted = turn.batch<pb::TxnResponse>(
+        deletes.size(),
+        [&](RequestChannel::Stubs& stubs, std::size_t i, grpc::ClientContext* call,
+            grpc::CompletionQueue* queue) { return stubs.kv->AsyncTxn(call, deletes[i], queue); });
     std::vector<std::pair<std::string, std::int64_t>> left;
-    for (const auto& [key, created_at] : orphans) {
-      pb::TxnRequest txn;
-      if (created_at != 0) add_created_at(&txn, key, created_at);
-      txn.add_success()->mutable_request_delete_range()->set_key(key);
-      if (!turn.txn(txn).ok()) left.push_back({key, created_at});
+    for (std::size_t i = 0; i < orphans.size(); ++i) {
+      if (!deleted.ok() || !(*deleted)[i].ok()) left.push_back(orphans[i]);
     }
     if (left.empty()) return;
     std::lock_guard<std::mutex> lock(sessions_mu_);
