@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "backends/postgres/pg_connection.h"
+#include "backends/sql/wait_line.h"
 #include "core/host_lookup.h"
 #include "simba/backends/postgres.h"
+#include "simba/backends/postgres_keyed.h"
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
@@ -131,7 +133,8 @@ TEST(PostgresNames, LongNamesAreRejectedNotTruncated) {
 TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
   auto uri = Uri::parse(
       "postgresql://alice:s3cret@db.example:5433/app?sslmode=require&application_name=x&"
-      "connections=3&table=locks&create_table=off&lock_connections=4");  // the last: keyed locks
+      "connections=3&table=locks&create_table=off&lock_connections=4&"  // keyed locks'
+      "queue_connections=0");
   ASSERT_THAT(uri, IsOk());
   auto options = postgres_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
@@ -143,11 +146,14 @@ TEST(PostgresUri, ParsesAndPassesLibpqOptionsThrough) {
   EXPECT_EQ(options->params.at("sslmode"), "require");
   EXPECT_EQ(options->params.at("application_name"), "x");
   EXPECT_EQ(options->connections, 3);
+  EXPECT_EQ(options->queue_connections, 0);
   EXPECT_EQ(options->table, "locks");
   EXPECT_FALSE(options->create_table);
-  for (const char* bad : {"postgresql://h/db?sslmdoe=require", "postgresql://h/db?host=x",
-                          "postgresql://h/db?connections=0", "postgresql://h/db?create_table=1",
-                          "postgresql://h", "mysql://h/db"}) {
+  for (const char* bad :
+       {"postgresql://h/db?sslmdoe=require", "postgresql://h/db?host=x",
+        "postgresql://h/db?connections=0", "postgresql://h/db?create_table=1",
+        "postgresql://h/db?queue_connections=17", "postgresql://h/db?queue_connections=-1",
+        "postgresql://h", "mysql://h/db"}) {
     auto parsed = Uri::parse(bad);
     ASSERT_THAT(parsed, IsOk()) << bad;
     EXPECT_THAT(postgres_options_from_uri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
@@ -518,6 +524,108 @@ TEST(PostgresForce, ForcingAFreeMutexPushesNoLoss) {
   for (const MutexEvent& e : events) EXPECT_NE(e.kind, MutexEvent::Kind::kLost);
 }
 
+// ---- the wait line (backends/sql/wait_line.h) -----------------------------------
+
+// The line lock of `mutex` in this test's table, as the two ints of
+// pg_advisory_lock(int, int).
+std::string line_key(const std::string& mutex) {
+  const auto key =
+      static_cast<std::uint64_t>(postgres_advisory_lock_key(test_table() + "\n" + mutex));
+  return std::to_string(static_cast<std::int32_t>(static_cast<std::uint32_t>(key >> 32))) + ", " +
+         std::to_string(static_cast<std::int32_t>(static_cast<std::uint32_t>(key)));
+}
+
+// True once a session called `app` holds (`granted`) or waits for an
+// advisory lock.
+bool in_line(Psql& admin, const std::string& app, bool granted) {
+  return eventually(
+      [&] {
+        return admin.exec(
+                   "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                   "WHERE l.locktype = 'advisory' AND l.granted = " +
+                   std::string(granted ? "true" : "false") + " AND a.application_name = '" + app +
+                   "'") != "0";
+      },
+      seconds(5));
+}
+
+// A waiter first in line has the released row reserved: the releaser,
+// asking again at once (a loop around lock()), cannot take it back, which
+// it did every time before the line (16 processes: the least served got 1
+// acquisition). The control: with nobody in line (a waiter that asked once
+// and does not listen), the releaser does take it back at once.
+TEST(PostgresLine, AReleaserCannotTakeTheMutexBackFromTheFirstInLine) {
+  Psql admin(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  for (const bool line : {true, false}) {
+    SCOPED_TRACE(line ? "a waiter in line" : "nobody in line");
+    const std::string mutex = line ? "m" : "m0";
+    auto holder = open(shared_uri());
+    auto factory = make_factory(named_uri("b"), seconds(10), seconds(6));
+    ASSERT_TRUE(holder && factory);
+    ASSERT_THAT(
+        holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
+        IsOk());
+    Recorder b;
+    std::unique_ptr<MutexContendService> waiter;
+    if (line) {
+      waiter = factory->create_contend_service(b.contender(mutex, "b")).value();
+      SIMBA_ASSERT_OK(waiter->start());
+      ASSERT_TRUE(told_owner_is(*waiter, "a"));
+      ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/true));
+    } else {
+      auto asked =
+          open(shared_uri())
+              ->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+      ASSERT_THAT(asked, IsOk());
+      ASSERT_EQ(asked->owner.owner_id, "a");
+    }
+    const auto released_at = steady_clock::now();
+    ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+    auto again =
+        holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5)));
+    ASSERT_THAT(again, IsOk());
+    if (!line) {
+      EXPECT_EQ(again->owner.owner_id, "a");
+      continue;
+    }
+    EXPECT_NE(again->owner.owner_id, "a") << "the releaser took the mutex back";
+    ASSERT_TRUE(b.acquired.wait(seconds(3)));
+    EXPECT_LT(b.acquired_at() - released_at, seconds(1));
+    SIMBA_ASSERT_OK(waiter->stop());
+  }
+}
+
+// The line decides who tries first, never who may hold: a process paused
+// while first in line (here a session of the test's holding the line lock)
+// costs the one behind it at most the reserve and one lock wait, not the
+// end of the last holder's lease (16 s here), when it would ask next.
+TEST(PostgresLine, APausedFirstInLineDelaysTheNextTakeOnlyByTheReserve) {
+  Psql admin(shared_server_uri("postgres"));
+  Psql paused(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok() && paused.ok());
+  auto holder = open(shared_uri());
+  auto factory = make_factory(named_uri("b"), seconds(10), seconds(6));
+  ASSERT_TRUE(holder && factory);
+  ASSERT_THAT(
+      holder->acquire_or_renew(request_for("m", "a", seconds(10), seconds(6)), in(seconds(5))),
+      IsOk());
+  ASSERT_EQ(paused.exec("SELECT pg_advisory_lock(" + line_key("m") + ")::text"), "");
+  Recorder b;
+  auto waiter = factory->create_contend_service(b.contender("m", "b")).value();
+  SIMBA_ASSERT_OK(waiter->start());
+  ASSERT_TRUE(told_owner_is(*waiter, "a"));
+  ASSERT_TRUE(is_listening(admin, app_name("b")));
+  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+  const auto released_at = steady_clock::now();
+  ASSERT_THAT(holder->release("m", "a", in(seconds(5))), IsOk());
+  ASSERT_TRUE(b.acquired.wait(seconds(10)));
+  const auto bound =
+      internal::sql::kQueueReserve + internal::sql::WaitLine::kWaitChunk + seconds(1);
+  EXPECT_LT(b.acquired_at() - released_at, bound);
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
 // ---- failures -----------------------------------------------------------------------
 
 TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
@@ -706,13 +814,13 @@ TEST(PostgresErrorCodes, ServerErrorsBySqlstate) {
     SqlFailure kind;
   };
   const Case cases[] = {
-      {"25006", StatusCode::kUnavailable, SqlFailure::kOther},  // read_only_sql_transaction
-      {"55P03", StatusCode::kUnavailable, SqlFailure::kOther},  // lock_not_available
-      {"40001", StatusCode::kUnavailable, SqlFailure::kOther},  // serialization_failure
-      {"40P01", StatusCode::kUnavailable, SqlFailure::kOther},  // deadlock_detected
-      {"57P01", StatusCode::kUnavailable, SqlFailure::kOther},  // admin_shutdown
-      {"53300", StatusCode::kUnavailable, SqlFailure::kOther},  // too_many_connections
-      {"08006", StatusCode::kUnavailable, SqlFailure::kOther},  // connection_failure
+      {"25006", StatusCode::kUnavailable, SqlFailure::kOther},        // read_only_sql_transaction
+      {"55P03", StatusCode::kUnavailable, SqlFailure::kLockTimeout},  // lock_not_available
+      {"40001", StatusCode::kUnavailable, SqlFailure::kOther},        // serialization_failure
+      {"40P01", StatusCode::kUnavailable, SqlFailure::kOther},        // deadlock_detected
+      {"57P01", StatusCode::kUnavailable, SqlFailure::kOther},        // admin_shutdown
+      {"53300", StatusCode::kUnavailable, SqlFailure::kOther},        // too_many_connections
+      {"08006", StatusCode::kUnavailable, SqlFailure::kOther},        // connection_failure
       {"57014", StatusCode::kDeadlineExceeded, SqlFailure::kOther},
       {"42501", StatusCode::kPermissionDenied, SqlFailure::kNoPrivilege},
       {"42P01", StatusCode::kNotFound, SqlFailure::kNoTable},

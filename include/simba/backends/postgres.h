@@ -28,11 +28,14 @@
 // fallback.
 //
 // Connections: `connections` (default 2) shared by every call, plus one
-// listener connection once something subscribes. A call that misses its
+// listener connection once something subscribes, plus up to
+// `queue_connections` (default 1) for the wait line once a mutex is waited
+// for (docs/backends/postgres.md, "Hand-off"). A call that misses its
 // deadline closes its connection; statements are also bounded on the server
 // (statement_timeout and lock_timeout 10 s, unless the URI sets `options`).
 //
-// URI query keys: ours are `connections`, `create_table` (on|off) and
+// URI query keys: ours are `connections`, `queue_connections` (0..16),
+// `create_table` (on|off) and
 // `table` (default simba_mutex, a plain identifier), `password_file` (the
 // password is that file's first line; not with a password in the URI), and
 // TLS in Simba's one spelling (simba/tls.h): `tls` (off|on|verify),
@@ -72,6 +75,12 @@ struct PostgresOptions {
   int connections = 2;
   // Create simba_mutex when it is missing. Default on.
   bool create_table = true;
+  // Sessions of the wait line, 0..16 (URI key queue_connections; default
+  // 1): for that many mutexes at once this process queues on a session
+  // lock beside the row, so a release wakes the next process in line only,
+  // first come first served, and the releaser cannot take the mutex straight
+  // back. Waiters of other mutexes are woken by every release. 0: none.
+  int queue_connections = 1;
   // The table (also the NOTIFY channel). JVM Simba's is simba_mutex;
   // another keeps separate applications in one database apart.
   std::string table = "simba_mutex";

@@ -396,7 +396,9 @@ Status sqlstate_status(const std::string& sqlstate, const std::string& text, Sql
   } else if (sqlstate == "55P03") {
     // lock_not_available: lock_timeout fired while waiting on a row (a
     // holder slow to commit). The keyed backend reads it by SQLSTATE (a
-    // key not granted by the deadline) before this code matters.
+    // key not granted by the deadline) before this code matters; the SQL
+    // protocol's wait line by its kind.
+    kind = SqlFailure::kLockTimeout;
     status = unavailable_error(message);
   } else {
     status = internal_error(message);

@@ -54,6 +54,16 @@ class PgSession final : public SqlSession {
   bool healthy() const override {
     return SqlSession::healthy() && PQstatus(conn_.get()) == CONNECTION_OK;
   }
+  void set_wake_fd(int fd) override { wake_fd_ = fd; }
+  // An idle session hears from its server only when the server ends it
+  // (terminated, shut down): the pool then opens another instead of failing
+  // the next call with it.
+  bool ended_while_idle() const override {
+    const int fd = PQsocket(conn_.get());
+    if (fd < 0) return true;
+    pollfd p{fd, POLLIN, 0};
+    return ::poll(&p, 1, 0) != 0;
+  }
 
   Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
@@ -109,7 +119,11 @@ class PgSession final : public SqlSession {
     bool synced = false;
     std::size_t command = 0;  // the index in `sent` of the reply being read
     while (!synced) {
-      SIMBA_RETURN_IF_ERROR(broken(await_result(conn, deadline).status()));
+      SIMBA_ASSIGN_OR_RETURN(const bool ready, broken(await_result(conn, deadline, wake_fd_)));
+      if (!ready) {
+        set_broken();
+        return cancelled_error("given up: no longer wanted");
+      }
       PgResult result(PQgetResult(conn));
       if (!result) {  // the end of one command's replies
         ++command;
@@ -174,6 +188,11 @@ class PgSession final : public SqlSession {
     if (!status.ok()) set_broken();
     return status;
   }
+  template <typename T>
+  Result<T> broken(Result<T> result) {
+    if (!result.ok()) set_broken();
+    return result;
+  }
   Status broken(std::string_view what) {
     return broken(unavailable_error(std::string(what) + ": " + conn_message(conn_.get())));
   }
@@ -195,6 +214,7 @@ class PgSession final : public SqlSession {
   }
 
   PgConn conn_;
+  int wake_fd_ = -1;
   const PrepareSwitch prepare_;
   // Statement text -> its prepared name in this session.
   std::unordered_map<std::string, std::string> prepared_;
@@ -350,7 +370,10 @@ class PgDriver final : public SqlDriver {
   }
 
   Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) override {
-    SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::connect(params_, description_, deadline));
+    return connect_wakeable(deadline, -1);
+  }
+  Result<std::unique_ptr<SqlSession>> connect_wakeable(Deadline deadline, int wake_fd) override {
+    SIMBA_ASSIGN_OR_RETURN(PgConn conn, pg::connect(params_, description_, deadline, wake_fd));
     return std::unique_ptr<SqlSession>(std::make_unique<PgSession>(std::move(conn), prepare_));
   }
 
@@ -360,16 +383,30 @@ class PgDriver final : public SqlDriver {
   // existing one (t.), not EXCLUDED.
   std::string existing_row_alias() const override { return "t"; }
   // The acquisitions of one mutex take turns on a transaction-level
-  // advisory lock, released when the acquiring transaction ends. Its
-  // two-int form: a key space apart from the keyed locks' bigint keys
-  // (pg_locks.objsubid 2, not 1). The pair is the FNV-1a 64 hash of the
-  // table and the mutex; two mutexes with one hash only take turns.
+  // advisory lock, released when the acquiring transaction ends (without a
+  // wait line; with one, its lock is this same key). Its two-int form: a
+  // key space apart from the keyed locks' bigint keys (pg_locks.objsubid 2,
+  // not 1). The pair is the FNV-1a 64 hash of the table and the mutex; two
+  // mutexes with one hash only take turns.
   std::optional<Statement> acquire_gate(const std::string& mutex) const override {
-    const auto key = static_cast<std::uint64_t>(postgres_advisory_lock_key(table_ + "\n" + mutex));
-    const auto high = static_cast<std::int32_t>(static_cast<std::uint32_t>(key >> 32));
-    const auto low = static_cast<std::int32_t>(static_cast<std::uint32_t>(key));
-    return Statement{"SELECT pg_advisory_xact_lock({#0}, {#1})",
-                     {std::to_string(high), std::to_string(low)}};
+    return Statement{"SELECT pg_advisory_xact_lock({#0}, {#1})", advisory_key(mutex)};
+  }
+  // The wait line: a session-level advisory lock on the same key, which
+  // PostgreSQL grants to the sessions waiting for it in the order they asked.
+  // A session that holds it at either level gets it again at once.
+  std::optional<LineLock> line_lock(const std::string& mutex) const override {
+    std::vector<std::string> key = advisory_key(mutex);
+    LineLock line;
+    line.try_sql = "pg_try_advisory_xact_lock({#4}, {#5})";
+    line.wait = [key](milliseconds wait) {
+      // lock_timeout for this transaction only: SQLSTATE 55P03 when it runs out.
+      return std::vector<Statement>{
+          {"SELECT set_config('lock_timeout', {0}, true)", {std::to_string(wait.count())}},
+          {"SELECT pg_advisory_lock({#0}, {#1})", key}};
+    };
+    line.unlock = Statement{"SELECT pg_advisory_unlock({#0}, {#1})", key};
+    line.key = std::move(key);
+    return line;
   }
 
   std::unique_ptr<Listener> make_listener(
@@ -395,6 +432,13 @@ class PgDriver final : public SqlDriver {
   // protocol replaces with the table's name.
   const std::string table_;
   std::string description_;
+
+  std::vector<std::string> advisory_key(const std::string& mutex) const {
+    const auto key = static_cast<std::uint64_t>(postgres_advisory_lock_key(table_ + "\n" + mutex));
+    const auto high = static_cast<std::int32_t>(static_cast<std::uint32_t>(key >> 32));
+    const auto low = static_cast<std::int32_t>(static_cast<std::uint32_t>(key));
+    return {std::to_string(high), std::to_string(low)};
+  }
 };
 
 }  // namespace
@@ -410,6 +454,10 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   if (options.connections < 1) {
     return invalid_argument_error("postgresql: connections must be at least 1");
   }
+  if (options.queue_connections < 0 || options.queue_connections > 16) {
+    return invalid_argument_error("postgresql: queue_connections must be 0..16, not " +
+                                  std::to_string(options.queue_connections));
+  }
   // A bound on connecting even when a call's deadline is far away.
   if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
   // Statements are bounded on the server too: a call that gave up
@@ -421,6 +469,7 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   internal::sql::SqlBackendOptions sql;
   sql.failover = internal::sql::pg::kFailover;
   sql.connections = options.connections;
+  sql.line_sessions = options.queue_connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
   return internal::sql::new_sql_backend(
@@ -489,6 +538,14 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
                                                 "postgresql", key, value, options.connections,
                                                 options.table, options.create_table));
     if (read) {
+    } else if (key == "queue_connections") {
+      int n = -1;
+      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (error != std::errc() || end != value.data() + value.size() || n < 0 || n > 16) {
+        return invalid_argument_error("postgresql: queue_connections must be 0..16, not " +
+                                      internal::in_quotes(value));
+      }
+      options.queue_connections = n;
     } else if (key == "lock_connections" || key == "password_file" ||
                std::find(std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys), key) !=
                    std::end(kTlsQueryKeys)) {
@@ -501,7 +558,8 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
     } else if (internal::sql::pg::libpq_keywords().count(key) == 0) {
       return invalid_argument_error("postgresql: unknown URI query key " +
                                     internal::in_quotes(key) +
-                                    " (ours: connections, create_table, table, lock_connections, "
+                                    " (ours: connections, queue_connections, create_table, table, "
+                                    "lock_connections, "
                                     "password_file, tls, tls_ca, tls_cert, tls_key, "
                                     "tls_server_name; others must be libpq connection keywords)");
     } else {

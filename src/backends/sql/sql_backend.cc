@@ -7,6 +7,7 @@
 #include <mutex>
 #include <utility>
 
+#include "backends/sql/wait_line.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
 
@@ -82,9 +83,10 @@ std::vector<Statement> SqlDriver::acquire_statements(const AcquireParts& parts,
     }
     return out;
   };
-  std::optional<Statement> gate = acquire_gate(params[0]);
+  std::optional<Statement> gate =
+      parts.lined ? std::optional<Statement>() : acquire_gate(params[0]);
   std::string upsert =
-      (gate ? parts.insert_acquired_if_free(alias) : parts.insert_acquired(alias)) +
+      (gate || parts.lined ? parts.insert_acquired_if_free(alias) : parts.insert_acquired(alias)) +
       " ON CONFLICT (mutex) DO UPDATE SET ";
   for (std::size_t i = 0; i < parts.assignments.size(); ++i) {
     if (i > 0) upsert += ", ";
@@ -131,9 +133,14 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.push_release = driver_->pushes();
     capabilities_.transport = driver_->transport();
     capabilities_.failover = options.failover;
+    if (options.line_sessions > 0 && capabilities_.push_release && driver_->line_lock("")) {
+      line_ = make_line(options.line_sessions);
+    }
   }
 
   ~SqlBackend() override {
+    // Its threads first: they call back into this backend.
+    line_.reset();
     std::unique_ptr<SqlDriver::Listener> listener;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -152,8 +159,19 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     parts.now = now;
     // Take the row when its hard lease is over; renew it when we own it and
     // it is not (>=: JVM Simba's `>` left a 1 ms gap where nobody could).
+    const std::string mutex(request.mutex);
+    const std::optional<SqlDriver::LineLock> line =
+        line_ ? driver_->line_lock(mutex) : std::optional<SqlDriver::LineLock>();
     parts.may_acquire =
         "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " + now + "))";
+    if (line) {
+      // A free row still reserved for the first in line (acquired_at: the
+      // reserve's end) is taken only with the line lock.
+      parts.lined = true;
+      parts.may_acquire = "((transition_at < " + now + " AND (owner_id <> '' OR acquired_at < " +
+                          now + " OR " + line->try_sql +
+                          ")) OR (owner_id = {1} AND transition_at >= " + now + "))";
+    }
     parts.assignments = {
         // First, while owner_id and transition_at still hold the old values:
         // a renewal keeps the version (the fencing token).
@@ -176,17 +194,42 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
                               " + {#2} + {#3} END"},
     };
     parts.returning = std::string(kColumns) + ", " + now;
-    const std::vector<std::string> params = {
-        std::string(request.mutex), std::string(request.contender_id),
-        std::to_string(request.ttl.count()), std::to_string(request.transition.count())};
+    std::vector<std::string> params = {mutex, std::string(request.contender_id),
+                                       std::to_string(request.ttl.count()),
+                                       std::to_string(request.transition.count())};
+    if (line) params.insert(params.end(), line->key.begin(), line->key.end());
     const std::string what = "acquiring mutex " + in_quotes(request.mutex);
+    // First in line, this process asks on the session that holds the line
+    // lock, for which a reserved row is free.
+    std::optional<WaitLine::Loan> first =
+        line ? line_->first_session(mutex, deadline) : std::optional<WaitLine::Loan>();
+    std::vector<Statement> statements = driver_->acquire_statements(parts, params);
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
-        run_on_table(driver_->acquire_statements(parts, params), true, deadline, what));
+        first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
+              : run_on_table(std::move(statements), true, deadline, what));
+    const bool first_asked = first.has_value();
+    first.reset();
     if (results.empty() || results.back().rows.size() != 1) {
       return internal_error(driver_->description() + ": " + what + ": the row was not returned");
     }
-    return to_record(results.back().rows.front());
+    const SqlRow& row = results.back().rows.front();
+    SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, to_record(row));
+    if (line) {
+      const std::string contender(request.contender_id);
+      if (record.owner.is_owner(contender)) {
+        line_->holding(mutex, contender, first_asked);
+      } else {
+        line_->waiting(mutex, contender);
+        // Free but reserved: ask again when the reserve ends, unless the
+        // line or a release says so first.
+        const StoreTime reserved_until(to_int(row[0]));
+        if (!record.owner.has_owner_id() && row[3].empty() && reserved_until >= record.store_now) {
+          record.ask_again_at = reserved_until;
+        }
+      }
+    }
+    return record;
   }
 
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
@@ -194,10 +237,15 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     const std::string what = "releasing mutex " + in_quotes(mutex);
     // The token is the version the acquisition left (our renewals keep it),
     // so a late release of an older ownership matches no row.
-    std::string update =
-        "UPDATE simba_mutex SET version = version + 1, acquired_at = 0, ttl_at = 0, "
-        "transition_at = 0, owner_id = '' WHERE mutex = {0} AND owner_id = {1}";
-    std::vector<std::string> params = {std::string(mutex), std::string(contender_id)};
+    const std::string m(mutex);
+    // With a wait line the free row is reserved for the first in line for a
+    // moment (acquired_at: the reserve's end; see SqlDriver::line_lock).
+    const std::string free_at =
+        line_ ? driver_->now_ms() + " + " + std::to_string(kQueueReserve.count()) : "0";
+    std::string update = "UPDATE simba_mutex SET version = version + 1, acquired_at = " + free_at +
+                         ", ttl_at = 0, transition_at = 0, owner_id = '' WHERE mutex = {0} AND "
+                         "owner_id = {1}";
+    std::vector<std::string> params = {m, std::string(contender_id)};
     if (fencing_token != 0) {
       update += " AND version = {#2}";
       params.push_back(std::to_string(fencing_token));
@@ -207,11 +255,29 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // commits): one round trip.
     const std::string notice = driver_->release_notice_sql();
     if (!notice.empty()) {
-      statements.push_back({notice, {std::string(mutex), std::string(contender_id)}});
+      statements.push_back({notice, {m, std::string(contender_id)}});
     }
-    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> results,
-                           run_on_table(std::move(statements), true, deadline, what));
-    return !results.empty() && results.front().affected_rows > 0;
+    // A holder that took the mutex first in line releases on that session
+    // and frees the line lock in the same round trip: the server wakes the
+    // next process in line. (Freed before the commit, the next one's
+    // upsert waits for the row's lock, then finds it free and reserved.)
+    std::optional<WaitLine::Loan> first =
+        line_ ? line_->first_session(m, deadline) : std::optional<WaitLine::Loan>();
+    if (first) statements.push_back(driver_->line_lock(m)->unlock);
+    Result<std::vector<SqlResult>> results =
+        first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
+              : run_on_table(std::move(statements), true, deadline, what);
+    if (first && results.ok()) first->unlocked();
+    first.reset();
+    if (line_) line_->gone(m, std::string(contender_id));
+    if (!results.ok()) return results.status();
+    return !results->empty() && results->front().affected_rows > 0;
+  }
+
+  Status do_leave(std::string_view mutex, std::string_view contender_id,
+                  Deadline /*deadline*/) override {
+    if (line_) line_->gone(std::string(mutex), std::string(contender_id));
+    return ok_status();
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
@@ -305,14 +371,19 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // missing (or says what to run when we may not).
   Result<std::vector<SqlResult>> run_on_table(std::vector<Statement> statements, bool transaction,
                                               Deadline deadline, const std::string& what) {
-    for (Statement& statement : statements) statement.sql = on_table(statement.sql);
     SIMBA_ASSIGN_OR_RETURN(std::optional<SessionPool<SqlSession>::Loan> loan,
                            pool_->borrow(deadline));
     if (!loan) {
       return deadline_exceeded_error(driver_->description() +
                                      ": deadline passed while waiting for a connection");
     }
-    SqlSession& session = **loan;
+    return run_on_table(**loan, std::move(statements), transaction, deadline, what);
+  }
+  // The same on `session`.
+  Result<std::vector<SqlResult>> run_on_table(SqlSession& session,
+                                              std::vector<Statement> statements, bool transaction,
+                                              Deadline deadline, const std::string& what) {
+    for (Statement& statement : statements) statement.sql = on_table(statement.sql);
     SqlFailure failure = SqlFailure::kOther;
     auto results = session.run(statements, transaction, deadline, &failure);
     if (!results.ok() && failure == SqlFailure::kNoTable) {
@@ -373,6 +444,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // "" after a reconnect: anything may have been missed.
     if (pushed.mutex.empty()) {
       hub_->collect_all(pushed, &work);
+    } else if (line_ && pushed.kind == MutexEvent::Kind::kReleased && !pushed.owner_id.empty() &&
+               line_->hold_back(pushed.mutex)) {
+      // Another process is ahead of this one in line: the release is for it.
+      return;
     } else {
       hub_->collect(pushed, &work);
     }
@@ -381,6 +456,27 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
 
   // Creates the driver's listener on first use. REQUIRES: mu_.
   void start_listener_locked();
+
+  std::unique_ptr<WaitLine> make_line(int sessions) {
+    WaitLine::Hooks hooks;
+    SqlDriver* driver = driver_.get();
+    hooks.connect = [driver](Deadline deadline, int wake_fd) {
+      return driver->connect_wakeable(deadline, wake_fd);
+    };
+    hooks.wait = [driver](const std::string& mutex, milliseconds wait) {
+      return driver->line_lock(mutex)->wait(wait);
+    };
+    hooks.unlock = [driver](const std::string& mutex) { return driver->line_lock(mutex)->unlock; };
+    // The waiters of this process look now (a named release: an owner
+    // ignores it).
+    hooks.first = [this](const std::string& mutex) {
+      on_event(MutexEvent{MutexEvent::Kind::kReleased, mutex, kFirstInLine});
+    };
+    return std::make_unique<WaitLine>(std::move(hooks), driver_->description(), sessions);
+  }
+  // Whom the wake of the first in line names as the releaser. Any name does:
+  // an owner ignores a named release, a waiter looks.
+  static constexpr char kFirstInLine[] = "(first in line)";
 
   const std::unique_ptr<SqlDriver> driver_;
   const SqlBackendOptions options_;
@@ -391,6 +487,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // Orders watch() and unwatch() with the hub's membership.
   std::mutex mu_;
   std::unique_ptr<SqlDriver::Listener> listener_;  // started by the first subscribe
+  // The wait line (SqlDriver::line_lock), or null. Destroyed first.
+  std::unique_ptr<WaitLine> line_;
 };
 
 Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
@@ -443,7 +541,9 @@ Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
     auto self = weak.lock();
     if (!self) return;
     std::lock_guard<std::mutex> lock(self->mu_);
-    if (self->listener_ && !self->hub_->any(slot.mutex)) self->listener_->unwatch(slot.mutex);
+    if (self->hub_->any(slot.mutex)) return;
+    if (self->listener_) self->listener_->unwatch(slot.mutex);
+    if (self->line_) self->line_->forget(slot.mutex);
   };
   std::lock_guard<std::mutex> lock(mu_);
   start_listener_locked();

@@ -27,6 +27,7 @@
 #ifndef SIMBA_BACKENDS_SQL_SQL_BACKEND_H_
 #define SIMBA_BACKENDS_SQL_SQL_BACKEND_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,6 +79,7 @@ enum class SqlFailure {
   kNoPrivilege,    // not allowed to create or use it
   kDuplicateKey,   // a concurrent insert won
   kAlreadyExists,  // a concurrent CREATE TABLE won
+  kLockTimeout,    // a lock was not granted within the statement's lock wait
 };
 
 // One connection. Used by one call at a time; a driver marks it broken
@@ -90,6 +92,10 @@ class SqlSession : public PooledSession {
   virtual Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements,
                                              bool transaction, Deadline deadline,
                                              SqlFailure* failure = nullptr) = 0;
+  // While `fd` (>= 0) is set, run() gives up with kCancelled, and marks the
+  // session broken, when it becomes readable (a wait that is no longer
+  // wanted). Drivers that cannot watch it ignore it (the default).
+  virtual void set_wake_fd(int fd) { (void)fd; }
 };
 
 // The parts of the acquire statement every dialect shares; a driver puts
@@ -121,6 +127,10 @@ struct AcquireParts {
   std::string insert_acquired_if_free(std::string_view alias = {}) const;
   // The statement that reads the decided row back (parameter {0}: the mutex).
   Statement read_back(const std::string& mutex) const;
+  // The mutex has a wait line (SqlDriver::line_lock): no acquire gate (its
+  // waits would queue behind the line lock's holder), and the insert is
+  // insert_acquired_if_free() all the same.
+  bool lined = false;
 };
 
 // The free row of mutex {0} as an INSERT's column list and VALUES, for a
@@ -136,6 +146,12 @@ class SqlDriver {
   // "postgresql at host:port/db" (never a password), to start messages.
   virtual const std::string& description() const = 0;
   virtual Result<std::unique_ptr<SqlSession>> connect(Deadline deadline) = 0;
+  // The same, giving up with kCancelled when `wake_fd` (if >= 0) becomes
+  // readable. The default ignores it.
+  virtual Result<std::unique_ptr<SqlSession>> connect_wakeable(Deadline deadline, int wake_fd) {
+    (void)wake_fd;
+    return connect(deadline);
+  }
 
   // The database clock as an integer number of epoch milliseconds.
   virtual std::string now_ms() const = 0;
@@ -173,6 +189,30 @@ class SqlDriver {
   // writes nothing, instead of each waiter taking the row lock and flushing
   // a commit in turn, which made the hand-off slower with every waiter.
   virtual std::optional<Statement> acquire_gate(const std::string& mutex) const {
+    (void)mutex;
+    return std::nullopt;
+  }
+
+  // The line beside the row (backends/sql/wait_line.h): a session lock per
+  // mutex that processes queue on, so that a release wakes the next process
+  // only and the releaser cannot barge back in. Drivers without one return
+  // nullopt (the default). With it, a release reserves the free row for
+  // kQueueReserve (acquired_at holds the reserve's end; JVM Simba reads only
+  // transition_at and owner_id, so it is not held back), and a reserved row
+  // is taken only by a transaction for which `try_sql` is true.
+  struct LineLock {
+    // An SQL boolean, true when this session holds the mutex's line lock
+    // or takes it until the transaction ends; it never waits. Its
+    // parameters are {#4} and {#5}, which are `key`.
+    std::string try_sql;
+    std::vector<std::string> key;
+    // Statements after which this session holds the line lock, having
+    // waited at most `wait` (then failing with SqlFailure::kLockTimeout).
+    std::function<std::vector<Statement>(std::chrono::milliseconds wait)> wait;
+    // Frees it.
+    Statement unlock;
+  };
+  virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
     (void)mutex;
     return std::nullopt;
   }
@@ -239,7 +279,14 @@ struct SqlBackendOptions {
   std::size_t max_contender_id_length = 128;
   // Capabilities::failover.
   std::string failover{};
+  // Sessions of the wait line (SqlDriver::line_lock), each with a thread: a
+  // process waits in line for that many mutexes at once. 0: no line (every
+  // release wakes every waiter; the driver's acquire gate applies).
+  int line_sessions = 0;
 };
+
+// How long a released row stays reserved for the first process in line.
+constexpr std::chrono::milliseconds kQueueReserve{1000};
 
 // The query keys every SQL server's URI shares: connections (1..64), table
 // and create_table (on|off), read into the given fields; false for any

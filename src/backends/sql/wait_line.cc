@@ -1,0 +1,265 @@
+#include "backends/sql/wait_line.h"
+
+#include <utility>
+
+#include "core/log.h"
+
+namespace simba::internal::sql {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// Bounds on a place's own calls beyond their lock wait: connecting, and the
+// round trip of a wait or an unlock.
+constexpr milliseconds kConnectBound{5000};
+constexpr milliseconds kCallBound{5000};
+
+}  // namespace
+
+WaitLine::WaitLine(Hooks hooks, std::string description, int places)
+    : hooks_(std::move(hooks)), description_(std::move(description)) {
+  for (int i = 0; i < places; ++i) places_.push_back(std::make_unique<Place>());
+}
+
+WaitLine::~WaitLine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    for (auto& place : places_) place->wake.post();
+  }
+  changed_.notify_all();
+  // Each thread ends its wait (the wake fd) and returns; closing a session
+  // ends whatever lock it held or waited for.
+  for (auto& place : places_) place->worker.join();
+}
+
+bool WaitLine::wanted_locked(const Place& place) const {
+  if (stopping_ || place.mutex.empty()) return false;
+  if (place.holder) return true;
+  auto it = waiters_.find(place.mutex);
+  return it != waiters_.end() && !it->second.empty();
+}
+
+WaitLine::Place* WaitLine::place_of_locked(const std::string& mutex) {
+  for (auto& place : places_) {
+    if (place->mutex == mutex) return place.get();
+  }
+  return nullptr;
+}
+
+void WaitLine::join_locked(const std::string& mutex) {
+  if (stopping_ || place_of_locked(mutex) != nullptr) return;
+  for (std::size_t i = 0; i < places_.size(); ++i) {
+    Place& place = *places_[i];
+    // A place still busy leaving its last line is not free yet.
+    if (!place.mutex.empty() || place.busy) continue;
+    place.mutex = mutex;
+    place.state = State::kJoining;
+    place.holder = false;
+    place.announced = false;
+    place.worker.start("sql-line", [this, i] { run(i); });
+    changed_.notify_all();
+    return;
+  }
+}
+
+void WaitLine::maybe_leave_locked(const std::string& mutex) {
+  Place* place = place_of_locked(mutex);
+  if (place == nullptr || wanted_locked(*place)) return;
+  // A lock wait in progress ends at once (its session is closed, which
+  // takes this process out of the server's queue).
+  if (place->queued) place->wake.post();
+  changed_.notify_all();
+}
+
+void WaitLine::waiting(const std::string& mutex, const std::string& contender) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiters_[mutex].insert(contender);
+  join_locked(mutex);
+}
+
+void WaitLine::holding(const std::string& mutex, const std::string& contender, bool first) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = waiters_.find(mutex); it != waiters_.end()) {
+    it->second.erase(contender);
+    if (it->second.empty()) waiters_.erase(it);
+  }
+  if (Place* place = place_of_locked(mutex); place != nullptr && first) {
+    if (place->state == State::kFirst) place->holder = true;
+  }
+  maybe_leave_locked(mutex);
+}
+
+void WaitLine::gone(const std::string& mutex, const std::string& contender) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = waiters_.find(mutex); it != waiters_.end()) {
+    it->second.erase(contender);
+    if (it->second.empty()) waiters_.erase(it);
+  }
+  // The holder released (or stopped) without the line's session: the line
+  // lock it kept is given up.
+  if (Place* place = place_of_locked(mutex); place != nullptr) place->holder = false;
+  maybe_leave_locked(mutex);
+}
+
+void WaitLine::forget(const std::string& mutex) {
+  std::lock_guard<std::mutex> lock(mu_);
+  waiters_.erase(mutex);
+  // A holder keeps its place: its release, which follows, frees the line lock
+  // with the row.
+  maybe_leave_locked(mutex);
+}
+
+bool WaitLine::hold_back(const std::string& mutex) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Place* place = place_of_locked(mutex);
+  // Only a place waiting in the server's queue is behind someone; one
+  // still connecting has not asked yet, and is told when it has.
+  if (place == nullptr || !place->queued) return false;
+  place->announced = true;
+  return true;
+}
+
+std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    Place* place = place_of_locked(mutex);
+    if (place == nullptr || place->state != State::kFirst || !place->session) return std::nullopt;
+    if (!place->busy) {
+      place->busy = true;
+      for (std::size_t i = 0; i < places_.size(); ++i) {
+        if (places_[i].get() == place) return Loan(this, i);
+      }
+    }
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+  }
+}
+
+SqlSession& WaitLine::Loan::session() const { return *line_->places_[place_]->session; }
+
+WaitLine::Loan::~Loan() {
+  if (line_ != nullptr) line_->give_back(place_, unlocked_);
+}
+
+void WaitLine::give_back(std::size_t index, bool unlocked) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Place& place = *places_[index];
+  place.busy = false;
+  // A broken session is closed by the thread, which frees whatever lock it
+  // held; either way the place must wait in line again.
+  if (unlocked || !place.session->healthy()) {
+    place.state = State::kJoining;
+    place.holder = false;
+  }
+  changed_.notify_all();
+}
+
+void WaitLine::run(std::size_t index) {
+  Backoff backoff;
+  std::unique_lock<std::mutex> lock(mu_);
+  Place& place = *places_[index];
+  // Runs `body` with the place marked busy and mu_ released.
+  auto outside = [&](auto&& body) {
+    place.busy = true;
+    lock.unlock();
+    body();
+    lock.lock();
+    place.busy = false;
+    changed_.notify_all();
+  };
+  while (!stopping_) {
+    if (place.mutex.empty() || place.busy) {
+      changed_.wait(lock);
+      continue;
+    }
+    const std::string mutex = place.mutex;
+    if (place.session && !place.session->healthy()) {
+      // Closed outside the lock; its end frees its lock on the server.
+      std::unique_ptr<SqlSession> broken = std::move(place.session);
+      if (place.state == State::kFirst) place.state = State::kJoining;
+      place.holder = false;
+      outside([&] { broken.reset(); });
+      continue;
+    }
+    if (!wanted_locked(place)) {
+      if (place.state == State::kFirst) {
+        SqlSession* session = place.session.get();
+        outside([&] {
+          const Statement unlock = hooks_.unlock(mutex);
+          if (!session->run({unlock}, false, steady_clock::now() + kCallBound).ok()) {
+            session->set_broken();
+          }
+        });
+      }
+      place.mutex.clear();
+      place.state = State::kFree;
+      place.holder = false;
+      place.announced = false;
+      continue;
+    }
+    if (place.state == State::kFirst) {
+      changed_.wait(lock);
+      continue;
+    }
+    if (!place.session) {
+      if (steady_clock::now() < backoff.ready_at()) {
+        changed_.wait_until(lock, backoff.ready_at());
+        continue;
+      }
+      place.wake.drain();
+      Result<std::unique_ptr<SqlSession>> session = unavailable_error("not connected");
+      outside(
+          [&] { session = hooks_.connect(steady_clock::now() + kConnectBound, place.wake.fd()); });
+      if (!session.ok()) {
+        const milliseconds delay = backoff.failed(session.status());
+        SIMBA_LOG(kDebug, description_ << ": wait line of mutex " << in_quotes(mutex) << ": "
+                                       << session.status() << "; again in "
+                                       << format_duration(delay));
+      } else {
+        backoff.reset();
+        place.session = std::move(*session);
+      }
+      continue;
+    }
+    // In line: wait for the line lock, a chunk at a time.
+    place.wake.drain();
+    SqlSession* session = place.session.get();
+    Status waited;
+    SqlFailure failure = SqlFailure::kOther;
+    place.queued = true;
+    outside([&] {
+      session->set_wake_fd(place.wake.fd());
+      waited = session
+                   ->run(hooks_.wait(mutex, kWaitChunk), true,
+                         steady_clock::now() + kWaitChunk + kCallBound, &failure)
+                   .status();
+      session->set_wake_fd(-1);
+    });
+    place.queued = false;
+    if (waited.ok()) {
+      place.state = State::kFirst;
+      place.announced = false;
+    } else if (failure == SqlFailure::kLockTimeout) {
+      // Still behind someone. A release announced meanwhile may be one the
+      // process ahead does not take (it is paused): look once.
+      if (!std::exchange(place.announced, false)) continue;
+    } else {
+      session->set_broken();
+      if (!wanted_locked(place)) continue;
+      backoff.failed(waited);
+      SIMBA_LOG(kDebug,
+                description_ << ": wait line of mutex " << in_quotes(mutex) << ": " << waited);
+    }
+    // First in line, or the place was lost (anything may have been missed),
+    // or a look is due: the waiters look.
+    if (!wanted_locked(place)) continue;
+    lock.unlock();
+    hooks_.first(mutex);
+    lock.lock();
+  }
+  std::unique_ptr<SqlSession> session = std::move(place.session);
+  lock.unlock();
+}
+
+}  // namespace simba::internal::sql
