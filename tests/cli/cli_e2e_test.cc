@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -419,12 +420,26 @@ TEST(CliJsonReader, ReadsTheDocumentedShape) {
 
 std::atomic<int> g_counter{0};
 
+// Names this run's tests apart from an earlier run's on a shared server
+// that outlived it (its data directory persists per build directory), where
+// a reused process id once met a table left behind: the process id and a
+// random number drawn once.
+const std::string& run_tag() {
+  static const std::string kTag = [] {
+    std::random_device random;
+    char hex[9];
+    std::snprintf(hex, sizeof hex, "%06x", static_cast<unsigned>(random()) & 0xffffffu);
+    return "t" + std::to_string(::getpid()) + "x" + hex;
+  }();
+  return kTag;
+}
+
 // Processes, files and cleanup; `Cli` tests need no store, `CliE2E` tests
 // run on each CliTarget.
 
 class CliBase : public ::testing::Test {
  protected:
-  CliBase() : unique_("t" + std::to_string(::getpid()) + "-" + std::to_string(++g_counter)) {}
+  CliBase() : unique_(run_tag() + "-" + std::to_string(++g_counter)) {}
 
   void TearDown() override {
     // Children that `simba` put in process groups of their own outlive a
