@@ -345,6 +345,16 @@ Status flush(PGconn* conn, Deadline deadline) {
   }
 }
 
+bool send_cancel(PGconn* conn) {
+  PGcancel* cancel = PQgetCancel(conn);
+  if (cancel == nullptr) return false;
+  char error[256] = {};
+  const bool sent = PQcancel(cancel, error, sizeof error) == 1;
+  PQfreeCancel(cancel);
+  if (!sent) SIMBA_LOG(kDebug, "postgresql: cancel request failed: " << error);
+  return sent;
+}
+
 Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd) {
   while (PQisBusy(conn) == 1) {
     const FdWait waited = wait_socket(PQsocket(conn), POLLIN, deadline, wake_fd);

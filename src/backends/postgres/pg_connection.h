@@ -80,6 +80,15 @@ Status flush(PGconn* conn, Deadline deadline);
 // error the connection's state is unknown.
 Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd = -1);
 
+// Asks the server to cancel what `conn` runs now; false when the request
+// could not be sent. PQcancel opens a connection of its own and waits for
+// the server to take the request (a round trip): the waiting thread does
+// this, never a thread that must not block. A request that reaches the
+// session when it runs nothing is ignored; one that reaches it late may hit
+// its next statement, so a caller that sent one closes the connection
+// unless the reply shows the cancel (57014).
+bool send_cancel(PGconn* conn);
+
 // The server's SQLSTATE of a failed result ("" when it sent none, e.g. the
 // connection broke).
 std::string sql_state(const PGresult* result);

@@ -126,19 +126,6 @@ const StatementReply* first_error(const QueryReply& reply) {
   return nullptr;
 }
 
-// Asks the server to cancel what `conn` runs now. PQcancel opens a
-// connection of its own and waits for the server to take the request (a
-// round trip): the waiting thread does this, never the canceller's.
-bool send_cancel(PGconn* conn) {
-  PGcancel* cancel = PQgetCancel(conn);
-  if (cancel == nullptr) return false;
-  char error[256] = {};
-  const bool sent = PQcancel(cancel, error, sizeof error) == 1;
-  PQfreeCancel(cancel);
-  if (!sent) SIMBA_LOG(kDebug, "postgresql: cancel request failed: " << error);
-  return sent;
-}
-
 // ---- the driver of the session-lock engine -----------------------------------------
 
 // One connection of the budget, and the key its session holds.
