@@ -27,10 +27,10 @@ StoreDescription mysql_store() {
       // empty one in the list is an error naming the list.
       {"mysql://a:1,,b:2/db", StatusCode::kInvalidArgument, "empty entry in host list"},
   };
-  // docs/backends/mysql.md: MySQL cannot notify, so waiters poll and a forced holder learns at its
-  // next renewal
+  // docs/backends/mysql.md: MySQL cannot notify; the wait line pushes hand-offs, and a forced
+  // holder learns at its next renewal
   store.expect = {
-      .push_release = false, .forced_loss_pushed = false, .lists_waiters = false, .fifo = false};
+      .push_release = true, .forced_loss_pushed = false, .lists_waiters = false, .fifo = false};
   // Rows survive a restart (InnoDB commits are durable), connections do not.
   store.restarts = true;
   // keys: GET_LOCK; keys carry the test name, so tests sharing the server

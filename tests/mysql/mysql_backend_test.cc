@@ -30,6 +30,8 @@
 
 #include <unistd.h>
 
+#include "backends/mysql/mysql_lock_name.h"
+#include "backends/sql/wait_line.h"
 #include "core/host_lookup.h"
 #include "simba/backends/mysql.h"
 #include "simba/contend_period.h"
@@ -194,7 +196,8 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   auto uri = Uri::parse(
       "mysql://alice:s3cret@db.example:3307/app?connections=3&table=locks&create_table=off&"
       "connect_timeout=2s&ssl_mode=verify_identity&ssl_ca=/etc/ca.pem&"
-      "lock_connections=4&op_timeout=5s");  // the last two: the keyed-lock backend's
+      "lock_connections=4&op_timeout=5s&"  // the keyed-lock backend's
+      "queue_connections=0");
   ASSERT_THAT(uri, IsOk());
   auto options = mysql_options_from_uri(*uri);
   ASSERT_THAT(options, IsOk());
@@ -204,6 +207,7 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   EXPECT_EQ(options->user, "alice");
   EXPECT_EQ(options->password, "s3cret");
   EXPECT_EQ(options->connections, 3);
+  EXPECT_EQ(options->queue_connections, 0);
   EXPECT_EQ(options->table, "locks");
   EXPECT_FALSE(options->create_table);
   EXPECT_EQ(options->connect_timeout, seconds(2));
@@ -216,7 +220,8 @@ TEST(MysqlUri, ParsesOurKeysAndRejectsOthers) {
   for (const char* bad :
        {"mysql://h/db?sslmode=required", "mysql://h/db?host=x", "mysql://h/db?connections=0",
         "mysql://h/db?create_table=1", "mysql://h", "mysql://h/a/b", "mysql://h/db?ssl_mode=x",
-        "mysql://h/db?connect_timeout=5", "postgresql://h/db"}) {
+        "mysql://h/db?connect_timeout=5", "mysql://h/db?queue_connections=17",
+        "postgresql://h/db"}) {
     auto parsed = Uri::parse(bad);
     ASSERT_THAT(parsed, IsOk()) << bad;
     EXPECT_THAT(mysql_options_from_uri(*parsed), StatusIs(StatusCode::kInvalidArgument)) << bad;
@@ -372,11 +377,26 @@ TEST(MysqlTable, LayoutIsJvmSimbasAndTokensAreVersions) {
   EXPECT_EQ(other->owner.owner_id, "a");
   EXPECT_EQ(other->owner.fencing_token, first->owner.fencing_token);
   ASSERT_THAT(backend->release("m", "a", in(seconds(5))), IsOkAndHolds(true));
-  EXPECT_EQ(raw.exec("SELECT CONCAT(owner_id, '/', acquired_at, '/', ttl_at, '/', "
-                     "transition_at) FROM " +
+  // Free as JVM Simba writes it (owner, ttl_at, transition_at). acquired_at
+  // is 0, or the end of the wait line's reserve (a moment from now) when
+  // the release freed the line lock, which this process takes in the
+  // background as the holder: either, by timing.
+  EXPECT_EQ(raw.exec("SELECT CONCAT(owner_id, '/', ttl_at, '/', transition_at, '/', "
+                     "acquired_at = 0 OR acquired_at - CAST(UNIX_TIMESTAMP(CURRENT_TIMESTAMP(3)) "
+                     "* 1000 AS SIGNED) <= " +
+                     std::to_string(internal::sql::kQueueReserve.count()) + ") FROM " +
                      test_table() + " WHERE mutex = 'm'"),
-            "/0/0/0");
-  auto next = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+            "/0/0/1");
+  // b gets it: at once, or once this process's place in line has the line
+  // lock that a reserved row asks for. An attempt that does not take the
+  // row leaves the version alone.
+  Result<OwnerRecord> next = unavailable_error("not tried");
+  EXPECT_TRUE(eventually(
+      [&] {
+        next = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+        return next.ok() && next->owner.owner_id == "b";
+      },
+      seconds(3)));
   ASSERT_THAT(next, IsOk());
   EXPECT_EQ(next->owner.owner_id, "b");
   EXPECT_EQ(next->owner.fencing_token, first->owner.fencing_token + 2);
@@ -767,9 +787,93 @@ TEST(MysqlJvmInterop, JvmRowsAreReadAndTakenOver) {
   EXPECT_GE(taken->owner.fencing_token, 3u);  // JVM acquire (1), release (2), ours
 }
 
-TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
+// ---- the wait line (backends/sql/wait_line.h) -----------------------------------
+
+// The holder keeps its GET_LOCK name while it holds, so its release grants
+// it to the process waiting in line, which then asks at once: a hand-off at
+// once, where polling waited for the lease's end (16 s
+// at this lease). The control: without the line (queue_connections=0) the
+// waiter is still waiting a second later.
+TEST(MysqlLine, AReleaseWakesTheProcessWaitingInLine) {
   drop_test_table();
-  const std::string uri = shared_uri();
+  for (const bool line : {true, false}) {
+    SCOPED_TRACE(line ? "with the line" : "without it");
+    const std::string uri = shared_uri() + (line ? "" : "&queue_connections=0");
+    const std::string mutex = line ? "m" : "m0";
+    auto factory_a = make_factory(uri, seconds(10), seconds(6));
+    auto factory_b = make_factory(uri, seconds(10), seconds(6));
+    ASSERT_TRUE(factory_a && factory_b);
+    EXPECT_EQ(factory_b->backend()->capabilities().push_release, line);
+    Recorder a, b;
+    auto holder = factory_a->create_contend_service(a.contender(mutex, "a")).value();
+    auto waiter = factory_b->create_contend_service(b.contender(mutex, "b")).value();
+    SIMBA_ASSERT_OK(holder->start());
+    ASSERT_TRUE(a.acquired.wait(seconds(5)));
+    SIMBA_ASSERT_OK(waiter->start());
+    ASSERT_TRUE(eventually([&] { return waiter->after_owner().owner_id == "a"; }, seconds(5)));
+    if (line) {
+      // The holder keeps the line's name.
+      RawMysql raw(shared_server_uri("mysql"));
+      ASSERT_TRUE(raw.ok());
+      const std::string name =
+          "#simba-line:" +
+          internal::sql::mysql::sha256_hex(test_table() + "\n" + mutex).substr(0, 48);
+      ASSERT_TRUE(eventually(
+          [&] {
+            auto rows = raw.query("SELECT IS_USED_LOCK('" + name + "') IS NOT NULL");
+            return rows && !rows->empty() && (*rows)[0][0] == "1";
+          },
+          seconds(5)));
+    }
+    std::this_thread::sleep_for(milliseconds(200));
+    const auto released_at = steady_clock::now();
+    SIMBA_ASSERT_OK(holder->stop());
+    if (!line) {
+      EXPECT_FALSE(b.acquired.wait(seconds(1))) << "the control: a poller waits for the lease";
+      SIMBA_ASSERT_OK(waiter->stop());
+      continue;
+    }
+    ASSERT_TRUE(b.acquired.wait(seconds(3)));
+    EXPECT_LT(b.acquired_at() - released_at, seconds(1));
+    EXPECT_GT(b.token.load(), a.token.load());
+    SIMBA_ASSERT_OK(waiter->stop());
+  }
+}
+
+// JVM Simba holds without a place in the line, so its release wakes nobody:
+// the first in line looks every 200 ms while such a holder has the mutex,
+// and takes it within a look of the release, not at the lease's end (16 s).
+TEST(MysqlLine, TheFirstInLineLooksWhileJvmSimbaHolds) {
+  drop_test_table();
+  auto factory = make_factory(shared_uri(), seconds(10), seconds(6));
+  ASSERT_TRUE(factory);
+  SIMBA_ASSERT_OK(factory->backend()->list(in(seconds(5))));  // creates the table
+  Latch jvm_acquired;
+  FakeJvmContender jvm(shared_server_uri("mysql"), test_table(), "m", "jvm:4242@host", seconds(10),
+                       seconds(6), {[&] { jvm_acquired.set(); }, nullptr});
+  ASSERT_TRUE(jvm.ok());
+  jvm.start();
+  ASSERT_TRUE(jvm_acquired.wait(seconds(5)));
+  Recorder b;
+  auto waiter = factory->create_contend_service(b.contender("m", "b")).value();
+  SIMBA_ASSERT_OK(waiter->start());
+  ASSERT_TRUE(
+      eventually([&] { return waiter->after_owner().owner_id == "jvm:4242@host"; }, seconds(5)));
+  std::this_thread::sleep_for(milliseconds(500));
+  const auto released_at = steady_clock::now();
+  jvm.stop();
+  ASSERT_TRUE(b.acquired.wait(seconds(3)));
+  EXPECT_LT(b.acquired_at() - released_at,
+            internal::sql::WaitLine::kFirstLooks + milliseconds(800));
+  SIMBA_ASSERT_OK(waiter->stop());
+}
+
+// JVM Simba contenders and ours on one mutex, `line` saying whether ours
+// wait in line (queue_connections): never two inside at once, and the
+// mutex crosses from one side to the other.
+void expect_mixed_contention_keeps_mutual_exclusion(bool line) {
+  drop_test_table();
+  const std::string uri = shared_uri() + (line ? "" : "&queue_connections=0");
   const std::string mutex = "interop";
   // The same on both sides: each side's loop decides when it renews by its
   // own config, and C++ holds believe their lease for ttl + transition from
@@ -794,6 +898,12 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
     leave();
   };
 
+  // Ours rest 0-100 ms between holds. With the line they hand the mutex to
+  // each other at once, and a JVM contender, polling at the lease end, gets
+  // it only when it is free then: ours rest 0.5-1.5 s, or JVM Simba's
+  // pollers would never get in (docs/backends/mysql.md, "The wait line").
+  const int rest_min = line ? 500 : 0;
+  const int rest_max = line ? 1500 : 100;
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < 2; ++i) {
     factories.push_back(make_factory(uri, kTtl, kTransition));
@@ -821,7 +931,7 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
         }
         SIMBA_EXPECT_OK(service->stop());
         std::this_thread::sleep_for(
-            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+            milliseconds(std::uniform_int_distribution<int>(rest_min, rest_max)(random)));
       }
     });
   }
@@ -850,8 +960,8 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
   }
 
   // At least 8 s, and on until ownership crossed sides at least once each
-  // way (no push: a waiter polls at the hard lease end, so hand-offs are
-  // slow), within a generous cap.
+  // way (JVM Simba polls at the hard lease end, so its hand-offs are slow),
+  // within a generous cap.
   const auto started = steady_clock::now();
   while (steady_clock::now() - started < seconds(8) ||
          ((section.jvm_to_cpp() < 1 || section.cpp_to_jvm() < 1) &&
@@ -866,10 +976,18 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
   EXPECT_TRUE(section.overlaps().empty());
   EXPECT_GE(section.jvm_to_cpp(), 1);
   EXPECT_GE(section.cpp_to_jvm(), 1);
-  std::cout << "entries " << section.entries() << ", JVM->C++ " << section.jvm_to_cpp()
-            << ", C++->JVM " << section.cpp_to_jvm() << ", elapsed "
+  std::cout << (line ? "with the line: " : "") << "entries " << section.entries() << ", JVM->C++ "
+            << section.jvm_to_cpp() << ", C++->JVM " << section.cpp_to_jvm() << ", elapsed "
             << std::chrono::duration_cast<milliseconds>(steady_clock::now() - started).count()
             << " ms\n";
+}
+
+TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
+  expect_mixed_contention_keeps_mutual_exclusion(/*line=*/false);
+}
+
+TEST(MysqlJvmInterop, MixedContentionWithTheWaitLineKeepsMutualExclusion) {
+  expect_mixed_contention_keeps_mutual_exclusion(/*line=*/true);
 }
 
 }  // namespace

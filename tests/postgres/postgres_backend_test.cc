@@ -596,6 +596,95 @@ TEST(PostgresLine, AReleaserCannotTakeTheMutexBackFromTheFirstInLine) {
   }
 }
 
+// A waiter's attempt goes with its wait in line, so it runs on the server
+// as the line lock is granted, with no round trip of its own: the store
+// names the waiter as the owner before the waiter asks again. Its next call
+// takes that hold (the same token); had it left instead, the hold is given
+// back. Here the waiter is a bare backend, which calls only when the test
+// does, queued behind a session of the test's that holds the line lock.
+TEST(PostgresLine, AnAttemptSentWithTheWaitRunsAsTheLineLockIsGranted) {
+  Psql admin(shared_server_uri("postgres"));
+  Psql ahead(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok() && ahead.ok());
+  auto holder = open(shared_uri());
+  auto waiter = open(named_uri("b"));
+  ASSERT_TRUE(holder && waiter);
+  const std::string table = test_table();
+  for (const bool leaves : {false, true}) {
+    SCOPED_TRACE(leaves ? "the waiter leaves" : "the waiter asks again");
+    const std::string mutex = leaves ? "m2" : "m1";
+    ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
+    ASSERT_THAT(
+        holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
+        IsOk());
+    auto told =
+        waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+    ASSERT_THAT(told, IsOk());
+    ASSERT_EQ(told->owner.owner_id, "a");
+    ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+    ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+    ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+    const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
+    ASSERT_TRUE(eventually([&] { return admin.exec(owner_of) == "b"; }, seconds(5)))
+        << "the attempt did not run with the grant";
+    const std::string version =
+        admin.exec("SELECT version FROM " + table + " WHERE mutex = '" + mutex + "'");
+    if (leaves) {
+      SIMBA_ASSERT_OK(waiter->leave(mutex, "b", in(seconds(5))));
+      EXPECT_EQ(admin.exec(owner_of), "") << "the hold taken for the waiter was not given back";
+      continue;
+    }
+    auto taken =
+        waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+    ASSERT_THAT(taken, IsOk());
+    EXPECT_EQ(taken->owner.owner_id, "b");
+    EXPECT_EQ(std::to_string(taken->owner.fencing_token), version);
+    ASSERT_THAT(waiter->release(mutex, "b", in(seconds(5))), IsOk());
+    EXPECT_EQ(admin.exec(owner_of), "");
+  }
+}
+
+// A waiter that leaves while its wait (and the attempt sent with it) is
+// queued on the server takes nothing when the lock comes: leaving cancels
+// the wait on the server. Before, the process only closed its connection,
+// and the server, which notices a gone client only when it next writes to
+// it, ran the attempt when the lock came: the mutex was held for a process
+// that had left, until its lease ended (caught by `simba elect` runs).
+TEST(PostgresLine, AWaiterThatLeavesTheLineTakesNothingWhenTheLockComes) {
+  Psql admin(shared_server_uri("postgres"));
+  Psql ahead(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok() && ahead.ok());
+  auto holder = open(shared_uri());
+  auto waiter = open(named_uri("b"));
+  ASSERT_TRUE(holder && waiter);
+  // Apart from an earlier run's (--gtest_repeat), whose release reserved it.
+  static int runs = 0;
+  const std::string mutex = "left" + std::to_string(++runs);
+  const std::string owner_of =
+      "SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + mutex + "'";
+  ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
+  ASSERT_THAT(
+      holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
+      IsOk());
+  auto told =
+      waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(told, IsOk());
+  ASSERT_EQ(told->owner.owner_id, "a");
+  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+  SIMBA_ASSERT_OK(waiter->leave(mutex, "b", in(seconds(5))));
+  // The lock comes to whoever still waits for it, at once.
+  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  // Its queued attempt would have run by now (a commit on loopback).
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(admin.exec(owner_of), "") << "the attempt ran for a waiter that had left";
+  auto next =
+      holder->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(next, IsOk());
+  EXPECT_EQ(next->owner.owner_id, "c");
+  ASSERT_THAT(holder->release(mutex, "c", in(seconds(5))), IsOk());
+}
+
 // The line decides who tries first, never who may hold: a process paused
 // while first in line (here a session of the test's holding the line lock)
 // costs the one behind it at most the reserve and one lock wait, not the

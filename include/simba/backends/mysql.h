@@ -32,8 +32,12 @@
 // version after the acquisition (a renewal keeps it). JVM Simba bumps the
 // version on renewals too; tokens stay increasing across owners either way.
 //
-// No push: MySQL has no notifications, so waiters poll (the backend's
-// capabilities say push_release = false).
+// Push without notifications: the wait line (docs/backends/mysql.md, "The
+// wait line"). Waiting processes queue on a GET_LOCK name per mutex, one
+// session each (`queue_connections`, default 1: that many mutexes at once
+// per process); a holder keeps that name while it holds the mutex, so its
+// release wakes the next process in line, which then asks at once. Waiters of other mutexes (over
+// the budget, or with queue_connections=0) poll at the lease's end.
 //
 // Connections: `connections` (default 2) shared by every call, driven
 // without blocking so every call ends by its deadline; a call that misses
@@ -41,7 +45,8 @@
 // not committed). Row lock waits are bounded on the server too
 // (innodb_lock_wait_timeout 10 s per session).
 //
-// URI query keys: `connections` (1..64), `create_table` (on|off), `table`
+// URI query keys: `connections` (1..64), `queue_connections` (0..16),
+// `create_table` (on|off), `table`
 // (default simba_mutex, a plain identifier), `connect_timeout` (a duration,
 // default 10s), `ssl_mode` (disabled|required|verify_ca|verify_identity,
 // default disabled), `ssl_ca` (a CA file), `ssl_cert` and `ssl_key` (a client
@@ -93,6 +98,9 @@ struct MysqlOptions {
   std::string database;  // required
   // Connections for calls, >= 1. Default 2.
   int connections = 2;
+  // Sessions of the wait line, 0..16 (above). Default 1; 0: none (waiters
+  // poll, the backend does not push).
+  int queue_connections = 1;
   // Create simba_mutex when it is missing. Default on.
   bool create_table = true;
   // The table. JVM Simba's is simba_mutex; another keeps separate

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/mysql/mysql_client.h"
+#include "backends/mysql/mysql_lock_name.h"
 #include "backends/sql/sql_backend.h"
 
 namespace simba::internal::sql::mysql {
@@ -43,6 +44,7 @@ class MysqlSession final : public SqlSession {
   explicit MysqlSession(MysqlConn conn) : conn_(std::move(conn)) {}
   // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
   void abandon() override { mariadb_cancel(conn_.get()); }
+  void set_wake_fd(int fd) override { wake_fd_ = fd; }
 
   Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {
@@ -60,7 +62,7 @@ class MysqlSession final : public SqlSession {
     if (transaction) query += ";COMMIT";
     const std::size_t expected = statements.size() + (transaction ? 2 : 0);
 
-    QueryReply reply = mysql::query(conn_.get(), query, deadline);
+    QueryReply reply = mysql::query(conn_.get(), query, deadline, wake_fd_);
     std::vector<SqlResult>& results = reply.results;
     if (!reply.error.status.ok()) {
       if (failure != nullptr) *failure = reply.error.kind;
@@ -109,6 +111,7 @@ class MysqlSession final : public SqlSession {
   }
 
   MysqlConn conn_;
+  int wake_fd_ = -1;
 };
 
 class MysqlDriver final : public SqlDriver {
@@ -205,6 +208,32 @@ class MysqlDriver final : public SqlDriver {
     return {{upsert, params}, parts.read_back(params[0])};
   }
 
+  // The wait line: a GET_LOCK name per mutex, which the server grants to the
+  // sessions waiting for it one at a time (MariaDB queues them in the order
+  // they asked). No NOTIFY: a holder keeps it while it holds, and its
+  // release is the next one's wake-up. The name: a prefix keyed locks'
+  // names are unlikely to take and 48 hex digits of the SHA-256 of the table
+  // and mutex (60 characters, within MySQL's 64).
+  std::optional<LineLock> line_lock(const std::string& mutex) const override {
+    const std::string name =
+        "#simba-line:" + sha256_hex(server_.table + "\n" + mutex).substr(0, 48);
+    LineLock line;
+    // Free, or this session's: read without taking it (a race between two
+    // sessions that both find it free is decided by the row, as always).
+    line.try_sql = "(IS_FREE_LOCK({4}) = 1 OR IS_USED_LOCK({4}) = CONNECTION_ID())";
+    line.key = {name};
+    line.wait = [name](std::chrono::milliseconds wait) {
+      const auto seconds = std::max<long long>(1, (wait.count() + 999) / 1000);
+      return std::vector<Statement>{
+          {"SELECT GET_LOCK({0}, {#1})", {name, std::to_string(seconds)}}};
+    };
+    line.unlock = Statement{"SELECT RELEASE_LOCK({0})", {name}};
+    line.granted = [](const std::vector<SqlResult>& results) {
+      return !results.empty() && first_cell(results.back()) == "1";
+    };
+    return line;
+  }
+
  private:
   const MysqlOptions server_;
   const std::string description_;
@@ -222,9 +251,15 @@ Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
   if (options.connections < 1) {
     return invalid_argument_error("mysql: connections must be at least 1");
   }
+  if (options.queue_connections < 0 ||
+      options.queue_connections > internal::sql::kMaxLineSessions) {
+    return invalid_argument_error("mysql: queue_connections must be 0..16, not " +
+                                  std::to_string(options.queue_connections));
+  }
   internal::sql::SqlBackendOptions sql;
   sql.failover = internal::sql::mysql::kFailover;
   sql.connections = options.connections;
+  sql.line_sessions = options.queue_connections;
   sql.create_table = options.create_table;
   sql.table = options.table;
   return internal::sql::new_sql_backend(
@@ -253,10 +288,10 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   }
   // lock_connections and op_timeout belong to the keyed-lock backend
   // (mysql_keyed.h), ignored here so one URI serves both.
-  std::vector<std::string_view> keys = {"connections",     "create_table", "table",
-                                        "connect_timeout", "ssl_mode",     "ssl_ca",
-                                        "ssl_cert",        "ssl_key",      "lock_connections",
-                                        "op_timeout",      "password_file"};
+  std::vector<std::string_view> keys = {"connections",     "create_table",  "table",
+                                        "connect_timeout", "ssl_mode",      "ssl_ca",
+                                        "ssl_cert",        "ssl_key",       "lock_connections",
+                                        "op_timeout",      "password_file", "queue_connections"};
   keys.insert(keys.end(), std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys));
   SIMBA_RETURN_IF_ERROR(uri.check_query_keys(keys));
   MysqlOptions options;
@@ -298,7 +333,9 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
     SIMBA_ASSIGN_OR_RETURN(const bool read,
                            internal::sql::read_table_key("mysql", key, value, options.connections,
                                                          options.table, options.create_table));
-    if (read) {
+    SIMBA_ASSIGN_OR_RETURN(const bool queue, internal::sql::read_queue_key(
+                                                 "mysql", key, value, options.queue_connections));
+    if (read || queue) {
     } else if (key == "connect_timeout") {
       SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, parse_duration("connect_timeout", value));
     } else if (key == "ssl_mode") {

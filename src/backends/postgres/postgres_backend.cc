@@ -30,6 +30,13 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
+// How long a call given up (PgSession::run's wake fd) waits for the server
+// to answer its cancel request: a round trip, normally.
+constexpr milliseconds kAfterCancel{1000};
+// How often the server checks that a session waiting in line still has its
+// client (client_connection_check_interval).
+constexpr milliseconds kClientCheck{100};
+
 constexpr char kNowMs[] = "(floor(extract(epoch from statement_timestamp()) * 1000))::bigint";
 
 constexpr char kCreateTable[] =
@@ -118,11 +125,23 @@ class PgSession final : public SqlSession {
     Status first_error;
     bool synced = false;
     std::size_t command = 0;  // the index in `sent` of the reply being read
+    int wake_fd = wake_fd_;
     while (!synced) {
-      SIMBA_ASSIGN_OR_RETURN(const bool ready, broken(await_result(conn, deadline, wake_fd_)));
+      SIMBA_ASSIGN_OR_RETURN(const bool ready, broken(await_result(conn, deadline, wake_fd)));
       if (!ready) {
-        set_broken();
-        return cancelled_error("given up: no longer wanted");
+        // No longer wanted. Closing the connection would not end a lock
+        // wait: the server notices a gone client only when it next writes
+        // to it, after it ran the rest of the pipeline (an attempt sent
+        // with a wait in line would take the mutex for a process that has
+        // left). So the server is asked to cancel, and what ran meanwhile
+        // is still read: the caller learns of a hold it must give back. A
+        // cancel that comes when the pipeline is done is ignored by the
+        // server (it cancels nothing between commands), and PQcancel
+        // returns once the server took it: the session can be used again.
+        wake_fd = -1;
+        if (!send_cancel(conn)) return cancelled_error("given up: no longer wanted");
+        deadline = std::min(deadline, steady_clock::now() + kAfterCancel);
+        continue;
       }
       PgResult result(PQgetResult(conn));
       if (!result) {  // the end of one command's replies
@@ -399,12 +418,25 @@ class PgDriver final : public SqlDriver {
     LineLock line;
     line.try_sql = "pg_try_advisory_xact_lock({#4}, {#5})";
     line.wait = [key](milliseconds wait) {
-      // lock_timeout for this transaction only: SQLSTATE 55P03 when it runs out.
+      // lock_timeout for the wait only (SQLSTATE 55P03 when it runs out),
+      // then the session's own again for what follows (an attempt): a 55P03
+      // then would hide that the line lock was granted.
+      // And the server polls the client while the session waits (from
+      // PostgreSQL 14; older servers have no such setting and skip it): a
+      // process that died in line leaves the queue within kClientCheck, not
+      // when the lock comes to it, which would run its attempt for nobody.
       return std::vector<Statement>{
+          {"SELECT set_config(name, {0}, false) FROM pg_settings "
+           "WHERE name = 'client_connection_check_interval'",
+           {std::to_string(kClientCheck.count())}},
           {"SELECT set_config('lock_timeout', {0}, true)", {std::to_string(wait.count())}},
-          {"SELECT pg_advisory_lock({#0}, {#1})", key}};
+          {"SELECT pg_advisory_lock({#0}, {#1})", key},
+          {"SELECT set_config('lock_timeout', reset_val, true) FROM pg_settings "
+           "WHERE name = 'lock_timeout'",
+           {}}};
     };
     line.unlock = Statement{"SELECT pg_advisory_unlock({#0}, {#1})", key};
+    line.attempt_with_wait = true;
     line.key = std::move(key);
     return line;
   }
@@ -454,7 +486,8 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   if (options.connections < 1) {
     return invalid_argument_error("postgresql: connections must be at least 1");
   }
-  if (options.queue_connections < 0 || options.queue_connections > 16) {
+  if (options.queue_connections < 0 ||
+      options.queue_connections > internal::sql::kMaxLineSessions) {
     return invalid_argument_error("postgresql: queue_connections must be 0..16, not " +
                                   std::to_string(options.queue_connections));
   }
@@ -537,15 +570,10 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
     SIMBA_ASSIGN_OR_RETURN(const bool read, internal::sql::read_table_key(
                                                 "postgresql", key, value, options.connections,
                                                 options.table, options.create_table));
-    if (read) {
-    } else if (key == "queue_connections") {
-      int n = -1;
-      auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (error != std::errc() || end != value.data() + value.size() || n < 0 || n > 16) {
-        return invalid_argument_error("postgresql: queue_connections must be 0..16, not " +
-                                      internal::in_quotes(value));
-      }
-      options.queue_connections = n;
+    SIMBA_ASSIGN_OR_RETURN(
+        const bool queue,
+        internal::sql::read_queue_key("postgresql", key, value, options.queue_connections));
+    if (read || queue) {
     } else if (key == "lock_connections" || key == "password_file" ||
                std::find(std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys), key) !=
                    std::end(kTlsQueryKeys)) {

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "backends/sql/wait_line.h"
@@ -133,14 +137,18 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.push_release = driver_->pushes();
     capabilities_.transport = driver_->transport();
     capabilities_.failover = options.failover;
-    if (options.line_sessions > 0 && capabilities_.push_release && driver_->line_lock("")) {
+    if (options.line_sessions > 0 && driver_->line_lock("")) {
       line_ = make_line(options.line_sessions);
+      // Where releases are not announced, the line is the push: the next
+      // in line is woken by the release of a holder that keeps the line lock.
+      capabilities_.push_release = true;
     }
   }
 
   ~SqlBackend() override {
-    // Its threads first: they call back into this backend.
-    line_.reset();
+    // Its threads first: they call back into this backend (which reads
+    // line_, so the pointer stays until the listener is gone too).
+    if (line_) line_->stop();
     std::unique_ptr<SqlDriver::Listener> listener;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -162,6 +170,11 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     const std::string mutex(request.mutex);
     const std::optional<SqlDriver::LineLock> line =
         line_ ? driver_->line_lock(mutex) : std::optional<SqlDriver::LineLock>();
+    if (line) {
+      if (std::optional<OwnerRecord> taken = take_prefetched(mutex, request.contender_id)) {
+        return *taken;
+      }
+    }
     parts.may_acquire =
         "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " + now + "))";
     if (line) {
@@ -204,6 +217,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     std::optional<WaitLine::Loan> first =
         line ? line_->first_session(mutex, deadline) : std::optional<WaitLine::Loan>();
     std::vector<Statement> statements = driver_->acquire_statements(parts, params);
+    // The same attempt goes with this process's wait in line, should it wait.
+    std::vector<Statement> attempt;
+    if (line && line->attempt_with_wait) {
+      attempt = statements;
+      for (Statement& statement : attempt) statement.sql = on_table(statement.sql);
+    }
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
@@ -220,7 +239,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       if (record.owner.is_owner(contender)) {
         line_->holding(mutex, contender, first_asked);
       } else {
-        line_->waiting(mutex, contender);
+        line_->waiting(mutex, contender, std::move(attempt));
         // Free but reserved: ask again when the reserve ends, unless the
         // line or a release says so first.
         const StoreTime reserved_until(to_int(row[0]));
@@ -238,10 +257,21 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // The token is the version the acquisition left (our renewals keep it),
     // so a late release of an older ownership matches no row.
     const std::string m(mutex);
+    // A holder that took the mutex first in line releases on that session
+    // and frees the line lock in the same round trip: the server wakes the
+    // next process in line. (Freed before the commit, the next one's
+    // upsert waits for the row's lock, then finds it free and reserved.)
+    std::optional<WaitLine::Loan> first =
+        line_ ? line_->first_session(m, deadline) : std::optional<WaitLine::Loan>();
     // With a wait line the free row is reserved for the first in line for a
-    // moment (acquired_at: the reserve's end; see SqlDriver::line_lock).
+    // moment (acquired_at: the reserve's end; see SqlDriver::line_lock):
+    // the one this release wakes, or the one a release announcement wakes.
+    // Where releases are not announced, a release that did not free the
+    // line lock wakes nobody, and reserves nothing: the line lock may still
+    // be this process's own for a moment (its place was joining).
+    const bool reserve = line_ && (first || !driver_->release_notice_sql().empty());
     const std::string free_at =
-        line_ ? driver_->now_ms() + " + " + std::to_string(kQueueReserve.count()) : "0";
+        reserve ? driver_->now_ms() + " + " + std::to_string(kQueueReserve.count()) : "0";
     std::string update = "UPDATE simba_mutex SET version = version + 1, acquired_at = " + free_at +
                          ", ttl_at = 0, transition_at = 0, owner_id = '' WHERE mutex = {0} AND "
                          "owner_id = {1}";
@@ -257,27 +287,36 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     if (!notice.empty()) {
       statements.push_back({notice, {m, std::string(contender_id)}});
     }
-    // A holder that took the mutex first in line releases on that session
-    // and frees the line lock in the same round trip: the server wakes the
-    // next process in line. (Freed before the commit, the next one's
-    // upsert waits for the row's lock, then finds it free and reserved.)
-    std::optional<WaitLine::Loan> first =
-        line_ ? line_->first_session(m, deadline) : std::optional<WaitLine::Loan>();
-    if (first) statements.push_back(driver_->line_lock(m)->unlock);
+    // Unless another contender of this process waits: it is next, and
+    // keeps the line lock (the waiters behind it are behind it anyway).
+    const std::string contender(contender_id);
+    const bool keep = first && line_->others_waiting(m, contender);
+    if (first && !keep) statements.push_back(driver_->line_lock(m)->unlock);
     Result<std::vector<SqlResult>> results =
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
               : run_on_table(std::move(statements), true, deadline, what);
-    if (first && results.ok()) first->unlocked();
+    if (first && !keep && results.ok()) first->unlocked();
     first.reset();
-    if (line_) line_->gone(m, std::string(contender_id));
+    if (line_) {
+      line_->gone(m, contender);
+      // Nothing announces it: this process's own waiters hear it here.
+      if (results.ok() && notice.empty()) {
+        on_event(MutexEvent{MutexEvent::Kind::kReleased, m, contender});
+      }
+    }
     if (!results.ok()) return results.status();
     return !results->empty() && results->front().affected_rows > 0;
   }
 
   Status do_leave(std::string_view mutex, std::string_view contender_id,
-                  Deadline /*deadline*/) override {
-    if (line_) line_->gone(std::string(mutex), std::string(contender_id));
-    return ok_status();
+                  Deadline deadline) override {
+    if (!line_) return ok_status();
+    const std::string m(mutex);
+    const std::string contender(contender_id);
+    line_->gone(m, contender);
+    // An attempt that went with the wait in line may have acquired it
+    // for this contender, which never heard: give it back.
+    return give_back_prefetched(m, contender, deadline);
   }
 
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override {
@@ -440,6 +479,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // One event from the driver's listener, for every subscriber of its
   // mutex (a release of "" after a reconnect: for every subscriber).
   void on_event(const MutexEvent& pushed) {
+    if (line_ && pushed.kind == MutexEvent::Kind::kLost) {
+      // A hold taken with the line's grant and not yet handed to its
+      // contender was forced away: the contender must ask the store.
+      std::lock_guard<std::mutex> lock(prefetch_mu_);
+      prefetched_.erase({pushed.mutex, pushed.owner_id});
+    }
     ListenerHub::Work work;
     // "" after a reconnect: anything may have been missed.
     if (pushed.mutex.empty()) {
@@ -467,6 +512,24 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       return driver->line_lock(mutex)->wait(wait);
     };
     hooks.unlock = [driver](const std::string& mutex) { return driver->line_lock(mutex)->unlock; };
+    hooks.granted = driver->line_lock("")->granted;
+    hooks.releases_announced = !driver->release_notice_sql().empty();
+    hooks.attempted = [this](const std::string& mutex, const std::string& contender,
+                             const std::vector<SqlResult>& results) {
+      if (results.empty() || results.back().rows.size() != 1) return false;
+      Result<OwnerRecord> record = to_record(results.back().rows.front());
+      if (!record.ok() || !record->owner.is_owner(contender)) return false;
+      std::lock_guard<std::mutex> lock(prefetch_mu_);
+      prefetched_[{mutex, contender}] = Prefetched{*record, steady_clock::now()};
+      return true;
+    };
+    hooks.abandoned = [this](const std::string& mutex, const std::string& contender) {
+      Status given_back =
+          give_back_prefetched(mutex, contender, steady_clock::now() + kGiveBackBound);
+      if (!given_back.ok()) {
+        SIMBA_LOG(kWarn, given_back << " (the lease will expire at the store)");
+      }
+    };
     // The waiters of this process look now (a named release: an owner
     // ignores it).
     hooks.first = [this](const std::string& mutex) {
@@ -489,6 +552,53 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   std::unique_ptr<SqlDriver::Listener> listener_;  // started by the first subscribe
   // The wait line (SqlDriver::line_lock), or null. Destroyed first.
   std::unique_ptr<WaitLine> line_;
+
+  // Holds that an attempt sent with the wait in line took as the line lock
+  // was granted (WaitLine::Hooks::attempted), until their contender's next
+  // attempt takes them (take_prefetched), it leaves, or a loss is pushed.
+  struct Prefetched {
+    OwnerRecord record;
+    steady_clock::time_point at;  // when the reply came
+  };
+  std::mutex prefetch_mu_;
+  std::map<std::pair<std::string, std::string>, Prefetched> prefetched_;  // prefetch_mu_
+
+  // The hold prefetched for `contender`, as if read now: the lease left is
+  // what was left when the reply came, less the time since (never more than
+  // the store granted). nullopt when there is none, or when it is older
+  // than kPrefetchFresh (the contender's call then asks the store, which
+  // renews it).
+  std::optional<OwnerRecord> take_prefetched(const std::string& mutex, std::string_view contender) {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    auto it = prefetched_.find({mutex, std::string(contender)});
+    if (it == prefetched_.end()) return std::nullopt;
+    Prefetched prefetched = std::move(it->second);
+    prefetched_.erase(it);
+    const auto age = steady_clock::now() - prefetched.at;
+    if (age > kPrefetchFresh) return std::nullopt;
+    prefetched.record.store_now =
+        prefetched.record.store_now + std::chrono::ceil<milliseconds>(age);
+    return prefetched.record;
+  }
+
+  // Releases a prefetched hold nobody took (its contender left).
+  Status give_back_prefetched(const std::string& mutex, const std::string& contender,
+                              Deadline deadline) {
+    std::optional<Prefetched> prefetched;
+    {
+      std::lock_guard<std::mutex> lock(prefetch_mu_);
+      auto it = prefetched_.find({mutex, contender});
+      if (it == prefetched_.end()) return ok_status();
+      prefetched = std::move(it->second);
+      prefetched_.erase(it);
+    }
+    return do_release(mutex, contender, prefetched->record.owner.fencing_token, deadline)
+        .status()
+        .with_context("giving back mutex " + in_quotes(mutex) + ", taken in line for " + contender +
+                      " after it left");
+  }
+  static constexpr milliseconds kPrefetchFresh{1000};
+  static constexpr milliseconds kGiveBackBound{5000};
 };
 
 Result<std::unique_ptr<Subscription>> SqlBackend::do_subscribe(
@@ -626,6 +736,19 @@ Result<bool> read_table_key(std::string_view store, const std::string& key,
   } else {
     return false;
   }
+  return true;
+}
+
+Result<bool> read_queue_key(std::string_view store, const std::string& key,
+                            const std::string& value, int& sessions) {
+  if (key != "queue_connections") return false;
+  int n = -1;
+  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (error != std::errc() || end != value.data() + value.size() || n < 0 || n > kMaxLineSessions) {
+    return invalid_argument_error(std::string(store) + ": queue_connections must be 0.." +
+                                  std::to_string(kMaxLineSessions) + ", not " + in_quotes(value));
+  }
+  sessions = n;
   return true;
 }
 

@@ -211,6 +211,18 @@ class SqlDriver {
     std::function<std::vector<Statement>(std::chrono::milliseconds wait)> wait;
     // Frees it.
     Statement unlock;
+    // Whether the wait's results say the lock was granted; null: the wait
+    // succeeded, so it was (PostgreSQL's fails when it runs out; MySQL's
+    // GET_LOCK answers 0).
+    std::function<bool(const std::vector<SqlResult>& wait_results)> granted;
+    // Whether a waiter's attempt may be sent after the wait, to run as the
+    // lock is granted (WaitLine::waiting). Only where a wait given up ends
+    // on the server at once (PostgreSQL's cancel request): a lock granted
+    // to a session whose process has left would run the attempt for
+    // nobody, and its mutex would stay taken until the lease ends. MariaDB
+    // notices a gone client in GET_LOCK only after about 2 s (a 1 s wait
+    // never), and then runs the rest of the statements anyway.
+    bool attempt_with_wait = false;
   };
   virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
     (void)mutex;
@@ -294,6 +306,12 @@ constexpr std::chrono::milliseconds kQueueReserve{1000};
 Result<bool> read_table_key(std::string_view store, const std::string& key,
                             const std::string& value, int& connections, std::string& table,
                             bool& create_table);
+
+// The wait line's URI key, queue_connections (0..16), into `sessions`:
+// false for any other key; kInvalidArgument, naming `store`, for a bad value.
+Result<bool> read_queue_key(std::string_view store, const std::string& key,
+                            const std::string& value, int& sessions);
+constexpr int kMaxLineSessions = 16;
 
 // OK when `table` is a name the statements may carry as it is: a plain
 // identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a

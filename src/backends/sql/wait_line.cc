@@ -1,5 +1,7 @@
 #include "backends/sql/wait_line.h"
 
+#include <algorithm>
+#include <thread>
 #include <utility>
 
 #include "core/log.h"
@@ -22,7 +24,9 @@ WaitLine::WaitLine(Hooks hooks, std::string description, int places)
   for (int i = 0; i < places; ++i) places_.push_back(std::make_unique<Place>());
 }
 
-WaitLine::~WaitLine() {
+WaitLine::~WaitLine() { stop(); }
+
+void WaitLine::stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -67,15 +71,17 @@ void WaitLine::join_locked(const std::string& mutex) {
 void WaitLine::maybe_leave_locked(const std::string& mutex) {
   Place* place = place_of_locked(mutex);
   if (place == nullptr || wanted_locked(*place)) return;
-  // A lock wait in progress ends at once (its session is closed, which
-  // takes this process out of the server's queue).
-  if (place->queued) place->wake.post();
+  // A lock wait in progress ends at once (cancelled, or its session
+  // closed, which takes this process out of the server's queue), and so
+  // does a connect (the wake is drained before each use).
+  place->wake.post();
   changed_.notify_all();
 }
 
-void WaitLine::waiting(const std::string& mutex, const std::string& contender) {
+void WaitLine::waiting(const std::string& mutex, const std::string& contender,
+                       std::vector<Statement> attempt) {
   std::lock_guard<std::mutex> lock(mu_);
-  waiters_[mutex].insert(contender);
+  waiters_[mutex][contender] = std::move(attempt);
   join_locked(mutex);
 }
 
@@ -85,8 +91,16 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
     it->second.erase(contender);
     if (it->second.empty()) waiters_.erase(it);
   }
-  if (Place* place = place_of_locked(mutex); place != nullptr && first) {
-    if (place->state == State::kFirst) place->holder = true;
+  Place* place = place_of_locked(mutex);
+  if (place != nullptr && first && place->state == State::kFirst) {
+    place->holder = true;
+  } else if (!first && !hooks_.releases_announced) {
+    // Its release wakes the next in line only if it holds the line lock.
+    if (place == nullptr) {
+      join_locked(mutex);
+      place = place_of_locked(mutex);
+    }
+    if (place != nullptr) place->holder = true;
   }
   maybe_leave_locked(mutex);
 }
@@ -111,6 +125,13 @@ void WaitLine::forget(const std::string& mutex) {
   maybe_leave_locked(mutex);
 }
 
+bool WaitLine::others_waiting(const std::string& mutex, const std::string& contender) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = waiters_.find(mutex);
+  if (it == waiters_.end()) return false;
+  return it->second.size() > it->second.count(contender);
+}
+
 bool WaitLine::hold_back(const std::string& mutex) {
   std::lock_guard<std::mutex> lock(mu_);
   Place* place = place_of_locked(mutex);
@@ -125,6 +146,14 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     Place* place = place_of_locked(mutex);
+    // A place leaving the line may still hold the line lock, and a reserved
+    // row would then be refused to this process's call on the pool: the
+    // call waits until it has left (an unlock, or a cancel, away).
+    if (place != nullptr && place->hook_thread != std::this_thread::get_id() &&
+        !wanted_locked(*place) && (place->busy || place->state == State::kFirst)) {
+      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+      continue;
+    }
     if (place == nullptr || place->state != State::kFirst || !place->session) return std::nullopt;
     if (!place->busy) {
       place->busy = true;
@@ -168,6 +197,17 @@ void WaitLine::run(std::size_t index) {
     place.busy = false;
     changed_.notify_all();
   };
+  // Runs a hook with mu_ released. What it calls may ask for the place's
+  // session (first_session), which must not wait for the place to leave:
+  // the place's thread is the one that would make it leave.
+  auto in_hook = [&](auto&& hook) {
+    place.hook_thread = std::this_thread::get_id();
+    lock.unlock();
+    hook();
+    lock.lock();
+    place.hook_thread = {};
+    changed_.notify_all();
+  };
   while (!stopping_) {
     if (place.mutex.empty() || place.busy) {
       changed_.wait(lock);
@@ -196,10 +236,22 @@ void WaitLine::run(std::size_t index) {
       place.state = State::kFree;
       place.holder = false;
       place.announced = false;
+      changed_.notify_all();  // first_session() may wait for it to leave
       continue;
     }
     if (place.state == State::kFirst) {
-      changed_.wait(lock);
+      if (hooks_.releases_announced || place.holder) {
+        changed_.wait(lock);
+        continue;
+      }
+      // First behind a holder that would not wake us: look now and then.
+      const auto now = steady_clock::now();
+      if (now < place.next_look) {
+        changed_.wait_until(lock, place.next_look);
+        continue;
+      }
+      place.next_look = now + kFirstLooks;
+      in_hook([&] { hooks_.first(mutex); });
       continue;
     }
     if (!place.session) {
@@ -222,41 +274,78 @@ void WaitLine::run(std::size_t index) {
       }
       continue;
     }
-    // In line: wait for the line lock, a chunk at a time.
+    // In line: wait for the line lock, a chunk at a time, and with it a
+    // waiter's attempt, which then runs as soon as it is granted.
     place.wake.drain();
     SqlSession* session = place.session.get();
-    Status waited;
+    std::vector<Statement> statements = hooks_.wait(mutex, kWaitChunk);
+    const std::size_t wait_size = statements.size();
+    std::string attempter;
+    if (auto it = waiters_.find(mutex); it != waiters_.end() && !it->second.empty()) {
+      const auto& [contender, attempt] = *it->second.begin();
+      attempter = contender;
+      statements.insert(statements.end(), attempt.begin(), attempt.end());
+    }
+    Result<std::vector<SqlResult>> results = unavailable_error("not run");
     SqlFailure failure = SqlFailure::kOther;
     place.queued = true;
     outside([&] {
       session->set_wake_fd(place.wake.fd());
-      waited = session
-                   ->run(hooks_.wait(mutex, kWaitChunk), true,
-                         steady_clock::now() + kWaitChunk + kCallBound, &failure)
-                   .status();
+      results =
+          session->run(statements, true, steady_clock::now() + kWaitChunk + kCallBound, &failure);
       session->set_wake_fd(-1);
     });
     place.queued = false;
+    const Status waited = results.status();
+    bool look = false;
     if (waited.ok()) {
-      place.state = State::kFirst;
-      place.announced = false;
+      const std::size_t waits = std::min(wait_size, results->size());
+      const bool granted =
+          !hooks_.granted || hooks_.granted(std::vector<SqlResult>(
+                                 results->begin(), results->begin() + static_cast<long>(waits)));
+      if (granted) {
+        place.state = State::kFirst;
+        place.next_look = steady_clock::now() + kFirstLooks;
+        look = true;
+      }
+      if (statements.size() > wait_size && results->size() > wait_size) {
+        // The attempt ran as the lock was granted (or, where a wait that
+        // runs out is no error, after it): the contender may hold the
+        // mutex now, and must hear it.
+        std::vector<SqlResult> attempt(results->begin() + static_cast<long>(wait_size),
+                                       results->end());
+        bool holds = false;
+        in_hook([&] { holds = hooks_.attempted(mutex, attempter, attempt); });
+        auto it = waiters_.find(mutex);
+        if (holds && (stopping_ || it == waiters_.end() || it->second.erase(attempter) == 0)) {
+          // It left meanwhile (gone()), or the line stops, and nobody would
+          // hand it the hold: whichever of its leave and this finds the
+          // hold first gives it back.
+          in_hook([&] { hooks_.abandoned(mutex, attempter); });
+        } else if (holds) {
+          if (it->second.empty()) waiters_.erase(it);
+          place.holder = true;
+          look = true;
+        }
+      }
+      if (!granted && std::exchange(place.announced, false)) look = true;
     } else if (failure == SqlFailure::kLockTimeout) {
       // Still behind someone. A release announced meanwhile may be one the
       // process ahead does not take (it is paused): look once.
-      if (!std::exchange(place.announced, false)) continue;
+      look = std::exchange(place.announced, false);
     } else {
       session->set_broken();
       if (!wanted_locked(place)) continue;
       backoff.failed(waited);
       SIMBA_LOG(kDebug,
                 description_ << ": wait line of mutex " << in_quotes(mutex) << ": " << waited);
+      look = true;
     }
+    if (waited.ok()) place.announced = false;
     // First in line, or the place was lost (anything may have been missed),
     // or a look is due: the waiters look.
-    if (!wanted_locked(place)) continue;
-    lock.unlock();
-    hooks_.first(mutex);
-    lock.lock();
+    if (!look || !wanted_locked(place)) continue;
+    in_hook([&] { hooks_.first(mutex); });
   }
   std::unique_ptr<SqlSession> session = std::move(place.session);
   lock.unlock();

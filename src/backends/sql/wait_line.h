@@ -15,6 +15,9 @@
 //   the release  of a holder that took the mutex on its line session frees
 //                the line lock in the same round trip: the next process is
 //                woken by the server, not by a broadcast
+//   the attempt  a waiter's attempt is sent with its lock wait, and runs on
+//                the server as the lock is granted: a hand-off costs the
+//                release's round trip and the grant, no call of the waiter's
 //   barging      a released row stays reserved for the first in line for a
 //                short while (the protocol's queue reserve, sql_backend.h):
 //                the releaser's next attempt, which would otherwise beat the
@@ -41,8 +44,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/sql/sql_backend.h"
@@ -67,16 +70,45 @@ class WaitLine {
     // (anything may have been missed): its waiters look again. Called on a
     // line thread with no lock of the line's held.
     std::function<void(const std::string& mutex)> first;
+    // The results of `contender`'s attempt (the statements waiting() was
+    // given), which ran right after the line lock was granted, in the same
+    // round trip; true when it holds `mutex` now. Called before first(), on
+    // the line thread, with no lock of the line's held.
+    std::function<bool(const std::string& mutex, const std::string& contender,
+                       const std::vector<SqlResult>& results)>
+        attempted;
+    // That contender left before the line heard it held the mutex: its
+    // hold must be given back. Called on the line thread, no lock held.
+    std::function<void(const std::string& mutex, const std::string& contender)> abandoned;
+    // Whether the results of the wait's statements say the lock was
+    // granted; null: their success says so.
+    std::function<bool(const std::vector<SqlResult>& wait_results)> granted;
+    // Whether the store announces releases (NOTIFY). Without that, only a
+    // holder that keeps the line lock wakes the next in line by releasing:
+    // a contender that acquired without it (on the pool) gets in line as
+    // the holder, and the first in line looks every kFirstLooks while
+    // someone without it holds the mutex (a JVM Simba contender, a holder
+    // over the budget, or one that has not got its place yet).
+    bool releases_announced = true;
   };
 
   WaitLine(Hooks hooks, std::string description, int places);
+  // stop()s.
   ~WaitLine();
+  // Ends every place's wait and joins its thread; no hook runs after it
+  // returns. The line does nothing more (its owner calls it before it stops
+  // serving the hooks).
+  void stop();
   WaitLine(const WaitLine&) = delete;
   WaitLine& operator=(const WaitLine&) = delete;
 
   // `contender`'s attempt on `mutex` found it taken: it waits, and the
-  // process gets in line for `mutex` if it has a free place.
-  void waiting(const std::string& mutex, const std::string& contender);
+  // process gets in line for `mutex` if it has a free place. `attempt`
+  // (statements as run, on the table) is sent after the lock wait, so that
+  // when the line lock is granted the attempt runs at once on the server,
+  // with no round trip of its own (Hooks::attempted); empty: none.
+  void waiting(const std::string& mutex, const std::string& contender,
+               std::vector<Statement> attempt = {});
   // `contender` holds `mutex`; `first` when it took it on the line's session
   // (which then keeps the line lock while it holds).
   void holding(const std::string& mutex, const std::string& contender, bool first);
@@ -87,6 +119,10 @@ class WaitLine {
   // a holder of it is gone too).
   void forget(const std::string& mutex);
 
+  // Whether a contender of this process other than `contender` waits for
+  // `mutex`.
+  bool others_waiting(const std::string& mutex, const std::string& contender) const;
+
   // Whether a release of `mutex` that another process announced is for a
   // process ahead of this one in line, so its waiters need not hear it now.
   // They then look once when the place's lock wait next runs out, in case
@@ -95,6 +131,9 @@ class WaitLine {
 
   // How long one lock wait of a place lasts before it is sent again.
   static constexpr std::chrono::milliseconds kWaitChunk{1000};
+  // How often the first in line looks when releases are not announced and
+  // the holder does not keep the line lock.
+  static constexpr std::chrono::milliseconds kFirstLooks{200};
 
   // The session that holds `mutex`'s line lock, lent for one call, while
   // this process is first in line; nullopt when it is not (the call then
@@ -130,6 +169,10 @@ class WaitLine {
     bool queued = false;
     // A release was announced while it waited there (hold_back).
     bool announced = false;
+    // Its thread's id while it runs a hook (which may borrow its session).
+    std::thread::id hook_thread;
+    // When the first in line looks next (Hooks::releases_announced false).
+    std::chrono::steady_clock::time_point next_look{};
     std::unique_ptr<SqlSession> session;
     WakeFd wake;  // ends a wait or a connect when the place is no longer wanted
     Worker worker;
@@ -150,9 +193,11 @@ class WaitLine {
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  bool stopping_ = false;                                 // guarded by mu_
-  std::vector<std::unique_ptr<Place>> places_;            // guarded by mu_ (fixed size)
-  std::map<std::string, std::set<std::string>> waiters_;  // mutex -> contenders; mu_
+  bool stopping_ = false;                       // guarded by mu_
+  std::vector<std::unique_ptr<Place>> places_;  // guarded by mu_ (fixed size)
+  // mutex -> its waiting contenders -> the attempt to send with the lock
+  // wait; guarded by mu_.
+  std::map<std::string, std::map<std::string, std::vector<Statement>>> waiters_;
 };
 
 }  // namespace simba::internal::sql
