@@ -596,6 +596,22 @@ TEST(PostgresLine, AReleaserCannotTakeTheMutexBackFromTheFirstInLine) {
   }
 }
 
+// `ahead` (a session of the test's) holds `mutex`'s line lock, `holder`'s
+// contender "a" holds the mutex, and `waiter`'s contender "b", told so, is
+// queued on the server behind `ahead` with its attempt.
+void wait_behind(Psql& admin, Psql& ahead, Backend& holder, Backend& waiter,
+                 const std::string& mutex) {
+  ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
+  ASSERT_THAT(
+      holder.acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
+      IsOk());
+  auto told =
+      waiter.acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(told, IsOk());
+  ASSERT_EQ(told->owner.owner_id, "a");
+  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+}
+
 // A waiter's attempt goes with its wait in line, so it runs on the server
 // as the line lock is granted, with no round trip of its own: the store
 // names the waiter as the owner before the waiter asks again. Its next call
@@ -613,15 +629,7 @@ TEST(PostgresLine, AnAttemptSentWithTheWaitRunsAsTheLineLockIsGranted) {
   for (const bool leaves : {false, true}) {
     SCOPED_TRACE(leaves ? "the waiter leaves" : "the waiter asks again");
     const std::string mutex = leaves ? "m2" : "m1";
-    ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
-    ASSERT_THAT(
-        holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
-        IsOk());
-    auto told =
-        waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
-    ASSERT_THAT(told, IsOk());
-    ASSERT_EQ(told->owner.owner_id, "a");
-    ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+    ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
     ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
     ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
     const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
@@ -662,15 +670,7 @@ TEST(PostgresLine, AWaiterThatLeavesTheLineTakesNothingWhenTheLockComes) {
   const std::string mutex = "left" + std::to_string(++runs);
   const std::string owner_of =
       "SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + mutex + "'";
-  ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
-  ASSERT_THAT(
-      holder->acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
-      IsOk());
-  auto told =
-      waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
-  ASSERT_THAT(told, IsOk());
-  ASSERT_EQ(told->owner.owner_id, "a");
-  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
+  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
   SIMBA_ASSERT_OK(waiter->leave(mutex, "b", in(seconds(5))));
   // The lock comes to whoever still waits for it, at once.
   ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());

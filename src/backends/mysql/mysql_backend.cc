@@ -251,11 +251,7 @@ Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
   if (options.connections < 1) {
     return invalid_argument_error("mysql: connections must be at least 1");
   }
-  if (options.queue_connections < 0 ||
-      options.queue_connections > internal::sql::kMaxLineSessions) {
-    return invalid_argument_error("mysql: queue_connections must be 0..16, not " +
-                                  std::to_string(options.queue_connections));
-  }
+  SIMBA_RETURN_IF_ERROR(internal::sql::check_line_sessions("mysql", options.queue_connections));
   internal::sql::SqlBackendOptions sql;
   sql.failover = internal::sql::mysql::kFailover;
   sql.connections = options.connections;

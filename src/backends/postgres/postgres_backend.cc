@@ -486,11 +486,8 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   if (options.connections < 1) {
     return invalid_argument_error("postgresql: connections must be at least 1");
   }
-  if (options.queue_connections < 0 ||
-      options.queue_connections > internal::sql::kMaxLineSessions) {
-    return invalid_argument_error("postgresql: queue_connections must be 0..16, not " +
-                                  std::to_string(options.queue_connections));
-  }
+  SIMBA_RETURN_IF_ERROR(
+      internal::sql::check_line_sessions("postgresql", options.queue_connections));
   // A bound on connecting even when a call's deadline is far away.
   if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
   // Statements are bounded on the server too: a call that gave up

@@ -217,12 +217,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     std::optional<WaitLine::Loan> first =
         line ? line_->first_session(mutex, deadline) : std::optional<WaitLine::Loan>();
     std::vector<Statement> statements = driver_->acquire_statements(parts, params);
-    // The same attempt goes with this process's wait in line, should it wait.
-    std::vector<Statement> attempt;
-    if (line && line->attempt_with_wait) {
-      attempt = statements;
-      for (Statement& statement : attempt) statement.sql = on_table(statement.sql);
-    }
     SIMBA_ASSIGN_OR_RETURN(
         std::vector<SqlResult> results,
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
@@ -239,6 +233,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       if (record.owner.is_owner(contender)) {
         line_->holding(mutex, contender, first_asked);
       } else {
+        // The same attempt goes with this process's wait in line, where
+        // the driver lets it (built again here: only a waiter needs it).
+        std::vector<Statement> attempt;
+        if (line->attempt_with_wait) {
+          attempt = driver_->acquire_statements(parts, params);
+          for (Statement& statement : attempt) statement.sql = on_table(statement.sql);
+        }
         line_->waiting(mutex, contender, std::move(attempt));
         // Free but reserved: ask again when the reserve ends, unless the
         // line or a release says so first.
@@ -714,17 +715,29 @@ Result<std::string> render_params(
   return out;
 }
 
+namespace {
+
+// A URI key's whole value as a count in [lo, hi]; kInvalidArgument naming
+// the store and the key otherwise.
+Result<int> read_count(std::string_view store, const std::string& key, const std::string& value,
+                       int lo, int hi) {
+  int n = 0;
+  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
+  if (error != std::errc() || end != value.data() + value.size() || n < lo || n > hi) {
+    return invalid_argument_error(std::string(store) + ": " + key + " must be " +
+                                  std::to_string(lo) + ".." + std::to_string(hi) + ", not " +
+                                  in_quotes(value));
+  }
+  return n;
+}
+
+}  // namespace
+
 Result<bool> read_table_key(std::string_view store, const std::string& key,
                             const std::string& value, int& connections, std::string& table,
                             bool& create_table) {
   if (key == "connections") {
-    int n = 0;
-    auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-    if (error != std::errc() || end != value.data() + value.size() || n < 1 || n > 64) {
-      return invalid_argument_error(std::string(store) + ": connections must be 1..64, not " +
-                                    in_quotes(value));
-    }
-    connections = n;
+    SIMBA_ASSIGN_OR_RETURN(connections, read_count(store, key, value, 1, 64));
   } else if (key == "table") {
     table = value;
   } else if (key == "create_table") {
@@ -742,14 +755,15 @@ Result<bool> read_table_key(std::string_view store, const std::string& key,
 Result<bool> read_queue_key(std::string_view store, const std::string& key,
                             const std::string& value, int& sessions) {
   if (key != "queue_connections") return false;
-  int n = -1;
-  auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), n);
-  if (error != std::errc() || end != value.data() + value.size() || n < 0 || n > kMaxLineSessions) {
-    return invalid_argument_error(std::string(store) + ": queue_connections must be 0.." +
-                                  std::to_string(kMaxLineSessions) + ", not " + in_quotes(value));
-  }
-  sessions = n;
+  SIMBA_ASSIGN_OR_RETURN(sessions, read_count(store, key, value, 0, kMaxLineSessions));
   return true;
+}
+
+Status check_line_sessions(std::string_view store, int sessions) {
+  if (sessions >= 0 && sessions <= kMaxLineSessions) return ok_status();
+  return invalid_argument_error(std::string(store) + ": queue_connections must be 0.." +
+                                std::to_string(kMaxLineSessions) + ", not " +
+                                std::to_string(sessions));
 }
 
 Status validate_table_name(const std::string& table) {

@@ -312,6 +312,9 @@ Result<bool> read_table_key(std::string_view store, const std::string& key,
 Result<bool> read_queue_key(std::string_view store, const std::string& key,
                             const std::string& value, int& sessions);
 constexpr int kMaxLineSessions = 16;
+// OK when `sessions` is a valid queue_connections; else kInvalidArgument
+// naming `store`.
+Status check_line_sessions(std::string_view store, int sessions);
 
 // OK when `table` is a name the statements may carry as it is: a plain
 // identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a

@@ -87,10 +87,7 @@ void WaitLine::waiting(const std::string& mutex, const std::string& contender,
 
 void WaitLine::holding(const std::string& mutex, const std::string& contender, bool first) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = waiters_.find(mutex); it != waiters_.end()) {
-    it->second.erase(contender);
-    if (it->second.empty()) waiters_.erase(it);
-  }
+  drop_waiter_locked(mutex, contender);
   Place* place = place_of_locked(mutex);
   if (place != nullptr && first && place->state == State::kFirst) {
     place->holder = true;
@@ -107,10 +104,7 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
 
 void WaitLine::gone(const std::string& mutex, const std::string& contender) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = waiters_.find(mutex); it != waiters_.end()) {
-    it->second.erase(contender);
-    if (it->second.empty()) waiters_.erase(it);
-  }
+  drop_waiter_locked(mutex, contender);
   // The holder released (or stopped) without the line's session: the line
   // lock it kept is given up.
   if (Place* place = place_of_locked(mutex); place != nullptr) place->holder = false;
@@ -123,6 +117,13 @@ void WaitLine::forget(const std::string& mutex) {
   // A holder keeps its place: its release, which follows, frees the line lock
   // with the row.
   maybe_leave_locked(mutex);
+}
+
+bool WaitLine::drop_waiter_locked(const std::string& mutex, const std::string& contender) {
+  auto it = waiters_.find(mutex);
+  if (it == waiters_.end() || it->second.erase(contender) == 0) return false;
+  if (it->second.empty()) waiters_.erase(it);
+  return true;
 }
 
 bool WaitLine::others_waiting(const std::string& mutex, const std::string& contender) const {
@@ -316,14 +317,12 @@ void WaitLine::run(std::size_t index) {
                                        results->end());
         bool holds = false;
         in_hook([&] { holds = hooks_.attempted(mutex, attempter, attempt); });
-        auto it = waiters_.find(mutex);
-        if (holds && (stopping_ || it == waiters_.end() || it->second.erase(attempter) == 0)) {
+        if (holds && (!drop_waiter_locked(mutex, attempter) || stopping_)) {
           // It left meanwhile (gone()), or the line stops, and nobody would
           // hand it the hold: whichever of its leave and this finds the
           // hold first gives it back.
           in_hook([&] { hooks_.abandoned(mutex, attempter); });
         } else if (holds) {
-          if (it->second.empty()) waiters_.erase(it);
           place.holder = true;
           look = true;
         }

@@ -15,9 +15,11 @@
 //   the release  of a holder that took the mutex on its line session frees
 //                the line lock in the same round trip: the next process is
 //                woken by the server, not by a broadcast
-//   the attempt  a waiter's attempt is sent with its lock wait, and runs on
-//                the server as the lock is granted: a hand-off costs the
-//                release's round trip and the grant, no call of the waiter's
+//   the attempt  where the driver lets it (a wait given up ends on the
+//                server at once: PostgreSQL's cancel), a waiter's attempt is
+//                sent with its lock wait, and runs on the server as the lock
+//                is granted: a hand-off costs the release's round trip and
+//                the grant, no call of the waiter's
 //   barging      a released row stays reserved for the first in line for a
 //                short while (the protocol's queue reserve, sql_backend.h):
 //                the releaser's next attempt, which would otherwise beat the
@@ -186,6 +188,9 @@ class WaitLine {
   // Leaves the line for `mutex` if nobody needs the place. REQUIRES: mu_.
   void maybe_leave_locked(const std::string& mutex);
   Place* place_of_locked(const std::string& mutex);
+  // Takes `contender` off `mutex`'s waiters; false when it was not there
+  // (it left). REQUIRES: mu_.
+  bool drop_waiter_locked(const std::string& mutex, const std::string& contender);
   void give_back(std::size_t index, bool unlocked);
 
   const Hooks hooks_;
