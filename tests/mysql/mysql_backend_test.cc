@@ -898,12 +898,19 @@ void expect_mixed_contention_keeps_mutual_exclusion(bool line) {
     leave();
   };
 
-  // Ours rest 0-100 ms between holds. With the line they hand the mutex to
-  // each other at once, and a JVM contender, polling at the lease end, gets
-  // it only when it is free then: ours rest 0.5-1.5 s, or JVM Simba's
-  // pollers would never get in (docs/backends/mysql.md, "The wait line").
-  const int rest_min = line ? 500 : 0;
-  const int rest_max = line ? 1500 : 100;
+  // Rests between holds. A releaser starts again within its rest and finds
+  // the mutex free, so a poller (at the lease end) gets in only when its
+  // poll lands in someone's rest. Without the line both sides rest 300-1300
+  // ms: at 0-100 ms a crossing took 13 s on a quiet machine, and once not
+  // within the 60 s cap under CI's load. With the line ours hand the mutex
+  // to each other at once, and a JVM contender, polling at the lease end,
+  // gets it only when it is free then: ours rest 0.5-1.5 s, or JVM Simba's
+  // pollers would never get in (docs/backends/mysql.md, "The wait line"),
+  // and JVM Simba's 0-100 ms.
+  const int rest_min = line ? 500 : 300;
+  const int rest_max = line ? 1500 : 1300;
+  const int jvm_rest_min = line ? 0 : 300;
+  const int jvm_rest_max = line ? 100 : 1300;
   std::vector<std::unique_ptr<MutexContendServiceFactory>> factories;
   for (int i = 0; i < 2; ++i) {
     factories.push_back(make_factory(uri, kTtl, kTransition));
@@ -954,7 +961,7 @@ void expect_mixed_contention_keeps_mutual_exclusion(bool line) {
         }
         jvm->stop();
         std::this_thread::sleep_for(
-            milliseconds(std::uniform_int_distribution<int>(0, 100)(random)));
+            milliseconds(std::uniform_int_distribution<int>(jvm_rest_min, jvm_rest_max)(random)));
       }
     });
   }
