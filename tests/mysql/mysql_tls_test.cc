@@ -105,14 +105,17 @@ std::string tls_uri(const std::string& query, const std::string& user = "simba",
 Status acquire_and_release(const std::string& uri) {
   auto backend = open_backend(uri);
   if (!backend.ok()) return backend.status();
+  // The mutex is this test's own: ctest runs these tests side by side on
+  // one server, and a shared name let one test's release free another's.
+  const std::string mutex = unique_test_name("tls-");
   const auto start = steady_clock::now();
-  auto acquired = (*backend)->acquire_or_renew(request_for("tls", "c"), start + kCallDeadline);
+  auto acquired = (*backend)->acquire_or_renew(request_for(mutex, "c"), start + kCallDeadline);
   EXPECT_LT(steady_clock::now() - start, kCallDeadline + scaled(kDeadlineSlack)) << uri;
   if (!acquired.ok()) return acquired.status();
   if (acquired->owner.owner_id != "c") {
     return internal_error("not acquired: " + acquired->owner.owner_id);
   }
-  auto released = (*backend)->release("tls", "c", in(kCallDeadline));
+  auto released = (*backend)->release(mutex, "c", in(kCallDeadline));
   if (!released.ok()) return released.status();
   return *released ? ok_status() : internal_error("release found nothing to release");
 }
@@ -173,7 +176,7 @@ TEST(MysqlTls, TheSessionReportsACipher) {
   auto provider =
       KeyedLockProvider::open(tls_uri("ssl_mode=verify_identity&ssl_ca=" + cert("ca.pem")));
   ASSERT_THAT(provider, IsOk());
-  auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+  auto lease = (*provider)->try_acquire(unique_test_name("tls-key-"), milliseconds(0), seconds(10));
   ASSERT_THAT(lease, IsOk());
   ASSERT_TRUE(lease->has_value());
   SIMBA_EXPECT_OK((*lease)->release());
@@ -198,7 +201,8 @@ TEST(MysqlTls, AWrongCaFailsClearly) {
   auto provider =
       KeyedLockProvider::open(tls_uri("ssl_mode=verify_ca&ssl_ca=" + cert("other-ca.pem")));
   if (provider.ok()) {  // it connects lazily
-    auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+    auto lease =
+        (*provider)->try_acquire(unique_test_name("tls-key-"), milliseconds(0), seconds(10));
     EXPECT_THAT(lease, StatusIs(StatusCode::kPermissionDenied,
                                 names_store_and_cause(tls().host_port, "certificate")));
   } else {
@@ -244,7 +248,8 @@ TEST(MysqlTls, AClientCertificateIsSentWhenGiven) {
       tls_uri(ca + "&ssl_cert=" + cert("client-cert.pem") + "&ssl_key=" + cert("client-key.pem"),
               "simba_x509"));
   ASSERT_THAT(provider, IsOk());
-  auto lease = (*provider)->try_acquire("tls-x509", milliseconds(0), seconds(10));
+  auto lease =
+      (*provider)->try_acquire(unique_test_name("tls-x509-"), milliseconds(0), seconds(10));
   ASSERT_THAT(lease, IsOk());
   ASSERT_TRUE(lease->has_value());
   SIMBA_EXPECT_OK((*lease)->release());
@@ -274,7 +279,8 @@ TEST(MysqlTls, EveryTlsModeRefusesAServerWithoutTls) {
   // The keyed backend refuses it too.
   auto provider = KeyedLockProvider::open(tls_uri("ssl_mode=required", "simba", host_port));
   if (provider.ok()) {
-    auto lease = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+    auto lease =
+        (*provider)->try_acquire(unique_test_name("tls-key-"), milliseconds(0), seconds(10));
     EXPECT_THAT(lease,
                 StatusIs(StatusCode::kPermissionDenied, names_store_and_cause(host_port, "TLS")));
   } else {

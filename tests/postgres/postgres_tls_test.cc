@@ -143,14 +143,17 @@ std::string client_cert_query() {
 Status acquire_and_release(const std::string& uri) {
   auto backend = open_backend(uri);
   if (!backend.ok()) return backend.status();
+  // The mutex is this test's own: ctest runs these tests side by side on
+  // one server, and a shared name let one test's release free another's.
+  const std::string mutex = unique_test_name("tls-");
   const auto start = steady_clock::now();
-  auto acquired = (*backend)->acquire_or_renew(request_for("tls", "c"), start + kCallDeadline);
+  auto acquired = (*backend)->acquire_or_renew(request_for(mutex, "c"), start + kCallDeadline);
   EXPECT_LT(steady_clock::now() - start, kCallDeadline + scaled(kDeadlineSlack)) << uri;
   if (!acquired.ok()) return acquired.status();
   if (acquired->owner.owner_id != "c") {
     return internal_error("not acquired: " + acquired->owner.owner_id);
   }
-  auto released = (*backend)->release("tls", "c", in(kCallDeadline));
+  auto released = (*backend)->release(mutex, "c", in(kCallDeadline));
   if (!released.ok()) return released.status();
   return *released ? ok_status() : internal_error("release found nothing to release");
 }
@@ -272,12 +275,12 @@ TEST(PostgresTls, TheCertificateUserConnectsWithItsCertificate) {
 
   auto provider = KeyedLockProvider::open(uri);
   ASSERT_THAT(provider, IsOk());
-  auto one = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+  auto one = (*provider)->try_acquire(unique_test_name("tls-key-"), milliseconds(0), seconds(10));
   ASSERT_THAT(one, IsOk());
   ASSERT_TRUE(one->has_value());
   const std::uint64_t token = (*one)->fencing_token();
   SIMBA_EXPECT_OK((*one)->release());
-  auto two = (*provider)->try_acquire("tls-key", milliseconds(0), seconds(10));
+  auto two = (*provider)->try_acquire(unique_test_name("tls-key-"), milliseconds(0), seconds(10));
   ASSERT_THAT(two, IsOk());
   ASSERT_TRUE(two->has_value());
   EXPECT_GT((*two)->fencing_token(), token);
@@ -361,7 +364,8 @@ TEST(PostgresTls, AKeyedHoldIsLostWhenItsTlsSessionEnds) {
       KeyedLockProvider::open(cert_uri("tls_ca=" + cert("ca.pem") + "&" + client_cert_query() +
                                        "&application_name=simba_tls_keyed_loss"));
   ASSERT_THAT(provider, IsOk());
-  auto lease = (*provider)->try_acquire("tls-loss", milliseconds(0), seconds(30));
+  auto lease =
+      (*provider)->try_acquire(unique_test_name("tls-loss-"), milliseconds(0), seconds(30));
   ASSERT_THAT(lease, IsOk());
   ASSERT_TRUE(lease->has_value());
   const std::stop_token lost = (*lease)->lost_token();
