@@ -1222,7 +1222,14 @@ TEST_P(CrossProcessConformance, KilledOwnerIsReplacedWithinTheLease) {
   const auto killed = std::chrono::steady_clock::now();
   taker.signal(SIGKILL);
   taker.wait();
-  ASSERT_TRUE(rec.acquired.wait(fx.expiry_bound()));
+  const milliseconds within = GetParam().expect.killed_owner_replaced_within;
+  if (within.count() > 0) {
+    EXPECT_TRUE(factory->backend()->capabilities().ends_with_session);
+  }
+  ASSERT_TRUE(rec.acquired.wait(within.count() > 0 ? scaled(within) : fx.expiry_bound()))
+      << (within.count() > 0 ? "the store sees a holder die: not replaced within " +
+                                   std::to_string(scaled(within).count()) + " ms"
+                             : "not replaced within the lease");
   EXPECT_GT(rec.token.load(), taker_token);
   RecordProperty("failover_ms", std::to_string(std::chrono::duration_cast<milliseconds>(
                                                    std::chrono::steady_clock::now() - killed)

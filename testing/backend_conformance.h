@@ -59,6 +59,10 @@ struct StoreExpectations {
   // first subscribe, and any subscription hears releases once it is up: a
   // test that needs a push waits for a probe's release first.
   bool push_channel_starts_on_subscribe = false;
+  // A holder's process that dies is replaced within this, rather than when
+  // its lease ends (Capabilities::ends_with_session; scaled). Zero: the
+  // lease decides.
+  std::chrono::milliseconds killed_owner_replaced_within{0};
 };
 
 // What a backend supplies to the suite.

@@ -927,8 +927,16 @@ TEST_P(CliE2E, KilledHolderIsReplacedWithinTheLease) {
   const auto holder_token = wait_for_number("holder.token", seconds(1));
   ASSERT_TRUE(holder_token.has_value());
 
-  auto waiter = start(run_args(
-      mutex, {"--wait"}, {"sh", "-c", "echo $SIMBA_FENCING_TOKEN > " + path("waiter.token")}));
+  // The waiter's job notes, first thing, the state of the holder's job
+  // ("gone", or Z for a zombie nobody reaped yet): it must be dead. (On
+  // SQLite the waiter takes over milliseconds after the kill; the holder's
+  // kernel lock is shared with its job, so it stays held until the job is
+  // dead too.)
+  auto waiter = start(run_args(mutex, {"--wait"},
+                               {"sh", "-c",
+                                "s=$(cut -d' ' -f3 /proc/$(cat " + path("holder.pid") +
+                                    ")/stat 2>/dev/null); echo ${s:-gone} > " + path("waiter.saw") +
+                                    "; echo $SIMBA_FENCING_TOKEN > " + path("waiter.token")}));
   std::this_thread::sleep_for(milliseconds(500));
   EXPECT_FALSE(exists("waiter.token")) << "the waiter ran while the holder held the mutex";
 
@@ -949,6 +957,9 @@ TEST_P(CliE2E, KilledHolderIsReplacedWithinTheLease) {
       "failover_ms",
       std::to_string(std::chrono::duration_cast<milliseconds>(Clock::now() - killed).count()));
   EXPECT_GT(*waiter_token, *holder_token);
+  const std::string saw = read("waiter.saw");
+  EXPECT_TRUE(saw == "gone\n" || saw == "Z\n")
+      << "the waiter's job started while the killed holder's job ran on: " << saw;
   const auto code = waiter->wait(seconds(10));
   ASSERT_TRUE(code.has_value()) << waiter->describe();
   EXPECT_EQ(*code, 0) << waiter->describe();

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <signal.h>
 #include <sqlite3.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -30,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/sqlite/host_locks.h"
 #include "backends/sqlite/sqlite_errors.h"
 #include "backends/sqlite/sqlite_watcher.h"
 #include "gtest/gtest.h"
@@ -899,26 +901,31 @@ std::string contend(Backend& backend, const std::string& mutex, const std::strin
   return "";
 }
 
-TEST_F(SqliteBackendTest, TwoBackendsOnOneFileInTwoThreadsNeverBothOwnNorFail) {
-  auto first = open();
-  auto second = open();
-  ASSERT_NE(first, nullptr);
-  ASSERT_NE(second, nullptr);
+// Alice (on `first`) and Bob (on `second`) contend for `mutex` 200 times
+// each, at once, in two threads: neither fails, and never both own it.
+void contend_in_two_threads(Backend& first, Backend& second, const std::string& mutex) {
   std::atomic<int> holder{0};
   std::atomic<std::uint64_t> last_token{0};
   int acquired[2] = {0, 0};
   std::string errors[2];
   std::thread a([&] {
-    errors[0] = contend(*first, "hammer", "alice", 1, 200, holder, last_token, &acquired[0]);
+    errors[0] = contend(first, mutex, "alice", 1, 200, holder, last_token, &acquired[0]);
   });
-  std::thread b([&] {
-    errors[1] = contend(*second, "hammer", "bob", 2, 200, holder, last_token, &acquired[1]);
-  });
+  std::thread b(
+      [&] { errors[1] = contend(second, mutex, "bob", 2, 200, holder, last_token, &acquired[1]); });
   a.join();
   b.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   EXPECT_GT(acquired[0] + acquired[1], 0);
+}
+
+TEST_F(SqliteBackendTest, TwoBackendsOnOneFileInTwoThreadsNeverBothOwnNorFail) {
+  auto first = open();
+  auto second = open();
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  contend_in_two_threads(*first, *second, "hammer");
   auto read = first->read("hammer", soon());
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->owner, MutexOwner::none());
@@ -1232,6 +1239,168 @@ TEST_F(SqliteBackendTest, SubscriberHearsReleaseByAnotherProcess) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+// ---- a holder's death, seen through its kernel lock (host_locks.h) ----------------
+
+// A holder in a child process of its own: it acquires `mutex` (ttl 10 s,
+// transition 5 s: a lease far longer than any bound below) and says so
+// through a pipe, then waits to be killed. Forked before this process opens
+// the file. Returns the child's pid once it holds the mutex, or -1.
+pid_t start_holder(const std::string& path, const std::string& mutex) {
+  int from_child[2];
+  if (::pipe(from_child) != 0) return -1;
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    auto backend = new_sqlite_backend({.path = path});
+    auto acquired = backend.ok() ? (*backend)->acquire_or_renew({mutex, "child", 10s, 5s}, soon())
+                                 : Result<OwnerRecord>(backend.status());
+    const char c = acquired.ok() && acquired->owner.owner_id == "child" ? 'a' : 'e';
+    [[maybe_unused]] auto n = ::write(from_child[1], &c, 1);
+    while (true) ::pause();
+  }
+  ::close(from_child[1]);
+  const bool holds = child > 0 && read_byte(from_child[0], 30000ms) == 'a';
+  ::close(from_child[0]);
+  if (child > 0 && !holds) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  return holds ? child : -1;
+}
+
+// The holder's process dies (SIGKILL: nothing of it runs) while its lease
+// has 15 s to go. A waiting service takes the mutex at once: the watcher
+// finds the dead holder's kernel lock free at its next look (a 15 ms tick),
+// and the waiter's attempt takes the lock, which proves the holder gone.
+// The bound, 1 s, is that tick and one acquisition with the slack of a
+// loaded machine; the lease would take 15 s.
+TEST_F(SqliteBackendTest, AHoldersDeathIsSeenAtOnceThroughItsKernelLock) {
+  ASSERT_NE(open(), nullptr);  // the file, closed again before the fork
+  const pid_t child = start_holder(db_path(), "m");
+  ASSERT_GT(child, 0) << "the child did not take the mutex";
+
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  EXPECT_TRUE(backend->capabilities().ends_with_session);
+  auto held = acquire(*backend, "m", "waiter");
+  ASSERT_TRUE(held.ok()) << held.status();
+  ASSERT_EQ(held->owner.owner_id, "child");
+  FactoryOptions options;
+  options.contend.ttl = 10s;
+  options.contend.transition = 5s;
+  auto factory = MutexContendServiceFactory::create(backend, options);
+  ASSERT_TRUE(factory.ok()) << factory.status();
+  Recorder waiter;
+  auto service = (*factory)->create_contend_service(waiter.contender("m", "waiter")).value();
+  ASSERT_TRUE(service->start().ok());
+  let_watcher_see_the_owner();
+  EXPECT_FALSE(waiter.acquired.is_set()) << "took the mutex of a live holder";
+  const auto killed = steady_clock::now();
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(waiter.acquired.wait(scaled(1000ms))) << "the dead holder's lease decided";
+  RecordProperty(
+      "taken_after_kill_ms",
+      static_cast<int>(
+          std::chrono::duration_cast<milliseconds>(waiter.acquired_at() - killed).count()));
+  EXPECT_GT(waiter.token.load(), held->owner.fencing_token);
+  ASSERT_TRUE(service->stop().ok());
+}
+
+// The negative control: a holder that is alive but stopped (SIGSTOP, as a
+// long pause would) keeps its kernel lock, so nobody takes its mutex before
+// its lease ends; killed, it loses it at once.
+TEST_F(SqliteBackendTest, APausedHolderKeepsItsMutexAndADeadOneLosesItAtOnce) {
+  ASSERT_NE(open(), nullptr);
+  const pid_t child = start_holder(db_path(), "m");
+  ASSERT_GT(child, 0) << "the child did not take the mutex";
+  ASSERT_EQ(::kill(child, SIGSTOP), 0);
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  const auto until = steady_clock::now() + 500ms;
+  int attempts = 0;
+  while (steady_clock::now() < until) {
+    auto attempt = acquire(*backend, "m", "waiter");
+    ASSERT_TRUE(attempt.ok()) << attempt.status();
+    ASSERT_EQ(attempt->owner.owner_id, "child") << "took the mutex of a paused holder";
+    ++attempts;
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_GT(attempts, 1);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  auto taken = acquire(*backend, "m", "waiter");
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->owner.owner_id, "waiter");
+}
+
+// A record proves a death only when it names the lock the contender takes
+// (this kernel's boot, this lock file, the mutex's byte) and the row's
+// current tenure. Crafted rows of a holder "ghost" that no process backs:
+// another boot's record and an older tenure's are not trusted; the
+// control, the same row with a record of this lock, is taken over.
+TEST_F(SqliteBackendTest, OnlyARecordOfThisLockAndThisTenureIsTrusted) {
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  auto locks = internal::sql::sqlite::HostLocks::open(db_path());
+  ASSERT_NE(locks, nullptr);
+  const std::string lock_id = locks->lock_id("m");
+  locks.reset();
+  RawDb raw(db_path());
+  const std::int64_t far = system_now_ms() + 3'600'000;
+  ASSERT_EQ(raw.exec("INSERT INTO simba_mutex VALUES ('m', 0, " + std::to_string(far) + ", " +
+                     std::to_string(far) + ", 'ghost', 7)"),
+            SQLITE_OK)
+      << raw.last_error;
+  const std::string other_boot =
+      "0123abcd-0000-0000-0000-000000000000" + lock_id.substr(lock_id.find('/'));
+  for (const auto& [version, id] : std::vector<std::pair<int, std::string>>{
+           {7, other_boot}, {6, lock_id}, {7, lock_id + "0"}}) {
+    ASSERT_EQ(raw.exec("INSERT OR REPLACE INTO simba_mutex_host VALUES ('m', " +
+                       std::to_string(version) + ", '" + id + "')"),
+              SQLITE_OK)
+        << raw.last_error;
+    auto attempt = acquire(*backend, "m", "c");
+    ASSERT_TRUE(attempt.ok()) << attempt.status();
+    EXPECT_EQ(attempt->owner.owner_id, "ghost") << "trusted version " << version << " of " << id;
+  }
+  ASSERT_EQ(raw.exec("INSERT OR REPLACE INTO simba_mutex_host VALUES ('m', 7, '" + lock_id + "')"),
+            SQLITE_OK);
+  auto taken = acquire(*backend, "m", "c");
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->owner.owner_id, "c");
+  EXPECT_EQ(taken->owner.fencing_token, 8u);
+  // The new tenure is recorded as backed by this backend's lock.
+  EXPECT_EQ(raw.query("SELECT version, lock_id FROM simba_mutex_host WHERE mutex = 'm'"),
+            std::vector<std::string>{"8|" + lock_id});
+}
+
+// Contenders of one backend share its kernel locks: the lock proves
+// nothing between them. Another contender of the same backend never takes
+// over a live holder, also when both ask at once, over and over.
+TEST_F(SqliteBackendTest, ContendersOfOneBackendNeverTakeOverEachOther) {
+  auto backend = open();
+  ASSERT_NE(backend, nullptr);
+  ASSERT_EQ(acquire(*backend, "m", "a")->owner.owner_id, "a");
+  EXPECT_EQ(acquire(*backend, "m", "b")->owner.owner_id, "a");
+  ASSERT_TRUE(*backend->release("m", "a", soon()));
+  contend_in_two_threads(*backend, *backend, "shared");
+}
+
+// A backend that is gone (its holders with it: a service keeps its backend
+// alive) has given its kernel locks back: its mutexes are taken at once.
+TEST_F(SqliteBackendTest, AClosedBackendsMutexesAreTakenAtOnce) {
+  auto closing = open();
+  auto backend = open();
+  ASSERT_TRUE(closing && backend);
+  ASSERT_EQ(acquire(*closing, "m", "gone")->owner.owner_id, "gone");
+  EXPECT_EQ(acquire(*backend, "m", "c")->owner.owner_id, "gone");
+  closing.reset();
+  EXPECT_EQ(acquire(*backend, "m", "c")->owner.owner_id, "c");
 }
 
 // A hand-over can take a millisecond, far less than the watcher's tick: a

@@ -137,6 +137,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.push_release = driver_->pushes();
     capabilities_.transport = driver_->transport();
     capabilities_.failover = options.failover;
+    capabilities_.ends_with_session = options.ends_with_session;
     if (options.line_sessions > 0 && driver_->line_lock("")) {
       line_ = make_line(options.line_sessions);
       // Where releases are not announced, the line is the push: the next
@@ -211,23 +212,43 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
                                        std::to_string(request.ttl.count()),
                                        std::to_string(request.transition.count())};
     if (line) params.insert(params.end(), line->key.begin(), line->key.end());
+    const std::optional<SqlDriver::HostHold> hold =
+        driver_->begin_acquire(mutex, params[1], params.size());
+    if (hold) {
+      params.push_back(hold->param);
+      if (!hold->takeover.empty()) {
+        parts.may_acquire = "(" + parts.may_acquire + " OR " + hold->takeover + ")";
+      }
+    }
     const std::string what = "acquiring mutex " + in_quotes(request.mutex);
     // First in line, this process asks on the session that holds the line
     // lock, for which a reserved row is free.
     std::optional<WaitLine::Loan> first =
         line ? line_->first_session(mutex, deadline) : std::optional<WaitLine::Loan>();
     std::vector<Statement> statements = driver_->acquire_statements(parts, params);
-    SIMBA_ASSIGN_OR_RETURN(
-        std::vector<SqlResult> results,
+    if (hold) {
+      for (const Statement& statement : hold->record) {
+        statements.insert(statements.end() - 1, {statement.sql, params});
+      }
+    }
+    Result<std::vector<SqlResult>> ran =
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
-              : run_on_table(std::move(statements), true, deadline, what));
+              : run_on_table(std::move(statements), true, deadline, what);
     const bool first_asked = first.has_value();
     first.reset();
-    if (results.empty() || results.back().rows.size() != 1) {
-      return internal_error(driver_->description() + ": " + what + ": the row was not returned");
+    Result<OwnerRecord> decided =
+        internal_error(driver_->description() + ": " + what + ": the row was not returned");
+    if (!ran.ok()) {
+      decided = ran.status();
+    } else if (!ran->empty() && ran->back().rows.size() == 1) {
+      decided = to_record(ran->back().rows.front());
     }
-    const SqlRow& row = results.back().rows.front();
-    SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, to_record(row));
+    if (hold && hold->end) {
+      hold->end(decided.ok() ? std::optional<std::string>(decided->owner.owner_id) : std::nullopt);
+    }
+    if (!decided.ok()) return decided.status();
+    const SqlRow& row = ran->back().rows.front();
+    OwnerRecord record = *decided;
     if (line) {
       const std::string contender(request.contender_id);
       if (record.owner.is_owner(contender)) {
@@ -298,6 +319,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
               : run_on_table(std::move(statements), true, deadline, what);
     if (first && !keep && results.ok()) first->unlocked();
     first.reset();
+    driver_->end_release(m, contender);
     if (line_) {
       line_->gone(m, contender);
       // Nothing announces it: this process's own waiters hear it here.

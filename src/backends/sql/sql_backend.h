@@ -229,6 +229,40 @@ class SqlDriver {
     return std::nullopt;
   }
 
+  // Proof of life on one host (SQLite: a kernel lock per held mutex,
+  // backends/sqlite/host_locks.h), so that a dead holder's mutex is taken
+  // over at once instead of when its lease ends. begin_acquire() runs
+  // before each acquire transaction of `contender` (taking the mutex's
+  // kernel lock) and says what the transaction adds; nullopt (the default)
+  // adds nothing. `param` is the index its statements may use for
+  // HostHold::param.
+  struct HostHold {
+    // An SQL boolean on the existing row (bare columns, as may_acquire's)
+    // true when its holder is known to be gone, or empty.
+    std::string takeover;
+    // Run after the upsert, before the read-back (parameters as the
+    // acquire's: {0} mutex, {1} contender, and `param`): they record
+    // whether the owner's tenure is backed by a kernel lock.
+    std::vector<Statement> record;
+    // Appended to the acquire's parameters.
+    std::string param;
+    // Called after the call with the row's owner then ("" for none;
+    // nullopt: the call failed, which may or may not have committed).
+    std::function<void(const std::optional<std::string>& owner)> end;
+  };
+  virtual std::optional<HostHold> begin_acquire(const std::string& mutex,
+                                                const std::string& contender, std::size_t param) {
+    (void)mutex;
+    (void)contender;
+    (void)param;
+    return std::nullopt;
+  }
+  // After `contender`'s release, whatever its outcome: it holds it no more.
+  virtual void end_release(const std::string& mutex, const std::string& contender) {
+    (void)mutex;
+    (void)contender;
+  }
+
   // Push. While the returned handle lives, `on_event` is called (from one
   // thread of the driver's, one call at a time) for every release
   // announced by release_notice_sql() in any process (kReleased, owner_id the
@@ -291,6 +325,9 @@ struct SqlBackendOptions {
   std::size_t max_contender_id_length = 128;
   // Capabilities::failover.
   std::string failover{};
+  // Capabilities::ends_with_session: the driver sees a holder's process
+  // die (SQLite's kernel locks).
+  bool ends_with_session = false;
   // Sessions of the wait line (SqlDriver::line_lock), each with a thread: a
   // process waits in line for that many mutexes at once. 0: no line (every
   // release wakes every waiter; the driver's acquire gate applies).

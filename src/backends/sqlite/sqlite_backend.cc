@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "backends/sql/sql_backend.h"
+#include "backends/sqlite/host_locks.h"
 #include "backends/sqlite/sqlite_errors.h"
 #include "backends/sqlite/sqlite_watcher.h"
 #include "core/log.h"
@@ -226,6 +227,18 @@ constexpr char kCreateForcedTableSql[] =
     "CREATE TABLE IF NOT EXISTS simba_mutex_forced ("
     " mutex TEXT PRIMARY KEY,"
     " version INTEGER NOT NULL)";
+
+// Which tenures are backed by a kernel lock (host_locks.h): the row's
+// version while its holder held the lock named lock_id. Written in the
+// acquiring transaction, only by a holder that holds the lock; a version
+// that moved on (a release, a takeover, an older Simba's acquisition, which
+// knows nothing of this table) makes the record stale, and stale records
+// prove nothing.
+constexpr char kCreateHostTableSql[] =
+    "CREATE TABLE IF NOT EXISTS simba_mutex_host ("
+    " mutex TEXT PRIMARY KEY,"
+    " version INTEGER NOT NULL,"
+    " lock_id TEXT NOT NULL)";
 
 // The token rule before the SQL protocol served SQLite: version + 1 on
 // every acquisition, renewal and release, and the acquisition's version
@@ -525,6 +538,7 @@ Status SqliteSession::init(const std::string& path) {
       transact("BEGIN IMMEDIATE", deadline, context + ": creating table simba_mutex", [&] {
         int rc = exec(kCreateTableSql);
         if (rc == SQLITE_OK) rc = exec(kCreateForcedTableSql);
+        if (rc == SQLITE_OK) rc = exec(kCreateHostTableSql);
         if (rc != SQLITE_OK) return rc;
         sqlite3_stmt* raw = nullptr;
         rc = sqlite3_prepare_v2(db_.get(), kHasTokenColumnSql, -1, &raw, nullptr);
@@ -610,11 +624,12 @@ void add_file_system_finding(StoreReport& report, const std::string& path) {
 class SqliteDriver final : public SqlDriver {
  public:
   SqliteDriver(SqliteOptions options, std::unique_ptr<SqliteSession> first,
-               std::shared_ptr<Watcher> watcher)
+               std::shared_ptr<Watcher> watcher, std::shared_ptr<HostLocks> host_locks)
       : options_(std::move(options)),
         description_("sqlite " + internal::in_quotes(options_.path)),
         first_(std::move(first)),
-        watcher_(std::move(watcher)) {}
+        watcher_(std::move(watcher)),
+        host_locks_(std::move(host_locks)) {}
 
   std::string_view scheme() const override { return "sqlite"; }
   const std::string& description() const override { return description_; }
@@ -651,6 +666,13 @@ class SqliteDriver final : public SqlDriver {
                         ? " (FULL: an acquisition is on disk before it counts)"
                         : ": a power loss may forget an acquisition and hand out its token again"));
     add_file_system_finding(report, options_.path);
+    report.add(host_locks_ ? StoreFinding::Severity::kOk : StoreFinding::Severity::kNote,
+               "holder death",
+               host_locks_ ? "seen at once on this host: each holder keeps a kernel lock in " +
+                                 internal::in_quotes(options_.path + HostLocks::kFileSuffix) +
+                                 " (a paused holder keeps it; the lease still decides across hosts)"
+                           : "no kernel locks beside the rows (the log says why): a holder that "
+                             "dies is replaced when its lease ends");
     return ok_status();
   }
   std::string create_table_sql() const override { return kCreateTableSql; }
@@ -665,6 +687,51 @@ class SqliteDriver final : public SqlDriver {
     watcher_->start(std::move(on_event));
     return std::make_unique<SqliteListener>(watcher_);
   }
+  // The kernel lock of the mutex (host_locks.h), taken before the
+  // transaction. Having taken it proves that the holder a record names is
+  // gone, so the row is taken over; holding it, the new tenure is recorded
+  // as backed by it; not holding it, any record of the caller's is removed
+  // (a tenure that renews without its lock must not look backed).
+  std::optional<HostHold> begin_acquire(const std::string& mutex, const std::string& contender,
+                                        std::size_t param) override {
+    if (!host_locks_) return std::nullopt;
+    const HostLocks::Taken taken = host_locks_->take(mutex, contender);
+    const std::string lock_id = "{" + std::to_string(param) + "}";
+    HostHold hold;
+    hold.param = host_locks_->lock_id(mutex);
+    hold.end = [locks = host_locks_, mutex, contender,
+                taken](const std::optional<std::string>& owner) {
+      locks->end_acquire(mutex, contender, taken, owner);
+    };
+    if (taken.take == HostLocks::Take::kNew) {
+      hold.takeover =
+          "(owner_id <> '' AND owner_id <> {1} AND version = (SELECT h.version FROM "
+          "simba_mutex_host AS h WHERE h.mutex = {0} AND h.lock_id = " +
+          lock_id + "))";
+    }
+    if (taken.take == HostLocks::Take::kBusy) {
+      hold.record = {
+          {"DELETE FROM simba_mutex_host WHERE mutex = {0} AND EXISTS (SELECT 1 FROM "
+           "simba_mutex AS m WHERE m.mutex = {0} AND m.owner_id = {1})",
+           {}}};
+    } else {
+      // (Written only when it changes: a renewal finds it recorded.)
+      hold.record = {
+          {"INSERT OR REPLACE INTO simba_mutex_host (mutex, version, lock_id) SELECT "
+           "m.mutex, m.version, " +
+               lock_id +
+               " FROM simba_mutex AS m WHERE m.mutex = {0} AND m.owner_id = {1} AND NOT "
+               "EXISTS (SELECT 1 FROM simba_mutex_host AS h WHERE h.mutex = {0} AND "
+               "h.version = m.version AND h.lock_id = " +
+               lock_id + ")",
+           {}}};
+    }
+    return hold;
+  }
+  void end_release(const std::string& mutex, const std::string& contender) override {
+    if (host_locks_) host_locks_->give_up(mutex, contender);
+  }
+
   // Records the version the force leaves (the row's, + 1) for the watcher.
   std::string forced_notice_sql() const override {
     return "INSERT OR REPLACE INTO simba_mutex_forced (mutex, version) SELECT mutex, "
@@ -719,6 +786,8 @@ class SqliteDriver final : public SqlDriver {
   const std::string description_;
   std::unique_ptr<SqliteSession> first_;
   const std::shared_ptr<Watcher> watcher_;
+  // Null where the kernel locks cannot be had: the lease decides alone.
+  const std::shared_ptr<HostLocks> host_locks_;
 };
 
 // ---- opening ---------------------------------------------------------------------
@@ -810,13 +879,18 @@ Result<std::shared_ptr<Backend>> new_sqlite_backend(SqliteOptions options) {
   // Opened now, so a bad path or file fails here rather than at first use.
   SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<internal::sql::sqlite::SqliteSession> session,
                          internal::sql::sqlite::SqliteDriver::open(options, watcher));
+  // After the database, whose mode the lock file takes.
+  std::shared_ptr<internal::sql::sqlite::HostLocks> host_locks =
+      internal::sql::sqlite::HostLocks::open(options.path);
+  watcher->probe_with(host_locks);
   internal::sql::SqlBackendOptions sql;
   // Calls share one connection, one at a time (BEGIN IMMEDIATE serializes
   // writers anyway).
   sql.connections = 1;
+  sql.ends_with_session = host_locks != nullptr;
   return internal::sql::new_sql_backend(
-      std::make_unique<internal::sql::sqlite::SqliteDriver>(std::move(options), std::move(session),
-                                                            std::move(watcher)),
+      std::make_unique<internal::sql::sqlite::SqliteDriver>(
+          std::move(options), std::move(session), std::move(watcher), std::move(host_locks)),
       sql);
 }
 

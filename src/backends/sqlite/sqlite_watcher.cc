@@ -40,12 +40,19 @@ constexpr char kClearWatchedSql[] = "DELETE FROM temp.simba_watched";
 constexpr char kInsertWatchedSql[] =
     "INSERT OR IGNORE INTO temp.simba_watched (mutex) VALUES ({0})";
 // A watched mutex without a row (never used) is free at version 0; the
-// forced version is -1 unless it was forced.
+// forced version is -1 unless it was forced; the backed version (with the
+// lock that backs it) -1 unless a kernel lock was recorded.
 constexpr char kSelectWatchedSql[] =
-    "SELECT w.mutex, COALESCE(m.owner_id, ''), COALESCE(m.version, 0), COALESCE(f.version, -1)"
+    "SELECT w.mutex, COALESCE(m.owner_id, ''), COALESCE(m.version, 0), COALESCE(f.version, -1),"
+    " COALESCE(h.version, -1), COALESCE(h.lock_id, '')"
     " FROM temp.simba_watched AS w"
     " LEFT JOIN main.simba_mutex AS m ON m.mutex = w.mutex"
-    " LEFT JOIN main.simba_mutex_forced AS f ON f.mutex = w.mutex";
+    " LEFT JOIN main.simba_mutex_forced AS f ON f.mutex = w.mutex"
+    " LEFT JOIN main.simba_mutex_host AS h ON h.mutex = w.mutex";
+
+// Kernel locks probed per look, at most (each is one fcntl; a round that
+// stops short goes on from there at the next look).
+constexpr std::size_t kMaxProbesPerLook = 256;
 
 // A bound on one look (the connection never waits for a lock, so a look
 // takes microseconds).
@@ -182,6 +189,12 @@ void Watcher::watch(const std::string& mutex, std::optional<RowState> seen) {
 void Watcher::unwatch(const std::string& mutex) {
   std::lock_guard<std::mutex> lock(mu_);
   if (watched_.erase(mutex) > 0) ++membership_;
+  told_gone_.erase(mutex);
+}
+
+void Watcher::probe_with(std::shared_ptr<HostLocks> host_locks) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_locks_ = std::move(host_locks);
 }
 
 void Watcher::poke() {
@@ -312,7 +325,10 @@ void Watcher::run() {
       if (read.ok()) {
         rows.clear();
         for (const SqlRow& row : read->at(0).rows) {
-          rows.emplace_back(row.at(0), RowState{row.at(1), to_int(row.at(2)), to_int(row.at(3))});
+          // Backed by the lock this watcher would probe, or by none it can.
+          const bool ours = host_locks_ && row.at(5) == host_locks_->lock_id(row.at(0));
+          rows.emplace_back(row.at(0), RowState{row.at(1), to_int(row.at(2)), to_int(row.at(3)),
+                                                ours ? to_int(row.at(4)) : -1});
         }
         // A write that woke us is published once the version moves: back
         // to waiting for the next.
@@ -342,6 +358,7 @@ void Watcher::run() {
 
     lock.lock();
     if (looked) observe_locked(rows, &events);
+    if (host_locks_ && status.ok()) probe_locked(&events);
     if (!events.empty()) {
       lock.unlock();
       for (const MutexEvent& event : events) {
@@ -408,6 +425,33 @@ void Watcher::observe_locked(const std::vector<std::pair<std::string, RowState>>
     }
     known = row;
   }
+}
+
+void Watcher::probe_locked(std::vector<MutexEvent>* events) {
+  // A holder's death writes nothing to the file: no look would see it. So
+  // every look also probes the kernel lock of each watched row whose tenure
+  // is recorded as backed by one, a bounded number per look.
+  std::size_t probes = 0;
+  auto it = watched_.lower_bound(probe_from_);
+  for (std::size_t visited = 0; visited < watched_.size(); ++visited, ++it) {
+    if (it == watched_.end()) it = watched_.begin();
+    const std::optional<RowState>& known = it->second;
+    if (!known.has_value() || known->owner.empty() || known->backed_version != known->version) {
+      continue;
+    }
+    auto told = told_gone_.find(it->first);
+    if (told != told_gone_.end() && told->second == known->version) continue;
+    if (probes++ == kMaxProbesPerLook) {
+      probe_from_ = it->first;
+      return;
+    }
+    if (!host_locks_->unheld(it->first)) continue;
+    told_gone_[it->first] = known->version;
+    // Released, as far as a waiter is concerned: its next attempt takes
+    // the kernel lock, which proves the holder gone, and takes the row.
+    events->push_back(MutexEvent{MutexEvent::Kind::kReleased, it->first, known->owner});
+  }
+  probe_from_.clear();
 }
 
 }  // namespace simba::internal::sql::sqlite

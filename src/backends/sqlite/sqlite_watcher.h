@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "backends/sql/sql_backend.h"
+#include "backends/sqlite/host_locks.h"
 #include "core/net/stream.h"
 #include "core/worker.h"
 #include "simba/backend.h"
@@ -66,6 +67,9 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     std::string owner;
     std::int64_t version = 0;
     std::int64_t forced_version = -1;
+    // The version whose tenure is recorded as backed by this host's kernel
+    // lock of the mutex (host_locks.h; -1: none, or another lock's).
+    std::int64_t backed_version = -1;
   };
 
   // Opens the watcher's own connection to the file (the driver's session,
@@ -84,6 +88,9 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   Watcher(const Watcher&) = delete;
   Watcher& operator=(const Watcher&) = delete;
 
+  // The kernel locks whose holders' deaths the watcher looks for (null:
+  // none). Before start().
+  void probe_with(std::shared_ptr<HostLocks> host_locks);
   // Starts the thread, which reports to `on_event` (one call at a time)
   // until Shutdown.
   void start(OnEvent on_event);
@@ -104,6 +111,9 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // Compares what a look saw with what was seen before. REQUIRES: mu_.
   void observe_locked(const std::vector<std::pair<std::string, RowState>>& rows,
                       std::vector<MutexEvent>* events);
+  // Reports, as released, the held rows whose recorded kernel lock nobody
+  // holds any more: their holders died. REQUIRES: mu_.
+  void probe_locked(std::vector<MutexEvent>* events);
 
   const std::string path_;
   const OpenConnection open_;
@@ -121,6 +131,12 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   std::uint64_t membership_ = 0;
   // The row as last seen (nullopt until a look or Watch). Guarded by mu_.
   std::map<std::string, std::optional<RowState>, std::less<>> watched_;
+  std::shared_ptr<HostLocks> host_locks_;  // set before the thread starts
+  // Per watched mutex, the backed version whose holder was found gone
+  // (told once). Guarded by mu_.
+  std::map<std::string, std::int64_t, std::less<>> told_gone_;
+  // Where the next probe round starts (rounds are bounded). Guarded by mu_.
+  std::string probe_from_;
   // stopped_, readable between on_event calls without taking mu_.
   std::atomic<bool> stopping_{false};
   Worker worker_;  // runs Run() with a reference to this watcher
