@@ -189,6 +189,7 @@ void Watcher::watch(const std::string& mutex, std::optional<RowState> seen) {
 void Watcher::unwatch(const std::string& mutex) {
   std::lock_guard<std::mutex> lock(mu_);
   if (watched_.erase(mutex) > 0) ++membership_;
+  suspected_gone_.erase(mutex);
   told_gone_.erase(mutex);
 }
 
@@ -358,7 +359,10 @@ void Watcher::run() {
 
     lock.lock();
     if (looked) observe_locked(rows, &events);
-    if (host_locks_ && status.ok()) probe_locked(&events);
+    if (host_locks_ && status.ok() && probe_locked(&events)) {
+      have_seen = false;  // look again now, whatever data_version says
+      poked_ = true;
+    }
     if (!events.empty()) {
       lock.unlock();
       for (const MutexEvent& event : events) {
@@ -427,31 +431,45 @@ void Watcher::observe_locked(const std::vector<std::pair<std::string, RowState>>
   }
 }
 
-void Watcher::probe_locked(std::vector<MutexEvent>* events) {
+bool Watcher::probe_locked(std::vector<MutexEvent>* events) {
   // A holder's death writes nothing to the file: no look would see it. So
   // every look also probes the kernel lock of each watched row whose tenure
   // is recorded as backed by one, a bounded number per look.
+  bool look_again = false;
   std::size_t probes = 0;
   auto it = watched_.lower_bound(probe_from_);
   for (std::size_t visited = 0; visited < watched_.size(); ++visited, ++it) {
     if (it == watched_.end()) it = watched_.begin();
+    const std::string& mutex = it->first;
     const std::optional<RowState>& known = it->second;
     if (!known.has_value() || known->owner.empty() || known->backed_version != known->version) {
       continue;
     }
-    auto told = told_gone_.find(it->first);
+    auto told = told_gone_.find(mutex);
     if (told != told_gone_.end() && told->second == known->version) continue;
     if (probes++ == kMaxProbesPerLook) {
-      probe_from_ = it->first;
-      return;
+      probe_from_ = mutex;
+      return look_again;
     }
-    if (!host_locks_->unheld(it->first)) continue;
-    told_gone_[it->first] = known->version;
-    // Released, as far as a waiter is concerned: its next attempt takes
-    // the kernel lock, which proves the holder gone, and takes the row.
-    events->push_back(MutexEvent{MutexEvent::Kind::kReleased, it->first, known->owner});
+    if (!host_locks_->unheld(mutex)) {
+      suspected_gone_.erase(mutex);
+      continue;
+    }
+    auto suspected = suspected_gone_.find(mutex);
+    if (suspected == suspected_gone_.end() || suspected->second != known->version) {
+      suspected_gone_[mutex] = known->version;
+      look_again = true;
+      continue;
+    }
+    // Free, and a look after it was found free still saw this tenure: its
+    // holder is gone. Released, as far as a waiter is concerned: its next
+    // attempt takes the kernel lock, which proves it, and takes the row.
+    suspected_gone_.erase(suspected);
+    told_gone_[mutex] = known->version;
+    events->push_back(MutexEvent{MutexEvent::Kind::kReleased, mutex, known->owner});
   }
   probe_from_.clear();
+  return look_again;
 }
 
 }  // namespace simba::internal::sql::sqlite

@@ -112,8 +112,12 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   void observe_locked(const std::vector<std::pair<std::string, RowState>>& rows,
                       std::vector<MutexEvent>* events);
   // Reports, as released, the held rows whose recorded kernel lock nobody
-  // holds any more: their holders died. REQUIRES: mu_.
-  void probe_locked(std::vector<MutexEvent>* events);
+  // holds any more: their holders died. A lock found free is first only
+  // suspected: a holder that released frees its lock right after its
+  // commit, which the look before the probe may have missed. Returns true
+  // when a look must follow at once to settle a suspicion (the next probe
+  // reports it if the row is still at that version). REQUIRES: mu_.
+  bool probe_locked(std::vector<MutexEvent>* events);
 
   const std::string path_;
   const OpenConnection open_;
@@ -132,8 +136,10 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // The row as last seen (nullopt until a look or Watch). Guarded by mu_.
   std::map<std::string, std::optional<RowState>, std::less<>> watched_;
   std::shared_ptr<HostLocks> host_locks_;  // set before the thread starts
-  // Per watched mutex, the backed version whose holder was found gone
-  // (told once). Guarded by mu_.
+  // Per watched mutex, the backed version whose lock a probe found free
+  // (suspected), and the one whose holder was reported gone (told once).
+  // Guarded by mu_.
+  std::map<std::string, std::int64_t, std::less<>> suspected_gone_;
   std::map<std::string, std::int64_t, std::less<>> told_gone_;
   // Where the next probe round starts (rounds are bounded). Guarded by mu_.
   std::string probe_from_;
