@@ -538,12 +538,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     hooks.granted = driver->line_lock("")->granted;
     hooks.releases_announced = !driver->release_notice_sql().empty();
     hooks.attempted = [this](const std::string& mutex, const std::string& contender,
-                             const std::vector<SqlResult>& results) {
+                             const std::vector<SqlResult>& results, steady_clock::time_point sent) {
       if (results.empty() || results.back().rows.size() != 1) return false;
       Result<OwnerRecord> record = to_record(results.back().rows.front());
       if (!record.ok() || !record->owner.is_owner(contender)) return false;
       std::lock_guard<std::mutex> lock(prefetch_mu_);
-      prefetched_[{mutex, contender}] = Prefetched{*record, steady_clock::now()};
+      prefetched_[{mutex, contender}] = Prefetched{*record, sent};
       return true;
     };
     hooks.abandoned = [this](const std::string& mutex, const std::string& contender) {
@@ -581,14 +581,20 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // attempt takes them (take_prefetched), it leaves, or a loss is pushed.
   struct Prefetched {
     OwnerRecord record;
-    steady_clock::time_point at;  // when the reply came
+    // When the attempt was sent with the wait: it ran at the grant, no
+    // earlier. Not when the reply came: a reply held up (a stalled
+    // connection around a server failover) would make the lease look
+    // longer than the store's, and the fault run postgres-standby-run
+    // caught a waiter acting on such a hold after another had taken the
+    // mutex (token 49 learned 2.5 ms after token 50 was granted).
+    steady_clock::time_point at;
   };
   std::mutex prefetch_mu_;
   std::map<std::pair<std::string, std::string>, Prefetched> prefetched_;  // prefetch_mu_
 
   // The hold prefetched for `contender`, as if read now: the lease left is
-  // what was left when the reply came, less the time since (never more than
-  // the store granted). nullopt when there is none, or when it is older
+  // what was left when the attempt ran, less the time since it was sent
+  // (never more than the store granted). nullopt when there is none, or when it is older
   // than kPrefetchFresh (the contender's call then asks the store, which
   // renews it).
   std::optional<OwnerRecord> take_prefetched(const std::string& mutex, std::string_view contender) {

@@ -290,10 +290,10 @@ void WaitLine::run(std::size_t index) {
     Result<std::vector<SqlResult>> results = unavailable_error("not run");
     SqlFailure failure = SqlFailure::kOther;
     place.queued = true;
+    const steady_clock::time_point sent = steady_clock::now();
     outside([&] {
       session->set_wake_fd(place.wake.fd());
-      results =
-          session->run(statements, true, steady_clock::now() + kWaitChunk + kCallBound, &failure);
+      results = session->run(statements, true, sent + kWaitChunk + kCallBound, &failure);
       session->set_wake_fd(-1);
     });
     place.queued = false;
@@ -316,7 +316,7 @@ void WaitLine::run(std::size_t index) {
         std::vector<SqlResult> attempt(results->begin() + static_cast<long>(wait_size),
                                        results->end());
         bool holds = false;
-        in_hook([&] { holds = hooks_.attempted(mutex, attempter, attempt); });
+        in_hook([&] { holds = hooks_.attempted(mutex, attempter, attempt, sent); });
         if (holds && (!drop_waiter_locked(mutex, attempter) || stopping_)) {
           // It left meanwhile (gone()), or the line stops, and nobody would
           // hand it the hold: whichever of its leave and this finds the

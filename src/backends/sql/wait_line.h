@@ -74,10 +74,14 @@ class WaitLine {
     std::function<void(const std::string& mutex)> first;
     // The results of `contender`'s attempt (the statements waiting() was
     // given), which ran right after the line lock was granted, in the same
-    // round trip; true when it holds `mutex` now. Called before first(), on
+    // round trip; true when it holds `mutex` now. `sent`: when the wait and
+    // the attempt were sent, the latest local time the attempt's lease can
+    // safely be said to start at (it ran at the grant, somewhere between
+    // `sent` and the reply, which may come late). Called before first(), on
     // the line thread, with no lock of the line's held.
     std::function<bool(const std::string& mutex, const std::string& contender,
-                       const std::vector<SqlResult>& results)>
+                       const std::vector<SqlResult>& results,
+                       std::chrono::steady_clock::time_point sent)>
         attempted;
     // That contender left before the line heard it held the mutex: its
     // hold must be given back. Called on the line thread, no lock held.
