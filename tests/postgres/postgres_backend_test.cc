@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 #include <netdb.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -650,6 +651,57 @@ TEST(PostgresLine, AnAttemptSentWithTheWaitRunsAsTheLineLockIsGranted) {
     ASSERT_THAT(waiter->release(mutex, "b", in(seconds(5))), IsOk());
     EXPECT_EQ(admin.exec(owner_of), "");
   }
+}
+
+// A contender that took the mutex by its own call while its attempt still
+// waited in line keeps it when the line lock comes: the attempt then only
+// renews that same tenure, and giving it back released a live hold. The
+// postgres-standby fault run caught it: a holder acted on token 21 while
+// another took token 23 (the give-back's release made 22). There the
+// attempt's reply was on its way when the contender's own take came back;
+// here another contender of the process ("c") keeps the process in line.
+TEST(PostgresLine, AnAttemptThatComesAfterTheContendersOwnTakeGivesNothingBack) {
+  Psql admin(shared_server_uri("postgres"));
+  Psql ahead(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok() && ahead.ok());
+  auto holder = open(shared_uri());
+  auto waiter = open(named_uri("b"));
+  ASSERT_TRUE(holder && waiter);
+  // Apart from an earlier run's, whose release reserved it.
+  static int runs = 0;
+  const std::string mutex = "own-take-" + std::to_string(getpid()) + "-" + std::to_string(++runs);
+  const std::string table = test_table();
+  // "b"'s attempt goes with the wait (the first waiter by name).
+  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
+  auto told =
+      waiter->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(told, IsOk());
+  ASSERT_EQ(told->owner.owner_id, "a");
+  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+  // Once the release's reserve for the first in line is over, "b"'s own
+  // call (on the pool) takes the row; its attempt is still queued.
+  std::uint64_t token = 0;
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto taken = waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                              in(seconds(5)));
+        if (!taken.ok() || taken->owner.owner_id != "b") return false;
+        token = taken->owner.fencing_token;
+        return true;
+      },
+      internal::sql::kQueueReserve + seconds(3)));
+  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/true));
+  // The attempt ran with the grant; a give-back would follow its reply at
+  // once (a commit on loopback).
+  std::this_thread::sleep_for(milliseconds(300));
+  const std::string row =
+      "SELECT owner_id || '/' || version FROM " + table + " WHERE mutex = '" + mutex + "'";
+  EXPECT_EQ(admin.exec(row), "b/" + std::to_string(token)) << "b's hold was given back";
+  auto released = waiter->release(mutex, "b", in(seconds(5)));
+  ASSERT_THAT(released, IsOk());
+  EXPECT_TRUE(*released);
+  SIMBA_ASSERT_OK(waiter->leave(mutex, "c", in(seconds(5))));
 }
 
 // A waiter that leaves while its wait (and the attempt sent with it) is

@@ -553,6 +553,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         SIMBA_LOG(kWarn, given_back << " (the lease will expire at the store)");
       }
     };
+    hooks.superseded = [this](const std::string& mutex, const std::string& contender) {
+      std::lock_guard<std::mutex> lock(prefetch_mu_);
+      prefetched_.erase({mutex, contender});
+    };
     // The waiters of this process look now (a named release: an owner
     // ignores it).
     hooks.first = [this](const std::string& mutex) {

@@ -82,12 +82,14 @@ void WaitLine::waiting(const std::string& mutex, const std::string& contender,
                        std::vector<Statement> attempt) {
   std::lock_guard<std::mutex> lock(mu_);
   waiters_[mutex][contender] = std::move(attempt);
+  forget_holder_locked(mutex, contender);
   join_locked(mutex);
 }
 
 void WaitLine::holding(const std::string& mutex, const std::string& contender, bool first) {
   std::lock_guard<std::mutex> lock(mu_);
   drop_waiter_locked(mutex, contender);
+  holders_[mutex].insert(contender);
   Place* place = place_of_locked(mutex);
   if (place != nullptr && first && place->state == State::kFirst) {
     place->holder = true;
@@ -105,6 +107,7 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
 void WaitLine::gone(const std::string& mutex, const std::string& contender) {
   std::lock_guard<std::mutex> lock(mu_);
   drop_waiter_locked(mutex, contender);
+  forget_holder_locked(mutex, contender);
   // The holder released (or stopped) without the line's session: the line
   // lock it kept is given up.
   if (Place* place = place_of_locked(mutex); place != nullptr) place->holder = false;
@@ -124,6 +127,18 @@ bool WaitLine::drop_waiter_locked(const std::string& mutex, const std::string& c
   if (it == waiters_.end() || it->second.erase(contender) == 0) return false;
   if (it->second.empty()) waiters_.erase(it);
   return true;
+}
+
+void WaitLine::forget_holder_locked(const std::string& mutex, const std::string& contender) {
+  auto it = holders_.find(mutex);
+  if (it == holders_.end()) return;
+  it->second.erase(contender);
+  if (it->second.empty()) holders_.erase(it);
+}
+
+bool WaitLine::holds_locked(const std::string& mutex, const std::string& contender) const {
+  auto it = holders_.find(mutex);
+  return it != holders_.end() && it->second.count(contender) != 0;
 }
 
 bool WaitLine::others_waiting(const std::string& mutex, const std::string& contender) const {
@@ -317,7 +332,11 @@ void WaitLine::run(std::size_t index) {
                                        results->end());
         bool holds = false;
         in_hook([&] { holds = hooks_.attempted(mutex, attempter, attempt, sent); });
-        if (holds && (!drop_waiter_locked(mutex, attempter) || stopping_)) {
+        if (holds && holds_locked(mutex, attempter)) {
+          // Its own call took the mutex meanwhile (its reply came first):
+          // the same tenure, or one its next call finds. Never given back.
+          in_hook([&] { hooks_.superseded(mutex, attempter); });
+        } else if (holds && (!drop_waiter_locked(mutex, attempter) || stopping_)) {
           // It left meanwhile (gone()), or the line stops, and nobody would
           // hand it the hold: whichever of its leave and this finds the
           // hold first gives it back.

@@ -46,6 +46,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -86,6 +87,12 @@ class WaitLine {
     // That contender left before the line heard it held the mutex: its
     // hold must be given back. Called on the line thread, no lock held.
     std::function<void(const std::string& mutex, const std::string& contender)> abandoned;
+    // That contender took the mutex by a call of its own before the line
+    // heard its attempt's reply (holding()): the attempt found that tenure
+    // and renewed it, or began one the contender's next call finds. What
+    // attempted() kept of it is dropped; nothing is given back, which
+    // would free the contender's live hold. Line thread, no lock held.
+    std::function<void(const std::string& mutex, const std::string& contender)> superseded;
     // Whether the results of the wait's statements say the lock was
     // granted; null: their success says so.
     std::function<bool(const std::vector<SqlResult>& wait_results)> granted;
@@ -195,6 +202,9 @@ class WaitLine {
   // Takes `contender` off `mutex`'s waiters; false when it was not there
   // (it left). REQUIRES: mu_.
   bool drop_waiter_locked(const std::string& mutex, const std::string& contender);
+  // `contender` no longer holds `mutex` by what it was told. REQUIRES: mu_.
+  void forget_holder_locked(const std::string& mutex, const std::string& contender);
+  bool holds_locked(const std::string& mutex, const std::string& contender) const;
   void give_back(std::size_t index, bool unlocked);
 
   const Hooks hooks_;
@@ -207,6 +217,9 @@ class WaitLine {
   // mutex -> its waiting contenders -> the attempt to send with the lock
   // wait; guarded by mu_.
   std::map<std::string, std::map<std::string, std::vector<Statement>>> waiters_;
+  // mutex -> the contenders that hold it by what they were told (holding()
+  // until waiting() or gone()); guarded by mu_.
+  std::map<std::string, std::set<std::string>> holders_;
 };
 
 }  // namespace simba::internal::sql
