@@ -450,6 +450,7 @@ class PgDriver final : public SqlDriver {
     return "SELECT pg_notify('simba_mutex', {0}::text || chr(10) || {1}::text) FROM simba_mutex "
            "WHERE mutex = {0} AND owner_id = ''";
   }
+  std::string lazy_release_sql() const override { return "SET LOCAL synchronous_commit = off"; }
   std::string forced_notice_sql() const override {
     // The holder and its token (the version) as they are before the update.
     return "SELECT pg_notify('simba_mutex', mutex || chr(10) || owner_id || chr(10) || "
