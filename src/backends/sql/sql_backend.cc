@@ -302,14 +302,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       update += " AND version = {#2}";
       params.push_back(std::to_string(fencing_token));
     }
-    std::vector<Statement> statements;
     // A release need not wait for its commit to be durable (see
-    // SqlDriver::lazy_release_sql): the next holder's commit waits for both.
-    if (std::string lazy = driver_->lazy_release_sql(); !lazy.empty()) {
-      statements.push_back({std::move(lazy), {}});
-    }
-    const std::size_t update_index = statements.size();
-    statements.push_back({update, std::move(params)});
+    // SqlDriver::lazy_release_suffix): the next holder's commit waits for it.
+    update += driver_->lazy_release_suffix();
+    std::vector<Statement> statements = {{update, std::move(params)}};
     // Push stores announce it in the same transaction (delivered when it
     // commits): one round trip.
     const std::string notice = driver_->release_notice_sql();
@@ -335,7 +331,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       }
     }
     if (!results.ok()) return results.status();
-    return results->size() > update_index && (*results)[update_index].affected_rows > 0;
+    return !results->empty() && results->front().affected_rows > 0;
   }
 
   Status do_leave(std::string_view mutex, std::string_view contender_id,

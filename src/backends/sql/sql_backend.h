@@ -311,15 +311,17 @@ class SqlDriver {
   // cannot contain control characters, so this is unambiguous). Empty when
   // the driver has no push.
   virtual std::string forced_notice_sql() const { return {}; }
-  // A statement, first in a release's transaction, that lets its commit
-  // return before the commit is durable (PostgreSQL: synchronous_commit
-  // off for that transaction); empty: none. Safe for a release only: one
-  // lost in a server crash (or a failover to a standby) leaves the row
-  // held by a process that acts on it no more, until its lease ends, and a
-  // durable commit after it (the next acquisition's) makes it durable too,
-  // since the log is written in order. An acquisition or a renewal lost so
-  // would leave its holder counting on a lease the store no longer has.
-  virtual std::string lazy_release_sql() const { return {}; }
+  // What ends a release's UPDATE so that, when it frees the row, its
+  // commit returns before it is durable (PostgreSQL: a RETURNING that sets
+  // synchronous_commit off for the transaction; evaluated only for a row
+  // it updates, and it costs no statement of its own); empty: none. Safe
+  // for a release only: one lost in a server crash (or a failover to a
+  // standby) leaves the row held by a process that acts on it no more,
+  // until its lease ends, and a durable commit after it (the next
+  // acquisition's) makes it durable too, since the log is written in
+  // order. An acquisition or a renewal lost so would leave its holder
+  // counting on a lease the store no longer has.
+  virtual std::string lazy_release_suffix() const { return {}; }
 };
 
 struct SqlBackendOptions {
