@@ -744,6 +744,52 @@ TEST(PostgresLine, AnAttemptThatComesAfterTheContendersOwnTakeGivesNothingBack) 
   SIMBA_ASSERT_OK(waiter->leave(mutex, "c", in(seconds(5))));
 }
 
+// A hold the line's attempt took for a contender is handed to that
+// contender's next call only while nothing has overtaken it. Here the
+// contender releases it first (by its token, as a clustered lock's run
+// that took it by its own call would): its next call must ask the store,
+// not be handed the released tenure. A clustered lock's next run (a new
+// service, the same contender id) was, and two nodes held the lock at once
+// (Postgres/ClusteredConformance.TwoNodesExcludeEachOther, 6 of 180 runs
+// under load).
+TEST(PostgresLine, AHoldTakenInLineIsNeverHandedOutAfterItsRelease) {
+  Psql admin(shared_server_uri("postgres"));
+  Psql ahead(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok() && ahead.ok());
+  auto holder = open(shared_uri());
+  auto waiter = open(named_uri("b"));
+  ASSERT_TRUE(holder && waiter);
+  const std::string mutex = "handed-" + std::to_string(getpid());
+  const std::string table = test_table();
+  // The line tells the process's subscribers once it has read the
+  // attempt's reply (a look for its waiters).
+  Latch looked;
+  auto listening = waiter->subscribe(mutex, "b", [&](const MutexEvent& e) {
+    if (e.kind == MutexEvent::Kind::kReleased && e.owner_id == "(first in line)") looked.set();
+  });
+  ASSERT_THAT(listening, IsOk());
+  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
+  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_TRUE(looked.wait(seconds(5))) << "the line did not read the attempt's reply";
+  const std::string row =
+      "SELECT owner_id || '/' || version FROM " + table + " WHERE mutex = '" + mutex + "'";
+  const std::string taken = admin.exec(row);
+  ASSERT_EQ(taken.substr(0, 2), "b/") << "the attempt did not take the mutex";
+  const std::uint64_t token = std::stoull(taken.substr(2));
+  auto released = waiter->release(mutex, "b", token, in(seconds(5)));
+  ASSERT_THAT(released, IsOk());
+  ASSERT_TRUE(*released);
+  auto next =
+      waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(next, IsOk());
+  if (next->owner.owner_id == "b") {
+    EXPECT_GT(next->owner.fencing_token, token) << "handed the released tenure";
+    EXPECT_EQ(admin.exec(row), "b/" + std::to_string(next->owner.fencing_token));
+    ASSERT_THAT(waiter->release(mutex, "b", next->owner.fencing_token, in(seconds(5))), IsOk());
+  }
+}
+
 // A waiter that leaves while its wait (and the attempt sent with it) is
 // queued on the server takes nothing when the lock comes: leaving cancels
 // the wait on the server. Before, the process only closed its connection,

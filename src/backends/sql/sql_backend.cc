@@ -610,6 +610,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     if (it == prefetched_.end()) return std::nullopt;
     Prefetched prefetched = std::move(it->second);
     prefetched_.erase(it);
+    // Only while the line's grant is still this contender's latest news
+    // (WaitLine::claim); otherwise the hold is an older one, released or
+    // held by the contender's own call since, and the store is asked.
+    if (!line_->claim(mutex, std::string(contender))) return std::nullopt;
     const auto age = steady_clock::now() - prefetched.at;
     if (age > kPrefetchFresh) return std::nullopt;
     prefetched.record.store_now =

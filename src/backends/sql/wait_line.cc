@@ -89,6 +89,7 @@ void WaitLine::waiting(const std::string& mutex, const std::string& contender,
 void WaitLine::holding(const std::string& mutex, const std::string& contender, bool first) {
   std::lock_guard<std::mutex> lock(mu_);
   drop_waiter_locked(mutex, contender);
+  erase_locked(granted_, mutex, contender);
   holders_[mutex].insert(contender);
   Place* place = place_of_locked(mutex);
   if (place != nullptr && first && place->state == State::kFirst) {
@@ -129,11 +130,23 @@ bool WaitLine::drop_waiter_locked(const std::string& mutex, const std::string& c
   return true;
 }
 
+bool WaitLine::erase_locked(std::map<std::string, std::set<std::string>>& of,
+                            const std::string& mutex, const std::string& contender) {
+  auto it = of.find(mutex);
+  if (it == of.end() || it->second.erase(contender) == 0) return false;
+  if (it->second.empty()) of.erase(it);
+  return true;
+}
+
 void WaitLine::forget_holder_locked(const std::string& mutex, const std::string& contender) {
-  auto it = holders_.find(mutex);
-  if (it == holders_.end()) return;
-  it->second.erase(contender);
-  if (it->second.empty()) holders_.erase(it);
+  erase_locked(holders_, mutex, contender);
+  // Whatever the line's attempt took before is overtaken.
+  erase_locked(granted_, mutex, contender);
+}
+
+bool WaitLine::claim(const std::string& mutex, const std::string& contender) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return erase_locked(granted_, mutex, contender);
 }
 
 bool WaitLine::holds_locked(const std::string& mutex, const std::string& contender) const {
@@ -342,6 +355,7 @@ void WaitLine::run(std::size_t index) {
           // hold first gives it back.
           in_hook([&] { hooks_.abandoned(mutex, attempter); });
         } else if (holds) {
+          granted_[mutex].insert(attempter);
           place.holder = true;
           look = true;
         }

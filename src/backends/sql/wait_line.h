@@ -132,6 +132,16 @@ class WaitLine {
   // a holder of it is gone too).
   void forget(const std::string& mutex);
 
+  // Whether `contender`'s attempt sent with the line's wait took `mutex`
+  // for it (Hooks::attempted said so while it waited) and nothing it did
+  // since (holding(), waiting(), gone()) has overtaken that; true once.
+  // A hold the attempt kept is handed to the contender's next call only
+  // then: an older one (the contender took the mutex by its own call
+  // meanwhile and has released it since) must never reach a later call,
+  // which may be a new service with the same contender id (a clustered
+  // lock's next run) that would believe it holds a released tenure.
+  bool claim(const std::string& mutex, const std::string& contender);
+
   // Whether a contender of this process other than `contender` waits for
   // `mutex`.
   bool others_waiting(const std::string& mutex, const std::string& contender) const;
@@ -204,6 +214,9 @@ class WaitLine {
   bool drop_waiter_locked(const std::string& mutex, const std::string& contender);
   // `contender` no longer holds `mutex` by what it was told. REQUIRES: mu_.
   void forget_holder_locked(const std::string& mutex, const std::string& contender);
+  // Takes `contender` out of `mutex`'s entry of `of`. REQUIRES: mu_.
+  static bool erase_locked(std::map<std::string, std::set<std::string>>& of,
+                           const std::string& mutex, const std::string& contender);
   bool holds_locked(const std::string& mutex, const std::string& contender) const;
   void give_back(std::size_t index, bool unlocked);
 
@@ -220,6 +233,9 @@ class WaitLine {
   // mutex -> the contenders that hold it by what they were told (holding()
   // until waiting() or gone()); guarded by mu_.
   std::map<std::string, std::set<std::string>> holders_;
+  // mutex -> the contenders whose attempt in line took it, not claimed yet
+  // (claim()); guarded by mu_.
+  std::map<std::string, std::set<std::string>> granted_;
 };
 
 }  // namespace simba::internal::sql
