@@ -632,11 +632,33 @@ TEST(PostgresLine, AReleaserCannotTakeTheMutexBackFromTheFirstInLine) {
   }
 }
 
+// Who plays in a wait-line test: a session of the test's for reading the
+// table, one that takes the line lock ahead of the waiter, the holder's
+// backend and the waiter's ("b", its sessions named so pg_locks shows them).
+struct LineScene {
+  Psql admin{shared_server_uri("postgres")};
+  Psql ahead{shared_server_uri("postgres")};
+  std::shared_ptr<Backend> holder = open(shared_uri());
+  std::shared_ptr<Backend> waiter = open(named_uri("b"));
+  bool ok() const { return admin.ok() && ahead.ok() && holder && waiter; }
+};
+
+// A mutex name of `prefix` used by no earlier run (a release reserves the
+// row for the first in line, and a rerun on the same server must not meet
+// that).
+std::string fresh_mutex(const std::string& prefix) {
+  static int made = 0;
+  return prefix + "-" + std::to_string(getpid()) + "-" + std::to_string(++made);
+}
+
 // `ahead` (a session of the test's) holds `mutex`'s line lock, `holder`'s
 // contender "a" holds the mutex, and `waiter`'s contender "b", told so, is
 // queued on the server behind `ahead` with its attempt.
-void wait_behind(Psql& admin, Psql& ahead, Backend& holder, Backend& waiter,
-                 const std::string& mutex) {
+void wait_behind(LineScene& scene, const std::string& mutex) {
+  Psql& admin = scene.admin;
+  Psql& ahead = scene.ahead;
+  Backend& holder = *scene.holder;
+  Backend& waiter = *scene.waiter;
   ASSERT_EQ(ahead.exec("SELECT pg_advisory_lock(" + line_key(mutex) + ")::text"), "");
   ASSERT_THAT(
       holder.acquire_or_renew(request_for(mutex, "a", seconds(10), seconds(6)), in(seconds(5))),
@@ -656,40 +678,35 @@ void wait_behind(Psql& admin, Psql& ahead, Backend& holder, Backend& waiter,
 // the waiter is a bare backend, which calls only when the test
 // does, queued behind a session of the test's that holds the line lock.
 TEST(PostgresLine, AnAttemptSentWithTheWaitRunsAsTheLineLockIsGranted) {
-  Psql admin(shared_server_uri("postgres"));
-  Psql ahead(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok() && ahead.ok());
-  auto holder = open(shared_uri());
-  auto waiter = open(named_uri("b"));
-  ASSERT_TRUE(holder && waiter);
+  LineScene scene;
+  ASSERT_TRUE(scene.ok());
   const std::string table = test_table();
   for (const bool leaves : {false, true}) {
     SCOPED_TRACE(leaves ? "the waiter leaves" : "the waiter asks again");
-    // Apart from an earlier run's, whose release reserved it.
-    const std::string mutex = (leaves ? "m2-" : "m1-") + std::to_string(getpid());
-    ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
-    ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
-    ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+    const std::string mutex = fresh_mutex(leaves ? "m2" : "m1");
+    ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+    ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
+    ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
     const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
-    ASSERT_TRUE(eventually([&] { return admin.exec(owner_of) == "b"; }, seconds(5)))
+    ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; }, seconds(5)))
         << "the attempt did not run with the grant";
     const std::string version =
-        admin.exec("SELECT version FROM " + table + " WHERE mutex = '" + mutex + "'");
+        scene.admin.exec("SELECT version FROM " + table + " WHERE mutex = '" + mutex + "'");
     if (leaves) {
-      SIMBA_ASSERT_OK(waiter->leave(mutex, "b", in(seconds(5))));
+      SIMBA_ASSERT_OK(scene.waiter->leave(mutex, "b", in(seconds(5))));
       // By the leave, or by the line when the attempt's reply comes after
       // it (a compensating release, as for the core's own attempts).
-      EXPECT_TRUE(eventually([&] { return admin.exec(owner_of).empty(); }, seconds(5)))
+      EXPECT_TRUE(eventually([&] { return scene.admin.exec(owner_of).empty(); }, seconds(5)))
           << "the hold taken for the waiter was not given back";
       continue;
     }
-    auto taken =
-        waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+    auto taken = scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                                in(seconds(5)));
     ASSERT_THAT(taken, IsOk());
     EXPECT_EQ(taken->owner.owner_id, "b");
     EXPECT_EQ(std::to_string(taken->owner.fencing_token), version);
-    ASSERT_THAT(waiter->release(mutex, "b", in(seconds(5))), IsOk());
-    EXPECT_EQ(admin.exec(owner_of), "");
+    ASSERT_THAT(scene.waiter->release(mutex, "b", in(seconds(5))), IsOk());
+    EXPECT_EQ(scene.admin.exec(owner_of), "");
   }
 }
 
@@ -701,47 +718,41 @@ TEST(PostgresLine, AnAttemptSentWithTheWaitRunsAsTheLineLockIsGranted) {
 // attempt's reply was on its way when the contender's own take came back;
 // here another contender of the process ("c") keeps the process in line.
 TEST(PostgresLine, AnAttemptThatComesAfterTheContendersOwnTakeGivesNothingBack) {
-  Psql admin(shared_server_uri("postgres"));
-  Psql ahead(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok() && ahead.ok());
-  auto holder = open(shared_uri());
-  auto waiter = open(named_uri("b"));
-  ASSERT_TRUE(holder && waiter);
-  // Apart from an earlier run's, whose release reserved it.
-  static int runs = 0;
-  const std::string mutex = "own-take-" + std::to_string(getpid()) + "-" + std::to_string(++runs);
+  LineScene scene;
+  ASSERT_TRUE(scene.ok());
+  const std::string mutex = fresh_mutex("own-take");
   const std::string table = test_table();
   // "b"'s attempt goes with the wait (the first waiter by name).
-  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
-  auto told =
-      waiter->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+  auto told = scene.waiter->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)),
+                                             in(seconds(5)));
   ASSERT_THAT(told, IsOk());
   ASSERT_EQ(told->owner.owner_id, "a");
-  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
   // Once the release's reserve for the first in line is over, "b"'s own
   // call (on the pool) takes the row; its attempt is still queued.
   std::uint64_t token = 0;
   ASSERT_TRUE(eventually(
       [&] {
-        auto taken = waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
-                                              in(seconds(5)));
+        auto taken = scene.waiter->acquire_or_renew(
+            request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
         if (!taken.ok() || taken->owner.owner_id != "b") return false;
         token = taken->owner.fencing_token;
         return true;
       },
       internal::sql::kQueueReserve + seconds(3)));
-  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
-  ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/true));
+  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_TRUE(in_line(scene.admin, app_name("b"), /*granted=*/true));
   // The attempt ran with the grant; a give-back would follow its reply at
   // once (a commit on loopback).
   std::this_thread::sleep_for(milliseconds(300));
   const std::string row =
       "SELECT owner_id || '/' || version FROM " + table + " WHERE mutex = '" + mutex + "'";
-  EXPECT_EQ(admin.exec(row), "b/" + std::to_string(token)) << "b's hold was given back";
-  auto released = waiter->release(mutex, "b", in(seconds(5)));
+  EXPECT_EQ(scene.admin.exec(row), "b/" + std::to_string(token)) << "b's hold was given back";
+  auto released = scene.waiter->release(mutex, "b", in(seconds(5)));
   ASSERT_THAT(released, IsOk());
   EXPECT_TRUE(*released);
-  SIMBA_ASSERT_OK(waiter->leave(mutex, "c", in(seconds(5))));
+  SIMBA_ASSERT_OK(scene.waiter->leave(mutex, "c", in(seconds(5))));
 }
 
 // A hold the line's attempt took for a contender is handed to that
@@ -753,40 +764,37 @@ TEST(PostgresLine, AnAttemptThatComesAfterTheContendersOwnTakeGivesNothingBack) 
 // (Postgres/ClusteredConformance.TwoNodesExcludeEachOther, 6 of 180 runs
 // under load).
 TEST(PostgresLine, AHoldTakenInLineIsNeverHandedOutAfterItsRelease) {
-  Psql admin(shared_server_uri("postgres"));
-  Psql ahead(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok() && ahead.ok());
-  auto holder = open(shared_uri());
-  auto waiter = open(named_uri("b"));
-  ASSERT_TRUE(holder && waiter);
-  const std::string mutex = "handed-" + std::to_string(getpid());
+  LineScene scene;
+  ASSERT_TRUE(scene.ok());
+  const std::string mutex = fresh_mutex("handed");
   const std::string table = test_table();
   // The line tells the process's subscribers once it has read the
   // attempt's reply (a look for its waiters).
   Latch looked;
-  auto listening = waiter->subscribe(mutex, "b", [&](const MutexEvent& e) {
+  auto listening = scene.waiter->subscribe(mutex, "b", [&](const MutexEvent& e) {
     if (e.kind == MutexEvent::Kind::kReleased && e.owner_id == "(first in line)") looked.set();
   });
   ASSERT_THAT(listening, IsOk());
-  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
-  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
-  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
   ASSERT_TRUE(looked.wait(seconds(5))) << "the line did not read the attempt's reply";
   const std::string row =
       "SELECT owner_id || '/' || version FROM " + table + " WHERE mutex = '" + mutex + "'";
-  const std::string taken = admin.exec(row);
+  const std::string taken = scene.admin.exec(row);
   ASSERT_EQ(taken.substr(0, 2), "b/") << "the attempt did not take the mutex";
   const std::uint64_t token = std::stoull(taken.substr(2));
-  auto released = waiter->release(mutex, "b", token, in(seconds(5)));
+  auto released = scene.waiter->release(mutex, "b", token, in(seconds(5)));
   ASSERT_THAT(released, IsOk());
   ASSERT_TRUE(*released);
-  auto next =
-      waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)), in(seconds(5)));
+  auto next = scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                             in(seconds(5)));
   ASSERT_THAT(next, IsOk());
   if (next->owner.owner_id == "b") {
     EXPECT_GT(next->owner.fencing_token, token) << "handed the released tenure";
-    EXPECT_EQ(admin.exec(row), "b/" + std::to_string(next->owner.fencing_token));
-    ASSERT_THAT(waiter->release(mutex, "b", next->owner.fencing_token, in(seconds(5))), IsOk());
+    EXPECT_EQ(scene.admin.exec(row), "b/" + std::to_string(next->owner.fencing_token));
+    ASSERT_THAT(scene.waiter->release(mutex, "b", next->owner.fencing_token, in(seconds(5))),
+                IsOk());
   }
 }
 
@@ -797,30 +805,24 @@ TEST(PostgresLine, AHoldTakenInLineIsNeverHandedOutAfterItsRelease) {
 // it, ran the attempt when the lock came: the mutex was held for a process
 // that had left, until its lease ended (caught by `simba elect` runs).
 TEST(PostgresLine, AWaiterThatLeavesTheLineTakesNothingWhenTheLockComes) {
-  Psql admin(shared_server_uri("postgres"));
-  Psql ahead(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok() && ahead.ok());
-  auto holder = open(shared_uri());
-  auto waiter = open(named_uri("b"));
-  ASSERT_TRUE(holder && waiter);
-  // Apart from an earlier run's (--gtest_repeat), whose release reserved it.
-  static int runs = 0;
-  const std::string mutex = "left" + std::to_string(++runs);
+  LineScene scene;
+  ASSERT_TRUE(scene.ok());
+  const std::string mutex = fresh_mutex("left");
   const std::string owner_of =
       "SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + mutex + "'";
-  ASSERT_NO_FATAL_FAILURE(wait_behind(admin, ahead, *holder, *waiter, mutex));
-  SIMBA_ASSERT_OK(waiter->leave(mutex, "b", in(seconds(5))));
+  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+  SIMBA_ASSERT_OK(scene.waiter->leave(mutex, "b", in(seconds(5))));
   // The lock comes to whoever still waits for it, at once.
-  ASSERT_THAT(holder->release(mutex, "a", in(seconds(5))), IsOk());
-  ASSERT_EQ(ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
   // Its queued attempt would have run by now (a commit on loopback).
   std::this_thread::sleep_for(milliseconds(300));
-  EXPECT_EQ(admin.exec(owner_of), "") << "the attempt ran for a waiter that had left";
-  auto next =
-      holder->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
+  EXPECT_EQ(scene.admin.exec(owner_of), "") << "the attempt ran for a waiter that had left";
+  auto next = scene.holder->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)),
+                                             in(seconds(5)));
   ASSERT_THAT(next, IsOk());
   EXPECT_EQ(next->owner.owner_id, "c");
-  ASSERT_THAT(holder->release(mutex, "c", in(seconds(5))), IsOk());
+  ASSERT_THAT(scene.holder->release(mutex, "c", in(seconds(5))), IsOk());
 }
 
 // The line decides who tries first, never who may hold: a process paused
