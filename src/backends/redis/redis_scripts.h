@@ -6,7 +6,7 @@
 //   KEYS[1] = simba:{M}            lock (JVM Simba's key; value = owner id)
 //   KEYS[2] = simba:{M}:contender  wait queue (JVM Simba's key)
 //   KEYS[3] = simba:{M}:fence      hash: token, owner, ttl (ms), tr (ms),
-//                                  heir, heir_until (ms)
+//                                  heir, heir_until (ms), streak_since (ms)
 //
 // The effects a JVM Simba process can see are exactly its own scripts'
 // effects (simba-behaviour.md §3.2): the lock key with PX = ttl + transition,
@@ -22,10 +22,13 @@
 //     contain "@@"), which retrievers listen to;
 //   - a forced release also sends `released@@<owner>` to the owner's own
 //     personal channel, so the owner learns of its loss at once;
-//   - the waiter a release wakes is the heir for 100 ms: until it acquires
-//     (or that time is over), another acquirer of ours is answered `held`
-//     by the heir (token '0') and queued, so the releaser cannot barge back
-//     in ahead of the waiters (JVM Simba's own scripts ignore the heir).
+//   - a release in the first 2 ms of its owner's streak (from the
+//     acquisition that made it the owner) wakes the oldest waiter, which
+//     keeps its place; a later one makes the woken waiter the heir for
+//     100 ms: until it acquires (or that time is over), another acquirer of
+//     ours is answered `held` by the heir (token '0') and queued, so the
+//     releaser cannot barge back in ahead of the waiters for longer than
+//     its streak (JVM Simba's own scripts ignore the streak and the heir).
 //
 // Replies are arrays of strings (Lua numbers above 2^31 are not safe to send
 // through redis.call as numbers, so they are formatted with %d):
@@ -80,21 +83,38 @@ end
 -- back, above all) is told the heir holds it, and queues.
 local heir_ms = 100
 
--- Announce a release and wake the oldest waiter that is still listening,
--- which becomes the heir until `ms` + heir_ms. Entries of the releaser
--- itself and of waiters nobody listens for any more are removed on the way;
--- the woken one is removed too (as JVM Simba does), so a waiter that cannot
--- act on its wake-up does not keep getting them.
-local function wake(by, ms)
+-- How long one holder may keep taking the mutex straight back after its
+-- own release (its streak, in ms, from the acquisition that made it the
+-- owner) before a release hands the mutex to the oldest waiter. Within
+-- it, a holder in a loop runs at its own pace instead of one hand-off per
+-- acquisition; after it, the waiters are served in turn, each with a
+-- streak of its own.
+local streak_ms = 2
+
+-- Announce a release and wake the oldest waiter that is still listening.
+-- Entries of the releaser itself and of waiters nobody listens for any
+-- more are removed on the way. When the releaser's streak is over (or
+-- `handoff`), the woken waiter becomes the heir until `ms` + heir_ms and
+-- leaves the queue (as JVM Simba's woken waiter does); within the streak
+-- it keeps its place, and tries: it takes the mutex unless the releaser
+-- has come straight back.
+local function wake(by, ms, handoff)
   redis.call('PUBLISH', lock .. ':@@released', 'released@@' .. by)
+  if not handoff then
+    local f = redis.call('HMGET', fence, 'owner', 'streak_since')
+    handoff = f[1] ~= by or not f[2] or tonumber(f[2]) + streak_ms <= ms
+  end
   for _ = 1, 64 do
     local w = redis.call('ZRANGE', queue, 0, 0)[1]
     if not w then return end
-    redis.call('ZREM', queue, w)
     if w ~= by and redis.call('PUBLISH', lock .. ':' .. w, 'released@@' .. by) > 0 then
-      redis.call('HSET', fence, 'heir', w, 'heir_until', fmt(ms + heir_ms))
+      if handoff then
+        redis.call('ZREM', queue, w)
+        redis.call('HSET', fence, 'heir', w, 'heir_until', fmt(ms + heir_ms))
+      end
       return
     end
+    redis.call('ZREM', queue, w)
   end
 end
 
@@ -167,8 +187,12 @@ if ms < guard then
   return {'free', '', fmt(guard - ms), '0', fmt(ms), '0', '0'}
 end
 redis.call('SET', lock, id, 'PX', px)
-local token = math.max(tonumber(redis.call('HGET', fence, 'token') or '0') + 1, us)
-redis.call('HSET', fence, 'token', fmt(token), 'owner', id, 'ttl', ttl, 'tr', tr, 'heir', '')
+local last = redis.call('HMGET', fence, 'token', 'owner', 'streak_since')
+local token = math.max(tonumber(last[1] or '0') + 1, us)
+local since = fmt(ms)
+if last[2] == id and last[3] then since = last[3] end
+redis.call('HSET', fence, 'token', fmt(token), 'owner', id, 'ttl', ttl, 'tr', tr, 'heir', '',
+           'streak_since', since)
 redis.call('ZREM', queue, id)
 redis.call('PUBLISH', lock, 'acquired@@' .. id)
 return {'acquired', id, fmt(px), fmt(token), fmt(ms), ttl, tr}
@@ -185,7 +209,7 @@ if redis.call('GET', lock) ~= id then
 end
 if token ~= '0' and fence_of(id) ~= token then return 0 end
 redis.call('DEL', lock)
-wake(id, now())
+wake(id, now(), false)
 return 1
 )lua";
 
@@ -215,7 +239,7 @@ if owner then
   -- takes any `released@@` there as "the owner is gone, try now", so it
   -- learns too.
   redis.call('PUBLISH', lock .. ':' .. owner, 'released@@' .. owner)
-  wake(owner, ms)
+  wake(owner, ms, true)
 end
 return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
 )lua";
