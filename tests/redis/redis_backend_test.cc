@@ -572,6 +572,85 @@ TEST(RedisHandOff, WithinItsStreakTheReleaserMayComeBackAndTheWaiterKeepsItsPlac
   EXPECT_NE(raw.call({"HGET", fence, "streak_since"}).str, "0");
 }
 
+// A waiter woken for a free mutex that leaves instead of taking it (it
+// gave up as the release came) passes the wake-up on: the next waiter is
+// woken and is the heir, instead of sleeping until its next poll.
+TEST(RedisHandOff, AWokenWaiterThatLeavesPassesTheWakeUpOn) {
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
+  EventLog first, second;
+  auto sub1 = backend->subscribe("m", "w1", first.listener());
+  ASSERT_THAT(sub1, IsOk());
+  ASSERT_TRUE(subscribed(raw, key("m", ":w1")));
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w1"), in(seconds(3))), IsOk());
+  auto sub2 = backend->subscribe("m", "w2", second.listener());
+  ASSERT_THAT(sub2, IsOk());
+  ASSERT_TRUE(subscribed(raw, key("m", ":w2")));
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w2"), in(seconds(3))), IsOk());
+  ASSERT_TRUE(first.wait_released(seconds(2)));
+  ASSERT_TRUE(second.wait_released(seconds(2)));
+  first.clear();
+  second.clear();
+
+  raw.call({"HSET", key("m", ":fence"), "streak_since", "0"});
+  ASSERT_THAT(backend->release("m", "owner", in(seconds(3))), IsOkAndHolds(true));
+  ASSERT_TRUE(first.wait_released(seconds(2)));
+  EXPECT_EQ(raw.call({"HGET", key("m", ":fence"), "heir"}).str, "w1");
+  EXPECT_FALSE(second.wait_released(milliseconds(100)));
+
+  SIMBA_ASSERT_OK(backend->leave("m", "w1", in(seconds(3))));
+  EXPECT_TRUE(second.wait_released(seconds(2))) << "w1's wake-up went on to w2";
+  EXPECT_EQ(raw.call({"HGET", key("m", ":fence"), "heir"}).str, "w2");
+  auto taken = backend->acquire_or_renew(request_for("m", "w2"), in(seconds(3)));
+  ASSERT_THAT(taken, IsOk());
+  EXPECT_TRUE(taken->owner.is_owner("w2"));
+}
+
+// A subscription dropped and made again at once (a Locker's release and
+// next acquire) finds its channel still subscribed and confirmed: no
+// SUBSCRIBE goes out, so no confirmation comes to wake it to look again,
+// and releases reach it. The channel is unsubscribed a moment (1 s) after
+// nobody wants it; a subscription after that is confirmed again.
+TEST(RedisHandOff, AChannelWantedAgainAtOnceStaysSubscribed) {
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  const std::string channel = key("m", ":w");
+  EventLog first;
+  auto sub = backend->subscribe("m", "w", first.listener());
+  ASSERT_THAT(sub, IsOk());
+  ASSERT_TRUE(subscribed(raw, channel));
+  ASSERT_TRUE(first.wait_released(seconds(2))) << "confirmed: look again";
+
+  sub->reset();
+  EventLog second;
+  auto again = backend->subscribe("m", "w", second.listener());
+  ASSERT_THAT(again, IsOk());
+  EXPECT_FALSE(second.wait_released(milliseconds(300))) << "no new confirmation";
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
+  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w"), in(seconds(3))), IsOk());
+  raw.call({"HSET", key("m", ":fence"), "streak_since", "0"});
+  ASSERT_THAT(backend->release("m", "owner", in(seconds(3))), IsOkAndHolds(true));
+  EXPECT_TRUE(second.wait_released(seconds(2), "owner")) << "the release reaches it";
+
+  again->reset();
+  EXPECT_TRUE(eventually(
+      [&] {
+        RawReply r = raw.call({"PUBSUB", "NUMSUB", channel});
+        return r.elements.size() == 2 && r.elements[1].integer == 0;
+      },
+      seconds(5)))
+      << "unsubscribed once nobody wanted it for a while";
+  EventLog third;
+  auto later = backend->subscribe("m", "w", third.listener());
+  ASSERT_THAT(later, IsOk());
+  EXPECT_TRUE(third.wait_released(seconds(2))) << "subscribed and confirmed again";
+}
+
 TEST(RedisHandOff, WaitingServiceTakesOverRightAfterARelease) {
   auto factory = make_factory(shared_uri(), seconds(10), seconds(6));
   ASSERT_TRUE(factory);

@@ -57,6 +57,11 @@ constexpr std::size_t kMaxNameLength = 512;
 constexpr milliseconds kSubscriberPing{15000};
 // SUBSCRIBE arguments per command when renewing many subscriptions.
 constexpr std::size_t kChannelsPerSubscribe = 1000;
+// How long a channel nobody listens on any more stays subscribed. A
+// contender that stops and starts again within it (a Locker's release and
+// next acquire, a waiter between two waits) finds its channel subscribed
+// and confirmed: no SUBSCRIBE, UNSUBSCRIBE or confirmation per hold.
+constexpr milliseconds kChannelLinger{1000};
 
 // "<prefix>:{M}": the lock key and broadcast channel of mutex M ("simba"
 // is JVM Simba's prefix).
@@ -714,7 +719,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
     if (!stopping_) worker_.start("redis-sub", [self = shared_from_this()] { self->run(); });
     std::vector<std::string> fresh;
     for (const std::string& channel : channels) {
-      if (wanted_[channel]++ == 0) fresh.push_back(channel);
+      // A lingering channel is still subscribed (and confirmed, or its
+      // confirmation is on its way): nothing to send.
+      if (wanted_[channel]++ == 0 && lingering_.erase(channel) == 0) fresh.push_back(channel);
     }
     if (conn_ && !fresh.empty()) {
       // (One mutex's channels share its slot: one SSUBSCRIBE is allowed.)
@@ -740,18 +747,40 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   void remove(const Slot& slot) {
     std::lock_guard<std::mutex> lock(mu_);
     settled_.erase(&slot);
-    std::vector<std::string> gone;
+    const auto until = steady_clock::now() + kChannelLinger;
     for (const std::string& channel : channels_of(slot)) {
       auto it = wanted_.find(channel);
       if (it != wanted_.end() && --it->second == 0) {
         wanted_.erase(it);
-        confirmed_.erase(channel);
-        gone.push_back(channel);
+        // Unsubscribed by the reader once the linger is over (it looks at
+        // least every kChannelLinger), unless wanted again by then. Not
+        // subscribed on any connection: nothing to do (the next connection
+        // subscribes only what is wanted).
+        if (conn_) lingering_[channel] = until;
       }
     }
-    if (conn_ && !gone.empty()) {
+  }
+
+  // Unsubscribes the channels whose linger is over. (SUNSUBSCRIBE takes the
+  // channels of one slot: one channel a command.)
+  void end_lingering_locked(steady_clock::time_point now) {
+    std::vector<std::string> gone;
+    for (auto it = lingering_.begin(); it != lingering_.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      confirmed_.erase(it->first);
+      gone.push_back(it->first);
+      it = lingering_.erase(it);
+    }
+    if (!conn_ || gone.empty()) return;
+    const std::size_t per_command = sharded_ ? 1 : kChannelsPerSubscribe;
+    for (std::size_t i = 0; i < gone.size(); i += per_command) {
       Command command = {sharded_ ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"};
-      command.insert(command.end(), gone.begin(), gone.end());
+      const std::size_t end = std::min(gone.size(), i + per_command);
+      command.insert(command.end(), gone.begin() + static_cast<std::ptrdiff_t>(i),
+                     gone.begin() + static_cast<std::ptrdiff_t>(end));
       send_locked(command);
     }
   }
@@ -796,6 +825,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       lock.lock();
       conn_.reset();
       confirmed_.clear();
+      lingering_.clear();
       settled_.clear();
       // Releases published while we are away are lost: wake everyone once
       // the next connection has subscribed again.
@@ -858,18 +888,26 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       SIMBA_RETURN_IF_ERROR(conn->send({command}, connect_deadline));
     }
     bool ping_outstanding = false;
+    auto ping_at = steady_clock::now() + kSubscriberPing;
     for (;;) {
-      auto reply = conn->read(steady_clock::now() + kSubscriberPing);
+      // Woken at least every kChannelLinger to end lingering channels.
+      auto reply = conn->read(std::min(ping_at, steady_clock::now() + kChannelLinger));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        end_lingering_locked(steady_clock::now());
+      }
       if (!reply.ok()) {
-        if (reply.status().code() != StatusCode::kDeadlineExceeded || ping_outstanding) {
-          return reply.status();
-        }
+        if (reply.status().code() != StatusCode::kDeadlineExceeded) return reply.status();
+        if (steady_clock::now() < ping_at) continue;
+        if (ping_outstanding) return reply.status();
         ping_outstanding = true;
+        ping_at = steady_clock::now() + kSubscriberPing;
         std::lock_guard<std::mutex> lock(mu_);
         SIMBA_RETURN_IF_ERROR(conn->send({{"PING"}}, steady_clock::now() + connect_timeout_));
         continue;
       }
       ping_outstanding = false;
+      ping_at = steady_clock::now() + kSubscriberPing;
       const redisReply* r = reply->get();
       if (r->type != REDIS_REPLY_ARRAY || r->elements < 2) continue;
       const std::string_view kind = reply_string(r->element[0]);
@@ -878,7 +916,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
         ListenerHub::Work work;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          if (wanted_.count(channel) > 0) confirmed_.insert(channel);
+          if (wanted_.count(channel) > 0 || lingering_.count(channel) > 0) {
+            confirmed_.insert(channel);
+          }
           cv_.notify_all();
           unconfirmed.erase(channel);
           std::string mutex;
@@ -910,10 +950,14 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
         // another shard (resharding). Start over on a new connection,
         // whose resolver finds where the shard's slots are now.
         std::lock_guard<std::mutex> lock(mu_);
-        if (wanted_.count(std::string(reply_string(r->element[1]))) > 0) {
+        const std::string channel(reply_string(r->element[1]));
+        if (wanted_.count(channel) > 0) {
           return unavailable_error("redis-cluster: the node at " + opener_->describe() +
                                    " no longer serves a subscribed channel's slot");
         }
+        // A lingering channel is no longer subscribed: wanted again, it
+        // must be subscribed again (on whichever shard serves it now).
+        if (lingering_.erase(channel) > 0) confirmed_.erase(channel);
       }
     }
   }
@@ -983,6 +1027,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   // once they were): the rest are woken when their channels are confirmed.
   std::set<const Slot*> settled_;
   std::map<std::string, int> wanted_;  // channel -> listeners
+  // Channels nobody listens on, still subscribed until then (kChannelLinger).
+  std::map<std::string, steady_clock::time_point> lingering_;
+  // Subscribed channels the server has confirmed (wanted or lingering).
   std::set<std::string> confirmed_;
   // A connection was lost: subscribers may have missed a release.
   bool wake_on_confirm_ = false;

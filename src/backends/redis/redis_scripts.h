@@ -214,10 +214,20 @@ return 1
 )lua";
 
 // ARGV: id. A waiter gives up: out of the queue, the lock left alone even
-// if it holds it (see Backend::leave).
+// if it holds it (see Backend::leave). A free mutex that no other heir is
+// coming for may have been waiting for this one (it was woken as the heir,
+// or within a streak, as it left): the wake-up goes on to the next waiter,
+// who would otherwise sleep until its next poll.
 inline constexpr char kLuaLeave[] = R"lua(
-redis.call('ZREM', queue, ARGV[1])
-if redis.call('HGET', fence, 'heir') == ARGV[1] then redis.call('HSET', fence, 'heir', '') end
+local id = ARGV[1]
+redis.call('ZREM', queue, id)
+local heir = redis.call('HMGET', fence, 'heir', 'heir_until')
+if heir[1] == id then redis.call('HSET', fence, 'heir', '') end
+local ms = now()
+if not redis.call('GET', lock) and (heir[1] == id or not heir[1] or heir[1] == '' or
+                                    tonumber(heir[2] or '0') <= ms) then
+  wake(id, ms, true)
+end
 return 0
 )lua";
 
