@@ -70,7 +70,9 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan -L 'unit|conformance' \
     -E '^(Redis|Postgres|Mysql|Zookeeper|Etcd)/Conformance\.ThousandServices'
   echo "== Keyed and clustered locks on the embedded stores under ASan/UBSan =="
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  # With the library's debug lines (shown only for a test that fails): a
+  # rare failure here must say which lock moved when.
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 SIMBA_LOG=debug \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan-embedded -L 'keyed|clustered' -R '^(Memory|Sqlite)/'
 
   echo "== Build (ThreadSanitizer) =="

@@ -110,6 +110,13 @@ HostLocks::Taken HostLocks::take(const std::string& mutex, const std::string& co
     }
   }
   ++holders;
+  // (Debug lines, with SIMBA_LOG=debug: the CI's sanitized runs of the
+  // embedded stores keep them, so that a failure there shows which kernel
+  // lock moved when.)
+  if (holders == 1) {
+    SIMBA_LOG(kDebug, "host lock " << file_id_ << "/" << offset << " taken for mutex "
+                                   << in_quotes(mutex) << ", contender " << in_quotes(contender));
+  }
   Held& held = held_[mutex];
   held.claims.insert(contender);
   held.proving = holders == 1;
@@ -142,6 +149,8 @@ void HostLocks::give_up_locked(const std::string& mutex, const std::string& cont
   auto holders = holders_of_offset_.find(offset);
   if (holders == holders_of_offset_.end() || --holders->second > 0) return;
   holders_of_offset_.erase(holders);
+  SIMBA_LOG(kDebug, "host lock " << file_id_ << "/" << offset << " freed for mutex "
+                                 << in_quotes(mutex) << ", contender " << in_quotes(contender));
   struct flock byte = byte_at(offset, F_UNLCK);
   ::fcntl(fd_, F_OFD_SETLK, &byte);
 }

@@ -469,6 +469,9 @@ bool Watcher::probe_locked(std::vector<MutexEvent>* events) {
     // attempt takes the kernel lock, which proves it, and takes the row.
     suspected_gone_.erase(suspected);
     told_gone_[mutex] = known->version;
+    SIMBA_LOG(kDebug, "sqlite " << in_quotes(path_) << ": mutex " << in_quotes(mutex)
+                                << ": the kernel lock of tenure " << known->version << " ("
+                                << in_quotes(known->owner) << ") is free: its holder is gone");
     events->push_back(MutexEvent{MutexEvent::Kind::kReleased, mutex, known->owner});
   }
   probe_from_.clear();
