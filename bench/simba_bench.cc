@@ -82,7 +82,13 @@ void uncontended(const Options& options, Report& report) {
     const auto start = Clock::now();
     auto got =
         (*backend)->acquire_or_renew({"bench-free", "bench-a", seconds(10), seconds(6)}, far);
-    if (!got.ok() || !got->owner.is_owner("bench-a")) fail("mutex acquire failed");
+    if (!got.ok()) fail("mutex acquire failed: " + got.status().to_string());
+    if (!got->owner.is_owner("bench-a")) {
+      std::ostringstream said;
+      said << "mutex acquire of a free mutex was refused after " << i << " pairs: owner "
+           << got->owner << " at store time " << got->store_now.count();
+      fail(said.str());
+    }
     auto released = (*backend)->release("bench-free", "bench-a", far);
     if (!released.ok() || !*released) fail("mutex release failed");
     if (i >= options.iterations / 10) pair.push_back(micros(Clock::now() - start));

@@ -868,6 +868,56 @@ TEST(MysqlLine, TheFirstInLineLooksWhileJvmSimbaHolds) {
   SIMBA_ASSERT_OK(waiter->stop());
 }
 
+// A free row that is not reserved is anybody's, whoever holds its line
+// lock (another process first in line, or a line session the server has not
+// yet closed). MySQL assigns the upsert's columns left to right, and an
+// attempt that wrote acquired_at before owner_id read its own `now` as a
+// reserve: it refused the rest, left the row free with a new version, and
+// a free mutex was refused (simba-bench's uncontended loop, after a few
+// hundred pairs). The control: a row still reserved is refused while
+// another session holds the line lock, and taken once it frees it.
+TEST(MysqlLine, AFreeRowIsTakenWhileAnotherSessionHoldsTheLineLock) {
+  drop_test_table();
+  auto backend = open(shared_uri());
+  ASSERT_TRUE(backend);
+  SIMBA_ASSERT_OK(backend->list(in(seconds(5))));  // creates the table
+  RawMysql raw(shared_server_uri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  const std::string name =
+      "#simba-line:" + internal::sql::mysql::sha256_hex(test_table() + "\n" + "m").substr(0, 48);
+  ASSERT_EQ(raw.exec("SELECT GET_LOCK('" + name + "', 0)"), "1");
+  ASSERT_EQ(raw.exec("INSERT INTO " + test_table() +
+                     " (mutex, acquired_at, ttl_at, transition_at, owner_id, version) "
+                     "VALUES ('m', 0, 0, 0, '', 7)"),
+            "");
+  auto got = backend->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
+  SIMBA_ASSERT_OK(got);
+  EXPECT_TRUE(got->owner.is_owner("a")) << got->owner;
+  EXPECT_EQ(got->owner.fencing_token, 8u);
+  auto row = raw.query("SELECT owner_id, version FROM " + test_table() + " WHERE mutex = 'm'");
+  ASSERT_TRUE(row && row->size() == 1);
+  EXPECT_EQ((*row)[0], (std::vector<std::string>{"a", "8"}));
+
+  // The control: reserved for the first in line for a minute.
+  ASSERT_EQ(raw.exec("UPDATE " + test_table() +
+                     " SET owner_id = '', ttl_at = 0, transition_at = 0, acquired_at = "
+                     "CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS SIGNED) + 60000 WHERE mutex = 'm'"),
+            "");
+  got = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+  SIMBA_ASSERT_OK(got);
+  EXPECT_FALSE(got->owner.has_owner_id()) << got->owner;
+  ASSERT_EQ(raw.exec("SELECT RELEASE_LOCK('" + name + "')"), "1");
+  // (b's place in line may take the line lock now: then b's attempt goes
+  // on that session, for which the reserved row is free too.)
+  ASSERT_TRUE(eventually(
+      [&] {
+        auto again = backend->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+        return again.ok() && again->owner.is_owner("b");
+      },
+      seconds(5)));
+  SIMBA_EXPECT_OK(backend->release("m", "b", in(seconds(5))));
+}
+
 // JVM Simba contenders and ours on one mutex, `line` saying whether ours
 // wait in line (queue_connections): never two inside at once, and the
 // mutex crosses from one side to the other.

@@ -191,7 +191,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // a renewal keeps the version (the fencing token).
         {"version", "CASE WHEN owner_id = {1} AND transition_at >= " + now +
                         " THEN version ELSE version + 1 END"},
-        {"acquired_at", now},
         // {#i}: a number, which a driver that renders literals leaves unquoted.
         // Never earlier than the lease already written: `now` is when the
         // statement began, and one that waited on the row lock (behind a
@@ -202,7 +201,16 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // the postgres-standby fault runs caught (docs/reliability.md). A
         // new acquisition finds the old lease over, so it gets now + ttl.
         {"ttl_at", "CASE WHEN ttl_at > " + now + " + {#2} THEN ttl_at ELSE " + now + " + {#2} END"},
+        // Where assignments run left to right (MySQL), each later IF reads
+        // the columns assigned before it: owner_id, then acquired_at, then
+        // transition_at keep a true `may_acquire` true (the owner is not
+        // empty once assigned, so a lined row's reserve no longer matters;
+        // then it is ours and in its lease). acquired_at before owner_id
+        // made a lined attempt read its own `now` as a reserve, refuse the
+        // rest whenever another session held the line lock, and leave the
+        // row free with a new version: a free mutex refused.
         {"owner_id", "{1}"},
+        {"acquired_at", now},
         {"transition_at", "CASE WHEN transition_at > " + now +
                               " + {#2} + {#3} THEN transition_at ELSE " + now +
                               " + {#2} + {#3} END"},

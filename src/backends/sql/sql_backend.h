@@ -109,7 +109,8 @@ struct AcquireParts {
   std::string may_acquire;
   // The new column values, in the order a driver must assign them (MySQL
   // assigns left to right and later expressions see earlier assignments;
-  // this order keeps `may_acquire` meaning the same throughout).
+  // this order keeps a true `may_acquire` true throughout, and a false one
+  // changes nothing to make it true).
   std::vector<std::pair<std::string, std::string>> assignments;
   // The columns read back: acquired_at, ttl_at, transition_at, owner_id,
   // version, and the database clock.
