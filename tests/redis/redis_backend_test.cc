@@ -273,6 +273,24 @@ struct EventLog {
   }
 };
 
+// `contender` listens on `backend` for `mutex` and queues for it (its
+// attempt finds it held). The wake-up that comes with the server's
+// confirmation of the subscription is consumed: `log` is empty after.
+// Null (with a failure recorded) when any step went wrong.
+std::unique_ptr<Subscription> queued_waiter(Backend& backend, RawRedis& raw,
+                                            const std::string& mutex, const std::string& contender,
+                                            EventLog& log) {
+  auto sub = backend.subscribe(mutex, contender, log.listener());
+  EXPECT_THAT(sub, IsOk());
+  if (!sub.ok() || !subscribed(raw, key(mutex, ":" + contender))) return nullptr;
+  auto attempt = backend.acquire_or_renew(request_for(mutex, contender), in(seconds(3)));
+  EXPECT_THAT(attempt, IsOk());
+  if (!attempt.ok() || attempt->owner.is_owner(contender)) return nullptr;
+  if (!log.wait_released(seconds(2))) return nullptr;
+  log.clear();
+  return std::move(*sub);
+}
+
 // ---- wire layout (what JVM Simba sees) ------------------------------------------
 
 TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
@@ -479,20 +497,12 @@ TEST(RedisHandOff, WaitersGoInTheOrderTheyCameAndTheReleaserCannotBargeIn) {
   RawRedis raw(uri);
   ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
   EventLog later_id, earlier_id;
-  auto sub_z = backend->subscribe("m", "w-z", later_id.listener());
-  auto sub_a = backend->subscribe("m", "w-a", earlier_id.listener());
-  ASSERT_THAT(sub_z, IsOk());
-  ASSERT_THAT(sub_a, IsOk());
-  ASSERT_TRUE(subscribed(raw, key("m", ":w-z")));
-  ASSERT_TRUE(subscribed(raw, key("m", ":w-a")));
   // w-z queues first, w-a a moment later (within the same second, as a
   // rule): w-a's id sorts first, its arrival does not.
-  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w-z"), in(seconds(3))), IsOk());
-  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w-a"), in(seconds(3))), IsOk());
-  ASSERT_TRUE(later_id.wait_released(seconds(2)));
-  ASSERT_TRUE(earlier_id.wait_released(seconds(2)));
-  later_id.clear();
-  earlier_id.clear();
+  auto sub_z = queued_waiter(*backend, raw, "m", "w-z", later_id);
+  ASSERT_TRUE(sub_z);
+  auto sub_a = queued_waiter(*backend, raw, "m", "w-a", earlier_id);
+  ASSERT_TRUE(sub_a);
 
   // The owner's streak is over (it began at the epoch): its release hands
   // the mutex to the oldest waiter.
@@ -533,12 +543,8 @@ TEST(RedisHandOff, WithinItsStreakTheReleaserMayComeBackAndTheWaiterKeepsItsPlac
   const std::string since = raw.call({"HGET", fence, "streak_since"}).str;
   ASSERT_FALSE(since.empty()) << "an acquisition starts a streak";
   EventLog waiter;
-  auto sub = backend->subscribe("m", "w", waiter.listener());
-  ASSERT_THAT(sub, IsOk());
-  ASSERT_TRUE(subscribed(raw, key("m", ":w")));
-  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w"), in(seconds(3))), IsOk());
-  ASSERT_TRUE(waiter.wait_released(seconds(2)));
-  waiter.clear();
+  auto sub = queued_waiter(*backend, raw, "m", "w", waiter);
+  ASSERT_TRUE(sub);
 
   // A streak that is still young, whatever this machine's pace (it began in
   // the year 5138).
@@ -582,18 +588,10 @@ TEST(RedisHandOff, AWokenWaiterThatLeavesPassesTheWakeUpOn) {
   RawRedis raw(uri);
   ASSERT_THAT(backend->acquire_or_renew(request_for("m", "owner"), in(seconds(3))), IsOk());
   EventLog first, second;
-  auto sub1 = backend->subscribe("m", "w1", first.listener());
-  ASSERT_THAT(sub1, IsOk());
-  ASSERT_TRUE(subscribed(raw, key("m", ":w1")));
-  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w1"), in(seconds(3))), IsOk());
-  auto sub2 = backend->subscribe("m", "w2", second.listener());
-  ASSERT_THAT(sub2, IsOk());
-  ASSERT_TRUE(subscribed(raw, key("m", ":w2")));
-  ASSERT_THAT(backend->acquire_or_renew(request_for("m", "w2"), in(seconds(3))), IsOk());
-  ASSERT_TRUE(first.wait_released(seconds(2)));
-  ASSERT_TRUE(second.wait_released(seconds(2)));
-  first.clear();
-  second.clear();
+  auto sub1 = queued_waiter(*backend, raw, "m", "w1", first);
+  ASSERT_TRUE(sub1);
+  auto sub2 = queued_waiter(*backend, raw, "m", "w2", second);
+  ASSERT_TRUE(sub2);
 
   raw.call({"HSET", key("m", ":fence"), "streak_since", "0"});
   ASSERT_THAT(backend->release("m", "owner", in(seconds(3))), IsOkAndHolds(true));

@@ -756,17 +756,23 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
         // least every kChannelLinger), unless wanted again by then. Not
         // subscribed on any connection: nothing to do (the next connection
         // subscribes only what is wanted).
-        if (conn_) lingering_[channel] = until;
+        if (conn_) {
+          lingering_[channel] = until;
+          sweep_at_ = std::min(sweep_at_, until);
+        }
       }
     }
   }
 
-  // Unsubscribes the channels whose linger is over. (SUNSUBSCRIBE takes the
-  // channels of one slot: one channel a command.)
+  // Unsubscribes the channels whose linger is over. Runs after every read,
+  // so it looks through them only once the earliest linger is over.
   void end_lingering_locked(steady_clock::time_point now) {
+    if (now < sweep_at_) return;
+    sweep_at_ = steady_clock::time_point::max();
     std::vector<std::string> gone;
     for (auto it = lingering_.begin(); it != lingering_.end();) {
       if (it->second > now) {
+        sweep_at_ = std::min(sweep_at_, it->second);
         ++it;
         continue;
       }
@@ -774,15 +780,25 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       gone.push_back(it->first);
       it = lingering_.erase(it);
     }
-    if (!conn_ || gone.empty()) return;
-    const std::size_t per_command = sharded_ ? 1 : kChannelsPerSubscribe;
-    for (std::size_t i = 0; i < gone.size(); i += per_command) {
-      Command command = {sharded_ ? "SUNSUBSCRIBE" : "UNSUBSCRIBE"};
-      const std::size_t end = std::min(gone.size(), i + per_command);
-      command.insert(command.end(), gone.begin() + static_cast<std::ptrdiff_t>(i),
-                     gone.begin() + static_cast<std::ptrdiff_t>(end));
+    if (!conn_) return;
+    for (const Command& command : batched(sharded_ ? "SUNSUBSCRIBE" : "UNSUBSCRIBE", gone)) {
       send_locked(command);
     }
+  }
+
+  // `verb` for each of `channels`, as few commands as the server takes
+  // (the sharded verbs take the channels of one slot: one a command).
+  std::vector<Command> batched(const char* verb, const std::vector<std::string>& channels) const {
+    std::vector<Command> commands;
+    const std::size_t per_command = sharded_ ? 1 : kChannelsPerSubscribe;
+    for (std::size_t i = 0; i < channels.size(); i += per_command) {
+      Command command = {verb};
+      const std::size_t end = std::min(channels.size(), i + per_command);
+      command.insert(command.end(), channels.begin() + static_cast<std::ptrdiff_t>(i),
+                     channels.begin() + static_cast<std::ptrdiff_t>(end));
+      commands.push_back(std::move(command));
+    }
+    return commands;
   }
 
   // Drops the connection (after a failover): the reader connects again,
@@ -826,6 +842,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       conn_.reset();
       confirmed_.clear();
       lingering_.clear();
+      sweep_at_ = steady_clock::time_point::max();
       settled_.clear();
       // Releases published while we are away are lost: wake everyone once
       // the next connection has subscribed again.
@@ -877,13 +894,7 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
     // Once all of these are confirmed, every subscriber is woken if events
     // may have been missed (see wake_on_confirm_).
     std::set<std::string> unconfirmed(channels.begin(), channels.end());
-    // SSUBSCRIBE takes the channels of one slot: one channel a command.
-    const std::size_t per_command = sharded_ ? 1 : kChannelsPerSubscribe;
-    for (std::size_t i = 0; i < channels.size(); i += per_command) {
-      Command command = {subscribe_command()};
-      const std::size_t end = std::min(channels.size(), i + per_command);
-      command.insert(command.end(), channels.begin() + static_cast<std::ptrdiff_t>(i),
-                     channels.begin() + static_cast<std::ptrdiff_t>(end));
+    for (const Command& command : batched(subscribe_command(), channels)) {
       std::lock_guard<std::mutex> lock(mu_);
       SIMBA_RETURN_IF_ERROR(conn->send({command}, connect_deadline));
     }
@@ -1029,6 +1040,9 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
   std::map<std::string, int> wanted_;  // channel -> listeners
   // Channels nobody listens on, still subscribed until then (kChannelLinger).
   std::map<std::string, steady_clock::time_point> lingering_;
+  // No linger ends before this (the earliest end, or later when one was
+  // wanted again): end_lingering_locked() looks no sooner.
+  steady_clock::time_point sweep_at_ = steady_clock::time_point::max();
   // Subscribed channels the server has confirmed (wanted or lingering).
   std::set<std::string> confirmed_;
   // A connection was lost: subscribers may have missed a release.
