@@ -5,6 +5,7 @@
 #include "simba/backends/mysql.h"
 
 #include <mysql.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <charconv>
@@ -45,6 +46,15 @@ class MysqlSession final : public SqlSession {
   // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
   void abandon() override { mariadb_cancel(conn_.get()); }
   void set_wake_fd(int fd) override { wake_fd_ = fd; }
+  // An idle session hears from its server only when the server ends it
+  // (KILL, a shutdown: an error packet, then the end of the stream): the
+  // pool then opens another instead of failing the next call with it.
+  bool ended_while_idle() const override {
+    const int fd = static_cast<int>(mysql_get_socket(conn_.get()));
+    if (fd < 0) return true;
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) != 0;
+  }
 
   Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
                                      Deadline deadline, SqlFailure* failure) override {

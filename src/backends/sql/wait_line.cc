@@ -185,6 +185,15 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
     }
     if (place == nullptr || place->state != State::kFirst || !place->session) return std::nullopt;
     if (!place->busy) {
+      // A session the server ended while it held the line lock (killed, a
+      // restart) holds nothing any more: the call goes on the pool, and the
+      // place's thread replaces the session. (Renewals, which go together
+      // on the pool, no longer find it first.)
+      if (!place->session->healthy() || place->session->ended_while_idle()) {
+        place->session->set_broken();
+        changed_.notify_all();
+        return std::nullopt;
+      }
       place->busy = true;
       for (std::size_t i = 0; i < places_.size(); ++i) {
         if (places_[i].get() == place) return Loan(this, i);
