@@ -856,6 +856,75 @@ TEST_P(Conformance, ALateReleaseOfAnEarlierOwnershipLeavesALaterOneAlone) {
   EXPECT_FALSE(after->owner.has_owner_id());
 }
 
+// A batched renewal renews each lease its contender still holds, keeping
+// the token, and takes nothing: not another's mutex, not a free one, not a
+// mutex the store has never seen. (Stores that renew one lease a call say
+// so.)
+TEST_P(Conformance, BatchedRenewalsRenewWhatIsHeldAndTakeNothing) {
+  Fixture fx(GetParam());
+  auto factory = fx.factory();
+  ASSERT_TRUE(factory);
+  auto& backend = *factory->backend();
+  const auto deadline = [] { return std::chrono::steady_clock::now() + seconds(10); };
+  EXPECT_EQ(backend.capabilities().batch_renewals, fx.expect().batch_renewals);
+  const milliseconds ttl(4000), transition(2000);
+  auto request = [&](std::string_view mutex, std::string_view contender) {
+    return AcquireRequest{mutex, contender, ttl, transition};
+  };
+  if (!fx.expect().batch_renewals) {
+    EXPECT_THAT(backend.renew({request("r-a", "c1")}, deadline()),
+                StatusIs(StatusCode::kUnimplemented));
+    return;
+  }
+  auto a = backend.acquire_or_renew(request("r-a", "c1"), deadline());
+  auto b = backend.acquire_or_renew(request("r-b", "c2"), deadline());
+  auto theirs = backend.acquire_or_renew(request("r-c", "other"), deadline());
+  auto freed = backend.acquire_or_renew(request("r-e", "c1"), deadline());
+  SIMBA_ASSERT_OK(a);
+  SIMBA_ASSERT_OK(b);
+  SIMBA_ASSERT_OK(theirs);
+  SIMBA_ASSERT_OK(freed);
+  EXPECT_THAT(backend.release("r-e", "c1", deadline()), IsOkAndHolds(true));
+
+  const milliseconds longer(9000);
+  std::vector<AcquireRequest> requests = {
+      request("r-a", "c1"), request("r-b", "c2"), request("r-c", "c1"),
+      request("r-d", "c1"), request("r-e", "c1"),
+  };
+  requests[0].ttl = longer;
+  requests[1].ttl = longer;
+  auto renewed = backend.renew(requests, deadline());
+  SIMBA_ASSERT_OK(renewed);
+  ASSERT_EQ(renewed->size(), requests.size());
+  const OwnerRecord& ra = (*renewed)[0];
+  EXPECT_EQ(ra.owner.owner_id, "c1");
+  EXPECT_EQ(ra.owner.fencing_token, a->owner.fencing_token) << "a renewal keeps the token";
+  EXPECT_GT(ra.owner.ttl_at - ra.store_now, ttl) << "the longer ttl applies";
+  EXPECT_LE(ra.owner.ttl_at - ra.store_now, longer);
+  EXPECT_EQ(ra.owner.transition_at - ra.owner.ttl_at, transition);
+  EXPECT_EQ((*renewed)[1].owner.owner_id, "c2");
+  EXPECT_EQ((*renewed)[1].owner.fencing_token, b->owner.fencing_token);
+  EXPECT_EQ((*renewed)[2].owner.owner_id, "other") << "another's mutex is named, not taken";
+  EXPECT_EQ((*renewed)[2].owner.fencing_token, theirs->owner.fencing_token);
+  EXPECT_EQ((*renewed)[2].owner.ttl_at, theirs->owner.ttl_at) << "and not renewed";
+  EXPECT_FALSE((*renewed)[3].owner.has_owner_id()) << "an unknown mutex stays free";
+  EXPECT_FALSE((*renewed)[4].owner.has_owner_id()) << "a free mutex stays free";
+  for (const OwnerRecord& record : *renewed) EXPECT_GT(record.store_now.count(), 0);
+
+  for (const char* mutex : {"r-d", "r-e"}) {
+    auto read = backend.read(mutex, deadline());
+    SIMBA_ASSERT_OK(read);
+    EXPECT_FALSE(read->owner.has_owner_id()) << mutex;
+  }
+  auto read_a = backend.read("r-a", deadline());
+  SIMBA_ASSERT_OK(read_a);
+  EXPECT_EQ(read_a->owner.ttl_at, ra.owner.ttl_at);
+  EXPECT_THAT(backend.renew({}, deadline()), IsOk());
+  for (auto& [mutex, contender] : {std::pair{"r-a", "c1"}, {"r-b", "c2"}, {"r-c", "other"}}) {
+    EXPECT_THAT(backend.release(mutex, contender, deadline()), IsOkAndHolds(true));
+  }
+}
+
 // Found by the clustered fault runs on PostgreSQL (2026-11-28): a waiter
 // core of a node gave up during a black hole and released, naming no token;
 // the request reached the store after the heal, when the node's next core

@@ -54,6 +54,9 @@ struct StoreExpectations {
   bool lists_waiters = false;
   // Waiters get the mutex in the order they first asked (Capabilities::fifo).
   bool fifo = false;
+  // renew() renews many leases in one store call (Capabilities::
+  // batch_renewals); else it is kUnimplemented.
+  bool batch_renewals = false;
   // The push channel (a LISTEN connection, a watcher's first look, a
   // subscriber connection) comes up asynchronously after the backend's
   // first subscribe, and any subscription hears releases once it is up: a

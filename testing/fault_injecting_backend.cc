@@ -124,6 +124,15 @@ Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequ
   ++acquire_calls_;
   SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::acquire_mode_, deadline));
   auto reply = target_->acquire_or_renew(request, deadline);
+  const std::chrono::milliseconds stretch = after_acquire_reply();
+  if (reply.ok() && stretch.count() > 0 && reply->owner.is_owner(request.contender_id)) {
+    reply->owner.ttl_at += stretch;
+    reply->owner.transition_at += stretch;
+  }
+  return reply;
+}
+
+std::chrono::milliseconds FaultInjectingBackend::after_acquire_reply() {
   std::function<void()> action;
   std::chrono::milliseconds stretch{0};
   {
@@ -132,11 +141,26 @@ Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequ
     stretch = lease_stretch_;
   }
   if (action) action();
-  if (reply.ok() && stretch.count() > 0 && reply->owner.is_owner(request.contender_id)) {
-    reply->owner.ttl_at += stretch;
-    reply->owner.transition_at += stretch;
+  return stretch;
+}
+
+// A batched renewal is an acquire_or_renew call for the faults: the same
+// mode, the same count (one per batch), the same reply hook and stretch.
+Result<std::vector<OwnerRecord>> FaultInjectingBackend::do_renew(
+    const std::vector<AcquireRequest>& requests, Deadline deadline) {
+  ++acquire_calls_;
+  SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::acquire_mode_, deadline));
+  auto replies = target_->renew(requests, deadline);
+  const std::chrono::milliseconds stretch = after_acquire_reply();
+  if (replies.ok() && stretch.count() > 0) {
+    for (std::size_t i = 0; i < replies->size(); ++i) {
+      OwnerRecord& reply = (*replies)[i];
+      if (!reply.owner.is_owner(requests[i].contender_id)) continue;
+      reply.owner.ttl_at += stretch;
+      reply.owner.transition_at += stretch;
+    }
   }
-  return reply;
+  return replies;
 }
 
 void FaultInjectingBackend::set_lease_stretch(std::chrono::milliseconds stretch) {

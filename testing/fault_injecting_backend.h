@@ -82,6 +82,8 @@ class FaultInjectingBackend final : public Backend {
   }
   Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
                                           Deadline deadline) override;
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override;
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                           std::uint64_t fencing_token, Deadline deadline) override;
   Result<ForcedRelease> do_force_release(std::string_view mutex, Deadline deadline) override;
@@ -98,6 +100,9 @@ class FaultInjectingBackend final : public Backend {
   void push(const MutexEvent& event);
 
  private:
+  // Runs the action set for the next acquire reply (once) and returns the
+  // lease stretch to apply to the reply.
+  std::chrono::milliseconds after_acquire_reply();
   // OK to forward, or the injected error.
   Status gate(Mode FaultInjectingBackend::*which, Deadline deadline);
   // Keeps `call` for deliver_held_back() and returns true while releases are

@@ -41,6 +41,10 @@ class ForwardingBackend : public Backend {
                           std::uint64_t fencing_token, Deadline deadline) override {
     return target_->release(mutex, contender_id, fencing_token, deadline);
   }
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override {
+    return target_->renew(requests, deadline);
+  }
   Status do_leave(std::string_view mutex, std::string_view contender_id,
                   Deadline deadline) override {
     return target_->leave(mutex, contender_id, deadline);

@@ -69,6 +69,10 @@ struct Capabilities {
   // waiters() is kUnimplemented for every name, and do_waiters is never
   // called.
   bool lists_waiters = false;
+  // renew() renews many leases in one store call: the core then sends a
+  // factory's renewals together (see RenewalBatcher), O(1) calls per
+  // renewal period instead of one per held lease.
+  bool batch_renewals = false;
   // Where the fencing token comes from, for docs and `simba status`.
   std::string fencing_source;
   // How this backend reaches its store, for `simba status` and the
@@ -233,6 +237,19 @@ class Backend {
   // capabilities().max_ttl / max_transition (kInvalidArgument naming it).
   Result<OwnerRecord> acquire_or_renew(const AcquireRequest& request, Deadline deadline);
 
+  // Renews each of `requests` whose contender owns its mutex with a hard
+  // lease that has not ended (by the store's clock), as acquire_or_renew
+  // does for such an owner: the token kept, ttl_at = now + ttl (never
+  // earlier than before), transition_at = ttl_at + transition. A request
+  // whose contender does not own its mutex (any more) changes nothing and
+  // acquires nothing, even a free mutex: its answer names the owner the
+  // store has. One answer per request, in their order, each with the
+  // store's time of the decision; a store error fails them all. Called
+  // only when capabilities().batch_renewals; inputs are checked as by
+  // acquire_or_renew. A store may split a long list into several calls.
+  Result<std::vector<OwnerRecord>> renew(const std::vector<AcquireRequest>& requests,
+                                         Deadline deadline);
+
   // Frees the mutex if `contender_id` owns it (whatever its lease times)
   // and, unless `fencing_token` is 0, only if its ownership is the one that
   // token was given to. Returns whether it did. Push-capable stores notify
@@ -320,12 +337,17 @@ class Backend {
   // parameter. The defaults accept everything.
   virtual Status validate_store_mutex(std::string_view mutex) const;
   virtual Status validate_store_contender_id(std::string_view contender_id) const;
+  // acquire_or_renew's checks of a request.
+  Status check_request(const AcquireRequest& request) const;
 
   // The calls above, with their inputs already checked.
   virtual Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
                                                   Deadline deadline) = 0;
   virtual Result<bool> do_release(std::string_view mutex, std::string_view contender_id,
                                   std::uint64_t fencing_token, Deadline deadline) = 0;
+  // The default: kUnimplemented (capabilities().batch_renewals is false).
+  virtual Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                                    Deadline deadline);
   virtual Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) = 0;
   // The default: OK, nothing done (waiters leave no trace).
   virtual Status do_leave(std::string_view mutex, std::string_view contender_id, Deadline deadline);

@@ -84,6 +84,31 @@ Status Backend::validate_store_contender_id(std::string_view /*contender_id*/) c
 }
 
 Result<OwnerRecord> Backend::acquire_or_renew(const AcquireRequest& request, Deadline deadline) {
+  SIMBA_RETURN_IF_ERROR(check_request(request));
+  return do_acquire_or_renew(request, deadline);
+}
+
+Result<std::vector<OwnerRecord>> Backend::renew(const std::vector<AcquireRequest>& requests,
+                                                Deadline deadline) {
+  if (!capabilities().batch_renewals) {
+    return unimplemented_error(std::string(scheme()) + ": this store renews one lease a call");
+  }
+  for (const AcquireRequest& request : requests) SIMBA_RETURN_IF_ERROR(check_request(request));
+  if (requests.empty()) return std::vector<OwnerRecord>();
+  SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, do_renew(requests, deadline));
+  if (records.size() != requests.size()) {
+    return internal_error(std::string(scheme()) + ": a batched renewal answered " +
+                          std::to_string(records.size()) + " of " +
+                          std::to_string(requests.size()) + " requests");
+  }
+  return records;
+}
+
+Result<std::vector<OwnerRecord>> Backend::do_renew(const std::vector<AcquireRequest>&, Deadline) {
+  return unimplemented_error(std::string(scheme()) + ": this store renews one lease a call");
+}
+
+Status Backend::check_request(const AcquireRequest& request) const {
   SIMBA_RETURN_IF_ERROR(validate_mutex(request.mutex));
   SIMBA_RETURN_IF_ERROR(validate_contender_id(request.contender_id));
   if (request.ttl <= std::chrono::milliseconds::zero() ||
@@ -100,7 +125,7 @@ Result<OwnerRecord> Backend::acquire_or_renew(const AcquireRequest& request, Dea
                                     std::to_string(max.count()) + " ms");
     }
   }
-  return do_acquire_or_renew(request, deadline);
+  return ok_status();
 }
 
 Result<bool> Backend::release(std::string_view mutex, std::string_view contender_id,

@@ -64,7 +64,8 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
                          std::shared_ptr<MutexContender> contender, ContendOptions options,
                          milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
                          std::shared_ptr<Backend> backend, std::shared_ptr<Random> random,
-                         ServiceHooks hooks, Observers observers)
+                         ServiceHooks hooks, Observers observers,
+                         std::shared_ptr<RenewalBatcher> batcher)
     : mode_(mode),
       retriever_(std::move(retriever)),
       contender_(std::move(contender)),
@@ -79,7 +80,8 @@ ServiceCore::ServiceCore(Mode mode, std::shared_ptr<MutexRetriever> retriever,
       period_(contender_id_, random_),
       strand_(runtime_->make_strand()),
       hooks_(std::move(hooks)),
-      observers_(std::move(observers)) {}
+      observers_(std::move(observers)),
+      batcher_(std::move(batcher)) {}
 
 ServiceCore::~ServiceCore() {
   // Dropped while running (its factory went first): no longer a holder.
@@ -370,13 +372,28 @@ void ServiceCore::start_attempt_locked(Generation gen) {
   }
   in_flight_ = true;
   std::weak_ptr<ServiceCore> weak = weak_from_this();
+  const Clock::TimePoint now = clock_->now();
+  if (batcher_ && mode_ == Mode::kContend && is_owner_locked(now) && !owner_times_unknown_) {
+    // A renewal, with the factory's others that meet now (one store
+    // call). The batch never acquires: the service answers as usual.
+    if (!batcher_->submit(
+            mutex_, contender_id_, options_.ttl, options_.transition, store_deadline(),
+            [weak, gen, losses = losses_](Result<OwnerRecord> reply, Clock::TimePoint sent) {
+              if (auto self = weak.lock()) {
+                self->apply_answer(gen, losses, sent, std::move(reply));
+              }
+            })) {
+      in_flight_ = false;
+    }
+    return;
+  }
   // Posting never waits for the pool, so holding mu_ here is fine. An
   // owner's renewal goes first: its lease is running out.
   if (!runtime_->post_io(
           [weak, gen, losses = losses_] {
             if (auto self = weak.lock()) self->run_attempt(gen, losses);
           },
-          is_owner_locked(clock_->now()))) {
+          is_owner_locked(now))) {
     in_flight_ = false;
   }
 }
@@ -405,6 +422,11 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
                 AcquireRequest{mutex_, contender_id_, options_.ttl, options_.transition},
                 store_deadline())
           : backend_->read(mutex_, store_deadline());
+  apply_answer(gen, losses_seen, sent, std::move(reply));
+}
+
+void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock::TimePoint sent,
+                               Result<OwnerRecord> reply) {
   bool compensate = false;
   bool current = false;
   // A grant of a hold of ours that already ended here, to give back.
@@ -492,6 +514,8 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
             });
             apply_locked(owner);
             next = period_.ensure_next_delay(*reply);
+            // Where renewals go together, at the meeting point before it.
+            if (batcher_) next = batcher_->meeting_delay(now, next, options_.ttl);
           }
         } else {
           if (mode_ == Mode::kContend && observers_.any()) {

@@ -94,6 +94,9 @@ FactoryImpl::FactoryImpl(std::shared_ptr<Backend> backend, FactoryOptions option
   runtime_ =
       std::make_shared<Runtime>(options_.clock, options_.io_threads, options_.callback_threads);
   observers_ = Observers{options_.metrics, options_.events};
+  if (backend_->capabilities().batch_renewals) {
+    batcher_ = std::make_shared<RenewalBatcher>(runtime_, backend_);
+  }
 }
 
 FactoryImpl::~FactoryImpl() {
@@ -144,7 +147,7 @@ Result<std::shared_ptr<ServiceCore>> FactoryImpl::create_contend_core(
   SIMBA_RETURN_IF_ERROR(backend_->validate_contender_id(contender->contender_id()));
   auto core = std::make_shared<ServiceCore>(
       ServiceCore::Mode::kContend, contender, contender, options, options_.retrieval_poll_interval,
-      runtime_, backend_, options_.random, std::move(hooks), observers_);
+      runtime_, backend_, options_.random, std::move(hooks), observers_, batcher_);
   track(core);
   return core;
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/observers.h"
+#include "core/renewal_batcher.h"
 #include "core/runtime.h"
 #include "simba/backend.h"
 #include "simba/contend_period.h"
@@ -57,7 +58,7 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
               std::shared_ptr<MutexContender> contender, ContendOptions options,
               std::chrono::milliseconds poll_interval, std::shared_ptr<Runtime> runtime,
               std::shared_ptr<Backend> backend, std::shared_ptr<Random> random, ServiceHooks hooks,
-              Observers observers = {});
+              Observers observers = {}, std::shared_ptr<RenewalBatcher> batcher = nullptr);
 
   ~ServiceCore();
   ServiceCore(const ServiceCore&) = delete;
@@ -103,6 +104,10 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   void start_attempt_locked(Generation gen);
   // `losses_seen` is losses_ when the attempt was handed off.
   void run_attempt(Generation gen, std::uint64_t losses_seen);
+  // Applies the store's answer to the attempt of lifecycle `gen` sent at
+  // `sent` (run_attempt's, or a batched renewal's), outside every lock.
+  void apply_answer(Generation gen, std::uint64_t losses_seen, Clock::TimePoint sent,
+                    Result<OwnerRecord> reply);
   void on_lease_deadline(Generation gen);
   void on_event(Generation gen, const MutexEvent& event);
   // Subscribes to the store's pushes for lifecycle `gen`; null if the store
@@ -147,6 +152,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   const std::shared_ptr<Strand> strand_;
   const ServiceHooks hooks_;
   const Observers observers_;
+  // Sends this owner's renewals with the factory's others; null where the
+  // store renews one lease a call.
+  const std::shared_ptr<RenewalBatcher> batcher_;
 
   mutable std::mutex mu_;
   ServiceStatus status_ = ServiceStatus::kInitial;
@@ -234,6 +242,9 @@ class FactoryImpl {
   const std::shared_ptr<Backend> backend_;
   FactoryOptions options_;
   std::shared_ptr<Runtime> runtime_;
+  // Where the store batches renewals (Capabilities::batch_renewals); null
+  // otherwise.
+  std::shared_ptr<RenewalBatcher> batcher_;
   Observers observers_;
   std::mutex mu_;
   std::vector<std::weak_ptr<ServiceCore>> services_;

@@ -29,8 +29,11 @@ StoreDescription mysql_store() {
   };
   // docs/backends/mysql.md: MySQL cannot notify; the wait line pushes hand-offs, and a forced
   // holder learns at its next renewal
-  store.expect = {
-      .push_release = true, .forced_loss_pushed = false, .lists_waiters = false, .fifo = false};
+  store.expect = {.push_release = true,
+                  .forced_loss_pushed = false,
+                  .lists_waiters = false,
+                  .fifo = false,
+                  .batch_renewals = true};
   // Rows survive a restart (InnoDB commits are durable), connections do not.
   store.restarts = true;
   // keys: GET_LOCK; keys carry the test name, so tests sharing the server

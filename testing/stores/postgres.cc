@@ -32,6 +32,7 @@ StoreDescription postgres_store() {
                   .forced_loss_pushed = true,
                   .lists_waiters = false,
                   .fifo = false,
+                  .batch_renewals = true,
                   .push_channel_starts_on_subscribe = true};
   // Rows survive a restart (every commit is durable), connections do not.
   store.restarts = true;

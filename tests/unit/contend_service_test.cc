@@ -770,5 +770,110 @@ TEST_F(ContendServiceTest, FactoryRejectsBadOptions) {
               testing::StatusIs(StatusCode::kInvalidArgument));
 }
 
+// A store that renews in batches (as PostgreSQL and MySQL do), on the
+// memory store: renew() renews each request whose contender owns its mutex
+// by that contender's own acquire_or_renew, and answers the others with what
+// the store has, as one call.
+class BatchingBackend final : public testing::ForwardingBackend {
+ public:
+  BatchingBackend(std::shared_ptr<Backend> target, bool pushes)
+      : ForwardingBackend(std::move(target), pushes), capabilities_(target_->capabilities()) {
+    capabilities_.batch_renewals = true;
+  }
+  const Capabilities& capabilities() const override { return capabilities_; }
+  int acquire_calls() const { return acquire_calls_.load(); }
+  int renew_calls() const { return renew_calls_.load(); }
+  int renewed() const { return renewed_.load(); }
+
+ protected:
+  Result<OwnerRecord> do_acquire_or_renew(const AcquireRequest& request,
+                                          Deadline deadline) override {
+    ++acquire_calls_;
+    return target_->acquire_or_renew(request, deadline);
+  }
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override {
+    ++renew_calls_;
+    std::vector<OwnerRecord> records;
+    for (const AcquireRequest& request : requests) {
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, target_->read(request.mutex, deadline));
+      if (record.owner.is_owner(request.contender_id) && record.owner.has_owner(record.store_now)) {
+        SIMBA_ASSIGN_OR_RETURN(record, target_->acquire_or_renew(request, deadline));
+        ++renewed_;
+      }
+      records.push_back(std::move(record));
+    }
+    return records;
+  }
+
+ private:
+  Capabilities capabilities_;
+  std::atomic<int> acquire_calls_{0};
+  std::atomic<int> renew_calls_{0};
+  std::atomic<int> renewed_{0};
+};
+
+// Owners that acquired at scattered times renew together: after their first
+// renewal each renews at a meeting point (a multiple of ttl / 8, at most that
+// much early), so 20 leases over 3 periods cost a few batched calls, not 60
+// renewals, and every lease holds throughout with its token.
+TEST_F(ContendServiceTest, RenewalsGoTogetherInFewCallsAndEveryLeaseHolds) {
+  auto backend = std::make_shared<BatchingBackend>(store_, /*pushes=*/true);
+  auto factory = make_factory(backend, pin_jitter);
+  std::vector<std::unique_ptr<MutexContendService>> services;
+  std::vector<std::uint64_t> tokens;
+  for (int i = 0; i < 20; ++i) {
+    services.push_back(
+        factory
+            ->create_contend_service(make_contender(
+                "m" + std::to_string(i), [](const MutexState&) {}, [](const MutexState&) {}))
+            .value());
+    SIMBA_ASSERT_OK(services.back()->start());
+    ASSERT_TRUE(eventually([&] { return services.back()->is_owner(); }, seconds(5)));
+    tokens.push_back(services.back()->fencing_token());
+    clock_->advance(milliseconds(300));  // acquisitions over 6 s
+    settle();
+  }
+  ASSERT_EQ(backend->acquire_calls(), 20);
+  for (int step = 0; step < 300; ++step) {  // three periods of ttl (10 s)
+    clock_->advance(milliseconds(100));
+    settle();
+  }
+  EXPECT_EQ(backend->acquire_calls(), 20) << "no renewal went alone";
+  EXPECT_GE(backend->renewed(), 20 * 3);
+  // At most one call per meeting point (8 a period), and the first
+  // renewals of leases acquired over 6 s meet in at most 6 of them.
+  EXPECT_LE(backend->renew_calls(), 3 * 8);
+  for (std::size_t i = 0; i < services.size(); ++i) {
+    EXPECT_TRUE(services[i]->is_owner()) << i;
+    EXPECT_EQ(services[i]->fencing_token(), tokens[i]) << i;
+  }
+  for (auto& service : services) SIMBA_ASSERT_OK(service->stop());
+}
+
+// A batched renewal never acquires: one that finds the hold gone (an
+// operator's forced release, unheard without push) reports the loss, and the
+// service then acquires anew, under a new token.
+TEST_F(ContendServiceTest, ABatchedRenewalThatFindsTheHoldGoneReportsTheLoss) {
+  auto backend = std::make_shared<BatchingBackend>(store_, /*pushes=*/false);
+  auto factory = make_factory(backend, pin_jitter);
+  auto a = factory->create_contend_service(contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  const std::uint64_t token = a->fencing_token();
+  SIMBA_ASSERT_OK(store_->force_release("m", std::chrono::steady_clock::now() + seconds(1)));
+  for (int step = 0; step < 110 && backend->renew_calls() == 0; ++step) {
+    clock_->advance(milliseconds(100));
+    settle();
+  }
+  ASSERT_EQ(backend->renew_calls(), 1);
+  EXPECT_EQ(backend->renewed(), 0);
+  ASSERT_TRUE(eventually([&] { return events_.count("A acquired") == 2; }, seconds(5)));
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released", "A acquired"));
+  EXPECT_GT(a->fencing_token(), token);
+  EXPECT_EQ(backend->acquire_calls(), 2);
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 }  // namespace
 }  // namespace simba

@@ -138,6 +138,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     capabilities_.transport = driver_->transport();
     capabilities_.failover = options.failover;
     capabilities_.ends_with_session = options.ends_with_session;
+    capabilities_.batch_renewals = driver_->batches_renewals();
     if (options.line_sessions > 0 && driver_->line_lock("")) {
       line_ = make_line(options.line_sessions);
       // Where releases are not announced, the line is the push: the next
@@ -340,6 +341,79 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     }
     if (!results.ok()) return results.status();
     return !results->empty() && results->front().affected_rows > 0;
+  }
+
+  // One UPDATE per lease length (a factory's services share theirs, as a
+  // rule) over the (mutex, owner) pairs that still hold, then one read of
+  // the rows, in one transaction: the renewal of acquire_or_renew without
+  // its taking.
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override {
+    const std::string now = driver_->now_ms();
+    std::map<std::pair<milliseconds, milliseconds>, std::vector<std::size_t>> by_lease;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      by_lease[{requests[i].ttl, requests[i].transition}].push_back(i);
+    }
+    std::vector<Statement> statements;
+    for (const auto& [lease, which] : by_lease) {
+      std::vector<std::string> params = {std::to_string(lease.first.count()),
+                                         std::to_string(lease.second.count())};
+      std::string pairs;
+      for (const std::size_t i : which) {
+        if (!pairs.empty()) pairs += ", ";
+        pairs += "({" + std::to_string(params.size()) + "}, {" + std::to_string(params.size() + 1) +
+                 "})";
+        params.emplace_back(requests[i].mutex);
+        params.emplace_back(requests[i].contender_id);
+      }
+      // (Each column's new value reads only its own old one: the same
+      // under MySQL's left-to-right assignment.)
+      statements.push_back({"UPDATE simba_mutex SET acquired_at = " + now +
+                                ", ttl_at = CASE WHEN ttl_at > " + now +
+                                " + {#0} THEN ttl_at ELSE " + now +
+                                " + {#0} END, transition_at = CASE WHEN transition_at > " + now +
+                                " + {#0} + {#1} THEN transition_at ELSE " + now +
+                                " + {#0} + {#1} END WHERE transition_at >= " + now +
+                                " AND (mutex, owner_id) IN (" + pairs + ")",
+                            std::move(params)});
+    }
+    std::vector<std::string> mutexes;
+    std::string in;
+    for (const AcquireRequest& request : requests) {
+      if (!in.empty()) in += ", ";
+      in += "{" + std::to_string(mutexes.size()) + "}";
+      mutexes.emplace_back(request.mutex);
+    }
+    statements.push_back({"SELECT mutex, " + std::string(kColumns) + ", " + now +
+                              " FROM simba_mutex WHERE mutex IN (" + in + ")",
+                          std::move(mutexes)});
+    // The store's time, for a mutex without a row (its table was emptied).
+    statements.push_back({"SELECT " + now, {}});
+    SIMBA_ASSIGN_OR_RETURN(std::vector<SqlResult> ran,
+                           run_on_table(std::move(statements), true, deadline,
+                                        "renewing " + std::to_string(requests.size()) + " leases"));
+    if (ran.size() < 2 || ran.back().rows.size() != 1 || ran.back().rows[0].empty()) {
+      return internal_error(driver_->description() + ": renewing leases: no store time returned");
+    }
+    const StoreTime store_now(to_int(ran.back().rows[0][0]));
+    std::map<std::string, OwnerRecord, std::less<>> rows;
+    for (const SqlRow& row : ran[ran.size() - 2].rows) {
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, to_record(row, 1));
+      rows.emplace(row[0], std::move(record));
+    }
+    std::vector<OwnerRecord> records;
+    records.reserve(requests.size());
+    for (const AcquireRequest& request : requests) {
+      auto it = rows.find(request.mutex);
+      if (it != rows.end()) {
+        records.push_back(it->second);
+      } else {
+        OwnerRecord none;
+        none.store_now = store_now;
+        records.push_back(std::move(none));
+      }
+    }
+    return records;
   }
 
   Status do_leave(std::string_view mutex, std::string_view contender_id,

@@ -295,6 +295,10 @@ class SqlDriver {
     (void)on_event;
     return nullptr;
   }
+  // Whether a lease's renewal is only its row's (SqlBackend::do_renew
+  // renews many in one statement). Not where an acquisition records more
+  // beside the row (begin_acquire's host holds).
+  virtual bool batches_renewals() const { return true; }
   // Whether MakeListener gives push (default: when releases are announced).
   virtual bool pushes() const { return !release_notice_sql().empty(); }
   // What follows a SELECT that locks the row for the transaction (SQLite's

@@ -682,6 +682,9 @@ class SqliteDriver final : public SqlDriver {
   std::string for_update_sql() const override { return ""; }
 
   bool pushes() const override { return true; }
+  // A renewal goes through begin_acquire (the kernel lock and its record):
+  // one at a time. (No round trip to save: the store is a local file.)
+  bool batches_renewals() const override { return false; }
   std::unique_ptr<Listener> make_listener(
       std::function<void(const MutexEvent&)> on_event) override {
     watcher_->start(std::move(on_event));

@@ -1,0 +1,82 @@
+#include "core/renewal_batcher.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace simba::internal {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+RenewalBatcher::RenewalBatcher(std::shared_ptr<Runtime> runtime, std::shared_ptr<Backend> backend)
+    : runtime_(std::move(runtime)), backend_(std::move(backend)) {}
+
+milliseconds RenewalBatcher::meeting_delay(Clock::TimePoint now, milliseconds delay,
+                                           milliseconds ttl) const {
+  const milliseconds step = std::max(ttl / 8, milliseconds(1));
+  const auto due = duration_cast<milliseconds>((now + delay).time_since_epoch());
+  const milliseconds meeting = due - due % step;
+  const milliseconds from_now = meeting - duration_cast<milliseconds>(now.time_since_epoch());
+  return std::max(from_now, delay - delay / 4);
+}
+
+bool RenewalBatcher::submit(std::string mutex, std::string contender_id, milliseconds ttl,
+                            milliseconds transition, Deadline deadline, Answer answer) {
+  bool schedule = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(Entry{std::move(mutex), std::move(contender_id), ttl, transition, deadline,
+                             std::move(answer)});
+    schedule = !std::exchange(flush_due_, true);
+  }
+  if (!schedule) return true;
+  // On the timer thread, which then hands the call to the I/O pool: the
+  // renewals due at the same meeting point all fire before it.
+  std::weak_ptr<RenewalBatcher> weak = weak_from_this();
+  const bool scheduled = runtime_->schedule_at(runtime_->clock()->now() + kGather, [weak] {
+    auto self = weak.lock();
+    if (!self) return;
+    if (!self->runtime_->post_io([self] { self->flush(); }, true)) {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      self->pending_.clear();
+      self->flush_due_ = false;
+    }
+  }) != 0;
+  if (!scheduled) {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.clear();
+    flush_due_ = false;
+  }
+  return scheduled;
+}
+
+void RenewalBatcher::flush() {
+  std::vector<Entry> batch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    batch.swap(pending_);
+    flush_due_ = false;
+  }
+  for (std::size_t first = 0; first < batch.size(); first += kMaxBatch) {
+    const std::size_t end = std::min(batch.size(), first + kMaxBatch);
+    std::vector<AcquireRequest> requests;
+    requests.reserve(end - first);
+    Deadline deadline = Deadline::max();
+    for (std::size_t i = first; i < end; ++i) {
+      const Entry& entry = batch[i];
+      requests.push_back({entry.mutex, entry.contender_id, entry.ttl, entry.transition});
+      deadline = std::min(deadline, entry.deadline);
+    }
+    const Clock::TimePoint sent = runtime_->clock()->now();
+    Result<std::vector<OwnerRecord>> records = backend_->renew(requests, deadline);
+    for (std::size_t i = first; i < end; ++i) {
+      if (records.ok()) {
+        batch[i].answer(std::move((*records)[i - first]), sent);
+      } else {
+        batch[i].answer(records.status(), sent);
+      }
+    }
+  }
+}
+
+}  // namespace simba::internal
