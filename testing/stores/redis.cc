@@ -33,6 +33,7 @@ StoreDescription redis_store() {
                   .forced_loss_pushed = true,
                   .lists_waiters = true,
                   .fifo = false,
+                  .batch_renewals = true,
                   .push_channel_starts_on_subscribe = true};
   // A durable server keeps its keys across the restart (no restart guard).
   store.restarts = true;

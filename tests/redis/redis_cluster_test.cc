@@ -184,6 +184,10 @@ TEST_F(RedisCluster, CoreCasesOnEveryShard) {
   auto b = open(uri());
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->scheme(), "redis-cluster");
+  // The mutexes' keys are in many slots: renewals go one a call.
+  EXPECT_FALSE(a->capabilities().batch_renewals);
+  EXPECT_THAT(a->renew({request_for("m", "a")}, in(seconds(5))),
+              StatusIs(StatusCode::kUnimplemented));
   const std::vector<std::string> mutexes = one_mutex_per_shard();
   ASSERT_EQ(mutexes.size(), 3u);
   for (const std::string& m : mutexes) {

@@ -317,6 +317,15 @@ TEST(RedisSentinel, CoreCasesThroughTheSentinels) {
   ASSERT_THAT(b2, IsOk());
   EXPECT_EQ(b2->owner.owner_id, "b");
   EXPECT_GT(b2->owner.fencing_token, a->owner.fencing_token);
+  // Renewals together, on the primary: b's is renewed, a's finds b.
+  EXPECT_TRUE(backend->capabilities().batch_renewals);
+  auto renewed =
+      backend->renew({request_for("core", "b"), request_for("core", "a")}, in(seconds(2)));
+  ASSERT_THAT(renewed, IsOk());
+  ASSERT_EQ(renewed->size(), 2u);
+  EXPECT_EQ((*renewed)[0].owner.owner_id, "b");
+  EXPECT_EQ((*renewed)[0].owner.fencing_token, b2->owner.fencing_token);
+  EXPECT_EQ((*renewed)[1].owner.owner_id, "b");
 
   // The keys are on the primary the sentinels name (and replicated).
   RawRedis primary(cluster->node_uri(cluster->primary()));

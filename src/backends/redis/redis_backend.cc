@@ -367,7 +367,7 @@ class NodeOpener {
 // ---------------------------------------------------------------------------
 // The command connection.
 
-enum Script { kAcquire, kRelease, kForceRelease, kRead, kWaiters, kLeave, kScriptCount };
+enum Script { kAcquire, kRelease, kForceRelease, kRead, kWaiters, kLeave, kRenew, kScriptCount };
 
 struct ServerFacts {
   // The server may lose acknowledged writes when it restarts.
@@ -396,7 +396,8 @@ class CommandChannel {
     static constexpr const char* kBodies[kScriptCount] = {
         internal::redis::kLuaAcquire,      internal::redis::kLuaRelease,
         internal::redis::kLuaForceRelease, internal::redis::kLuaRead,
-        internal::redis::kLuaWaiters,      internal::redis::kLuaLeave};
+        internal::redis::kLuaWaiters,      internal::redis::kLuaLeave,
+        internal::redis::kLuaRenew};
     for (int i = 0; i < kScriptCount; ++i) {
       scripts_[i] = std::string(internal::redis::kLuaPrelude) + kBodies[i];
       if (cluster_) {
@@ -420,11 +421,28 @@ class CommandChannel {
                      std::optional<milliseconds> guard_px = std::nullopt,
                      std::optional<std::pair<int, milliseconds>> wait = std::nullopt,
                      long long* acked = nullptr, bool asking = false) {
+    return eval_keys(script, {mutex}, args, deadline, facts, guard_px, wait, acked, asking);
+  }
+
+  // `script` on the keys of several mutexes at once (KEYS: each mutex's
+  // three in turn; one server only: in a cluster they are in many slots).
+  Result<Reply> eval_many(Script script, const std::vector<std::string_view>& mutexes,
+                          const std::vector<std::string>& args, Deadline deadline,
+                          std::optional<std::pair<int, milliseconds>> wait, long long* acked) {
+    return eval_keys(script, mutexes, args, deadline, nullptr, std::nullopt, wait, acked, false);
+  }
+
+  Result<Reply> eval_keys(Script script, const std::vector<std::string_view>& mutexes,
+                          const std::vector<std::string>& args, Deadline deadline,
+                          ServerFacts* facts, std::optional<milliseconds> guard_px,
+                          std::optional<std::pair<int, milliseconds>> wait, long long* acked,
+                          bool asking) {
     const TurnGate::Turn turn = turn_.take(deadline);
     if (!turn.taken()) return busy();
     for (int attempt = 0;; ++attempt) {
       const bool reused = conn_ != nullptr && !stale_.load();
-      auto reply = eval_locked(script, mutex, args, deadline, facts, guard_px, wait, acked, asking);
+      auto reply =
+          eval_locked(script, mutexes, args, deadline, facts, guard_px, wait, acked, asking);
       // A connection opened before the server went away (a failover, a
       // restart) fails at its next use: once, the call is tried again on a
       // new one (behind Sentinel: the primary named now). Every script may
@@ -438,7 +456,7 @@ class CommandChannel {
     }
   }
 
-  Result<Reply> eval_locked(Script script, std::string_view mutex,
+  Result<Reply> eval_locked(Script script, const std::vector<std::string_view>& mutexes,
                             const std::vector<std::string>& args, Deadline deadline,
                             ServerFacts* facts, std::optional<milliseconds> guard_px,
                             std::optional<std::pair<int, milliseconds>> wait, long long* acked,
@@ -451,7 +469,7 @@ class CommandChannel {
     // fence hash; one that never was a replica has lost nothing to one.
     const bool term_key = guard_px && opener_->sentinel() && restart_guard_;
     const bool term_in_fence = guard_px && cluster_ && restart_guard_ && facts_.promoted;
-    Command command = eval_command(script, mutex, term_key);
+    Command command = eval_command(script, mutexes, term_key);
     command.insert(command.end(), args.begin(), args.end());
     if (guard_px) {
       command.push_back(restart_guard_ && facts_.lossy
@@ -525,16 +543,21 @@ class CommandChannel {
       const TurnGate::Turn turn = turn_.take(deadline);
       if (!turn.taken()) return busy();
       SIMBA_RETURN_IF_ERROR(connected_locked(deadline).status());
-      for (const std::string& mutex : mutexes) commands.push_back(eval_command(script, mutex));
+      for (const std::string& mutex : mutexes) commands.push_back(eval_command(script, {mutex}));
     }
     return pipeline(commands, deadline);
   }
 
  private:
-  // EVALSHA of `script` on the keys of `mutex` (shas_ is read with the turn).
-  Command eval_command(Script script, std::string_view mutex, bool term = false) const {
-    Command command = {"EVALSHA", shas_[script], term ? "4" : "3"};
-    for (std::string& key : mutex_keys(prefix_, mutex)) command.push_back(std::move(key));
+  // EVALSHA of `script` on the keys of `mutexes` (shas_ is read with the
+  // turn).
+  Command eval_command(Script script, const std::vector<std::string_view>& mutexes,
+                       bool term = false) const {
+    Command command = {"EVALSHA", shas_[script],
+                       std::to_string(3 * mutexes.size() + (term ? 1 : 0))};
+    for (const std::string_view mutex : mutexes) {
+      for (std::string& key : mutex_keys(prefix_, mutex)) command.push_back(std::move(key));
+    }
     if (term) command.push_back(prefix_ + ":@@term");
     return command;
   }
@@ -1383,6 +1406,18 @@ class CommandRouter {
     if (single_) single_->interrupt();
   }
 
+  // `script` on the keys of several mutexes in one call, on one server
+  // (not a cluster: their keys are in many slots).
+  Result<Reply> eval_many(Script script, const std::vector<std::string_view>& mutexes,
+                          const std::vector<std::string>& args, Deadline deadline,
+                          std::optional<std::pair<int, milliseconds>> wait, long long* acked) {
+    if (!single_) {
+      return unimplemented_error(map_->describe() +
+                                 ": the keys of many mutexes are in many slots of the cluster");
+    }
+    return single_->eval_many(script, mutexes, args, deadline, wait, acked);
+  }
+
   Result<Reply> eval(Script script, std::string_view mutex, const std::vector<std::string>& args,
                      Deadline deadline, ServerFacts* facts = nullptr,
                      std::optional<milliseconds> guard_px = std::nullopt,
@@ -1666,6 +1701,9 @@ class RedisBackend final : public Backend {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.lists_waiters = true;
+    // One script renews many leases on one server; in a cluster the
+    // mutexes' keys are in many slots, which one script cannot reach.
+    capabilities_.batch_renewals = map_ == nullptr;
     capabilities_.fencing_source =
         opener_->sentinel()
             ? "counter in simba:{M}:fence: max(last + 1, server time in microseconds); "
@@ -1793,6 +1831,51 @@ class RedisBackend final : public Backend {
           .with_retry_after(milliseconds(lock.pttl));
     }
     return to_record(lock, request.ttl, request.transition);
+  }
+
+  // One script over every lease (kLuaRenew): renews those its contender
+  // holds, reads the others.
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override {
+    std::vector<std::string_view> mutexes;
+    std::vector<std::string> args;
+    for (const AcquireRequest& request : requests) {
+      mutexes.push_back(request.mutex);
+      args.emplace_back(request.contender_id);
+      args.push_back(std::to_string(request.ttl.count()));
+      args.push_back(std::to_string(request.transition.count()));
+    }
+    std::optional<std::pair<int, milliseconds>> wait;
+    if (options_.min_replicas > 0) {
+      wait.emplace(options_.min_replicas, options_.min_replicas_timeout);
+    }
+    long long acked = 0;
+    SIMBA_ASSIGN_OR_RETURN(Reply reply,
+                           commands_.eval_many(kRenew, mutexes, args, deadline, wait, &acked));
+    const std::string what = "renewing " + std::to_string(requests.size()) + " leases";
+    if (is_error(reply.get())) return error_reply_status(reply.get(), context(what));
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != requests.size()) {
+      return internal_error(context(what) + ": unexpected reply");
+    }
+    if (wait && acked < wait->first) {
+      // As for one renewal (do_acquire_or_renew): not counted.
+      return unavailable_error(context(what) + ": renewed but only " +
+                               std::to_string(std::max(0LL, acked)) + " of the " +
+                               std::to_string(wait->first) +
+                               " replicas asked for (min_replicas) acknowledged the write "
+                               "within " +
+                               format_duration(wait->second) + ", so a failover could lose it")
+          .with_retry_after(wait->second);
+    }
+    std::vector<OwnerRecord> records;
+    records.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      ReplyFields fields(reply->element[i], what);
+      SIMBA_RETURN_IF_ERROR(fields.check(6));
+      SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
+      records.push_back(to_record(lock, requests[i].ttl, requests[i].transition));
+    }
+    return records;
   }
 
   Result<bool> do_release(std::string_view mutex, std::string_view contender_id,

@@ -40,6 +40,7 @@
 //   leave:    0
 //   force:    {owner, pttl, token, now_ms, ttl, tr, floor}
 //   read:     {owner, pttl, token, now_ms, ttl, tr}
+//   renew:    {read-shaped array, ...}, one a mutex
 //   waiters:  {id, ...}, the live waiters oldest first
 // where ttl and tr are the owner's ttl and transition ('0' when unknown: the
 // owner is a JVM Simba process).
@@ -252,6 +253,39 @@ if owner then
   wake(owner, ms, true)
 end
 return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
+)lua";
+
+// KEYS: the three keys of each mutex in turn; ARGV: id, ttl, transition of
+// each in turn (the factory's renewals together, Backend::renew). Renews
+// each lock its id holds as the acquire script's renewal does (SET XX PX
+// ttl + transition; the fence's ttl and tr when the lease is ours), and
+// takes nothing: every other mutex, free or not, is only read. Neither the
+// queue nor the primary's term is touched (an acquisition records the term;
+// one recorded later only makes the restart guard end later). One array a
+// mutex, shaped as the read script's reply.
+inline constexpr char kLuaRenew[] = R"lua(
+local out = {}
+local ms = now()
+for i = 0, #KEYS / 3 - 1 do
+  -- The prelude's lock, queue and fence (fence_of reads them) name this
+  -- mutex's keys now.
+  lock, queue, fence = KEYS[3 * i + 1], KEYS[3 * i + 2], KEYS[3 * i + 3]
+  local id, ttl, tr = ARGV[3 * i + 1], ARGV[3 * i + 2], ARGV[3 * i + 3]
+  local owner = redis.call('GET', lock)
+  if owner == id then
+    local px = tonumber(ttl) + tonumber(tr)
+    redis.call('SET', lock, id, 'XX', 'PX', px)
+    local token = fence_of(id)
+    if token ~= '0' then redis.call('HSET', fence, 'ttl', ttl, 'tr', tr) end
+    out[#out + 1] = {id, fmt(px), token, fmt(ms), ttl, tr}
+  elseif owner then
+    local token, ottl, otr = fence_of(owner)
+    out[#out + 1] = {owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
+  else
+    out[#out + 1] = {'', '-2', '0', fmt(ms), '0', '0'}
+  end
+end
+return out
 )lua";
 
 // No ARGV.
