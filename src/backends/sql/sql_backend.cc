@@ -1,6 +1,7 @@
 #include "backends/sql/sql_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <charconv>
 #include <chrono>
@@ -346,7 +347,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // One UPDATE per lease length (a factory's services share theirs, as a
   // rule) over the (mutex, owner) pairs that still hold, then one read of
   // the rows, in one transaction: the renewal of acquire_or_renew without
-  // its taking.
+  // its taking. Each list is padded to a power of two (its last entry
+  // again, which changes nothing): a driver that prepares each statement
+  // text once per session (PostgreSQL) then keeps a few texts, not one
+  // for every batch size.
+  static std::size_t padded(std::size_t n) { return std::bit_ceil(std::max<std::size_t>(n, 1)); }
+
   Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
                                             Deadline deadline) override {
     const std::string now = driver_->now_ms();
@@ -359,7 +365,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       std::vector<std::string> params = {std::to_string(lease.first.count()),
                                          std::to_string(lease.second.count())};
       std::string pairs;
-      for (const std::size_t i : which) {
+      for (std::size_t k = 0; k < padded(which.size()); ++k) {
+        const std::size_t i = which[std::min(k, which.size() - 1)];
         if (!pairs.empty()) pairs += ", ";
         pairs += "({" + std::to_string(params.size()) + "}, {" + std::to_string(params.size() + 1) +
                  "})";
@@ -379,10 +386,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     }
     std::vector<std::string> mutexes;
     std::string in;
-    for (const AcquireRequest& request : requests) {
+    for (std::size_t k = 0; k < padded(requests.size()); ++k) {
       if (!in.empty()) in += ", ";
       in += "{" + std::to_string(mutexes.size()) + "}";
-      mutexes.emplace_back(request.mutex);
+      mutexes.emplace_back(requests[std::min(k, requests.size() - 1)].mutex);
     }
     statements.push_back({"SELECT mutex, " + std::string(kColumns) + ", " + now +
                               " FROM simba_mutex WHERE mutex IN (" + in + ")",
