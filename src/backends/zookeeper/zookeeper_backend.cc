@@ -1273,6 +1273,9 @@ void ZkStore::run_keepalive() {
         probe_unanswered_since_.reset();
         continue;
       }
+      // shutdown() may have come while the lock was released: its notice
+      // is gone, and the wait below (no handle left) would be for ever.
+      if (closed_) continue;
     }
     if (connected_ && handle_ != nullptr && now >= next_probe) {
       // A read (served by the member we talk to, no write) so that the
