@@ -36,18 +36,16 @@ bool RenewalBatcher::submit(std::string mutex, std::string contender_id, millise
   const bool scheduled = runtime_->schedule_at(runtime_->clock()->now() + kGather, [weak] {
     auto self = weak.lock();
     if (!self) return;
-    if (!self->runtime_->post_io([self] { self->flush(); }, true)) {
-      std::lock_guard<std::mutex> lock(self->mu_);
-      self->pending_.clear();
-      self->flush_due_ = false;
-    }
+    if (!self->runtime_->post_io([self] { self->flush(); }, true)) self->drop_pending();
   }) != 0;
-  if (!scheduled) {
-    std::lock_guard<std::mutex> lock(mu_);
-    pending_.clear();
-    flush_due_ = false;
-  }
+  if (!scheduled) drop_pending();
   return scheduled;
+}
+
+void RenewalBatcher::drop_pending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  pending_.clear();
+  flush_due_ = false;
 }
 
 void RenewalBatcher::flush() {

@@ -70,6 +70,8 @@ class RenewalBatcher : public std::enable_shared_from_this<RenewalBatcher> {
 
   // Sends what is pending (on an I/O thread).
   void flush();
+  // Forgets what is pending: the runtime has shut down, nothing will send it.
+  void drop_pending();
 
   const std::shared_ptr<Runtime> runtime_;
   const std::shared_ptr<Backend> backend_;
