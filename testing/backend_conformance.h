@@ -57,6 +57,11 @@ struct StoreExpectations {
   // renew() renews many leases in one store call (Capabilities::
   // batch_renewals); else it is kUnimplemented.
   bool batch_renewals = false;
+  // A lease's length is fixed when it is acquired (etcd: a key sits on a
+  // session lease of one length, and moves to another only by queueing
+  // again): a renewal asking another ttl renews nothing and answers with the
+  // store's owner, times as the store has them.
+  bool lease_length_fixed = false;
   // The push channel (a LISTEN connection, a watcher's first look, a
   // subscriber connection) comes up asynchronously after the backend's
   // first subscribe, and any subscription hears releases once it is up: a

@@ -108,9 +108,10 @@ inline void expect_a_listener_may_destroy_its_backend(const std::string& uri) {
   using std::chrono::seconds;
   auto other = open(uri);
   ASSERT_TRUE(other);
-  // Simba's threads are counted from here (`other` starts none), all of
-  // them from after a first call: a client library may start a pool of its
-  // own, once per process, at the first call (gRPC does).
+  // Simba's threads are counted from here, all of them from after a first
+  // call: a client library may start a pool of its own, once per process,
+  // at the first call (gRPC does). `other` starts none before it acquires
+  // (an etcd backend watches its owners), and is gone before the count.
   const int simba_threads = count_simba_threads();
   (void)other->read("gone", in(seconds(3)));
   const int threads = count_threads();
@@ -139,7 +140,8 @@ inline void expect_a_listener_may_destroy_its_backend(const std::string& uri) {
         return destroyed.is_set();
       },
       seconds(20)));
-  // The event thread ends by itself (and `other` started none).
+  // The event thread ends by itself (`other`'s own are joined here).
+  other.reset();
   EXPECT_TRUE(eventually(
       [&] { return count_threads() <= threads && count_simba_threads() <= simba_threads; },
       seconds(10)));

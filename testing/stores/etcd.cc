@@ -32,8 +32,12 @@ StoreDescription etcd_store() {
       {"etcd://127.0.0.1:2379?tls=maybe", StatusCode::kInvalidArgument, "tls"},
   };
   // docs/backends/etcd.md: a queue of keys by create revision, watched
-  store.expect = {
-      .push_release = true, .forced_loss_pushed = true, .lists_waiters = true, .fifo = true};
+  store.expect = {.push_release = true,
+                  .forced_loss_pushed = true,
+                  .lists_waiters = true,
+                  .fifo = true,
+                  .batch_renewals = true,
+                  .lease_length_fixed = true};
   // Keys and leases survive a restart (etcd extends leases when a leader
   // starts); EtcdFailures.ServerRestartNeverOverlapsOwners allows 20 s for
   // the next owner.

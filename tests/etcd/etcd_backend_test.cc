@@ -1002,14 +1002,24 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
   auto backend = open(uri);
   ASSERT_TRUE(backend);
   Raw raw(uri);
-  // Without a subscription there is no watch: every renewal checks the
-  // key with a transaction (keep-alive + transaction).
+  // Without a subscription an owner is watched too: once a renewal has
+  // checked the key under the watch (keep-alive + transaction), a
+  // keep-alive alone renews. The acquisition starts the watch, which is not
+  // waited for: the renewals before it is up each check the key.
   SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("plain", "c"), in(seconds(10))));
+  ASSERT_TRUE(eventually(
+      [&] {
+        const long long start = raw.requests();
+        EXPECT_TRUE(backend->acquire_or_renew(request_for("plain", "c"), in(seconds(10))).ok());
+        return raw.requests() - start == 1;
+      },
+      seconds(10)))
+      << "no renewal went by keep-alive alone";
   long long before = raw.requests();
   for (int i = 0; i < 5; ++i) {
     SIMBA_ASSERT_OK(backend->acquire_or_renew(request_for("plain", "c"), in(seconds(10))));
   }
-  EXPECT_EQ(raw.requests() - before, 10);
+  EXPECT_EQ(raw.requests() - before, 5);
 
   // With one, the watch vouches for the key: a keep-alive alone renews.
   std::mutex mu;
@@ -1052,6 +1062,67 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
   EXPECT_GT(again->owner.fencing_token, forced->fencing_floor);
   SIMBA_EXPECT_OK(backend->release("watched", "c", in(seconds(10))));
   SIMBA_EXPECT_OK(backend->release("plain", "c", in(seconds(10))));
+}
+
+// A factory's renewals go together (Backend::renew): while the watch runs
+// they are one keep-alive of the session lease for every owner. After a
+// break of the watch each owner's key needs a full check again; the batch
+// sends those checks together, one transaction each and a single
+// keep-alive (one owner alone would send a keep-alive with its check), and
+// the batch after it is one keep-alive again.
+TEST(EtcdRenewal, ABatchAfterTheWatchBrokeChecksItsOwnersTogether) {
+  auto server = TestServer::start("etcd");
+  SIMBA_ASSERT_OK(server);
+  auto parsed = Uri::parse((*server)->uri());
+  SIMBA_ASSERT_OK(parsed);
+  TcpProxy proxy(*parsed->hosts.front().port);
+  auto backend = open(with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  ASSERT_TRUE(backend);
+  Raw raw(with_prefix((*server)->uri()));
+  // The watch wakes every subscriber once whenever it is (re)established.
+  std::atomic<int> watch_wakes{0};
+  auto sub = backend->subscribe("together-watch", "w", [&](const MutexEvent&) { ++watch_wakes; });
+  SIMBA_ASSERT_OK(sub);
+  constexpr int kOwners = 20;
+  std::vector<std::string> names;
+  for (int i = 0; i < kOwners; ++i) names.push_back("together-" + std::to_string(i));
+  std::vector<AcquireRequest> requests;
+  std::vector<std::uint64_t> tokens;
+  for (const std::string& name : names) {
+    requests.push_back(request_for(name, "c", seconds(10), seconds(5)));
+    auto acquired = backend->acquire_or_renew(requests.back(), in(seconds(10)));
+    SIMBA_ASSERT_OK(acquired);
+    ASSERT_EQ(acquired->owner.owner_id, "c");
+    tokens.push_back(acquired->owner.fencing_token);
+  }
+  // Requests one batch cost at the server; every owner must be renewed.
+  const auto batch_cost = [&] {
+    const long long start = raw.requests();
+    auto renewed = backend->renew(requests, in(seconds(10)));
+    EXPECT_TRUE(renewed.ok()) << renewed.status();
+    if (!renewed.ok()) return -1LL;
+    for (int i = 0; i < kOwners; ++i) {
+      const OwnerRecord& record = (*renewed)[static_cast<std::size_t>(i)];
+      EXPECT_EQ(record.owner.owner_id, "c") << names[static_cast<std::size_t>(i)];
+      EXPECT_EQ(record.owner.fencing_token, tokens[static_cast<std::size_t>(i)]);
+      EXPECT_EQ(record.owner.transition_at - record.store_now, seconds(15));
+    }
+    return raw.requests() - start;
+  };
+  ASSERT_TRUE(eventually([&] { return watch_wakes.load() > 0 && batch_cost() == 1; }, seconds(10)))
+      << "the watch never vouched for the owners";
+
+  const int wakes = watch_wakes.load();
+  proxy.cut_all();
+  ASSERT_TRUE(eventually([&] { return watch_wakes.load() > wakes; }, seconds(10)))
+      << "the watch did not come back";
+  // The request connection is made again by a call of its own first.
+  SIMBA_ASSERT_OK(backend->read("together-watch", in(seconds(10))));
+  EXPECT_EQ(batch_cost(), kOwners + 1) << "the checks and one keep-alive";
+  EXPECT_EQ(batch_cost(), 1) << "watched again: one keep-alive";
+  for (const std::string& name : names) {
+    EXPECT_THAT(backend->release(name, "c", in(seconds(10))), IsOkAndHolds(true));
+  }
 }
 
 // ---- scale

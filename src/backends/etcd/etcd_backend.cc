@@ -951,7 +951,13 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         holder.predecessor.clear();
         add_work_locked(mutex, &contender, MutexEvent::Kind::kReleased, {}, 0, &work);
       }
+      const bool owner = holder.owner;
       holders_[mutex][contender] = std::move(holder);
+      if (owner && !stopping_ && !worker_.running()) {
+        // An owner is watched although nobody listens: then its renewal is
+        // one keep-alive (StillOwner), for a batch of owners one in all.
+        worker_.start("etcd-watch", [self = shared_from_this()] { self->run(); });
+      }
     }
     hub_->deliver(work);
     return fresh;
@@ -1074,8 +1080,8 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
     Backoff backoff;
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {
-      // Watch only while somebody listens.
-      cv_.wait(lock, [&] { return stopping_ || !hub_->empty(); });
+      // Watch only while somebody listens or holds (see store()).
+      cv_.wait(lock, [&] { return stopping_ || !hub_->empty() || !holders_.empty(); });
       if (stopping_) break;
       connected_ = false;
       lock.unlock();
@@ -1420,6 +1426,8 @@ class EtcdBackend final : public Backend {
     capabilities_.cross_process = true;
     capabilities_.fifo = true;  // lowest create revision first: the queue of keys
     capabilities_.lists_waiters = true;
+    // One keep-alive renews every owner on a session lease (do_renew).
+    capabilities_.batch_renewals = true;
     capabilities_.fencing_source = "etcd create revision of the owner's key";
     capabilities_.max_mutex_length = kMaxNameLength;
     capabilities_.max_contender_id_length = kMaxNameLength;
@@ -1434,10 +1442,6 @@ class EtcdBackend final : public Backend {
                                           Deadline deadline) override {
     const std::string mutex(request.mutex);
     const std::string id(request.contender_id);
-    const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
-    const milliseconds hard = request.ttl + request.transition;
-    // Whole seconds, rounded up: the lease never ends before the hard lease.
-    const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
     const std::string context = call_context("acquiring mutex " + internal::in_quotes(mutex));
     const std::uint64_t began = next_call();
 
@@ -1454,25 +1458,139 @@ class EtcdBackend final : public Backend {
       return aborted_error(context + ": the contender left meanwhile");
     }
     delete_orphans(turn);
+    return decide(turn, request, context, nullptr);
+  }
+
+  // Renews each owner's lease and takes nothing (see Backend::renew), on one
+  // turn of the channel: the holders on one session lease share one
+  // keep-alive, so 10,000 owners on the backend's session lease cost one
+  // request when the watch has run without a break (what a contender's own
+  // call would check next, it checks here: still_owner). An owner whose
+  // check needs the store (the watch broke since its last full check) gets
+  // the read-only check_txn, and a request that owns nothing here is
+  // answered with the store's owner.
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline deadline) override {
+    const std::string context =
+        call_context("renewing " + std::to_string(requests.size()) + " mutexes");
+    RequestChannel::Turn turn(&channel_, deadline, context);
+    SIMBA_RETURN_IF_ERROR(turn.status());
+    delete_orphans(turn);
+    recheck_together(turn, requests);
+    KeptAlive kept;
+    std::vector<OwnerRecord> answers;
+    answers.reserve(requests.size());
+    for (const AcquireRequest& request : requests) {
+      SIMBA_ASSIGN_OR_RETURN(
+          OwnerRecord answer,
+          decide(turn, request,
+                 call_context("renewing mutex " + internal::in_quotes(request.mutex)), &kept));
+      answers.push_back(std::move(answer));
+    }
+    return answers;
+  }
+
+  // The owners among `requests` whose keys the watch has not vouched for
+  // since their last full check (after a break of the watch: all of them at
+  // once) get that check now, all the transactions in flight together
+  // (turn.batch), so that decide() finds them watched and renews each by the
+  // batch's keep-alive: after a reconnect 10,000 owners cost a few round
+  // trips, not 10,000 one after another. An owner whose check fails or says
+  // anything else is left to decide(), which checks it alone.
+  void recheck_together(RequestChannel::Turn& turn, const std::vector<AcquireRequest>& requests) {
+    const std::uint64_t watching = watcher_->live_session();
+    if (watching == 0) return;
+    struct Check {
+      std::string mutex;
+      std::string id;
+      Holder holder;
+      pb::TxnRequest txn;
+    };
+    std::vector<Check> checks;
+    for (const AcquireRequest& request : requests) {
+      Check check{std::string(request.mutex), std::string(request.contender_id), {}, {}};
+      std::optional<Holder> held = watcher_->find(check.mutex, check.id);
+      const milliseconds hard = request.ttl + request.transition;
+      const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
+      if (!held || held->asked_ttl != asked || !held->owner || held->create_revision == 0 ||
+          held->watched_since == watching) {
+        continue;
+      }
+      check.txn = check_txn(mutex_key_prefix(options_.key_prefix, check.mutex), held->key,
+                            held->create_revision);
+      check.holder = std::move(*held);
+      checks.push_back(std::move(check));
+    }
+    if (checks.size() < 2) return;  // one is checked as usual
+    auto replies = turn.batch<pb::TxnResponse>(
+        checks.size(), [&](RequestChannel::Stubs& stubs, std::size_t k, grpc::ClientContext* call,
+                           grpc::CompletionQueue* queue) {
+          return stubs.kv->AsyncTxn(call, checks[k].txn, queue);
+        });
+    if (!replies.ok()) return;  // decide() tries each, and says why
+    for (std::size_t k = 0; k < checks.size(); ++k) {
+      const Result<pb::TxnResponse>& reply = (*replies)[k];
+      if (!reply.ok() || !reply->succeeded()) continue;
+      Check& check = checks[k];
+      auto ours = txn_kvs(*reply, 0, "");
+      auto lowest = txn_kvs(*reply, 1, "");
+      if (!ours.ok() || !lowest.ok() || ours->empty() || lowest->empty() ||
+          ours->front().lease != check.holder.lease || lowest->front().key != check.holder.key) {
+        continue;
+      }
+      // As a full check in decide(): still the lowest key at the reply's
+      // revision, and the watch, live since before it was sent, sees any
+      // delete after it (store() refuses one it has already seen).
+      check.holder.watched_since = watching;
+      watcher_->store(check.mutex, check.id, check.holder, reply->header().revision());
+    }
+  }
+
+  // A session lease's keep-alive answer: when it was asked and how many
+  // seconds the lease had left.
+  struct KeepAliveAnswer {
+    StoreTime sent{0};
+    steady_clock::time_point sent_steady{};
+    std::int64_t ttl_left = 0;
+  };
+  // One batch's keep-alives, by lease.
+  using KeptAlive = std::map<std::int64_t, KeepAliveAnswer>;
+
+  // The decision of one acquire_or_renew on `turn`. With `renewing` (a
+  // batch, see do_renew) it only renews: a request that does not own its
+  // mutex by this backend's holder is answered with the store's owner, and
+  // nothing is created; keep-alives of one lease are sent once and kept in
+  // `renewing`.
+  Result<OwnerRecord> decide(RequestChannel::Turn& turn, const AcquireRequest& request,
+                             const std::string& context, KeptAlive* renewing) {
+    const std::string mutex(request.mutex);
+    const std::string id(request.contender_id);
+    const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
+    const milliseconds hard = request.ttl + request.transition;
+    // Whole seconds, rounded up: the lease never ends before the hard lease.
+    const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
     for (int round = 0; round < kAcquireRounds; ++round) {
       std::optional<Holder> held = watcher_->find(mutex, id);
       const std::uint64_t watching = watcher_->live_session();
-      if (held && held->asked_ttl == asked && held->owner && held->create_revision != 0 &&
-          held->watched_since != 0 && held->watched_since == watching) {
+      const bool owns =
+          held && held->asked_ttl == asked && held->owner && held->create_revision != 0;
+      if (renewing != nullptr && !owns) {
+        // Not an owner by our holder (any more): what the store has.
+        return owner_in(turn, mutex);
+      }
+      if (owns && held->watched_since != 0 && held->watched_since == watching) {
         // An owner's renewal while the watch has run without a break since
         // its last full check: our key is still the lowest exactly as long
         // as it exists, the lease keeps it unless the lease ends (the
         // keep-alive says so), and any other delete of it reaches us
         // through the watch. So the keep-alive alone renews: one request
-        // instead of two.
-        const StoreTime sent = wall_now();
-        const steady_clock::time_point sent_steady = steady_clock::now();
-        SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse lease, turn.keep_alive(held->lease));
-        const std::int64_t ttl_left = lease.ttl();
-        if (ttl_left > 0 &&
-            watcher_->still_owner(mutex, id, held->create_revision, watching, ttl_left,
-                                  sent_steady + std::chrono::seconds(ttl_left))) {
-          return owner_reply(id, sent, request.ttl, hard, ttl_left, held->create_revision);
+        // instead of two (and one for a batch's owners on that lease).
+        SIMBA_ASSIGN_OR_RETURN(KeepAliveAnswer alive, keep_alive(turn, held->lease, renewing));
+        if (alive.ttl_left > 0 &&
+            watcher_->still_owner(mutex, id, held->create_revision, watching, alive.ttl_left,
+                                  alive.sent_steady + std::chrono::seconds(alive.ttl_left))) {
+          return owner_reply(id, alive.sent, request.ttl, hard, alive.ttl_left,
+                             held->create_revision);
         }
         continue;  // the full check below tells what happened
       }
@@ -1865,12 +1983,34 @@ class EtcdBackend final : public Backend {
   Result<OwnerRecord> do_read(std::string_view mutex, Deadline deadline) override {
     const std::string context = call_context("reading mutex " + internal::in_quotes(mutex));
     RequestChannel::Turn turn(&channel_, deadline, context);
+    return owner_in(turn, mutex);
+  }
+
+  // The owner the store has for `mutex`, read on `turn`.
+  Result<OwnerRecord> owner_in(RequestChannel::Turn& turn, std::string_view mutex) {
     SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, queue(turn, mutex, 1));
     OwnerRecord record;
     record.store_now = wall_now();
     if (lowest.empty()) return record;
     SIMBA_ASSIGN_OR_RETURN(std::vector<OwnerRecord> records, with_leases(turn, {lowest.front()}));
     return records.front();
+  }
+
+  // Keeps `lease` alive on `turn`, once per batch when `kept` is given (an
+  // answer asked earlier in the batch promises no more than it did then).
+  static Result<KeepAliveAnswer> keep_alive(RequestChannel::Turn& turn, std::int64_t lease,
+                                            KeptAlive* kept) {
+    if (kept != nullptr) {
+      auto it = kept->find(lease);
+      if (it != kept->end()) return it->second;
+    }
+    KeepAliveAnswer answer;
+    answer.sent = wall_now();
+    answer.sent_steady = steady_clock::now();
+    SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse alive, turn.keep_alive(lease));
+    answer.ttl_left = alive.ttl();
+    if (kept != nullptr) kept->emplace(lease, answer);
+    return answer;
   }
 
   Result<std::vector<ListedMutex>> do_list(Deadline deadline) override {
