@@ -184,12 +184,12 @@ TEST_F(RedisCluster, CoreCasesOnEveryShard) {
   auto b = open(uri());
   ASSERT_TRUE(a && b);
   EXPECT_EQ(a->scheme(), "redis-cluster");
-  // The mutexes' keys are in many slots: renewals go one a call.
-  EXPECT_FALSE(a->capabilities().batch_renewals);
-  EXPECT_THAT(a->renew({request_for("m", "a")}, in(seconds(5))),
-              StatusIs(StatusCode::kUnimplemented));
+  // The mutexes' keys are in many slots: a batch of renewals is a script
+  // per mutex, in one round trip per node (below).
+  EXPECT_TRUE(a->capabilities().batch_renewals);
   const std::vector<std::string> mutexes = one_mutex_per_shard();
   ASSERT_EQ(mutexes.size(), 3u);
+  std::vector<std::uint64_t> b_tokens;
   for (const std::string& m : mutexes) {
     auto got = a->acquire_or_renew(request_for(m, "a"), in(seconds(5)));
     ASSERT_THAT(got, IsOk()) << m;
@@ -221,7 +221,28 @@ TEST_F(RedisCluster, CoreCasesOnEveryShard) {
     ASSERT_THAT(next, IsOk());
     EXPECT_EQ(next->owner.owner_id, "b");
     EXPECT_GT(next->owner.fencing_token, token);
+    b_tokens.push_back(next->owner.fencing_token);
   }
+  // b's three leases, on three nodes, renewed in one batch; a request of a
+  // contender that owns nothing names the owner, and a free mutex stays free.
+  std::vector<AcquireRequest> renewals;
+  for (const std::string& m : mutexes) renewals.push_back(request_for(m, "b", seconds(9)));
+  renewals.push_back(request_for(mutexes[1], "a"));
+  renewals.push_back(request_for("never-used", "b"));
+  auto renewed = b->renew(renewals, in(seconds(5)));
+  ASSERT_THAT(renewed, IsOk());
+  ASSERT_EQ(renewed->size(), renewals.size());
+  for (std::size_t i = 0; i < mutexes.size(); ++i) {
+    const OwnerRecord& record = (*renewed)[i];
+    EXPECT_EQ(record.owner.owner_id, "b") << mutexes[i];
+    EXPECT_EQ(record.owner.fencing_token, b_tokens[i]) << mutexes[i];
+    EXPECT_GT(record.owner.ttl_at - record.store_now, seconds(2)) << "renewed: " << mutexes[i];
+  }
+  EXPECT_EQ((*renewed)[3].owner.owner_id, "b");
+  EXPECT_FALSE((*renewed)[4].owner.has_owner_id());
+  auto still_free = a->read("never-used", in(seconds(5)));
+  ASSERT_THAT(still_free, IsOk());
+  EXPECT_FALSE(still_free->owner.has_owner_id());
   // list reads every primary.
   auto listed = a->list(in(seconds(5)));
   ASSERT_THAT(listed, IsOk());
@@ -285,6 +306,12 @@ TEST_F(RedisCluster, AMovedSlotIsFollowedAndTheOwnerKeepsItsLease) {
   const std::string old_primary = member_of(slot);
   ASSERT_THAT(server_->command("failover", {"replica-of-" + std::to_string(slot)}), IsOk());
   ASSERT_NE(member_of(slot), old_primary);
+  // A batched renewal finds the slot's new node (the old one answers MOVED).
+  auto batch = backend->renew({request_for(m, "a", kTtl, kTransition)}, in(seconds(5)));
+  ASSERT_THAT(batch, IsOk());
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ(batch->front().owner.owner_id, "a");
+  EXPECT_EQ(batch->front().owner.fencing_token, got->owner.fencing_token);
   auto renewed = backend->acquire_or_renew(request_for(m, "a", kTtl, kTransition), in(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.owner_id, "a");
@@ -340,6 +367,12 @@ TEST_F(RedisCluster, AnAskRedirectIsFollowedForOneCall) {
   ASSERT_FALSE(migrated.error()) << migrated.str;
   ASSERT_EQ(from.call({"EXISTS", "simba:{" + m + "}"}).integer, 0);
 
+  // A batched renewal is asked again alone on the importing node.
+  auto batch = a->renew({request_for(m, "a", kTtl, kTransition)}, in(seconds(5)));
+  ASSERT_THAT(batch, IsOk());
+  ASSERT_EQ(batch->size(), 1u);
+  EXPECT_EQ(batch->front().owner.owner_id, "a");
+  EXPECT_EQ(batch->front().owner.fencing_token, got->owner.fencing_token);
   auto renewed = a->acquire_or_renew(request_for(m, "a", kTtl, kTransition), in(seconds(5)));
   ASSERT_THAT(renewed, IsOk());
   EXPECT_EQ(renewed->owner.owner_id, "a");

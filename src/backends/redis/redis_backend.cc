@@ -536,14 +536,20 @@ class CommandChannel {
 
   // `script` on each mutex, in one round trip. (The scripts' hashes do not
   // change while the channel lives; a NOSCRIPT reply is the caller's error.)
+  // With `args` (one list per mutex), each script gets its own arguments.
   Result<std::vector<Reply>> eval_each(Script script, const std::vector<std::string>& mutexes,
+                                       const std::vector<std::vector<std::string>>* args,
                                        Deadline deadline) {
     std::vector<Command> commands;
     {
       const TurnGate::Turn turn = turn_.take(deadline);
       if (!turn.taken()) return busy();
       SIMBA_RETURN_IF_ERROR(connected_locked(deadline).status());
-      for (const std::string& mutex : mutexes) commands.push_back(eval_command(script, {mutex}));
+      for (std::size_t i = 0; i < mutexes.size(); ++i) {
+        Command command = eval_command(script, {mutexes[i]});
+        if (args != nullptr) command.insert(command.end(), (*args)[i].begin(), (*args)[i].end());
+        commands.push_back(std::move(command));
+      }
     }
     return pipeline(commands, deadline);
   }
@@ -1504,11 +1510,13 @@ class CommandRouter {
     }
   }
 
-  // `script` on each mutex: in one round trip per node; an answer that is a
-  // redirect or a failover is asked again alone (eval()).
+  // `script` on each mutex (with `args`, each with its own arguments): in
+  // one round trip per node; an answer that is a redirect or a failover is
+  // asked again alone (eval()).
   Result<std::vector<Reply>> eval_each(Script script, const std::vector<std::string>& mutexes,
+                                       const std::vector<std::vector<std::string>>* args,
                                        Deadline deadline) {
-    if (single_) return single_->eval_each(script, mutexes, deadline);
+    if (single_) return single_->eval_each(script, mutexes, args, deadline);
     std::map<std::string, std::vector<std::size_t>> by_node;
     std::map<std::string, Endpoint> nodes;
     for (std::size_t i = 0; i < mutexes.size(); ++i) {
@@ -1519,15 +1527,24 @@ class CommandRouter {
     std::vector<Reply> out(mutexes.size());
     for (const auto& [name, indexes] : by_node) {
       std::vector<std::string> group;
-      for (const std::size_t i : indexes) group.push_back(mutexes[i]);
-      auto replies = channel(nodes.at(name)).eval_each(script, group, deadline);
+      std::vector<std::vector<std::string>> group_args;
+      for (const std::size_t i : indexes) {
+        group.push_back(mutexes[i]);
+        if (args != nullptr) group_args.push_back((*args)[i]);
+      }
+      auto replies =
+          channel(nodes.at(name))
+              .eval_each(script, group, args != nullptr ? &group_args : nullptr, deadline);
       for (std::size_t k = 0; k < indexes.size(); ++k) {
         const bool fine = replies.ok() && !is_error((*replies)[k].get());
         if (fine) {
           out[indexes[k]] = std::move((*replies)[k]);
           continue;
         }
-        SIMBA_ASSIGN_OR_RETURN(out[indexes[k]], eval(script, mutexes[indexes[k]], {}, deadline));
+        SIMBA_ASSIGN_OR_RETURN(
+            out[indexes[k]],
+            eval(script, mutexes[indexes[k]],
+                 args != nullptr ? (*args)[indexes[k]] : std::vector<std::string>{}, deadline));
       }
     }
     return out;
@@ -1703,7 +1720,10 @@ class RedisBackend final : public Backend {
     capabilities_.lists_waiters = true;
     // One script renews many leases on one server; in a cluster the
     // mutexes' keys are in many slots, which one script cannot reach.
-    capabilities_.batch_renewals = map_ == nullptr;
+    // In a cluster the renewals go to each node in one round trip
+    // (eval_each); WAIT for replicas is per node and per call, so a cluster
+    // with min_replicas renews one lease a call.
+    capabilities_.batch_renewals = map_ == nullptr || options_.min_replicas == 0;
     capabilities_.fencing_source =
         opener_->sentinel()
             ? "counter in simba:{M}:fence: max(last + 1, server time in microseconds); "
@@ -1834,9 +1854,11 @@ class RedisBackend final : public Backend {
   }
 
   // One script over every lease (kLuaRenew): renews those its contender
-  // holds, reads the others.
+  // holds, reads the others. In a cluster the keys of many mutexes are in
+  // many slots: a script per mutex, one round trip per node.
   Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
                                             Deadline deadline) override {
+    if (commands_.cluster()) return renew_each(requests, deadline);
     std::vector<std::string_view> mutexes;
     std::vector<std::string> args;
     for (const AcquireRequest& request : requests) {
@@ -1871,6 +1893,35 @@ class RedisBackend final : public Backend {
     records.reserve(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
       ReplyFields fields(reply->element[i], what);
+      SIMBA_RETURN_IF_ERROR(fields.check(6));
+      SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
+      records.push_back(to_record(lock, requests[i].ttl, requests[i].transition));
+    }
+    return records;
+  }
+
+  // do_renew in a cluster (never with min_replicas: see the capability).
+  Result<std::vector<OwnerRecord>> renew_each(const std::vector<AcquireRequest>& requests,
+                                              Deadline deadline) {
+    std::vector<std::string> mutexes;
+    std::vector<std::vector<std::string>> args;
+    for (const AcquireRequest& request : requests) {
+      mutexes.emplace_back(request.mutex);
+      args.push_back({std::string(request.contender_id), std::to_string(request.ttl.count()),
+                      std::to_string(request.transition.count())});
+    }
+    SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies,
+                           commands_.eval_each(kRenew, mutexes, &args, deadline));
+    std::vector<OwnerRecord> records;
+    records.reserve(requests.size());
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const std::string what = "renewing mutex " + internal::in_quotes(requests[i].mutex);
+      const redisReply* reply = replies[i].get();
+      if (is_error(reply)) return error_reply_status(reply, context(what));
+      if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1) {
+        return internal_error(context(what) + ": unexpected reply");
+      }
+      ReplyFields fields(reply->element[0], what);
       SIMBA_RETURN_IF_ERROR(fields.check(6));
       SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
       records.push_back(to_record(lock, requests[i].ttl, requests[i].transition));
@@ -1940,7 +1991,7 @@ class RedisBackend final : public Backend {
       const std::vector<std::string> batch(names.begin() + static_cast<std::ptrdiff_t>(i),
                                            names.begin() + static_cast<std::ptrdiff_t>(end));
       SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies,
-                             commands_.eval_each(kRead, batch, deadline));
+                             commands_.eval_each(kRead, batch, nullptr, deadline));
       for (std::size_t j = i; j < end; ++j) {
         SIMBA_ASSIGN_OR_RETURN(OwnerRecord record, parse_read(replies[j - i].get(), names[j]));
         listed.push_back(ListedMutex{names[j], std::move(record)});
