@@ -1,6 +1,8 @@
 #include "core/renewal_batcher.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <utility>
 
 namespace simba::internal {
@@ -55,24 +57,40 @@ void RenewalBatcher::flush() {
     batch.swap(pending_);
     flush_due_ = false;
   }
-  for (std::size_t first = 0; first < batch.size(); first += kMaxBatch) {
-    const std::size_t end = std::min(batch.size(), first + kMaxBatch);
-    std::vector<AcquireRequest> requests;
-    requests.reserve(end - first);
-    Deadline deadline = Deadline::max();
-    for (std::size_t i = first; i < end; ++i) {
-      const Entry& entry = batch[i];
-      requests.push_back({entry.mutex, entry.contender_id, entry.ttl, entry.transition});
-      deadline = std::min(deadline, entry.deadline);
-    }
-    const Clock::TimePoint sent = runtime_->clock()->now();
-    Result<std::vector<OwnerRecord>> records = backend_->renew(requests, deadline);
-    for (std::size_t i = first; i < end; ++i) {
-      if (records.ok()) {
-        batch[i].answer(std::move((*records)[i - first]), sent);
-      } else {
-        batch[i].answer(records.status(), sent);
-      }
+  // More than one call's worth (a meeting point of 10,000 owners): every
+  // chunk after the first goes to the I/O pool now, so the calls overlap
+  // where the store has connections for them and each chunk's answers are
+  // applied while the next is out, instead of each chunk waiting for the
+  // one before it to be answered.
+  for (std::size_t first = kMaxBatch; first < batch.size(); first += kMaxBatch) {
+    const auto end = static_cast<std::ptrdiff_t>(std::min(batch.size(), first + kMaxBatch));
+    auto chunk = std::make_shared<std::vector<Entry>>(
+        std::make_move_iterator(batch.begin() + static_cast<std::ptrdiff_t>(first)),
+        std::make_move_iterator(batch.begin() + end));
+    // A closed pool (the runtime shut down): nothing will send it.
+    (void)runtime_->post_io([self = shared_from_this(), chunk] { self->send(*chunk); }, true);
+  }
+  if (batch.size() > kMaxBatch) {
+    batch.erase(batch.begin() + static_cast<std::ptrdiff_t>(kMaxBatch), batch.end());
+  }
+  send(batch);
+}
+
+void RenewalBatcher::send(std::vector<Entry>& chunk) {
+  std::vector<AcquireRequest> requests;
+  requests.reserve(chunk.size());
+  Deadline deadline = Deadline::max();
+  for (const Entry& entry : chunk) {
+    requests.push_back({entry.mutex, entry.contender_id, entry.ttl, entry.transition});
+    deadline = std::min(deadline, entry.deadline);
+  }
+  const Clock::TimePoint sent = runtime_->clock()->now();
+  Result<std::vector<OwnerRecord>> records = backend_->renew(requests, deadline);
+  for (std::size_t i = 0; i < chunk.size(); ++i) {
+    if (records.ok()) {
+      chunk[i].answer(std::move((*records)[i]), sent);
+    } else {
+      chunk[i].answer(records.status(), sent);
     }
   }
 }

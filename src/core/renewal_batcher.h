@@ -68,8 +68,10 @@ class RenewalBatcher : public std::enable_shared_from_this<RenewalBatcher> {
     Answer answer;
   };
 
-  // Sends what is pending (on an I/O thread).
+  // Sends what is pending (on an I/O thread), in chunks of kMaxBatch.
   void flush();
+  // One store call for `chunk`, and its answers.
+  void send(std::vector<Entry>& chunk);
   // Forgets what is pending: the runtime has shut down, nothing will send it.
   void drop_pending();
 

@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
+#include "core/renewal_batcher.h"
+#include "core/runtime.h"
 #include "simba/backends/memory.h"
 #include "simba/contend_service.h"
 #include "testing/fault_injecting_backend.h"
@@ -873,6 +876,78 @@ TEST_F(ContendServiceTest, ABatchedRenewalThatFindsTheHoldGoneReportsTheLoss) {
   EXPECT_GT(a->fencing_token(), token);
   EXPECT_EQ(backend->acquire_calls(), 2);
   SIMBA_ASSERT_OK(a->stop());
+}
+
+// A store whose renew() waits (at most 2 s) until another renew() is out
+// too, and answers every request with a free mutex: how many calls were out
+// at once.
+class OverlapWatchingBackend final : public testing::ForwardingBackend {
+ public:
+  explicit OverlapWatchingBackend(std::shared_ptr<Backend> target)
+      : ForwardingBackend(std::move(target), /*pushes=*/false),
+        capabilities_(target_->capabilities()) {
+    capabilities_.batch_renewals = true;
+  }
+  const Capabilities& capabilities() const override { return capabilities_; }
+  int calls() const { return calls_.load(); }
+  int most_at_once() const { return most_at_once_.load(); }
+
+ protected:
+  Result<std::vector<OwnerRecord>> do_renew(const std::vector<AcquireRequest>& requests,
+                                            Deadline) override {
+    ++calls_;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      ++out_;
+      most_at_once_ = std::max(most_at_once_.load(), out_);
+      // Once two were out together, the rest need not wait.
+      overlapped_ = overlapped_ || out_ >= 2;
+      cv_.notify_all();
+      cv_.wait_for(lock, seconds(2), [&] { return overlapped_; });
+      --out_;
+    }
+    OwnerRecord free;
+    free.store_now = StoreTime(1);
+    return std::vector<OwnerRecord>(requests.size(), free);
+  }
+
+ private:
+  Capabilities capabilities_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int out_ = 0;              // guarded by mu_
+  bool overlapped_ = false;  // guarded by mu_
+  std::atomic<int> calls_{0};
+  std::atomic<int> most_at_once_{0};
+};
+
+// A meeting point of more renewals than one call carries (10,000 owners in
+// step): the calls of its chunks are out together, each chunk's answers
+// applied while the next is out, instead of each call waiting for the one
+// before it to be answered. (Before, the second call went out only after
+// the first one's answers: most_at_once was 1.)
+TEST_F(ContendServiceTest, TheChunksOfOneMeetingPointGoOutTogether) {
+  auto backend = std::make_shared<OverlapWatchingBackend>(store_);
+  auto runtime = std::make_shared<internal::Runtime>(clock_, /*io_threads=*/2,
+                                                     /*callback_threads=*/1);
+  auto batcher = std::make_shared<internal::RenewalBatcher>(runtime, backend);
+  constexpr int kRenewals = 2 * static_cast<int>(internal::RenewalBatcher::kMaxBatch) + 1;
+  std::atomic<int> answered{0};
+  std::atomic<int> failed{0};
+  for (int i = 0; i < kRenewals; ++i) {
+    ASSERT_TRUE(batcher->submit("m" + std::to_string(i), "c", seconds(10), seconds(6),
+                                std::chrono::steady_clock::now() + seconds(10),
+                                [&](Result<OwnerRecord> reply, Clock::TimePoint) {
+                                  if (!reply.ok()) ++failed;
+                                  ++answered;
+                                }));
+  }
+  clock_->advance(internal::RenewalBatcher::kGather);
+  settle();
+  ASSERT_TRUE(eventually([&] { return answered.load() == kRenewals; }, seconds(10)));
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(backend->calls(), 3) << "1,000 requests a call";
+  EXPECT_GE(backend->most_at_once(), 2) << "the chunks went one after another";
 }
 
 }  // namespace
