@@ -1064,6 +1064,26 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
   SIMBA_EXPECT_OK(backend->release("plain", "c", in(seconds(10))));
 }
 
+// A private etcd server that a backend reaches through a proxy (which
+// counts and cuts its connections).
+struct ProxiedEtcd {
+  std::unique_ptr<TestServer> server;
+  std::unique_ptr<TcpProxy> proxy;
+
+  void start() {
+    auto started = TestServer::start("etcd");
+    SIMBA_ASSERT_OK(started);
+    server = std::move(*started);
+    auto parsed = Uri::parse(server->uri());
+    SIMBA_ASSERT_OK(parsed);
+    proxy = std::make_unique<TcpProxy>(*parsed->hosts.front().port);
+  }
+  // The backend's URI, through the proxy, with the test's key prefix.
+  std::string uri() const {
+    return with_prefix("etcd://127.0.0.1:" + std::to_string(proxy->port()));
+  }
+};
+
 // A factory's renewals go together (Backend::renew): while the watch runs
 // they are one keep-alive of the session lease for every owner. After a
 // break of the watch each owner's key needs a full check again; the batch
@@ -1071,14 +1091,12 @@ TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {
 // keep-alive (one owner alone would send a keep-alive with its check), and
 // the batch after it is one keep-alive again.
 TEST(EtcdRenewal, ABatchAfterTheWatchBrokeChecksItsOwnersTogether) {
-  auto server = TestServer::start("etcd");
-  SIMBA_ASSERT_OK(server);
-  auto parsed = Uri::parse((*server)->uri());
-  SIMBA_ASSERT_OK(parsed);
-  TcpProxy proxy(*parsed->hosts.front().port);
-  auto backend = open(with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  ProxiedEtcd etcd;
+  ASSERT_NO_FATAL_FAILURE(etcd.start());
+  TcpProxy& proxy = *etcd.proxy;
+  auto backend = open(etcd.uri());
   ASSERT_TRUE(backend);
-  Raw raw(with_prefix((*server)->uri()));
+  Raw raw(with_prefix(etcd.server->uri()));
   // The watch wakes every subscriber once whenever it is (re)established.
   std::atomic<int> watch_wakes{0};
   auto sub = backend->subscribe("together-watch", "w", [&](const MutexEvent&) { ++watch_wakes; });
@@ -1129,12 +1147,10 @@ TEST(EtcdRenewal, ABatchAfterTheWatchBrokeChecksItsOwnersTogether) {
 // ----------------------------------------------------------------------------------------
 
 TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
-  auto server = TestServer::start("etcd");
-  SIMBA_ASSERT_OK(server);
-  auto parsed = Uri::parse((*server)->uri());
-  SIMBA_ASSERT_OK(parsed);
-  TcpProxy proxy(*parsed->hosts.front().port);
-  auto backend = open(with_prefix("etcd://127.0.0.1:" + std::to_string(proxy.port())));
+  ProxiedEtcd etcd;
+  ASSERT_NO_FATAL_FAILURE(etcd.start());
+  TcpProxy& proxy = *etcd.proxy;
+  auto backend = open(etcd.uri());
   ASSERT_TRUE(backend);
   // gRPC starts its own threads at the process's first call (a pool sized by
   // the core count, not by locks): count from after one. Simba's own are

@@ -1510,12 +1510,7 @@ class EtcdBackend final : public Backend {
     for (const AcquireRequest& request : requests) {
       Check check{std::string(request.mutex), std::string(request.contender_id), {}, {}};
       std::optional<Holder> held = watcher_->find(check.mutex, check.id);
-      const milliseconds hard = request.ttl + request.transition;
-      const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
-      if (!held || held->asked_ttl != asked || !held->owner || held->create_revision == 0 ||
-          held->watched_since == watching) {
-        continue;
-      }
+      if (!owns(held, lease_seconds(request)) || held->watched_since == watching) continue;
       check.txn = check_txn(mutex_key_prefix(options_.key_prefix, check.mutex), held->key,
                             held->create_revision);
       check.holder = std::move(*held);
@@ -1546,6 +1541,18 @@ class EtcdBackend final : public Backend {
     }
   }
 
+  // The session lease's length for `request`, in whole seconds rounded up:
+  // the lease never ends before the hard lease (ttl + transition).
+  static std::int64_t lease_seconds(const AcquireRequest& request) {
+    const milliseconds hard = request.ttl + request.transition;
+    return std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
+  }
+
+  // Whether `held` is an owner's key on a lease of `asked` seconds.
+  static bool owns(const std::optional<Holder>& held, std::int64_t asked) {
+    return held && held->asked_ttl == asked && held->owner && held->create_revision != 0;
+  }
+
   // A session lease's keep-alive answer: when it was asked and how many
   // seconds the lease had left.
   struct KeepAliveAnswer {
@@ -1567,18 +1574,16 @@ class EtcdBackend final : public Backend {
     const std::string id(request.contender_id);
     const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const milliseconds hard = request.ttl + request.transition;
-    // Whole seconds, rounded up: the lease never ends before the hard lease.
-    const std::int64_t asked = std::max<std::int64_t>(1, (hard.count() + 999) / 1000);
+    const std::int64_t asked = lease_seconds(request);
     for (int round = 0; round < kAcquireRounds; ++round) {
       std::optional<Holder> held = watcher_->find(mutex, id);
       const std::uint64_t watching = watcher_->live_session();
-      const bool owns =
-          held && held->asked_ttl == asked && held->owner && held->create_revision != 0;
-      if (renewing != nullptr && !owns) {
+      const bool owner_here = owns(held, asked);
+      if (renewing != nullptr && !owner_here) {
         // Not an owner by our holder (any more): what the store has.
         return owner_in(turn, mutex);
       }
-      if (owns && held->watched_since != 0 && held->watched_since == watching) {
+      if (owner_here && held->watched_since != 0 && held->watched_since == watching) {
         // An owner's renewal while the watch has run without a break since
         // its last full check: our key is still the lowest exactly as long
         // as it exists, the lease keeps it unless the lease ends (the

@@ -1718,11 +1718,11 @@ class RedisBackend final : public Backend {
     capabilities_.push_release = true;
     capabilities_.cross_process = true;
     capabilities_.lists_waiters = true;
-    // One script renews many leases on one server; in a cluster the
-    // mutexes' keys are in many slots, which one script cannot reach.
-    // In a cluster the renewals go to each node in one round trip
-    // (eval_each); WAIT for replicas is per node and per call, so a cluster
-    // with min_replicas renews one lease a call.
+    // One script renews many leases on one server. In a cluster the
+    // mutexes' keys are in many slots, which one script cannot reach: a
+    // script per mutex, one round trip per node (eval_each). WAIT for
+    // replicas is per node and per call, so a cluster with min_replicas
+    // renews one lease a call.
     capabilities_.batch_renewals = map_ == nullptr || options_.min_replicas == 0;
     capabilities_.fencing_source =
         opener_->sentinel()
@@ -1863,9 +1863,7 @@ class RedisBackend final : public Backend {
     std::vector<std::string> args;
     for (const AcquireRequest& request : requests) {
       mutexes.push_back(request.mutex);
-      args.emplace_back(request.contender_id);
-      args.push_back(std::to_string(request.ttl.count()));
-      args.push_back(std::to_string(request.transition.count()));
+      for (std::string& arg : renewal_args(request)) args.push_back(std::move(arg));
     }
     std::optional<std::pair<int, milliseconds>> wait;
     if (options_.min_replicas > 0) {
@@ -1892,12 +1890,27 @@ class RedisBackend final : public Backend {
     std::vector<OwnerRecord> records;
     records.reserve(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
-      ReplyFields fields(reply->element[i], what);
-      SIMBA_RETURN_IF_ERROR(fields.check(6));
-      SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
-      records.push_back(to_record(lock, requests[i].ttl, requests[i].transition));
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record,
+                             renewal_record(reply->element[i], requests[i], what));
+      records.push_back(std::move(record));
     }
     return records;
+  }
+
+  // The renewal script's arguments for one lease: id, ttl, transition.
+  static std::vector<std::string> renewal_args(const AcquireRequest& request) {
+    return {std::string(request.contender_id), std::to_string(request.ttl.count()),
+            std::to_string(request.transition.count())};
+  }
+
+  // One lease's answer of the renewal script (shaped as the read script's).
+  static Result<OwnerRecord> renewal_record(const redisReply* element,
+                                            const AcquireRequest& request,
+                                            const std::string& what) {
+    ReplyFields fields(element, what);
+    SIMBA_RETURN_IF_ERROR(fields.check(6));
+    SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
+    return to_record(lock, request.ttl, request.transition);
   }
 
   // do_renew in a cluster (never with min_replicas: see the capability).
@@ -1907,8 +1920,7 @@ class RedisBackend final : public Backend {
     std::vector<std::vector<std::string>> args;
     for (const AcquireRequest& request : requests) {
       mutexes.emplace_back(request.mutex);
-      args.push_back({std::string(request.contender_id), std::to_string(request.ttl.count()),
-                      std::to_string(request.transition.count())});
+      args.push_back(renewal_args(request));
     }
     SIMBA_ASSIGN_OR_RETURN(std::vector<Reply> replies,
                            commands_.eval_each(kRenew, mutexes, &args, deadline));
@@ -1921,10 +1933,9 @@ class RedisBackend final : public Backend {
       if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1) {
         return internal_error(context(what) + ": unexpected reply");
       }
-      ReplyFields fields(reply->element[0], what);
-      SIMBA_RETURN_IF_ERROR(fields.check(6));
-      SIMBA_ASSIGN_OR_RETURN(LockFields lock, parse_lock(fields, 0));
-      records.push_back(to_record(lock, requests[i].ttl, requests[i].transition));
+      SIMBA_ASSIGN_OR_RETURN(OwnerRecord record,
+                             renewal_record(reply->element[0], requests[i], what));
+      records.push_back(std::move(record));
     }
     return records;
   }
