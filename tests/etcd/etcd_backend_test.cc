@@ -1158,6 +1158,7 @@ TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
   SIMBA_ASSERT_OK(backend->read("many-warm-up", in(seconds(10))));
   const int threads_before = count_threads();
   const int simba_threads_before = count_simba_threads();
+  const std::string names_before = thread_names();
   // Each acquisition is two fsynced writes on the server (~1 ms each here).
   constexpr int kMutexes = 10000;
   std::vector<std::unique_ptr<Subscription>> subscriptions;
@@ -1173,10 +1174,15 @@ TEST(EtcdScale, ManyMutexesShareTwoConnectionsAndOneThread) {
     ASSERT_EQ(acquired->owner.owner_id, "c");
   }
   EXPECT_EQ(proxy.connections(), 2);
-  // Simba's: the watch. All: the watch, and the second timer thread gRPC
-  // starts under load (docs/backends/etcd.md, "Connections and threads").
-  EXPECT_LE(count_simba_threads(), simba_threads_before + 1);
-  EXPECT_LE(count_threads(), threads_before + 2);
+  // Simba's: the watch. gRPC's pools grow with CPU load, not with calls or
+  // locks: on a busy machine its default executor and its timer start more
+  // (CI on 2 cores: 9 threads before, 13 after; docs/backends/etcd.md,
+  // "Connections and threads"). A bound of twice the cores and two still
+  // catches a thread per lock or per call among 10,000.
+  EXPECT_LE(count_simba_threads(), simba_threads_before + 1) << thread_names();
+  const int grpc_growth = 2 * static_cast<int>(std::thread::hardware_concurrency()) + 2;
+  EXPECT_LE(count_threads(), threads_before + 1 + grpc_growth)
+      << names_before << " -> " << thread_names();
   auto listed = backend->list(in(seconds(30)));
   SIMBA_ASSERT_OK(listed);
   EXPECT_EQ(listed->size(), static_cast<std::size_t>(kMutexes));
