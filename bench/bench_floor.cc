@@ -3,6 +3,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <thread>
 #include <utility>
 
 #include "simba/internal/backends_config.h"
@@ -33,12 +34,14 @@ using Clock = std::chrono::steady_clock;
 
 double micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// Times `round_trips` calls of `once` (which returns false on failure).
+// Times `round_trips` calls of `once` (which returns false on failure),
+// each after `idle` without one.
 template <typename F>
-Result<std::vector<double>> time(int round_trips, F&& once) {
+Result<std::vector<double>> time(int round_trips, std::chrono::milliseconds idle, F&& once) {
   std::vector<double> samples;
   samples.reserve(static_cast<std::size_t>(round_trips));
   for (int i = 0; i < round_trips; ++i) {
+    if (idle.count() > 0) std::this_thread::sleep_for(idle);
     const auto start = Clock::now();
     if (!once()) return unavailable_error("a floor round trip failed");
     samples.push_back(micros(Clock::now() - start));
@@ -55,7 +58,7 @@ int port_of(const Uri& uri, int fallback) {
 #if SIMBA_HAVE_SQLITE
 // SQLite has no round trip: its floor is its cheapest durable write, with the
 // settings the backend uses (WAL, synchronous=FULL), in a table of its own.
-Result<FloorSamples> sqlite_floor(const Uri& uri, int n) {
+Result<FloorSamples> sqlite_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(uri.path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
       SQLITE_OK) {
@@ -71,7 +74,7 @@ Result<FloorSamples> sqlite_floor(const Uri& uri, int n) {
     sqlite3_close(db);
     return unavailable_error("sqlite: cannot set up the floor table in " + uri.path);
   }
-  auto micros = time(n, [&] {
+  auto micros = time(n, idle, [&] {
     return sqlite3_exec(db,
                         "BEGIN IMMEDIATE; UPDATE simba_bench_floor SET v = v + 1 WHERE k = 1; "
                         "COMMIT;",
@@ -84,7 +87,7 @@ Result<FloorSamples> sqlite_floor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_REDIS
-Result<FloorSamples> redis_floor(const Uri& uri, int n) {
+Result<FloorSamples> redis_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   const timeval timeout{3, 0};
   redisContext* c = redisConnectWithTimeout(host_of(uri).c_str(), port_of(uri, 6379), timeout);
   if (c == nullptr || c->err) {
@@ -102,7 +105,7 @@ Result<FloorSamples> redis_floor(const Uri& uri, int n) {
     redisFree(c);
     return permission_denied_error("redis: AUTH failed");
   }
-  auto micros = time(n, [&] { return command("PING"); });
+  auto micros = time(n, idle, [&] { return command("PING"); });
   redisFree(c);
   SIMBA_RETURN_IF_ERROR(micros.status());
   return FloorSamples{"PING", std::move(*micros)};
@@ -110,7 +113,7 @@ Result<FloorSamples> redis_floor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_POSTGRES
-Result<FloorSamples> postgres_floor(const Uri& uri, int n) {
+Result<FloorSamples> postgres_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   const std::string host = host_of(uri);
   const std::string port = std::to_string(port_of(uri, 5432));
   const std::string dbname = uri.path.size() > 1 ? uri.path.substr(1) : "postgres";
@@ -131,7 +134,7 @@ Result<FloorSamples> postgres_floor(const Uri& uri, int n) {
     PQfinish(conn);
     return unavailable_error("postgresql: cannot connect");
   }
-  auto micros = time(n, [&] {
+  auto micros = time(n, idle, [&] {
     PGresult* r = PQexec(conn, "SELECT 1");
     const bool ok = PQresultStatus(r) == PGRES_TUPLES_OK;
     PQclear(r);
@@ -144,7 +147,7 @@ Result<FloorSamples> postgres_floor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_MYSQL
-Result<FloorSamples> mysql_floor(const Uri& uri, int n) {
+Result<FloorSamples> mysql_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   MYSQL* conn = mysql_init(nullptr);
   const unsigned int timeout = 5;
   mysql_options(conn, MYSQL_OPT_CONNECT_TIMEOUT, &timeout);
@@ -156,7 +159,7 @@ Result<FloorSamples> mysql_floor(const Uri& uri, int n) {
     mysql_close(conn);
     return unavailable_error("mysql: cannot connect");
   }
-  auto micros = time(n, [&] {
+  auto micros = time(n, idle, [&] {
     if (mysql_query(conn, "SELECT 1") != 0) return false;
     MYSQL_RES* result = mysql_store_result(conn);
     if (result == nullptr) return false;
@@ -184,7 +187,7 @@ void on_zk_session(zhandle_t*, int type, int state, const char*, void* context) 
   waiter->cv.notify_all();
 }
 
-Result<FloorSamples> zookeeper_floor(const Uri& uri, int n) {
+Result<FloorSamples> zookeeper_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   std::string hosts;
   for (const auto& h : uri.hosts) {
     if (!hosts.empty()) hosts += ",";
@@ -202,7 +205,7 @@ Result<FloorSamples> zookeeper_floor(const Uri& uri, int n) {
     }
   }
   Stat stat;
-  auto micros = time(n, [&] {
+  auto micros = time(n, idle, [&] {
     const int rc = zoo_exists(zh, "/", 0, &stat);
     return rc == ZOK;
   });
@@ -213,7 +216,7 @@ Result<FloorSamples> zookeeper_floor(const Uri& uri, int n) {
 #endif
 
 #if SIMBA_HAVE_ETCD
-Result<FloorSamples> etcd_floor(const Uri& uri, int n) {
+Result<FloorSamples> etcd_floor(const Uri& uri, int n, std::chrono::milliseconds idle) {
   namespace etcd = internal::etcd;
   // A channel of our own (as the backend opens them), one key read per
   // round trip over etcd's gRPC API.
@@ -228,7 +231,7 @@ Result<FloorSamples> etcd_floor(const Uri& uri, int n) {
   std::unique_ptr<etcdserverpb::KV::Stub> kv = etcdserverpb::KV::NewStub(channel);
   etcdserverpb::RangeRequest range;
   range.set_key("simba-bench-floor");
-  auto micros = time(n, [&] {
+  auto micros = time(n, idle, [&] {
     grpc::ClientContext context;
     context.set_deadline(etcd::grpc_deadline(Clock::now() + std::chrono::seconds(5)));
     etcdserverpb::RangeResponse reply;
@@ -241,25 +244,26 @@ Result<FloorSamples> etcd_floor(const Uri& uri, int n) {
 
 }  // namespace
 
-Result<FloorSamples> measure_floor(const Uri& uri, int round_trips) {
+Result<FloorSamples> measure_floor(const Uri& uri, int round_trips,
+                                   std::chrono::milliseconds idle) {
   const std::string& s = uri.scheme;
 #if SIMBA_HAVE_SQLITE
-  if (s == "sqlite") return sqlite_floor(uri, round_trips);
+  if (s == "sqlite") return sqlite_floor(uri, round_trips, idle);
 #endif
 #if SIMBA_HAVE_REDIS
-  if (s == "redis") return redis_floor(uri, round_trips);
+  if (s == "redis") return redis_floor(uri, round_trips, idle);
 #endif
 #if SIMBA_HAVE_POSTGRES
-  if (s == "postgresql" || s == "postgres") return postgres_floor(uri, round_trips);
+  if (s == "postgresql" || s == "postgres") return postgres_floor(uri, round_trips, idle);
 #endif
 #if SIMBA_HAVE_MYSQL
-  if (s == "mysql" || s == "mariadb") return mysql_floor(uri, round_trips);
+  if (s == "mysql" || s == "mariadb") return mysql_floor(uri, round_trips, idle);
 #endif
 #if SIMBA_HAVE_ZOOKEEPER
-  if (s == "zookeeper") return zookeeper_floor(uri, round_trips);
+  if (s == "zookeeper") return zookeeper_floor(uri, round_trips, idle);
 #endif
 #if SIMBA_HAVE_ETCD
-  if (s == "etcd") return etcd_floor(uri, round_trips);
+  if (s == "etcd") return etcd_floor(uri, round_trips, idle);
 #endif
   return unimplemented_error("no floor for " + s + ":// stores");
 }

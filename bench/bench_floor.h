@@ -5,6 +5,7 @@
 #ifndef SIMBA_BENCH_BENCH_FLOOR_H_
 #define SIMBA_BENCH_BENCH_FLOOR_H_
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -20,8 +21,11 @@ struct FloorSamples {
 };
 
 // kUnimplemented for a store without a floor (memory://) or one not compiled
-// in; the store's error when it cannot be reached.
-Result<FloorSamples> measure_floor(const Uri& uri, int round_trips);
+// in; the store's error when it cannot be reached. `idle`: each round trip
+// after that long without one (untimed), so client and server are idle as
+// a waiter and a holder are in a hand-off.
+Result<FloorSamples> measure_floor(const Uri& uri, int round_trips,
+                                   std::chrono::milliseconds idle = std::chrono::milliseconds(0));
 
 }  // namespace simba::bench
 

@@ -66,8 +66,10 @@ void Report::add(const Row& row) {
   std::sort(sorted.begin(), sorted.end());
   const auto at = [&](double p) { return percentile(sorted, p); };
   const double p50 = at(0.5);
-  const double ratio =
-      floor_ > 0 && row.round_trips > 0 && !sorted.empty() ? p50 / (floor_ * row.round_trips) : 0;
+  const double row_floor = row.floor > 0 ? row.floor : floor_;
+  const double ratio = row_floor > 0 && row.round_trips > 0 && !sorted.empty()
+                           ? p50 / (row_floor * row.round_trips)
+                           : 0;
   if (json_) {
     std::ostringstream out;
     out << "{\"store\":" << json_string(scheme_) << ",\"scenario\":" << json_string(row.scenario)

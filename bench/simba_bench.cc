@@ -17,7 +17,10 @@
 //   scale        N mutexes held by one factory, then N keys by one provider,
 //                through a few renewal periods: threads, sockets, RSS, store
 //                calls per second, renewal lag
-// Sizes: --iterations N (1000) --handoffs N (100) --contenders 1,4,16
+// Sizes: --iterations N (1000) --handoffs N (100) --handoff-pause-ms MS (20:
+//   the holder holds that long, its waiter queued and idle, before each
+//   hand-off, and the hand-off rows are compared with the floor's round
+//   trip after as long idle) --contenders 1,4,16
 //   --modes threads,processes --seconds S (5, per contended case)
 //   --failovers N (5) --failover-ttl-ms MS (2000) --failover-transition-ms MS
 //   (1000) --scale N (10000) --scale-ttl-ms MS (10000) --scale-transition-ms
@@ -73,6 +76,19 @@ void floor(const Options& options, const simba::Uri& uri, Report& report) {
   report.add({"floor", floor->what, micros, ops_per_second(micros), 1, {}});
 }
 
+// The floor of a hand-off: the same round trip after the hand-off's pause
+// (Options::handoff_pause), once per hand-off. Its p50, or 0 without one.
+double idle_floor(const Options& options, const simba::Uri& uri, Report& report) {
+  auto floor = simba::bench::measure_floor(uri, options.handoffs, options.handoff_pause);
+  if (!floor.ok()) return 0;
+  const std::string what =
+      floor->what + " after " + std::to_string(options.handoff_pause.count()) + " ms idle";
+  report.add({"floor", what, floor->micros, 0, 1, {}});
+  std::vector<double> sorted = floor->micros;
+  std::sort(sorted.begin(), sorted.end());
+  return percentile(sorted, 0.5);
+}
+
 void uncontended(const Options& options, Report& report) {
   const simba::Deadline far = Clock::now() + std::chrono::hours(1);
   auto backend = simba::open_backend(options.store);
@@ -118,7 +134,7 @@ void uncontended(const Options& options, Report& report) {
               {Field::text("mechanism", (*provider)->capabilities().mechanism)}});
 }
 
-void mutex_handoff(const Options& options, Report& report) {
+void mutex_handoff(const Options& options, double floor, Report& report) {
   simba::FactoryOptions factory_options;
   factory_options.contend.ttl = seconds(10);
   factory_options.contend.transition = seconds(6);
@@ -153,6 +169,7 @@ void mutex_handoff(const Options& options, Report& report) {
       if (Clock::now() - looking > seconds(10)) fail("the waiter never looked");
       std::this_thread::yield();
     }
+    std::this_thread::sleep_for(options.handoff_pause);
     const auto start = Clock::now();
     if (!services[holder]->stop().ok()) fail("stop failed");
     if (!acquired[waiter].wait(seconds(20))) fail("no mutex hand-off within 20 s");
@@ -165,10 +182,11 @@ void mutex_handoff(const Options& options, Report& report) {
               handoff,
               0,
               2,
-              {Field::boolean("push", push)}});
+              {Field::boolean("push", push)},
+              floor});
 }
 
-void keyed_handoff(const Options& options, Report& report) {
+void keyed_handoff(const Options& options, double floor, Report& report) {
   auto a = simba::KeyedLockProvider::open(options.store);
   auto b = simba::KeyedLockProvider::open(options.store);
   if (!a.ok() || !b.ok()) fail("cannot open the keyed providers");
@@ -188,8 +206,8 @@ void keyed_handoff(const Options& options, Report& report) {
       if (lease.ok() && lease->has_value()) got = std::move(**lease);
     });
     while (!waiting) std::this_thread::yield();
-    // Long enough for the waiter to be queued at the store.
-    std::this_thread::sleep_for(milliseconds(20));
+    // The waiter is queued at the store well within the default 20 ms.
+    std::this_thread::sleep_for(options.handoff_pause);
     const auto released = Clock::now();
     if (!held->release().ok()) fail("keyed release failed");
     waiter_thread.join();
@@ -202,7 +220,8 @@ void keyed_handoff(const Options& options, Report& report) {
               handoff,
               0,
               2,
-              {Field::boolean("push", (*a)->capabilities().push_handoff)}});
+              {Field::boolean("push", (*a)->capabilities().push_handoff)},
+              floor});
 }
 
 void contended_threads(const Options& options, int contenders, Report& report) {
@@ -309,6 +328,8 @@ Options parse(int argc, char** argv) {
       options.iterations = number(10);
     } else if (flag == "--handoffs") {
       options.handoffs = number(1);
+    } else if (flag == "--handoff-pause-ms") {
+      options.handoff_pause = milliseconds(number(0));
     } else if (flag == "--contenders") {
       options.contenders = parse_counts(value());
     } else if (flag == "--modes") {
@@ -380,8 +401,9 @@ int main(int argc, char** argv) {
   floor(options, *uri, report);
   if (runs("uncontended")) uncontended(options, report);
   if (runs("handoff")) {
-    mutex_handoff(options, report);
-    keyed_handoff(options, report);
+    const double floor_after_pause = idle_floor(options, *uri, report);
+    mutex_handoff(options, floor_after_pause, report);
+    keyed_handoff(options, floor_after_pause, report);
   }
   if (runs("contended")) {
     for (const int contenders : options.contenders) {
