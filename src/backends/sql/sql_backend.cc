@@ -263,6 +263,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       const std::string contender(request.contender_id);
       if (record.owner.is_owner(contender)) {
         line_->holding(mutex, contender, first_asked);
+        // A hold the line's attempt kept for this contender is this tenure
+        // (our renewal kept its version) or an older one: the contender
+        // knows what it holds, and a later leave of the same contender id
+        // (a service stopped before this one started, its request late)
+        // must not give that back, which ended this live hold in CI. Dropped
+        // after holding(): an attempt whose reply comes later is superseded.
+        drop_prefetched(mutex, contender);
       } else {
         // The same attempt goes with this process's wait in line, where
         // the driver lets it (built again here: only a waiter needs it).
@@ -597,8 +604,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     if (line_ && pushed.kind == MutexEvent::Kind::kLost) {
       // A hold taken with the line's grant and not yet handed to its
       // contender was forced away: the contender must ask the store.
-      std::lock_guard<std::mutex> lock(prefetch_mu_);
-      prefetched_.erase({pushed.mutex, pushed.owner_id});
+      drop_prefetched(pushed.mutex, pushed.owner_id);
     }
     ListenerHub::Work work;
     // "" after a reconnect: anything may have been missed.
@@ -646,8 +652,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       }
     };
     hooks.superseded = [this](const std::string& mutex, const std::string& contender) {
-      std::lock_guard<std::mutex> lock(prefetch_mu_);
-      prefetched_.erase({mutex, contender});
+      drop_prefetched(mutex, contender);
     };
     // The waiters of this process look now (a named release: an owner
     // ignores it).
@@ -708,6 +713,11 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     prefetched.record.store_now =
         prefetched.record.store_now + std::chrono::ceil<milliseconds>(age);
     return prefetched.record;
+  }
+
+  void drop_prefetched(const std::string& mutex, const std::string& contender) {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    prefetched_.erase({mutex, contender});
   }
 
   // Releases a prefetched hold nobody took (its contender left).
