@@ -462,6 +462,19 @@ TEST(EtcdLayout, KeyValueLeaseAndToken) {
   EXPECT_THAT(backend->release("layout", "c3", in(seconds(10))), IsOkAndHolds(false));
   EXPECT_THAT(backend->release("layout", "c2", in(seconds(10))), IsOkAndHolds(true));
   EXPECT_TRUE(raw.range(queue).empty());
+  // c1 again, on the same session lease: the same key name as its first
+  // hold (etcd keeps every name ever written until a compaction, and a
+  // range over the queue walks them all), created anew: a greater token.
+  auto again = backend->acquire_or_renew(request_for("layout", "c1"), in(seconds(10)));
+  SIMBA_ASSERT_OK(again);
+  ASSERT_EQ(again->owner.owner_id, "c1");
+  keys = raw.range(queue);
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys.front().key, mine.key) << "a new key name for every acquisition";
+  EXPECT_GT(again->owner.fencing_token, next->owner.fencing_token);
+  EXPECT_EQ(again->owner.fencing_token, static_cast<std::uint64_t>(keys.front().create_revision));
+  EXPECT_THAT(backend->release("layout", "c1", in(seconds(10))), IsOkAndHolds(true));
+  EXPECT_TRUE(raw.range(queue).empty());
   // The record stays: list() shows the mutex as free.
   auto listed = backend->list(in(seconds(10)));
   SIMBA_ASSERT_OK(listed);

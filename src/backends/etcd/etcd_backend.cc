@@ -145,10 +145,33 @@ std::string mutex_key_prefix(std::string_view prefix, std::string_view mutex) {
   return std::string(prefix) + "/" + encode_mutex(mutex) + "/";
 }
 
-// A holder's key: its name is the holder's own (a random 63-bit id), its
-// lease the backend's session lease, which other keys share.
+// A holder's key: its name is the holder's own (a 63-bit id), its lease the
+// backend's session lease, which other keys share.
 std::string key_for(std::string_view prefix, std::string_view mutex, std::int64_t key_id) {
   return mutex_key_prefix(prefix, mutex) + lease_hex(key_id);
+}
+
+// The id of the key of `contender` on session lease `lease`: the same for
+// every acquisition of one contender on one lease, as Go's
+// concurrency.Mutex names its key by its session. etcd's index keeps every
+// key name ever written until the cluster is compacted, and a range over a
+// mutex's keys walks them all: a new name per acquisition made each
+// acquisition slower than the last on a cluster without auto-compaction
+// (1.7 ms → 3.2 ms a pair over ~45,000 acquisitions; 1.7 ms again after an
+// `etcdctl compact`). A name reused gets a new create revision (token)
+// each time it is created again.
+std::int64_t key_id_for(std::int64_t lease, std::string_view contender) {
+  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a
+  for (const char c : contender) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  std::uint64_t z = h ^ static_cast<std::uint64_t>(lease);  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const auto id = static_cast<std::int64_t>(z >> 1);
+  return id != 0 ? id : 1;
 }
 
 // "<prefix>/<M>": the record that mutex M was used (no lease, no value),
@@ -1575,6 +1598,9 @@ class EtcdBackend final : public Backend {
     const std::string mutex_prefix = mutex_key_prefix(options_.key_prefix, mutex);
     const milliseconds hard = request.ttl + request.transition;
     const std::int64_t asked = lease_seconds(request);
+    // Our key's name is another's (key_id_for's hash met another contender
+    // id's on this lease): a random name instead.
+    bool name_taken = false;
     for (int round = 0; round < kAcquireRounds; ++round) {
       std::optional<Holder> held = watcher_->find(mutex, id);
       const std::uint64_t watching = watcher_->live_session();
@@ -1618,12 +1644,13 @@ class EtcdBackend final : public Backend {
         holder = *held;
       } else {
         holder.asked_ttl = asked;
-        holder.key = key_for(options_.key_prefix, mutex, new_lease_id());
         holder.lease = session_lease(asked);
         if (holder.lease == 0) {
           holder.lease = new_lease_id();
           granting = true;
         }
+        holder.key = key_for(options_.key_prefix, mutex,
+                             name_taken ? new_lease_id() : key_id_for(holder.lease, id));
         // Remembered before the request goes out: if the reply is lost, the
         // next call keeps this key's lease alive instead of queueing twice.
         watcher_->store(mutex, id, holder, 0);
@@ -1724,6 +1751,17 @@ class EtcdBackend final : public Backend {
           predecessor_known = true;
           if (!below.empty()) predecessor = below.front();
         }
+      }
+      if (!put && !check_only) {
+        if (ours.value != id || ours.lease != holder.lease) {
+          watcher_->take(mutex, id);
+          name_taken = true;
+          continue;
+        }
+        // The key was ours already (a reply lost, or a delete of an earlier
+        // hold of this contender that had no answer): it is this hold's
+        // now, and must not be deleted as an orphan.
+        forget_orphan(holder.key);
       }
       if (ours.lease != holder.lease) {
         watcher_->take(mutex, id);
@@ -1866,6 +1904,11 @@ class EtcdBackend final : public Backend {
     if (!deleted->succeeded()) return false;  // our key was gone already
     SIMBA_ASSIGN_OR_RETURN(std::vector<Kv> lowest, txn_kvs(*deleted, 0, "releasing"));
     return !lowest.empty() && lowest.front().key == held.key;
+  }
+
+  void forget_orphan(const std::string& key) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    std::erase_if(orphans_, [&](const auto& orphan) { return orphan.first == key; });
   }
 
   // Deletes the keys whose delete_held had no answer (see there) and, once
