@@ -40,6 +40,7 @@
 #include "backends/etcd/etcd_client.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "core/name_hash.h"
 #include "core/store_options.h"
 #include "core/worker.h"
 
@@ -161,12 +162,8 @@ std::string key_for(std::string_view prefix, std::string_view mutex, std::int64_
 // `etcdctl compact`). A name reused gets a new create revision (token)
 // each time it is created again.
 std::int64_t key_id_for(std::int64_t lease, std::string_view contender) {
-  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a
-  for (const char c : contender) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  std::uint64_t z = h ^ static_cast<std::uint64_t>(lease);  // splitmix64's finaliser
+  // splitmix64's finaliser mixes the lease into the name's hash.
+  std::uint64_t z = internal::fnv1a64(contender) ^ static_cast<std::uint64_t>(lease);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   z ^= z >> 31;

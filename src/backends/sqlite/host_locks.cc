@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "core/log.h"
+#include "core/name_hash.h"
 #include "core/store_options.h"
 
 namespace simba::internal::sql::sqlite {
@@ -40,12 +41,7 @@ bool is_hex_id(const std::string& text) {
 }  // namespace
 
 std::int64_t HostLocks::offset_of(std::string_view mutex) {
-  std::uint64_t hash = 14695981039346656037ULL;  // FNV-1a 64: offset basis
-  for (const char c : mutex) {
-    hash ^= static_cast<unsigned char>(c);
-    hash *= 1099511628211ULL;  // FNV prime
-  }
-  return static_cast<std::int64_t>(hash >> 2);
+  return static_cast<std::int64_t>(internal::fnv1a64(mutex) >> 2);
 }
 
 std::shared_ptr<HostLocks> HostLocks::open(const std::string& db_path) {
