@@ -354,6 +354,43 @@ TEST(RedisWire, KeysValuesAndMessagesFollowJvmSimba) {
   EXPECT_GT(again->owner.fencing_token, held->owner.fencing_token);
 }
 
+// A lock key of ours whose fence hash is gone (evicted under a maxmemory
+// policy, deleted by hand, or lost by a replica that got the lock key back
+// from a replicated renewal): a renewal, one at a time or together, answers
+// with a token above the last one and fences the hold anew. It used to
+// answer token 0, a JVM Simba owner's, which gave our contender a new hold
+// under a token below its previous one.
+TEST(RedisWire, ALockWhoseFenceIsGoneIsFencedAnewAboveTheLastToken) {
+  const std::string uri = shared_uri();
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  RawRedis raw(uri);
+  auto held = backend->acquire_or_renew(request_for("m", "c1"), in(seconds(3)));
+  ASSERT_THAT(held, IsOk());
+  std::uint64_t last = held->owner.fencing_token;
+  ASSERT_GT(last, 0u);
+
+  raw.call({"DEL", key("m", ":fence")});
+  auto renewed = backend->acquire_or_renew(request_for("m", "c1"), in(seconds(3)));
+  ASSERT_THAT(renewed, IsOk());
+  EXPECT_EQ(renewed->owner.owner_id, "c1");
+  EXPECT_GT(renewed->owner.fencing_token, last);
+  EXPECT_EQ(raw.call({"HGET", key("m", ":fence"), "owner"}).str, "c1");
+  last = renewed->owner.fencing_token;
+  // The fenced hold renews under its token from then on.
+  auto again = backend->acquire_or_renew(request_for("m", "c1"), in(seconds(3)));
+  ASSERT_THAT(again, IsOk());
+  EXPECT_EQ(again->owner.fencing_token, last);
+
+  raw.call({"DEL", key("m", ":fence")});
+  auto together = backend->renew({request_for("m", "c1")}, in(seconds(3)));
+  ASSERT_THAT(together, IsOk());
+  ASSERT_EQ(together->size(), 1u);
+  EXPECT_EQ((*together)[0].owner.owner_id, "c1");
+  EXPECT_GT((*together)[0].owner.fencing_token, last);
+  EXPECT_EQ(raw.call({"HGET", key("m", ":fence"), "owner"}).str, "c1");
+}
+
 // ---- forced release ---------------------------------------------------------------
 
 // An operator's force_release tells the owner at once, on its personal

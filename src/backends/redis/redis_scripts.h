@@ -78,6 +78,24 @@ local function fence_of(owner)
   return '0', '0', '0'
 end
 
+-- The token of `id`'s hold, the lock key naming `id`, its fence's ttl and tr
+-- set to the caller's. A lock key of ours whose fence does not name us (the
+-- fence was evicted or deleted, or a replica got the lock back by a
+-- replicated renewal after it lost both keys) gets a fence anew, under a
+-- token above every earlier one: answering '0' (a JVM Simba owner's token)
+-- would hand our contender a hold under a token below its last one.
+local function own_fence(id, ttl, tr, ms, us)
+  local f = redis.call('HMGET', fence, 'owner', 'token')
+  if f[1] == id and f[2] then
+    redis.call('HSET', fence, 'ttl', ttl, 'tr', tr)
+    return f[2]
+  end
+  local token = fmt(math.max(tonumber(f[2] or '0') + 1, us))
+  redis.call('HSET', fence, 'token', token, 'owner', id, 'ttl', ttl, 'tr', tr, 'heir', '',
+             'streak_since', fmt(ms))
+  return token
+end
+
 -- How long a free mutex is kept for the waiter a release woke (its heir),
 -- in ms: its wake-up and its acquisition, a round trip and a thread hop,
 -- fit well within it. Meanwhile anyone else (the releaser coming straight
@@ -164,9 +182,7 @@ end
 local owner = redis.call('GET', lock)
 if owner == id then
   redis.call('SET', lock, id, 'XX', 'PX', px)
-  local token = fence_of(id)
-  if token ~= '0' then redis.call('HSET', fence, 'ttl', ttl, 'tr', tr) end
-  return {'renewed', id, fmt(px), token, fmt(ms), ttl, tr}
+  return {'renewed', id, fmt(px), own_fence(id, ttl, tr, ms, us), fmt(ms), ttl, tr}
 end
 if owner then
   redis.call('ZADD', queue, 'NX', arrived(us), id)
@@ -258,14 +274,14 @@ return {owner or '', pttl, token, fmt(ms), ottl, otr, fmt(floor)}
 // KEYS: the three keys of each mutex in turn; ARGV: id, ttl, transition of
 // each in turn (the factory's renewals together, Backend::renew). Renews
 // each lock its id holds as the acquire script's renewal does (SET XX PX
-// ttl + transition; the fence's ttl and tr when the lease is ours), and
+// ttl + transition; own_fence: the fence's ttl and tr, or a fence anew), and
 // takes nothing: every other mutex, free or not, is only read. Neither the
 // queue nor the primary's term is touched (an acquisition records the term;
 // one recorded later only makes the restart guard end later). One array a
 // mutex, shaped as the read script's reply.
 inline constexpr char kLuaRenew[] = R"lua(
 local out = {}
-local ms = now()
+local ms, us = now()
 for i = 0, #KEYS / 3 - 1 do
   -- The prelude's lock, queue and fence (fence_of reads them) name this
   -- mutex's keys now.
@@ -275,9 +291,7 @@ for i = 0, #KEYS / 3 - 1 do
   if owner == id then
     local px = tonumber(ttl) + tonumber(tr)
     redis.call('SET', lock, id, 'XX', 'PX', px)
-    local token = fence_of(id)
-    if token ~= '0' then redis.call('HSET', fence, 'ttl', ttl, 'tr', tr) end
-    out[#out + 1] = {id, fmt(px), token, fmt(ms), ttl, tr}
+    out[#out + 1] = {id, fmt(px), own_fence(id, ttl, tr, ms, us), fmt(ms), ttl, tr}
   elseif owner then
     local token, ottl, otr = fence_of(owner)
     out[#out + 1] = {owner, fmt(redis.call('PTTL', lock)), token, fmt(ms), ottl, otr}
