@@ -15,6 +15,13 @@ jobs="${JOBS:-$(nproc)}"
 
 scripts/install-deps.sh --servers
 
+# Each stage's heading says when it began, and the last line the whole
+# time: the CI budget (60 min on 2 cores, cold build included) is watched
+# stage by stage.
+stage() {
+  echo "== $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s) =="
+}
+
 run_ctest() {  # run_ctest BUILD_DIR STAGE [ctest args...]; RUN_JOBS overrides $jobs
   local dir="$1" stage="$2"
   shift 2
@@ -32,22 +39,22 @@ run_ctest() {  # run_ctest BUILD_DIR STAGE [ctest args...]; RUN_JOBS overrides $
   fi
 }
 
-echo "== Build (RelWithDebInfo) =="
+stage "Build (RelWithDebInfo)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON
 cmake --build build -j "$jobs"
 # Layout (.clang-format) and names (.clang-tidy): a diff or a finding fails
 # the run. After the build, which writes compile_commands.json.
-echo "== Style =="
+stage "Style"
 scripts/check-style.sh build
-echo "== All tests but the fault runs =="
+stage "All tests but the fault runs"
 run_ctest build all -LE faults
 # The fault runs (docs/reliability.md) spend their time waiting out leases
 # and fault windows, not computing: four at a time on two cores.
-echo "== Fault runs =="
+stage "Fault runs"
 RUN_JOBS=4 run_ctest build faults -L faults
 
 if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
-  echo "== Build (AddressSanitizer + UndefinedBehaviorSanitizer) =="
+  stage "Build (AddressSanitizer + UndefinedBehaviorSanitizer)"
   # Only what the sanitized stages run (the unit and conformance tests, the
   # keyed and clustered suites on the embedded stores, and the CLI the unit
   # tests call): a full sanitized build would cost CI minutes for binaries
@@ -61,7 +68,7 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
     asan_targets+=("simba_conformance_$store")
   done
   cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-  echo "== Unit and conformance tests under ASan/UBSan =="
+  stage "Unit and conformance tests under ASan/UBSan"
   # Sanitized code runs slower: stretch the tests' real-time waits. Left out
   # here, because the pass above ran them and sanitized they only repeat
   # code paths other tests cover, at length: ThousandServices on the server
@@ -69,13 +76,13 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan -L 'unit|conformance' \
     -E '^(Redis|Postgres|Mysql|Zookeeper|Etcd)/Conformance\.ThousandServices'
-  echo "== Keyed and clustered locks on the embedded stores under ASan/UBSan =="
+  stage "Keyed and clustered locks on the embedded stores under ASan/UBSan"
   # With the library's debug lines (shown only for a test that fails): a
   # rare failure here must say which lock moved when.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 SIMBA_LOG=debug \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan-embedded -L 'keyed|clustered' -R '^(Memory|Sqlite)/'
 
-  echo "== Build (ThreadSanitizer) =="
+  stage "Build (ThreadSanitizer)"
   # The unit tests and the conformance suite on the two stores that need no
   # server, and the CLI's tests on SQLite: its reaper forks in a threaded
   # process (tools/cli), which only a TSan run of the real binary checks.
@@ -84,7 +91,7 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
     -DSIMBA_BUILD_SHARED=OFF
   cmake --build build-tsan -j "$jobs" --target simba_unit_tests simba_sqlite_tests \
     simba_conformance_memory simba_conformance_sqlite simba-cli simba-man simba_cli_tests
-  echo "== Unit, conformance and CLI tests (memory, SQLite) under TSan =="
+  stage "Unit, conformance and CLI tests (memory, SQLite) under TSan"
   # halt_on_error: a data race fails its test (the report is in the log).
   # The scale stretches real-time waits; TSan runs code 5-15x slower.
   # ThousandServices measures capacity (1,000 renewals per ttl), which TSan's
@@ -93,4 +100,4 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
     SIMBA_TEST_TIME_SCALE=3 run_ctest build-tsan tsan -L 'unit|conformance|cli' \
     -E 'ThousandServices'
 fi
-echo "test.sh: all passed"
+echo "test.sh: all passed in $((SECONDS / 60)) min $((SECONDS % 60)) s"
