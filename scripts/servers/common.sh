@@ -129,6 +129,18 @@ pick_port() {
   return 1
 }
 
+# Whether a start whose members' ports were picked together should run again
+# on ports picked anew: one of the files $@ says a port was taken after it
+# was picked (another test's server got it first), and fewer than 5 tries
+# were made (SIMBA_PORT_TRIES counts them across the re-runs).
+retry_on_taken_port() {
+  local tries="${SIMBA_PORT_TRIES:-1}"
+  [ "$tries" -lt 5 ] || return 1
+  grep -qs "is taken" "$@" || return 1
+  echo "$(basename "$script"): a member's port was taken as it started (try $tries); picking new ports" >&2
+  export SIMBA_PORT_TRIES=$((tries + 1))
+}
+
 # Waits up to $2 seconds for server $1 to be gone.
 wait_gone() {
   local pid="$1" deadline=$((SECONDS + $2))

@@ -420,7 +420,9 @@ cluster_start() {
   # The certificates once (the members copy them in parallel), in DIR/tls
   # for the uri; our etcdctl settings.
   prepare_start
+  local fresh=1
   if [ "$(members_count)" = "$n" ] && [ -s "$dir/cluster" ]; then
+    fresh=0
     # A restart: same ports and data.
     for i in $(seq 1 "$n"); do ports+=("$(cat "$dir/m$i/port")"); done
   else
@@ -473,6 +475,10 @@ cluster_start() {
       if [ -s "$dir/m$i/start.out" ]; then sed "s/^/m$i: /" "$dir/m$i/start.out" >&2; fi
     done
     each_member stop || true
+    if [ "$fresh" = 1 ] && retry_on_taken_port "$dir"/m*/start.out; then
+      rm -f "$dir/cluster" "$dir/members"
+      exec bash "$script" start "$dir" --members "$n" "$@"
+    fi
     exit 1
   fi
   for i in $(seq 1 "$n"); do hosts+="${hosts:+,}$(member_address "$i")"; done

@@ -390,8 +390,35 @@ write_sentinel_conf() {
   } >"$dir/$s/sentinel.conf"
 }
 
-start_sentinel_member() {
-  member_script start "$dir/$1" >/dev/null
+# Starts the sentinels on ports picked together (each one's configuration
+# names the others). A port another process took after it was picked (tests
+# start topologies side by side) fails that start with "is taken": the
+# sentinels are then stopped and started again on ports picked anew.
+start_sentinels() {
+  local s try err="$dir/sentinel-start.err"
+  for try in 1 2 3 4 5; do
+    for s in $sentinel_members; do
+      rm -rf "${dir:?}/$s"
+      mkdir -p "$dir/$s"
+      pick_port >"$dir/$s/port"
+    done
+    for s in $sentinel_members; do write_sentinel_conf "$s"; done
+    : >"$err"
+    for s in $sentinel_members; do
+      member_script start "$dir/$s" >/dev/null 2>"$err" || break
+      : >"$err"
+    done
+    if [ ! -s "$err" ]; then
+      rm -f "$err"
+      return 0
+    fi
+    for s in $sentinel_members; do member_script stop "$dir/$s" 2>/dev/null || true; done
+    grep -q "is taken" "$err" || break
+    echo "redis.sh: a sentinel's port was taken as it started (try $try); picking new ports" >&2
+  done
+  cat "$err" >&2
+  rm -f "$err"
+  return 1
 }
 
 # `SENTINEL master` field $2 as sentinel $1 sees it.
@@ -423,12 +450,10 @@ topology_start() {
   place_members n1 1 s1 1 n2 2 s2 2 s3 3
   start_data_member n1
   start_data_member n2
-  for s in $sentinel_members; do
-    mkdir -p "$dir/$s"
-    pick_port >"$dir/$s/port"
-  done
-  for s in $sentinel_members; do write_sentinel_conf "$s"; done
-  for s in $sentinel_members; do start_sentinel_member "$s"; done
+  start_sentinels || {
+    topology_stop
+    exit 1
+  }
   # Ready when every sentinel knows the replica and the other two (a
   # failover needs a majority of the sentinels they know) and the replica
   # has synced.

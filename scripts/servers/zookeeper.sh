@@ -239,7 +239,9 @@ ensemble_start() {
   if [ -s "$dir/servers" ]; then ensemble_stop_all; fi
   # Each member's ports: kept from an earlier start of the same size (a
   # restart keeps the addresses clients know), otherwise picked afresh.
+  local fresh=0
   if [ "$(cat "$dir/servers" 2>/dev/null)" != "$n" ] || [ ! -s "$dir/ports" ]; then
+    fresh=1
     : >"$dir/ports.tmp"
     for i in $(seq 1 "$n"); do
       c="$(pick_port)"; q="$(pick_port "$c")"; e="$(pick_port "$q")"
@@ -290,7 +292,14 @@ ensemble_start() {
     fi
   done
   if [ "$failed" -ne 0 ]; then
+    # (Read before the stops, which write each member's last.out anew.)
+    local again=0
+    if [ "$fresh" = 1 ] && retry_on_taken_port "$dir"/*/last.out; then again=1; fi
     ensemble_stop_all
+    if [ "$again" = 1 ]; then
+      rm -f "$dir/ports" "$dir/servers"
+      exec bash "$script" start "$dir" --servers "$n" "$@"
+    fi
     exit 1
   fi
   # TestServer and the fixtures read DIR/port and DIR/uri.
