@@ -40,8 +40,11 @@ void WaitLine::stop() {
 
 bool WaitLine::wanted_locked(const Place& place) const {
   if (stopping_ || place.mutex.empty()) return false;
-  if (place.holder) return true;
-  auto it = waiters_.find(place.mutex);
+  return place.holder || has_waiters_locked(place.mutex);
+}
+
+bool WaitLine::has_waiters_locked(const std::string& mutex) const {
+  auto it = waiters_.find(mutex);
   return it != waiters_.end() && !it->second.empty();
 }
 
@@ -62,6 +65,7 @@ void WaitLine::join_locked(const std::string& mutex) {
     place.state = State::kJoining;
     place.holder = false;
     place.announced = false;
+    place.wait_after = {};
     place.worker.start("sql-line", [this, i] { run(i); });
     changed_.notify_all();
     return;
@@ -84,6 +88,8 @@ void WaitLine::waiting(const std::string& mutex, const std::string& contender,
   waiters_[mutex][contender] = std::move(attempt);
   forget_holder_locked(mutex, contender);
   join_locked(mutex);
+  // A place waiting out a holder's join delay asks at once now.
+  changed_.notify_all();
 }
 
 void WaitLine::holding(const std::string& mutex, const std::string& contender, bool first) {
@@ -95,10 +101,12 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
   if (place != nullptr && first && place->state == State::kFirst) {
     place->holder = true;
   } else if (!first && !hooks_.releases_announced) {
-    // Its release wakes the next in line only if it holds the line lock.
+    // Its release wakes the next in line only if it holds the line lock:
+    // a new place asks for it once the hold has lasted holder_join_delay.
     if (place == nullptr) {
       join_locked(mutex);
       place = place_of_locked(mutex);
+      if (place != nullptr) place->wait_after = steady_clock::now() + hooks_.holder_join_delay;
     }
     if (place != nullptr) place->holder = true;
   }
@@ -310,6 +318,12 @@ void WaitLine::run(std::size_t index) {
         backoff.reset();
         place.session = std::move(*session);
       }
+      continue;
+    }
+    if (place.holder && !has_waiters_locked(mutex) && steady_clock::now() < place.wait_after) {
+      // Only a holder wants it, for less than holder_join_delay yet: its
+      // release (or a waiter of ours) may come first.
+      changed_.wait_until(lock, place.wait_after);
       continue;
     }
     // In line: wait for the line lock, a chunk at a time, and with it a

@@ -103,6 +103,12 @@ class WaitLine {
     // someone without it holds the mutex (a JVM Simba contender, a holder
     // over the budget, or one that has not got its place yet).
     bool releases_announced = true;
+    // How long a place joined only for a holder of ours that took the mutex
+    // without the line lock (releases not announced) waits before it asks
+    // for the line lock: a hold released within it costs no lock wait and
+    // no unlock (most holds of an uncontended loop), and one that lasts
+    // longer gets in line as before. A waiter of ours asks at once.
+    std::chrono::microseconds holder_join_delay{1000};
   };
 
   WaitLine(Hooks hooks, std::string description, int places);
@@ -196,6 +202,9 @@ class WaitLine {
     std::thread::id hook_thread;
     // When the first in line looks next (Hooks::releases_announced false).
     std::chrono::steady_clock::time_point next_look{};
+    // No lock wait before this while only a holder wants the place
+    // (Hooks::holder_join_delay).
+    std::chrono::steady_clock::time_point wait_after{};
     std::unique_ptr<SqlSession> session;
     WakeFd wake;  // ends a wait or a connect when the place is no longer wanted
     Worker worker;
@@ -204,6 +213,8 @@ class WaitLine {
   void run(std::size_t index);
   // Whether the process still needs `place` in its line. REQUIRES: mu_.
   bool wanted_locked(const Place& place) const;
+  // Whether a contender of ours waits for `mutex`. REQUIRES: mu_.
+  bool has_waiters_locked(const std::string& mutex) const;
   // Takes a free place for `mutex`, if there is one. REQUIRES: mu_.
   void join_locked(const std::string& mutex);
   // Leaves the line for `mutex` if nobody needs the place. REQUIRES: mu_.

@@ -1,0 +1,132 @@
+// The SQL wait line's own logic (src/backends/sql/wait_line.h) with a
+// session that answers at once and records what it was sent: when a place
+// that only a holder of ours wants asks for the line lock. The line's work
+// against real servers is tested in tests/mysql and tests/postgres.
+#include "backends/sql/wait_line.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace simba::internal::sql {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// What the line's sessions were sent, statement by statement, and when.
+struct SentLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, steady_clock::time_point>> sent;
+
+  bool wait_for(const std::string& sql, milliseconds within) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, within, [&] { return count_locked(sql) > 0; });
+  }
+  int count(const std::string& sql) {
+    std::lock_guard<std::mutex> lock(mu);
+    return count_locked(sql);
+  }
+  steady_clock::time_point first(const std::string& sql) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [what, at] : sent) {
+      if (what == sql) return at;
+    }
+    return {};
+  }
+
+ private:
+  int count_locked(const std::string& sql) const {
+    int n = 0;
+    for (const auto& entry : sent) n += entry.first == sql ? 1 : 0;
+    return n;
+  }
+};
+
+// Grants every lock wait at once.
+class RecordingSession : public SqlSession {
+ public:
+  explicit RecordingSession(SentLog* log) : log_(log) {}
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool, Deadline,
+                                     SqlFailure*) override {
+    {
+      std::lock_guard<std::mutex> lock(log_->mu);
+      for (const Statement& statement : statements) {
+        log_->sent.emplace_back(statement.sql, steady_clock::now());
+      }
+    }
+    log_->cv.notify_all();
+    return std::vector<SqlResult>(statements.size());
+  }
+
+ private:
+  SentLog* log_;
+};
+
+// A line as MySQL's: releases are not announced, so a holder that took the
+// mutex on the pool gets in line to wake the next process by its release.
+WaitLine::Hooks hooks(SentLog* log, std::chrono::microseconds holder_join_delay) {
+  WaitLine::Hooks h;
+  h.connect = [log](Deadline, int) -> Result<std::unique_ptr<SqlSession>> {
+    return std::unique_ptr<SqlSession>(std::make_unique<RecordingSession>(log));
+  };
+  h.wait = [](const std::string&, milliseconds) { return std::vector<Statement>{{"WAIT", {}}}; };
+  h.unlock = [](const std::string&) { return Statement{"UNLOCK", {}}; };
+  h.first = [](const std::string&) {};
+  h.attempted = [](const std::string&, const std::string&, const std::vector<SqlResult>&,
+                   steady_clock::time_point) { return false; };
+  h.abandoned = [](const std::string&, const std::string&) {};
+  h.superseded = [](const std::string&, const std::string&) {};
+  h.releases_announced = false;
+  h.holder_join_delay = holder_join_delay;
+  return h;
+}
+
+// A hold released before the delay is over never waits in line: an
+// uncontended acquire + release costs no lock wait and no unlock. (The
+// delay here is an hour; the hold lasts 50 ms, in which the line used to
+// send its lock wait.)
+TEST(WaitLine, AHolderReleasedWithinTheDelayNeverWaitsInLine) {
+  SentLog log;
+  WaitLine line(hooks(&log, std::chrono::hours(1)), "test", 1);
+  line.holding("m", "a", /*first=*/false);
+  EXPECT_FALSE(log.wait_for("WAIT", milliseconds(50)));
+  line.gone("m", "a");
+  line.stop();
+  EXPECT_EQ(log.count("WAIT"), 0);
+  EXPECT_EQ(log.count("UNLOCK"), 0);
+}
+
+// A hold that lasts gets in line once the delay is over, not before, and
+// gives the line lock up when it ends.
+TEST(WaitLine, AHolderThatKeepsTheMutexGetsInLineAfterTheDelay) {
+  SentLog log;
+  const milliseconds delay(30);
+  WaitLine line(hooks(&log, delay), "test", 1);
+  const auto held_at = steady_clock::now();
+  line.holding("m", "a", /*first=*/false);
+  ASSERT_TRUE(log.wait_for("WAIT", milliseconds(5000)));
+  EXPECT_GE(log.first("WAIT") - held_at, delay);
+  line.gone("m", "a");
+  EXPECT_TRUE(log.wait_for("UNLOCK", milliseconds(5000)));
+  line.stop();
+}
+
+// A waiter of ours does not wait for a holder's delay: it asks at once.
+TEST(WaitLine, AWaiterOfOursGetsInLineAtOnce) {
+  SentLog log;
+  WaitLine line(hooks(&log, std::chrono::hours(1)), "test", 1);
+  line.holding("m", "a", /*first=*/false);
+  line.waiting("m", "b");
+  EXPECT_TRUE(log.wait_for("WAIT", milliseconds(5000)));
+  line.stop();
+}
+
+}  // namespace
+}  // namespace simba::internal::sql
