@@ -335,11 +335,15 @@ TEST(EtcdTls, AnExpiredTokenIsReplacedWithinTheCall) {
       etcd_uri("", std::string("simba:") + kPassword, host_port_of((*server)->uri()));
   auto backend = open(uri);
   ASSERT_TRUE(backend);
-  auto first = backend->acquire_or_renew(request_for("expiry", "c"), in(kCallDeadline));
+  // A lease that outlives the waits below many times over: what expires
+  // here is the token, never the lease (a 3 s lease ran out before the read
+  // on a loaded machine, each call authenticating again first).
+  const auto held = [] { return request_for("expiry", "c", seconds(20), seconds(10)); };
+  auto first = backend->acquire_or_renew(held(), in(kCallDeadline));
   SIMBA_ASSERT_OK(first);
   ASSERT_EQ(first->owner.owner_id, "c");
   std::this_thread::sleep_for(milliseconds(2500));  // the token expires
-  auto renewed = backend->acquire_or_renew(request_for("expiry", "c"), in(kCallDeadline));
+  auto renewed = backend->acquire_or_renew(held(), in(kCallDeadline));
   SIMBA_ASSERT_OK(renewed);
   EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
   std::this_thread::sleep_for(milliseconds(2500));
