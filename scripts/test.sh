@@ -22,44 +22,6 @@ stage() {
   echo "== $1 (at $((SECONDS / 60)) min $((SECONDS % 60)) s) =="
 }
 
-# Work that only computes (clang-tidy, a sanitized build) runs beside the
-# test stages, which spend most of their time waiting out leases and
-# failovers (a cold CI run used a third of its two cores in the main test
-# stage): in a process group of its own, at the lowest CPU priority, so a
-# test's thread that wakes takes the core back at once. `background NAME
-# CMD...` starts one; `await NAME` waits for it and fails the run as it
-# failed, with its log. Whatever still runs when the script ends is stopped.
-declare -A bg_pids=()
-background() {  # background NAME [after PID] CMD...: CMD once PID has ended
-  local name="$1" after=""
-  shift
-  if [ "$1" = after ]; then
-    after="$2"
-    shift 2
-  fi
-  setsid nice -n 19 bash -c '
-    while [ -n "$0" ] && kill -0 "$0" 2>/dev/null; do sleep 1; done
-    exec "$@"' "$after" "$@" >"build/$name.log" 2>&1 &
-  bg_pids[$name]=$!
-}
-await() {
-  local name="$1" rc=0
-  wait "${bg_pids[$name]}" || rc=$?
-  unset "bg_pids[$name]"
-  if [ "$rc" -ne 0 ]; then
-    cat "build/$name.log" >&2
-    echo "test.sh: $name failed (exit $rc)" >&2
-    return "$rc"
-  fi
-  tail -n 3 "build/$name.log"
-}
-stop_background() {
-  local pid
-  # (Just started, it may not lead its group yet: then the PID alone.)
-  for pid in "${bg_pids[@]}"; do kill -- "-$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true; done
-}
-trap stop_background EXIT
-
 run_ctest() {  # run_ctest BUILD_DIR STAGE [ctest args...]; RUN_JOBS overrides $jobs
   local dir="$1" stage="$2"
   shift 2
@@ -80,18 +42,23 @@ run_ctest() {  # run_ctest BUILD_DIR STAGE [ctest args...]; RUN_JOBS overrides $
 stage "Build (RelWithDebInfo)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON
 cmake --build build -j "$jobs"
+# Layout (.clang-format) and names (.clang-tidy): a diff or a finding fails
+# the run. After the build, which writes compile_commands.json.
+stage "Style"
+scripts/check-style.sh build
+stage "All tests but the fault runs"
+run_ctest build all -LE faults
+# The fault runs (docs/reliability.md) spend their time waiting out leases
+# and fault windows, not computing: four at a time on two cores.
+stage "Fault runs"
+RUN_JOBS=4 run_ctest build faults -L faults
 
-# Beside the tests, one after the other (one compiler's memory at a time):
-# the style check, then the two sanitized builds.
-# - Layout (.clang-format) and names (.clang-tidy): a diff or a finding fails
-#   the run. After the build, which writes compile_commands.json.
-# - The sanitized builds hold only what their stages run (the unit and
-#   conformance tests, the keyed and clustered suites on the embedded stores,
-#   and the CLI the unit tests call): a full one would cost CI minutes for
-#   binaries these stages never start. Targets pull in their helper programs.
-stage "Style check and sanitized builds (beside the tests)"
-background style scripts/check-style.sh build
 if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
+  stage "Build (AddressSanitizer + UndefinedBehaviorSanitizer)"
+  # Only what the sanitized stages run (the unit and conformance tests, the
+  # keyed and clustered suites on the embedded stores, and the CLI the unit
+  # tests call): a full sanitized build would cost CI minutes for binaries
+  # these stages never start. Targets pull in their helper programs.
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSIMBA_WERROR=ON \
     -DSIMBA_SANITIZE=address,undefined -DSIMBA_BUILD_EXAMPLES=OFF \
     -DSIMBA_BUILD_BENCH=OFF -DSIMBA_BUILD_SHARED=OFF
@@ -100,32 +67,7 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   for store in memory sqlite redis postgres mysql zookeeper etcd; do
     asan_targets+=("simba_conformance_$store")
   done
-  # The unit tests and the conformance suite on the two stores that need no
-  # server, and the CLI's tests on SQLite: its reaper forks in a threaded
-  # process (tools/cli), which only a TSan run of the real binary checks.
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
-    -DSIMBA_SANITIZE=thread -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_BENCH=OFF \
-    -DSIMBA_BUILD_SHARED=OFF
-  tsan_targets=(simba_unit_tests simba_sqlite_tests simba_conformance_memory
-    simba_conformance_sqlite simba-cli simba-man simba_cli_tests)
-  background build-asan after "${bg_pids[style]}" \
-    cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
-  background build-tsan after "${bg_pids[build-asan]}" \
-    cmake --build build-tsan -j "$jobs" --target "${tsan_targets[@]}"
-fi
-
-stage "All tests but the fault runs"
-run_ctest build all -LE faults
-stage "Style (its result)"
-await style
-# The fault runs (docs/reliability.md) spend their time waiting out leases
-# and fault windows, not computing: four at a time on two cores.
-stage "Fault runs"
-RUN_JOBS=4 run_ctest build faults -L faults
-
-if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
-  stage "Build (AddressSanitizer + UndefinedBehaviorSanitizer, its result)"
-  await build-asan
+  cmake --build build-asan -j "$jobs" --target "${asan_targets[@]}"
   stage "Unit and conformance tests under ASan/UBSan"
   # Sanitized code runs slower: stretch the tests' real-time waits. Left out
   # here, because the pass above ran them and sanitized they only repeat
@@ -140,8 +82,15 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 SIMBA_LOG=debug \
     SIMBA_TEST_TIME_SCALE=2 run_ctest build-asan asan-embedded -L 'keyed|clustered' -R '^(Memory|Sqlite)/'
 
-  stage "Build (ThreadSanitizer, its result)"
-  await build-tsan
+  stage "Build (ThreadSanitizer)"
+  # The unit tests and the conformance suite on the two stores that need no
+  # server, and the CLI's tests on SQLite: its reaper forks in a threaded
+  # process (tools/cli), which only a TSan run of the real binary checks.
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
+    -DSIMBA_SANITIZE=thread -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_BENCH=OFF \
+    -DSIMBA_BUILD_SHARED=OFF
+  cmake --build build-tsan -j "$jobs" --target simba_unit_tests simba_sqlite_tests \
+    simba_conformance_memory simba_conformance_sqlite simba-cli simba-man simba_cli_tests
   stage "Unit, conformance and CLI tests (memory, SQLite) under TSan"
   # halt_on_error: a data race fails its test (the report is in the log).
   # The scale stretches real-time waits; TSan runs code 5-15x slower.
