@@ -398,8 +398,9 @@ start_sentinels() {
   local s try err="$dir/sentinel-start.err"
   for try in 1 2 3 4 5; do
     for s in $sentinel_members; do
-      rm -rf "${dir:?}/$s"
+      # What a failed try left; its place in a lab (host, netns) stays.
       mkdir -p "$dir/$s"
+      find "$dir/$s" -mindepth 1 -maxdepth 1 ! -name host ! -name netns -exec rm -rf {} +
       pick_port >"$dir/$s/port"
     done
     for s in $sentinel_members; do write_sentinel_conf "$s"; done
