@@ -1,6 +1,7 @@
 # Compile settings shared by every Simba target: C++20, warnings (as errors
-# when SIMBA_WERROR), and the sanitizers chosen by SIMBA_SANITIZE. Applied per
-# target; the global CMAKE_CXX_FLAGS are never touched.
+# when SIMBA_WERROR), the debug information chosen by SIMBA_DEBUG_INFO and the
+# sanitizers chosen by SIMBA_SANITIZE. Applied per target; the global
+# CMAKE_CXX_FLAGS are never touched.
 
 if(SIMBA_SANITIZE STREQUAL "")
   set(_simba_sanitize_flags "")
@@ -11,6 +12,15 @@ elseif(SIMBA_SANITIZE STREQUAL "address,undefined" OR SIMBA_SANITIZE STREQUAL "t
   endif()
 else()
   message(FATAL_ERROR "SIMBA_SANITIZE must be '', 'address,undefined' or 'thread', not '${SIMBA_SANITIZE}'")
+endif()
+
+if(SIMBA_DEBUG_INFO STREQUAL "lines")
+  # After the build type's -g on the command line, so it wins.
+  set(_simba_debug_flags $<$<CONFIG:RelWithDebInfo>:-g1>)
+elseif(SIMBA_DEBUG_INFO STREQUAL "full")
+  set(_simba_debug_flags "")
+else()
+  message(FATAL_ERROR "SIMBA_DEBUG_INFO must be 'lines' or 'full', not '${SIMBA_DEBUG_INFO}'")
 endif()
 
 function(simba_target_settings target)
@@ -27,6 +37,9 @@ function(simba_target_settings target)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
      AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
     target_compile_options(${target} PRIVATE -Wno-restrict)
+  endif()
+  if(_simba_debug_flags)
+    target_compile_options(${target} PRIVATE ${_simba_debug_flags})
   endif()
   if(_simba_sanitize_flags)
     target_compile_options(${target} PRIVATE ${_simba_sanitize_flags})
