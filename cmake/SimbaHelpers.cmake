@@ -68,12 +68,21 @@ function(simba_add_test)
     NO_PRETTY_VALUES
     PROPERTIES TIMEOUT ${T_TIMEOUT}
     DISCOVERY_TIMEOUT 60)
-  # Labels (and fixtures) are set by a script of our own that ctest reads
+  # Labels, fixtures and locks are set by a script of our own that ctest reads
   # after the discovered tests: gtest_discover_tests splits list-valued
   # PROPERTIES, so "unit;sqlite" would reach ctest as the label "unit" alone.
-  set(fixture_props "")
+  set(extra_props "")
   if(T_FIXTURES)
-    set(fixture_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${SIMBA_TEST_SERVERS_DIR}\"")
+    set(extra_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${SIMBA_TEST_SERVERS_DIR}\"")
+  endif()
+  # Tests of a multi-node topology (label cluster: a Redis Cluster of six
+  # servers, a ZooKeeper ensemble of three JVMs, ...) take turns: two at once
+  # on CI's two cores starved each other (a Redis Cluster test took 40-60 s
+  # beside another, 10-15 s alone; a ZooKeeper session took 3 s to move off
+  # a paused member beside a second ensemble), while the other job runs the
+  # single-server tests.
+  if("cluster" IN_LIST T_LABELS)
+    string(APPEND extra_props " RESOURCE_LOCK simba_topology")
   endif()
   set(labels_file ${CMAKE_CURRENT_BINARY_DIR}/${T_NAME}_labels.cmake)
   # Scale tests measure how much one process gets through a store while the
@@ -82,7 +91,7 @@ function(simba_add_test)
   # they run alone (RUN_SERIAL).
   file(WRITE ${labels_file}
     "if(${T_NAME}_TESTS)\n"
-    "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\"${fixture_props})\n"
+    "  set_tests_properties(\${${T_NAME}_TESTS} PROPERTIES LABELS \"${T_LABELS}\"${extra_props})\n"
     "  foreach(simba_test IN LISTS ${T_NAME}_TESTS)\n"
     "    if(simba_test MATCHES \"ThousandServices|TenThousand\")\n"
     "      set_tests_properties(\${simba_test} PROPERTIES RUN_SERIAL TRUE)\n"
