@@ -89,8 +89,8 @@ if [ "${SIMBA_SKIP_SANITIZERS:-}" != "1" ]; then
   # At -O1 (TSan's advice: -O1 or higher) it compiles in half the time of
   # -O2 -g; the line tables (SIMBA_DEBUG_INFO) still name every frame.
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSIMBA_WERROR=ON \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DSIMBA_SANITIZE=thread -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_BENCH=OFF \
-    -DSIMBA_BUILD_SHARED=OFF
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DSIMBA_SANITIZE=thread \
+    -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_BENCH=OFF -DSIMBA_BUILD_SHARED=OFF
   cmake --build build-tsan -j "$jobs" --target simba_unit_tests simba_sqlite_tests \
     simba_conformance_memory simba_conformance_sqlite simba-cli simba-man simba_cli_tests
   stage "Unit, conformance and CLI tests (memory, SQLite) under TSan"
