@@ -1204,11 +1204,16 @@ class Run {
       if (victim == 0) return;
       processes_->continue_worker(victim);
       faults_.push_back({"pause", victim, killed_at, now_nanos(clock)});
+      const auto stopped_ms = (now_nanos(clock) - killed_at) / 1'000'000;
+      // A holder stopped for longer than its lease knows on waking that it
+      // lost: such a run cannot show the lost write, whatever the guard does.
       say("lagging-failover: worker " + std::to_string(victim) +
           (victim_token_ != 0 ? " (the holder, token " + std::to_string(victim_token_) + ")"
                               : " (no holder found: a waiter)") +
-          " stopped for " + std::to_string((now_nanos(clock) - killed_at) / 1'000'000) +
-          " ms from the primary's kill");
+          " stopped for " + std::to_string(stopped_ms) + " ms from the primary's kill" +
+          (stopped_ms >= lease.count() ? ", past its lease of " + std::to_string(lease.count()) +
+                                             " ms: too late to act on it"
+                                       : ""));
     };
     const Nanos began = now_nanos(clock);
     Result<std::string> done = topology_->lagging_failover(lag, milliseconds(500), steps);

@@ -397,17 +397,21 @@ Result<std::string> FaultTopology::lagging_failover(milliseconds lag, millisecon
   // From here every step runs, whatever fails: the holder is stopped and
   // must be resumed.
   if (cut.ok()) steps.before_kill();
+  const auto killed = std::chrono::steady_clock::now();
   Status failed = cut.ok() ? member("kill", old) : cut;
   for (const std::string& r : replicas) {
     if (Status s = member("resume", r); !s.ok() && failed.ok()) failed = s;
   }
   std::string promoted;
+  milliseconds promoted_after{0};
   if (cut.ok()) {
     const auto give_up = std::chrono::steady_clock::now() + seconds(30);
     while (failed.ok() && std::chrono::steady_clock::now() < give_up) {
       auto lead = leader();
       if (lead.ok() && *lead != old) {
         promoted = *lead;
+        promoted_after =
+            std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - killed);
         break;
       }
       std::this_thread::sleep_for(milliseconds(50));
@@ -426,8 +430,10 @@ Result<std::string> FaultTopology::lagging_failover(milliseconds lag, millisecon
   }
   if (!failed.ok()) return failed;
   return serving_after("replicas cut off for " + std::to_string(lag.count()) + " ms, " + old +
-                       " killed, " + promoted + " promoted and stalled for " +
-                       std::to_string(stall.count()) + " ms, " + old + " restarted");
+                       " killed, " + promoted + " promoted (seen " +
+                       std::to_string(promoted_after.count()) +
+                       " ms after the kill) and stalled for " + std::to_string(stall.count()) +
+                       " ms, " + old + " restarted");
 }
 
 Result<std::string> FaultTopology::rolling_restart() {
