@@ -93,6 +93,22 @@ if [ -n "$only" ] && ! printf '%s\n' "${peers[@]}" | grep -q "^$only"$'\x1f'; th
   exit 64
 fi
 
+# A peer whose package is missing would fail deep in Python, Go or Java
+# ("No module named 'pymysql'"); say what to install instead.
+missing=()
+for p in "${peers[@]}"; do
+  IFS=$'\x1f' read -r -a f <<<"$p"
+  if [ -n "$only" ] && [ "$only" != "${f[0]}" ]; then continue; fi
+  if ! dpkg-query -W -f='${Status}' "${f[1]}" 2>/dev/null | grep -q 'ok installed'; then
+    missing+=("${f[0]} needs ${f[1]}")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  printf 'bench-peers.sh: not installed: %s\n' "${missing[@]}" >&2
+  echo "bench-peers.sh: run scripts/install-peers.sh first" >&2
+  exit 1
+fi
+
 # Builds what the store's peers need (the Go and Java peers), offline.
 build_peers() {
   mkdir -p "$build"
