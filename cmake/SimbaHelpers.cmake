@@ -72,8 +72,15 @@ function(simba_add_test)
   # after the discovered tests: gtest_discover_tests splits list-valued
   # PROPERTIES, so "unit;sqlite" would reach ctest as the label "unit" alone.
   set(extra_props "")
+  set(fixtures ${T_FIXTURES})
+  if("cluster" IN_LIST T_LABELS)
+    list(APPEND fixtures simba_topology_first)
+  endif()
+  if(fixtures)
+    string(APPEND extra_props " FIXTURES_REQUIRED \"${fixtures}\"")
+  endif()
   if(T_FIXTURES)
-    set(extra_props " FIXTURES_REQUIRED \"${T_FIXTURES}\" ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${SIMBA_TEST_SERVERS_DIR}\"")
+    string(APPEND extra_props " ENVIRONMENT \"SIMBA_TEST_SERVERS_DIR=${SIMBA_TEST_SERVERS_DIR}\"")
   endif()
   # Tests of a multi-node topology (label cluster: a Redis Cluster of six
   # servers, a ZooKeeper ensemble of three JVMs, ...) take turns: two at once
@@ -83,7 +90,10 @@ function(simba_add_test)
   # single-server tests. A high COST starts them first (ctest runs tests of
   # equal cost in number order, and with no timings of an earlier run, as
   # in a fresh clone, every cost is equal): numbered last, they left the
-  # stage's last ~4 minutes to one job.
+  # stage's last ~4 minutes to one job. ctest sorts by COST only within a
+  # level of dependencies, and the tests that need a server (a fixture)
+  # come a level before those that need none: the no-op fixture
+  # simba_topology_first (tests/CMakeLists.txt) puts these on that level.
   if("cluster" IN_LIST T_LABELS)
     string(APPEND extra_props " RESOURCE_LOCK simba_topology COST 1000")
   endif()
