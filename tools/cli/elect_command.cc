@@ -30,6 +30,10 @@ int elect_command(const std::vector<std::string>& argv) {
   auto job = parse_lease_job(args);
   if (!job.ok()) return usage(job.status().message());
   set_log_format(job->log_format);
+  // Before anything that takes time (the store's first connection): a
+  // SIGTERM from then on is ours to handle (exit 0), never the default
+  // death by the signal a supervisor would see while we start.
+  install_signal_handlers();
   auto factory = open_factory(*job);
   if (!factory.ok()) {
     print_error(factory.status().message());
@@ -37,7 +41,6 @@ int elect_command(const std::vector<std::string>& argv) {
   }
   auto service = (*factory)->create_contend_service(make_contender(job->mutex, nullptr, nullptr));
   if (!service.ok()) return usage("--mutex: " + service.status().message());
-  install_signal_handlers();
   {
     // Until the store first answers: a store that cannot be reached yet is
     // waited for (for ever, each new cause printed once), one that refuses

@@ -65,6 +65,9 @@ int run_command(const std::vector<std::string>& argv) {
   auto timeout = args.duration("--timeout", milliseconds(0));
   if (!timeout.ok()) return usage(timeout.status().message());
 
+  // Before the store's first connection, as `simba elect` does: a signal
+  // that comes while we start cancels the wait below.
+  install_signal_handlers();
   auto factory = open_factory(*job);
   if (!factory.ok()) {
     print_error(factory.status().message());
@@ -74,7 +77,6 @@ int run_command(const std::vector<std::string>& argv) {
   if (!locker.ok()) return usage("--mutex: " + locker.status().message());
   Backend& backend = *(*factory)->backend();
 
-  install_signal_handlers();
   // Acquire, watching for signals (which cancel the wait) and, with
   // --verbose, telling the user who holds the mutex.
   std::atomic<int> received{0};
