@@ -76,9 +76,9 @@ void WaitLine::maybe_leave_locked(const std::string& mutex) {
   Place* place = place_of_locked(mutex);
   if (place == nullptr || wanted_locked(*place)) return;
   // A lock wait in progress ends at once (cancelled, or its session
-  // closed, which takes this process out of the server's queue), and so
-  // does a connect (the wake is drained before each use).
-  place->wake.post();
+  // closed, which takes this process out of the server's queue). A connect
+  // runs on (Place::connecting); the wake is drained before each use.
+  if (!place->connecting) place->wake.post();
   changed_.notify_all();
 }
 
@@ -307,8 +307,10 @@ void WaitLine::run(std::size_t index) {
       }
       place.wake.drain();
       Result<std::unique_ptr<SqlSession>> session = unavailable_error("not connected");
+      place.connecting = true;
       outside(
           [&] { session = hooks_.connect(steady_clock::now() + kConnectBound, place.wake.fd()); });
+      place.connecting = false;
       if (!session.ok()) {
         const milliseconds delay = backoff.failed(session.status());
         SIMBA_LOG(kDebug, description_ << ": wait line of mutex " << in_quotes(mutex) << ": "

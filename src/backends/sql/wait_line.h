@@ -196,6 +196,12 @@ class WaitLine {
     bool holder = false;
     // Its session is waiting in the server's queue for the line lock.
     bool queued = false;
+    // Its thread is opening its session. A connect is not given up when the
+    // place stops being wanted (only when the line stops): it ends within
+    // its bound, and the session serves the next wait. Given up, under holds
+    // shorter than a connect (a hot mutex), no place ever got a session, and
+    // every release woke every waiting process.
+    bool connecting = false;
     // A release was announced while it waited there (hold_back).
     bool announced = false;
     // Its thread's id while it runs a hook (which may borrow its session).
