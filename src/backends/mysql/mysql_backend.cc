@@ -61,15 +61,21 @@ class MysqlSession final : public SqlSession {
     if (failure != nullptr) *failure = SqlFailure::kOther;
     if (!healthy()) return unavailable_error("the connection is broken");
     // One multi-statement query, one round trip: START TRANSACTION; s1;
-    // ...; COMMIT. Statements after a failed one are not run.
+    // ...; COMMIT, and then any to run after the commit
+    // (Statement::after_commit). Statements after a failed one are not run.
     std::string query;
-    if (transaction) query = "START TRANSACTION;";
+    if (transaction) query = "START TRANSACTION";
+    std::size_t commit_at = statements.size();  // index of COMMIT's reply - 1
     for (std::size_t i = 0; i < statements.size(); ++i) {
       SIMBA_ASSIGN_OR_RETURN(std::string sql, render(statements[i]));
-      if (i > 0) query += ";";
+      if (transaction && statements[i].after_commit && commit_at == statements.size()) {
+        query += ";COMMIT";
+        commit_at = i;
+      }
+      if (!query.empty()) query += ";";
       query += sql;
     }
-    if (transaction) query += ";COMMIT";
+    if (transaction && commit_at == statements.size()) query += ";COMMIT";
     const std::size_t expected = statements.size() + (transaction ? 2 : 0);
 
     QueryReply reply = mysql::query(conn_.get(), query, deadline, wake_fd_);
@@ -90,7 +96,10 @@ class MysqlSession final : public SqlSession {
       return internal_error("expected " + std::to_string(expected) + " results, got " +
                             std::to_string(results.size()));
     }
-    if (transaction) results = {results.begin() + 1, results.end() - 1};
+    if (transaction) {
+      results.erase(results.begin() + 1 + static_cast<long>(commit_at));
+      results.erase(results.begin());
+    }
     return results;
   }
 

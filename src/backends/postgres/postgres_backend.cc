@@ -78,8 +78,11 @@ class PgSession final : public SqlSession {
     PGconn* conn = conn_.get();
     // One pipeline, one sync: the statements run as one implicit
     // transaction (so `transaction` needs nothing more) in one round trip.
-    (void)transaction;
+    // A statement to run after the commit (Statement::after_commit) begins
+    // a second implicit transaction: a sync before it.
     if (PQenterPipelineMode(conn) != 1) return broken("entering pipeline mode");
+    int syncs = 1;
+    bool sent_after_commit = false;
     // Each statement is prepared once per session (a Parse in the same
     // pipeline, the first time it is sent) and then only executed: the
     // server plans an unnamed statement again every time, and planning was
@@ -92,6 +95,11 @@ class PgSession final : public SqlSession {
     std::vector<Sent> sent;
     const bool prepare = prepare_->load();
     for (const Statement& statement : statements) {
+      if (statement.after_commit && transaction && syncs == 1) {
+        if (PQpipelineSync(conn) != 1) return broken("sending");
+        ++syncs;
+        sent_after_commit = true;
+      }
       // "{0}" -> "$1", ... ("{#0}", a number, too: libpq types it by its use).
       SIMBA_ASSIGN_OR_RETURN(std::string sql, render_params(statement.sql, [](std::size_t i, bool) {
                                return Result<std::string>("$" + std::to_string(i + 1));
@@ -150,7 +158,7 @@ class PgSession final : public SqlSession {
       }
       const ExecStatusType status = PQresultStatus(result.get());
       if (status == PGRES_PIPELINE_SYNC) {
-        synced = true;
+        synced = --syncs == 0;
         continue;
       }
       const Sent* what = command < sent.size() ? &sent[command] : nullptr;
@@ -196,6 +204,10 @@ class PgSession final : public SqlSession {
       }
     }
     if (PQexitPipelineMode(conn) != 1) set_broken();
+    // A failed transaction did not keep what ran after it from running (a
+    // sync ends a pipeline's error): the session's locks are not what its
+    // owner believes, and closing it ends them all.
+    if (!first_error.ok() && sent_after_commit) set_broken();
     if (!first_error.ok()) return first_error;
     return results;
   }
@@ -441,6 +453,13 @@ class PgDriver final : public SqlDriver {
     };
     line.unlock = Statement{"SELECT pg_advisory_unlock({#0}, {#1})", key};
     line.attempt_with_wait = true;
+    // pg_locks shows a two-key advisory lock as objsubid 2, its keys as
+    // oids (unsigned); a session waiting for it as not granted.
+    line.queued_sql =
+        "EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+        "AND objsubid = 2 AND classid = ({#2}::int8 & 4294967295)::oid "
+        "AND objid = ({#3}::int8 & 4294967295)::oid "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))";
     line.key = std::move(key);
     return line;
   }

@@ -323,17 +323,29 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // SqlDriver::lazy_release_suffix): the next holder's commit waits for it.
     update += driver_->lazy_release_suffix();
     std::vector<Statement> statements = {{update, std::move(params)}};
-    // Push stores announce it in the same transaction (delivered when it
-    // commits): one round trip.
-    const std::string notice = driver_->release_notice_sql();
-    if (!notice.empty()) {
-      statements.push_back({notice, {m, std::string(contender_id)}});
-    }
     // Unless another contender of this process waits: it is next, and
     // keeps the line lock (the waiters behind it are behind it anyway).
     const std::string contender(contender_id);
     const bool keep = first && line_->others_waiting(m, contender);
-    if (first && !keep) statements.push_back(driver_->line_lock(m)->unlock);
+    const std::optional<SqlDriver::LineLock> line =
+        first && !keep ? driver_->line_lock(m) : std::optional<SqlDriver::LineLock>();
+    // Push stores announce it in the same transaction (delivered when it
+    // commits): one round trip. Not when the line lock this frees has a
+    // session waiting for it (LineLock::queued_sql): the server wakes that
+    // one, whose attempt takes the row.
+    const std::string notice = driver_->release_notice_sql();
+    if (!notice.empty()) {
+      Statement announce{notice, {m, contender}};
+      if (line && !line->queued_sql.empty()) {
+        announce.sql += " AND NOT " + line->queued_sql;
+        announce.params.insert(announce.params.end(), line->key.begin(), line->key.end());
+      }
+      statements.push_back(std::move(announce));
+    }
+    if (line) {
+      statements.push_back(line->unlock);
+      statements.back().after_commit = true;
+    }
     Result<std::vector<SqlResult>> results =
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
               : run_on_table(std::move(statements), true, deadline, what);

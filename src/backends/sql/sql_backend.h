@@ -64,6 +64,14 @@ inline std::string first_cell(const SqlResult& result, std::size_t column = 0) {
 struct Statement {
   std::string sql;
   std::vector<std::string> params;
+  // In a run() with `transaction`: this statement and those after it run
+  // once the statements before it have committed (still in the same round
+  // trip), outside that transaction. A release frees the wait line's lock
+  // this way: freed before the commit, the next session in line was woken
+  // while the row still read as held, and its attempt (PostgreSQL's
+  // upsert reads the row from a snapshot, without waiting for the
+  // releaser's row lock) found it taken.
+  bool after_commit = false;
 };
 
 // `sql` with each placeholder, {i} or {#i} (a number), replaced by what
@@ -224,6 +232,14 @@ class SqlDriver {
     // notices a gone client in GET_LOCK only after about 2 s (a 1 s wait
     // never), and then runs the rest of the statements anyway.
     bool attempt_with_wait = false;
+    // An SQL boolean, true when another session waits in the server's
+    // queue for the line lock; its parameters are {#2} and {#3}, which are
+    // `key`. A release that frees the line lock then wakes that session,
+    // which takes the row with the attempt sent with its wait, and
+    // announces nothing: an announcement would reach every listening
+    // process, and each process in line holds it back unread (WaitLine::
+    // hold_back). Empty: every release is announced.
+    std::string queued_sql;
   };
   virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
     (void)mutex;

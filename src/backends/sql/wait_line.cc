@@ -388,8 +388,10 @@ void WaitLine::run(std::size_t index) {
       if (!granted && std::exchange(place.announced, false)) look = true;
     } else if (failure == SqlFailure::kLockTimeout) {
       // Still behind someone. A release announced meanwhile may be one the
-      // process ahead does not take (it is paused): look once.
-      look = std::exchange(place.announced, false);
+      // process ahead does not take (it is paused): look once. Where
+      // releases are announced, one that freed the line lock for a waiting
+      // session is not (LineLock::queued_sql): look at every chunk's end.
+      look = std::exchange(place.announced, false) || hooks_.releases_announced;
     } else {
       session->set_broken();
       if (!wanted_locked(place)) continue;

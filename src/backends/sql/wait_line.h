@@ -29,9 +29,11 @@
 // The line decides only who tries first. The row still decides who holds,
 // by its lease. A process that dies at the head of the line leaves it with
 // its session; one that hangs there costs each hand-off a wait: a process
-// behind it that heard releases announced looks once when its lock wait
-// next runs out (every kWaitChunk), and takes the row once the reserve is
-// over.
+// behind it looks when its lock wait next runs out (every kWaitChunk; where
+// releases are not announced, only if it heard one), and takes the row once
+// the reserve is over. A release that frees the line lock for a session
+// waiting for it is not announced (SqlDriver::LineLock::queued_sql): the
+// server wakes that session, and its attempt takes the row.
 //
 // Sessions: at most `places` (a process waits in line for that many mutexes
 // at once; the others' waiters hear every release, as before), each with a
