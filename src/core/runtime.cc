@@ -184,6 +184,9 @@ struct Runtime::Timers {
   bool closed = false;
   TimerId next_id = 1;
   bool running = false;
+  // When the timer thread, asleep, wakes by itself (max(): only when told);
+  // min() while it is awake, and looks at `due` before it sleeps again.
+  Clock::TimePoint sleeps_until = Clock::TimePoint::min();
   std::map<std::pair<Clock::TimePoint, TimerId>, Task> due;
   std::unordered_map<TimerId, Clock::TimePoint> when;
 };
@@ -230,6 +233,7 @@ bool Runtime::all_idle(std::size_t blocked_io) {
 
 Runtime::TimerId Runtime::schedule_at(Clock::TimePoint when, Task task) {
   TimerId id;
+  bool sooner = false;
   {
     std::lock_guard<std::mutex> lock(timers_->mu);
     if (timers_->closed) return 0;
@@ -237,8 +241,12 @@ Runtime::TimerId Runtime::schedule_at(Clock::TimePoint when, Task task) {
     timers_->due.emplace(std::make_pair(when, id), std::move(task));
     timers_->when.emplace(id, when);
     posts.fetch_add(1);
+    sooner = when < timers_->sleeps_until;
   }
-  timers_->cv.notify_one();
+  // Only a timer due before the timer thread wakes anyway needs it now: a
+  // later one is found when it does (a lease deadline and a renewal set at
+  // every acquisition each woke it for nothing, a context switch apiece).
+  if (sooner) timers_->cv.notify_one();
   return id;
 }
 
@@ -276,13 +284,17 @@ void Runtime::timer_loop(const std::shared_ptr<Timers>& timers) {
   std::unique_lock<std::mutex> lock(timers->mu);
   while (!timers->closed) {
     if (timers->due.empty()) {
+      timers->sleeps_until = Clock::TimePoint::max();
       timers->cv.wait(lock);
+      timers->sleeps_until = Clock::TimePoint::min();
       continue;
     }
     auto first = timers->due.begin();
     const Clock::TimePoint when = first->first.first;
     if (timers->clock->now() < when) {
+      timers->sleeps_until = when;
       timers->clock->wait_until(timers->cv, lock, when);
+      timers->sleeps_until = Clock::TimePoint::min();
       continue;
     }
     Task task = std::move(first->second);

@@ -48,6 +48,27 @@ TEST(RuntimeTest, TimersRunInDueOrderOnTheInjectedClock) {
   EXPECT_EQ(order, (std::vector<int>{1, 3}));
 }
 
+// The timer thread is woken only by a timer due before the one it sleeps
+// for; a later one, or one after a cancelled one, is still found in time.
+TEST(RuntimeTest, ATimerDueSoonerWakesTheTimerThreadAndLaterOnesStillRun) {
+  Runtime runtime(Clock::steady(), 1, 1);
+  Latch late_ran;
+  Latch soon_ran;
+  Latch after_cancel_ran;
+  runtime.schedule_at(std::chrono::steady_clock::now() + seconds(60), [] {});
+  // The timer thread asleep until then.
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto now = std::chrono::steady_clock::now();
+  runtime.schedule_at(now + milliseconds(60), [&] { late_ran.set(); });
+  runtime.schedule_at(now + milliseconds(20), [&] { soon_ran.set(); });
+  const auto cancelled = runtime.schedule_at(now + milliseconds(80), [] {});
+  runtime.cancel(cancelled);
+  runtime.schedule_at(now + milliseconds(100), [&] { after_cancel_ran.set(); });
+  EXPECT_TRUE(soon_ran.wait(seconds(5)));
+  EXPECT_TRUE(late_ran.wait(seconds(5)));
+  EXPECT_TRUE(after_cancel_ran.wait(seconds(5)));
+}
+
 TEST(RuntimeTest, StrandRunsTasksOneAtATimeInOrder) {
   Runtime runtime(Clock::steady(), 1, 4);
   auto strand = runtime.make_strand();
