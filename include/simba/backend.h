@@ -167,6 +167,11 @@ struct MutexEvent {
   // key or node) rather than ended by its lease. Only for metrics and
   // events (LossCause::kForcedRelease); the core acts the same either way.
   bool forced = false;
+  // kReleased: the backend already holds the answer to this contender's
+  // next attempt (a hold a wait line took for it as its lock was granted),
+  // so the contender's service may ask on the delivering thread: no round
+  // trip, one thread hop less. Empty: ask as usual.
+  std::string answered_for{};
 };
 
 // One line of what `simba doctor` found about a store (StoreReport).

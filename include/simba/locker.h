@@ -103,7 +103,8 @@ class Locker {
   explicit Locker(std::shared_ptr<State> state);
   Status acquire_until(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
   // Checks the locker is idle and starts contending. Requires control_mu.
-  Status begin_acquire();
+  // Starts contending; `attempt_here`: the first attempt runs on this thread.
+  Status begin_acquire(bool attempt_here);
   // Waits for the core to own the mutex and records the hold; on failure
   // gives up its place. Requires control_mu.
   Status await_hold(Clock::TimePoint deadline, const std::stop_token& cancel);

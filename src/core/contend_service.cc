@@ -90,7 +90,11 @@ ServiceCore::~ServiceCore() {
   }
 }
 
-Status ServiceCore::start() {
+Status ServiceCore::start() { return start(false); }
+
+Status ServiceCore::start_and_attempt() { return start(true); }
+
+Status ServiceCore::start(bool attempt_here) {
   Generation gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -122,17 +126,29 @@ Status ServiceCore::start() {
       return error;
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  subscription_ = std::move(subscription);
-  status_ = ServiceStatus::kRunning;
-  if (mode_ == Mode::kContend) {
-    RunningContenders::instance().add(backend_.get(), mutex_, contender_id_);
-    wait_began_ = clock_->now();
-    busy_seen_ = false;
-    free_known_at_.reset();
-    set_waiting_locked(true);
+  std::uint64_t losses = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    subscription_ = std::move(subscription);
+    status_ = ServiceStatus::kRunning;
+    if (mode_ == Mode::kContend) {
+      RunningContenders::instance().add(backend_.get(), mutex_, contender_id_);
+      wait_began_ = clock_->now();
+      busy_seen_ = false;
+      free_known_at_.reset();
+      set_waiting_locked(true);
+    }
+    const milliseconds delay = mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0);
+    // A push heard since subscribing may have started an attempt already.
+    attempt_here = attempt_here && delay <= milliseconds(0) && !in_flight_;
+    if (!attempt_here) {
+      schedule_attempt_locked(delay);
+      return ok_status();
+    }
+    in_flight_ = true;
+    losses = losses_;
   }
-  schedule_attempt_locked(mode_ == Mode::kContend ? options_.initial_delay : milliseconds(0));
+  run_attempt(gen, losses);
   return ok_status();
 }
 
@@ -678,20 +694,27 @@ void ServiceCore::on_lease_deadline(Generation gen) {
 }
 
 void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
+  std::uint64_t losses = 0;
+  if (!on_event_locked(gen, event, &losses)) return;
+  // The backend has the answer at hand: ask here, no hop to the I/O pool.
+  run_attempt(gen, losses);
+}
+
+bool ServiceCore::on_event_locked(Generation gen, const MutexEvent& event, std::uint64_t* losses) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (gen != generation_ || status_ != ServiceStatus::kRunning) return;
+  if (gen != generation_ || status_ != ServiceStatus::kRunning) return false;
   if (mode_ == Mode::kContend) {
     const bool owner = is_owner_locked(clock_->now());
     if (event.kind == MutexEvent::Kind::kLost) {
-      if (!event.owner_id.empty() && event.owner_id != contender_id_) return;
+      if (!event.owner_id.empty() && event.owner_id != contender_id_) return false;
       // A loss of an older tenure is no news to the owner of this one.
       if (owner && event.fencing_token != 0 && event.fencing_token != state_.after.fencing_token) {
-        return;
+        return false;
       }
       // An attempt in flight cannot tell whether its answer predates this.
       ++losses_;
       // A waiter has nothing to revoke.
-      if (!owner) return;
+      if (!owner) return false;
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': the store ended our hold (token "
                                  << state_.after.fencing_token << "); revoking locally");
       report_loss_locked(event.forced ? LossCause::kForcedRelease : LossCause::kOtherOwner,
@@ -699,7 +722,7 @@ void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
                                       : "the store says our hold ended");
       apply_locked(MutexOwner::none());
     } else if (event.kind != MutexEvent::Kind::kReleased) {
-      return;
+      return false;
     } else if (owner) {
       // A release naming someone is no news to the owner. One naming nobody
       // is the store saying "look again": its push channel has just come up
@@ -708,7 +731,7 @@ void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
       // this very hold included. The owner renews at once, which finds out
       // (a hold that ended at the store comes back with a new token or
       // another owner) instead of at its next renewal.
-      if (!event.owner_id.empty()) return;
+      if (!event.owner_id.empty()) return false;
     } else if (busy_seen_) {
       // For the hand-off latency: the mutex is free from now.
       const auto now = clock_->now();
@@ -717,9 +740,16 @@ void ServiceCore::on_event(Generation gen, const MutexEvent& event) {
   }
   if (in_flight_) {
     rerun_ = true;
-  } else {
-    schedule_attempt_locked(milliseconds(0));
+    return false;
   }
+  if (mode_ == Mode::kContend && event.kind == MutexEvent::Kind::kReleased &&
+      !event.answered_for.empty() && event.answered_for == contender_id_) {
+    in_flight_ = true;
+    *losses = losses_;
+    return true;
+  }
+  schedule_attempt_locked(milliseconds(0));
+  return false;
 }
 
 void ServiceCore::give_back(Generation gen, std::uint64_t token) {
@@ -756,6 +786,7 @@ void ServiceCore::apply_locked(const MutexOwner& owner) {
     deadline_timer_ = 0;
   }
   // Callbacks run on the strand: in order, one at a time, outside our lock.
+  if (hooks_.notify_if && !hooks_.notify_if(state)) return;
   strand_->post([retriever = retriever_, state] { retriever->on_owner(state); });
 }
 

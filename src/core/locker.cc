@@ -1,5 +1,6 @@
 #include "simba/locker.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "core/service_core.h"
@@ -24,6 +25,9 @@ struct Locker::State {
   std::uint64_t lifecycle = 0;
   // Held for the whole of acquire/release; the loss handler only try-locks it.
   std::mutex control_mu;
+  // phase == kHeld, readable under the core's lock (which must not take mu:
+  // await_hold takes the core's under it): only then is an ended hold news.
+  std::shared_ptr<std::atomic<bool>> held = std::make_shared<std::atomic<bool>>(false);
 
   void on_released() {
     std::uint64_t seen;
@@ -33,6 +37,7 @@ struct Locker::State {
       std::lock_guard<std::mutex> lock(mu);
       if (phase != Phase::kHeld) return;
       phase = Phase::kLost;
+      held->store(false);
       lost = lost_source;
       seen = lifecycle;
       notify = on_lost;
@@ -69,8 +74,14 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
         if (auto s = weak.lock()) s->on_released();
       },
       std::move(id));
+  internal::ServiceHooks hooks;
+  // The contender acts only when a hold ends without release(): no callback
+  // for the other changes (see ServiceHooks::notify_if).
+  hooks.notify_if = [id = contender->contender_id(), held = state->held](const MutexState& change) {
+    return held->load() && change.is_released(id);
+  };
   SIMBA_ASSIGN_OR_RETURN(state->core, internal::FactoryAccess::of(factory)->create_contend_core(
-                                          std::move(contender), state->contend, {}));
+                                          std::move(contender), state->contend, std::move(hooks)));
   return std::unique_ptr<Locker>(new Locker(std::move(state)));
 }
 
@@ -87,7 +98,7 @@ Status Locker::acquire(std::chrono::milliseconds timeout, std::stop_token cancel
   return acquire_until(timeout, cancel);
 }
 
-Status Locker::begin_acquire() {
+Status Locker::begin_acquire(bool attempt_here) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->phase == State::Phase::kAcquiring || state_->phase == State::Phase::kHeld) {
@@ -102,7 +113,11 @@ Status Locker::begin_acquire() {
     state_->phase = State::Phase::kAcquiring;
     ++state_->lifecycle;
   }
-  if (Status s = state_->core->start(); !s.ok()) {
+  // The first attempt on this thread, which would only wait for it (one
+  // hop less); on the I/O pool when a cancel may end the wait before the
+  // store call does.
+  if (Status s = attempt_here ? state_->core->start_and_attempt() : state_->core->start();
+      !s.ok()) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kIdle;
     return s;
@@ -115,7 +130,7 @@ Status Locker::acquire_until(std::optional<std::chrono::milliseconds> timeout,
   std::lock_guard<std::mutex> control(state_->control_mu);
   const Clock::TimePoint deadline =
       timeout ? state_->clock->now() + *timeout : Clock::TimePoint::max();
-  SIMBA_RETURN_IF_ERROR(begin_acquire());
+  SIMBA_RETURN_IF_ERROR(begin_acquire(!cancel.stop_possible()));
   Status awaited = await_hold(deadline, cancel);
   if (awaited.code() == StatusCode::kDeadlineExceeded && timeout) {
     return deadline_exceeded_error("could not acquire mutex '" + mutex() + "' within " +
@@ -139,6 +154,7 @@ Status Locker::await_hold(Clock::TimePoint deadline, const std::stop_token& canc
       // check finds the hold recorded and reports it.
       if (awaited.ok() && state_->core->is_owner()) {
         state_->phase = State::Phase::kHeld;
+        state_->held->store(true);
         state_->token = state_->core->fencing_token();
         state_->lost_source = std::stop_source();
         return ok_status();
@@ -155,7 +171,7 @@ Status Locker::await_hold(Clock::TimePoint deadline, const std::stop_token& canc
 
 Result<bool> Locker::try_acquire() {
   std::lock_guard<std::mutex> control(state_->control_mu);
-  SIMBA_RETURN_IF_ERROR(begin_acquire());
+  SIMBA_RETURN_IF_ERROR(begin_acquire(true));
   // A deadline already past: the answer of the first attempt.
   const Status awaited = await_hold(Clock::TimePoint::min(), {});
   if (awaited.ok()) return true;
@@ -172,6 +188,7 @@ Status Locker::release() {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kIdle;
+    state_->held->store(false);
     state_->token = 0;
     ++state_->lifecycle;
   }

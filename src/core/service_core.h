@@ -48,6 +48,11 @@ struct ServiceHooks {
   // contender only reports losses and ignores one of an earlier hold, and
   // the wait is two thread hops on every hand-off.
   bool stop_waits_for_callbacks = true;
+  // Which owner changes the contender hears (MutexRetriever::on_owner, on
+  // the strand); null: every one. A Locker acts only on a hold it loses: the
+  // other changes of an acquisition (another owner seen, ours granted,
+  // released on stop) would each wake a callback thread for nothing.
+  std::function<bool(const MutexState& state)> notify_if;
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
@@ -65,6 +70,11 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   ServiceCore& operator=(const ServiceCore&) = delete;
 
   Status start();
+  // start(), with the first attempt run on the calling thread before it
+  // returns, where there is no initial delay: for a caller that would only
+  // wait for that answer (a Locker), one thread hop less per acquisition.
+  // The attempt is bounded by the store call's deadline, as on the I/O pool.
+  Status start_and_attempt();
   Status stop();
 
   ServiceStatus status() const;
@@ -97,6 +107,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
  private:
   using Generation = std::uint64_t;
 
+  // start() and start_and_attempt().
+  Status start(bool attempt_here);
   void schedule_attempt_locked(std::chrono::milliseconds delay);
   void on_attempt_timer(Generation gen);
   // Hands the attempt to the I/O pool now (or asks the one in flight to
@@ -110,6 +122,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
                     Result<OwnerRecord> reply);
   void on_lease_deadline(Generation gen);
   void on_event(Generation gen, const MutexEvent& event);
+  // on_event's part under mu_: true when the caller is to run the attempt
+  // itself (MutexEvent::answered_for names us), with *losses for it.
+  bool on_event_locked(Generation gen, const MutexEvent& event, std::uint64_t* losses);
   // Subscribes to the store's pushes for lifecycle `gen`; null if the store
   // has none or subscribing failed (logged; polling still works).
   std::unique_ptr<Subscription> open_subscription(Generation gen, Status* error);

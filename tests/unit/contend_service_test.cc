@@ -127,6 +127,51 @@ TEST_F(ContendServiceTest, StopHandsOverByPushWithoutWaitingForAPoll) {
   SIMBA_ASSERT_OK(b->stop());
 }
 
+// A backend that already holds a waiter's answer (a PostgreSQL wait line's
+// grant) says so in its push: the waiter asks on the pushing thread, no hop
+// to the I/O pool; any other release is asked about there.
+TEST_F(ContendServiceTest, AReleaseWithTheAnswerAtHandIsAskedOnTheDeliveringThread) {
+  auto b = b_factory_->create_contend_service(contender("B", &events_)).value();
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(
+      eventually([&] { return a->after_owner().owner_id == b->contender_id(); }, seconds(5)));
+  settle();
+  std::mutex mu;
+  std::thread::id asked_on;
+  const auto record_thread = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    asked_on = std::this_thread::get_id();
+  };
+  // A plain release (B still holds, so A asks and waits on).
+  faults_->set_before_next_acquire_reply(record_thread);
+  const int calls = faults_->acquire_calls();
+  faults_->push(MutexEvent{MutexEvent::Kind::kReleased, "m", b->contender_id(), 0});
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() > calls; }, seconds(5)));
+  settle();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_NE(asked_on, std::this_thread::get_id()) << "a plain release was asked about here";
+  }
+  // B lets go without A hearing it; then the push with A's answer at hand.
+  faults_->set_store_pushes_lost(true);
+  SIMBA_ASSERT_OK(b->stop());
+  faults_->set_store_pushes_lost(false);
+  faults_->set_before_next_acquire_reply(record_thread);
+  MutexEvent at_hand{MutexEvent::Kind::kReleased, "m", b->contender_id(), 0};
+  at_hand.answered_for = a->contender_id();
+  faults_->push(at_hand);
+  // Asked and applied before push() returned.
+  EXPECT_TRUE(a->is_owner());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_EQ(asked_on, std::this_thread::get_id());
+  }
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, AStoreThatSaysTheHoldIsLostRevokesAtOnce) {
   auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   SIMBA_ASSERT_OK(a->start());

@@ -119,6 +119,56 @@ TEST_F(LockerTest, AcquireCanBeCancelled) {
   EXPECT_FALSE(waiter->is_held());
 }
 
+// acquire() would only wait for its first attempt: it runs on the caller's
+// thread (one hop less), unless a cancel may end the wait before the store
+// call does.
+TEST_F(LockerTest, TheFirstAttemptRunsOnTheCallersThreadUnlessACancelMayEndTheWait) {
+  auto locker = Locker::create(*factory_, "job").value();
+  std::mutex mu;
+  std::thread::id asked_on;
+  const auto record_thread = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    asked_on = std::this_thread::get_id();
+  };
+  const auto asked_here = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return asked_on == std::this_thread::get_id();
+  };
+  faults_->set_before_next_acquire_reply(record_thread);
+  SIMBA_ASSERT_OK(locker->acquire());
+  EXPECT_TRUE(asked_here());
+  SIMBA_ASSERT_OK(locker->release());
+  faults_->set_before_next_acquire_reply(record_thread);
+  ASSERT_THAT(locker->try_acquire(), testing::IsOkAndHolds(true));
+  EXPECT_TRUE(asked_here());
+  SIMBA_ASSERT_OK(locker->release());
+  std::stop_source cancel;
+  faults_->set_before_next_acquire_reply(record_thread);
+  SIMBA_ASSERT_OK(locker->acquire(cancel.get_token()));
+  EXPECT_FALSE(asked_here());
+}
+
+// A Locker acts only on a hold it loses: the other owner changes of an
+// acquisition reach no callback, and a loss still does (the three signals).
+TEST_F(LockerTest, OnlyALostHoldReachesTheLossCallback) {
+  std::atomic<int> lost{0};
+  LockerOptions options;
+  options.on_lost = [&] { ++lost; };
+  auto locker = Locker::create(*factory_, "job", options).value();
+  auto other = Locker::create(*other_factory_, "job").value();
+  for (int i = 0; i < 3; ++i) {
+    SIMBA_ASSERT_OK(locker->acquire());
+    SIMBA_ASSERT_OK(locker->release());
+    SIMBA_ASSERT_OK(other->acquire());
+    SIMBA_ASSERT_OK(other->release());
+  }
+  SIMBA_ASSERT_OK(locker->acquire());
+  SIMBA_ASSERT_OK(store_->force_release("job", std::chrono::steady_clock::now() + seconds(5)));
+  ASSERT_TRUE(eventually([&] { return lost.load() == 1; }, seconds(5)));
+  EXPECT_FALSE(locker->is_held());
+  EXPECT_TRUE(locker->lost_token().stop_requested());
+}
+
 TEST_F(LockerTest, TryAcquireIsOneAttempt) {
   auto holder = Locker::create(*other_factory_, "job").value();
   auto other = Locker::create(*factory_, "job").value();
