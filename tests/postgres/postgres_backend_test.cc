@@ -914,6 +914,74 @@ TEST(PostgresLine, AReleaseThatHandsTheLineLockOnIsNotAnnounced) {
   EXPECT_EQ(scene.admin.exec("DROP TRIGGER slow_release ON " + table), "");
 }
 
+// A release that hands the line lock to a session queued for it leaves the
+// row reserved for that session: the releaser's next try could only find
+// it taken (and would lock the row beside that session's attempt), so it
+// is answered without a call and the releaser gets in line at once. The
+// store's INSERTs are counted (a statement trigger): the only one after the
+// release is the attempt of the process the release woke.
+TEST(PostgresLine, TheReleaserOfAHandOffGetsInLineWithoutATry) {
+  LineScene scene;
+  ASSERT_TRUE(scene.ok());
+  const std::string table = test_table();
+  const std::string mutex = fresh_mutex("handed");
+  const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
+  // "b" holds on its line session (as in the test above), "c" queues.
+  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; }, seconds(5)));
+  ASSERT_THAT(scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                             in(seconds(5))),
+              IsOk());
+  auto c_backend = open(named_uri("c"));
+  ASSERT_TRUE(c_backend);
+  ASSERT_THAT(
+      c_backend->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5))),
+      IsOk());
+  ASSERT_TRUE(in_line(scene.admin, app_name("c"), /*granted=*/false));
+  const std::string tries = table + "_tries";
+  ASSERT_EQ(scene.admin.exec("CREATE SEQUENCE IF NOT EXISTS " + tries), "");
+  ASSERT_EQ(scene.admin.exec("CREATE OR REPLACE FUNCTION " + tries +
+                             "() RETURNS trigger LANGUAGE plpgsql AS "
+                             "$$BEGIN PERFORM nextval('" +
+                             tries + "'); RETURN NULL; END$$"),
+            "");
+  ASSERT_EQ(scene.admin.exec("DROP TRIGGER IF EXISTS count_tries ON " + table), "");
+  ASSERT_EQ(scene.admin.exec("CREATE TRIGGER count_tries BEFORE INSERT ON " + table +
+                             " FOR EACH STATEMENT EXECUTE FUNCTION " + tries + "()"),
+            "");
+  const auto count = [&] {
+    return std::stoll(
+        scene.admin.exec("SELECT last_value + CASE WHEN is_called THEN 0 ELSE -1 "
+                         "END FROM " +
+                         tries));
+  };
+  const long long before = count();
+  ASSERT_THAT(scene.waiter->release(mutex, "b", in(seconds(5))), IsOk());
+  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "c"; }, seconds(5)));
+  auto again = scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                              in(seconds(5)));
+  ASSERT_THAT(again, IsOk());
+  EXPECT_NE(again->owner.owner_id, "b");
+  // In line behind "c", whose hold it waits for.
+  ASSERT_TRUE(in_line(scene.admin, app_name("b"), /*granted=*/false));
+  EXPECT_EQ(count() - before, 1) << "the releaser tried the row the hand-off reserved";
+  // The line still hands it on: "c"'s release wakes "b", whose attempt
+  // takes it.
+  ASSERT_THAT(
+      c_backend->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5))),
+      IsOk());
+  ASSERT_THAT(c_backend->release(mutex, "c", in(seconds(5))), IsOk());
+  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; },
+                         internal::sql::kQueueReserve * 8 / 10));
+  EXPECT_EQ(scene.admin.exec("DROP TRIGGER count_tries ON " + table), "");
+  ASSERT_THAT(scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                             in(seconds(5))),
+              IsOk());
+  ASSERT_THAT(scene.waiter->release(mutex, "b", in(seconds(5))), IsOk());
+}
+
 // The line decides who tries first, never who may hold: a process paused
 // while first in line (here a session of the test's holding the line lock)
 // costs the one behind it at most the reserve and one lock wait, not the

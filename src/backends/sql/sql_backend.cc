@@ -171,13 +171,14 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // Take the row when its hard lease is over; renew it when we own it and
     // it is not (>=: JVM Simba's `>` left a 1 ms gap where nobody could).
     const std::string mutex(request.mutex);
-    const std::optional<SqlDriver::LineLock> line =
-        line_ ? driver_->line_lock(mutex) : std::optional<SqlDriver::LineLock>();
-    if (line) {
+    if (line_) {
       if (std::optional<OwnerRecord> taken = take_prefetched(mutex, request.contender_id)) {
+        forget_handed_on(mutex);
         return *taken;
       }
     }
+    const std::optional<SqlDriver::LineLock> line =
+        line_ ? driver_->line_lock(mutex) : std::optional<SqlDriver::LineLock>();
     parts.may_acquire =
         "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " + now + "))";
     if (line) {
@@ -235,6 +236,26 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // lock, for which a reserved row is free.
     std::optional<WaitLine::Loan> first =
         line ? line_->first_session(mutex, deadline) : std::optional<WaitLine::Loan>();
+    // The same attempt goes with this process's wait in line, where the
+    // driver lets it (built again: only a waiter needs it).
+    const auto attempt_in_line = [&] {
+      std::vector<Statement> attempt;
+      if (line->attempt_with_wait) {
+        attempt = driver_->acquire_statements(parts, params);
+        for (Statement& statement : attempt) statement.sql = on_table(statement.sql);
+      }
+      return attempt;
+    };
+    if (line && !first && !hold) {
+      if (std::optional<OwnerRecord> reserved = take_handed_on(mutex)) {
+        // A release of ours has just handed the row to the process queued
+        // in line, for which it is reserved: a try would only find it
+        // taken, and lock the row beside that process's attempt. Into the
+        // line at once.
+        line_->waiting(mutex, std::string(request.contender_id), attempt_in_line());
+        return *reserved;
+      }
+    }
     std::vector<Statement> statements = driver_->acquire_statements(parts, params);
     if (hold) {
       for (const Statement& statement : hold->record) {
@@ -263,6 +284,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       const std::string contender(request.contender_id);
       if (record.owner.is_owner(contender)) {
         line_->holding(mutex, contender, first_asked);
+        // Held: a renewal must never be answered by a hand-off of before.
+        forget_handed_on(mutex);
         // A hold the line's attempt kept for this contender is this tenure
         // (our renewal kept its version) or an older one: the contender
         // knows what it holds, and a later leave of the same contender id
@@ -271,14 +294,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // after holding(): an attempt whose reply comes later is superseded.
         drop_prefetched(mutex, contender);
       } else {
-        // The same attempt goes with this process's wait in line, where
-        // the driver lets it (built again here: only a waiter needs it).
-        std::vector<Statement> attempt;
-        if (line->attempt_with_wait) {
-          attempt = driver_->acquire_statements(parts, params);
-          for (Statement& statement : attempt) statement.sql = on_table(statement.sql);
-        }
-        line_->waiting(mutex, contender, std::move(attempt));
+        line_->waiting(mutex, contender, attempt_in_line());
         // Free but reserved: ask again when the reserve ends, unless the
         // line or a release says so first.
         const StoreTime reserved_until(to_int(row[0]));
@@ -342,15 +358,31 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       }
       statements.push_back(std::move(announce));
     }
+    // Whether the line lock goes to a session queued for it (the release
+    // is then not announced): the row, read back, says until when it is
+    // reserved for that one (remember_handed_on).
+    const bool may_hand_on = line && !notice.empty() && !line->queued_sql.empty();
+    const std::size_t announced_at = statements.size() - 1;
+    if (may_hand_on) {
+      statements.push_back({"SELECT " + std::string(kColumns) + ", " + driver_->now_ms() +
+                                " FROM simba_mutex WHERE mutex = {0}",
+                            {m}});
+    }
     if (line) {
       statements.push_back(line->unlock);
       statements.back().after_commit = true;
     }
+    const steady_clock::time_point sent = steady_clock::now();
     Result<std::vector<SqlResult>> results =
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
               : run_on_table(std::move(statements), true, deadline, what);
     if (first && !keep && results.ok()) first->unlocked();
     first.reset();
+    forget_handed_on(m);
+    if (may_hand_on && results.ok() && results->size() > announced_at + 1 &&
+        results->front().affected_rows > 0 && (*results)[announced_at].rows.empty()) {
+      remember_handed_on(m, (*results)[announced_at + 1], sent);
+    }
     driver_->end_release(m, contender);
     if (line_) {
       line_->gone(m, contender);
@@ -613,6 +645,16 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // One event from the driver's listener, for every subscriber of its
   // mutex (a release of "" after a reconnect: for every subscriber).
   void on_event(const MutexEvent& pushed) {
+    // News of the mutex (or of all, after a reconnect): its next try asks
+    // the store.
+    if (line_) {
+      if (pushed.mutex.empty()) {
+        std::lock_guard<std::mutex> lock(prefetch_mu_);
+        handed_on_.clear();
+      } else {
+        forget_handed_on(pushed.mutex);
+      }
+    }
     if (line_ && pushed.kind == MutexEvent::Kind::kLost) {
       // A hold taken with the line's grant and not yet handed to its
       // contender was forced away: the contender must ask the store.
@@ -667,9 +709,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       drop_prefetched(mutex, contender);
     };
     // The waiters of this process look now (a named release: an owner
-    // ignores it).
+    // ignores it); the contender whose attempt took the mutex in line asks
+    // on this thread (answered_for): its answer is the prefetched hold.
     hooks.first = [this](const std::string& mutex) {
-      on_event(MutexEvent{MutexEvent::Kind::kReleased, mutex, kFirstInLine});
+      MutexEvent event{MutexEvent::Kind::kReleased, mutex, kFirstInLine};
+      event.answered_for = prefetched_contender(mutex);
+      on_event(event);
     };
     return std::make_unique<WaitLine>(std::move(hooks), driver_->description(), sessions);
   }
@@ -704,6 +749,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   };
   std::mutex prefetch_mu_;
   std::map<std::pair<std::string, std::string>, Prefetched> prefetched_;  // prefetch_mu_
+  // mutex -> the answer its next try would get after a release of ours
+  // handed the row on (remember_handed_on); prefetch_mu_.
+  std::map<std::string, Prefetched> handed_on_;
+  // A handed-on row counts as reserved only while this much of its reserve
+  // is left: a try near its end may find it free.
+  static constexpr milliseconds kHandedOnMargin{200};
 
   // The hold prefetched for `contender`, as if read now: the lease left is
   // what was left when the attempt ran, less the time since it was sent
@@ -725,6 +776,50 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     prefetched.record.store_now =
         prefetched.record.store_now + std::chrono::ceil<milliseconds>(age);
     return prefetched.record;
+  }
+
+  // A release of ours that freed `mutex`'s line lock for a session queued
+  // on it (another process's: ours would have kept it): until the reserve
+  // read back in `row` ends, less kHandedOnMargin, the next try of ours
+  // would find the row reserved, and is answered here instead.
+  void remember_handed_on(const std::string& mutex, const SqlResult& row,
+                          steady_clock::time_point sent) {
+    if (row.rows.size() != 1) return;
+    Result<OwnerRecord> record = to_record(row.rows.front());
+    if (!record.ok() || record->owner.has_owner_id()) return;
+    const StoreTime reserved_until(to_int(row.rows.front()[0]));
+    if (reserved_until < record->store_now + kHandedOnMargin) return;
+    record->ask_again_at = reserved_until;
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    handed_on_[mutex] = Prefetched{*record, sent};
+  }
+
+  void forget_handed_on(const std::string& mutex) {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    handed_on_.erase(mutex);
+  }
+
+  // The answer remember_handed_on kept for `mutex`, as if read now (once),
+  // or nullopt when there is none or its reserve is about to end.
+  std::optional<OwnerRecord> take_handed_on(const std::string& mutex) {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    auto it = handed_on_.find(mutex);
+    if (it == handed_on_.end()) return std::nullopt;
+    Prefetched kept = std::move(it->second);
+    handed_on_.erase(it);
+    // Measured from when the release was sent: the store's clock read
+    // later than that, so this "now" is never behind the store's.
+    kept.record.store_now =
+        kept.record.store_now + std::chrono::ceil<milliseconds>(steady_clock::now() - kept.at);
+    if (*kept.record.ask_again_at < kept.record.store_now + kHandedOnMargin) return std::nullopt;
+    return kept.record;
+  }
+
+  // The contender of ours a hold of `mutex` was prefetched for; "" if none.
+  std::string prefetched_contender(const std::string& mutex) {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    auto it = prefetched_.lower_bound({mutex, std::string()});
+    return it != prefetched_.end() && it->first.first == mutex ? it->first.second : std::string();
   }
 
   void drop_prefetched(const std::string& mutex, const std::string& contender) {
