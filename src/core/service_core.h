@@ -30,8 +30,9 @@ namespace simba::internal {
 // Internal observation points (used by clustered and keyed locks).
 struct ServiceHooks {
   // After each contend/read attempt of the running start() has been decided
-  // and applied, on the I/O thread, outside every lock. `status` is the
-  // store call's outcome.
+  // and applied, on the thread that ran it (the I/O pool; the caller's for
+  // start_and_attempt; a pushing thread for MutexEvent::answered_for),
+  // outside every lock. `status` is the store call's outcome.
   std::function<void(const Status& status)> attempt_done;
   // Subscribe to the store's pushes only while waiting: not at start(), but
   // when an attempt finds another owner (then ask again at once, so nothing

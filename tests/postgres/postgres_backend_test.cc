@@ -681,6 +681,31 @@ void wait_behind(LineScene& scene, const std::string& mutex) {
   ASSERT_TRUE(in_line(admin, app_name("b"), /*granted=*/false));
 }
 
+// "a" holds `mutex` (taken on the pool) and "b" waits in line behind a
+// session of the test's (wait_behind); "a"'s release is announced and the
+// grant hands "b" the mutex on its line session, which it keeps. Then "c",
+// another process (*c), queues behind "b".
+void b_holds_in_line_and_c_queues(LineScene& scene, const std::string& mutex,
+                                  std::shared_ptr<Backend>* c) {
+  const std::string owner_of =
+      "SELECT owner_id FROM " + test_table() + " WHERE mutex = '" + mutex + "'";
+  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
+  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
+  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
+  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; }, seconds(5)));
+  auto b = scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
+                                          in(seconds(5)));
+  ASSERT_THAT(b, IsOk());
+  ASSERT_EQ(b->owner.owner_id, "b");
+  *c = open(named_uri("c"));
+  ASSERT_TRUE(*c);
+  auto told =
+      (*c)->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
+  ASSERT_THAT(told, IsOk());
+  ASSERT_EQ(told->owner.owner_id, "b");
+  ASSERT_TRUE(in_line(scene.admin, app_name("c"), /*granted=*/false));
+}
+
 // A waiter's attempt goes with its wait in line, so it runs on the server
 // as the line lock is granted, with no round trip of its own: the store
 // names the waiter as the owner before the waiter asks again. Its next call
@@ -851,25 +876,8 @@ TEST(PostgresLine, AReleaseThatHandsTheLineLockOnIsNotAnnounced) {
   ASSERT_EQ(listener.exec("LISTEN " + table), "");
   const std::string mutex = fresh_mutex("quiet");
   const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
-  // "a" holds (taken on the pool), "b" waits in line behind a session of
-  // the test's. "a"'s release is announced; the grant hands "b" the mutex,
-  // on its line session.
-  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
-  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
-  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
-  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; }, seconds(5)));
-  auto b = scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
-                                          in(seconds(5)));
-  ASSERT_THAT(b, IsOk());
-  ASSERT_EQ(b->owner.owner_id, "b");
-  // "c", another process, queues behind "b".
-  auto c_backend = open(named_uri("c"));
-  ASSERT_TRUE(c_backend);
-  auto told =
-      c_backend->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5)));
-  ASSERT_THAT(told, IsOk());
-  ASSERT_EQ(told->owner.owner_id, "b");
-  ASSERT_TRUE(in_line(scene.admin, app_name("c"), /*granted=*/false));
+  std::shared_ptr<Backend> c_backend;
+  ASSERT_NO_FATAL_FAILURE(b_holds_in_line_and_c_queues(scene, mutex, &c_backend));
   // "b"'s release hands the line lock to "c", whose attempt (sent with its
   // wait) takes the row on the server as the lock is granted. That is only
   // after the release committed (Statement::after_commit): granted before,
@@ -926,20 +934,8 @@ TEST(PostgresLine, TheReleaserOfAHandOffGetsInLineWithoutATry) {
   const std::string table = test_table();
   const std::string mutex = fresh_mutex("handed");
   const std::string owner_of = "SELECT owner_id FROM " + table + " WHERE mutex = '" + mutex + "'";
-  // "b" holds on its line session (as in the test above), "c" queues.
-  ASSERT_NO_FATAL_FAILURE(wait_behind(scene, mutex));
-  ASSERT_THAT(scene.holder->release(mutex, "a", in(seconds(5))), IsOk());
-  ASSERT_EQ(scene.ahead.exec("SELECT pg_advisory_unlock(" + line_key(mutex) + ")::text"), "true");
-  ASSERT_TRUE(eventually([&] { return scene.admin.exec(owner_of) == "b"; }, seconds(5)));
-  ASSERT_THAT(scene.waiter->acquire_or_renew(request_for(mutex, "b", seconds(10), seconds(6)),
-                                             in(seconds(5))),
-              IsOk());
-  auto c_backend = open(named_uri("c"));
-  ASSERT_TRUE(c_backend);
-  ASSERT_THAT(
-      c_backend->acquire_or_renew(request_for(mutex, "c", seconds(10), seconds(6)), in(seconds(5))),
-      IsOk());
-  ASSERT_TRUE(in_line(scene.admin, app_name("c"), /*granted=*/false));
+  std::shared_ptr<Backend> c_backend;
+  ASSERT_NO_FATAL_FAILURE(b_holds_in_line_and_c_queues(scene, mutex, &c_backend));
   const std::string tries = table + "_tries";
   ASSERT_EQ(scene.admin.exec("CREATE SEQUENCE IF NOT EXISTS " + tries), "");
   ASSERT_EQ(scene.admin.exec("CREATE OR REPLACE FUNCTION " + tries +
