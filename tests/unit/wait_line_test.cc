@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -191,6 +192,91 @@ TEST(WaitLine, AConnectOutlivesTheWaiterThatAskedForIt) {
   line.stop();
   std::lock_guard<std::mutex> lock(slow.mu);
   EXPECT_EQ(slow.started, 1);
+}
+
+// A session whose lock waits are granted only when the test opens the gate.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  bool waiting = false;
+
+  void let_through() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      open = true;
+    }
+    cv.notify_all();
+  }
+  bool wait_until_waiting(milliseconds within) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, within, [&] { return waiting; });
+  }
+};
+
+class GatedSession : public RecordingSession {
+ public:
+  GatedSession(SentLog* log, Gate* gate) : RecordingSession(log), gate_(gate) {}
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
+                                     Deadline deadline, SqlFailure* failure) override {
+    if (!statements.empty() && statements.front().sql == "WAIT") {
+      std::unique_lock<std::mutex> lock(gate_->mu);
+      gate_->waiting = true;
+      gate_->cv.notify_all();
+      // Bounded: a test that fails before it opens the gate still stops.
+      gate_->cv.wait_for(lock, std::chrono::seconds(10), [&] { return gate_->open; });
+    }
+    return RecordingSession::run(statements, transaction, deadline, failure);
+  }
+
+ private:
+  Gate* gate_;
+};
+
+// A waiter whose own call took the mutex while the attempt sent with its
+// wait was on the way back (the same tenure: the store's row names it
+// either way) holds the mutex through the line lock its place was just
+// granted: the place keeps it, and the holder's release goes on that
+// session and wakes the next in line. The place used to leave at once
+// (nobody of ours waited, and the hold was not the line's), so another
+// process's wait was granted behind a live holder (a CI failure).
+TEST(WaitLine, AHoldTakenByItsOwnCallWhileTheLineWasGrantedKeepsTheLineLock) {
+  SentLog log;
+  Gate gate;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool superseded = false;
+  WaitLine::Hooks h = hooks(&log, milliseconds(0));
+  h.releases_announced = true;
+  h.connect = [&](Deadline, int) -> Result<std::unique_ptr<SqlSession>> {
+    return std::unique_ptr<SqlSession>(std::make_unique<GatedSession>(&log, &gate));
+  };
+  h.attempted = [](const std::string&, const std::string& contender, const std::vector<SqlResult>&,
+                   steady_clock::time_point) { return contender == "b"; };
+  h.superseded = [&](const std::string&, const std::string&) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      superseded = true;
+    }
+    cv.notify_all();
+  };
+  WaitLine line(std::move(h), "test", 1);
+  line.waiting("m", "b", {{"ATTEMPT", {}}});
+  ASSERT_TRUE(gate.wait_until_waiting(milliseconds(5000)));
+  line.holding("m", "b", /*first=*/false);  // its own call's reply came first
+  gate.let_through();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, milliseconds(5000), [&] { return superseded; }));
+  }
+  {
+    std::optional<WaitLine::Loan> first = line.first_session("m", steady_clock::now());
+    EXPECT_TRUE(first.has_value()) << "the holder's release would not go on the line's session";
+  }
+  EXPECT_EQ(log.count("UNLOCK"), 0) << "the line lock was given up under a live hold";
+  line.gone("m", "b");
+  EXPECT_TRUE(log.wait_for("UNLOCK", milliseconds(5000)));
+  line.stop();
 }
 
 // Stopping the line still ends a connect at once.

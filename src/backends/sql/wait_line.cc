@@ -373,6 +373,12 @@ void WaitLine::run(std::size_t index) {
         if (holds && holds_locked(mutex, attempter)) {
           // Its own call took the mutex meanwhile (its reply came first):
           // the same tenure, or one its next call finds. Never given back.
+          // The place keeps the line lock it was just granted while the
+          // contender holds, as for a hold taken here: its release frees it
+          // and wakes the next in line. Left, the next process's wait was
+          // granted at once behind a holder that had to announce its
+          // release (seen in CI: the third process found first in line).
+          place.holder = true;
           in_hook([&] { hooks_.superseded(mutex, attempter); });
         } else if (holds && (!drop_waiter_locked(mutex, attempter) || stopping_)) {
           // It left meanwhile (gone()), or the line stops, and nobody would
