@@ -8,6 +8,7 @@
 // waiting), a lease renewed while held (so a crashed holder's key frees
 // itself), fencing tokens, and loss signals. It runs on the Runtime of the
 // backend's factory, which the provider shares.
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -53,6 +54,7 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
       // came back with a new token keeps the hold, and its end is a loss.)
       if (!holding_ || token < hold_token_) return;
       holding_ = false;
+      held_->store(false);
       lost = std::move(on_lost_);
     }
     if (lost) lost();
@@ -62,6 +64,7 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   void begin_hold(std::uint64_t token, std::function<void()> on_lost) {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = true;
+    held_->store(true);
     hold_token_ = token;
     on_lost_ = std::move(on_lost);
   }
@@ -69,6 +72,7 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   void end_hold() {
     std::lock_guard<std::mutex> lock(mu_);
     holding_ = false;
+    held_->store(false);
     on_lost_ = nullptr;
   }
 
@@ -77,6 +81,9 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   TurnGate turns_;
   mutable std::mutex mu_;
   bool holding_ = false;
+  // holding_, read without mu_ by the core's notify_if filter, which runs
+  // under the core's lock (shared: the filter may outlive the slot).
+  const std::shared_ptr<std::atomic<bool>> held_ = std::make_shared<std::atomic<bool>>(false);
   std::uint64_t hold_token_ = 0;
   std::function<void()> on_lost_;
   std::shared_ptr<ServiceCore> core_;  // made on first use, under mu_
@@ -94,6 +101,12 @@ Result<std::shared_ptr<ServiceCore>> KeySlot::core(FactoryImpl& factory,
   ServiceHooks hooks;
   hooks.subscribe_only_while_waiting = true;
   hooks.stop_waits_for_callbacks = false;
+  // Only a hold that ends without our release is news (as for a Locker):
+  // the other changes of every acquisition would each wake a callback
+  // thread for nothing.
+  hooks.notify_if = [id = contender->contender_id(), held = held_](const MutexState& change) {
+    return held->load() && change.is_released(id);
+  };
   SIMBA_ASSIGN_OR_RETURN(
       core_, factory.create_contend_core(std::move(contender), lease, std::move(hooks)));
   return core_;
@@ -218,7 +231,13 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
   std::shared_ptr<ServiceCore> core;
   if (awaited.ok()) {
     Result<std::shared_ptr<ServiceCore>> made = slot->core(*factory_, lease_);
-    awaited = made.ok() ? (core = *made)->start() : made.status();
+    // The first attempt on this thread, which would only wait for it (one
+    // thread hop less), unless a cancel may end the wait before the store
+    // call does (see Locker::acquire).
+    if (made.ok()) core = *made;
+    awaited = !made.ok()                       ? made.status()
+              : request.cancel.stop_possible() ? core->start()
+                                               : core->start_and_attempt();
   }
   if (awaited.ok()) awaited = core->await_owner(request.wait_deadline, request.cancel);
   if (awaited.ok()) {

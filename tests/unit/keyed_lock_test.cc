@@ -599,6 +599,46 @@ TEST_F(KeyedLockTest, OnALeaseStoreIsHeldEndsWithTheLeaseNotWithItsLossCallback)
   SIMBA_EXPECT_OK(held->release());
 }
 
+// On a lease store an acquisition would only wait for its first attempt:
+// it runs on the caller's thread (one hop less, as for a Locker), unless a
+// cancel token may end the wait before the store call does.
+TEST_F(KeyedLockTest, OnALeaseStoreTheFirstAttemptRunsOnTheCallersThreadUnlessACancelMayEndIt) {
+  auto faults = std::make_shared<testing::FaultInjectingBackend>(
+      open_backend("memory://keyed-first-attempt").value());
+  auto provider =
+      KeyedLockProvider::create(new_lease_keyed_lock_backend(faults, ContendOptions{}).value())
+          .value();
+  std::mutex mu;
+  std::thread::id asked_on;
+  const auto record_thread = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    asked_on = std::this_thread::get_id();
+  };
+  const auto asked_here = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return asked_on == std::this_thread::get_id();
+  };
+  faults->set_before_next_acquire_reply(record_thread);
+  {
+    auto held = provider->acquire("k", seconds(60));
+    ASSERT_TRUE(held.ok() && held->is_held());
+    EXPECT_TRUE(asked_here());
+  }
+  faults->set_before_next_acquire_reply(record_thread);
+  {
+    auto held = provider->try_acquire("k", milliseconds(0), seconds(60));
+    ASSERT_TRUE(held.ok() && held->has_value());
+    EXPECT_TRUE(asked_here());
+  }
+  std::stop_source cancel;
+  faults->set_before_next_acquire_reply(record_thread);
+  {
+    auto held = provider->acquire("k", seconds(60), cancel.get_token());
+    ASSERT_TRUE(held.ok() && held->is_held());
+    EXPECT_FALSE(asked_here());
+  }
+}
+
 // A memory store whose first subscribe, once made, waits until a second one
 // has been made; and whose subscriptions check, as they are destroyed, that
 // a listener of the waiter can still get in (it takes the waiter's lock).
