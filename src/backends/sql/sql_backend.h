@@ -233,12 +233,13 @@ class SqlDriver {
     // never), and then runs the rest of the statements anyway.
     bool attempt_with_wait = false;
     // An SQL boolean, true when another session waits in the server's
-    // queue for the line lock; its parameters are {#2} and {#3}, which are
-    // `key`. A release that frees the line lock then wakes that session,
-    // which takes the row with the attempt sent with its wait, and
-    // announces nothing: an announcement would reach every listening
-    // process, and each process in line holds it back unread (WaitLine::
-    // hold_back). Empty: every release is announced.
+    // queue for the line lock (or is about to: its `wait` has begun); its
+    // parameters are {#2} and {#3}, which are `key`. A release that frees
+    // the line lock then wakes that session, which takes the row with the
+    // attempt sent with its wait, and announces nothing: an announcement
+    // would reach every listening process, and each process in line holds
+    // it back unread (WaitLine::hold_back). Empty: every release is
+    // announced.
     std::string queued_sql;
   };
   virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
