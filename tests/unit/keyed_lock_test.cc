@@ -23,6 +23,7 @@
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
+#include "testing/thread_recorder.h"
 
 namespace simba {
 namespace {
@@ -608,34 +609,26 @@ TEST_F(KeyedLockTest, OnALeaseStoreTheFirstAttemptRunsOnTheCallersThreadUnlessAC
   auto provider =
       KeyedLockProvider::create(new_lease_keyed_lock_backend(faults, ContendOptions{}).value())
           .value();
-  std::mutex mu;
-  std::thread::id asked_on;
-  const auto record_thread = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    asked_on = std::this_thread::get_id();
-  };
-  const auto asked_here = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return asked_on == std::this_thread::get_id();
-  };
+  testing::ThreadRecorder asked;
+  const auto record_thread = [&] { asked.record(); };
   faults->set_before_next_acquire_reply(record_thread);
   {
     auto held = provider->acquire("k", seconds(60));
     ASSERT_TRUE(held.ok() && held->is_held());
-    EXPECT_TRUE(asked_here());
+    EXPECT_TRUE(asked.recorded_here());
   }
   faults->set_before_next_acquire_reply(record_thread);
   {
     auto held = provider->try_acquire("k", milliseconds(0), seconds(60));
     ASSERT_TRUE(held.ok() && held->has_value());
-    EXPECT_TRUE(asked_here());
+    EXPECT_TRUE(asked.recorded_here());
   }
   std::stop_source cancel;
   faults->set_before_next_acquire_reply(record_thread);
   {
     auto held = provider->acquire("k", seconds(60), cancel.get_token());
     ASSERT_TRUE(held.ok() && held->is_held());
-    EXPECT_FALSE(asked_here());
+    EXPECT_FALSE(asked.recorded_here());
   }
 }
 

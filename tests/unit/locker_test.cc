@@ -15,6 +15,7 @@
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
 #include "testing/test_util.h"
+#include "testing/thread_recorder.h"
 #include "testing/virtual_time_test.h"
 
 namespace simba {
@@ -124,28 +125,20 @@ TEST_F(LockerTest, AcquireCanBeCancelled) {
 // call does.
 TEST_F(LockerTest, TheFirstAttemptRunsOnTheCallersThreadUnlessACancelMayEndTheWait) {
   auto locker = Locker::create(*factory_, "job").value();
-  std::mutex mu;
-  std::thread::id asked_on;
-  const auto record_thread = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    asked_on = std::this_thread::get_id();
-  };
-  const auto asked_here = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    return asked_on == std::this_thread::get_id();
-  };
+  testing::ThreadRecorder asked;
+  const auto record_thread = [&] { asked.record(); };
   faults_->set_before_next_acquire_reply(record_thread);
   SIMBA_ASSERT_OK(locker->acquire());
-  EXPECT_TRUE(asked_here());
+  EXPECT_TRUE(asked.recorded_here());
   SIMBA_ASSERT_OK(locker->release());
   faults_->set_before_next_acquire_reply(record_thread);
   ASSERT_THAT(locker->try_acquire(), testing::IsOkAndHolds(true));
-  EXPECT_TRUE(asked_here());
+  EXPECT_TRUE(asked.recorded_here());
   SIMBA_ASSERT_OK(locker->release());
   std::stop_source cancel;
   faults_->set_before_next_acquire_reply(record_thread);
   SIMBA_ASSERT_OK(locker->acquire(cancel.get_token()));
-  EXPECT_FALSE(asked_here());
+  EXPECT_FALSE(asked.recorded_here());
 }
 
 // A Locker acts only on a hold it loses: the other owner changes of an
