@@ -52,8 +52,7 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
       // stop() does not wait for this callback): tokens only grow, so an
       // earlier hold's is below this one's. (Not "differs": a renewal that
       // came back with a new token keeps the hold, and its end is a loss.)
-      if (!holding_ || token < hold_token_) return;
-      holding_ = false;
+      if (!held_->load() || token < hold_token_) return;
       held_->store(false);
       lost = std::move(on_lost_);
     }
@@ -63,7 +62,6 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   // The hold of token `token` begins: its loss from now on runs `on_lost`.
   void begin_hold(std::uint64_t token, std::function<void()> on_lost) {
     std::lock_guard<std::mutex> lock(mu_);
-    holding_ = true;
     held_->store(true);
     hold_token_ = token;
     on_lost_ = std::move(on_lost);
@@ -71,7 +69,6 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   // The hold ends by release: a loss is no longer reported.
   void end_hold() {
     std::lock_guard<std::mutex> lock(mu_);
-    holding_ = false;
     held_->store(false);
     on_lost_ = nullptr;
   }
@@ -80,9 +77,9 @@ class KeySlot : public std::enable_shared_from_this<KeySlot> {
   const std::string key_;
   TurnGate turns_;
   mutable std::mutex mu_;
-  bool holding_ = false;
-  // holding_, read without mu_ by the core's notify_if filter, which runs
-  // under the core's lock (shared: the filter may outlive the slot).
+  // Whether a hold is on. Written under mu_ (with hold_token_); atomic and
+  // shared because the core's notify_if filter reads it without mu_, under
+  // the core's lock, and may outlive the slot.
   const std::shared_ptr<std::atomic<bool>> held_ = std::make_shared<std::atomic<bool>>(false);
   std::uint64_t hold_token_ = 0;
   std::function<void()> on_lost_;
@@ -104,9 +101,7 @@ Result<std::shared_ptr<ServiceCore>> KeySlot::core(FactoryImpl& factory,
   // Only a hold that ends without our release is news (as for a Locker):
   // the other changes of every acquisition would each wake a callback
   // thread for nothing.
-  hooks.notify_if = [id = contender->contender_id(), held = held_](const MutexState& change) {
-    return held->load() && change.is_released(id);
-  };
+  hooks.notify_if = ServiceHooks::lost_while(contender->contender_id(), held_);
   SIMBA_ASSIGN_OR_RETURN(
       core_, factory.create_contend_core(std::move(contender), lease, std::move(hooks)));
   return core_;

@@ -77,9 +77,7 @@ Result<std::unique_ptr<Locker>> Locker::create(MutexContendServiceFactory& facto
   internal::ServiceHooks hooks;
   // The contender acts only when a hold ends without release(): no callback
   // for the other changes (see ServiceHooks::notify_if).
-  hooks.notify_if = [id = contender->contender_id(), held = state->held](const MutexState& change) {
-    return held->load() && change.is_released(id);
-  };
+  hooks.notify_if = internal::ServiceHooks::lost_while(contender->contender_id(), state->held);
   SIMBA_ASSIGN_OR_RETURN(state->core, internal::FactoryAccess::of(factory)->create_contend_core(
                                           std::move(contender), state->contend, std::move(hooks)));
   return std::unique_ptr<Locker>(new Locker(std::move(state)));

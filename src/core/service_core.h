@@ -6,6 +6,7 @@
 #ifndef SIMBA_CORE_SERVICE_CORE_H_
 #define SIMBA_CORE_SERVICE_CORE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -54,6 +55,16 @@ struct ServiceHooks {
   // other changes of an acquisition (another owner seen, ours granted,
   // released on stop) would each wake a callback thread for nothing.
   std::function<bool(const MutexState& state)> notify_if;
+
+  // A notify_if for a holder that acts only on a hold it loses: a change
+  // that ends `contender_id`'s ownership while `held` (the holder's own
+  // flag, set while it holds; read here under the core's lock) is true.
+  static std::function<bool(const MutexState& state)> lost_while(
+      std::string contender_id, std::shared_ptr<const std::atomic<bool>> held) {
+    return [id = std::move(contender_id), held = std::move(held)](const MutexState& change) {
+      return held->load() && change.is_released(id);
+    };
+  }
 };
 
 class ServiceCore : public std::enable_shared_from_this<ServiceCore> {

@@ -36,6 +36,9 @@ constexpr milliseconds kAfterCancel{1000};
 // How often the server checks that a session waiting in line still has its
 // client (client_connection_check_interval).
 constexpr milliseconds kClientCheck{100};
+// XORed into a line key's high half: the key of its waiting mark
+// (PgDriver::waiting_mark).
+constexpr std::int32_t kWaitingMarkXor = 0x5a5a5a5a;
 
 constexpr char kNowMs[] = "(floor(extract(epoch from statement_timestamp()) * 1000))::bigint";
 
@@ -506,7 +509,8 @@ class PgDriver final : public SqlDriver {
   // 2^-64) costs only a release that is not announced while nobody waits,
   // whose row the next try takes when its reserve ends.
   static std::string waiting_mark(int high, int low) {
-    return "{#" + std::to_string(high) + "}::int4 # 1515870810, {#" + std::to_string(low) + "}";
+    return "{#" + std::to_string(high) + "}::int4 # " + std::to_string(kWaitingMarkXor) + ", {#" +
+           std::to_string(low) + "}";
   }
 
   std::vector<std::string> advisory_key(const std::string& mutex) const {
