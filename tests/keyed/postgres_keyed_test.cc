@@ -672,6 +672,46 @@ TEST_F(PostgresKeyedPrivateServer, CreateTableOffDoesNotCreateTheSequence) {
   EXPECT_EQ(admin.exec("SELECT count(*) FROM pg_class WHERE relname = 'simba_keyed_token'"), "0");
 }
 
+// A wait cancelled while the server is paused (SIGSTOP: connections stay
+// open, nothing is answered) ends within the bound a cancel is given: the
+// cancel request's own round trip (libpq 15's PQcancel has no timeout) is
+// waited for at most 250 ms, then the answer to it at most 250 ms more,
+// and the session is closed. Before, the waiting thread stayed in
+// PQcancel until the server came back.
+TEST_F(PostgresKeyedPrivateServer, ACancelWhileTheServerIsPausedEndsWithinItsBound) {
+  auto a = open_keyed(uri());
+  auto b = open_keyed(uri());
+  ASSERT_TRUE(a && b);
+  auto held = must_acquire(*a, key("paused"));
+  ASSERT_TRUE(held);
+  Psql admin(uri());
+  ASSERT_TRUE(admin.ok());
+  const auto bits = static_cast<std::uint64_t>(postgres_advisory_lock_key(key("paused")));
+  const std::string queued =
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+      "objsubid = 1 AND classid = " +
+      std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL);
+  std::stop_source stop;
+  auto waiter = std::async(std::launch::async, [&] {
+    auto hold = b->acquire(request_for(key("paused"), Deadline::max(), stop.get_token()));
+    return std::make_pair(std::move(hold), steady_clock::now());
+  });
+  ASSERT_TRUE(eventually([&] { return admin.count(queued) == 1; }, seconds(10)))
+      << "the waiter never queued at the server";
+  SIMBA_ASSERT_OK(server->pause());
+  // Resumed whatever happens below: the other tests share this server.
+  struct Resume {
+    ~Resume() { SIMBA_EXPECT_OK(server->resume()); }
+  } resume;
+  const auto cancelled_at = steady_clock::now();
+  stop.request_stop();
+  ASSERT_EQ(waiter.wait_for(scaled(milliseconds(2000))), std::future_status::ready)
+      << "the cancelled wait did not end while the server was paused";
+  auto [hold, returned_at] = waiter.get();
+  EXPECT_THAT(hold, StatusIs(StatusCode::kCancelled));
+  EXPECT_LT(returned_at - cancelled_at, scaled(milliseconds(500) + milliseconds(500)));
+}
+
 TEST_F(PostgresKeyedPrivateServer, RestartWhileHeldIsReportedLostAndRecovers) {
   auto backend = open_keyed(uri());
   ASSERT_TRUE(backend);

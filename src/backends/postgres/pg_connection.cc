@@ -7,15 +7,21 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/host_lookup.h"
 #include "core/log.h"
+#include "core/worker.h"
 
 namespace simba::internal::sql::pg {
 
@@ -345,14 +351,45 @@ Status flush(PGconn* conn, Deadline deadline) {
   }
 }
 
-bool send_cancel(PGconn* conn) {
+bool send_cancel(PGconn* conn, std::chrono::milliseconds within) {
   PGcancel* cancel = PQgetCancel(conn);
   if (cancel == nullptr) return false;
-  char error[256] = {};
-  const bool sent = PQcancel(cancel, error, sizeof error) == 1;
-  PQfreeCancel(cancel);
-  if (!sent) SIMBA_LOG(kDebug, "postgresql: cancel request failed: " << error);
-  return sent;
+  // PQcancel (libpq 15) connects and then waits for the server to take the
+  // request, with no timeout: a paused server, or a network that swallows
+  // packets, would hold the calling thread until it answers. So it runs on
+  // a thread of its own, which we wait for only `within`; the PGcancel is
+  // the thread's alone (it does not refer to `conn`), and a request that
+  // arrives after we gave up finds the session closed or idle: the server
+  // ignores it (its key names only that session).
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable done;
+    std::optional<bool> sent;  // guarded by mu
+  };
+  auto outcome = std::make_shared<Outcome>();
+  try {
+    std::thread([cancel, outcome] {
+      internal::name_this_thread("pg-cancel");
+      char error[256] = {};
+      const bool sent = PQcancel(cancel, error, sizeof error) == 1;
+      PQfreeCancel(cancel);
+      if (!sent) SIMBA_LOG(kDebug, "postgresql: cancel request failed: " << error);
+      std::lock_guard<std::mutex> lock(outcome->mu);
+      outcome->sent = sent;
+      outcome->done.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    PQfreeCancel(cancel);
+    SIMBA_LOG(kDebug, "postgresql: no thread for a cancel request: " << e.what());
+    return false;
+  }
+  std::unique_lock<std::mutex> lock(outcome->mu);
+  if (!outcome->done.wait_for(lock, within, [&] { return outcome->sent.has_value(); })) {
+    SIMBA_LOG(kDebug, "postgresql: the server did not take a cancel request within "
+                          << within.count() << " ms");
+    return false;
+  }
+  return *outcome->sent;
 }
 
 Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd) {

@@ -7,6 +7,7 @@
 
 #include <libpq-fe.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -81,13 +82,15 @@ Status flush(PGconn* conn, Deadline deadline);
 Result<bool> await_result(PGconn* conn, Deadline deadline, int wake_fd = -1);
 
 // Asks the server to cancel what `conn` runs now; false when the request
-// could not be sent. PQcancel opens a connection of its own and waits for
-// the server to take the request (a round trip): the waiting thread does
-// this, never a thread that must not block. A request that reaches the
-// session when it runs nothing is ignored; one that reaches it late may hit
-// its next statement, so a caller that sent one closes the connection
+// could not be sent, or the server did not take it `within` (a paused
+// server, a black-holed network: the request may still arrive later). A
+// request opens a connection of its own and waits for the server to take
+// it (a round trip): the waiting thread waits for it, never a thread that
+// must not block. A request that reaches the session when it runs nothing
+// is ignored; one that reaches it late may hit its next statement, so a
+// caller that sent one (or gave up on sending it) closes the connection
 // unless the reply shows the cancel (57014).
-bool send_cancel(PGconn* conn);
+bool send_cancel(PGconn* conn, std::chrono::milliseconds within);
 
 // The server's SQLSTATE of a failed result ("" when it sent none, e.g. the
 // connection broke).

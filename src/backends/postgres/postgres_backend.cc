@@ -150,7 +150,9 @@ class PgSession final : public SqlSession {
         // server (it cancels nothing between commands), and PQcancel
         // returns once the server took it: the session can be used again.
         wake_fd = -1;
-        if (!send_cancel(conn)) return cancelled_error("given up: no longer wanted");
+        if (!send_cancel(conn, kAfterCancel)) {
+          return broken(cancelled_error("given up: no longer wanted"));
+        }
         deadline = std::min(deadline, steady_clock::now() + kAfterCancel);
         continue;
       }

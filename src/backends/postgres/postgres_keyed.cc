@@ -263,7 +263,7 @@ class PgLockDriver final : public SessionLockDriver {
                                        plan.try_only ? steady_clock::now() + kStoreCallTimeout
                                                      : later(wait_deadline, kStoreCallTimeout),
                                        plan.try_only ? -1 : wake_fd, [&] {
-                                         cancel_sent = send_cancel(conn);
+                                         cancel_sent = send_cancel(conn, kAfterWake);
                                          // Unsent, the wait would go on: give up on the session
                                          // instead.
                                          return cancel_sent;
