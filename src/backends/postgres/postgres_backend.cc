@@ -434,22 +434,24 @@ class PgDriver final : public SqlDriver {
     std::vector<std::string> key = advisory_key(mutex);
     LineLock line;
     line.try_sql = "pg_try_advisory_xact_lock({#4}, {#5})";
+    // The server polls the client while the session waits (from
+    // PostgreSQL 14; older servers have no such setting and skip it): a
+    // process that died in line leaves the queue within kClientCheck, not
+    // when the lock comes to it, which would run its attempt for nobody.
+    // Once per session: it lasts the session.
+    line.session_setup = {
+        {"SELECT set_config('client_connection_check_interval', {0}, false) "
+         "WHERE current_setting('server_version_num')::int >= 140000",
+         {std::to_string(kClientCheck.count())}}};
     line.wait = [key](milliseconds wait) {
       // lock_timeout for the wait only (SQLSTATE 55P03 when it runs out),
       // then the session's own again for what follows (an attempt): a 55P03
       // then would hide that the line lock was granted.
-      // And the server polls the client while the session waits (from
-      // PostgreSQL 14; older servers have no such setting and skip it): a
-      // process that died in line leaves the queue within kClientCheck, not
-      // when the lock comes to it, which would run its attempt for nobody.
       // These run at every wait, so none reads the pg_settings view, which
       // builds a row for every setting: the two that did cost the server a
       // sixth of its CPU with 16 processes in line. The session's own
       // lock_timeout is kept in a setting of ours for the same transaction.
       return std::vector<Statement>{
-          {"SELECT set_config('client_connection_check_interval', {0}, false) "
-           "WHERE current_setting('server_version_num')::int >= 140000",
-           {std::to_string(kClientCheck.count())}},
           {"SELECT set_config('simba.lock_timeout', current_setting('lock_timeout'), true), "
            "set_config('lock_timeout', {0}, true)",
            {std::to_string(wait.count())}},

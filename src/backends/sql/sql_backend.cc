@@ -680,8 +680,13 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   std::unique_ptr<WaitLine> make_line(int sessions) {
     WaitLine::Hooks hooks;
     SqlDriver* driver = driver_.get();
-    hooks.connect = [driver](Deadline deadline, int wake_fd) {
-      return driver->connect_wakeable(deadline, wake_fd);
+    hooks.connect = [driver](Deadline deadline,
+                             int wake_fd) -> Result<std::unique_ptr<SqlSession>> {
+      SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqlSession> session,
+                             driver->connect_wakeable(deadline, wake_fd));
+      const std::vector<Statement> setup = driver->line_lock("")->session_setup;
+      if (!setup.empty()) SIMBA_RETURN_IF_ERROR(session->run(setup, false, deadline).status());
+      return session;
     };
     hooks.wait = [driver](const std::string& mutex, milliseconds wait) {
       return driver->line_lock(mutex)->wait(wait);

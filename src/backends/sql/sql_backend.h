@@ -218,6 +218,9 @@ class SqlDriver {
     // Statements after which this session holds the line lock, having
     // waited at most `wait` (then failing with SqlFailure::kLockTimeout).
     std::function<std::vector<Statement>(std::chrono::milliseconds wait)> wait;
+    // Run once on each new session of the line, before its first wait
+    // (settings that last the session). Empty: nothing.
+    std::vector<Statement> session_setup;
     // Frees it.
     Statement unlock;
     // Whether the wait's results say the lock was granted; null: the wait
