@@ -985,15 +985,18 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
     }
   }
   // A release (one transaction: read the lowest key, delete ours) and the
-  // next waiter's attempt (keep-alive + transaction): exactly three
+  // next waiter's attempt (a transaction, and a keep-alive of the session
+  // lease unless one was answered less than a second before): two or three
   // requests, whatever the number of waiters. A herd would be ~2 per
   // waiter; a second look by the new owner, 2 more. (Four while each key
-  // had a lease of its own, revoked after a read.)
+  // had a lease of its own, revoked after a read; exactly three while
+  // every attempt sent a keep-alive.)
   std::string counts;
   for (long long n : per_handoff) counts += std::to_string(n) + " ";
   RecordProperty("requests_per_handoff", counts);
   for (std::size_t i = 0; i < per_handoff.size(); ++i) {
-    EXPECT_EQ(per_handoff[i], 3) << "hand-off " << i + 1 << "; all: " << counts;
+    EXPECT_GE(per_handoff[i], 2) << "hand-off " << i + 1 << "; all: " << counts;
+    EXPECT_LE(per_handoff[i], 3) << "hand-off " << i + 1 << "; all: " << counts;
   }
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -1006,6 +1009,49 @@ TEST(EtcdHandOff, FiftyContendersQueueInOrderWithoutAHerd) {
       SIMBA_EXPECT_OK(s->stop());
     }
   }
+}
+
+// An acquisition on a session lease kept alive less than a second ago
+// sends only its transaction, and promises what that keep-alive's answer
+// promised less its age; a renewal always sends a keep-alive and promises
+// ttl + transition exactly; an older answer is not used.
+TEST(EtcdAcquisition, AnAcquisitionRightAfterAKeepAliveSendsOnlyItsTransaction) {
+  auto server = TestServer::start("etcd");
+  SIMBA_ASSERT_OK(server);
+  const std::string uri = with_prefix((*server)->uri());
+  auto backend = open(uri);
+  ASSERT_TRUE(backend);
+  Raw raw(uri);
+  const milliseconds hard(16000);
+  const auto request = [](const char* mutex) {
+    return request_for(mutex, "c", seconds(8), seconds(8));
+  };
+  auto first = backend->acquire_or_renew(request("k1"), in(seconds(10)));
+  SIMBA_ASSERT_OK(first);
+  EXPECT_EQ(first->owner.transition_at - first->store_now, hard);
+
+  long long before = raw.requests();
+  auto second = backend->acquire_or_renew(request("k2"), in(seconds(10)));
+  SIMBA_ASSERT_OK(second);
+  EXPECT_EQ(second->owner.owner_id, "c");
+  EXPECT_EQ(raw.requests() - before, 1) << "a keep-alive went with the transaction";
+  EXPECT_LE(second->owner.transition_at - second->store_now, hard);
+  EXPECT_GE(second->owner.transition_at - second->store_now, hard - seconds(1));
+  EXPECT_EQ(second->owner.ttl_at - second->store_now, seconds(8));
+
+  before = raw.requests();
+  auto renewed = backend->acquire_or_renew(request("k1"), in(seconds(10)));
+  SIMBA_ASSERT_OK(renewed);
+  EXPECT_EQ(renewed->owner.fencing_token, first->owner.fencing_token);
+  EXPECT_EQ(renewed->owner.transition_at - renewed->store_now, hard);
+  EXPECT_GE(raw.requests() - before, 1);
+
+  std::this_thread::sleep_for(milliseconds(1100));
+  before = raw.requests();
+  auto third = backend->acquire_or_renew(request("k3"), in(seconds(10)));
+  SIMBA_ASSERT_OK(third);
+  EXPECT_EQ(raw.requests() - before, 2) << "an answer older than a second stood in";
+  EXPECT_EQ(third->owner.transition_at - third->store_now, hard);
 }
 
 TEST(EtcdRenewal, OwnerRenewsWithOneRequestWhileItsWatchRuns) {

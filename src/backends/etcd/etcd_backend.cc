@@ -83,6 +83,13 @@ constexpr milliseconds kMaxAttempt{1000};
 // one election timeout, 1 s by default).
 constexpr milliseconds kFirstRoundPause{50};
 constexpr milliseconds kMaxRoundPause{500};
+// How long a session lease's keep-alive answer stands in for another: an
+// acquisition within it sends only its transaction, and promises what the
+// answer promised less its age (so its transition may end up to that much
+// early; at most an eighth of the hard lease). A tight acquire/release loop
+// sent a keep-alive stream per acquisition, beside its transaction.
+// Renewals always send one.
+constexpr milliseconds kKeepAliveReuse{1000};
 
 // gRPC metadata that makes a member without a leader refuse a call at once
 // ("etcdserver: no leader") instead of holding it until its request timeout,
@@ -1617,8 +1624,8 @@ class EtcdBackend final : public Backend {
         if (alive.ttl_left > 0 &&
             watcher_->still_owner(mutex, id, held->create_revision, watching, alive.ttl_left,
                                   alive.sent_steady + std::chrono::seconds(alive.ttl_left))) {
-          return owner_reply(id, alive.sent, request.ttl, hard, alive.ttl_left,
-                             held->create_revision);
+          return owner_reply(id, alive.sent, request.ttl, hard,
+                             std::chrono::seconds(alive.ttl_left), held->create_revision);
         }
         continue;  // the full check below tells what happened
       }
@@ -1656,52 +1663,68 @@ class EtcdBackend final : public Backend {
       // is granted or kept alive after this instant.
       const StoreTime sent = wall_now();
       const steady_clock::time_point sent_steady = steady_clock::now();
-      std::int64_t ttl_left = 0;
+      // How long the lease lives at least, from `sent`.
+      milliseconds granted{0};
       Result<pb::TxnResponse> txn = internal_error(context + ": no transaction");
       // Our key is known to exist: a read-only check (check_txn).
       const bool check_only = held && holder.create_revision != 0;
-      if (!granting) {
-        // The keep-alive and the transaction travel together.
-        auto keep = turn.start_keep_alive(holder.lease);
+      const auto send_txn = [&] {
         txn = turn.txn(check_only ? check_txn(mutex_prefix, holder.key, holder.create_revision)
                                   : acquire_txn(mutex_prefix, holder.key, id, holder.lease,
                                                 holder.create_revision));
-        const bool lease_missing = !txn.ok() && turn.last_code() == grpc::StatusCode::NOT_FOUND;
-        SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse lease, turn.finish_keep_alive(*keep));
         // "requested lease not found": the transaction found our lease gone
-        // (and our key with it), whatever the keep-alive said before.
-        ttl_left = lease_missing ? 0 : lease.ttl();
+        // (and our key with it), whatever a keep-alive said before.
+        return !txn.ok() && turn.last_code() == grpc::StatusCode::NOT_FOUND;
+      };
+      // An acquisition (not an owner's renewal, which must move the lease's
+      // end and promises ttl + transition exactly) on a lease kept alive a
+      // moment ago: what that answer promised still holds, less its age.
+      const bool renewal = held && held->owner;
+      const std::optional<milliseconds> recent =
+          granting || renewal ? std::nullopt
+                              : recent_keep_alive(holder.lease, sent_steady, hard / 8);
+      if (recent) {
+        granted = send_txn() ? milliseconds(0) : *recent;
+      } else if (!granting) {
+        // The keep-alive and the transaction travel together.
+        auto keep = turn.start_keep_alive(holder.lease);
+        const bool lease_missing = send_txn();
+        SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse lease, turn.finish_keep_alive(*keep));
+        remember_keep_alive(holder.lease, {sent, sent_steady, lease.ttl()});
+        granted = lease_missing ? milliseconds(0) : std::chrono::seconds(lease.ttl());
       } else {
         // A grant first: the transaction puts a key on the lease, which
         // must exist by then.
-        auto granted = turn.grant(holder.lease, asked);
-        if (granted.ok()) {
-          ttl_left = granted->ttl();
+        auto grant = turn.grant(holder.lease, asked);
+        if (grant.ok()) {
+          granted = std::chrono::seconds(grant->ttl());
           remember_session(asked, holder.lease);
+          remember_keep_alive(holder.lease, {sent, sent_steady, grant->ttl()});
         } else if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION && turn.retried()) {
           // "lease already exists" after an attempt whose answer was lost
           // (leader changed, timed out): that attempt granted it, after
           // `sent`, for at least `asked` seconds (IDs are random 63-bit
           // numbers: another client's lease with ours is not a concern).
-          ttl_left = asked;
+          granted = std::chrono::seconds(asked);
           remember_session(asked, holder.lease);
         } else {
           watcher_->take(mutex, id);
           if (turn.last_code() == grpc::StatusCode::FAILED_PRECONDITION) {
             continue;  // "lease already exists": another ID
           }
-          return granted.status();
+          return grant.status();
         }
       }
-      if (ttl_left <= 0) {
+      if (granted <= milliseconds(0)) {
         // Our lease is gone (expired or revoked), and every key on it with
         // it: queue again on a new one.
         watcher_->take(mutex, id);
         forget_session(holder.lease);
         continue;
       }
-      holder.granted_ttl = ttl_left;
-      holder.alive_until = sent_steady + std::chrono::seconds(ttl_left);
+      // (Whole seconds, rounded down: a waiter's next call is due by then.)
+      holder.granted_ttl = granted.count() / 1000;
+      holder.alive_until = sent_steady + granted;
       if (granting) {
         txn = turn.txn(
             acquire_txn(mutex_prefix, holder.key, id, holder.lease, holder.create_revision));
@@ -1804,7 +1827,7 @@ class EtcdBackend final : public Backend {
       if (!watcher_->store(mutex, id, holder, decided)) continue;  // our key vanished since
 
       if (holder.owner) {
-        return owner_reply(id, sent, request.ttl, hard, holder.granted_ttl, holder.create_revision);
+        return owner_reply(id, sent, request.ttl, hard, granted, holder.create_revision);
       }
       // A waiter. The owner's lease is not in the reply, so its times are
       // unknown; the watch wakes us at once when our predecessor goes, and
@@ -1982,9 +2005,31 @@ class EtcdBackend final : public Backend {
     std::lock_guard<std::mutex> lock(sessions_mu_);
     sessions_[asked] = lease;
   }
+  // The latest keep-alive (or grant) answer of a session lease.
+  void remember_keep_alive(std::int64_t lease, const KeepAliveAnswer& answer) {
+    if (answer.ttl_left <= 0) return;
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    KeepAliveAnswer& latest = kept_alive_[lease];
+    if (answer.sent_steady >= latest.sent_steady) latest = answer;
+  }
+  // What `lease`'s latest answer still promises at `now`, if it is younger
+  // than kKeepAliveReuse and `within`: the lease lives at least that long
+  // from now (its server took the keep-alive after it was sent).
+  std::optional<milliseconds> recent_keep_alive(std::int64_t lease, steady_clock::time_point now,
+                                                milliseconds within) {
+    std::lock_guard<std::mutex> lock(sessions_mu_);
+    auto it = kept_alive_.find(lease);
+    if (it == kept_alive_.end()) return std::nullopt;
+    const milliseconds age = std::chrono::ceil<milliseconds>(now - it->second.sent_steady);
+    if (age > std::min(kKeepAliveReuse, within)) return std::nullopt;
+    const milliseconds left = std::chrono::seconds(it->second.ttl_left) - age;
+    if (left <= milliseconds(0)) return std::nullopt;
+    return left;
+  }
   // `lease` has ended: the next key gets a new one.
   void forget_session(std::int64_t lease) {
     std::lock_guard<std::mutex> lock(sessions_mu_);
+    kept_alive_.erase(lease);
     for (auto it = sessions_.begin(); it != sessions_.end();) {
       it = it->second == lease ? sessions_.erase(it) : std::next(it);
     }
@@ -2043,8 +2088,8 @@ class EtcdBackend final : public Backend {
 
   // Keeps `lease` alive on `turn`, once per batch when `kept` is given (an
   // answer asked earlier in the batch promises no more than it did then).
-  static Result<KeepAliveAnswer> keep_alive(RequestChannel::Turn& turn, std::int64_t lease,
-                                            KeptAlive* kept) {
+  Result<KeepAliveAnswer> keep_alive(RequestChannel::Turn& turn, std::int64_t lease,
+                                     KeptAlive* kept) {
     if (kept != nullptr) {
       auto it = kept->find(lease);
       if (it != kept->end()) return it->second;
@@ -2055,6 +2100,7 @@ class EtcdBackend final : public Backend {
     SIMBA_ASSIGN_OR_RETURN(pb::LeaseKeepAliveResponse alive, turn.keep_alive(lease));
     answer.ttl_left = alive.ttl();
     if (kept != nullptr) kept->emplace(lease, answer);
+    remember_keep_alive(lease, answer);
     return answer;
   }
 
@@ -2231,16 +2277,16 @@ class EtcdBackend final : public Backend {
   }
 
   // What an owner is told: never more than the store gives, since the
-  // lease runs at least `granted_ttl` seconds from a moment after `sent`.
+  // lease runs at least `granted` from a moment after `sent`.
   static OwnerRecord owner_reply(const std::string& id, StoreTime sent, milliseconds ttl,
-                                 milliseconds hard, std::int64_t granted_ttl,
+                                 milliseconds hard, milliseconds granted,
                                  std::int64_t create_revision) {
     OwnerRecord record;
     record.store_now = sent;
     MutexOwner& owner = record.owner;
     owner.owner_id = id;
     owner.acquired_at = sent;
-    owner.transition_at = sent + std::min(hard, milliseconds(granted_ttl * 1000));
+    owner.transition_at = sent + std::min(hard, granted);
     owner.ttl_at = std::min(sent + ttl, owner.transition_at);
     owner.fencing_token = static_cast<std::uint64_t>(create_revision);
     return record;
@@ -2334,6 +2380,7 @@ class EtcdBackend final : public Backend {
   // the keys whose delete had no answer (see delete_held).
   std::mutex sessions_mu_;
   std::map<std::int64_t, std::int64_t> sessions_;
+  std::map<std::int64_t, KeepAliveAnswer> kept_alive_;  // by lease, see remember_keep_alive
   std::vector<std::pair<std::string, std::int64_t>> orphans_;
   steady_clock::time_point next_sweep_{};
   static constexpr std::size_t kMaxLeftRemembered = 4096;
