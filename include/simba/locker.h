@@ -103,8 +103,9 @@ class Locker {
   explicit Locker(std::shared_ptr<State> state);
   Status acquire_until(std::optional<std::chrono::milliseconds> timeout, std::stop_token cancel);
   // Checks the locker is idle and starts contending. Requires control_mu.
-  // Starts contending; `attempt_here`: the first attempt runs on this thread.
-  Status begin_acquire(bool attempt_here);
+  // Starts contending, the first attempt on this thread unless `cancel`
+  // may end the wait first (ServiceCore::start_for).
+  Status begin_acquire(const std::stop_token& cancel);
   // Waits for the core to own the mutex and records the hold; on failure
   // gives up its place. Requires control_mu.
   Status await_hold(Clock::TimePoint deadline, const std::stop_token& cancel);

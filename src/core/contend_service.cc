@@ -94,6 +94,10 @@ Status ServiceCore::start() { return start(false); }
 
 Status ServiceCore::start_and_attempt() { return start(true); }
 
+Status ServiceCore::start_for(const std::stop_token& cancel) {
+  return cancel.stop_possible() ? start() : start_and_attempt();
+}
+
 Status ServiceCore::start(bool attempt_here) {
   Generation gen;
   {

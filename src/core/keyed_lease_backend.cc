@@ -228,11 +228,9 @@ Result<std::unique_ptr<KeyHold>> LeaseKeyedLockBackend::acquire(const KeyAcquire
     Result<std::shared_ptr<ServiceCore>> made = slot->core(*factory_, lease_);
     // The first attempt on this thread, which would only wait for it (one
     // thread hop less), unless a cancel may end the wait before the store
-    // call does (see Locker::acquire).
+    // call does.
     if (made.ok()) core = *made;
-    awaited = !made.ok()                       ? made.status()
-              : request.cancel.stop_possible() ? core->start()
-                                               : core->start_and_attempt();
+    awaited = made.ok() ? core->start_for(request.cancel) : made.status();
   }
   if (awaited.ok()) awaited = core->await_owner(request.wait_deadline, request.cancel);
   if (awaited.ok()) {

@@ -87,6 +87,10 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // wait for that answer (a Locker), one thread hop less per acquisition.
   // The attempt is bounded by the store call's deadline, as on the I/O pool.
   Status start_and_attempt();
+  // For a caller that waits for ownership: start_and_attempt(), unless
+  // `cancel` may end that wait before the store call would (then start():
+  // the attempt runs on the I/O pool, and the caller stays free to leave).
+  Status start_for(const std::stop_token& cancel);
   Status stop();
 
   ServiceStatus status() const;
