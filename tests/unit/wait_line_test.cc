@@ -279,6 +279,50 @@ TEST(WaitLine, AHoldTakenByItsOwnCallWhileTheLineWasGrantedKeepsTheLineLock) {
   line.stop();
 }
 
+// A waiter whose place was granted the line lock, but whose attempt found
+// the row still taken, takes the mutex by a call of its own on the pool
+// (the line's session was busy): the place keeps the line lock for that
+// hold, as for one taken on the line's session, so the release goes on
+// that session and wakes the next in line. The place used to give the lock
+// up at once (nobody of ours waited any more, and the hold was not taken
+// "first"), and the release then had to be announced.
+TEST(WaitLine, AHoldTakenOnThePoolWhileThePlaceIsFirstKeepsTheLineLock) {
+  SentLog log;
+  Gate gate;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool first = false;
+  WaitLine::Hooks h = hooks(&log, milliseconds(0));
+  h.releases_announced = true;
+  h.connect = [&](Deadline, int) -> Result<std::unique_ptr<SqlSession>> {
+    return std::unique_ptr<SqlSession>(std::make_unique<GatedSession>(&log, &gate));
+  };
+  h.first = [&](const std::string&) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      first = true;
+    }
+    cv.notify_all();
+  };
+  WaitLine line(std::move(h), "test", 1);
+  line.waiting("m", "b", {{"ATTEMPT", {}}});  // its attempt will find the row taken
+  ASSERT_TRUE(gate.wait_until_waiting(milliseconds(5000)));
+  gate.let_through();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, milliseconds(5000), [&] { return first; }));
+  }
+  line.holding("m", "b", /*first=*/false);  // taken by a call on the pool
+  {
+    std::optional<WaitLine::Loan> loan = line.first_session("m", steady_clock::now());
+    EXPECT_TRUE(loan.has_value()) << "the holder's release would not go on the line's session";
+  }
+  EXPECT_EQ(log.count("UNLOCK"), 0) << "the line lock was given up under a live hold";
+  line.gone("m", "b");
+  EXPECT_TRUE(log.wait_for("UNLOCK", milliseconds(5000)));
+  line.stop();
+}
+
 // Stopping the line still ends a connect at once.
 TEST(WaitLine, StopEndsAConnect) {
   SentLog log;

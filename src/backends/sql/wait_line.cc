@@ -98,7 +98,10 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
   erase_locked(granted_, mutex, contender);
   holders_[mutex].insert(contender);
   Place* place = place_of_locked(mutex);
-  if (place != nullptr && first && place->state == State::kFirst) {
+  if (place != nullptr && place->state == State::kFirst) {
+    // Taken on the line's session, or on the pool while the place was
+    // first (its session busy): either way the place holds the line lock,
+    // and keeps it for this hold, whose release then wakes the next in line.
     place->holder = true;
   } else if (!first && !hooks_.releases_announced) {
     // Its release wakes the next in line only if it holds the line lock:

@@ -130,8 +130,9 @@ class WaitLine {
   // with no round trip of its own (Hooks::attempted); empty: none.
   void waiting(const std::string& mutex, const std::string& contender,
                std::vector<Statement> attempt = {});
-  // `contender` holds `mutex`; `first` when it took it on the line's session
-  // (which then keeps the line lock while it holds).
+  // `contender` holds `mutex`; `first` when it took it on the line's
+  // session. A place that is first (it holds the line lock) keeps the lock
+  // while the contender holds, however it took the mutex.
   void holding(const std::string& mutex, const std::string& contender, bool first);
   // `contender` neither waits for nor holds `mutex` any more (it released,
   // left, or stopped listening).
