@@ -135,6 +135,15 @@ std::string holder_pid(Psql& psql, const std::string& key) {
       std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL));
 }
 
+// A query counting the sessions queued at the server for `key` (not
+// granted yet).
+std::string queued_for(const std::string& key) {
+  const auto bits = static_cast<std::uint64_t>(postgres_advisory_lock_key(key));
+  return "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
+         "objsubid = 1 AND classid = " +
+         std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL);
+}
+
 int connections_named(Psql& psql, const std::string& app) {
   return psql.count("SELECT count(*) FROM pg_stat_activity WHERE application_name = '" + app + "'");
 }
@@ -318,12 +327,8 @@ TEST(PostgresKeyed, WaitersAreServedInArrivalOrder) {
   ASSERT_TRUE(held);
   Psql psql(shared_server_uri("postgres"));
   ASSERT_TRUE(psql.ok());
-  const auto bits = static_cast<std::uint64_t>(postgres_advisory_lock_key(key("k")));
   // Waiters queued at the server for the key (not granted yet).
-  const std::string queued =
-      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
-      "objsubid = 1 AND classid = " +
-      std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL);
+  const std::string queued = queued_for(key("k"));
   constexpr int kWaiters = 4;
   std::vector<std::shared_ptr<KeyedLockBackend>> backends;
   for (int i = 0; i < kWaiters; ++i) backends.push_back(open_shared());
@@ -686,11 +691,7 @@ TEST_F(PostgresKeyedPrivateServer, ACancelWhileTheServerIsPausedEndsWithinItsBou
   ASSERT_TRUE(held);
   Psql admin(uri());
   ASSERT_TRUE(admin.ok());
-  const auto bits = static_cast<std::uint64_t>(postgres_advisory_lock_key(key("paused")));
-  const std::string queued =
-      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND "
-      "objsubid = 1 AND classid = " +
-      std::to_string(bits >> 32) + " AND objid = " + std::to_string(bits & 0xffffffffULL);
+  const std::string queued = queued_for(key("paused"));
   std::stop_source stop;
   auto waiter = std::async(std::launch::async, [&] {
     auto hold = b->acquire(request_for(key("paused"), Deadline::max(), stop.get_token()));
