@@ -1038,6 +1038,16 @@ TEST(EtcdAcquisition, AnAcquisitionRightAfterAKeepAliveSendsOnlyItsTransaction) 
   EXPECT_LE(second->owner.transition_at - second->store_now, hard);
   EXPECT_GE(second->owner.transition_at - second->store_now, hard - seconds(1));
   EXPECT_EQ(second->owner.ttl_at - second->store_now, seconds(8));
+  // A waiter queued on such an answer is asked back by its lease's end,
+  // to the millisecond (whole seconds rounded down made it a second early:
+  // a poll loop on a lease of one or two seconds).
+  auto waiter =
+      backend->acquire_or_renew(request_for("k1", "d", seconds(8), seconds(8)), in(seconds(10)));
+  SIMBA_ASSERT_OK(waiter);
+  EXPECT_EQ(waiter->owner.owner_id, "c");
+  ASSERT_TRUE(waiter->ask_again_at.has_value());
+  EXPECT_GT(*waiter->ask_again_at - waiter->store_now, hard - milliseconds(500));
+  SIMBA_ASSERT_OK(backend->leave("k1", "d", in(seconds(10))));
 
   before = raw.requests();
   auto renewed = backend->acquire_or_renew(request("k1"), in(seconds(10)));

@@ -908,10 +908,10 @@ class RequestChannel {
 // A contender's place in a mutex's queue, as this process knows it.
 struct Holder {
   std::int64_t lease = 0;
-  std::int64_t asked_ttl = 0;    // seconds asked for at the grant
-  std::int64_t granted_ttl = 0;  // seconds granted
+  std::int64_t asked_ttl = 0;  // seconds asked for at the grant
+  milliseconds granted{0};     // how long the lease lives at least, from the call's send
   // Our lease lives at least until then (local clock): the last grant or
-  // keep-alive sent before it gave granted_ttl seconds from when the server
+  // keep-alive sent before it gave `granted` from when the server
   // took it. A delete of our key before then was no expiry.
   steady_clock::time_point alive_until{};
   std::string key;
@@ -1011,7 +1011,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
   // `create_revision` was not seen deleted, and the watch session that
   // would have seen it has run without a break since `session`.
   bool still_owner(const std::string& mutex, const std::string& contender,
-                   std::int64_t create_revision, std::uint64_t session, std::int64_t granted_ttl,
+                   std::int64_t create_revision, std::uint64_t session, milliseconds granted,
                    steady_clock::time_point alive_until) {
     std::lock_guard<std::mutex> lock(mu_);
     Holder* holder = find_locked(mutex, contender);
@@ -1019,7 +1019,7 @@ class Watcher : public std::enable_shared_from_this<Watcher> {
         holder->create_revision != create_revision) {
       return false;
     }
-    holder->granted_ttl = granted_ttl;
+    holder->granted = granted;
     holder->alive_until = std::max(holder->alive_until, alive_until);
     return true;
   }
@@ -1622,7 +1622,8 @@ class EtcdBackend final : public Backend {
         // instead of two (and one for a batch's owners on that lease).
         SIMBA_ASSIGN_OR_RETURN(KeepAliveAnswer alive, keep_alive(turn, held->lease, renewing));
         if (alive.ttl_left > 0 &&
-            watcher_->still_owner(mutex, id, held->create_revision, watching, alive.ttl_left,
+            watcher_->still_owner(mutex, id, held->create_revision, watching,
+                                  std::chrono::seconds(alive.ttl_left),
                                   alive.sent_steady + std::chrono::seconds(alive.ttl_left))) {
           return owner_reply(id, alive.sent, request.ttl, hard,
                              std::chrono::seconds(alive.ttl_left), held->create_revision);
@@ -1722,8 +1723,7 @@ class EtcdBackend final : public Backend {
         forget_session(holder.lease);
         continue;
       }
-      // (Whole seconds, rounded down: a waiter's next call is due by then.)
-      holder.granted_ttl = granted.count() / 1000;
+      holder.granted = granted;
       holder.alive_until = sent_steady + granted;
       if (granting) {
         txn = turn.txn(
@@ -1835,7 +1835,7 @@ class EtcdBackend final : public Backend {
       // back early enough).
       OwnerRecord record;
       record.store_now = sent;
-      record.ask_again_at = sent + milliseconds(holder.granted_ttl * 1000);
+      record.ask_again_at = sent + holder.granted;
       MutexOwner& owner = record.owner;
       owner.owner_id = lowest.value;
       owner.fencing_token = static_cast<std::uint64_t>(lowest.create_revision);
