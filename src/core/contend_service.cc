@@ -448,6 +448,7 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
 void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock::TimePoint sent,
                                Result<OwnerRecord> reply) {
   bool compensate = false;
+  bool leave_again = false;
   bool current = false;
   // A grant of a hold of ours that already ended here, to give back.
   std::uint64_t stale_token = 0;
@@ -465,9 +466,15 @@ void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock:
       // owner and no newer lifecycle is running (which would own that lease
       // itself), give the mutex back. Nor when another core of this
       // contender runs (RunningContenders): it owns that lease.
-      compensate = mode_ == Mode::kContend && reply.ok() && reply->owner.is_owner(contender_id_) &&
-                   status_ != ServiceStatus::kRunning &&
-                   !RunningContenders::instance().any(backend_.get(), mutex_, contender_id_);
+      const bool nobody_runs =
+          mode_ == Mode::kContend && status_ != ServiceStatus::kRunning &&
+          !RunningContenders::instance().any(backend_.get(), mutex_, contender_id_);
+      compensate = nobody_runs && reply.ok() && reply->owner.is_owner(contender_id_);
+      // Otherwise it may have queued us again after stop() left the wait
+      // (its store call began after that leave: an entry nobody waits on,
+      // which a store that queues would grant the mutex; etcd's
+      // conformance run under ASan caught one): leave again.
+      leave_again = nobody_runs && !compensate;
       // A newer lifecycle whose first attempt found this one in flight is
       // waiting for it to finish.
       if (status_ == ServiceStatus::kRunning && rerun_) {
@@ -626,6 +633,13 @@ void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock:
     if (!released.ok()) {
       SIMBA_LOG(kWarn, "mutex '" << mutex_ << "': compensating release after stop failed: "
                                  << released.status());
+    }
+  }
+  if (leave_again) {
+    const Status left = backend_->leave(mutex_, contender_id_, store_deadline());
+    if (!left.ok()) {
+      SIMBA_LOG(kInfo, "mutex '" << mutex_ << "': leaving the wait again after stop failed: "
+                                 << left << " (an entry left behind ends with its lease)");
     }
   }
   if (current && hooks_.attempt_done) hooks_.attempt_done(reply.status());

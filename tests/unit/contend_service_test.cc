@@ -447,6 +447,30 @@ TEST_F(ContendServiceTest, AnAcquisitionLandingAfterStopIsReleasedAndNeverReport
   EXPECT_FALSE(a->is_owner());
 }
 
+// The same race for a waiter: its attempt, out when stop() left the wait,
+// queues it again when it lands (a store that queues its waiters would
+// later grant that entry the mutex, held by nobody for a lease). The
+// stopped core leaves again when the stale answer comes. etcd's late-leave
+// conformance case caught the entry once under ASan.
+TEST_F(ContendServiceTest, AWaitLandingAfterStopIsLeftAgain) {
+  auto b = b_factory_->create_contend_service(contender("B", &events_)).value();
+  SIMBA_ASSERT_OK(b->start());
+  ASSERT_TRUE(eventually([&] { return b->is_owner(); }, seconds(5)));
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  faults_->set_acquire_mode(Mode::kHang);
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(eventually([&] { return faults_->acquire_calls() == 1; }, seconds(5)));
+  SIMBA_ASSERT_OK(a->stop());
+  EXPECT_EQ(faults_->leave_calls(), 1);
+  faults_->set_acquire_mode(Mode::kPass);  // the stale call now lands: B owns, A waits
+  EXPECT_TRUE(eventually([&] { return faults_->leave_calls() == 2; }, seconds(5)))
+      << "the stopped waiter did not leave again";
+  EXPECT_EQ(faults_->release_calls(), 0);
+  EXPECT_EQ(store_owner(), b->contender_id());
+  EXPECT_FALSE(a->is_owner());
+  SIMBA_ASSERT_OK(b->stop());
+}
+
 TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
   auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
