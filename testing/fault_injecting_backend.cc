@@ -129,7 +129,16 @@ Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequ
     reply->owner.ttl_at += stretch;
     reply->owner.transition_at += stretch;
   }
+  if (reply.ok() && reply->owner.is_owner(request.contender_id)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (hold_bound_) reply->bound = hold_bound_;
+  }
   return reply;
+}
+
+void FaultInjectingBackend::set_hold_bound(std::shared_ptr<const HoldBound> bound) {
+  std::lock_guard<std::mutex> lock(mu_);
+  hold_bound_ = std::move(bound);
 }
 
 std::chrono::milliseconds FaultInjectingBackend::after_acquire_reply() {

@@ -51,6 +51,10 @@ class FaultInjectingBackend final : public Backend {
   // believing in a lease after the store has given the mutex to another.
   // The fault run's negative control (tests/faults) uses it. 0: off.
   void set_lease_stretch(std::chrono::milliseconds stretch);
+  // Every acquire_or_renew that names the caller the owner carries `bound`
+  // (OwnerRecord::bound), as a store that hands a hold over when a session
+  // backing it ends would; null (the default): none.
+  void set_hold_bound(std::shared_ptr<const HoldBound> bound);
   // While on, what the store pushes never reaches this backend's listeners
   // (a push channel not up yet, or down); push() still does.
   void set_store_pushes_lost(bool lost);
@@ -118,6 +122,7 @@ class FaultInjectingBackend final : public Backend {
   Status failure_status_ = unavailable_error("injected failure");
   std::function<void()> before_next_acquire_reply_;
   std::chrono::milliseconds lease_stretch_{0};
+  std::shared_ptr<const HoldBound> hold_bound_;
   std::atomic<int> acquire_calls_{0};
   std::atomic<int> hanging_calls_{0};
   std::atomic<int> release_calls_{0};

@@ -33,6 +33,7 @@
 #ifndef SIMBA_BACKEND_H_
 #define SIMBA_BACKEND_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +94,29 @@ struct Capabilities {
   std::chrono::milliseconds max_transition{std::numeric_limits<std::int64_t>::max() / 4};
 };
 
+// A second bound on believing one's own hold, beside its lease, for a store
+// that can hand a hold over before its lease ends: PostgreSQL and MySQL take
+// over a tenure whose holder's session (the one holding its wait-line lock)
+// has ended, a grace after they saw it end. The holder's backend keeps
+// moving until() forward while it hears from that session; the core believes
+// the hold only while the real monotonic clock is before until(), checked
+// each time it is asked, so a holder that was paused (or cut off) stops
+// believing the moment it runs again. Once it has passed, the tenure is over
+// for good: the backend reports the loss (MutexEvent::kLost) and the core
+// never believes that tenure again, even if a later renewal names it.
+class HoldBound {
+ public:
+  using TimePoint = std::chrono::steady_clock::time_point;
+  // max(): not bounded yet (the tenure does not depend on a session).
+  TimePoint until() const { return TimePoint(TimePoint::duration(until_.load())); }
+  bool passed(TimePoint now) const { return now >= until(); }
+  // The backend's side: believed until `until` from now on.
+  void set_until(TimePoint until) { until_.store(until.time_since_epoch().count()); }
+
+ private:
+  std::atomic<TimePoint::rep> until_{TimePoint::max().time_since_epoch().count()};
+};
+
 // The owner of a mutex together with the store's time when it was read, so
 // the caller can measure the lease left without comparing clocks.
 struct OwnerRecord {
@@ -110,6 +134,10 @@ struct OwnerRecord {
   // the store's now: only the "unknown" matters there.
   // Never set for the caller's own ownership, whose times are always known.
   std::optional<StoreTime> ask_again_at{};
+  // For the caller's own hold only, and only where the store can hand the
+  // hold over before its lease ends (see HoldBound); null: the lease alone.
+  // A renewal answered without one keeps the bound its acquisition gave.
+  std::shared_ptr<const HoldBound> bound{};
 
   // The owner's times are unknown (see ask_again_at).
   bool owner_times_unknown() const { return ask_again_at.has_value(); }

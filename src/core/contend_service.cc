@@ -115,6 +115,7 @@ Status ServiceCore::start(bool attempt_here) {
     gen = ++generation_;
     state_ = MutexState::none();
     lease_deadline_ = {};
+    bound_.reset();
     failures_ = 0;
     attempts_ = 0;
     last_attempt_ = ok_status();
@@ -345,9 +346,22 @@ std::optional<Status> ServiceCore::last_attempt() const {
   return last_attempt_;
 }
 
+std::shared_ptr<const HoldBound> ServiceCore::bound_of_locked(const OwnerRecord& reply) const {
+  const bool same_tenure = state_.after.is_owner(contender_id_) &&
+                           state_.after.fencing_token == reply.owner.fencing_token;
+  // A tenure whose bound has passed is over, whatever a later answer brings.
+  if (same_tenure && bound_ != nullptr && bound_->passed(std::chrono::steady_clock::now())) {
+    return bound_;
+  }
+  if (reply.bound) return reply.bound;
+  // A renewal answered without one (a batched renewal) keeps its tenure's.
+  return same_tenure ? bound_ : nullptr;
+}
+
 bool ServiceCore::is_owner_locked(Clock::TimePoint now) const {
   return mode_ == Mode::kContend && status_ == ServiceStatus::kRunning &&
-         state_.after.is_owner(contender_id_) && now < lease_deadline_;
+         state_.after.is_owner(contender_id_) && now < lease_deadline_ &&
+         (bound_ == nullptr || !bound_->passed(std::chrono::steady_clock::now()));
 }
 
 StoreTime ServiceCore::estimated_store_now_locked(Clock::TimePoint now) const {
@@ -504,6 +518,21 @@ void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock:
           }
           next = milliseconds(0);
         } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_) &&
+                   bound_of_locked(*reply) != nullptr &&
+                   bound_of_locked(*reply)->passed(std::chrono::steady_clock::now())) {
+          // The store session that let others take this tenure over before
+          // its lease ends went quiet past its bound (HoldBound): somebody
+          // may have it now, whatever this answer says. That tenure is over
+          // for good; give it back and ask anew, for a new token.
+          if (state_.after.is_owner(contender_id_)) {
+            report_loss_locked(LossCause::kDeadlinePassed,
+                               "the store session backing the hold went unanswered past its bound");
+            apply_locked(MutexOwner::none());
+          }
+          ended_token_ = std::max(ended_token_, owner.fencing_token);
+          stale_token = owner.fencing_token;
+          next = milliseconds(0);
+        } else if (mode_ == Mode::kContend && owner.is_owner(contender_id_) &&
                    !state_.after.is_owner(contender_id_) && owner.fencing_token != 0 &&
                    owner.fencing_token <= ended_token_) {
           // A hold of ours that ended here (its deadline passed, a loss was
@@ -533,6 +562,7 @@ void ServiceCore::apply_answer(Generation gen, std::uint64_t losses_seen, Clock:
             next = milliseconds(0);
           } else {
             if (observers_.any()) report_hold_locked(owner, now, deadline);
+            bound_ = bound_of_locked(*reply);
             lease_deadline_ = deadline;
             runtime_->cancel(deadline_timer_);
             std::weak_ptr<ServiceCore> weak = weak_from_this();

@@ -147,6 +147,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // Records `owner` as the new "after" state and queues the callback.
   void apply_locked(const MutexOwner& owner);
   bool is_owner_locked(Clock::TimePoint now) const;
+  // The HoldBound that goes with `reply`, an answer naming us the owner.
+  std::shared_ptr<const HoldBound> bound_of_locked(const OwnerRecord& reply) const;
   // Reports to the observers, in order on the strand, outside every lock.
   // `renewal` marks a store error of an owner. No-ops without observers.
   void report_locked(LockEvent event, bool renewal = false);
@@ -195,6 +197,9 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   MutexState state_;
   // Local end of our lease (meaningful while state_.after is us).
   Clock::TimePoint lease_deadline_{};
+  // The store's second bound on our hold (HoldBound), or null: the lease
+  // alone. On the real clock, as the store session it follows.
+  std::shared_ptr<const HoldBound> bound_;
   // The store's time at our last reply and when we received it, to estimate
   // store time without comparing clocks.
   StoreTime anchor_store_{0};

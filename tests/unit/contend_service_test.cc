@@ -471,6 +471,40 @@ TEST_F(ContendServiceTest, AWaitLandingAfterStopIsLeftAgain) {
   SIMBA_ASSERT_OK(b->stop());
 }
 
+// A store that can hand a hold over before its lease ends (PostgreSQL's and
+// MySQL's session-backed tenures) bounds believing it by a HoldBound. The
+// owner stops believing the moment the bound passes, before any callback or
+// renewal, and never believes that tenure again: its next answer, though it
+// still names the owner with the old token, is given back for a new token.
+TEST_F(ContendServiceTest, AHoldIsBelievedOnlyWhileTheStoresBoundHolds) {
+  auto bound = std::make_shared<HoldBound>();
+  bound->set_until(std::chrono::steady_clock::now() + std::chrono::hours(1));
+  faults_->set_hold_bound(bound);
+  auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
+  SIMBA_ASSERT_OK(a->start());
+  ASSERT_TRUE(eventually([&] { return a->is_owner(); }, seconds(5)));
+  const std::uint64_t token = a->fencing_token();
+  ASSERT_NE(token, 0U);
+
+  bound->set_until(std::chrono::steady_clock::now() - milliseconds(1));
+  EXPECT_FALSE(a->is_owner()) << "believed past the store's bound";
+  EXPECT_EQ(a->fencing_token(), 0U);
+  EXPECT_FALSE(a->lease_deadline().has_value());
+
+  // The next tenure gets a bound of its own; the renewal finds the old one
+  // named, which is over: given back, asked anew.
+  auto fresh = std::make_shared<HoldBound>();
+  fresh->set_until(std::chrono::steady_clock::now() + std::chrono::hours(1));
+  faults_->set_hold_bound(fresh);
+  ASSERT_TRUE(waiting(seconds(10)));
+  clock_->advance(seconds(10));
+  ASSERT_TRUE(eventually([&] { return a->is_owner() && a->fencing_token() > token; }, seconds(5)));
+  EXPECT_GE(faults_->release_calls(), 1);
+  EXPECT_EQ(faults_->last_release_token(), token);
+  EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released", "A acquired"));
+  SIMBA_ASSERT_OK(a->stop());
+}
+
 TEST_F(ContendServiceTest, RestartWhileAnOldAttemptIsInFlightStillAcquires) {
   auto a = a_factory_->create_contend_service(contender("A", &events_)).value();
   faults_->set_acquire_mode(Mode::kHang);
