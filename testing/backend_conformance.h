@@ -71,6 +71,12 @@ struct StoreExpectations {
   // its lease ends (Capabilities::ends_with_session; scaled). Zero: the
   // lease decides.
   std::chrono::milliseconds killed_owner_replaced_within{0};
+  // A holder's death is seen only once its hold is backed by something the
+  // store sees end (PostgreSQL's and MySQL's line session: a place in line,
+  // then a record, a few round trips after the acquisition). The suite
+  // lets the holder hold this long (scaled) before killing it. Zero: at
+  // once (SQLite's kernel lock is taken before the acquisition).
+  std::chrono::milliseconds killed_owner_backed_within{0};
 };
 
 // What a backend supplies to the suite.

@@ -33,7 +33,13 @@ StoreDescription mysql_store() {
                   .forced_loss_pushed = false,
                   .lists_waiters = false,
                   .fifo = false,
-                  .batch_renewals = true};
+                  .batch_renewals = true,
+                  // the holder's line session ends with its process
+                  // (session_grace, 1 s by default), then the waiter's grant
+                  // and two acquisitions, with a loaded machine's slack
+                  .killed_owner_replaced_within = std::chrono::seconds(3),
+                  // its place in line (a connect, 1 ms, the lock) and the record
+                  .killed_owner_backed_within = std::chrono::seconds(1)};
   // Rows survive a restart (InnoDB commits are durable), connections do not.
   store.restarts = true;
   // keys: GET_LOCK; keys carry the test name, so tests sharing the server

@@ -38,6 +38,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "testing/child_holder.h"
 #include "testing/critical_section.h"
 #include "testing/fake_resolver.h"
 #include "testing/latch.h"
@@ -498,10 +499,14 @@ TEST(MysqlTable, ConcurrentFirstUseCreatesTheTableOnce) {
 
 // ---- failures -----------------------------------------------------------------------
 
+// Without session-backed tenures (session_grace=0ms): a holder whose
+// connections the server killed renews on new ones and keeps its lease.
+// (With them, the default, it loses the tenure its line session backed:
+// MysqlSessionBacked below.)
 TEST(MysqlFailures, KilledConnectionsAreReplaced) {
   auto server = TestServer::start("mysql");
   ASSERT_THAT(server, IsOk());
-  const std::string uri = (*server)->uri();
+  const std::string uri = (*server)->uri() + "?session_grace=0ms";
   auto factory_a = make_factory(uri, seconds(2), seconds(1));
   auto factory_b = make_factory(uri, seconds(2), seconds(1));
   ASSERT_TRUE(factory_a && factory_b);
@@ -1045,6 +1050,55 @@ TEST(MysqlJvmInterop, MixedContentionKeepsMutualExclusion) {
 
 TEST(MysqlJvmInterop, MixedContentionWithTheWaitLineKeepsMutualExclusion) {
   expect_mixed_contention_keeps_mutual_exclusion(/*line=*/true);
+}
+
+// ---- a holder's death, seen through its line session (session-backed tenures) ---------
+
+// The server ends the line session of a holder that lives on but is paused
+// (KILL CONNECTION, wait_timeout, a restart: it cannot tell). The waiter
+// takes the mutex over a grace later, while the holder is still paused;
+// the holder, resumed, no longer believes it holds (its bound passed while
+// it was stopped). A SIGKILLed holder is the conformance suite's
+// KilledOwnerIsReplacedWithinTheLease.
+TEST(MysqlSessionBacked, APausedHolderWhoseSessionEndedNoLongerBelievesOnceTakenOver) {
+  constexpr milliseconds kGrace{300};
+  const std::string table = "mt_backed_pause";
+  const std::string uri = shared_server_uri("mysql") + "?table=" + table + "&session_grace=300ms";
+  ChildHolder holder(uri, "m");
+  ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
+  RawMysql raw(shared_server_uri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  ASSERT_TRUE(eventually(
+      [&] {
+        return raw.exec("SELECT COUNT(*) FROM " + table + "_session s JOIN " + table +
+                        " t ON t.mutex = s.mutex WHERE s.mutex = 'm' AND s.version = t.version "
+                        "AND t.owner_id = 'child'") == "1";
+      },
+      seconds(5)))
+      << "the holder's tenure was never recorded as backed";
+  auto factory = make_factory(uri, seconds(10), seconds(5));
+  ASSERT_TRUE(factory);
+  Recorder waiter;
+  auto service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(eventually([&] { return service->after_owner().owner_id == "child"; }, seconds(5)));
+  ASSERT_TRUE(holder.signal(SIGSTOP));
+  holder.drain();
+  // The session that holds the line's name is the holder's line session.
+  const std::string line =
+      "#simba-line:" + internal::sql::mysql::sha256_hex(table + "\n" + "m").substr(0, 48);
+  const std::string session = raw.exec("SELECT IS_USED_LOCK(" + raw.literal(line) + ")");
+  ASSERT_FALSE(session.empty()) << "nobody holds the line's name";
+  ASSERT_EQ(raw.exec("KILL CONNECTION " + session), "");
+  ASSERT_TRUE(waiter.acquired.wait(kGrace + kGrace / 8 + seconds(2)))
+      << "the waiter did not take it over";
+  ASSERT_TRUE(holder.signal(SIGCONT));
+  // (The first byte may have been worked out before the pause.)
+  holder.next(scaled(seconds(2)));
+  EXPECT_EQ(holder.next(scaled(seconds(2))), '0')
+      << "the resumed holder believes in a tenure the waiter holds";
+  EXPECT_TRUE(service->is_owner());
+  SIMBA_ASSERT_OK(service->stop());
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 #include <netdb.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -27,6 +29,7 @@
 #include "simba/contend_service.h"
 #include "simba/contender.h"
 #include "simba/registry.h"
+#include "testing/child_holder.h"
 #include "testing/fake_resolver.h"
 #include "testing/latch.h"
 #include "testing/status_matchers.h"
@@ -1012,8 +1015,12 @@ TEST(PostgresLine, APausedFirstInLineDelaysTheNextTakeOnlyByTheReserve) {
 
 // ---- failures -----------------------------------------------------------------------
 
+// Without session-backed tenures (session_grace=0ms): a holder whose
+// sessions the server ended renews on new ones and keeps its lease. (With
+// them, the default, it loses the tenure its line session backed: the next
+// test.)
 TEST(PostgresFailures, TerminatedSessionsAreReplacedAndPushResumes) {
-  const std::string uri = shared_uri();
+  const std::string uri = with_query(shared_uri(), "session_grace=0ms");
   auto factory_a =
       make_factory(with_query(uri, "application_name=simba_kill_a"), seconds(2), seconds(1));
   auto factory_b =
@@ -1222,6 +1229,99 @@ TEST(PostgresErrorCodes, ServerErrorsBySqlstate) {
       EXPECT_THAT(status.message(), HasSubstr(c.sqlstate));
     }
   }
+}
+
+// ---- a holder's death, seen through its line session (session-backed tenures) ---------
+
+// A short grace for these tests (the default is 1 s).
+constexpr milliseconds kGrace{300};
+// What the protocol allows a takeover after a holder's session ended: the
+// grace and its margin (WaitLine::takeover_after), a lock grant and two
+// acquisitions, with the slack of a loaded machine. The lease would take
+// ttl + transition, 15 s.
+constexpr milliseconds kTakeoverBound = kGrace + kGrace / 8 + seconds(2);
+
+// The shared server with a table of the test's own, named so that its side
+// table's name (`<table>_session`) fits in 63 bytes, and the grace.
+std::string backed_uri(const std::string& table) {
+  return shared_server_uri("postgres") + "?table=" + table +
+         "&session_grace=" + std::to_string(kGrace.count()) + "ms";
+}
+
+// True once the side table records the row's tenure of `mutex` as backed.
+bool backed(Psql& admin, const std::string& table, const std::string& mutex) {
+  return eventually(
+      [&] {
+        return admin.exec("SELECT count(*) FROM " + table + "_session s JOIN " + table +
+                          " t ON t.mutex = s.mutex WHERE s.mutex = '" + mutex +
+                          "' AND s.version = t.version AND t.owner_id <> ''") == "1";
+      },
+      seconds(5));
+}
+
+// The holder's process dies while its lease has 15 s to go. Its line
+// session ends with it, the waiter's process is granted the line lock, and
+// takes the tenure over a grace later: not at the lease's end.
+TEST(PostgresSessionBacked, AKilledHoldersMutexIsTakenOverWithinTheGrace) {
+  const std::string table = "pt_backed_kill";
+  ChildHolder holder(backed_uri(table), "m");
+  ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
+  Psql admin(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
+  auto factory = make_factory(backed_uri(table), seconds(10), seconds(5));
+  ASSERT_TRUE(factory);
+  Recorder waiter;
+  auto service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(told_owner_is(*service, "child"));
+  const std::string held = admin.exec("SELECT version FROM " + table + " WHERE mutex = 'm'");
+  const auto killed = steady_clock::now();
+  holder.signal(SIGKILL);
+  ASSERT_TRUE(waiter.acquired.wait(kTakeoverBound)) << "the dead holder's lease decided";
+  RecordProperty(
+      "taken_after_kill_ms",
+      static_cast<int>(
+          std::chrono::duration_cast<milliseconds>(waiter.acquired_at() - killed).count()));
+  EXPECT_GE(waiter.acquired_at() - killed, kGrace) << "taken over before the grace";
+  EXPECT_GT(waiter.token.load(), std::stoull(held));
+  SIMBA_ASSERT_OK(service->stop());
+}
+
+// The server ends the sessions of a holder that lives on but is paused (a
+// restart, pg_terminate_backend, a timeout: it cannot tell). The waiter
+// takes the mutex over a grace later, while the holder is still paused; the
+// holder, resumed, no longer believes it holds: its bound (the last answered
+// ping + grace) passed while it was stopped. Without that bound its lease
+// (15 s) would still run, and two would hold.
+TEST(PostgresSessionBacked, APausedHolderWhoseSessionEndedNoLongerBelievesOnceTakenOver) {
+  const std::string table = "pt_backed_pause";
+  const std::string app = "pt_backed_pause_child";
+  ChildHolder holder(with_query(backed_uri(table), "application_name=" + app), "m");
+  ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
+  Psql admin(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
+  auto factory = make_factory(backed_uri(table), seconds(10), seconds(5));
+  ASSERT_TRUE(factory);
+  Recorder waiter;
+  auto service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(told_owner_is(*service, "child"));
+  ASSERT_TRUE(holder.signal(SIGSTOP));
+  holder.drain();
+  EXPECT_NE(admin.exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                       "application_name = '" +
+                       app + "'"),
+            "0");
+  ASSERT_TRUE(waiter.acquired.wait(kTakeoverBound)) << "the waiter did not take it over";
+  ASSERT_TRUE(holder.signal(SIGCONT));
+  // (The first byte may have been worked out before the pause.)
+  holder.next(scaled(seconds(2)));
+  EXPECT_EQ(holder.next(scaled(seconds(2))), '0')
+      << "the resumed holder believes in a tenure the waiter holds";
+  EXPECT_TRUE(service->is_owner());
+  SIMBA_ASSERT_OK(service->stop());
 }
 
 }  // namespace

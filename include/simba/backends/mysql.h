@@ -46,7 +46,7 @@
 // (innodb_lock_wait_timeout 10 s per session).
 //
 // URI query keys: `connections` (1..64), `queue_connections` (0..16),
-// `create_table` (on|off), `table`
+// `session_grace` (a duration; 0ms turns it off), `create_table` (on|off), `table`
 // (default simba_mutex, a plain identifier), `connect_timeout` (a duration,
 // default 10s), `ssl_mode` (disabled|required|verify_ca|verify_identity,
 // default disabled), `ssl_ca` (a CA file), `ssl_cert` and `ssl_key` (a client
@@ -101,6 +101,15 @@ struct MysqlOptions {
   // Sessions of the wait line, 0..16 (above). Default 1; 0: none (waiters
   // poll, the backend does not push).
   int queue_connections = 1;
+  // How long after the server ended a holder's line session another
+  // process may take its mutex over (URI key session_grace; default 1s,
+  // 50ms..1m, 0 off). A holder that keeps its place in line records its
+  // tenure as backed by that session (in `<table>_session`), pings it every
+  // grace / 4, and believes its hold only until grace after the last
+  // answered ping: a holder's death moves the mutex on in about the grace
+  // instead of at its lease's end; a paused or cut-off holder stops
+  // believing by then. docs/backends/mysql.md, "Failover when a holder dies".
+  std::chrono::milliseconds session_grace{1000};
   // Create simba_mutex when it is missing. Default on.
   bool create_table = true;
   // The table. JVM Simba's is simba_mutex; another keeps separate

@@ -35,7 +35,7 @@
 // (statement_timeout and lock_timeout 10 s, unless the URI sets `options`).
 //
 // URI query keys: ours are `connections`, `queue_connections` (0..16),
-// `create_table` (on|off) and
+// `session_grace` (a duration; 0ms turns it off), `create_table` (on|off) and
 // `table` (default simba_mutex, a plain identifier), `password_file` (the
 // password is that file's first line; not with a password in the URI), and
 // TLS in Simba's one spelling (simba/tls.h): `tls` (off|on|verify),
@@ -54,6 +54,7 @@
 #ifndef SIMBA_BACKENDS_POSTGRES_H_
 #define SIMBA_BACKENDS_POSTGRES_H_
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,6 +82,16 @@ struct PostgresOptions {
   // first come first served, and the releaser cannot take the mutex straight
   // back. Waiters of other mutexes are woken by every release. 0: none.
   int queue_connections = 1;
+  // How long after the server ended a holder's line session another
+  // process may take its mutex over (URI key session_grace; default 1s,
+  // 50ms..1m, 0 off): a holder that keeps its place in line (the wait line
+  // above) records its tenure as backed by that session and pings it every
+  // grace / 4, and believes its hold only until grace after the last
+  // answered ping. So a holder's death moves the mutex on in about the
+  // grace instead of at its lease's end (ttl + transition); a holder that
+  // is paused or cut off stops believing by then. docs/backends/
+  // postgres.md, "Failover when a holder dies".
+  std::chrono::milliseconds session_grace{1000};
   // The table (also the NOTIFY channel). JVM Simba's is simba_mutex;
   // another keeps separate applications in one database apart.
   std::string table = "simba_mutex";

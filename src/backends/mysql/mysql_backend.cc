@@ -250,6 +250,14 @@ class MysqlDriver final : public SqlDriver {
     line.granted = [](const std::vector<SqlResult>& results) {
       return !results.empty() && first_cell(results.back()) == "1";
     };
+    // Session-backed tenures (WaitLine::Hooks::grace).
+    line.create_marks_sql =
+        "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) not null primary key, "
+        "version bigint unsigned not null) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+    line.mark_sql = {
+        "INSERT INTO simba_mutex_session (mutex, version) SELECT mutex, version FROM simba_mutex "
+        "WHERE mutex = {0} AND owner_id = {1} AND version = {#2} ON DUPLICATE KEY UPDATE "
+        "version = VALUES(version)"};
     return line;
   }
 
@@ -271,10 +279,12 @@ Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options) {
     return invalid_argument_error("mysql: connections must be at least 1");
   }
   SIMBA_RETURN_IF_ERROR(internal::sql::check_line_sessions("mysql", options.queue_connections));
+  SIMBA_RETURN_IF_ERROR(internal::sql::check_session_grace("mysql", options.session_grace));
   internal::sql::SqlBackendOptions sql;
   sql.failover = internal::sql::mysql::kFailover;
   sql.connections = options.connections;
   sql.line_sessions = options.queue_connections;
+  sql.session_grace = options.session_grace;
   sql.create_table = options.create_table;
   sql.table = options.table;
   return internal::sql::new_sql_backend(
@@ -303,10 +313,10 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   }
   // lock_connections and op_timeout belong to the keyed-lock backend
   // (mysql_keyed.h), ignored here so one URI serves both.
-  std::vector<std::string_view> keys = {"connections",     "create_table",  "table",
-                                        "connect_timeout", "ssl_mode",      "ssl_ca",
-                                        "ssl_cert",        "ssl_key",       "lock_connections",
-                                        "op_timeout",      "password_file", "queue_connections"};
+  std::vector<std::string_view> keys = {
+      "connections",   "create_table",      "table",        "connect_timeout",  "ssl_mode",
+      "ssl_ca",        "ssl_cert",          "ssl_key",      "lock_connections", "op_timeout",
+      "password_file", "queue_connections", "session_grace"};
   keys.insert(keys.end(), std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys));
   SIMBA_RETURN_IF_ERROR(uri.check_query_keys(keys));
   MysqlOptions options;
@@ -350,7 +360,9 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
                                                          options.table, options.create_table));
     SIMBA_ASSIGN_OR_RETURN(const bool queue, internal::sql::read_queue_key(
                                                  "mysql", key, value, options.queue_connections));
-    if (read || queue) {
+    SIMBA_ASSIGN_OR_RETURN(const bool grace, internal::sql::read_grace_key("mysql", key, value,
+                                                                           options.session_grace));
+    if (read || queue || grace) {
     } else if (key == "connect_timeout") {
       SIMBA_ASSIGN_OR_RETURN(options.connect_timeout, parse_duration("connect_timeout", value));
     } else if (key == "ssl_mode") {

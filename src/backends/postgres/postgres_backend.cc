@@ -460,6 +460,17 @@ class PgDriver final : public SqlDriver {
           {"SELECT set_config('lock_timeout', current_setting('simba.lock_timeout'), true)", {}}};
     };
     line.unlock = Statement{"SELECT pg_advisory_unlock({#0}, {#1})", key};
+    // Session-backed tenures. The record need not be durable: lost in a
+    // crash (which ends every session anyway), the tenure is taken over at
+    // its lease's end, as without it.
+    line.create_marks_sql =
+        "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) PRIMARY KEY, "
+        "version bigint NOT NULL)";
+    line.mark_sql = {
+        "SELECT set_config('synchronous_commit', 'off', true)",
+        "INSERT INTO simba_mutex_session (mutex, version) SELECT mutex, version FROM simba_mutex "
+        "WHERE mutex = {0} AND owner_id = {1} AND version = {#2} ON CONFLICT (mutex) DO UPDATE "
+        "SET version = EXCLUDED.version"};
     line.attempt_with_wait = true;
     // Someone waits in line when the waiting mark is held: an exclusive try
     // fails (a session does not conflict with itself, and the releaser's
@@ -540,6 +551,7 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   }
   SIMBA_RETURN_IF_ERROR(
       internal::sql::check_line_sessions("postgresql", options.queue_connections));
+  SIMBA_RETURN_IF_ERROR(internal::sql::check_session_grace("postgresql", options.session_grace));
   // A bound on connecting even when a call's deadline is far away.
   if (options.params.count("connect_timeout") == 0) options.params["connect_timeout"] = "10";
   // Statements are bounded on the server too: a call that gave up
@@ -552,6 +564,7 @@ Result<std::shared_ptr<Backend>> new_postgres_backend(PostgresOptions options) {
   sql.failover = internal::sql::pg::kFailover;
   sql.connections = options.connections;
   sql.line_sessions = options.queue_connections;
+  sql.session_grace = options.session_grace;
   sql.create_table = options.create_table;
   sql.table = options.table;
   return internal::sql::new_sql_backend(
@@ -622,7 +635,9 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
     SIMBA_ASSIGN_OR_RETURN(
         const bool queue,
         internal::sql::read_queue_key("postgresql", key, value, options.queue_connections));
-    if (read || queue) {
+    SIMBA_ASSIGN_OR_RETURN(const bool grace, internal::sql::read_grace_key("postgresql", key, value,
+                                                                           options.session_grace));
+    if (read || queue || grace) {
     } else if (key == "lock_connections" || key == "password_file" ||
                std::find(std::begin(kTlsQueryKeys), std::end(kTlsQueryKeys), key) !=
                    std::end(kTlsQueryKeys)) {
@@ -633,12 +648,12 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
       return invalid_argument_error("postgresql: " + internal::in_quotes(key) +
                                     " belongs in the URI itself, not its query");
     } else if (internal::sql::pg::libpq_keywords().count(key) == 0) {
-      return invalid_argument_error("postgresql: unknown URI query key " +
-                                    internal::in_quotes(key) +
-                                    " (ours: connections, queue_connections, create_table, table, "
-                                    "lock_connections, "
-                                    "password_file, tls, tls_ca, tls_cert, tls_key, "
-                                    "tls_server_name; others must be libpq connection keywords)");
+      return invalid_argument_error(
+          "postgresql: unknown URI query key " + internal::in_quotes(key) +
+          " (ours: connections, queue_connections, session_grace, create_table, table, "
+          "lock_connections, "
+          "password_file, tls, tls_ca, tls_cert, tls_key, "
+          "tls_server_name; others must be libpq connection keywords)");
     } else {
       options.params[key] = value;
     }

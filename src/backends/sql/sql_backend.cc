@@ -15,6 +15,7 @@
 #include "backends/sql/wait_line.h"
 #include "core/listener_hub.h"
 #include "core/log.h"
+#include "simba/uri.h"
 
 namespace simba::internal::sql {
 namespace {
@@ -145,6 +146,9 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       // Where releases are not announced, the line is the push: the next
       // in line is woken by the release of a holder that keeps the line lock.
       capabilities_.push_release = true;
+      // A holder's death is seen through its line session (WaitLine::Hooks::
+      // grace): for the mutexes it holds with a place in line.
+      if (line_->backs_tenures()) capabilities_.ends_with_session = true;
     }
   }
 
@@ -256,11 +260,38 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         return *reserved;
       }
     }
+    // Session-backed tenures: first in line, read which tenure of the mutex
+    // a session backs; first long enough (WaitLine::takeover_after), take
+    // over a backed tenure whose session has ended: this process was
+    // granted the line lock that session held.
+    // (Not while this process's own session backs a tenure: that session
+    // lives.)
+    const bool backed =
+        first && line_->backs_tenures() && marks_ready_.load() && first->backed_token() == 0;
+    const steady_clock::time_point first_since =
+        first ? first->first_since() : steady_clock::time_point{};
     std::vector<Statement> statements = driver_->acquire_statements(parts, params);
+    if (backed && steady_clock::now() >= first_since + line_->takeover_after()) {
+      // Ends the backed tenure's lease first, in the same transaction, so
+      // the upsert takes the row as after any lease (one statement for
+      // every dialect: MySQL's left-to-right assignments would see the
+      // version they had just bumped). Never in the attempt sent with a
+      // later wait, which runs at a grant.
+      statements.insert(statements.begin(),
+                        {"UPDATE simba_mutex SET ttl_at = 0, transition_at = 0 WHERE mutex = {0} "
+                         "AND owner_id <> '' AND owner_id <> {1} AND version = (SELECT s.version "
+                         "FROM simba_mutex_session AS s WHERE s.mutex = {0})",
+                         {mutex, params[1]}});
+    }
     if (hold) {
       for (const Statement& statement : hold->record) {
         statements.insert(statements.end() - 1, {statement.sql, params});
       }
+    }
+    // Its result comes right before the read-back's.
+    if (backed) {
+      statements.insert(statements.end() - 1,
+                        {"SELECT version FROM simba_mutex_session WHERE mutex = {0}", {mutex}});
     }
     Result<std::vector<SqlResult>> ran =
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
@@ -284,6 +315,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       const std::string contender(request.contender_id);
       if (record.owner.is_owner(contender)) {
         line_->holding(mutex, contender, first_asked);
+        record.bound = line_->bound_for(mutex, contender, record.owner.fencing_token);
         // Held: a renewal must never be answered by a hand-off of before.
         forget_handed_on(mutex);
         // A hold the line's attempt kept for this contender is this tenure
@@ -295,6 +327,16 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         drop_prefetched(mutex, contender);
       } else {
         line_->waiting(mutex, contender, attempt_in_line());
+        // Another process's tenure that its session backs: from
+        // takeover_after past this process's grant it may be taken over
+        // (the session that backed it ended before that grant).
+        if (backed && ran->size() >= 2 && record.owner.has_owner_id()) {
+          const SqlResult& marked = (*ran)[ran->size() - 2];
+          if (marked.rows.size() == 1 && !marked.rows[0].empty() &&
+              static_cast<std::uint64_t>(to_int(marked.rows[0][0])) == record.owner.fencing_token) {
+            line_->look_at(mutex, first_since + line_->takeover_after());
+          }
+        }
         // Free but reserved: ask again when the reserve ends, unless the
         // line or a release says so first.
         const StoreTime reserved_until(to_int(row[0]));
@@ -642,6 +684,31 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     return ok_status();
   }
 
+  // The side table of session-backed tenures (SqlDriver::LineLock::
+  // create_marks_sql), created if missing and allowed, or found; until it
+  // is, tenures are not backed (said once).
+  void prepare_marks(SqlSession& session, Deadline deadline) {
+    const std::string marks = options_.table + std::string(kMarksSuffix);
+    const Statement statement =
+        options_.create_table
+            ? Statement{on_table(driver_->line_lock("")->create_marks_sql), {}}
+            : Statement{on_table("SELECT version FROM simba_mutex_session WHERE mutex = ''"), {}};
+    Result<std::vector<SqlResult>> ran = session.run({statement}, false, deadline);
+    if (ran.ok()) {
+      marks_ready_.store(true);
+      return;
+    }
+    if (!marks_warned_.exchange(true)) {
+      SIMBA_LOG(kWarn, driver_->description()
+                           << ": the table " << marks << " (which tenures a session backs) "
+                           << (options_.create_table ? "could not be created" : "is missing")
+                           << ": " << ran.status()
+                           << "; a dead holder's mutexes are taken over only when their leases "
+                              "end. To create it: "
+                           << on_table(driver_->line_lock("")->create_marks_sql));
+    }
+  }
+
   // One event from the driver's listener, for every subscriber of its
   // mutex (a release of "" after a reconnect: for every subscriber).
   void on_event(const MutexEvent& pushed) {
@@ -688,6 +755,47 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       if (!setup.empty()) SIMBA_RETURN_IF_ERROR(session->run(setup, false, deadline).status());
       return session;
     };
+    // The side table's name must fit where the table's does (63 bytes).
+    const bool marks_fit = options_.table.size() + kMarksSuffix.size() <= kMaxTableName;
+    if (options_.session_grace.count() > 0 && !driver->line_lock("")->mark_sql.empty() &&
+        !marks_fit) {
+      SIMBA_LOG(kWarn, driver->description()
+                           << ": the table name " << options_.table << " leaves no room for "
+                           << options_.table << kMarksSuffix
+                           << " (which tenures a session backs): a dead holder's mutexes are "
+                              "taken over only when their leases end");
+    }
+    if (options_.session_grace.count() > 0 && !driver->line_lock("")->mark_sql.empty() &&
+        marks_fit) {
+      hooks.connect = [this, connect = std::move(hooks.connect)](
+                          Deadline deadline, int wake_fd) -> Result<std::unique_ptr<SqlSession>> {
+        SIMBA_ASSIGN_OR_RETURN(std::unique_ptr<SqlSession> session, connect(deadline, wake_fd));
+        if (!marks_ready_.load()) prepare_marks(*session, deadline);
+        return session;
+      };
+      hooks.grace = options_.session_grace;
+      hooks.mark = [this](const std::string& mutex, const std::string& contender,
+                          std::uint64_t token) {
+        std::vector<Statement> statements;
+        if (!marks_ready_.load()) return statements;
+        const std::optional<SqlDriver::LineLock> line = driver_->line_lock(mutex);
+        for (const std::string& sql : line->mark_sql) {
+          // (A statement without placeholders gets no parameters: libpq
+          // refuses parameters a statement does not use.)
+          std::vector<std::string> params;
+          if (sql.find('{') != std::string::npos)
+            params = {mutex, contender, std::to_string(token)};
+          statements.push_back({on_table(sql), std::move(params)});
+        }
+        return statements;
+      };
+      hooks.lost = [this](const std::string& mutex, const std::string& contender,
+                          std::uint64_t token) {
+        MutexEvent event{MutexEvent::Kind::kLost, mutex, contender};
+        event.fencing_token = token;
+        on_event(event);
+      };
+    }
     hooks.wait = [driver](const std::string& mutex, milliseconds wait) {
       return driver->line_lock(mutex)->wait(wait);
     };
@@ -699,6 +807,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       if (results.empty() || results.back().rows.size() != 1) return false;
       Result<OwnerRecord> record = to_record(results.back().rows.front());
       if (!record.ok() || !record->owner.is_owner(contender)) return false;
+      record->bound = line_->bound_for(mutex, contender, record->owner.fencing_token);
       std::lock_guard<std::mutex> lock(prefetch_mu_);
       prefetched_[{mutex, contender}] = Prefetched{*record, sent};
       return true;
@@ -723,6 +832,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     };
     return std::make_unique<WaitLine>(std::move(hooks), driver_->description(), sessions);
   }
+  static constexpr std::string_view kMarksSuffix = "_session";
+  static constexpr std::size_t kMaxTableName = 63;
   // Whom the wake of the first in line names as the releaser. Any name does:
   // an owner ignores a named release, a waiter looks.
   static constexpr char kFirstInLine[] = "(first in line)";
@@ -738,6 +849,9 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   std::unique_ptr<SqlDriver::Listener> listener_;  // started by the first subscribe
   // The wait line (SqlDriver::line_lock), or null. Destroyed first.
   std::unique_ptr<WaitLine> line_;
+  // The side table of session-backed tenures exists (prepare_marks).
+  std::atomic<bool> marks_ready_{false};
+  std::atomic<bool> marks_warned_{false};
 
   // Holds that an attempt sent with the wait in line took as the line lock
   // was granted (WaitLine::Hooks::attempted), until their contender's next
@@ -1007,6 +1121,24 @@ Result<bool> read_queue_key(std::string_view store, const std::string& key,
   if (key != "queue_connections") return false;
   SIMBA_ASSIGN_OR_RETURN(sessions, read_count(store, key, value, 0, kMaxLineSessions));
   return true;
+}
+
+Result<bool> read_grace_key(std::string_view store, const std::string& key,
+                            const std::string& value, std::chrono::milliseconds& grace) {
+  if (key != "session_grace") return false;
+  SIMBA_ASSIGN_OR_RETURN(grace, parse_duration(std::string(store) + ": session_grace", value));
+  SIMBA_RETURN_IF_ERROR(check_session_grace(store, grace));
+  return true;
+}
+
+Status check_session_grace(std::string_view store, std::chrono::milliseconds grace) {
+  if (grace.count() != 0 && (grace < kMinSessionGrace || grace > kMaxSessionGrace)) {
+    return invalid_argument_error(std::string(store) + ": session_grace is " +
+                                  format_duration(grace) + "; expected 0ms (off) or " +
+                                  format_duration(kMinSessionGrace) + " to " +
+                                  format_duration(kMaxSessionGrace));
+  }
+  return ok_status();
 }
 
 Status check_line_sessions(std::string_view store, int sessions) {

@@ -244,6 +244,14 @@ class SqlDriver {
     // it back unread (WaitLine::hold_back). Empty: every release is
     // announced.
     std::string queued_sql;
+    // Session-backed tenures (WaitLine::Hooks::grace), where the driver has
+    // them: the side table (`simba_mutex_session`: mutex, version) created
+    // if missing, and the statements, run in one transaction on the session
+    // that holds the line lock, that record tenure {#2} of mutex {0} held by
+    // {1} as backed by it (only if the row is still at that version and
+    // owner). Empty: none.
+    std::string create_marks_sql;
+    std::vector<std::string> mark_sql;
   };
   virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
     (void)mutex;
@@ -368,6 +376,11 @@ struct SqlBackendOptions {
   // process waits in line for that many mutexes at once. 0: no line (every
   // release wakes every waiter; the driver's acquire gate applies).
   int line_sessions = 0;
+  // How long after the store ended a holder's line session another process
+  // may take its tenure over (WaitLine::Hooks::grace): a dead holder's
+  // mutex moves on in about this long instead of at its lease's end. 0:
+  // the lease alone.
+  std::chrono::milliseconds session_grace{0};
 };
 
 // How long a released row stays reserved for the first process in line.
@@ -385,6 +398,17 @@ Result<bool> read_table_key(std::string_view store, const std::string& key,
 Result<bool> read_queue_key(std::string_view store, const std::string& key,
                             const std::string& value, int& sessions);
 constexpr int kMaxLineSessions = 16;
+// The session-backed tenures' URI key, session_grace (a duration: 0 turns
+// them off, else 50ms..1m), into `grace`: false for any other key;
+// kInvalidArgument, naming `store`, for a bad value.
+Result<bool> read_grace_key(std::string_view store, const std::string& key,
+                            const std::string& value, std::chrono::milliseconds& grace);
+constexpr std::chrono::milliseconds kDefaultSessionGrace{1000};
+constexpr std::chrono::milliseconds kMinSessionGrace{50};
+constexpr std::chrono::milliseconds kMaxSessionGrace{60000};
+// OK when `grace` is a valid session_grace; else kInvalidArgument naming
+// `store`.
+Status check_session_grace(std::string_view store, std::chrono::milliseconds grace);
 // OK when `sessions` is a valid queue_connections; else kInvalidArgument
 // naming `store`.
 Status check_line_sessions(std::string_view store, int sessions);

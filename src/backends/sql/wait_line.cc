@@ -66,6 +66,7 @@ void WaitLine::join_locked(const std::string& mutex) {
     place.holder = false;
     place.announced = false;
     place.wait_after = {};
+    place.look_at = steady_clock::time_point::max();
     place.worker.start("sql-line", [this, i] { run(i); });
     changed_.notify_all();
     return;
@@ -103,7 +104,7 @@ void WaitLine::holding(const std::string& mutex, const std::string& contender, b
     // first (its session busy): either way the place holds the line lock,
     // and keeps it for this hold, whose release then wakes the next in line.
     place->holder = true;
-  } else if (!first && !hooks_.releases_announced) {
+  } else if (!first && (!hooks_.releases_announced || backs_tenures())) {
     // Its release wakes the next in line only if it holds the line lock:
     // a new place asks for it once the hold has lasted holder_join_delay.
     if (place == nullptr) {
@@ -153,6 +154,144 @@ void WaitLine::forget_holder_locked(const std::string& mutex, const std::string&
   erase_locked(holders_, mutex, contender);
   // Whatever the line's attempt took before is overtaken.
   erase_locked(granted_, mutex, contender);
+  // Its tenure is over (released, or answered as another's): a bound given
+  // for it ends, and its place stops backing it.
+  if (auto it = tenures_.find({mutex, contender}); it != tenures_.end()) {
+    const auto now = steady_clock::now();
+    if (it->second.bound->until() > now) it->second.bound->set_until(now);
+    tenures_.erase(it);
+  }
+  if (Place* place = place_of_locked(mutex);
+      place != nullptr && place->marked_token != 0 && place->marked_contender == contender) {
+    unmark_locked(*place);
+  }
+}
+
+std::shared_ptr<const HoldBound> WaitLine::bound_for(const std::string& mutex,
+                                                     const std::string& contender,
+                                                     std::uint64_t token) {
+  if (!backs_tenures() || token == 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu_);
+  Tenure& tenure = tenures_[{mutex, contender}];
+  if (tenure.token != token || !tenure.bound) {
+    // A new tenure: an older one's bound ends (its holder moved on).
+    if (tenure.bound) {
+      const auto now = steady_clock::now();
+      if (tenure.bound->until() > now) tenure.bound->set_until(now);
+    }
+    tenure = Tenure{token, std::make_shared<HoldBound>()};
+  }
+  changed_.notify_all();  // a place first in line may back it now
+  return tenure.bound;
+}
+
+void WaitLine::look_at(const std::string& mutex, steady_clock::time_point at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Place* place = place_of_locked(mutex);
+  if (place == nullptr || place->state != State::kFirst) return;
+  place->look_at = std::min(place->look_at, at);
+  changed_.notify_all();
+}
+
+WaitLine::Held WaitLine::held_locked(const std::string& mutex) const {
+  Held held;
+  auto consider = [&](const std::map<std::string, std::set<std::string>>& of) {
+    auto it = of.find(mutex);
+    if (it == of.end()) return;
+    for (const std::string& contender : it->second) {
+      auto t = tenures_.find({mutex, contender});
+      if (t != tenures_.end() && t->second.token > held.token) {
+        held = Held{contender, t->second.token, t->second.bound};
+      }
+    }
+  };
+  consider(holders_);
+  consider(granted_);
+  return held;
+}
+
+void WaitLine::unmark_locked(Place& place) {
+  if (place.marked_bound) {
+    const auto now = steady_clock::now();
+    if (place.marked_bound->until() > now) place.marked_bound->set_until(now);
+  }
+  place.marked_contender.clear();
+  place.marked_token = 0;
+  place.marked_bound.reset();
+}
+
+bool WaitLine::back_tenure(Place& place, const std::string& mutex,
+                           std::unique_lock<std::mutex>& lock) {
+  if (!backs_tenures() || marks_refused_) return false;
+  const Held held = place.holder ? held_locked(mutex) : Held{};
+  if (held.token == 0 || held.token != place.marked_token ||
+      held.contender != place.marked_contender) {
+    if (place.marked_token != 0) unmark_locked(place);
+  }
+  const auto now = steady_clock::now();
+  // A tenure whose bound has passed is over; its holder gives it back.
+  if (held.token == 0 || held.bound->passed(now)) return false;
+  const bool marking = place.marked_token == 0;
+  if (!marking && now < place.next_ping) return false;
+  std::vector<Statement> statements;
+  if (marking) {
+    statements = hooks_.mark(mutex, held.contender, held.token);
+    if (statements.empty()) return false;  // not now (the driver is not ready)
+    // Bounded before it is sent: it may commit though its answer never comes.
+    if (held.bound->until() > now + hooks_.grace) held.bound->set_until(now + hooks_.grace);
+    place.marked_contender = held.contender;
+    place.marked_token = held.token;
+    place.marked_bound = held.bound;
+  } else {
+    statements = {hooks_.ping};
+  }
+  SqlSession* session = place.session.get();
+  // Unanswered by the bound, the session proves nothing more.
+  const auto deadline = held.bound->until();
+  Result<std::vector<SqlResult>> ran = unavailable_error("not run");
+  place.busy = true;
+  lock.unlock();
+  ran = session->run(statements, marking, deadline);
+  lock.lock();
+  place.busy = false;
+  changed_.notify_all();
+  const auto answered = steady_clock::now();
+  if (place.marked_bound != held.bound) return true;  // moved on meanwhile
+  if (ran.ok() && !held.bound->passed(answered)) {
+    held.bound->set_until(now + hooks_.grace);
+    place.next_ping = now + hooks_.grace / 4;
+    return true;
+  }
+  if (!ran.ok() && marking && session->healthy()) {
+    // Refused (no table, no privilege): nothing was written, so nobody can
+    // take the tenure over by it; it is held by its lease alone, as before.
+    SIMBA_LOG(kWarn, description_ << ": recording a tenure of mutex " << in_quotes(mutex)
+                                  << " as backed by its session failed (" << ran.status()
+                                  << "); a dead holder's mutexes are taken over when their "
+                                     "leases end");
+    marks_refused_ = true;
+    held.bound->set_until(steady_clock::time_point::max());
+    place.marked_bound.reset();
+    unmark_locked(place);
+    return true;
+  }
+  // Unanswered, failed or too late: the tenure may be taken over from its
+  // bound on. Its holder hears it now.
+  if (ran.ok() || session->healthy()) session->set_broken();
+  unmark_locked(place);
+  report_lost(place, mutex, held.contender, held.token, lock);
+  return true;
+}
+
+void WaitLine::report_lost(Place& place, const std::string& mutex, const std::string& contender,
+                           std::uint64_t token, std::unique_lock<std::mutex>& lock) {
+  if (!hooks_.lost) return;
+  place.hook_thread = std::this_thread::get_id();
+  lock.unlock();
+  hooks_.lost(mutex, contender, token);
+  lock.lock();
+  place.hook_thread = {};
+  changed_.notify_all();
 }
 
 bool WaitLine::claim(const std::string& mutex, const std::string& contender) {
@@ -216,6 +355,16 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
 
 SqlSession& WaitLine::Loan::session() const { return *line_->places_[place_]->session; }
 
+std::chrono::steady_clock::time_point WaitLine::Loan::first_since() const {
+  std::lock_guard<std::mutex> lock(line_->mu_);
+  return line_->places_[place_]->first_since;
+}
+
+std::uint64_t WaitLine::Loan::backed_token() const {
+  std::lock_guard<std::mutex> lock(line_->mu_);
+  return line_->places_[place_]->marked_token;
+}
+
 WaitLine::Loan::~Loan() {
   if (line_ != nullptr) line_->give_back(place_, unlocked_);
 }
@@ -229,6 +378,9 @@ void WaitLine::give_back(std::size_t index, bool unlocked) {
   if (unlocked || !place.session->healthy()) {
     place.state = State::kJoining;
     place.holder = false;
+    // A release that freed the line lock ended the tenure; a broken session
+    // is the thread's to report (it tells the holder).
+    if (unlocked) unmark_locked(place);
   }
   changed_.notify_all();
 }
@@ -264,9 +416,19 @@ void WaitLine::run(std::size_t index) {
     }
     const std::string mutex = place.mutex;
     if (place.session && !place.session->healthy()) {
+      if (place.marked_token != 0) {
+        // The session that backed a tenure of ours is gone: from its bound
+        // on another process may take the tenure over.
+        const std::string contender = place.marked_contender;
+        const std::uint64_t token = place.marked_token;
+        unmark_locked(place);
+        report_lost(place, mutex, contender, token, lock);
+        continue;
+      }
       // Closed outside the lock; its end frees its lock on the server.
       std::unique_ptr<SqlSession> broken = std::move(place.session);
       if (place.state == State::kFirst) place.state = State::kJoining;
+      place.look_at = steady_clock::time_point::max();
       place.holder = false;
       outside([&] { broken.reset(); });
       continue;
@@ -281,6 +443,7 @@ void WaitLine::run(std::size_t index) {
           }
         });
       }
+      unmark_locked(place);
       place.mutex.clear();
       place.state = State::kFree;
       place.holder = false;
@@ -289,14 +452,27 @@ void WaitLine::run(std::size_t index) {
       continue;
     }
     if (place.state == State::kFirst) {
+      if (back_tenure(place, mutex, lock)) continue;
+      const auto now = steady_clock::now();
+      if (now >= place.look_at) {
+        // A backed tenure of another process may be taken over now.
+        place.look_at = steady_clock::time_point::max();
+        in_hook([&] { hooks_.first(mutex); });
+        continue;
+      }
+      steady_clock::time_point wake = place.look_at;
+      if (place.marked_token != 0) wake = std::min(wake, place.next_ping);
       if (hooks_.releases_announced || place.holder) {
-        changed_.wait(lock);
+        if (wake == steady_clock::time_point::max()) {
+          changed_.wait(lock);
+        } else {
+          changed_.wait_until(lock, wake);
+        }
         continue;
       }
       // First behind a holder that would not wake us: look now and then.
-      const auto now = steady_clock::now();
       if (now < place.next_look) {
-        changed_.wait_until(lock, place.next_look);
+        changed_.wait_until(lock, std::min(place.next_look, wake));
         continue;
       }
       place.next_look = now + kFirstLooks;
@@ -362,6 +538,8 @@ void WaitLine::run(std::size_t index) {
                                  results->begin(), results->begin() + static_cast<long>(waits)));
       if (granted) {
         place.state = State::kFirst;
+        place.first_since = steady_clock::now();
+        place.look_at = steady_clock::time_point::max();
         place.next_look = steady_clock::now() + kFirstLooks;
         look = true;
       }

@@ -111,6 +111,27 @@ class WaitLine {
     // no unlock (most holds of an uncontended loop), and one that lasts
     // longer gets in line as before. A waiter of ours asks at once.
     std::chrono::microseconds holder_join_delay{1000};
+
+    // Session-backed tenures (off while `grace` is 0 or `mark` null). A
+    // place first in line records the tenure of the contender of ours that
+    // holds its mutex as backed by its session's line lock (`mark`, run on
+    // that session in one transaction; no statements: not now), then pings
+    // that session every grace / 4. The holder believes the tenure only until
+    // the last answered ping's send time + grace (bound_for), and a process
+    // granted the line lock may take such a tenure over grace + grace / 8
+    // after its grant (Loan::first_since), since its grant came after the
+    // holder's session ended. Why a grace at all: a server ends sessions
+    // whose processes live on (a restart, pg_terminate_backend, a timeout,
+    // a reset connection); a dead process's session ends at once.
+    std::chrono::milliseconds grace{0};
+    std::function<std::vector<Statement>(const std::string& mutex, const std::string& contender,
+                                         std::uint64_t token)>
+        mark;
+    Statement ping{"SELECT 1", {}};
+    // A backed tenure's session ended, or went unanswered until its bound:
+    // the holder must hear that it lost it. Line thread, no lock held.
+    std::function<void(const std::string& mutex, const std::string& contender, std::uint64_t token)>
+        lost;
   };
 
   WaitLine(Hooks hooks, std::string description, int places);
@@ -134,6 +155,22 @@ class WaitLine {
   // session. A place that is first (it holds the line lock) keeps the lock
   // while the contender holds, however it took the mutex.
   void holding(const std::string& mutex, const std::string& contender, bool first);
+  // `contender` holds tenure `token` of `mutex` (its acquisition's answer,
+  // or the line's attempt's): the bound its holder must believe it by
+  // (Hooks::grace), unbounded until a place records the tenure as backed.
+  // One object per tenure; null when tenures are not backed.
+  std::shared_ptr<const HoldBound> bound_for(const std::string& mutex, const std::string& contender,
+                                             std::uint64_t token);
+  // Whether tenures are backed (Hooks::grace and Hooks::mark set).
+  bool backs_tenures() const { return hooks_.grace.count() > 0 && hooks_.mark != nullptr; }
+  // How long after its grant a place may take over a backed tenure of
+  // another process: grace + grace / 8 (a margin for clock rates).
+  std::chrono::milliseconds takeover_after() const { return hooks_.grace + hooks_.grace / 8; }
+  // Wakes `mutex`'s waiters (Hooks::first) at `at`, if this process is then
+  // still first in line: a backed tenure of another process may be taken
+  // over from then.
+  void look_at(const std::string& mutex, std::chrono::steady_clock::time_point at);
+
   // `contender` neither waits for nor holds `mutex` any more (it released,
   // left, or stopped listening).
   void gone(const std::string& mutex, const std::string& contender);
@@ -180,6 +217,12 @@ class WaitLine {
     SqlSession& session() const;
     // The call freed the line lock (a release that ran the unlock statement).
     void unlocked() { unlocked_ = true; }
+    // When this process was granted the line lock it holds (the reply's
+    // arrival: no earlier than the grant).
+    std::chrono::steady_clock::time_point first_since() const;
+    // The tenure this process's session backs (Hooks::mark), 0 for none:
+    // its session is alive, so it is never to be taken over.
+    std::uint64_t backed_token() const;
 
    private:
     WaitLine* line_;
@@ -214,6 +257,16 @@ class WaitLine {
     // No lock wait before this while only a holder wants the place
     // (Hooks::holder_join_delay).
     std::chrono::steady_clock::time_point wait_after{};
+    // When the place was last granted the line lock (Loan::first_since).
+    std::chrono::steady_clock::time_point first_since{};
+    // The tenure its session backs (Hooks::mark sent), if any, and when
+    // its session is pinged next.
+    std::string marked_contender;
+    std::uint64_t marked_token = 0;
+    std::shared_ptr<HoldBound> marked_bound;
+    std::chrono::steady_clock::time_point next_ping{};
+    // When the waiters look (look_at); max: no look due.
+    std::chrono::steady_clock::time_point look_at = std::chrono::steady_clock::time_point::max();
     std::unique_ptr<SqlSession> session;
     WakeFd wake;  // ends a wait or a connect when the place is no longer wanted
     Worker worker;
@@ -239,13 +292,34 @@ class WaitLine {
                            const std::string& mutex, const std::string& contender);
   bool holds_locked(const std::string& mutex, const std::string& contender) const;
   void give_back(std::size_t index, bool unlocked);
+  // The tenure of `mutex` a contender of ours holds by what the line was
+  // told (its contender, token and bound); token 0 when none. REQUIRES: mu_.
+  struct Held {
+    std::string contender;
+    std::uint64_t token = 0;
+    std::shared_ptr<HoldBound> bound;
+  };
+  Held held_locked(const std::string& mutex) const;
+  // `place` no longer backs its tenure: its bound ends now (no later
+  // answer may make it believed again). REQUIRES: mu_.
+  static void unmark_locked(Place& place);
+  // A session-backed place's work when first in line: record the tenure,
+  // ping its session; false when there was none (the caller waits).
+  // REQUIRES: lock holds mu_.
+  bool back_tenure(Place& place, const std::string& mutex, std::unique_lock<std::mutex>& lock);
+  // Runs Hooks::lost with mu_ released. REQUIRES: lock holds mu_.
+  void report_lost(Place& place, const std::string& mutex, const std::string& contender,
+                   std::uint64_t token, std::unique_lock<std::mutex>& lock);
 
   const Hooks hooks_;
   const std::string description_;
 
   mutable std::mutex mu_;
   std::condition_variable changed_;
-  bool stopping_ = false;                       // guarded by mu_
+  bool stopping_ = false;  // guarded by mu_
+  // A place's record of a backed tenure was refused (no table, no
+  // privilege): tenures are not backed any more; guarded by mu_.
+  bool marks_refused_ = false;
   std::vector<std::unique_ptr<Place>> places_;  // guarded by mu_ (fixed size)
   // mutex -> its waiting contenders -> the attempt to send with the lock
   // wait; guarded by mu_.
@@ -256,6 +330,13 @@ class WaitLine {
   // mutex -> the contenders whose attempt in line took it, not claimed yet
   // (claim()); guarded by mu_.
   std::map<std::string, std::set<std::string>> granted_;
+  // (mutex, contender) -> the tenure it holds and its bound (bound_for);
+  // guarded by mu_.
+  struct Tenure {
+    std::uint64_t token = 0;
+    std::shared_ptr<HoldBound> bound;
+  };
+  std::map<std::pair<std::string, std::string>, Tenure> tenures_;
 };
 
 }  // namespace simba::internal::sql
