@@ -1324,5 +1324,42 @@ TEST(PostgresSessionBacked, APausedHolderWhoseSessionEndedNoLongerBelievesOnceTa
   SIMBA_ASSERT_OK(service->stop());
 }
 
+// A holder and a waiter start together, and the waiter's process has its
+// line session open already (it held another mutex a moment ago): the
+// waiter's place is first in line and the holder's queues behind it. The
+// waiter's place steps back (WaitLine::unbacked), the holder's is granted,
+// and the holder's tenure is backed. Without that, it would stay backed by
+// nothing until its lease ended.
+TEST(PostgresSessionBacked, AHolderWhoseWaiterGotInLineFirstIsStillBacked) {
+  const std::string table = "pt_backed_order";
+  Psql admin(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  auto waiters = make_factory(backed_uri(table), seconds(10), seconds(5));
+  ASSERT_TRUE(waiters);
+  {
+    Recorder warm;
+    auto service = waiters->create_contend_service(warm.contender("warm", "w")).value();
+    SIMBA_ASSERT_OK(service->start());
+    ASSERT_TRUE(warm.acquired.wait(seconds(5)));
+    ASSERT_TRUE(backed(admin, table, "warm"));
+    SIMBA_ASSERT_OK(service->stop());
+  }
+  auto holders = make_factory(backed_uri(table), seconds(10), seconds(5));
+  ASSERT_TRUE(holders);
+  Recorder holder;
+  Recorder waiter;
+  auto held = holders->create_contend_service(holder.contender("m", "h")).value();
+  auto waiting = waiters->create_contend_service(waiter.contender("m", "w")).value();
+  SIMBA_ASSERT_OK(held->start());
+  ASSERT_TRUE(holder.acquired.wait(seconds(5)));
+  // At once: the holder's place is still connecting.
+  SIMBA_ASSERT_OK(waiting->start());
+  EXPECT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never backed";
+  EXPECT_FALSE(waiter.acquired.is_set());
+  SIMBA_ASSERT_OK(held->stop());
+  ASSERT_TRUE(waiter.acquired.wait(seconds(5)));
+  SIMBA_ASSERT_OK(waiting->stop());
+}
+
 }  // namespace
 }  // namespace simba::testing

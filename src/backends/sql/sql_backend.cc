@@ -264,6 +264,18 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     // a session backs; first long enough (WaitLine::takeover_after), take
     // over a backed tenure whose session has ended: this process was
     // granted the line lock that session held.
+    // The side table not found yet (its creation raced another process's,
+    // or a DBA has created it since): looked for again now and then.
+    if (first && line_->backs_tenures() && !marks_ready_.load()) {
+      bool look = false;
+      {
+        const auto at = steady_clock::now();
+        std::lock_guard<std::mutex> lock(prefetch_mu_);
+        look = at >= next_marks_look_;
+        if (look) next_marks_look_ = at + kMarksLookEvery;
+      }
+      if (look) prepare_marks(first->session(), deadline);
+    }
     // (Not while this process's own session backs a tenure: that session
     // lives.)
     const bool backed =
@@ -335,6 +347,9 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
           if (marked.rows.size() == 1 && !marked.rows[0].empty() &&
               static_cast<std::uint64_t>(to_int(marked.rows[0][0])) == record.owner.fencing_token) {
             line_->look_at(mutex, first_since + line_->takeover_after());
+          } else if (!record.owner_times_unknown()) {
+            // Not backed (yet): its holder's place may wait behind ours.
+            line_->unbacked(mutex, record.owner.fencing_token);
           }
         }
         // Free but reserved: ask again when the reserve ends, unless the
@@ -694,6 +709,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
             ? Statement{on_table(driver_->line_lock("")->create_marks_sql), {}}
             : Statement{on_table("SELECT version FROM simba_mutex_session WHERE mutex = ''"), {}};
     Result<std::vector<SqlResult>> ran = session.run({statement}, false, deadline);
+    // A CREATE TABLE IF NOT EXISTS that raced another process's can fail
+    // (PostgreSQL: a duplicate pg_type row); once more finds the table. Not
+    // ready, this process would never back a tenure nor take one over.
+    if (!ran.ok() && options_.create_table && session.healthy()) {
+      ran = session.run({statement}, false, deadline);
+    }
     if (ran.ok()) {
       marks_ready_.store(true);
       return;
@@ -852,6 +873,9 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // The side table of session-backed tenures exists (prepare_marks).
   std::atomic<bool> marks_ready_{false};
   std::atomic<bool> marks_warned_{false};
+  // When do_acquire_or_renew looks for it next; prefetch_mu_.
+  steady_clock::time_point next_marks_look_{};
+  static constexpr milliseconds kMarksLookEvery{10000};
 
   // Holds that an attempt sent with the wait in line took as the line lock
   // was granted (WaitLine::Hooks::attempted), until their contender's next

@@ -67,6 +67,9 @@ void WaitLine::join_locked(const std::string& mutex) {
     place.announced = false;
     place.wait_after = {};
     place.look_at = steady_clock::time_point::max();
+    place.yield_at = steady_clock::time_point::max();
+    place.yield_for = 0;
+    place.yields = 0;
     place.worker.start("sql-line", [this, i] { run(i); });
     changed_.notify_all();
     return;
@@ -190,6 +193,19 @@ void WaitLine::look_at(const std::string& mutex, steady_clock::time_point at) {
   Place* place = place_of_locked(mutex);
   if (place == nullptr || place->state != State::kFirst) return;
   place->look_at = std::min(place->look_at, at);
+  changed_.notify_all();
+}
+
+void WaitLine::unbacked(const std::string& mutex, std::uint64_t token) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Place* place = place_of_locked(mutex);
+  if (place == nullptr || place->state != State::kFirst || place->holder) return;
+  if (place->yield_for != token) {
+    place->yield_for = token;
+    place->yields = 0;
+  }
+  if (place->yields >= kYields || place->yield_at != steady_clock::time_point::max()) return;
+  place->yield_at = std::max(steady_clock::now(), place->last_yield + kYieldSpacing);
   changed_.notify_all();
 }
 
@@ -454,13 +470,31 @@ void WaitLine::run(std::size_t index) {
     if (place.state == State::kFirst) {
       if (back_tenure(place, mutex, lock)) continue;
       const auto now = steady_clock::now();
+      if (place.yield_at <= now) {
+        place.yield_at = steady_clock::time_point::max();
+        if (!place.holder && has_waiters_locked(mutex)) {
+          // Behind the line again (unbacked()): the unlock lets a session
+          // queued behind this one have the line lock first.
+          ++place.yields;
+          place.last_yield = now;
+          SqlSession* session = place.session.get();
+          outside([&] {
+            if (!session->run({hooks_.unlock(mutex)}, false, steady_clock::now() + kCallBound)
+                     .ok()) {
+              session->set_broken();
+            }
+          });
+          if (place.state == State::kFirst) place.state = State::kJoining;
+          continue;
+        }
+      }
       if (now >= place.look_at) {
         // A backed tenure of another process may be taken over now.
         place.look_at = steady_clock::time_point::max();
         in_hook([&] { hooks_.first(mutex); });
         continue;
       }
-      steady_clock::time_point wake = place.look_at;
+      steady_clock::time_point wake = std::min(place.look_at, place.yield_at);
       if (place.marked_token != 0) wake = std::min(wake, place.next_ping);
       if (hooks_.releases_announced || place.holder) {
         if (wake == steady_clock::time_point::max()) {
@@ -540,6 +574,7 @@ void WaitLine::run(std::size_t index) {
         place.state = State::kFirst;
         place.first_since = steady_clock::now();
         place.look_at = steady_clock::time_point::max();
+        place.yield_at = steady_clock::time_point::max();
         place.next_look = steady_clock::now() + kFirstLooks;
         look = true;
       }

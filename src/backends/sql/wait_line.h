@@ -170,6 +170,17 @@ class WaitLine {
   // still first in line: a backed tenure of another process may be taken
   // over from then.
   void look_at(const std::string& mutex, std::chrono::steady_clock::time_point at);
+  // This process is first in line for `mutex`, and the row's tenure `token`
+  // (another process's) is not backed: that holder's place may have got in
+  // line behind this one's (both asked at about the same time, and this
+  // one's session was open already). The place gives up the line lock and
+  // asks again, so that a session waiting behind it has it first: the
+  // holder's place then backs its tenure. At most kYields times per
+  // tenure, kYieldSpacing apart (a holder that never backs its tenure, JVM
+  // Simba or one over its budget, costs a few round trips).
+  void unbacked(const std::string& mutex, std::uint64_t token);
+  static constexpr int kYields = 3;
+  static constexpr std::chrono::milliseconds kYieldSpacing{200};
 
   // `contender` neither waits for nor holds `mutex` any more (it released,
   // left, or stopped listening).
@@ -265,6 +276,12 @@ class WaitLine {
     std::uint64_t marked_token = 0;
     std::shared_ptr<HoldBound> marked_bound;
     std::chrono::steady_clock::time_point next_ping{};
+    // unbacked(): the tenure it yields for, how often it has, when it
+    // yields next (max: not due) and when it last did.
+    std::uint64_t yield_for = 0;
+    int yields = 0;
+    std::chrono::steady_clock::time_point yield_at = std::chrono::steady_clock::time_point::max();
+    std::chrono::steady_clock::time_point last_yield{};
     // When the waiters look (look_at); max: no look due.
     std::chrono::steady_clock::time_point look_at = std::chrono::steady_clock::time_point::max();
     std::unique_ptr<SqlSession> session;
