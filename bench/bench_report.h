@@ -33,6 +33,8 @@ struct Options {
   int failovers = 5;
   std::chrono::milliseconds failover_ttl{2000};
   std::chrono::milliseconds failover_transition{1000};
+  // How long the holder has held when it is killed.
+  std::chrono::milliseconds failover_held{300};
   int scale = 10000;  // mutexes, and keys
   // The library's defaults: what a user who holds many locks runs.
   std::chrono::milliseconds scale_ttl{10000};

@@ -23,8 +23,10 @@
 //   trip after as long idle) --contenders 1,4,16
 //   --modes threads,processes --seconds S (5, per contended case)
 //   --failovers N (5) --failover-ttl-ms MS (2000) --failover-transition-ms MS
-//   (1000) --scale N (10000) --scale-ttl-ms MS (10000) --scale-transition-ms
-//   MS (6000) --scale-seconds S (22). --smoke makes everything tiny (a
+//   (1000) --failover-held-ms MS (300: how long the holder has held when it
+//   is killed; a tenure is backed by the holder's session a few round trips
+//   after its acquisition, where the store has that) --scale N (10000) --scale-ttl-ms MS (10000)
+//   --scale-transition-ms MS (6000) --scale-seconds S (22). --smoke makes everything tiny (a
 //   seconds-long check that every scenario runs; ctest runs it).
 // Rows give p50/p99/max in µs, ops/s and the ratio of p50 to the floor's
 // (two round trips for an acquire + release); --json prints one object per
@@ -347,6 +349,8 @@ Options parse(int argc, char** argv) {
       options.failover_ttl = milliseconds(number(100));
     } else if (flag == "--failover-transition-ms") {
       options.failover_transition = milliseconds(number(0));
+    } else if (flag == "--failover-held-ms") {
+      options.failover_held = milliseconds(number(0));
     } else if (flag == "--scale") {
       options.scale = number(1);
     } else if (flag == "--scale-ttl-ms") {
