@@ -20,21 +20,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-// One byte from `fd` within `timeout`; '\0' on timeout, EOF or error.
-char read_byte(int fd, milliseconds timeout) {
-  const auto until = steady_clock::now() + timeout;
-  while (steady_clock::now() < until) {
-    pollfd pfd{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<milliseconds>(until - steady_clock::now());
-    const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return '\0';
-    char byte = '\0';
-    return ::read(fd, &byte, 1) == 1 ? byte : '\0';
-  }
-  return '\0';
-}
-
 // The child's life: it never returns.
 [[noreturn]] void hold(const std::string& uri, const std::string& mutex, int out) {
   FactoryOptions options;
@@ -58,6 +43,20 @@ char read_byte(int fd, milliseconds timeout) {
 }
 
 }  // namespace
+
+char read_byte(int fd, milliseconds timeout) {
+  const auto until = steady_clock::now() + timeout;
+  while (steady_clock::now() < until) {
+    pollfd pfd{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<milliseconds>(until - steady_clock::now());
+    const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return '\0';
+    char byte = '\0';
+    return ::read(fd, &byte, 1) == 1 ? byte : '\0';
+  }
+  return '\0';
+}
 
 ChildHolder::ChildHolder(const std::string& uri, const std::string& mutex) {
   int fds[2];

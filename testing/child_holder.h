@@ -11,6 +11,10 @@
 
 namespace simba::testing {
 
+// One byte from `fd` (a pipe from a child) within `timeout`; '\0' on
+// timeout, EOF or error.
+char read_byte(int fd, std::chrono::milliseconds timeout);
+
 class ChildHolder {
  public:
   // Forks a child that runs a contend service for `mutex` on `uri` (ttl 10 s,

@@ -40,6 +40,7 @@
 #include "simba/contend_service.h"
 #include "simba/status.h"
 #include "simba/uri.h"
+#include "testing/child_holder.h"
 #include "testing/fixed_random.h"
 #include "testing/latch.h"
 #include "testing/store_test_helpers.h"
@@ -52,6 +53,7 @@ using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 using testing::eventually;
 using testing::FixedRandom;
+using testing::read_byte;
 using testing::Recorder;
 using testing::scaled;
 using namespace std::chrono_literals;
@@ -1163,21 +1165,6 @@ TEST_F(SqliteBackendTest, SubscriberHearsReleaseByTheSameBackendObject) {
   ASSERT_TRUE(*backend->release("m", "bob", soon()));
   ASSERT_TRUE(log.wait_for(2, kPushBound));
   expect_released(log.events()[1], "m", "bob");
-}
-
-// Reads one byte from `fd` within `timeout`; '\0' on timeout, EOF or error.
-char read_byte(int fd, milliseconds timeout) {
-  const auto until = steady_clock::now() + timeout;
-  while (steady_clock::now() < until) {
-    pollfd pfd{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<milliseconds>(until - steady_clock::now());
-    const int ready = ::poll(&pfd, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return '\0';
-    char byte = '\0';
-    return ::read(fd, &byte, 1) == 1 ? byte : '\0';
-  }
-  return '\0';
 }
 
 TEST_F(SqliteBackendTest, SubscriberHearsReleaseByAnotherProcess) {
