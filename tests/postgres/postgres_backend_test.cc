@@ -1259,33 +1259,52 @@ bool backed(Psql& admin, const std::string& table, const std::string& mutex) {
       seconds(5));
 }
 
+// A holder in a child process whose tenure is backed, and a waiting
+// service in this process that has been told the child holds: what the
+// session-backed tests start from. `holder_query` goes on the child's URI.
+struct BackedHold {
+  explicit BackedHold(const std::string& name, const std::string& holder_query = "")
+      : table(name),
+        holder(holder_query.empty() ? backed_uri(name) : with_query(backed_uri(name), holder_query),
+               "m"),
+        admin(shared_server_uri("postgres")) {}
+  // Asserts each step; call with ASSERT_NO_FATAL_FAILURE.
+  void start() {
+    ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
+    ASSERT_TRUE(admin.ok());
+    ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
+    factory = make_factory(backed_uri(table), seconds(10), seconds(5));
+    ASSERT_TRUE(factory);
+    service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
+    SIMBA_ASSERT_OK(service->start());
+    ASSERT_TRUE(told_owner_is(*service, "child"));
+  }
+
+  const std::string table;
+  ChildHolder holder;
+  Psql admin;
+  std::unique_ptr<MutexContendServiceFactory> factory;
+  Recorder waiter;
+  std::unique_ptr<MutexContendService> service;
+};
+
 // The holder's process dies while its lease has 15 s to go. Its line
 // session ends with it, the waiter's process is granted the line lock, and
 // takes the tenure over a grace later: not at the lease's end.
 TEST(PostgresSessionBacked, AKilledHoldersMutexIsTakenOverWithinTheGrace) {
-  const std::string table = "pt_backed_kill";
-  ChildHolder holder(backed_uri(table), "m");
-  ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
-  Psql admin(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
-  auto factory = make_factory(backed_uri(table), seconds(10), seconds(5));
-  ASSERT_TRUE(factory);
-  Recorder waiter;
-  auto service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
-  SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(told_owner_is(*service, "child"));
-  const std::string held = admin.exec("SELECT version FROM " + table + " WHERE mutex = 'm'");
+  BackedHold hold("pt_backed_kill");
+  ASSERT_NO_FATAL_FAILURE(hold.start());
+  const std::string held =
+      hold.admin.exec("SELECT version FROM " + hold.table + " WHERE mutex = 'm'");
   const auto killed = steady_clock::now();
-  holder.signal(SIGKILL);
-  ASSERT_TRUE(waiter.acquired.wait(kTakeoverBound)) << "the dead holder's lease decided";
-  RecordProperty(
-      "taken_after_kill_ms",
-      static_cast<int>(
-          std::chrono::duration_cast<milliseconds>(waiter.acquired_at() - killed).count()));
-  EXPECT_GE(waiter.acquired_at() - killed, kGrace) << "taken over before the grace";
-  EXPECT_GT(waiter.token.load(), std::stoull(held));
-  SIMBA_ASSERT_OK(service->stop());
+  hold.holder.signal(SIGKILL);
+  ASSERT_TRUE(hold.waiter.acquired.wait(kTakeoverBound)) << "the dead holder's lease decided";
+  const auto taken = hold.waiter.acquired_at() - killed;
+  RecordProperty("taken_after_kill_ms",
+                 static_cast<int>(std::chrono::duration_cast<milliseconds>(taken).count()));
+  EXPECT_GE(taken, kGrace) << "taken over before the grace";
+  EXPECT_GT(hold.waiter.token.load(), std::stoull(held));
+  SIMBA_ASSERT_OK(hold.service->stop());
 }
 
 // The server ends the sessions of a holder that lives on but is paused (a
@@ -1295,33 +1314,23 @@ TEST(PostgresSessionBacked, AKilledHoldersMutexIsTakenOverWithinTheGrace) {
 // ping + grace) passed while it was stopped. Without that bound its lease
 // (15 s) would still run, and two would hold.
 TEST(PostgresSessionBacked, APausedHolderWhoseSessionEndedNoLongerBelievesOnceTakenOver) {
-  const std::string table = "pt_backed_pause";
   const std::string app = "pt_backed_pause_child";
-  ChildHolder holder(with_query(backed_uri(table), "application_name=" + app), "m");
-  ASSERT_TRUE(holder.started()) << "the child did not take the mutex";
-  Psql admin(shared_server_uri("postgres"));
-  ASSERT_TRUE(admin.ok());
-  ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
-  auto factory = make_factory(backed_uri(table), seconds(10), seconds(5));
-  ASSERT_TRUE(factory);
-  Recorder waiter;
-  auto service = factory->create_contend_service(waiter.contender("m", "waiter")).value();
-  SIMBA_ASSERT_OK(service->start());
-  ASSERT_TRUE(told_owner_is(*service, "child"));
-  ASSERT_TRUE(holder.signal(SIGSTOP));
-  holder.drain();
-  EXPECT_NE(admin.exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                       "application_name = '" +
-                       app + "'"),
+  BackedHold hold("pt_backed_pause", "application_name=" + app);
+  ASSERT_NO_FATAL_FAILURE(hold.start());
+  ASSERT_TRUE(hold.holder.signal(SIGSTOP));
+  hold.holder.drain();
+  EXPECT_NE(hold.admin.exec("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = '" +
+                            app + "'"),
             "0");
-  ASSERT_TRUE(waiter.acquired.wait(kTakeoverBound)) << "the waiter did not take it over";
-  ASSERT_TRUE(holder.signal(SIGCONT));
+  ASSERT_TRUE(hold.waiter.acquired.wait(kTakeoverBound)) << "the waiter did not take it over";
+  ASSERT_TRUE(hold.holder.signal(SIGCONT));
   // (The first byte may have been worked out before the pause.)
-  holder.next(scaled(seconds(2)));
-  EXPECT_EQ(holder.next(scaled(seconds(2))), '0')
+  hold.holder.next(scaled(seconds(2)));
+  EXPECT_EQ(hold.holder.next(scaled(seconds(2))), '0')
       << "the resumed holder believes in a tenure the waiter holds";
-  EXPECT_TRUE(service->is_owner());
-  SIMBA_ASSERT_OK(service->stop());
+  EXPECT_TRUE(hold.service->is_owner());
+  SIMBA_ASSERT_OK(hold.service->stop());
 }
 
 // A holder and a waiter start together, and the waiter's process has its

@@ -260,10 +260,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         return *reserved;
       }
     }
-    // Session-backed tenures: first in line, read which tenure of the mutex
-    // a session backs; first long enough (WaitLine::takeover_after), take
-    // over a backed tenure whose session has ended: this process was
-    // granted the line lock that session held.
     // The side table not found yet (its creation raced another process's,
     // or a DBA has created it since): looked for again now and then.
     if (first && line_->backs_tenures() && !marks_ready_.load()) {
@@ -276,8 +272,11 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       }
       if (look) prepare_marks(first->session(), deadline);
     }
-    // (Not while this process's own session backs a tenure: that session
-    // lives.)
+    // Session-backed tenures: first in line, read which tenure of the mutex
+    // a session backs; first long enough (WaitLine::takeover_after), take
+    // over a backed tenure whose session has ended: this process was
+    // granted the line lock that session held. (Not while this process's
+    // own session backs a tenure: that session lives.)
     const bool backed =
         first && line_->backs_tenures() && marks_ready_.load() && first->backed_token() == 0;
     const steady_clock::time_point first_since =

@@ -183,8 +183,8 @@ std::shared_ptr<const HoldBound> WaitLine::bound_for(const std::string& mutex,
       if (tenure.bound->until() > now) tenure.bound->set_until(now);
     }
     tenure = Tenure{token, std::make_shared<HoldBound>()};
+    changed_.notify_all();  // a place first in line may back it now
   }
-  changed_.notify_all();  // a place first in line may back it now
   return tenure.bound;
 }
 
