@@ -501,6 +501,8 @@ TEST_F(ContendServiceTest, AHoldIsBelievedOnlyWhileTheStoresBoundHolds) {
   ASSERT_TRUE(eventually([&] { return a->is_owner() && a->fencing_token() > token; }, seconds(5)));
   EXPECT_GE(faults_->release_calls(), 1);
   EXPECT_EQ(faults_->last_release_token(), token);
+  // (Callbacks run on the strand, after is_owner() says so.)
+  ASSERT_TRUE(eventually([&] { return events_.get().size() >= 3; }, seconds(5)));
   EXPECT_THAT(events_.get(), ::testing::ElementsAre("A acquired", "A released", "A acquired"));
   SIMBA_ASSERT_OK(a->stop());
 }
