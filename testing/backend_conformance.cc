@@ -1009,7 +1009,10 @@ TEST_P(Conformance, AWaiterGivingUpLateNeverEndsALaterHoldOfItsContender) {
   if (named_by_the_backend) {
     SIMBA_ASSERT_OK(other_factory->backend()->leave(mutex, "node-a", deadline()));
   } else {
-    ASSERT_EQ(faults->deliver_held_back(), 1);  // the old request arrives only now
+    // The old requests arrive only now: stop()'s leave and, when an attempt
+    // of the old core was in flight at the stop (it had just subscribed and
+    // asked again), that attempt's leave again once its answer came.
+    EXPECT_THAT(faults->deliver_held_back(), ::testing::AllOf(::testing::Ge(1), ::testing::Le(2)));
   }
   auto held = other_factory->backend()->read(mutex, deadline());
   SIMBA_ASSERT_OK(held);
