@@ -7,8 +7,13 @@
 DIR holds `<kind>-<run>.jsonl` (kind: memory, sqlite, redis, postgres, mysql,
 zookeeper, etcd; run: 1..N), written by scripts/bench-report.sh, and
 `machine.json` (the machine, the command, the server versions, which runs
-failed). Lines that do not start with `{` are ignored (bench-run.sh prints
-the machine on stdout too).
+failed, whether the peers ran). Lines that do not start with `{` are ignored
+(bench-run.sh prints the machine on stdout too).
+
+Beside them, `<kind>-peers-<run>.jsonl` holds the rows of
+scripts/bench-peers.sh (the peer libraries of bench/peers/, run right after
+simba-bench's run of that number): rows with a `peer` field, kept apart from
+simba-bench's and compared with them in "Side by side with the peers".
 
 The report replaces whatever lies between the lines
 `<!-- simba-bench report: begin -->` and `<!-- simba-bench report: end -->`
@@ -68,6 +73,14 @@ CHART_FILES = [
 ]
 
 FILE_RE = re.compile(r"^([a-z0-9_]+)-(\d+)\.jsonl$")
+PEER_FILE_RE = re.compile(r"^([a-z0-9_]+)-peers-(\d+)\.jsonl$")
+
+# The kinds scripts/bench-peers.sh has peers for.
+PEER_KINDS = ["redis", "postgres", "mysql", "zookeeper", "etcd"]
+# Targets against the best peer of a store: ours ÷ peer.
+PEER_LATENCY_TARGET = 1.0  # p50: at most the peer's
+PEER_THROUGHPUT_TARGET = 1.0  # ops/s: at least the peer's
+FAIRNESS_TARGET = 0.25  # the least-served process: at least ¼ of the mean
 
 
 def store_of_kind(kind: str) -> str:
@@ -95,6 +108,7 @@ class Row:
     mode: str = ""
     contenders: int = 0
     runs: dict[int, dict] = field(default_factory=dict)  # run number -> JSON object
+    peer: str = ""  # a peer library's row (bench/peers/): its name; "" for simba-bench's
 
     def values(self, name: str) -> list[float]:
         out = []
@@ -140,6 +154,45 @@ class Results:
     bad_lines: int
     # Scenarios taken from another directory (see apply_override), said in the report.
     overrides: list[str] = field(default_factory=list)
+    # The peers' rows (from <kind>-peers-<run>.jsonl), apart from ours so that
+    # no table or chart of simba-bench's mixes them in.
+    peer_rows: list[Row] = field(default_factory=list)
+    peer_rows_per_run: dict[str, dict[int, int]] = field(default_factory=dict)
+    peer_failed: set[tuple[str, int]] = field(default_factory=set)
+
+
+def read_json_lines(path: Path) -> tuple[list[dict], int]:
+    """The row objects of one results file, and how many lines were unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        print(f"report.py: cannot read {path}: {error}", file=sys.stderr)
+        return [], 0
+    objs: list[dict] = []
+    bad = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            bad += 1
+            continue
+        if not isinstance(obj, dict) or not obj.get("scenario") or not obj.get("store"):
+            bad += 1
+            continue
+        objs.append(obj)
+    return objs, bad
+
+
+def row_identity(obj: dict) -> tuple[str, str, str, int]:
+    """(store, scenario, mode, contenders): mode and contenders only for contended rows."""
+    scenario = str(obj["scenario"])
+    if scenario != "contended":
+        return str(obj["store"]), scenario, "", 0
+    # A peer writes "mode": null where simba-bench leaves the field out.
+    return str(obj["store"]), scenario, str(obj.get("mode") or "threads"), int(_num(obj.get("contenders")))
 
 
 def load_results(directory: Path) -> Results:
@@ -154,10 +207,14 @@ def load_results(directory: Path) -> Results:
             machine = {}
 
     files: list[tuple[str, int, Path]] = []
+    peer_files: list[tuple[str, int, Path]] = []
     for path in sorted(directory.iterdir()) if directory.is_dir() else []:
         m = FILE_RE.match(path.name)
         if m and path.is_file():
             files.append((m.group(1), int(m.group(2)), path))
+        m = PEER_FILE_RE.match(path.name)
+        if m and path.is_file():
+            peer_files.append((m.group(1), int(m.group(2)), path))
 
     kinds = [str(k) for k in machine.get("kinds", []) if isinstance(k, str)]
     for kind, _, _ in files:
@@ -169,10 +226,14 @@ def load_results(directory: Path) -> Results:
     runs = max([runs] + [run for _, run, _ in files])
 
     failed: set[tuple[str, int]] = set()
+    peer_failed: set[tuple[str, int]] = set()
     for item in machine.get("failed", []) or []:
         m = re.match(r"^([a-z0-9_]+)-(\d+)$", str(item))
         if m:
             failed.add((m.group(1), int(m.group(2))))
+        m = re.match(r"^([a-z0-9_]+)-peers-(\d+)$", str(item))
+        if m:
+            peer_failed.add((m.group(1), int(m.group(2))))
 
     rows: dict[tuple, Row] = {}
     order: list[tuple] = []
@@ -181,39 +242,17 @@ def load_results(directory: Path) -> Results:
     # Sorted by run, then kind: the order of first appearance (which orders
     # the cases of one store) does not depend on the directory listing.
     for kind, run, path in sorted(files, key=lambda f: (f[1], store_rank(store_of_kind(f[0])))):
-        count = 0
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError as error:
-            print(f"report.py: cannot read {path}: {error}", file=sys.stderr)
-            text = ""
-        for line in text.splitlines():
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                bad_lines += 1
-                continue
-            if not isinstance(obj, dict) or not obj.get("scenario") or not obj.get("store"):
-                bad_lines += 1
-                continue
-            store = str(obj["store"])
-            scenario = str(obj["scenario"])
+        objs, bad = read_json_lines(path)
+        bad_lines += bad
+        for obj in objs:
+            store, scenario, mode, contenders = row_identity(obj)
             case = str(obj.get("case", ""))
-            mode = ""
-            contenders = 0
-            if scenario == "contended":
-                mode = str(obj.get("mode", "threads"))
-                contenders = int(_num(obj.get("contenders")))
             key = (store, scenario, case, mode, contenders)
             if key not in rows:
                 rows[key] = Row(store, scenario, case, mode, contenders)
                 order.append(key)
             rows[key].runs[run] = obj
-            count += 1
-        rows_per_run.setdefault(kind, {})[run] = count
+        rows_per_run.setdefault(kind, {})[run] = len(objs)
 
     first_seen = {key: i for i, key in enumerate(order)}
 
@@ -226,7 +265,33 @@ def load_results(directory: Path) -> Results:
         return (scenario_rank, scenario, store_rank(store), first_seen[key])
 
     ordered = [rows[key] for key in sorted(order, key=row_sort)]
-    return Results(runs, kinds, machine, ordered, rows_per_run, failed, bad_lines)
+    results = Results(runs, kinds, machine, ordered, rows_per_run, failed, bad_lines,
+                      peer_failed=peer_failed)
+    load_peer_rows(results, peer_files)
+    return results
+
+
+def load_peer_rows(results: Results, peer_files: list[tuple[str, int, Path]]) -> None:
+    """The peers' rows, one Row per (store, scenario, peer[, mode, contenders]).
+
+    A peer's row is told apart by its `peer` field (bench/peers/run.py), not
+    by its case: the peers' contended case is spelled as simba-bench's keyed
+    one. A row without it in a peers file is counted as unreadable."""
+    rows: dict[tuple, Row] = {}
+    for kind, run, path in sorted(peer_files, key=lambda f: (f[1], store_rank(store_of_kind(f[0])))):
+        objs, bad = read_json_lines(path)
+        peers = [obj for obj in objs if isinstance(obj.get("peer"), str) and obj["peer"]]
+        results.bad_lines += bad + len(objs) - len(peers)
+        for obj in peers:
+            store, scenario, mode, contenders = row_identity(obj)
+            key = (store, scenario, obj["peer"], mode, contenders)
+            if key not in rows:
+                rows[key] = Row(store, scenario, str(obj.get("case", "")), mode, contenders,
+                                peer=obj["peer"])
+            rows[key].runs[run] = obj
+        results.peer_rows_per_run.setdefault(kind, {})[run] = len(peers)
+        results.runs = max(results.runs, run)
+    results.peer_rows = [rows[key] for key in sorted(rows, key=lambda k: (store_rank(k[0]), k))]
 
 
 def apply_override(results: Results, override: Results, directory: Path, doc_dir: Path) -> None:
@@ -237,6 +302,10 @@ def apply_override(results: Results, override: Results, directory: Path, doc_dir
         return
     keep = [row for row in results.rows if row.scenario not in replaced]
     new = [row for row in override.rows if row.scenario in replaced]
+    # The peers of those scenarios come from the override's runs too (none if
+    # it ran without them): a comparison holds within one set of runs.
+    results.peer_rows[:] = [row for row in results.peer_rows if row.scenario not in replaced] + [
+        row for row in override.peer_rows if row.scenario in replaced]
     rank = {name: i for i, name in enumerate(SCENARIOS)}
     # Stable: the main rows keep their order, the new ones go where their
     # scenario belongs.
@@ -879,6 +948,272 @@ def rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path.resolve(), start.resolve())).as_posix()
 
 
+def log_links(results_dir: Path, doc_dir: Path, names: list[str]) -> str:
+    """Links to the logs RESULTS/NAME.log that exist, or "the logs"."""
+    return ", ".join(
+        f"[{name}.log]({rel(results_dir / f'{name}.log', doc_dir)})"
+        for name in names if (results_dir / f"{name}.log").is_file()
+    ) or "the logs"
+
+
+# ---------------------------------------------------------------- peers
+
+# Our contended processes: simba-bench writes mode "processes" for keyed
+# contenders and "locker processes" for a Locker per process; a peer writes
+# "processes".
+OUR_LOCKER_MODE = "locker processes"
+OUR_KEYED_MODE = "processes"
+PEER_MODE = "processes"
+
+
+def run_values(row: Row, metric: str) -> dict[int, float]:
+    """run -> the figure of that run; `fairness` is the least-served process's
+    acquisitions ÷ the mean per process (count ÷ contenders)."""
+    out: dict[int, float] = {}
+    for run, obj in row.runs.items():
+        if metric == "fairness":
+            n = _num(obj.get("contenders")) or float(row.contenders)
+            count, least = _num(obj.get("count")), obj.get("least")
+            if n > 0 and count > 0 and isinstance(least, (int, float)) and not isinstance(least, bool):
+                out[run] = float(least) / (count / n)
+        else:
+            v = _num(obj.get(metric))
+            if v > 0:  # a peer writes null, simba-bench 0, where a figure does not apply
+                out[run] = v
+    return out
+
+
+def in_runs(values: dict[int, float]) -> list[float]:
+    return [values[run] for run in sorted(values)]
+
+
+def best_peer(peers: list[Row], metric: str) -> Row | None:
+    """The peer with the best median in this cell: lowest latency, else highest."""
+    scored = [(statistics.median(v), row.peer, row) for row in peers
+              if (v := in_runs(run_values(row, metric)))]
+    if not scored:
+        return None
+    if metric == "p50_us":
+        return min(scored, key=lambda s: (s[0], s[1]))[2]
+    return min(scored, key=lambda s: (-s[0], s[1]))[2]
+
+
+def paired_ratios(ours: Row, peer: Row, metric: str) -> list[float]:
+    """ours ÷ peer in each run that has both: the peers run right after ours
+    with the same run number, so a slow spell of the machine weighs on both
+    sides of a ratio. Without a common run, the ratio of the medians."""
+    a, b = run_values(ours, metric), run_values(peer, metric)
+    common = sorted(set(a) & set(b))
+    if common:
+        return [a[run] / b[run] for run in common]
+    if a and b:
+        return [statistics.median(a.values()) / statistics.median(b.values())]
+    return []
+
+
+def fmt_fraction(x: float) -> str:
+    """Two decimals, and two significant digits below 0.1: a polling peer's
+    hand-off is 0.010× ours, not 0.01×, and its least-served 0.0030, not 0.00."""
+    if x <= 0 or x >= 0.1:
+        return f"{x:.2f}"
+    return f"{x:.{1 - math.floor(math.log10(x))}f}"
+
+
+def fraction_cell(values: list[float], suffix: str = "") -> str:
+    return spread(values, lambda v, bare=False: fmt_fraction(v) + ("" if bare else suffix))
+
+
+def fairness_cell(row: Row, total: int) -> str:
+    fractions = in_runs(run_values(row, "fairness"))
+    if not fractions:
+        return "–"
+    means = [_num(obj.get("count")) / row.contenders for obj in row.runs.values()
+             if row.contenders > 0 and _num(obj.get("count")) > 0]
+    head = f"{fmt_count(row.median('least'))} of a mean {statistics.median(means):,.0f}: " if means else ""
+    return head + fraction_cell(fractions) + runs_note(row, total)
+
+
+def figure_cell(row: Row, metric: str, total: int) -> str:
+    if metric == "fairness":
+        return fairness_cell(row, total)
+    values = in_runs(run_values(row, metric))
+    cell = latency_cell(values) if metric == "p50_us" else ops_cell(values)
+    return cell + runs_note(row, total) if values else cell
+
+
+@dataclass
+class PeerFigure:
+    """One line of the side-by-side table: our row against the store's peers."""
+
+    label: str
+    metric: str  # p50_us (lower is better), ops_per_s, fairness
+    ours: Row | None
+    peers: list[Row]
+
+
+def peer_figures(ours: list[Row], peers: list[Row]) -> list[PeerFigure]:
+    """Ours and the peers' rows of one store, matched by scenario, mode and
+    contenders; uncontended and hand-off rows have neither, so ours are told
+    apart by the family of their case ("mutex: ...", "keyed: ...")."""
+
+    def our_row(scenario: str, family: str = "", mode: str = "", contenders: int = 0) -> Row | None:
+        for row in ours:
+            if row.scenario != scenario:
+                continue
+            if scenario == "contended":
+                if row.mode == mode and row.contenders == contenders:
+                    return row
+            elif case_family(row.case) == family:
+                return row
+        return None
+
+    def their(scenario: str, contenders: int = 0) -> list[Row]:
+        return [row for row in peers if row.scenario == scenario
+                and (scenario != "contended" or (row.mode == PEER_MODE and row.contenders == contenders))]
+
+    figures = [
+        PeerFigure("uncontended p50: mutex (SPI pair)", "p50_us", our_row("uncontended", "mutex"),
+                   their("uncontended")),
+        PeerFigure("uncontended p50: keyed", "p50_us", our_row("uncontended", "keyed"),
+                   their("uncontended")),
+    ]
+    counts = sorted({row.contenders for row in peers if row.scenario == "contended" and row.mode == PEER_MODE}
+                    | {row.contenders for row in ours if row.scenario == "contended"
+                       and row.mode in (OUR_LOCKER_MODE, OUR_KEYED_MODE)})
+    for mode, what in ((OUR_LOCKER_MODE, "`Locker`"), (OUR_KEYED_MODE, "keyed")):
+        for c in counts:
+            figures.append(PeerFigure(f"ops/s, {c} process{'es' if c != 1 else ''}: {what}", "ops_per_s",
+                                      our_row("contended", mode=mode, contenders=c), their("contended", c)))
+    if counts and counts[-1] > 1:
+        top = counts[-1]
+        for mode, what in ((OUR_LOCKER_MODE, "`Locker`"), (OUR_KEYED_MODE, "keyed")):
+            figures.append(PeerFigure(f"least-served of {top} processes: {what}", "fairness",
+                                      our_row("contended", mode=mode, contenders=top), their("contended", top)))
+    figures += [
+        PeerFigure("hand-off p50: mutex", "p50_us", our_row("handoff", "mutex"), their("handoff")),
+        PeerFigure("hand-off p50: keyed", "p50_us", our_row("handoff", "keyed"), their("handoff")),
+    ]
+    return [f for f in figures if f.ours is not None or f.peers]
+
+
+def peer_line(store: str, figure: PeerFigure, total: int, misses: list[Miss]) -> list[str]:
+    """The cells of one figure: ours, the best peer, ours ÷ peer, the target."""
+    peer = best_peer(figure.peers, figure.metric)
+    ours = figure_cell(figure.ours, figure.metric, total) if figure.ours else "–"
+    theirs = f"{md(peer.peer)}: {figure_cell(peer, figure.metric, total)}" if peer else "–"
+    ratio_text, verdict = "–", "–"
+    if figure.metric == "fairness":
+        fractions = in_runs(run_values(figure.ours, "fairness")) if figure.ours else []
+        if fractions:
+            mine = statistics.median(fractions)
+            verdict = "met" if mine >= FAIRNESS_TARGET else "**missed**"
+            if peer:
+                theirs_fraction = statistics.median(in_runs(run_values(peer, "fairness")))
+                verdict += f" <small>(peer: {'met' if theirs_fraction >= FAIRNESS_TARGET else 'missed'})</small>"
+            if mine < FAIRNESS_TARGET:
+                misses.append(Miss(store, "against the peers", figure.label,
+                                   f"least-served process {fmt_fraction(mine)} of the mean, "
+                                   f"target ≥ {FAIRNESS_TARGET:g}"))
+        return [ours, theirs, ratio_text, f"≥ ¼ mean: {verdict}" if verdict != "–" else verdict]
+    ratios = paired_ratios(figure.ours, peer, figure.metric) if figure.ours and peer else []
+    if ratios:
+        ratio_text = fraction_cell(ratios, "×")
+        r = statistics.median(ratios)
+        if figure.metric == "p50_us":
+            met, target, what = r <= PEER_LATENCY_TARGET, f"≤ {PEER_LATENCY_TARGET:g}×", "p50"
+        else:
+            met, target, what = r >= PEER_THROUGHPUT_TARGET, f"≥ {PEER_THROUGHPUT_TARGET:g}×", "ops/s"
+        verdict = f"{target}: " + ("met" if met else "**missed**")
+        if not met:
+            misses.append(Miss(store, "against the peers", figure.label,
+                               f"{fmt_fraction(r)}× {peer.peer}'s {what}, target {target}"))
+    return [ours, theirs, ratio_text, verdict]
+
+
+def peer_notes(kind: str, peers: list[Row], results: Results, results_dir: Path, doc_dir: Path) -> list[str]:
+    """What ran for a store: its peers' packages, failed or empty peer runs,
+    a violated exclusion, or why no peer ran."""
+    store = store_of_kind(kind)
+    status = results.machine.get("peers")
+    why = status.get(kind) if isinstance(status, dict) else None
+    if not peers:
+        reason = f" ({md(why)})" if why and why != "run" else ""
+        per_run = results.peer_rows_per_run.get(kind, {})
+        failed = sorted(r for r in per_run if (kind, r) in results.peer_failed or per_run[r] == 0)
+        if failed:
+            logs = log_links(results_dir, doc_dir, [f"{kind}-peers-{r}" for r in failed])
+            reason += (f" (run{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} "
+                       f"failed or empty: see {logs})")
+        return [f"* {store}: no peer run{reason}"]
+    names: list[str] = []
+    for row in peers:
+        text = f"{md(row.peer)} ({md(row.last('package') or '?')}: {md(row.last('api') or '?')})"
+        if text not in names:
+            names.append(text)
+    out = [f"* {store}: {', '.join(names)}"]
+    total = results.runs
+    per_run = results.peer_rows_per_run.get(kind, {})
+    bad = [r for r in range(1, total + 1) if per_run.get(r, 0) == 0 or (kind, r) in results.peer_failed]
+    if bad:
+        logs = log_links(results_dir, doc_dir, [f"{kind}-peers-{r}" for r in bad])
+        out.append(f"* {store}: peer run{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))} "
+                   f"failed or empty (see {logs})")
+    for row in peers:
+        for run in sorted(row.runs):
+            obj = row.runs[run]
+            if _num(obj.get("violations")) > 0:
+                out.append(f"* {store}: **{md(row.peer)} violated exclusion** in run {run} with "
+                           f"{row.contenders} processes ({fmt_count(_num(obj.get('overlaps')))} overlaps, "
+                           f"{fmt_count(_num(obj.get('lost_updates')))} increments lost)")
+    return out
+
+
+def section_peers(results: Results, results_dir: Path, doc_dir: Path, misses: list[Miss]) -> list[str]:
+    total = results.runs
+    kinds = [k for k in results.kinds if k in PEER_KINDS]
+    for row in results.peer_rows:
+        kind = STORE_TO_KIND.get(row.store, row.store)
+        if kind not in kinds:
+            kinds.append(kind)
+    kinds.sort(key=lambda k: store_rank(store_of_kind(k)))
+    if not kinds:
+        return []
+    out = ["#### Side by side with the peers (same run, same servers)", ""]
+    if not results.peer_rows:
+        out += ["No peer run in these results (scripts/bench-report.sh runs the peers after each "
+                "store's run unless `--no-peers`; see \"Peers\" below).", ""]
+        notes = [line for kind in kinds for line in peer_notes(kind, [], results, results_dir, doc_dir)]
+        # Only worth a list when it says why.
+        return out + (notes + [""] if any("(" in line for line in notes) else [])
+    out += [
+        "The peer libraries of each store (\"Peers\" below) ran right after simba-bench in every run, "
+        "each on a private server of the same kind, with the same sizes. Each line is ours against "
+        "the best of the store's peers in that line (named), both the median across runs; ours ÷ "
+        "peer is the median of the runs' ratios (each run's figure against the same run's peer), "
+        "the lowest–highest run in small print. Mutex: the Backend SPI pair (uncontended), a "
+        "`Locker` per process (contended), two contend services (hand-off); keyed: "
+        "`KeyedLockProvider`. Targets: p50 at most the peer's (≤ 1×), ops/s at least the peer's "
+        "(≥ 1×), and the least-served of the processes at least ¼ of the mean (acquisitions ÷ "
+        "processes).",
+        "",
+    ]
+    body: list[list[str]] = []
+    notes: list[str] = []
+    for kind in kinds:
+        store = store_of_kind(kind)
+        peers = [row for row in results.peer_rows if row.store == store]
+        notes += peer_notes(kind, peers, results, results_dir, doc_dir)
+        if not peers:
+            continue
+        ours = [row for row in results.rows if row.store == store]
+        for figure in peer_figures(ours, peers):
+            body.append([store, figure.label] + peer_line(store, figure, total, misses))
+    if body:
+        out += table(["store", "figure", "ours", "best peer", "ours ÷ peer", "target"], "llrrrl", body)
+        out.append("")
+    return out + notes + [""]
+
+
 def build_report(results: Results, results_dir: Path, markdown: Path, charts_dir: Path,
                  command: str | None, charts: dict[str, str]) -> list[str]:
     doc_dir = markdown.parent
@@ -986,6 +1321,8 @@ def build_report(results: Results, results_dir: Path, markdown: Path, charts_dir
                  latency_cell(r.values("p99_us"))] for r in rows])
         if out[-1] != "":
             out.append("")
+
+    out += section_peers(results, results_dir, doc_dir, misses)
 
     out += ["#### Targets missed", ""]
     if misses:

@@ -109,6 +109,91 @@ def make_results(directory: Path) -> None:
     (directory / "machine.json").write_text(json.dumps(machine))
 
 
+# Side by side with the peers: zookeeper, ours and two peers, with figures
+# chosen so that the best peer differs from cell to cell. A run's factor
+# scales the figures that vary across runs.
+FACTORS = {1: 1.0, 2: 1.2, 3: 0.9}
+
+
+def contended(mode: str, c: int, ops: float, least: int | None = None) -> dict:
+    """A contended row over one second: count = ops; least defaults to fair."""
+    count = int(ops)
+    row = latency("contended", f"{c} processes: wait for the hot key", 1000.0, mode=mode,
+                  contenders=c, count=count, least=least if least is not None else count // c,
+                  most=count // c + 1)
+    row["ops_per_s"] = ops
+    return row
+
+
+def our_zookeeper_rows(f: float) -> list[dict]:
+    rows = [
+        latency("floor", "exists /", 400.0),
+        latency("uncontended", "mutex: acquire_or_renew + release (SPI)", 1000.0 * f, 2.5, 2),
+        latency("uncontended", "keyed: try_acquire + release", 2000.0, 5.0, 2, mechanism="lease"),
+        latency("handoff", "mutex: stop() -> waiter's on_acquired", 900.0 * f, 2.0, 2, push=True),
+        latency("handoff", "keyed: release() -> waiter's try_acquire returns", 3000.0, 7.0, 2,
+                push=True),
+    ]
+    for c in (1, 4, 16):
+        # Threads: not compared (the peers contend as processes).
+        rows.append(contended("threads", c, 99_999.0))
+        rows[-1]["case"] = f"{c} threads: wait for the hot key"
+    rows += [contended("processes", 1, 500.0), contended("processes", 4, 350.0),
+             contended("processes", 16, 1600.0, least=90)]
+    rows[-1]["ops_per_s"] = 250.0  # 1,600 acquisitions, a mean of 100 a process: 0.90
+    for c, ops in ((1, 600.0 * f), (4, 400.0 * f)):
+        rows.append(contended("locker processes", c, ops))
+        rows[-1]["case"] = f"{c} processes, Locker: wait for the hot mutex"
+    rows.append(contended("locker processes", 16, 1600.0, least=10))  # 0.10 of the mean
+    rows[-1].update(ops_per_s=300.0, case="16 processes, Locker: wait for the hot mutex")
+    for row in rows:
+        row["store"] = "zookeeper"
+    return rows
+
+
+def peer_rows(peer: str, f: float) -> list[dict]:
+    """What bench/peers/run.py prints: null where a figure does not apply."""
+    kazoo = peer == "kazoo"
+    uncontended = 1500.0 if kazoo else 800.0 * f
+    ops = {1: 550.0, 4: 320.0, 16: 280.0} if kazoo else {1: 650.0, 4: 300.0, 16: 200.0}
+    least16 = 40 if kazoo else 100  # of a mean 100: 0.40, 1.00
+    base = {"store": "zookeeper", "peer": peer, "package": f"python3-{peer} 1.0",
+            "api": "kazoo.recipe.lock.Lock" if kazoo else "InterProcessMutex", "p999_us": None,
+            "mode": None, "count": None, "least": None, "most": None, "violations": None,
+            "overlaps": None, "lost_updates": None, "errors": 0}
+    rows = [dict(base, scenario="uncontended", case="acquire + release of a free lock", n=1000,
+                 p50_us=uncontended, p99_us=uncontended * 3, max_us=uncontended * 9,
+                 ops_per_s=1e6 / uncontended, contenders=1)]
+    for c, rate in ops.items():
+        count = 1600 if c == 16 else int(rate)
+        rows.append(dict(base, scenario="contended", case=f"{c} processes: wait for the hot key",
+                         n=count, p50_us=800.0 * c, p99_us=2000.0 * c, max_us=9000.0 * c,
+                         ops_per_s=rate, mode="processes", contenders=c, count=count,
+                         least=least16 if c == 16 else count // c, most=count // c + 5,
+                         violations=0, overlaps=0, lost_updates=0))
+    handoff = 2000.0 if kazoo else 5000.0
+    rows.append(dict(base, scenario="handoff", case="release() -> waiter's acquire returns", n=50,
+                     p50_us=handoff, p99_us=handoff * 4, max_us=handoff * 5, ops_per_s=None,
+                     contenders=2))
+    return rows
+
+
+def add_peer_results(directory: Path) -> None:
+    """zookeeper (ours, 3 runs) and its peers kazoo and curator (3 runs)."""
+    for run, f in FACTORS.items():
+        lines = ["cpus: 2"] + [json.dumps(r) for r in our_zookeeper_rows(f)]
+        (directory / f"zookeeper-{run}.jsonl").write_text("\n".join(lines) + "\n")
+        (directory / f"zookeeper-{run}.log").write_text("built\n")
+        lines = [json.dumps(r, separators=(",", ":")) for r in peer_rows("kazoo", f) + peer_rows("curator", f)]
+        (directory / f"zookeeper-peers-{run}.jsonl").write_text("\n".join(lines) + "\n")
+        (directory / f"zookeeper-peers-{run}.log").write_text("server: zookeeper://127.0.0.1:1\n")
+    machine = json.loads((directory / "machine.json").read_text())
+    machine["kinds"].insert(-1, "zookeeper")
+    machine["peers"] = {"redis": "not installed: redis-py needs python3-redis", "postgres": "run",
+                        "mysql": "run", "zookeeper": "run", "etcd": "run"}
+    (directory / "machine.json").write_text(json.dumps(machine))
+
+
 BEFORE = "# Title\n\nHand-written text before.\n\n"
 AFTER = "\n## Where the time goes\n\nHand-written text after.\n"
 
@@ -286,6 +371,150 @@ class ReportTest(unittest.TestCase):
         self.assertNotIn("999", section.split("Uncontended", 1)[0])
         self.assertIn("| redis | PING |", section)
         self.assertIn("Hand-off", section)
+
+    def side_by_side(self) -> str:
+        body = self.between(self.run_report())
+        self.assertIn("#### Side by side with the peers (same run, same servers)", body)
+        return body.split("#### Side by side with the peers", 1)[1].split("#### Targets missed", 1)[0]
+
+    def line(self, section: str, figure: str) -> str:
+        lines = [l for l in section.splitlines() if l.startswith(f"| zookeeper | {figure} |")]
+        self.assertEqual(len(lines), 1, (figure, section))
+        return lines[0]
+
+    def test_peer_rows_are_loaded_apart_from_ours(self) -> None:
+        add_peer_results(self.results)
+        results = report.load_results(self.results)
+        self.assertFalse(any(row.peer for row in results.rows))
+        self.assertEqual(sorted({row.peer for row in results.peer_rows}), ["curator", "kazoo"])
+        kazoo16 = next(r for r in results.peer_rows if r.peer == "kazoo" and r.contenders == 16)
+        self.assertEqual((kazoo16.store, kazoo16.scenario, kazoo16.mode), ("zookeeper", "contended", "processes"))
+        self.assertEqual(sorted(kazoo16.runs), [1, 2, 3])
+        # The peers' contended case is spelled as our keyed one: still two rows.
+        ours16 = [r for r in results.rows if r.store == "zookeeper" and r.contenders == 16
+                  and r.mode == "processes"]
+        self.assertEqual(len(ours16), 1)
+        self.assertEqual(ours16[0].median("least"), 90)
+        self.assertEqual(results.peer_rows_per_run["zookeeper"], {1: 10, 2: 10, 3: 10})
+        # Peer rows appear in no table or chart of ours.
+        body = self.between(self.run_report())
+        before = body.split("#### Side by side with the peers", 1)[0]
+        self.assertNotIn("kazoo", before)
+        self.assertNotIn("curator", before)
+        for chart in self.charts.iterdir():
+            self.assertNotIn("kazoo", chart.read_text())
+
+    def test_side_by_side_with_the_peers(self) -> None:
+        add_peer_results(self.results)
+        section = self.side_by_side()
+        self.assertIn("| store | figure | ours | best peer | ours ÷ peer | target |", section)
+        # Uncontended: curator is the best peer (800 µs × the run's factor);
+        # every run's ratio is 1.25.
+        self.assertEqual(self.line(section, "uncontended p50: mutex (SPI pair)"),
+                         "| zookeeper | uncontended p50: mutex (SPI pair) | 1.00 ms <small>(0.90–1.20)</small> "
+                         "| curator: 800 µs <small>(720–960)</small> | 1.25× | ≤ 1×: **missed** |")
+        # The ratio is the median of the runs' ratios: 2000 ÷ {800, 960, 720}.
+        self.assertIn("| 2.00 ms | curator: 800 µs <small>(720–960)</small> | 2.50× <small>(2.08–2.78)</small> "
+                      "| ≤ 1×: **missed** |", self.line(section, "uncontended p50: keyed"))
+        # Throughput: the best peer differs by contenders (curator at 1, kazoo at 4 and 16).
+        self.assertEqual(self.line(section, "ops/s, 1 process: `Locker`"),
+                         "| zookeeper | ops/s, 1 process: `Locker` | 600 <small>(540–720)</small> | curator: 650 "
+                         "| 0.92× <small>(0.83–1.11)</small> | ≥ 1×: **missed** |")
+        self.assertIn("| kazoo: 320 | 1.25× <small>(1.12–1.50)</small> | ≥ 1×: met |",
+                      self.line(section, "ops/s, 4 processes: `Locker`"))
+        self.assertIn("| 300 | kazoo: 280 | 1.07× | ≥ 1×: met |", self.line(section, "ops/s, 16 processes: `Locker`"))
+        self.assertIn("| 500 | curator: 650 | 0.77× | ≥ 1×: **missed** |",
+                      self.line(section, "ops/s, 1 process: keyed"))
+        self.assertIn("| 350 | kazoo: 320 | 1.09× | ≥ 1×: met |", self.line(section, "ops/s, 4 processes: keyed"))
+        self.assertIn("| 250 | kazoo: 280 | 0.89× | ≥ 1×: **missed** |",
+                      self.line(section, "ops/s, 16 processes: keyed"))
+        # Our threads rows (99,999 ops/s) are not compared.
+        self.assertNotIn("99,999", section)
+        # Fairness at 16: least ÷ mean (1,600 ÷ 16 = 100); curator is the fairer peer.
+        self.assertEqual(self.line(section, "least-served of 16 processes: `Locker`"),
+                         "| zookeeper | least-served of 16 processes: `Locker` | 10 of a mean 100: 0.10 "
+                         "| curator: 100 of a mean 100: 1.00 | – | ≥ ¼ mean: **missed** <small>(peer: met)</small> |")
+        self.assertIn("| 90 of a mean 100: 0.90 | curator: 100 of a mean 100: 1.00 | – "
+                      "| ≥ ¼ mean: met <small>(peer: met)</small> |",
+                      self.line(section, "least-served of 16 processes: keyed"))
+        # Hand-off: kazoo (2 ms) beats curator (5 ms).
+        self.assertIn("| kazoo: 2.00 ms | 0.45×", self.line(section, "hand-off p50: mutex"))
+        self.assertIn("≤ 1×: met |", self.line(section, "hand-off p50: mutex"))
+        self.assertIn("| 3.00 ms | kazoo: 2.00 ms | 1.50× | ≤ 1×: **missed** |",
+                      self.line(section, "hand-off p50: keyed"))
+        # The peers and their packages; the stores without a peer run, and why.
+        self.assertIn("* zookeeper: curator (python3-curator 1.0: InterProcessMutex), "
+                      "kazoo (python3-kazoo 1.0: kazoo.recipe.lock.Lock)", section)
+        self.assertIn("* redis: no peer run (not installed: redis-py needs python3-redis)", section)
+        self.assertIn("* postgresql: no peer run\n", section)
+        self.assertIn("* etcd: no peer run\n", section)
+        self.assertNotIn("| redis |", section)
+        # The misses join the report's list.
+        body = self.between(self.markdown.read_text())
+        missed = body.split("#### Targets missed", 1)[1]
+        self.assertIn("* zookeeper, against the peers, uncontended p50: mutex (SPI pair): "
+                      "1.25× curator's p50, target ≤ 1×", missed)
+        self.assertIn("* zookeeper, against the peers, ops/s, 16 processes: keyed: 0.89× kazoo's ops/s, "
+                      "target ≥ 1×", missed)
+        self.assertIn("* zookeeper, against the peers, least-served of 16 processes: `Locker`: "
+                      "least-served process 0.10 of the mean, target ≥ 0.25", missed)
+        self.assertNotIn("ops/s, 4 processes: `Locker`", missed)
+
+    def test_a_failed_peer_run_and_a_violation_are_said(self) -> None:
+        add_peer_results(self.results)
+        (self.results / "zookeeper-peers-2.jsonl").write_text("")
+        machine = json.loads((self.results / "machine.json").read_text())
+        machine["failed"].append("zookeeper-peers-2")
+        (self.results / "machine.json").write_text(json.dumps(machine))
+        path = self.results / "zookeeper-peers-3.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows:
+            if row["peer"] == "kazoo" and row["contenders"] == 16:
+                row.update(violations=2, overlaps=1, lost_updates=1)
+        rows.append({"store": "zookeeper", "scenario": "uncontended", "case": "no peer field"})
+        path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        body = self.between(self.run_report())
+        section = self.side_by_side()
+        # Our zookeeper runs are not the failed ones.
+        self.assertIn("| zookeeper | – | 3 of 3 |  |", body)
+        self.assertIn("* zookeeper: peer run 2 failed or empty (see "
+                      "[zookeeper-peers-2.log](../bench/results/latest/zookeeper-peers-2.log))", section)
+        self.assertIn("* zookeeper: **kazoo violated exclusion** in run 3 with 16 processes "
+                      "(1 overlaps, 1 increments lost)", section)
+        # Ratios pair the runs both sides have: 2000 ÷ {800, 720}.
+        self.assertIn("| 2.00 ms | curator: 760 µs <small>(720–800)</small> <small>(2 of 3 runs)</small> "
+                      "| 2.64× <small>(2.50–2.78)</small> |", self.line(section, "uncontended p50: keyed"))
+        # The row without a peer field is not taken for one (nor for ours);
+        # the other unreadable line is etcd-1's.
+        self.assertIn("* 2 unreadable JSON line(s) skipped", body)
+
+    def test_results_without_peers_say_so(self) -> None:
+        section = self.side_by_side()
+        self.assertIn("No peer run in these results", section)
+        self.assertNotIn("| store | figure |", section)
+        self.assertNotIn("* redis", section)  # no reason recorded: nothing more to say
+        machine = json.loads((self.results / "machine.json").read_text())
+        machine["peers"] = {kind: "skipped: --no-peers" for kind in ("redis", "postgres", "mysql", "etcd")}
+        (self.results / "machine.json").write_text(json.dumps(machine))
+        section = self.side_by_side()
+        self.assertIn("* redis: no peer run (skipped: --no-peers)", section)
+        self.assertIn("* etcd: no peer run (skipped: --no-peers)", section)
+        # A peer run that failed without a row: said with its log.
+        machine["peers"]["redis"] = "run"
+        machine["failed"].append("redis-peers-1")
+        (self.results / "machine.json").write_text(json.dumps(machine))
+        (self.results / "redis-peers-1.jsonl").write_text("")
+        (self.results / "redis-peers-1.log").write_text("bench-peers.sh: failed: redis-py\n")
+        section = self.side_by_side()
+        self.assertIn("* redis: no peer run (run 1 failed or empty: see "
+                      "[redis-peers-1.log](../bench/results/latest/redis-peers-1.log))", section)
+        # Stores without peers get no section at all.
+        for path in self.results.iterdir():
+            if not path.name.startswith(("memory-", "machine")):
+                path.unlink()
+        machine.update(kinds=["memory"], peers={}, failed=[])
+        (self.results / "machine.json").write_text(json.dumps(machine))
+        self.assertNotIn("Side by side", self.run_report())
 
     def test_mismatched_markers_are_refused(self) -> None:
         original = BEFORE + report.END + "\n" + report.BEGIN + "\n" + AFTER
