@@ -1333,6 +1333,36 @@ TEST(PostgresSessionBacked, APausedHolderWhoseSessionEndedNoLongerBelievesOnceTa
   SIMBA_ASSERT_OK(hold.service->stop());
 }
 
+// A holder in this process whose line session the server ends is told at
+// once that the hold that session backed is over (its lease, 10 s, still
+// runs), and the log says why: an operator who sees holds lost wants the
+// cause, and a grace too short for the server shows here.
+TEST(PostgresSessionBacked, AHolderWhoseLineSessionEndsIsToldAndTheLogSaysWhy) {
+  const std::string table = "pt_backed_told";
+  const std::string app = "pt_backed_told_holder";
+  Psql admin(shared_server_uri("postgres"));
+  ASSERT_TRUE(admin.ok());
+  auto factory = make_factory(with_query(backed_uri(table), "application_name=" + app), seconds(10),
+                              seconds(5));
+  ASSERT_TRUE(factory);
+  Recorder holder;
+  auto service = factory->create_contend_service(holder.contender("m", "holder")).value();
+  SIMBA_ASSERT_OK(service->start());
+  ASSERT_TRUE(holder.acquired.wait(seconds(5)));
+  ASSERT_TRUE(backed(admin, table, "m")) << "the holder's tenure was never recorded as backed";
+  ::testing::internal::CaptureStderr();
+  const std::string ended = admin.exec(
+      "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+      "WHERE application_name = '" +
+      app + "'");
+  const bool told = holder.released.wait(seconds(5));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(ended, "0");
+  EXPECT_TRUE(told) << "the holder was not told its backed hold ended";
+  EXPECT_THAT(log, HasSubstr("the session backing the hold of mutex 'm' (token ")) << log;
+  SIMBA_ASSERT_OK(service->stop());
+}
+
 // A holder and a waiter start together, and the waiter's process has its
 // line session open already (it held another mutex a moment ago): the
 // waiter's place is first in line and the holder's queues behind it. The

@@ -292,11 +292,30 @@ bool WaitLine::back_tenure(Place& place, const std::string& mutex,
     return true;
   }
   // Unanswered, failed or too late: the tenure may be taken over from its
-  // bound on. Its holder hears it now.
+  // bound on. Its holder hears it now, and the log says why (a grace too
+  // short for this server or machine shows here first).
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(answered - now);
+  const std::string grace = "session_grace (" + std::to_string(hooks_.grace.count()) + " ms)";
+  if (ran.ok()) {
+    warn_tenure_ends(mutex, held.token,
+                     "answered only after " + std::to_string(took.count()) + " ms, past " + grace);
+  } else if (ran.status().code() == StatusCode::kDeadlineExceeded) {
+    warn_tenure_ends(mutex, held.token, "did not answer within " + grace);
+  } else {
+    warn_tenure_ends(mutex, held.token, "failed: " + ran.status().to_string());
+  }
   if (ran.ok() || session->healthy()) session->set_broken();
   unmark_locked(place);
   report_lost(place, mutex, held.contender, held.token, lock);
   return true;
+}
+
+void WaitLine::warn_tenure_ends(const std::string& mutex, std::uint64_t token,
+                                const std::string& cause) const {
+  SIMBA_LOG(kWarn, description_ << ": the session backing the hold of mutex " << in_quotes(mutex)
+                                << " (token " << token << ") " << cause
+                                << "; the holder is told it lost the hold, which another "
+                                   "process may take over from now");
 }
 
 void WaitLine::report_lost(Place& place, const std::string& mutex, const std::string& contender,
@@ -437,6 +456,7 @@ void WaitLine::run(std::size_t index) {
         // on another process may take the tenure over.
         const std::string contender = place.marked_contender;
         const std::uint64_t token = place.marked_token;
+        warn_tenure_ends(mutex, token, "was lost (the server ended it or the connection broke)");
         unmark_locked(place);
         report_lost(place, mutex, contender, token, lock);
         continue;

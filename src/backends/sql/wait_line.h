@@ -325,6 +325,10 @@ class WaitLine {
   // REQUIRES: lock holds mu_.
   bool back_tenure(Place& place, const std::string& mutex, std::unique_lock<std::mutex>& lock);
   // Runs Hooks::lost with mu_ released. REQUIRES: lock holds mu_.
+  // Says on the log why a backed tenure ends (its session ended, or a ping
+  // failed or came back past the grace).
+  void warn_tenure_ends(const std::string& mutex, std::uint64_t token,
+                        const std::string& cause) const;
   void report_lost(Place& place, const std::string& mutex, const std::string& contender,
                    std::uint64_t token, std::unique_lock<std::mutex>& lock);
 
