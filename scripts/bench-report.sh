@@ -185,13 +185,9 @@ rm -f "$results"/*.jsonl "$results"/*.log "$results"/machine.json
 # Build once up front, with the same lines as scripts/bench-run.sh, so that a
 # broken build stops here instead of failing every run; bench-run.sh's own
 # build is then a no-op.
-jobs="${JOBS:-$(nproc)}"
-build="${BENCH_BUILD:-build-bench}"
-echo "== Build (Release) into $build ==" >&2
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
-  -DSIMBA_BUILD_BENCH=ON >&2
-cmake --build "$build" -j "$jobs" --target simba-bench >&2
+# shellcheck source-path=SCRIPTDIR source=lib/bench.sh
+source scripts/lib/bench.sh
+build_bench simba-bench
 
 date_utc="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"

@@ -14,17 +14,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:?usage: bench-run.sh memory|sqlite|redis|postgres|mysql|zookeeper|etcd [options]}"
 shift
-jobs="${JOBS:-$(nproc)}"
-build="${BENCH_BUILD:-build-bench}"
-
-echo "== Build (Release) into $build ==" >&2
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
-  -DSIMBA_BUILD_BENCH=ON >&2
-cmake --build "$build" -j "$jobs" --target simba-bench >&2
-
 # shellcheck source-path=SCRIPTDIR source=lib/bench.sh
 source scripts/lib/bench.sh
+build_bench simba-bench
 print_machine
 make_bench_dir "$kind" simba-bench
 case "$kind" in

@@ -13,20 +13,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kind="${1:?usage: bench-store.sh postgres|redis|mysql|zookeeper|etcd [iterations] [handoffs]}"
 shift
-jobs="${JOBS:-$(nproc)}"
-build="${BENCH_BUILD:-build-bench}"
-
-echo "== Build (Release) into $build ==" >&2
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
-  -DSIMBA_BUILD_BENCH=ON >&2
+# shellcheck source-path=SCRIPTDIR source=lib/bench.sh
+source scripts/lib/bench.sh
 targets=(simba-bench-store)
 [[ "$kind" == zookeeper ]] && targets+=(simba-bench-raw-zookeeper)
-cmake --build "$build" -j "$jobs" --target "${targets[@]}" >&2
+build_bench "${targets[@]}"
 
-echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
-echo "kernel: $(uname -sr)"
-echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+print_machine
 
 server_dir="$(mktemp -d "${TMPDIR:-/tmp}/simba-bench-$kind.XXXXXX")"
 chmod 755 "$server_dir"

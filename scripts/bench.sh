@@ -11,14 +11,9 @@
 #   BENCH_BUILD     build directory (default: build-bench)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-jobs="${JOBS:-$(nproc)}"
-build="${BENCH_BUILD:-build-bench}"
-
-echo "== Build (Release) into $build ==" >&2
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
-  -DSIMBA_BUILD_BENCH=ON >&2
-cmake --build "$build" -j "$jobs" --target simba-bench-redis >&2
+# shellcheck source-path=SCRIPTDIR source=lib/bench.sh
+source scripts/lib/bench.sh
+build_bench simba-bench-redis
 
 echo "== Machine ==" >&2
 echo "cpus: $(nproc), $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"

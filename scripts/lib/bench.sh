@@ -1,6 +1,17 @@
 # shellcheck shell=bash
-# Sourced by scripts/bench-run.sh and scripts/bench-peers.sh, from the
-# repository's root.
+# Sourced by the scripts/bench*.sh scripts, from the repository's root.
+
+# Builds TARGETS... (Release, benchmarks only: no tests, examples or CLI)
+# into $BENCH_BUILD (default build-bench) with $JOBS jobs (default nproc);
+# the build's chatter goes to stderr. Sets `build` to the directory.
+build_bench() {
+  build="${BENCH_BUILD:-build-bench}"
+  echo "== Build (Release) into $build ==" >&2
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DSIMBA_BUILD_TESTS=OFF -DSIMBA_BUILD_EXAMPLES=OFF -DSIMBA_BUILD_CLI=OFF \
+    -DSIMBA_BUILD_BENCH=ON >&2
+  cmake --build "$build" -j "${JOBS:-$(nproc)}" --target "$@" >&2
+}
 
 # The machine a benchmark ran on: CPUs, kernel, load average.
 print_machine() {
