@@ -82,7 +82,8 @@ struct Capabilities {
   std::string transport = "plain text";
   // What a failover of the store's replication (a standby promoted, a new
   // leader) keeps of the guarantees, for docs and `simba status`; empty when
-  // the backend has nothing to say (one server, or a consensus store).
+  // the backend has nothing to say (one server, or a consensus store that
+  // keeps them all; etcd 3.4 says what a stalled leader may break).
   std::string failover{};
   // Limits a name must respect (bytes).
   std::size_t max_mutex_length = 255;

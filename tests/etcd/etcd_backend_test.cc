@@ -239,6 +239,15 @@ TEST(EtcdUri, UnreachableEndpointFailsFastNamingIt) {
   EXPECT_LT(steady_clock::now() - again, scaled(seconds(1)));
 }
 
+// The one failover case etcd 3.4 does not keep is said where a program can
+// read it (Capabilities::failover), as the SQL backends say theirs.
+TEST(EtcdUri, CapabilitiesSayWhatALeaderStallMayBreak) {
+  auto backend = open_backend("etcd://127.0.0.1:1?connect_timeout=1s");
+  SIMBA_ASSERT_OK(backend);
+  EXPECT_THAT((*backend)->capabilities().failover, HasSubstr("etcd-io/etcd#15247"));
+  EXPECT_THAT((*backend)->capabilities().failover, HasSubstr("fencing token"));
+}
+
 TEST(EtcdUri, ADeadEndpointIsSkippedForTheNextOne) {
   const std::string live = shared_etcd().substr(std::string("etcd://").size());
   auto backend = open("etcd://127.0.0.1:1," + live + "?key_prefix=" + test_prefix());

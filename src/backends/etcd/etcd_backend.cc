@@ -1456,6 +1456,15 @@ class EtcdBackend final : public Backend {
     // One keep-alive renews every owner on a session lease (do_renew).
     capabilities_.batch_renewals = true;
     capabilities_.fencing_source = "etcd create revision of the owner's key";
+    // What a leader change keeps, and the one case it does not (docs/
+    // backends/etcd.md, "Not covered"; seen in the fault runs).
+    capabilities_.failover =
+        "a leader change keeps one owner and increasing fencing tokens (the owner's key and its "
+        "create revision are in the Raft log). Not promised: a leader stalled for longer than a "
+        "lease (SIGSTOP, a stuck disk, a starved CPU) may revoke live leases when it resumes "
+        "(etcd-io/etcd#15247, fixed by #16822 in later releases; Debian 12's 3.4.23 has it): an "
+        "owner then learns of its loss milliseconds after a waiter acquired; check the fencing "
+        "token where you write";
     capabilities_.max_mutex_length = kMaxNameLength;
     capabilities_.max_contender_id_length = kMaxNameLength;
   }
