@@ -89,7 +89,13 @@ BackendRegistry::SchemaMaker sql_schema(Result<Options> (*from_uri)(const Uri&),
   return [from_uri, ddl](const Uri& uri) -> Result<std::string> {
     SIMBA_ASSIGN_OR_RETURN(Options options, from_uri(uri));
     SIMBA_RETURN_IF_ERROR(internal::sql::validate_table_name(options.table));
-    return for_table(ddl(), options.table);
+    std::string statements = for_table(ddl(), options.table);
+    // The side table's statement only where its name fits (as the backend
+    // uses it only then); the table's comes first.
+    if (!internal::sql::session_table_fits(options.table)) {
+      statements.erase(statements.find(";\n") + 2);
+    }
+    return statements;
   };
 }
 #endif

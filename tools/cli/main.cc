@@ -119,9 +119,11 @@ example:
   if (command == "schema") {
     return R"(usage: simba schema --store URI
 
-Print the CREATE TABLE statement of a SQL store's mutex table (the URI's
-`table` included), for a DBA to run when the application's database user
-may not create tables. Other stores need no schema (exit 64).
+Print the CREATE TABLE statements of a SQL store's mutex table (the URI's
+`table`) and of its side table <table>_session (which holds a holder's
+session backs, for failover within session_grace), for a DBA to run when
+the application's database user may not create tables. Other stores need
+no schema (exit 64).
 
 options:
   --store URI         the store (default: $SIMBA_STORE)

@@ -148,7 +148,9 @@ Result<std::shared_ptr<Backend>> new_mysql_backend(MysqlOptions options);
 // no database, an unknown query key, a bad value.
 Result<MysqlOptions> mysql_options_from_uri(const Uri& uri);
 
-// The DDL of simba_mutex, for a DBA.
+// The DDL of simba_mutex and of simba_mutex_session (which tenures a
+// holder's session backs: session_grace), one statement a line-ending
+// ";\n" each, for a DBA; `simba schema` prints it for the URI's table.
 std::string mysql_schema_sql();
 
 }  // namespace simba

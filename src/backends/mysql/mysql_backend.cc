@@ -39,6 +39,11 @@ constexpr char kCreateTable[] =
     "  owner_id varchar(128) not null,\n"
     "  version int unsigned not null\n"
     ") DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+// Which tenures a holder's session backs (session_grace): created beside the
+// table, and printed with it by `simba schema`. JVM Simba never reads it.
+constexpr char kCreateSessionTable[] =
+    "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) not null primary key, "
+    "version bigint unsigned not null) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
 
 class MysqlSession final : public SqlSession {
  public:
@@ -251,9 +256,7 @@ class MysqlDriver final : public SqlDriver {
       return !results.empty() && first_cell(results.back()) == "1";
     };
     // Session-backed tenures (WaitLine::Hooks::grace).
-    line.create_marks_sql =
-        "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) not null primary key, "
-        "version bigint unsigned not null) DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin";
+    line.create_marks_sql = kCreateSessionTable;
     line.mark_sql = {
         "INSERT INTO simba_mutex_session (mutex, version) SELECT mutex, version FROM simba_mutex "
         "WHERE mutex = {0} AND owner_id = {1} AND version = {#2} ON DUPLICATE KEY UPDATE "
@@ -382,6 +385,9 @@ Result<MysqlOptions> mysql_options_from_uri(const Uri& uri) {
   return options;
 }
 
-std::string mysql_schema_sql() { return std::string(internal::sql::mysql::kCreateTable) + ";\n"; }
+std::string mysql_schema_sql() {
+  return std::string(internal::sql::mysql::kCreateTable) + ";\n" +
+         internal::sql::mysql::kCreateSessionTable + ";\n";
+}
 
 }  // namespace simba

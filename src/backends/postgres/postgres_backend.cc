@@ -51,6 +51,11 @@ constexpr char kCreateTable[] =
     "  owner_id varchar(128) NOT NULL DEFAULT '',\n"
     "  version bigint NOT NULL DEFAULT 0\n"
     ")";
+// Which tenures a holder's session backs (session_grace): created beside the
+// table, and printed with it by `simba schema`.
+constexpr char kCreateSessionTable[] =
+    "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) PRIMARY KEY, "
+    "version bigint NOT NULL)";
 
 // Whether sessions prepare their statements: shared by a driver's sessions,
 // turned off for good when the server loses one (below).
@@ -463,9 +468,7 @@ class PgDriver final : public SqlDriver {
     // Session-backed tenures. The record need not be durable: lost in a
     // crash (which ends every session anyway), the tenure is taken over at
     // its lease's end, as without it.
-    line.create_marks_sql =
-        "CREATE TABLE IF NOT EXISTS simba_mutex_session (mutex varchar(66) PRIMARY KEY, "
-        "version bigint NOT NULL)";
+    line.create_marks_sql = kCreateSessionTable;
     line.mark_sql = {
         "SELECT set_config('synchronous_commit', 'off', true)",
         "INSERT INTO simba_mutex_session (mutex, version) SELECT mutex, version FROM simba_mutex "
@@ -666,6 +669,9 @@ Result<PostgresOptions> postgres_options_from_uri(const Uri& uri) {
   return options;
 }
 
-std::string postgres_schema_sql() { return std::string(internal::sql::pg::kCreateTable) + ";\n"; }
+std::string postgres_schema_sql() {
+  return std::string(internal::sql::pg::kCreateTable) + ";\n" +
+         internal::sql::pg::kCreateSessionTable + ";\n";
+}
 
 }  // namespace simba

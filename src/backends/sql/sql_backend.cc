@@ -702,7 +702,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
   // create_marks_sql), created if missing and allowed, or found; until it
   // is, tenures are not backed (said once).
   void prepare_marks(SqlSession& session, Deadline deadline) {
-    const std::string marks = options_.table + std::string(kMarksSuffix);
+    const std::string marks = options_.table + std::string(kSessionTableSuffix);
     const Statement statement =
         options_.create_table
             ? Statement{on_table(driver_->line_lock("")->create_marks_sql), {}}
@@ -775,13 +775,12 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       if (!setup.empty()) SIMBA_RETURN_IF_ERROR(session->run(setup, false, deadline).status());
       return session;
     };
-    // The side table's name must fit where the table's does (63 bytes).
-    const bool marks_fit = options_.table.size() + kMarksSuffix.size() <= kMaxTableName;
+    const bool marks_fit = session_table_fits(options_.table);
     if (options_.session_grace.count() > 0 && !driver->line_lock("")->mark_sql.empty() &&
         !marks_fit) {
       SIMBA_LOG(kWarn, driver->description()
                            << ": the table name " << options_.table << " leaves no room for "
-                           << options_.table << kMarksSuffix
+                           << options_.table << kSessionTableSuffix
                            << " (which tenures a session backs): a dead holder's mutexes are "
                               "taken over only when their leases end");
     }
@@ -852,8 +851,6 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     };
     return std::make_unique<WaitLine>(std::move(hooks), driver_->description(), sessions);
   }
-  static constexpr std::string_view kMarksSuffix = "_session";
-  static constexpr std::size_t kMaxTableName = 63;
   // Whom the wake of the first in line names as the releaser. Any name does:
   // an owner ignores a named release, a waiter looks.
   static constexpr char kFirstInLine[] = "(first in line)";

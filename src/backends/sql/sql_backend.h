@@ -419,6 +419,14 @@ Status check_line_sessions(std::string_view store, int sessions);
 // DDL printed for a DBA (SchemaSql) both check it.
 Status validate_table_name(const std::string& table);
 
+// Whether `table` leaves room for its side table, `<table>_session` (which
+// tenures a holder's session backs), in the 63 bytes a name may have.
+// Without it a dead holder's mutex moves on only when its lease ends.
+inline constexpr std::string_view kSessionTableSuffix = "_session";
+inline bool session_table_fits(const std::string& table) {
+  return table.size() + kSessionTableSuffix.size() <= 63;
+}
+
 // The event a release notice announces: `mutex` released by `by`, or, for
 // forced_notice_sql()'s "<owner>\n<token>\nforced", that hold lost (forced).
 // nullopt for a malformed notice.
