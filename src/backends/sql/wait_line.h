@@ -292,6 +292,9 @@ class WaitLine {
   void run(std::size_t index);
   // Whether the process still needs `place` in its line. REQUIRES: mu_.
   bool wanted_locked(const Place& place) const;
+  // Whether a contender of this process holds `mutex` (or the line's
+  // attempt took it for one). REQUIRES: mu_.
+  bool held_here_locked(const std::string& mutex) const;
   // Whether a contender of ours waits for `mutex`. REQUIRES: mu_.
   bool has_waiters_locked(const std::string& mutex) const;
   // Takes a free place for `mutex`, if there is one. REQUIRES: mu_.
