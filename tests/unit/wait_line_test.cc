@@ -28,9 +28,9 @@ struct SentLog {
   std::condition_variable cv;
   std::vector<std::pair<std::string, steady_clock::time_point>> sent;
 
-  bool wait_for(const std::string& sql, milliseconds within) {
+  bool wait_for(const std::string& sql, milliseconds within, int times = 1) {
     std::unique_lock<std::mutex> lock(mu);
-    return cv.wait_for(lock, within, [&] { return count_locked(sql) > 0; });
+    return cv.wait_for(lock, within, [&] { return count_locked(sql) >= times; });
   }
   int count(const std::string& sql) {
     std::lock_guard<std::mutex> lock(mu);
@@ -320,6 +320,58 @@ TEST(WaitLine, AHoldTakenOnThePoolWhileThePlaceIsFirstKeepsTheLineLock) {
   EXPECT_EQ(log.count("UNLOCK"), 0) << "the line lock was given up under a live hold";
   line.gone("m", "b");
   EXPECT_TRUE(log.wait_for("UNLOCK", milliseconds(5000)));
+  line.stop();
+}
+
+// A hold that the line's attempt took, backed by the place's session, and
+// then claimed by its contender's next call, stays backed: the pings go on
+// and its bound keeps moving. The claim used to drop the contender from
+// what the line knew it held, and the place then ended the bound of a live
+// hold (the core told the holder it lost: MultiContend on PostgreSQL).
+TEST(WaitLine, AHoldTheLineTookStaysBackedOnceItsContenderClaimsIt) {
+  SentLog log;
+  const milliseconds grace(100);
+  std::mutex mu;
+  std::shared_ptr<const HoldBound> bound;
+  bool lost = false;
+  WaitLine* line_of_hooks = nullptr;
+  WaitLine::Hooks h = hooks(&log, milliseconds(0));
+  h.releases_announced = true;
+  h.grace = grace;
+  h.mark = [](const std::string&, const std::string&, std::uint64_t) {
+    return std::vector<Statement>{{"MARK", {}}};
+  };
+  h.ping = Statement{"PING", {}};
+  h.attempted = [&](const std::string& mutex, const std::string& contender,
+                    const std::vector<SqlResult>&, steady_clock::time_point) {
+    auto taken = line_of_hooks->bound_for(mutex, contender, 7);
+    std::lock_guard<std::mutex> lock(mu);
+    bound = std::move(taken);
+    return true;
+  };
+  h.lost = [&](const std::string&, const std::string&, std::uint64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    lost = true;
+  };
+  WaitLine line(std::move(h), "test", 1);
+  line_of_hooks = &line;
+  line.waiting("m", "a", {{"ATTEMPT", {}}});
+  ASSERT_TRUE(log.wait_for("MARK", milliseconds(5000)));
+  ASSERT_TRUE(line.claim("m", "a"));
+  // Several ping periods (grace / 4) after the claim.
+  ASSERT_TRUE(log.wait_for("PING", milliseconds(5000)));
+  EXPECT_TRUE(log.wait_for("PING", milliseconds(5000), log.count("PING") + 4))
+      << "the place stopped pinging the claimed hold";
+  std::shared_ptr<const HoldBound> held;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    held = bound;
+    EXPECT_FALSE(lost);
+  }
+  ASSERT_TRUE(held);
+  EXPECT_FALSE(held->passed(steady_clock::now())) << "a claimed live hold's bound ended";
+  line.gone("m", "a");
+  EXPECT_TRUE(held->passed(steady_clock::now())) << "a released hold's bound lives on";
   line.stop();
 }
 

@@ -345,7 +345,12 @@ void WaitLine::report_lost(Place& place, const std::string& mutex, const std::st
 
 bool WaitLine::claim(const std::string& mutex, const std::string& contender) {
   std::lock_guard<std::mutex> lock(mu_);
-  return erase_locked(granted_, mutex, contender);
+  if (!erase_locked(granted_, mutex, contender)) return false;
+  // It holds by what it is told now, as after holding(): the place goes on
+  // backing its tenure. Dropped from both, the place found no tenure of
+  // ours and ended the bound of a live hold (MultiContend, PostgreSQL).
+  holders_[mutex].insert(contender);
+  return true;
 }
 
 bool WaitLine::holds_locked(const std::string& mutex, const std::string& contender) const {

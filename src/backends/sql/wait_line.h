@@ -191,7 +191,8 @@ class WaitLine {
 
   // Whether `contender`'s attempt sent with the line's wait took `mutex`
   // for it (Hooks::attempted said so while it waited) and nothing it did
-  // since (holding(), waiting(), gone()) has overtaken that; true once.
+  // since (holding(), waiting(), gone()) has overtaken that; true once,
+  // and the contender then holds it as after holding().
   // A hold the attempt kept is handed to the contender's next call only
   // then: an older one (the contender took the mutex by its own call
   // meanwhile and has released it since) must never reach a later call,
