@@ -375,6 +375,88 @@ TEST(WaitLine, AHoldTheLineTookStaysBackedOnceItsContenderClaimsIt) {
   line.stop();
 }
 
+// A holder of ours released on the pool while its place's lock wait was
+// on the way (granted: the line lock was free). The place is then first,
+// for nobody, until it unlocks; the release had reserved the row for the
+// first in line, so another process's try_lock() right after the unlock
+// found the mutex taken (clustered conformance on PostgreSQL). The release
+// now returns only once the place has given the line lock up.
+TEST(WaitLine, AReleaseOnThePoolReturnsOnceItsPlaceHasLeft) {
+  SentLog log;
+  Gate gate;
+  WaitLine::Hooks h = hooks(&log, milliseconds(0));
+  h.releases_announced = true;
+  h.grace = milliseconds(1000);  // the holder's place asks for the line lock
+  h.mark = [](const std::string&, const std::string&, std::uint64_t) {
+    return std::vector<Statement>{{"MARK", {}}};
+  };
+  h.connect = [&](Deadline, int) -> Result<std::unique_ptr<SqlSession>> {
+    return std::unique_ptr<SqlSession>(std::make_unique<GatedSession>(&log, &gate));
+  };
+  WaitLine line(std::move(h), "test", 1);
+  line.holding("m", "a", /*first=*/false);  // taken on the pool
+  ASSERT_TRUE(gate.wait_until_waiting(milliseconds(5000)));
+  line.gone("m", "a");  // released on the pool
+  std::thread grant([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    gate.let_through();  // the cancel came too late: granted
+  });
+  line.await_leaving("m", steady_clock::now() + milliseconds(5000));
+  EXPECT_EQ(log.count("UNLOCK"), 1) << "returned while the place held the line lock";
+  grant.join();
+  line.stop();
+}
+
+// A session whose lock wait ends only when it is cancelled (the line's wake
+// fd), with an error, as PostgreSQL's does; the server may have granted the
+// lock just before the cancel came.
+class CancelledSession : public RecordingSession {
+ public:
+  using RecordingSession::RecordingSession;
+  void set_wake_fd(int fd) override { wake_fd_ = fd; }
+  Result<std::vector<SqlResult>> run(const std::vector<Statement>& statements, bool transaction,
+                                     Deadline deadline, SqlFailure* failure) override {
+    Result<std::vector<SqlResult>> ran =
+        RecordingSession::run(statements, transaction, deadline, failure);
+    if (statements.empty() || statements.front().sql != "WAIT") return ran;
+    pollfd woken{wake_fd_, POLLIN, 0};
+    if (::poll(&woken, 1, 10000) > 0) return cancelled_error("canceling statement");
+    return ran;
+  }
+
+ private:
+  int wake_fd_ = -1;
+};
+
+// A wait cancelled because its contender left (a failed try_lock) may hold
+// the line lock the server granted just before; a session lock outlives
+// the aborted transaction. The place gives it up on the same session (the
+// lock is free once the answer comes), where closing the session freed it
+// only when the server had cleaned up, a moment later; and a call of ours
+// asking for the line's session meanwhile waits for that (the next
+// try_lock() found the released mutex taken, clustered conformance on
+// PostgreSQL).
+TEST(WaitLine, ACancelledWaitGivesTheLineLockUpOnItsSessionBeforeOurNextCall) {
+  SentLog log;
+  int connects = 0;
+  WaitLine::Hooks h = hooks(&log, milliseconds(0));
+  h.releases_announced = true;
+  h.connect = [&](Deadline, int) -> Result<std::unique_ptr<SqlSession>> {
+    ++connects;  // (the line's thread only)
+    return std::unique_ptr<SqlSession>(std::make_unique<CancelledSession>(&log));
+  };
+  WaitLine line(std::move(h), "test", 1);
+  line.waiting("m", "b", {{"ATTEMPT", {}}});
+  ASSERT_TRUE(log.wait_for("WAIT", milliseconds(5000)));
+  line.gone("m", "b");     // the try gave up: the wait is cancelled
+  line.waiting("m", "b");  // and the next one is refused in its turn
+  EXPECT_FALSE(line.first_session("m", steady_clock::now() + milliseconds(5000)).has_value());
+  EXPECT_EQ(log.count("UNLOCK"), 1) << "our next call came before the line lock was given up";
+  line.gone("m", "b");
+  line.stop();
+  EXPECT_EQ(connects, 1) << "the session was closed, not used to give the lock up";
+}
+
 // Stopping the line still ends a connect at once.
 TEST(WaitLine, StopEndsAConnect) {
   SentLog log;

@@ -433,6 +433,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         first ? run_on_table(first->session(), std::move(statements), true, deadline, what)
               : run_on_table(std::move(statements), true, deadline, what);
     if (first && !keep && results.ok()) first->unlocked();
+    const bool first_asked = first.has_value();
     first.reset();
     forget_handed_on(m);
     if (may_hand_on && results.ok() && results->size() > announced_at + 1 &&
@@ -442,6 +443,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     driver_->end_release(m, contender);
     if (line_) {
       line_->gone(m, contender);
+      if (!first_asked) line_->await_leaving(m, deadline);
       // Nothing announces it: this process's own waiters hear it here.
       if (results.ok() && notice.empty()) {
         on_event(MutexEvent{MutexEvent::Kind::kReleased, m, contender});

@@ -90,7 +90,10 @@ void WaitLine::maybe_leave_locked(const std::string& mutex) {
   // A lock wait in progress ends at once (cancelled, or its session
   // closed, which takes this process out of the server's queue). A connect
   // runs on (Place::connecting); the wake is drained before each use.
-  if (!place->connecting) place->wake.post();
+  if (!place->connecting) {
+    place->wake.post();
+    if (place->queued) place->cancelling = true;
+  }
   changed_.notify_all();
 }
 
@@ -142,6 +145,16 @@ void WaitLine::gone(const std::string& mutex, const std::string& contender) {
     place->holder = false;
   }
   maybe_leave_locked(mutex);
+}
+
+void WaitLine::await_leaving(const std::string& mutex, Deadline deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_until(lock, deadline, [&] {
+    const Place* place = place_of_locked(mutex);
+    return place == nullptr || wanted_locked(*place) ||
+           place->hook_thread == std::this_thread::get_id() ||
+           (!place->queued && !place->cancelling && place->state != State::kFirst);
+  });
 }
 
 void WaitLine::forget(const std::string& mutex) {
@@ -379,6 +392,15 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     Place* place = place_of_locked(mutex);
+    // A wait being cancelled may have been granted (Place::cancelling): the
+    // call waits for its answer, which takes a few milliseconds (a cancel
+    // request goes on a connection of its own), and for the session it
+    // broke to be closed. Granted and wanted again, the place is first and
+    // lends its session; otherwise the line lock is free for the pool.
+    if (place != nullptr && place->cancelling && place->hook_thread != std::this_thread::get_id()) {
+      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
+      continue;
+    }
     // A place leaving the line may still hold the line lock, and a reserved
     // row would then be refused to this process's call on the pool: the
     // call waits until it has left (an unlock, or a cancel, away).
@@ -603,6 +625,7 @@ void WaitLine::run(std::size_t index) {
     });
     place.queued = false;
     const Status waited = results.status();
+    if (waited.ok() || failure == SqlFailure::kLockTimeout) place.cancelling = false;
     bool look = false;
     if (waited.ok()) {
       const std::size_t waits = std::min(wait_size, results->size());
@@ -654,7 +677,32 @@ void WaitLine::run(std::size_t index) {
       // session is not (LineLock::queued_sql): look at every chunk's end.
       look = std::exchange(place.announced, false) || hooks_.releases_announced;
     } else {
-      session->set_broken();
+      // A wait cancelled just after its grant leaves the session holding
+      // the line lock (a session lock outlives the transaction the cancel
+      // aborts), and the row a release reserved for the first in line is
+      // refused to everyone else until it is free: a try_lock() of ours
+      // found a released mutex taken (clustered conformance). Given up on
+      // the same session, the lock is free once the answer is here; a
+      // closed session frees it only when the server's backend has exited,
+      // a moment later. Otherwise the session is closed before anyone
+      // looks. (The place was waiting, not first: a holder of ours that
+      // wanted it still does.)
+      bool freed = false;
+      if (place.cancelling && session->healthy()) {
+        outside([&] {
+          freed =
+              session->run({hooks_.unlock(mutex)}, false, steady_clock::now() + kCallBound).ok();
+        });
+      }
+      if (!freed) {
+        session->set_broken();
+        if (place.marked_token == 0) {
+          std::unique_ptr<SqlSession> broken = std::move(place.session);
+          outside([&] { broken.reset(); });
+        }
+      }
+      place.cancelling = false;
+      changed_.notify_all();
       if (!wanted_locked(place)) continue;
       backoff.failed(waited);
       SIMBA_LOG(kDebug,

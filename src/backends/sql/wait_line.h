@@ -185,6 +185,14 @@ class WaitLine {
   // `contender` neither waits for nor holds `mutex` any more (it released,
   // left, or stopped listening).
   void gone(const std::string& mutex, const std::string& contender);
+  // After a release of ours on the pool: waits, until `deadline` at most,
+  // while this process's place for `mutex`, no longer wanted, may hold the
+  // line lock (its wait was in flight, or granted; it then unlocks and
+  // leaves). The release reserved the row for the first in line, which is
+  // that place: until it has left, another process's try is refused (a
+  // try_lock() right after an unlock returned false). Costs the wait's
+  // reply or its cancel, a few milliseconds, and only then.
+  void await_leaving(const std::string& mutex, Deadline deadline);
   // Nobody in this process listens for `mutex`: it leaves that line (once
   // a holder of it is gone too).
   void forget(const std::string& mutex);
@@ -254,6 +262,13 @@ class WaitLine {
     bool holder = false;
     // Its session is waiting in the server's queue for the line lock.
     bool queued = false;
+    // That wait was told to end (the place is not wanted) and its answer,
+    // or the closing of the session it broke, is still to come. The server
+    // may have granted the lock just before the cancel came, and a session
+    // lock outlives the transaction the cancel aborts: until the session is
+    // closed, the line lock is this place's, and a call of ours on the pool
+    // would find a released row reserved for it (first_session() waits).
+    bool cancelling = false;
     // Its thread is opening its session. A connect is not given up when the
     // place stops being wanted (only when the line stops): it ends within
     // its bound, and the session serves the next wait. Given up, under holds
