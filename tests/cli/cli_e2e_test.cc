@@ -1548,9 +1548,13 @@ const Json* find_mutex(const Json& doc, const std::string& name) {
 TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   const std::string held = mutex_name("held");
   const std::string free = mutex_name("free");
-  // `free` has a record (it was used) but nobody holds it.
+  // `free` has a record (it was used) but nobody holds it. On ZooKeeper
+  // that record is an empty container node, which the server deletes at
+  // its next container check (every 60 s by default; docs/cli.md): a
+  // listing of every mutex may come after it and rightly leave `free` out.
   const Ran used = exec(run_args(free, {}, {"true"}));
   ASSERT_EQ(used.code, 0) << used.describe;
+  const bool free_record_may_go = GetParam().name == "zookeeper";
   auto holder = start(run_args(
       held, {},
       {"sh", "-c",
@@ -1569,7 +1573,8 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   ASSERT_EQ(all.code, 0) << all.describe;
   EXPECT_NE(all.out.find(held), std::string::npos) << all.describe;
   EXPECT_NE(all.out.find(owner), std::string::npos) << all.describe;
-  EXPECT_NE(all.out.find(free), std::string::npos) << all.describe;
+  const bool free_listed = all.out.find(free) != std::string::npos;
+  EXPECT_TRUE(free_listed || free_record_may_go) << all.describe;
   EXPECT_NE(all.out.find(std::to_string(*token)), std::string::npos)
       << "the table does not show the fencing token\n"
       << all.describe;
@@ -1596,9 +1601,11 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
     EXPECT_EQ(held_line[acquired_at - 1], ' ') << all.describe;
     EXPECT_NE(held_line[acquired_at], ' ') << all.describe;
     EXPECT_NE(held_line.substr(acquired_at).find(" ago"), std::string::npos) << all.describe;
-    ASSERT_GT(free_line.size(), token_at) << all.describe;
-    EXPECT_EQ(free_line[token_at], '-') << all.describe;
-    EXPECT_EQ(free_line[token_at + 1], ' ') << all.describe;
+    if (free_listed) {
+      ASSERT_GT(free_line.size(), token_at) << all.describe;
+      EXPECT_EQ(free_line[token_at], '-') << all.describe;
+      EXPECT_EQ(free_line[token_at + 1], ' ') << all.describe;
+    }
   }
 
   // Named: only that one.
@@ -1661,14 +1668,19 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
     EXPECT_GT(h->get("ttl_at")->as_int(), 1577836800000LL);
   }
   const Json* f = find_mutex(*doc, free);
-  ASSERT_NE(f, nullptr) << "a mutex with a record is missing from the list\n" << json_all.describe;
-  ASSERT_NE(f->get("held"), nullptr);
-  EXPECT_EQ(f->get("held")->type, Json::Type::kBool);
-  EXPECT_FALSE(f->get("held")->boolean) << json_all.describe;
-  ASSERT_NE(f->get("owner"), nullptr);
-  EXPECT_EQ(f->get("owner")->string, "");
-  for (const char* field : {"acquired_ms_ago", "ttl_ends_in_ms", "lease_ends_in_ms"}) {
-    EXPECT_EQ(f->get(field), nullptr) << "a free mutex has " << field << "\n" << json_all.describe;
+  ASSERT_TRUE(f != nullptr || free_record_may_go)
+      << "a mutex with a record is missing from the list\n"
+      << json_all.describe;
+  if (f != nullptr) {
+    ASSERT_NE(f->get("held"), nullptr);
+    EXPECT_EQ(f->get("held")->type, Json::Type::kBool);
+    EXPECT_FALSE(f->get("held")->boolean) << json_all.describe;
+    ASSERT_NE(f->get("owner"), nullptr);
+    EXPECT_EQ(f->get("owner")->string, "");
+    for (const char* field : {"acquired_ms_ago", "ttl_ends_in_ms", "lease_ends_in_ms"}) {
+      EXPECT_EQ(f->get(field), nullptr) << "a free mutex has " << field << "\n"
+                                        << json_all.describe;
+    }
   }
 
   // JSON, named.
@@ -1678,7 +1690,10 @@ TEST_P(CliE2E, StatusShowsOwnersTokensAndLeases) {
   ASSERT_TRUE(named_doc.has_value());
   ASSERT_NE(named_doc->get("mutexes"), nullptr);
   ASSERT_EQ(named_doc->get("mutexes")->array.size(), 1u) << json_named.describe;
-  EXPECT_NE(find_mutex(*named_doc, free), nullptr) << json_named.describe;
+  const Json* named_free = find_mutex(*named_doc, free);
+  ASSERT_NE(named_free, nullptr) << json_named.describe;
+  ASSERT_NE(named_free->get("held"), nullptr) << json_named.describe;
+  EXPECT_FALSE(named_free->get("held")->boolean) << json_named.describe;
 
   holder->signal(SIGTERM);
   ASSERT_TRUE(holder->wait(seconds(10)).has_value()) << holder->describe();
