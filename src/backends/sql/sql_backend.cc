@@ -1172,15 +1172,16 @@ Status check_line_sessions(std::string_view store, int sessions) {
 
 Status validate_table_name(const std::string& table) {
   const std::string& t = table;
-  const bool identifier = !t.empty() && t.size() <= 63 && !(t[0] >= '0' && t[0] <= '9') &&
+  const bool identifier = !t.empty() && t.size() <= kMaxIdentifier &&
+                          !(t[0] >= '0' && t[0] <= '9') &&
                           std::all_of(t.begin(), t.end(), [](char c) {
                             return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
                                    (c >= '0' && c <= '9') || c == '_';
                           });
   if (!identifier) {
-    return invalid_argument_error("table " + in_quotes(t) +
-                                  " must be a plain identifier of at most 63 characters "
-                                  "(A-Z a-z 0-9 _, not starting with a digit)");
+    return invalid_argument_error(
+        "table " + in_quotes(t) + " must be a plain identifier of at most " +
+        std::to_string(kMaxIdentifier) + " characters (A-Z a-z 0-9 _, not starting with a digit)");
   }
   return ok_status();
 }

@@ -28,6 +28,7 @@
 #define SIMBA_BACKENDS_SQL_SQL_BACKEND_H_
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -413,18 +414,22 @@ Status check_session_grace(std::string_view store, std::chrono::milliseconds gra
 // naming `store`.
 Status check_line_sessions(std::string_view store, int sessions);
 
+// The longest identifier every SQL store takes: PostgreSQL's NAMEDATALEN - 1
+// (MySQL allows 64).
+inline constexpr std::size_t kMaxIdentifier = 63;
+
 // OK when `table` is a name the statements may carry as it is: a plain
-// identifier of at most 63 characters (A-Z a-z 0-9 _, not starting with a
-// digit). Otherwise kInvalidArgument naming the table. The backend and the
-// DDL printed for a DBA (SchemaSql) both check it.
+// identifier of at most kMaxIdentifier characters (A-Z a-z 0-9 _, not
+// starting with a digit). Otherwise kInvalidArgument naming the table. The
+// backend and the DDL printed for a DBA (SchemaSql) both check it.
 Status validate_table_name(const std::string& table);
 
 // Whether `table` leaves room for its side table, `<table>_session` (which
-// tenures a holder's session backs), in the 63 bytes a name may have.
-// Without it a dead holder's mutex moves on only when its lease ends.
+// tenures a holder's session backs), in the kMaxIdentifier bytes a name may
+// have. Without it a dead holder's mutex moves on only when its lease ends.
 inline constexpr std::string_view kSessionTableSuffix = "_session";
 inline bool session_table_fits(const std::string& table) {
-  return table.size() + kSessionTableSuffix.size() <= 63;
+  return table.size() + kSessionTableSuffix.size() <= kMaxIdentifier;
 }
 
 // The event a release notice announces: `mutex` released by `by`, or, for
