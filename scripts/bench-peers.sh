@@ -12,6 +12,8 @@
 #     --handoffs N         hand-offs (default 50)
 #     --scenario LIST      of uncontended,contended,handoff (default: all)
 #     --peer NAME          only this peer of the store
+#     --packages           print "NAME PACKAGE" of each peer and exit
+#                          (scripts/bench-report.sh checks them with it)
 #
 # The peers: redis: redis-py (redis.lock.Lock); postgres: psycopg2
 # (pg_advisory_lock); mysql: pymysql (GET_LOCK); zookeeper: kazoo
@@ -28,7 +30,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() {
-  sed -n '8,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '8,16p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 64
 }
 kind="${1:-}"
@@ -38,6 +40,7 @@ case "$kind" in
 esac
 opts=()
 only=""
+list_packages=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds | --contenders | --iterations | --handoffs | --scenario)
@@ -49,6 +52,10 @@ while [ $# -gt 0 ]; do
       [ $# -ge 2 ] || usage
       only="$2"
       shift 2
+      ;;
+    --packages)
+      list_packages=1
+      shift
       ;;
     *) usage ;;
   esac
@@ -87,6 +94,14 @@ case "$kind" in
     peer etcd-go golang-etcd-server-dev "clientv3/concurrency.Mutex" "$build/etcd-mutex"
     ;;
 esac
+
+if [ -n "$list_packages" ]; then
+  for p in "${peers[@]}"; do
+    IFS=$'\x1f' read -r -a f <<<"$p"
+    echo "${f[0]} ${f[1]}"
+  done
+  exit 0
+fi
 
 if [ -n "$only" ] && ! printf '%s\n' "${peers[@]}" | grep -q "^$only"$'\x1f'; then
   echo "bench-peers.sh: no peer '$only' for $kind" >&2

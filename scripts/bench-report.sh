@@ -131,14 +131,8 @@ peer_options=(--iterations "$peer_iterations" --handoffs "$peer_handoffs"
 # (and the compilers its build of the Go and Java peers needs), so that a
 # missing one is said here once instead of failing every run of the kind.
 declare -A peer_status=()
-peer_packages() {  # peer_packages KIND: "NAME PACKAGE" lines, as in bench-peers.sh
-  case "$1" in
-    redis) echo "redis-py python3-redis" ;;
-    postgres) echo "psycopg2 python3-psycopg2" ;;
-    mysql) echo "pymysql python3-pymysql" ;;
-    zookeeper) printf '%s\n' "kazoo python3-kazoo" "curator libcurator-recipes-java" ;;
-    etcd) echo "etcd-go golang-etcd-server-dev" ;;
-  esac
+peer_packages() {  # peer_packages KIND: "NAME PACKAGE" lines, from bench-peers.sh's own list
+  scripts/bench-peers.sh "$1" --packages
 }
 peer_commands() {  # peer_commands KIND: the programs its peers' build and run need
   case "$1" in
