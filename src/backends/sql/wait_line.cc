@@ -151,7 +151,7 @@ void WaitLine::await_leaving(const std::string& mutex, Deadline deadline) {
   std::unique_lock<std::mutex> lock(mu_);
   changed_.wait_until(lock, deadline, [&] {
     const Place* place = place_of_locked(mutex);
-    return place == nullptr || wanted_locked(*place) ||
+    return stopping_ || place == nullptr || wanted_locked(*place) ||
            place->hook_thread == std::this_thread::get_id() ||
            (!place->queued && !place->cancelling && place->state != State::kFirst);
   });
@@ -397,7 +397,8 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
     // request goes on a connection of its own), and for the session it
     // broke to be closed. Granted and wanted again, the place is first and
     // lends its session; otherwise the line lock is free for the pool.
-    if (place != nullptr && place->cancelling && place->hook_thread != std::this_thread::get_id()) {
+    if (!stopping_ && place != nullptr && place->cancelling &&
+        place->hook_thread != std::this_thread::get_id()) {
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;
       continue;
     }
