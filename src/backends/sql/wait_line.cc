@@ -394,9 +394,10 @@ std::optional<WaitLine::Loan> WaitLine::first_session(const std::string& mutex, 
     Place* place = place_of_locked(mutex);
     // A wait being cancelled may have been granted (Place::cancelling): the
     // call waits for its answer, which takes a few milliseconds (a cancel
-    // request goes on a connection of its own), and for the session it
-    // broke to be closed. Granted and wanted again, the place is first and
-    // lends its session; otherwise the line lock is free for the pool.
+    // request goes on a connection of its own), and for the unlock on that
+    // session (or its closing). Granted and wanted again, the place is
+    // first and lends its session; otherwise the line lock is free for the
+    // pool.
     if (!stopping_ && place != nullptr && place->cancelling &&
         place->hook_thread != std::this_thread::get_id()) {
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) return std::nullopt;

@@ -263,11 +263,12 @@ class WaitLine {
     // Its session is waiting in the server's queue for the line lock.
     bool queued = false;
     // That wait was told to end (the place is not wanted) and its answer,
-    // or the closing of the session it broke, is still to come. The server
-    // may have granted the lock just before the cancel came, and a session
-    // lock outlives the transaction the cancel aborts: until the session is
-    // closed, the line lock is this place's, and a call of ours on the pool
-    // would find a released row reserved for it (first_session() waits).
+    // and the unlock (or closing) that follows a failed one, are still to
+    // come. The server may have granted the lock just before the cancel
+    // came, and a session lock outlives the transaction the cancel aborts:
+    // until then the line lock may be this place's, and a call of ours on
+    // the pool would find a released row reserved for it (first_session()
+    // and await_leaving() wait).
     bool cancelling = false;
     // Its thread is opening its session. A connect is not given up when the
     // place stops being wanted (only when the line stops): it ends within
