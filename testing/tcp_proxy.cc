@@ -107,6 +107,12 @@ void TcpProxy::cut_all() {
   cut_cv_.wait(lock, [&] { return !cut_requested_ || stopping_; });
 }
 
+void TcpProxy::set_keep_server_open(bool on) {
+  keep_server_open_ = on;
+  const char byte = 1;
+  (void)!::write(wake_[1], &byte, 1);
+}
+
 TcpProxy::~TcpProxy() {
   stopping_ = true;
   const char byte = 1;
@@ -120,7 +126,14 @@ TcpProxy::~TcpProxy() {
 void TcpProxy::loop() {
   std::vector<Link> links;
   std::vector<int> waiting;  // accepted while black-holed, not yet connected
+  std::vector<int> kept;     // server sides whose client closed (keep_server_open_)
+  const auto close_kept = [&] {
+    for (int fd : kept) ::close(fd);
+    kept.clear();
+    kept_ = 0;
+  };
   while (!stopping_) {
+    if (!keep_server_open_ && !kept.empty()) close_kept();
     {
       std::lock_guard<std::mutex> lock(cut_mu_);
       if (cut_requested_) {
@@ -192,8 +205,18 @@ void TcpProxy::loop() {
       const pollfd& c = fds[2 + 2 * i];
       const pollfd& s = fds[3 + 2 * i];
       bool ok = true;
-      if (c.revents & (POLLIN | POLLHUP | POLLERR))
-        ok = ok && read_into(link.client, link.to_server);
+      if (c.revents & (POLLIN | POLLHUP | POLLERR)) {
+        ok = read_into(link.client, link.to_server);
+        if (!ok && keep_server_open_) {
+          // The client is gone; the server is not told.
+          ::close(link.client);
+          kept.push_back(link.server);
+          kept_ = static_cast<int>(kept.size());
+          link.client = link.server = -1;
+          link.closed = true;
+          continue;
+        }
+      }
       if (s.revents & (POLLIN | POLLHUP | POLLERR))
         ok = ok && read_into(link.server, link.to_client);
       if (drop_replies_) link.to_client.clear();
@@ -203,6 +226,7 @@ void TcpProxy::loop() {
   }
   for (Link& link : links) close_link(link);
   for (int fd : waiting) ::close(fd);
+  close_kept();
   std::lock_guard<std::mutex> lock(cut_mu_);
   cut_cv_.notify_all();
 }

@@ -39,6 +39,12 @@ class TcpProxy {
   // While on, what the server sends is read and thrown away: requests get
   // through and are applied, their replies are lost on the way.
   void set_drop_replies(bool on) { drop_replies_ = on; }
+  // While on, a client that closes its connection leaves ours to the
+  // server open (and unread), as a server that has not noticed the close
+  // yet; turned off, those are closed.
+  void set_keep_server_open(bool on);
+  // Server connections kept open after their client closed.
+  int kept_open() const { return kept_.load(); }
   // Resets every open connection (both sides see a reset); returns once
   // they are gone.
   void cut_all();
@@ -58,6 +64,8 @@ class TcpProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> blackhole_{false};
   std::atomic<bool> drop_replies_{false};
+  std::atomic<bool> keep_server_open_{false};
+  std::atomic<int> kept_{0};
   std::mutex cut_mu_;
   std::condition_variable cut_cv_;
   bool cut_requested_ = false;  // guarded by cut_mu_

@@ -51,6 +51,7 @@ class MysqlSession final : public SqlSession {
   // Destroyed healthy, a session says COM_QUIT; a broken one must not wait.
   void abandon() override { mariadb_cancel(conn_.get()); }
   void set_wake_fd(int fd) override { wake_fd_ = fd; }
+  std::uint64_t server_id() const override { return mysql_thread_id(conn_.get()); }
   // An idle session hears from its server only when the server ends it
   // (KILL, a shutdown: an error packet, then the end of the stream): the
   // pool then opens another instead of failing the next call with it.
@@ -238,13 +239,23 @@ class MysqlDriver final : public SqlDriver {
   // release is the next one's wake-up. The name: a prefix keyed locks'
   // names are unlikely to take and 48 hex digits of the SHA-256 of the table
   // and mutex (60 characters, within MySQL's 64).
-  std::optional<LineLock> line_lock(const std::string& mutex) const override {
+  std::optional<LineLock> line_lock(const std::string& mutex,
+                                    std::uint64_t ended_session) const override {
     const std::string name =
         "#simba-line:" + sha256_hex(server_.table + "\n" + mutex).substr(0, 48);
     LineLock line;
     // Free, or this session's: read without taking it (a race between two
     // sessions that both find it free is decided by the row, as always).
-    line.try_sql = "(IS_FREE_LOCK({4}) = 1 OR IS_USED_LOCK({4}) = CONNECTION_ID())";
+    // Or held by a line session of ours that the wait line closed to end
+    // its wait (MySQL has no cancel on the same connection): the server
+    // grants a closed connection's wait until it notices the close, and a
+    // try of ours right after its give-up found the released row reserved
+    // for it (clustered conformance, 1-2 in 200). The line lock only
+    // orders processes; the row decides who holds.
+    line.try_sql = ended_session == 0
+                       ? "(IS_FREE_LOCK({4}) = 1 OR IS_USED_LOCK({4}) = CONNECTION_ID())"
+                       : "(IS_FREE_LOCK({4}) = 1 OR IS_USED_LOCK({4}) IN (CONNECTION_ID(), " +
+                             std::to_string(ended_session) + "))";
     line.key = {name};
     line.wait = [name](std::chrono::milliseconds wait) {
       const auto seconds = std::max<long long>(1, (wait.count() + 999) / 1000);

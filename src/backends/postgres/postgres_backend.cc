@@ -435,7 +435,11 @@ class PgDriver final : public SqlDriver {
   // The wait line: a session-level advisory lock on the same key, which
   // PostgreSQL grants to the sessions waiting for it in the order they asked.
   // A session that holds it at either level gets it again at once.
-  std::optional<LineLock> line_lock(const std::string& mutex) const override {
+  std::optional<LineLock> line_lock(const std::string& mutex,
+                                    std::uint64_t ended_session) const override {
+    // A wait given up is cancelled on its own session, which then unlocks;
+    // one closed instead (the unlock failed) is left to the reserve's end.
+    (void)ended_session;
     std::vector<std::string> key = advisory_key(mutex);
     LineLock line;
     line.try_sql = "pg_try_advisory_xact_lock({#4}, {#5})";

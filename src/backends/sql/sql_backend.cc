@@ -182,7 +182,8 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
       }
     }
     const std::optional<SqlDriver::LineLock> line =
-        line_ ? driver_->line_lock(mutex) : std::optional<SqlDriver::LineLock>();
+        line_ ? driver_->line_lock(mutex, line_->ended_session(mutex))
+              : std::optional<SqlDriver::LineLock>();
     parts.may_acquire =
         "(transition_at < " + now + " OR (owner_id = {1} AND transition_at >= " + now + "))";
     if (line) {

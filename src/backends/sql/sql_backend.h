@@ -105,6 +105,10 @@ class SqlSession : public PooledSession {
   // session broken, when it becomes readable (a wait that is no longer
   // wanted). Drivers that cannot watch it ignore it (the default).
   virtual void set_wake_fd(int fd) { (void)fd; }
+  // The server's number for this session (MySQL's CONNECTION_ID()), which
+  // names it in the server's own lock functions; 0 where the driver has
+  // none to give.
+  virtual std::uint64_t server_id() const { return 0; }
 };
 
 // The parts of the acquire statement every dialect shares; a driver puts
@@ -254,8 +258,16 @@ class SqlDriver {
     std::string create_marks_sql;
     std::vector<std::string> mark_sql;
   };
-  virtual std::optional<LineLock> line_lock(const std::string& mutex) const {
+  // `ended_session`: the server_id() of a line session of this process
+  // that was closed while its wait may have been granted (0: none). The
+  // server may count it as the line lock's holder until it notices the
+  // close, and the row a release reserved for the first in line, which is
+  // this process, would be refused to its own next try meanwhile; where
+  // the driver can, `try_sql` also takes the lock as held by that session.
+  virtual std::optional<LineLock> line_lock(const std::string& mutex,
+                                            std::uint64_t ended_session = 0) const {
     (void)mutex;
+    (void)ended_session;
     return std::nullopt;
   }
 

@@ -97,6 +97,17 @@ void WaitLine::maybe_leave_locked(const std::string& mutex) {
   changed_.notify_all();
 }
 
+std::uint64_t WaitLine::ended_session(const std::string& mutex) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = ended_sessions_.find(mutex);
+  if (it == ended_sessions_.end()) return 0;
+  if (steady_clock::now() - it->second.second >= kEndedSessionWindow) {
+    ended_sessions_.erase(it);
+    return 0;
+  }
+  return it->second.first;
+}
+
 void WaitLine::waiting(const std::string& mutex, const std::string& contender,
                        std::vector<Statement> attempt) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -687,8 +698,9 @@ void WaitLine::run(std::size_t index) {
       // the same session, the lock is free once the answer is here; a
       // closed session frees it only when the server's backend has exited,
       // a moment later. Otherwise the session is closed before anyone
-      // looks. (The place was waiting, not first: a holder of ours that
-      // wanted it still does.)
+      // looks, and named to our tries meanwhile (ended_session(): MySQL
+      // ends a wait only so). (The place was waiting, not first: a holder
+      // of ours that wanted it still does.)
       bool freed = false;
       if (place.cancelling && session->healthy()) {
         outside([&] {
@@ -697,6 +709,13 @@ void WaitLine::run(std::size_t index) {
         });
       }
       if (!freed) {
+        if (const std::uint64_t id = session->server_id(); id != 0) {
+          const steady_clock::time_point now = steady_clock::now();
+          std::erase_if(ended_sessions_, [&](const auto& entry) {
+            return now - entry.second.second >= kEndedSessionWindow;
+          });
+          ended_sessions_[mutex] = {id, now};
+        }
         session->set_broken();
         if (place.marked_token == 0) {
           std::unique_ptr<SqlSession> broken = std::move(place.session);

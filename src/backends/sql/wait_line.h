@@ -193,6 +193,14 @@ class WaitLine {
   // try_lock() right after an unlock returned false). Costs the wait's
   // reply or its cancel, a few milliseconds, and only then.
   void await_leaving(const std::string& mutex, Deadline deadline);
+  // The server_id() of a session of `mutex`'s place that was closed in
+  // the last kEndedSessionWindow while its wait may have been granted
+  // (SqlDriver::line_lock's `ended_session`); 0 when none.
+  std::uint64_t ended_session(const std::string& mutex);
+  // How long a closed session is named so: a server notices a closed
+  // connection within milliseconds, unless the network between is cut, and
+  // then no call of ours reaches it either.
+  static constexpr std::chrono::seconds kEndedSessionWindow{5};
   // Nobody in this process listens for `mutex`: it leaves that line (once
   // a holder of it is gone too).
   void forget(const std::string& mutex);
@@ -378,6 +386,10 @@ class WaitLine {
     std::shared_ptr<HoldBound> bound;
   };
   std::map<std::pair<std::string, std::string>, Tenure> tenures_;
+  // mutex -> the server_id() of its place's session closed last while its
+  // wait may have been granted, and when (ended_session()); guarded by mu_.
+  std::map<std::string, std::pair<std::uint64_t, std::chrono::steady_clock::time_point>>
+      ended_sessions_;
 };
 
 }  // namespace simba::internal::sql
