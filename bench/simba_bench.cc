@@ -167,7 +167,11 @@ void mutex_handoff(const Options& options, double floor, Report& report) {
     const auto looking = Clock::now();
     while (services[waiter]->after_owner().owner_id != services[holder]->contender_id()) {
       if (Clock::now() - looking > seconds(10)) fail("the waiter never looked");
-      std::this_thread::yield();
+      // Not a yield loop: this lasts up to 1 s (kQueueReserve) when the
+      // waiter is the service that released last (its first answer is the
+      // row it handed on, free and reserved, until the reserve ends), and a
+      // spinning thread took a CPU of two from the processes it waits for.
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     std::this_thread::sleep_for(options.handoff_pause);
     const auto start = Clock::now();

@@ -122,6 +122,7 @@ void FaultInjectingBackend::set_failure_retry_after(
 Result<OwnerRecord> FaultInjectingBackend::do_acquire_or_renew(const AcquireRequest& request,
                                                                Deadline deadline) {
   ++acquire_calls_;
+  if (request.once) ++once_acquire_calls_;
   SIMBA_RETURN_IF_ERROR(gate(&FaultInjectingBackend::acquire_mode_, deadline));
   auto reply = target_->acquire_or_renew(request, deadline);
   const std::chrono::milliseconds stretch = after_acquire_reply();

@@ -67,6 +67,8 @@ class FaultInjectingBackend final : public Backend {
   int deliver_held_back();
   // Calls made so far, by kind.
   int acquire_calls() const { return acquire_calls_.load(); }
+  // Of those, the ones asked AcquireRequest::once.
+  int once_acquire_calls() const { return once_acquire_calls_.load(); }
   // Calls blocked in an injected hang right now.
   int hanging_calls() const { return hanging_calls_.load(); }
   int release_calls() const { return release_calls_.load(); }
@@ -124,6 +126,7 @@ class FaultInjectingBackend final : public Backend {
   std::chrono::milliseconds lease_stretch_{0};
   std::shared_ptr<const HoldBound> hold_bound_;
   std::atomic<int> acquire_calls_{0};
+  std::atomic<int> once_acquire_calls_{0};
   std::atomic<int> hanging_calls_{0};
   std::atomic<int> release_calls_{0};
   std::atomic<int> leave_calls_{0};

@@ -160,6 +160,10 @@ struct AcquireRequest {
   std::string_view contender_id;
   std::chrono::milliseconds ttl;
   std::chrono::milliseconds transition;
+  // The caller asks once and will not wait (Locker::try_acquire): a
+  // backend that queues a refused contender for a push (a wait line) need
+  // not, since nobody would wait in that place; the answer is the same.
+  bool once = false;
 };
 
 // What an operator's forced release did.

@@ -105,7 +105,8 @@ class Locker {
   // Checks the locker is idle and starts contending. Requires control_mu.
   // Starts contending, the first attempt on this thread unless `cancel`
   // may end the wait first (ServiceCore::start_for).
-  Status begin_acquire(const std::stop_token& cancel);
+  // `once`: try_acquire(), which takes the first answer and stops.
+  Status begin_acquire(const std::stop_token& cancel, bool once);
   // Waits for the core to own the mutex and records the hold; on failure
   // gives up its place. Requires control_mu.
   Status await_hold(Clock::TimePoint deadline, const std::stop_token& cancel);

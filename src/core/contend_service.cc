@@ -90,15 +90,17 @@ ServiceCore::~ServiceCore() {
   }
 }
 
-Status ServiceCore::start() { return start(false); }
+Status ServiceCore::start() { return start(false, false); }
 
-Status ServiceCore::start_and_attempt() { return start(true); }
+Status ServiceCore::start_and_attempt() { return start(true, false); }
+
+Status ServiceCore::start_once() { return start(true, true); }
 
 Status ServiceCore::start_for(const std::stop_token& cancel) {
   return cancel.stop_possible() ? start() : start_and_attempt();
 }
 
-Status ServiceCore::start(bool attempt_here) {
+Status ServiceCore::start(bool attempt_here, bool once) {
   Generation gen;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -113,6 +115,7 @@ Status ServiceCore::start(bool attempt_here) {
     }
     status_ = ServiceStatus::kStarting;
     gen = ++generation_;
+    once_ = once;
     state_ = MutexState::none();
     lease_deadline_ = {};
     bound_.reset();
@@ -433,6 +436,7 @@ void ServiceCore::start_attempt_locked(Generation gen) {
 }
 
 void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
+  bool once = false;
   {
     // Posted before a stop() that ran first: its lifecycle is over, and its
     // call would only queue again at the store, after stop() left the wait,
@@ -446,6 +450,9 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
       }
       return;
     }
+    // Only the attempt whose answer the try takes: a hold it got renews,
+    // and a later loss contends, as any other.
+    once = std::exchange(once_, false);
   }
   // The lease is measured from when the request left, so the local deadline
   // can only be earlier than the store's.
@@ -453,7 +460,7 @@ void ServiceCore::run_attempt(Generation gen, std::uint64_t losses_seen) {
   Result<OwnerRecord> reply =
       mode_ == Mode::kContend
           ? backend_->acquire_or_renew(
-                AcquireRequest{mutex_, contender_id_, options_.ttl, options_.transition},
+                AcquireRequest{mutex_, contender_id_, options_.ttl, options_.transition, once},
                 store_deadline())
           : backend_->read(mutex_, store_deadline());
   apply_answer(gen, losses_seen, sent, std::move(reply));

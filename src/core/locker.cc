@@ -96,7 +96,7 @@ Status Locker::acquire(std::chrono::milliseconds timeout, std::stop_token cancel
   return acquire_until(timeout, cancel);
 }
 
-Status Locker::begin_acquire(const std::stop_token& cancel) {
+Status Locker::begin_acquire(const std::stop_token& cancel, bool once) {
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->phase == State::Phase::kAcquiring || state_->phase == State::Phase::kHeld) {
@@ -113,8 +113,8 @@ Status Locker::begin_acquire(const std::stop_token& cancel) {
   }
   // The first attempt on this thread, which would only wait for it (one
   // hop less); on the I/O pool when a cancel may end the wait before the
-  // store call does.
-  if (Status s = state_->core->start_for(cancel); !s.ok()) {
+  // store call does. A try asks once: a backend need not queue it.
+  if (Status s = once ? state_->core->start_once() : state_->core->start_for(cancel); !s.ok()) {
     std::lock_guard<std::mutex> lock(state_->mu);
     state_->phase = State::Phase::kIdle;
     return s;
@@ -127,7 +127,7 @@ Status Locker::acquire_until(std::optional<std::chrono::milliseconds> timeout,
   std::lock_guard<std::mutex> control(state_->control_mu);
   const Clock::TimePoint deadline =
       timeout ? state_->clock->now() + *timeout : Clock::TimePoint::max();
-  SIMBA_RETURN_IF_ERROR(begin_acquire(cancel));
+  SIMBA_RETURN_IF_ERROR(begin_acquire(cancel, false));
   Status awaited = await_hold(deadline, cancel);
   if (awaited.code() == StatusCode::kDeadlineExceeded && timeout) {
     return deadline_exceeded_error("could not acquire mutex '" + mutex() + "' within " +
@@ -168,7 +168,7 @@ Status Locker::await_hold(Clock::TimePoint deadline, const std::stop_token& canc
 
 Result<bool> Locker::try_acquire() {
   std::lock_guard<std::mutex> control(state_->control_mu);
-  SIMBA_RETURN_IF_ERROR(begin_acquire({}));
+  SIMBA_RETURN_IF_ERROR(begin_acquire({}, true));
   // A deadline already past: the answer of the first attempt.
   const Status awaited = await_hold(Clock::TimePoint::min(), {});
   if (awaited.ok()) return true;

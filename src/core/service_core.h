@@ -87,6 +87,10 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // wait for that answer (a Locker), one thread hop less per acquisition.
   // The attempt is bounded by the store call's deadline, as on the I/O pool.
   Status start_and_attempt();
+  // start_and_attempt() for a caller that takes the first answer and then
+  // stops (Locker::try_acquire): that attempt is AcquireRequest::once, so a
+  // backend does not queue it for a push.
+  Status start_once();
   // For a caller that waits for ownership: start_and_attempt(), unless
   // `cancel` may end that wait before the store call would (then start():
   // the attempt runs on the I/O pool, and the caller stays free to leave).
@@ -123,8 +127,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
  private:
   using Generation = std::uint64_t;
 
-  // start() and start_and_attempt().
-  Status start(bool attempt_here);
+  // start(), start_and_attempt() and start_once().
+  Status start(bool attempt_here, bool once);
   void schedule_attempt_locked(std::chrono::milliseconds delay);
   void on_attempt_timer(Generation gen);
   // Hands the attempt to the I/O pool now (or asks the one in flight to
@@ -194,6 +198,8 @@ class ServiceCore : public std::enable_shared_from_this<ServiceCore> {
   // Bumped by every start() and stop(): a result carrying an older value
   // belongs to a finished lifecycle and is dropped.
   Generation generation_ = 0;
+  // The lifecycle's next attempt is AcquireRequest::once (start_once()).
+  bool once_ = false;
   MutexState state_;
   // Local end of our lease (meaningful while state_.after is us).
   Clock::TimePoint lease_deadline_{};

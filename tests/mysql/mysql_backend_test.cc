@@ -1005,6 +1005,44 @@ TEST(MysqlLine, OurTryTakesARowReservedForOurClosedWait) {
   proxy.set_keep_server_open(false);
 }
 
+// A try that will not wait (AcquireRequest::once, Locker::try_acquire)
+// gets no place in line: MySQL ends a wait only by closing its session, so
+// each failed try opened a connection and closed it (69 connections for 300
+// failed tries). The control: an attempt that waits gets in line at once.
+TEST(MysqlLine, ATryThatWillNotWaitGetsNoPlaceInLine) {
+  drop_test_table();
+  auto theirs = open(shared_uri());
+  auto ours = open(shared_uri());
+  ASSERT_TRUE(theirs && ours);
+  auto held = theirs->acquire_or_renew(request_for("m", "a"), in(seconds(5)));
+  SIMBA_ASSERT_OK(held);
+  ASSERT_TRUE(held->owner.is_owner("a"));
+  RawMysql raw(shared_server_uri("mysql"));
+  ASSERT_TRUE(raw.ok()) << raw.error();
+  const std::string name =
+      "#simba-line:" + internal::sql::mysql::sha256_hex(test_table() + "\n" + "m").substr(0, 48);
+  const std::string waits =
+      "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT GET_LOCK(''" +
+      name + "''%'";
+  AcquireRequest once = request_for("m", "b");
+  once.once = true;
+  for (int i = 0; i < 3; ++i) {
+    auto got = ours->acquire_or_renew(once, in(seconds(5)));
+    SIMBA_ASSERT_OK(got);
+    EXPECT_TRUE(got->owner.is_owner("a")) << got->owner;
+  }
+  // A place would be asking within milliseconds.
+  std::this_thread::sleep_for(milliseconds(300));
+  EXPECT_EQ(raw.exec(waits), "0");
+  // The control.
+  auto got = ours->acquire_or_renew(request_for("m", "b"), in(seconds(5)));
+  SIMBA_ASSERT_OK(got);
+  EXPECT_TRUE(got->owner.is_owner("a")) << got->owner;
+  EXPECT_TRUE(eventually([&] { return raw.exec(waits) == "1"; }, seconds(5)));
+  SIMBA_EXPECT_OK(ours->leave("m", "b", in(seconds(5))));
+  SIMBA_EXPECT_OK(theirs->release("m", "a", in(seconds(5))));
+}
+
 // JVM Simba contenders and ours on one mutex, `line` saying whether ours
 // wait in line (queue_connections): never two inside at once, and the
 // mutex crosses from one side to the other.

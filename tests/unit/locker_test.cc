@@ -177,6 +177,30 @@ TEST_F(LockerTest, TryAcquireIsOneAttempt) {
   EXPECT_THAT(other->try_acquire(), StatusIs(StatusCode::kUnavailable));
 }
 
+// A try takes the first answer and stops: the store is told it will not
+// wait (a SQL store then gives it no place in its wait line, which on MySQL
+// opened and closed a connection for a failed try). A waiting acquire,
+// even with a zero timeout, is not a try.
+TEST_F(LockerTest, OnlyATryTellsTheStoreItWillNotWait) {
+  auto holder = Locker::create(*other_factory_, "job").value();
+  SIMBA_ASSERT_OK(holder->acquire());
+  auto other = Locker::create(*factory_, "job").value();
+  auto tried = other->try_acquire();
+  SIMBA_ASSERT_OK(tried);
+  EXPECT_FALSE(*tried);
+  EXPECT_GE(faults_->acquire_calls(), 1);
+  EXPECT_EQ(faults_->once_acquire_calls(), faults_->acquire_calls());
+  const int tries = faults_->acquire_calls();
+  EXPECT_THAT(other->acquire(milliseconds(0)), StatusIs(StatusCode::kDeadlineExceeded));
+  EXPECT_GT(faults_->acquire_calls(), tries);
+  EXPECT_EQ(faults_->once_acquire_calls(), tries);
+  SIMBA_ASSERT_OK(holder->release());
+  tried = other->try_acquire();
+  SIMBA_ASSERT_OK(tried);
+  EXPECT_TRUE(*tried);
+  EXPECT_TRUE(other->is_held());
+}
+
 TEST_F(LockerTest, LostLeaseIsSignalledThreeWays) {
   testing::Latch lost;
   LockerOptions options;

@@ -256,8 +256,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // A release of ours has just handed the row to the process queued
         // in line, for which it is reserved: a try would only find it
         // taken, and lock the row beside that process's attempt. Into the
-        // line at once.
-        line_->waiting(mutex, std::string(request.contender_id), attempt_in_line());
+        // line at once (a try that will not wait: nowhere).
+        if (!request.once) {
+          line_->waiting(mutex, std::string(request.contender_id), attempt_in_line());
+        }
         return *reserved;
       }
     }
@@ -338,7 +340,10 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
         // after holding(): an attempt whose reply comes later is superseded.
         drop_prefetched(mutex, contender);
       } else {
-        line_->waiting(mutex, contender, attempt_in_line());
+        // Into the line, unless the contender will not wait: a place for a
+        // try would be given up as soon as taken (on MySQL, by closing its
+        // session), the server's queue stirred for nothing.
+        if (!request.once) line_->waiting(mutex, contender, attempt_in_line());
         // Another process's tenure that its session backs: from
         // takeover_after past this process's grant it may be taken over
         // (the session that backed it ended before that grant).
