@@ -987,6 +987,16 @@ def in_runs(values: dict[int, float]) -> list[float]:
     return [values[run] for run in sorted(values)]
 
 
+# A "peer" whose name ends so is a floor, not a competitor (bench/peers/
+# *_fenced.py: the store's own lock plus a durable fencing token): never the
+# best peer; a table of its own says how far the SQL mutex is above it.
+FLOOR_SUFFIX = "+token"
+
+
+def is_floor(row: Row) -> bool:
+    return row.peer.endswith(FLOOR_SUFFIX)
+
+
 def best_peer(peers: list[Row], metric: str) -> Row | None:
     """The peer with the best median in this cell: lowest latency, else highest."""
     scored = [(statistics.median(v), row.peer, row) for row in peers
@@ -1198,20 +1208,44 @@ def section_peers(results: Results, results_dir: Path, doc_dir: Path, misses: li
         "",
     ]
     body: list[list[str]] = []
+    floor_body: list[list[str]] = []
     notes: list[str] = []
     for kind in kinds:
         store = store_of_kind(kind)
-        peers = [row for row in results.peer_rows if row.store == store]
-        notes += peer_notes(kind, peers, results, results_dir, doc_dir)
-        if not peers:
-            continue
+        rows = [row for row in results.peer_rows if row.store == store]
+        notes += peer_notes(kind, rows, results, results_dir, doc_dir)
+        peers = [row for row in rows if not is_floor(row)]
+        floors = [row for row in rows if is_floor(row)]
         ours = [row for row in results.rows if row.store == store]
-        for figure in peer_figures(ours, peers):
+        for figure in peer_figures(ours, peers) if peers else []:
             body.append([store, figure.label] + peer_line(store, figure, total, misses))
+        for figure in peer_figures(ours, floors) if floors else []:
+            if figure.metric != "fairness" and ("mutex" in figure.label or "`Locker`" in figure.label):
+                floor_body.append([store, figure.label] + floor_line(figure, total))
     if body:
         out += table(["store", "figure", "ours", "best peer", "ours ÷ peer", "target"], "llrrrl", body)
         out.append("")
+    if floor_body:
+        out += [
+            "Against a lock with a durable fencing token: the same server lock as the peer plus one "
+            "durable transaction that bumps a counter once the lock is held (bench/peers/*_fenced.py, "
+            "named `+token`), the least a token that survives a crash of the server costs. A floor, "
+            "not a peer: no target, and never the best peer above.",
+            "",
+        ]
+        out += table(["store", "figure", "ours", "floor", "ours ÷ floor"], "llrrr", floor_body)
+        out.append("")
     return out + notes + [""]
+
+
+def floor_line(figure: PeerFigure, total: int) -> list[str]:
+    """The cells of one figure against the durable-token floor: ours, the
+    floor, ours ÷ floor (no target)."""
+    floor = best_peer(figure.peers, figure.metric)
+    ours = figure_cell(figure.ours, figure.metric, total) if figure.ours else "–"
+    theirs = f"{md(floor.peer)}: {figure_cell(floor, figure.metric, total)}" if floor else "–"
+    ratios = paired_ratios(figure.ours, floor, figure.metric) if figure.ours and floor else []
+    return [ours, theirs, fraction_cell(ratios, "×") if ratios else "–"]
 
 
 def build_report(results: Results, results_dir: Path, markdown: Path, charts_dir: Path,

@@ -460,6 +460,33 @@ class ReportTest(unittest.TestCase):
                       "least-served process 0.10 of the mean, target ≥ 0.25", missed)
         self.assertNotIn("ops/s, 4 processes: `Locker`", missed)
 
+    def test_a_durable_token_floor_is_a_table_of_its_own_never_the_best_peer(self) -> None:
+        add_peer_results(self.results)
+        for run, f in FACTORS.items():
+            rows = peer_rows("kazoo", f)
+            for row in rows:
+                row["peer"] = "kazoo+token"
+                if row["scenario"] == "uncontended":
+                    row["p50_us"] = 200.0 * f  # faster than every peer: still not the best peer
+            path = self.results / f"zookeeper-peers-{run}.jsonl"
+            path.write_text(path.read_text() + "\n".join(json.dumps(r) for r in rows) + "\n")
+        section = self.side_by_side()
+        peers, floor = section.split("Against a lock with a durable fencing token", 1)
+        self.assertIn("| curator: 800 µs <small>(720–960)</small> | 1.25× | ≤ 1×: **missed** |",
+                      self.line(peers, "uncontended p50: mutex (SPI pair)"))
+        self.assertNotIn("+token", peers.split("* zookeeper:", 1)[0])
+        self.assertIn("| store | figure | ours | floor | ours ÷ floor |", floor)
+        self.assertEqual(self.line(floor, "uncontended p50: mutex (SPI pair)"),
+                         "| zookeeper | uncontended p50: mutex (SPI pair) | 1.00 ms <small>(0.90–1.20)</small> "
+                         "| kazoo+token: 200 µs <small>(180–240)</small> | 5.00× |")
+        self.assertIn("| 300 | kazoo+token: 280 | 1.07× |", self.line(floor, "ops/s, 16 processes: `Locker`"))
+        self.assertIn("| kazoo+token: 2.00 ms |", self.line(floor, "hand-off p50: mutex"))
+        # Mutex figures only, and no target.
+        self.assertNotIn("keyed", floor.split("* zookeeper:", 1)[0])
+        self.assertNotIn("least-served", floor)
+        missed = self.between(self.markdown.read_text()).split("#### Targets missed", 1)[1]
+        self.assertNotIn("+token", missed)
+
     def test_a_failed_peer_run_and_a_violation_are_said(self) -> None:
         add_peer_results(self.results)
         (self.results / "zookeeper-peers-2.jsonl").write_text("")

@@ -16,7 +16,9 @@
 #                          (scripts/bench-report.sh checks them with it)
 #
 # The peers: redis: redis-py (redis.lock.Lock); postgres: psycopg2
-# (pg_advisory_lock); mysql: pymysql (GET_LOCK); zookeeper: kazoo
+# (pg_advisory_lock), and psycopg2+token, the same lock plus a durable
+# fencing token (a floor for the SQL mutex, not a peer); mysql: pymysql
+# (GET_LOCK) and pymysql+token likewise; zookeeper: kazoo
 # (kazoo.recipe.lock.Lock) and curator (InterProcessMutex, Java); etcd:
 # etcd-go (clientv3/concurrency.Mutex, Go).
 #
@@ -74,10 +76,16 @@ case "$kind" in
   postgres)
     peer psycopg2 python3-psycopg2 "pg_advisory_lock / pg_advisory_unlock" \
       "$python" bench/peers/psycopg2_advisory.py
+    # A floor, not a peer (bench/report.py: "+token"): the same lock plus a
+    # durable fencing token.
+    peer psycopg2+token python3-psycopg2 "pg_advisory_lock + a durable token / pg_advisory_unlock" \
+      "$python" bench/peers/psycopg2_fenced.py
     ;;
   mysql)
     peer pymysql python3-pymysql "GET_LOCK / RELEASE_LOCK" \
       "$python" bench/peers/pymysql_get_lock.py
+    peer pymysql+token python3-pymysql "GET_LOCK + a durable token / RELEASE_LOCK" \
+      "$python" bench/peers/pymysql_fenced.py
     ;;
   zookeeper)
     peer kazoo python3-kazoo "kazoo.recipe.lock.Lock" "$python" bench/peers/kazoo_lock.py
