@@ -263,6 +263,11 @@ class MysqlDriver final : public SqlDriver {
           {"SELECT GET_LOCK({0}, {#1})", {name, std::to_string(seconds)}}};
     };
     line.unlock = Statement{"SELECT RELEASE_LOCK({0})", {name}};
+    // InnoDB's upsert waits for the release's row lock, which the commit
+    // lets go before its flush (without a binary log): the next process in
+    // line asks while the release is flushed, not after (MariaDB flushes
+    // every commit: no per-transaction setting spares a release's).
+    line.unlock_in_transaction = true;
     line.granted = [](const std::vector<SqlResult>& results) {
       return !results.empty() && first_cell(results.back()) == "1";
     };

@@ -432,7 +432,7 @@ class SqlBackend final : public Backend, public std::enable_shared_from_this<Sql
     }
     if (line) {
       statements.push_back(line->unlock);
-      statements.back().after_commit = true;
+      statements.back().after_commit = !line->unlock_in_transaction;
     }
     const steady_clock::time_point sent = steady_clock::now();
     Result<std::vector<SqlResult>> results =

@@ -228,6 +228,15 @@ class SqlDriver {
     std::vector<Statement> session_setup;
     // Frees it.
     Statement unlock;
+    // Whether a release may free it inside its transaction, before the
+    // commit: where the next holder's attempt waits for the releaser's row
+    // lock and then reads the row as committed (InnoDB's upsert is a
+    // locking read). The next process is woken while the release commits,
+    // not after; where the server lets row locks go before the commit's
+    // flush (InnoDB without a binary log), its attempt runs meanwhile. Its
+    // own commit's flush covers the release's (one log, in order). Not on
+    // PostgreSQL (Statement::after_commit).
+    bool unlock_in_transaction = false;
     // Whether the wait's results say the lock was granted; null: the wait
     // succeeded, so it was (PostgreSQL's fails when it runs out; MySQL's
     // GET_LOCK answers 0).
