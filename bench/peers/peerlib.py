@@ -101,6 +101,16 @@ def handoff(lock):
             break
 
 
+def commit_token(conn, token, previous):
+    """Commits the transaction that bumped a fencing token (durable before
+    the holder acts on it) and returns the token, which must be greater
+    than the holder's `previous` one (the *_fenced.py floors)."""
+    conn.commit()
+    if token <= previous:
+        raise RuntimeError(f"token {token} after {previous}")
+    return token
+
+
 def main(open_lock):
     """argv: uncontended URI KEY N | contend URI KEY SHARED_FILE SECONDS | handoff URI KEY"""
     args = sys.argv[1:]

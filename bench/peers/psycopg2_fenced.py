@@ -36,11 +36,7 @@ class FencedAdvisoryLock(AdvisoryLock):
     def acquire(self):
         super().acquire()
         self.cur.execute(f"UPDATE {TABLE} SET t = t + 1 WHERE k = %s RETURNING t", (self.key,))
-        token = self.cur.fetchone()[0]
-        self.conn.commit()  # durable before the holder acts on it
-        if token <= self.token:
-            raise RuntimeError(f"token {token} after {self.token}")
-        self.token = token
+        self.token = peerlib.commit_token(self.conn, self.cur.fetchone()[0], self.token)
 
 
 if __name__ == "__main__":

@@ -26,11 +26,7 @@ class FencedGetLock(GetLock):
         super().acquire()
         self.cur.execute(f"UPDATE {TABLE} SET t = t + 1 WHERE k = %s", (self.name,))
         self.cur.execute(f"SELECT t FROM {TABLE} WHERE k = %s", (self.name,))
-        token = self.cur.fetchone()[0]
-        self.conn.commit()  # durable before the holder acts on it
-        if token <= self.token:
-            raise RuntimeError(f"token {token} after {self.token}")
-        self.token = token
+        self.token = peerlib.commit_token(self.conn, self.cur.fetchone()[0], self.token)
 
 
 if __name__ == "__main__":
